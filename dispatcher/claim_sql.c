@@ -1,0 +1,175 @@
+/* claim_sql: see claim_sql.h. */
+#include "claim_sql.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* An append cursor over the caller's buffer; `bad` sticks once anything did not fit. */
+struct sqlbuf {
+    char *buf;
+    size_t cap;
+    size_t len;
+    int bad;
+};
+
+static void sqlbuf_put(struct sqlbuf *b, const char *s, size_t n)
+{
+    if (b->bad)
+        return;
+    if (b->cap - b->len <= n) { /* keep one byte for the NUL */
+        b->bad = 1;
+        return;
+    }
+    memcpy(b->buf + b->len, s, n);
+    b->len += n;
+}
+
+static void sqlbuf_puts(struct sqlbuf *b, const char *s)
+{
+    sqlbuf_put(b, s, strlen(s));
+}
+
+static void sqlbuf_printf(struct sqlbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void sqlbuf_printf(struct sqlbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (b->bad)
+        return;
+    va_start(ap, fmt);
+    n = vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= b->cap - b->len) {
+        b->bad = 1;
+        return;
+    }
+    b->len += (size_t)n;
+}
+
+/* Terminates the text; returns its length or -1 (leaving "" when possible). */
+static int sqlbuf_finish(struct sqlbuf *b)
+{
+    if (b->cap == 0)
+        return -1;
+    if (b->bad || b->len > INT_MAX) {
+        b->buf[0] = '\0';
+        return -1;
+    }
+    b->buf[b->len] = '\0';
+    return (int)b->len;
+}
+
+int dsp_claim_sql_quote_hex(void *ctx, char *to, size_t cap, const char *from, size_t len)
+{
+    static const char digits[] = "0123456789ABCDEF";
+    static const char head[] = "_utf8mb4 X'";
+    size_t need = sizeof head - 1 + 2 * len + 1;
+    size_t i, o;
+
+    (void)ctx;
+    if (need > cap || need > INT_MAX)
+        return -1;
+    memcpy(to, head, sizeof head - 1);
+    o = sizeof head - 1;
+    for (i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)from[i];
+        to[o++] = digits[c >> 4];
+        to[o++] = digits[c & 15];
+    }
+    to[o++] = '\'';
+    return (int)o;
+}
+
+size_t dsp_claim_sql_select_bound(const char *const *types, size_t ntypes)
+{
+    /* One part without its type literal, with the longest numbers: 20 digits for now_ms
+     * and 10 for the limit. Counted generously; the test checks it holds. */
+    static const size_t part_fixed = 400;
+    size_t total = 1, i;
+
+    for (i = 0; i < ntypes; i++) {
+        size_t len = types[i] ? strlen(types[i]) : 0;
+        total += part_fixed + DSP_CLAIM_SQL_LITERAL_MAX(len);
+    }
+    return total;
+}
+
+int dsp_claim_sql_select(char *buf, size_t cap, const char *const *types, size_t ntypes,
+                         int64_t now_ms, unsigned limit, dsp_claim_sql_quote_fn quote,
+                         void *quote_ctx)
+{
+    struct sqlbuf b = {buf, cap, 0, 0};
+    size_t i;
+
+    if (buf == NULL)
+        return -1;
+    if (ntypes == 0 || types == NULL || limit == 0 || now_ms < 0)
+        b.bad = 1;
+    if (quote == NULL)
+        quote = dsp_claim_sql_quote_hex;
+
+    for (i = 0; i < ntypes && !b.bad; i++) {
+        size_t tlen;
+        int q;
+
+        if (types[i] == NULL || (tlen = strlen(types[i])) > DSP_CLAIM_SQL_TYPE_MAX_BYTES) {
+            b.bad = 1;
+            break;
+        }
+        if (i > 0)
+            sqlbuf_puts(&b, " UNION ALL ");
+        sqlbuf_puts(&b, "(SELECT " DSP_CLAIM_SQL_COLUMNS " FROM task FORCE INDEX (claim_idx)"
+                        " WHERE task_state = 0 AND `delayed` = 0 AND task_type = ");
+        if (b.bad)
+            break;
+        /* The literal goes straight into the buffer; one byte stays for the NUL. */
+        q = quote(quote_ctx, b.buf + b.len, b.cap - b.len - 1, types[i], tlen);
+        if (q < 0 || (size_t)q >= b.cap - b.len) {
+            b.bad = 1;
+            break;
+        }
+        b.len += (size_t)q;
+        sqlbuf_printf(&b,
+                      " AND run_after <= %" PRId64
+                      " ORDER BY task_priority DESC, task_id LIMIT %u FOR UPDATE SKIP LOCKED)",
+                      now_ms, limit);
+    }
+    return sqlbuf_finish(&b);
+}
+
+int dsp_claim_sql_promote(char *buf, size_t cap, int64_t now_ms, unsigned limit)
+{
+    struct sqlbuf b = {buf, cap, 0, 0};
+
+    if (buf == NULL)
+        return -1;
+    if (limit == 0 || now_ms < 0)
+        b.bad = 1;
+    sqlbuf_printf(&b,
+                  "UPDATE task FORCE INDEX (delay_idx) SET `delayed` = 0"
+                  " WHERE `delayed` = 1 AND run_after <= %" PRId64 " LIMIT %u",
+                  now_ms, limit);
+    return sqlbuf_finish(&b);
+}
+
+int dsp_claim_sql_demote(char *buf, size_t cap, int64_t now_ms, unsigned limit)
+{
+    struct sqlbuf b = {buf, cap, 0, 0};
+
+    if (buf == NULL)
+        return -1;
+    if (limit == 0 || now_ms < 0)
+        b.bad = 1;
+    sqlbuf_printf(&b,
+                  "UPDATE task FORCE INDEX (delay_idx) SET `delayed` = 1"
+                  " WHERE `delayed` = 0 AND task_state = 0"
+                  " AND run_after > %" PRId64 " LIMIT %u",
+                  now_ms, limit);
+    return sqlbuf_finish(&b);
+}

@@ -1,0 +1,559 @@
+/* proto.c: the taskpush wire codec (see proto.h for the contract and
+ * PROTOCOL.md for the format).
+ *
+ * Every integer is big-endian. The decoders check each length against the
+ * bytes that are really there before reading them, and the encoders refuse
+ * exactly what the decoders refuse, so that encode -> decode always gives the
+ * message back. TASK and DONE are on the hot path: their code is straight-line
+ * loads and stores at fixed offsets, with no per-field loop.
+ */
+#include "proto.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* Body layouts: offsets from the first body byte (the type). */
+#define OFF_TYPE 0
+
+#define HELLO_FIXED 9 /* type, u16 version, u32 capacity, u16 name_len */
+#define HELLO_OFF_VERSION 1
+#define HELLO_OFF_CAPACITY 3
+#define HELLO_OFF_NAME_LEN 7
+
+#define WELCOME_FIXED 13 /* type, u16 version, u32 heartbeat, u32 max_body, u16 len */
+#define WELCOME_OFF_VERSION 1
+#define WELCOME_OFF_HEARTBEAT 3
+#define WELCOME_OFF_MAX_BODY 7
+#define WELCOME_OFF_SERVER_LEN 11
+
+#define ERROR_FIXED 3 /* type, u16 code; the message is the rest */
+#define ERROR_OFF_CODE 1
+
+/* TASK, DONE, EXTEND and CANCEL all start with the delivery name. */
+#define DLV_OFF_TASK_ID 1
+#define DLV_OFF_EPOCH 9
+#define DLV_OFF_ATTEMPT 13
+#define DLV_FIXED 17 /* type, u64 task_id, u32 epoch, u32 attempt */
+
+#define TASK_OFF_TIMEOUT 17
+#define TASK_OFF_PRIORITY 21
+#define TASK_OFF_TYPE_LEN 22
+#define TASK_FIXED 24 /* ... u32 timeout_ms, u8 priority, u16 type_len */
+#define TASK_PRIORITY_MAX 2
+
+#define DONE_OFF_OUTCOME 17
+#define DONE_OFF_RETRY_AFTER 18
+#define DONE_FIXED 22 /* ... u8 outcome, u32 retry_after_ms; the data is the rest */
+
+#define EXTEND_OFF_EXTEND_MS 17
+#define EXTEND_BODY 21 /* ... u32 extend_ms */
+
+#define CANCEL_BODY DLV_FIXED
+#define BARE_BODY 1 /* HEARTBEAT, STOP: the type byte alone */
+
+#define STR_HEAD 2 /* the u16 length before a bounded string */
+
+/* ---- big-endian loads and stores ---- */
+
+static inline uint16_t load16(const uint8_t *p)
+{
+    return (uint16_t)((uint16_t)p[0] << 8 | p[1]);
+}
+
+static inline uint32_t load32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static inline uint64_t load64(const uint8_t *p)
+{
+    return (uint64_t)load32(p) << 32 | load32(p + 4);
+}
+
+static inline void store16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+static inline void store32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static inline void store64(uint8_t *p, uint64_t v)
+{
+    store32(p, (uint32_t)(v >> 32));
+    store32(p + 4, (uint32_t)v);
+}
+
+/* copy_bytes copies b to p; memcpy must not see a NULL pointer, even for 0 bytes. */
+static inline void copy_bytes(uint8_t *p, proto_bytes b)
+{
+    if (b.len > 0)
+        memcpy(p, b.ptr, b.len);
+}
+
+/* ---- framing ---- */
+
+int proto_frame_check(const uint8_t *buf, size_t len, uint32_t max_body, uint32_t *body_len)
+{
+    int rc = PROTO_NEED_MORE;
+    uint32_t n;
+
+    if (len < PROTO_LEN_PREFIX)
+        goto done;
+    n = load32(buf);
+    if (body_len != NULL)
+        *body_len = n; /* also on TOO_BIG, so that the caller can log it */
+    if (n == 0)
+        rc = PROTO_BAD;
+    else if (n > max_body)
+        rc = PROTO_TOO_BIG;
+    else if (len - PROTO_LEN_PREFIX >= n)
+        rc = PROTO_OK;
+done:
+    return rc;
+}
+
+/* ---- decoding ---- */
+
+/* take_str reads a u16 length and that many bytes at *off, at most max of them,
+ * and advances *off. Returns PROTO_OK or PROTO_BAD. */
+static int take_str(const uint8_t *b, size_t n, size_t *off, size_t max, proto_bytes *out)
+{
+    int rc = PROTO_BAD;
+    size_t len;
+
+    if (n - *off < STR_HEAD)
+        goto done;
+    len = load16(b + *off);
+    if (len > max || n - *off - STR_HEAD < len)
+        goto done;
+    out->ptr = b + *off + STR_HEAD;
+    out->len = len;
+    *off += STR_HEAD + len;
+    rc = PROTO_OK;
+done:
+    return rc;
+}
+
+static int decode_hello(const uint8_t *b, size_t n, proto_hello *h)
+{
+    int rc = PROTO_BAD;
+    size_t off = HELLO_OFF_NAME_LEN;
+
+    if (n < HELLO_FIXED)
+        goto done;
+    h->version = load16(b + HELLO_OFF_VERSION);
+    h->capacity = load32(b + HELLO_OFF_CAPACITY);
+    if (h->capacity == 0)
+        goto done;
+    if (take_str(b, n, &off, PROTO_MAX_NAME_LEN, &h->name) != PROTO_OK ||
+        take_str(b, n, &off, PROTO_MAX_TOKEN_LEN, &h->token) != PROTO_OK)
+        goto done;
+    if (n - off < 2)
+        goto done;
+    h->ntypes = load16(b + off);
+    off += 2;
+    if (h->ntypes == 0 || h->ntypes > PROTO_MAX_TYPES)
+        goto done;
+    for (uint16_t i = 0; i < h->ntypes; i++) {
+        if (take_str(b, n, &off, PROTO_MAX_TYPE_LEN, &h->types[i]) != PROTO_OK ||
+            h->types[i].len == 0)
+            goto done;
+    }
+    if (off == n)
+        rc = PROTO_OK;
+done:
+    return rc;
+}
+
+static int decode_welcome(const uint8_t *b, size_t n, proto_welcome *w)
+{
+    int rc = PROTO_BAD;
+    size_t off = WELCOME_OFF_SERVER_LEN;
+
+    if (n < WELCOME_FIXED)
+        goto done;
+    w->version = load16(b + WELCOME_OFF_VERSION);
+    w->heartbeat_ms = load32(b + WELCOME_OFF_HEARTBEAT);
+    w->max_body = load32(b + WELCOME_OFF_MAX_BODY);
+    if (take_str(b, n, &off, PROTO_MAX_NAME_LEN, &w->server) == PROTO_OK && off == n)
+        rc = PROTO_OK;
+done:
+    return rc;
+}
+
+static int decode_error(const uint8_t *b, size_t n, proto_error *e)
+{
+    int rc = PROTO_BAD;
+
+    if (n < ERROR_FIXED)
+        goto done;
+    e->code = load16(b + ERROR_OFF_CODE);
+    e->message.ptr = b + ERROR_FIXED;
+    e->message.len = n - ERROR_FIXED;
+    rc = PROTO_OK;
+done:
+    return rc;
+}
+
+static int decode_task(const uint8_t *b, size_t n, proto_task *t)
+{
+    int rc = PROTO_BAD;
+    size_t tlen;
+
+    if (n < TASK_FIXED)
+        goto done;
+    tlen = load16(b + TASK_OFF_TYPE_LEN);
+    if (b[TASK_OFF_PRIORITY] > TASK_PRIORITY_MAX || tlen == 0 || tlen > PROTO_MAX_TYPE_LEN ||
+        n - TASK_FIXED < tlen)
+        goto done;
+    t->task_id = load64(b + DLV_OFF_TASK_ID);
+    t->epoch = load32(b + DLV_OFF_EPOCH);
+    t->attempt = load32(b + DLV_OFF_ATTEMPT);
+    t->timeout_ms = load32(b + TASK_OFF_TIMEOUT);
+    t->priority = b[TASK_OFF_PRIORITY];
+    t->type.ptr = b + TASK_FIXED;
+    t->type.len = tlen;
+    t->payload.ptr = b + TASK_FIXED + tlen;
+    t->payload.len = n - TASK_FIXED - tlen;
+    rc = PROTO_OK;
+done:
+    return rc;
+}
+
+static int decode_done(const uint8_t *b, size_t n, proto_done *d)
+{
+    int rc = PROTO_BAD;
+
+    if (n < DONE_FIXED || b[DONE_OFF_OUTCOME] > PROTO_OUTCOME_MAX)
+        goto done;
+    d->task_id = load64(b + DLV_OFF_TASK_ID);
+    d->epoch = load32(b + DLV_OFF_EPOCH);
+    d->attempt = load32(b + DLV_OFF_ATTEMPT);
+    d->outcome = b[DONE_OFF_OUTCOME];
+    d->retry_after_ms = load32(b + DONE_OFF_RETRY_AFTER);
+    d->data.ptr = b + DONE_FIXED;
+    d->data.len = n - DONE_FIXED;
+    rc = PROTO_OK;
+done:
+    return rc;
+}
+
+static int decode_extend(const uint8_t *b, size_t n, proto_extend *x)
+{
+    int rc = PROTO_BAD;
+
+    if (n != EXTEND_BODY)
+        goto done;
+    x->task_id = load64(b + DLV_OFF_TASK_ID);
+    x->epoch = load32(b + DLV_OFF_EPOCH);
+    x->attempt = load32(b + DLV_OFF_ATTEMPT);
+    x->extend_ms = load32(b + EXTEND_OFF_EXTEND_MS);
+    rc = PROTO_OK;
+done:
+    return rc;
+}
+
+static int decode_cancel(const uint8_t *b, size_t n, proto_cancel *c)
+{
+    int rc = PROTO_BAD;
+
+    if (n != CANCEL_BODY)
+        goto done;
+    c->task_id = load64(b + DLV_OFF_TASK_ID);
+    c->epoch = load32(b + DLV_OFF_EPOCH);
+    c->attempt = load32(b + DLV_OFF_ATTEMPT);
+    rc = PROTO_OK;
+done:
+    return rc;
+}
+
+int proto_msg_decode(const uint8_t *body, size_t body_len, proto_msg *out)
+{
+    int rc = PROTO_BAD;
+
+    if (body == NULL || body_len == 0)
+        goto done;
+    out->type = body[OFF_TYPE];
+    switch (out->type) {
+    case PROTO_TASK:
+        rc = decode_task(body, body_len, &out->u.task);
+        break;
+    case PROTO_DONE:
+        rc = decode_done(body, body_len, &out->u.done);
+        break;
+    case PROTO_EXTEND:
+        rc = decode_extend(body, body_len, &out->u.extend);
+        break;
+    case PROTO_CANCEL:
+        rc = decode_cancel(body, body_len, &out->u.cancel);
+        break;
+    case PROTO_HEARTBEAT:
+    case PROTO_STOP:
+        rc = body_len == BARE_BODY ? PROTO_OK : PROTO_BAD;
+        break;
+    case PROTO_HELLO:
+        rc = decode_hello(body, body_len, &out->u.hello);
+        break;
+    case PROTO_WELCOME:
+        rc = decode_welcome(body, body_len, &out->u.welcome);
+        break;
+    case PROTO_ERROR:
+        rc = decode_error(body, body_len, &out->u.error);
+        break;
+    default:
+        break;
+    }
+done:
+    return rc;
+}
+
+/* ---- encoding ---- */
+
+/* bytes_ok: a field the encoder may copy (a NULL pointer only with no bytes). */
+static inline int bytes_ok(proto_bytes b, size_t min, size_t max)
+{
+    return b.len >= min && b.len <= max && (b.ptr != NULL || b.len == 0);
+}
+
+/* hello_head returns the body size of h, or 0 when the decoder would refuse it. */
+static size_t hello_head(const proto_hello *h)
+{
+    size_t n = 0;
+    size_t size;
+
+    if (h->capacity == 0 || h->ntypes == 0 || h->ntypes > PROTO_MAX_TYPES ||
+        !bytes_ok(h->name, 0, PROTO_MAX_NAME_LEN) || !bytes_ok(h->token, 0, PROTO_MAX_TOKEN_LEN))
+        goto done;
+    size = HELLO_FIXED + h->name.len + STR_HEAD + h->token.len + 2;
+    for (uint16_t i = 0; i < h->ntypes; i++) {
+        if (!bytes_ok(h->types[i], 1, PROTO_MAX_TYPE_LEN))
+            goto done;
+        size += STR_HEAD + h->types[i].len;
+    }
+    n = size;
+done:
+    return n;
+}
+
+/* msg_layout sizes m: *head gets the body bytes before the trailing opaque
+ * field, *tail that field (empty for types without one). Returns 0 when m
+ * cannot be encoded (the decoder would refuse it, or the body would not fit
+ * the u32 prefix or a size_t), else 1. */
+static int msg_layout(const proto_msg *m, size_t *head, proto_bytes *tail)
+{
+    int ok = 0;
+    size_t h = 0;
+    proto_bytes t = {NULL, 0};
+
+    switch (m->type) {
+    case PROTO_TASK:
+        if (m->u.task.priority > TASK_PRIORITY_MAX ||
+            !bytes_ok(m->u.task.type, 1, PROTO_MAX_TYPE_LEN))
+            goto done;
+        h = TASK_FIXED + m->u.task.type.len;
+        t = m->u.task.payload;
+        break;
+    case PROTO_DONE:
+        if (m->u.done.outcome > PROTO_OUTCOME_MAX)
+            goto done;
+        h = DONE_FIXED;
+        t = m->u.done.data;
+        break;
+    case PROTO_EXTEND:
+        h = EXTEND_BODY;
+        break;
+    case PROTO_CANCEL:
+        h = CANCEL_BODY;
+        break;
+    case PROTO_HEARTBEAT:
+    case PROTO_STOP:
+        h = BARE_BODY;
+        break;
+    case PROTO_HELLO:
+        h = hello_head(&m->u.hello);
+        if (h == 0)
+            goto done;
+        break;
+    case PROTO_WELCOME:
+        if (!bytes_ok(m->u.welcome.server, 0, PROTO_MAX_NAME_LEN))
+            goto done;
+        h = WELCOME_FIXED + m->u.welcome.server.len;
+        break;
+    case PROTO_ERROR:
+        h = ERROR_FIXED;
+        t = m->u.error.message;
+        break;
+    default:
+        goto done;
+    }
+    if (!bytes_ok(t, 0, (size_t)UINT32_MAX - h) || h + t.len > SIZE_MAX - PROTO_LEN_PREFIX)
+        goto done;
+    *head = h;
+    *tail = t;
+    ok = 1;
+done:
+    return ok;
+}
+
+/* put_str writes b with its u16 length at p and returns the byte after it. */
+static uint8_t *put_str(uint8_t *p, proto_bytes b)
+{
+    store16(p, (uint16_t)b.len);
+    copy_bytes(p + STR_HEAD, b);
+    return p + STR_HEAD + b.len;
+}
+
+/* write_head writes the prefix (announcing body_len) and the head of m, which
+ * msg_layout has accepted; out has room for the prefix and the head. */
+static void write_head(const proto_msg *m, uint8_t *out, size_t body_len)
+{
+    uint8_t *b = out + PROTO_LEN_PREFIX;
+
+    store32(out, (uint32_t)body_len);
+    b[OFF_TYPE] = m->type;
+    switch (m->type) {
+    case PROTO_TASK:
+        store64(b + DLV_OFF_TASK_ID, m->u.task.task_id);
+        store32(b + DLV_OFF_EPOCH, m->u.task.epoch);
+        store32(b + DLV_OFF_ATTEMPT, m->u.task.attempt);
+        store32(b + TASK_OFF_TIMEOUT, m->u.task.timeout_ms);
+        b[TASK_OFF_PRIORITY] = m->u.task.priority;
+        store16(b + TASK_OFF_TYPE_LEN, (uint16_t)m->u.task.type.len);
+        copy_bytes(b + TASK_FIXED, m->u.task.type);
+        break;
+    case PROTO_DONE:
+        store64(b + DLV_OFF_TASK_ID, m->u.done.task_id);
+        store32(b + DLV_OFF_EPOCH, m->u.done.epoch);
+        store32(b + DLV_OFF_ATTEMPT, m->u.done.attempt);
+        b[DONE_OFF_OUTCOME] = m->u.done.outcome;
+        store32(b + DONE_OFF_RETRY_AFTER, m->u.done.retry_after_ms);
+        break;
+    case PROTO_EXTEND:
+        store64(b + DLV_OFF_TASK_ID, m->u.extend.task_id);
+        store32(b + DLV_OFF_EPOCH, m->u.extend.epoch);
+        store32(b + DLV_OFF_ATTEMPT, m->u.extend.attempt);
+        store32(b + EXTEND_OFF_EXTEND_MS, m->u.extend.extend_ms);
+        break;
+    case PROTO_CANCEL:
+        store64(b + DLV_OFF_TASK_ID, m->u.cancel.task_id);
+        store32(b + DLV_OFF_EPOCH, m->u.cancel.epoch);
+        store32(b + DLV_OFF_ATTEMPT, m->u.cancel.attempt);
+        break;
+    case PROTO_HELLO: {
+        const proto_hello *h = &m->u.hello;
+        uint8_t *p;
+
+        store16(b + HELLO_OFF_VERSION, h->version);
+        store32(b + HELLO_OFF_CAPACITY, h->capacity);
+        p = put_str(b + HELLO_OFF_NAME_LEN, h->name);
+        p = put_str(p, h->token);
+        store16(p, h->ntypes);
+        p += 2;
+        for (uint16_t i = 0; i < h->ntypes; i++)
+            p = put_str(p, h->types[i]);
+        break;
+    }
+    case PROTO_WELCOME:
+        store16(b + WELCOME_OFF_VERSION, m->u.welcome.version);
+        store32(b + WELCOME_OFF_HEARTBEAT, m->u.welcome.heartbeat_ms);
+        store32(b + WELCOME_OFF_MAX_BODY, m->u.welcome.max_body);
+        put_str(b + WELCOME_OFF_SERVER_LEN, m->u.welcome.server);
+        break;
+    case PROTO_ERROR:
+        store16(b + ERROR_OFF_CODE, m->u.error.code);
+        break;
+    default: /* HEARTBEAT, STOP: the type byte alone */
+        break;
+    }
+}
+
+size_t proto_msg_size(const proto_msg *m)
+{
+    size_t head;
+    proto_bytes tail;
+
+    return msg_layout(m, &head, &tail) ? PROTO_LEN_PREFIX + head + tail.len : 0;
+}
+
+size_t proto_msg_encode_head(const proto_msg *m, uint8_t *out, size_t cap)
+{
+    size_t n = 0;
+    size_t head;
+    proto_bytes tail;
+
+    if (!msg_layout(m, &head, &tail) || cap < PROTO_LEN_PREFIX + head)
+        goto done;
+    write_head(m, out, head + tail.len);
+    n = PROTO_LEN_PREFIX + head;
+done:
+    return n;
+}
+
+size_t proto_msg_encode(const proto_msg *m, uint8_t *out, size_t cap)
+{
+    size_t n = 0;
+    size_t head;
+    proto_bytes tail;
+
+    if (!msg_layout(m, &head, &tail) || cap < PROTO_LEN_PREFIX + head ||
+        cap - PROTO_LEN_PREFIX - head < tail.len)
+        goto done;
+    write_head(m, out, head + tail.len);
+    copy_bytes(out + PROTO_LEN_PREFIX + head, tail);
+    n = PROTO_LEN_PREFIX + head + tail.len;
+done:
+    return n;
+}
+
+/* ---- names for logs ---- */
+
+static const char *const type_names[] = {
+    [PROTO_HELLO] = "HELLO", [PROTO_WELCOME] = "WELCOME", [PROTO_HEARTBEAT] = "HEARTBEAT",
+    [PROTO_ERROR] = "ERROR", [PROTO_STOP] = "STOP",       [PROTO_TASK] = "TASK",
+    [PROTO_DONE] = "DONE",   [PROTO_EXTEND] = "EXTEND",   [PROTO_CANCEL] = "CANCEL",
+};
+
+/* Indexed by status - PROTO_BAD, the lowest status. */
+static const char *const status_texts[] = {
+    [PROTO_BAD - PROTO_BAD] = "BAD",
+    [PROTO_TOO_BIG - PROTO_BAD] = "TOO_BIG",
+    [PROTO_OK - PROTO_BAD] = "OK",
+    [PROTO_NEED_MORE - PROTO_BAD] = "NEED_MORE",
+};
+
+static const char *const outcome_names[] = {
+    [PROTO_OUTCOME_SUCCESS] = "SUCCESS",
+    [PROTO_OUTCOME_FAIL_PERM] = "FAIL_PERM",
+    [PROTO_OUTCOME_FAIL_RETRY] = "FAIL_RETRY",
+    [PROTO_OUTCOME_RETRY_AFTER] = "RETRY_AFTER",
+};
+
+#define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* name_at returns table[i], or "UNKNOWN" for a hole or an index beyond it. */
+static const char *name_at(const char *const *table, size_t n, long long i)
+{
+    return i >= 0 && (unsigned long long)i < n && table[i] != NULL ? table[i] : "UNKNOWN";
+}
+
+const char *proto_type_name(uint8_t type)
+{
+    return name_at(type_names, NELEMS(type_names), type);
+}
+
+const char *proto_status_text(int status)
+{
+    return name_at(status_texts, NELEMS(status_texts), (long long)status - PROTO_BAD);
+}
+
+const char *proto_outcome_name(uint8_t outcome)
+{
+    return name_at(outcome_names, NELEMS(outcome_names), outcome);
+}

@@ -1,0 +1,185 @@
+/* proto.h: the taskpush wire format, a pure codec over byte buffers.
+ *
+ * No sockets, no libevent, no allocation: callers accumulate bytes (an evbuffer,
+ * a plain array) and ask this module whether a whole frame is there, then decode
+ * it into a proto_msg whose byte fields point into the caller's buffer.
+ * The format itself is specified in proto/PROTOCOL.md; keep the two in step.
+ */
+#ifndef TASKPUSH_PROTO_H
+#define TASKPUSH_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bump when a frame's layout changes; peers exchange it in HELLO / WELCOME. */
+#define PROTO_VERSION 1
+
+/* Every frame is a 4-byte big-endian body length, then the body. */
+#define PROTO_LEN_PREFIX 4
+
+/* The largest body a peer must accept by default. A payload or result is a
+ * MEDIUMBLOB (at most 2^24 - 1 bytes); the fixed fields and the task type
+ * (VARCHAR(64) utf8mb4, at most 256 bytes) fit easily in the extra 4 KiB.
+ * Anything larger cannot be a valid task and is refused before allocation. */
+#define PROTO_MAX_BODY_DEFAULT ((uint32_t)((1u << 24) - 1 + 4096))
+
+/* Bounds on variable fields, so a decoder never trusts a count blindly. */
+#define PROTO_MAX_TYPE_LEN 256   /* bytes of one task type (64 utf8mb4 chars) */
+#define PROTO_MAX_TYPES 64       /* task types one worker may register */
+#define PROTO_MAX_NAME_LEN 256   /* worker name, server name */
+#define PROTO_MAX_TOKEN_LEN 1024 /* shared secret */
+
+/* Results of the decoding functions. Negative values are errors. */
+enum proto_status {
+    PROTO_OK = 0,
+    PROTO_NEED_MORE = 1, /* not a whole frame yet: read more bytes */
+    PROTO_TOO_BIG = -1,  /* the length prefix exceeds the caller's maximum */
+    PROTO_BAD = -2,      /* malformed frame: the connection must be closed */
+};
+
+/* Frame types: the first byte of every body. */
+enum proto_type {
+    PROTO_HELLO = 0x01,     /* worker -> dispatcher, first frame */
+    PROTO_WELCOME = 0x02,   /* dispatcher -> worker, answer to HELLO */
+    PROTO_HEARTBEAT = 0x03, /* both ways */
+    PROTO_ERROR = 0x04,     /* both ways, sender closes after it */
+    PROTO_STOP = 0x05,      /* both ways: send me no more tasks */
+    PROTO_TASK = 0x10,      /* dispatcher -> worker: one delivery */
+    PROTO_DONE = 0x11,      /* worker -> dispatcher: outcome of a delivery */
+    PROTO_EXTEND = 0x12,    /* worker -> dispatcher: extend a delivery's lease */
+    PROTO_CANCEL = 0x13,    /* dispatcher -> worker: abandon a delivery */
+};
+
+/* Outcome carried by DONE. */
+enum proto_outcome {
+    PROTO_OUTCOME_SUCCESS = 0,     /* data is the result */
+    PROTO_OUTCOME_FAIL_PERM = 1,   /* data is the error; never retried */
+    PROTO_OUTCOME_FAIL_RETRY = 2,  /* data is the error; retried with backoff */
+    PROTO_OUTCOME_RETRY_AFTER = 3, /* data is the error; retried after retry_after_ms */
+};
+#define PROTO_OUTCOME_MAX PROTO_OUTCOME_RETRY_AFTER
+
+/* Error codes carried by ERROR. */
+enum proto_error_code {
+    PROTO_ERR_BAD_FRAME = 1,   /* malformed or oversized frame */
+    PROTO_ERR_VERSION = 2,     /* protocol version not supported */
+    PROTO_ERR_AUTH = 3,        /* missing or wrong token */
+    PROTO_ERR_UNEXPECTED = 4,  /* a valid frame at the wrong time */
+    PROTO_ERR_SHUTDOWN = 5,    /* the peer is going away */
+    PROTO_ERR_TIMEOUT = 6,     /* the peer stayed silent too long */
+};
+
+/* A byte string borrowed from the buffer that was decoded (not NUL-terminated). */
+typedef struct proto_bytes {
+    const uint8_t *ptr;
+    size_t len;
+} proto_bytes;
+
+typedef struct proto_hello {
+    uint16_t version;
+    uint32_t capacity; /* most deliveries the worker holds at once, >= 1 */
+    proto_bytes name;
+    proto_bytes token; /* empty when none */
+    uint16_t ntypes;   /* 1 .. PROTO_MAX_TYPES */
+    proto_bytes types[PROTO_MAX_TYPES];
+} proto_hello;
+
+typedef struct proto_welcome {
+    uint16_t version;
+    uint32_t heartbeat_ms;
+    uint32_t max_body; /* largest body the dispatcher accepts (a DONE with its result) */
+    proto_bytes server; /* e.g. "taskpushd 0.1.0" */
+} proto_welcome;
+
+typedef struct proto_error {
+    uint16_t code; /* enum proto_error_code */
+    proto_bytes message;
+} proto_error;
+
+/* A delivery is named by (task_id, epoch, attempt): a redelivery of the same task
+ * has a larger attempt, a delivery by a later dispatcher a larger epoch. */
+typedef struct proto_task {
+    uint64_t task_id;
+    uint32_t epoch;
+    uint32_t attempt;    /* 1 for the first delivery */
+    uint32_t timeout_ms; /* the lease; the worker should finish or EXTEND before it */
+    uint8_t priority;
+    proto_bytes type;
+    proto_bytes payload; /* the rest of the frame, unchanged */
+} proto_task;
+
+typedef struct proto_done {
+    uint64_t task_id;
+    uint32_t epoch;
+    uint32_t attempt;
+    uint8_t outcome; /* enum proto_outcome */
+    uint32_t retry_after_ms; /* meaningful with PROTO_OUTCOME_RETRY_AFTER, else 0 */
+    proto_bytes data;        /* result or error text: the rest of the frame */
+} proto_done;
+
+typedef struct proto_extend {
+    uint64_t task_id;
+    uint32_t epoch;
+    uint32_t attempt;
+    uint32_t extend_ms; /* the lease now ends extend_ms after the dispatcher reads this */
+} proto_extend;
+
+typedef struct proto_cancel {
+    uint64_t task_id;
+    uint32_t epoch;
+    uint32_t attempt;
+} proto_cancel;
+
+typedef struct proto_msg {
+    uint8_t type; /* enum proto_type */
+    union {
+        proto_hello hello;
+        proto_welcome welcome;
+        proto_error error;
+        proto_task task;
+        proto_done done;
+        proto_extend extend;
+        proto_cancel cancel;
+    } u;
+} proto_msg;
+
+/* proto_frame_check looks at the first len bytes of a stream.
+ * Returns PROTO_OK when they start with a whole frame, and sets *body_len (the
+ * frame occupies PROTO_LEN_PREFIX + *body_len bytes); PROTO_NEED_MORE when more
+ * bytes are needed; PROTO_TOO_BIG as soon as the prefix announces a body larger
+ * than max_body; PROTO_BAD for a zero-length body (every body has a type byte).
+ * It reads at most PROTO_LEN_PREFIX bytes and never allocates. */
+int proto_frame_check(const uint8_t *buf, size_t len, uint32_t max_body, uint32_t *body_len);
+
+/* proto_msg_decode parses one body (without its length prefix).
+ * Returns PROTO_OK and fills *out, whose proto_bytes point into body (borrowed
+ * for as long as body lives), or PROTO_BAD for an unknown type, a field that
+ * runs past the end, trailing bytes after fixed-size fields, a count or length
+ * beyond its PROTO_MAX_* bound, or a value outside its range. */
+int proto_msg_decode(const uint8_t *body, size_t body_len, proto_msg *out);
+
+/* proto_msg_size returns the bytes m takes on the wire, prefix included,
+ * or 0 when m cannot be encoded (unknown type, a field beyond its bound). */
+size_t proto_msg_size(const proto_msg *m);
+
+/* proto_msg_encode writes m, prefix included, into out[0..cap).
+ * Returns the bytes written, or 0 when m cannot be encoded or cap is too small. */
+size_t proto_msg_encode(const proto_msg *m, uint8_t *out, size_t cap);
+
+/* proto_msg_encode_head writes everything but m's trailing opaque field (the
+ * payload of TASK, the data of DONE, the message of ERROR; other types have
+ * none), with a length prefix that counts that field. The caller appends the
+ * field itself, e.g. with evbuffer_add, so that large payloads are not copied
+ * twice. Returns the bytes written, or 0 as proto_msg_encode. */
+size_t proto_msg_encode_head(const proto_msg *m, uint8_t *out, size_t cap);
+
+/* Largest head any frame can have (HELLO with every bound at its maximum). */
+#define PROTO_MAX_HEAD (1 + 2 + 4 + 2 + PROTO_MAX_NAME_LEN + 2 + PROTO_MAX_TOKEN_LEN + 2 + \
+                        PROTO_MAX_TYPES * (2 + PROTO_MAX_TYPE_LEN) + PROTO_LEN_PREFIX)
+
+/* Names for logs: "TASK", "DONE", ...; "UNKNOWN" otherwise. Static strings. */
+const char *proto_type_name(uint8_t type);
+const char *proto_status_text(int status);
+const char *proto_outcome_name(uint8_t outcome);
+
+#endif

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs, with apt-get, whatever build and test dependency is missing.
+# MariaDB comes as mariadb-server-core/mariadb-client-core only, so no system
+# service is installed or started: tests run their own private server.
+set -euo pipefail
+
+packages=(
+  gcc clang libclang-rt-14-dev meson ninja-build pkg-config python3
+  libevent-dev default-libmysqlclient-dev libjansson-dev libcmocka-dev
+  mariadb-server-core mariadb-client-core
+)
+if [ "${TASKPUSH_EXTRA_PACKAGES:-}" ]; then
+  read -r -a extra <<<"$TASKPUSH_EXTRA_PACKAGES"
+  packages+=("${extra[@]}")
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Writes the golden frames of the taskpush wire format, and the fuzz seed corpus.
+
+    tests/data/frames/valid/<case>.bin     one well-formed frame each
+    tests/data/frames/invalid/<case>.bin   one frame each that a peer must refuse
+                                           (TOO_BIG or BAD with PROTO_MAX_BODY_DEFAULT)
+    tests/fuzz/corpus/seed-<case>.bin      the valid frames, plus multi-frame streams
+
+The encoder below is written from proto/PROTOCOL.md, independently of
+proto/proto.c, so that the C codec is checked against a second reading of the
+specification. Output is deterministic: run it again and nothing changes.
+Standard library only.
+
+Usage: gen_frames.py           rewrite every file (stale .bin files are removed)
+       gen_frames.py --check   exit 1 if a committed file differs from what it would write
+"""
+import pathlib
+import struct
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+VALID_DIR = HERE / "valid"
+INVALID_DIR = HERE / "invalid"
+CORPUS_DIR = HERE.parent.parent / "fuzz" / "corpus"
+
+# Mirrors of proto.h.
+VERSION = 1
+MAX_BODY_DEFAULT = (1 << 24) - 1 + 4096
+FUZZ_MAX_BODY = 1 << 20  # the max_body of tests/fuzz/fuzz_frame.c
+
+HELLO, WELCOME, HEARTBEAT, ERROR, STOP = 0x01, 0x02, 0x03, 0x04, 0x05
+TASK, DONE, EXTEND, CANCEL = 0x10, 0x11, 0x12, 0x13
+SUCCESS, FAIL_PERM, FAIL_RETRY, RETRY_AFTER = 0, 1, 2, 3
+ERR_VERSION, ERR_SHUTDOWN = 2, 5
+
+
+def frame(body):
+    """Prefixes a body with its 4-byte big-endian length."""
+    return struct.pack(">I", len(body)) + body
+
+
+def string(b):
+    """A u16 length and the bytes."""
+    return struct.pack(">H", len(b)) + b
+
+
+def hello(version, capacity, name, token, types, ntypes=None):
+    body = struct.pack(">BHI", HELLO, version, capacity) + string(name) + string(token)
+    body += struct.pack(">H", len(types) if ntypes is None else ntypes)
+    for t in types:
+        body += string(t)
+    return body
+
+
+def welcome(version, heartbeat_ms, max_body, server):
+    return struct.pack(">BHII", WELCOME, version, heartbeat_ms, max_body) + string(server)
+
+
+def error(code, message):
+    return struct.pack(">BH", ERROR, code) + message
+
+
+def task(task_id, epoch, attempt, timeout_ms, priority, ttype, payload):
+    return (struct.pack(">BQIIIB", TASK, task_id, epoch, attempt, timeout_ms, priority)
+            + string(ttype) + payload)
+
+
+def done(task_id, epoch, attempt, outcome, retry_after_ms, data):
+    return struct.pack(">BQIIBI", DONE, task_id, epoch, attempt, outcome, retry_after_ms) + data
+
+
+def extend(task_id, epoch, attempt, extend_ms):
+    return struct.pack(">BQIII", EXTEND, task_id, epoch, attempt, extend_ms)
+
+
+def cancel(task_id, epoch, attempt):
+    return struct.pack(">BQII", CANCEL, task_id, epoch, attempt)
+
+
+BINARY = bytes(range(256)) + b"\x00\xff" * 8 + b"\x00"
+
+# Bodies of the valid cases. tests/unit/test_proto.c checks some field values:
+# keep the two in step.
+VALID = {
+    "hello_minimal": hello(VERSION, 1, b"w", b"", [b"echo"]),
+    "hello_full": hello(VERSION, 64, b"worker-07.example", b"s3cret-token",
+                        [b"resize", b"thumbnail", b"email.send"]),
+    "hello_max_bounds": hello(VERSION, 0xFFFFFFFF, b"n" * 256, b"k" * 1024,
+                              [b"%02d" % i + b"t" * 254 for i in range(64)]),
+    "welcome": welcome(VERSION, 5000, MAX_BODY_DEFAULT, b"taskpushd 0.1.0"),
+    "welcome_empty_server": welcome(VERSION, 1, 1, b""),
+    "heartbeat": bytes([HEARTBEAT]),
+    "stop": bytes([STOP]),
+    "error_version": error(ERR_VERSION, b"protocol version 2 not supported"),
+    "error_empty": error(ERR_SHUTDOWN, b""),
+    "task_small": task(0x0102030405060708, 3, 1, 30000, 1, b"resize",
+                       b'{"w":640,"h":480}'),
+    "task_empty_payload": task(1, 1, 2, 1000, 0, b"noop", b""),
+    "task_binary_payload": task(42, 7, 3, 60000, 2, b"blob", BINARY),
+    "task_max_fields": task(0xFFFFFFFFFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 2,
+                            b"x" * 256, b"\xff"),
+    "done_success": done(0x0102030405060708, 3, 1, SUCCESS, 0, b'{"ok":true}'),
+    "done_fail_perm": done(9, 1, 1, FAIL_PERM, 0, b"bad input"),
+    "done_fail_retry_empty": done(10, 2, 5, FAIL_RETRY, 0, b""),
+    "done_retry_after": done(11, 4, 2, RETRY_AFTER, 15000, b"rate limited"),
+    "done_binary": done(12, 1, 1, SUCCESS, 0, BINARY),
+    "extend": extend(0x0102030405060708, 3, 1, 45000),
+    "cancel": cancel(0x0102030405060708, 3, 1),
+}
+
+# Whole frames (prefix included) of the invalid cases.
+INVALID = {
+    "zero_length": struct.pack(">I", 0),
+    "oversize_prefix": struct.pack(">I", MAX_BODY_DEFAULT + 1),
+    "oversize_ffffffff": struct.pack(">I", 0xFFFFFFFF) + bytes([TASK]) + b"\0" * 7,
+    "unknown_type": frame(b"\x7f"),
+    "unknown_type_zero": frame(b"\x00\x00\x00"),
+    "heartbeat_trailing": frame(bytes([HEARTBEAT, 0])),
+    "stop_trailing": frame(bytes([STOP, 0xFF])),
+    "task_truncated": frame(VALID["task_small"][:20]),
+    "task_type_past_end": frame(task(1, 1, 1, 1000, 0, b"abcdefghij", b"")[:24 + 3]),
+    "task_bad_priority": frame(task(1, 1, 1, 1000, 3, b"noop", b"x")),
+    "task_empty_type": frame(task(1, 1, 1, 1000, 0, b"", b"payload")),
+    "task_type_too_long": frame(task(1, 1, 1, 1000, 0, b"x" * 257, b"")),
+    "hello_zero_types": frame(hello(VERSION, 1, b"w", b"", [])),
+    "hello_too_many_types": frame(hello(VERSION, 1, b"w", b"", [b"t%d" % i for i in range(65)])),
+    "hello_ntypes_past_end": frame(hello(VERSION, 1, b"w", b"", [b"echo"], ntypes=2)),
+    "hello_zero_capacity": frame(hello(VERSION, 0, b"w", b"", [b"echo"])),
+    "hello_empty_type": frame(hello(VERSION, 1, b"w", b"", [b"echo", b""])),
+    "hello_name_too_long": frame(hello(VERSION, 1, b"n" * 257, b"", [b"echo"])),
+    "hello_token_too_long": frame(hello(VERSION, 1, b"w", b"k" * 1025, [b"echo"])),
+    "hello_trailing_byte": frame(hello(VERSION, 1, b"w", b"", [b"echo"]) + b"\0"),
+    "hello_truncated": frame(hello(VERSION, 1, b"w", b"", [b"echo"])[:8]),
+    "welcome_trailing": frame(VALID["welcome"] + b"!"),
+    "welcome_truncated": frame(VALID["welcome"][:-1]),
+    "error_truncated": frame(bytes([ERROR, 0])),
+    "done_bad_outcome": frame(done(1, 1, 1, 4, 0, b"")),
+    "done_truncated": frame(done(1, 1, 1, SUCCESS, 0, b"")[:21]),
+    "extend_trailing": frame(VALID["extend"] + b"\0"),
+    "extend_truncated": frame(VALID["extend"][:-1]),
+    "cancel_trailing": frame(VALID["cancel"] + b"\0"),
+    "cancel_truncated": frame(VALID["cancel"][:-1]),
+}
+
+
+def corpus():
+    """Seeds for the fuzzer: each valid frame, and streams of several frames."""
+    v = {name: frame(body) for name, body in VALID.items()}
+    seeds = {"seed-" + name: data for name, data in v.items()}
+    seeds["stream-handshake"] = v["hello_full"] + v["welcome"]
+    seeds["stream-tasks"] = v["task_small"] + v["task_binary_payload"] + v["task_empty_payload"]
+    seeds["stream-worker"] = (v["done_success"] + v["extend"] + v["heartbeat"]
+                              + v["done_retry_after"] + v["stop"])
+    seeds["stream-dispatcher"] = (v["welcome"] + v["task_small"] + v["cancel"] + v["heartbeat"]
+                                  + v["stop"] + v["error_empty"])
+    seeds["stream-partial"] = v["task_small"] + v["done_success"][:10]
+    seeds["stream-bad-middle"] = v["heartbeat"] + INVALID["unknown_type"] + v["heartbeat"]
+    seeds["stream-too-big"] = v["heartbeat"] + struct.pack(">I", FUZZ_MAX_BODY + 1) + b"\x10"
+    return seeds
+
+
+def outputs():
+    """Every file the script owns: {path: bytes}."""
+    files = {}
+    for name, body in VALID.items():
+        files[VALID_DIR / (name + ".bin")] = frame(body)
+    for name, data in INVALID.items():
+        files[INVALID_DIR / (name + ".bin")] = data
+    for name, data in corpus().items():
+        files[CORPUS_DIR / (name + ".bin")] = data
+    return files
+
+
+def main(argv):
+    check = argv[1:] == ["--check"]
+    if argv[1:] and not check:
+        print(__doc__, file=sys.stderr)
+        return 2
+    files = outputs()
+    dirs = (VALID_DIR, INVALID_DIR, CORPUS_DIR)
+    stale = [p for d in dirs if d.is_dir() for p in sorted(d.glob("*.bin")) if p not in files]
+    if check:
+        bad = [p for p, data in files.items() if not p.is_file() or p.read_bytes() != data]
+        for p in bad + stale:
+            print(f"gen_frames: {p} is out of date", file=sys.stderr)
+        return 1 if bad or stale else 0
+    for p in stale:
+        p.unlink()
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    for p, data in sorted(files.items()):
+        p.write_bytes(data)
+    print(f"gen_frames: wrote {len(VALID)} valid, {len(INVALID)} invalid, "
+          f"{len(files) - len(VALID) - len(INVALID)} corpus files")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
