@@ -66,6 +66,9 @@ CREATE TABLE IF NOT EXISTS task (
     KEY delay_idx (`delayed`, run_after),
     UNIQUE KEY dedup_key (dedup_key),
 
+    -- utf8mb4_bin pads: in SQL 'resize ' = 'resize', so such a row would be claimed
+    -- for workers of 'resize' while naming another type. LIKE does not pad.
+    CONSTRAINT task_type_no_trailing_space CHECK (task_type NOT LIKE '% '),
     CONSTRAINT task_priority_range CHECK (task_priority BETWEEN 0 AND 2),
     CONSTRAINT task_state_range CHECK (task_state BETWEEN 0 AND 3)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_unicode_ci;

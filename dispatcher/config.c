@@ -1,0 +1,477 @@
+#include "config.h"
+
+#include "log.h"
+#include "proto.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum opt_kind { OPT_STRING, OPT_INT, OPT_HOSTPORT, OPT_SCHED, OPT_LOGLEVEL };
+
+typedef struct opt_def {
+    const char *name;
+    int kind;
+    size_t offset;
+    const char *def; /* default as text; NULL = unset */
+    int64_t min, max;
+    const char *metavar;
+    const char *help;
+} opt_def;
+
+#define F(field) offsetof(dsp_config, field)
+
+/* The one list of settings: flags, config-file keys and /stats all come from it. */
+static const opt_def option_table[] = {
+    {"db", OPT_STRING, F(db), NULL, 0, 0, "URL",
+     "mysql://USER[:PASSWORD]@HOST[:PORT]/DB[?socket=PATH] (or TASKPUSH_DB)"},
+    {"listen", OPT_HOSTPORT, F(listen), "127.0.0.1:7070", 0, 0, "HOST:PORT", "where workers connect"},
+    {"admin", OPT_HOSTPORT, F(admin), "127.0.0.1:7071", 0, 0, "HOST:PORT", "admin HTTP port"},
+    {"scheduler", OPT_SCHED, F(scheduler), "least-loaded", 0, 0, "POLICY",
+     "round-robin or least-loaded"},
+    {"batch", OPT_INT, F(batch), "1000", 1, 10000, "N", "most tasks claimed per transaction"},
+    {"poll-ms", OPT_INT, F(poll_ms), "100", 1, 3600000, "N", "longest idle wait between polls"},
+    {"task-timeout-ms", OPT_INT, F(task_timeout_ms), "60000", 1, INT32_MAX, "N",
+     "default execution limit of a task"},
+    {"prefetch", OPT_INT, F(prefetch), "1000", 0, 1000000, "N",
+     "claimed tasks kept ready beyond the workers' free slots"},
+    {"heartbeat-ms", OPT_INT, F(heartbeat_ms), "1000", 10, 3600000, "N",
+     "heartbeat interval; a peer silent for 3 intervals is lost"},
+    {"shutdown-grace-ms", OPT_INT, F(shutdown_grace_ms), "10000", 0, 3600000, "N",
+     "on SIGTERM, how long in-flight tasks may finish"},
+    {"result-flush-ms", OPT_INT, F(result_flush_ms), "50", 0, 10000, "N",
+     "longest a result waits to be written with others"},
+    {"max-frame", OPT_INT, F(max_frame), NULL, 64, INT32_MAX, "BYTES",
+     "largest frame body accepted from a worker"},
+    {"retry-backoff-ms", OPT_INT, F(retry_backoff_ms), "1000", 1, 86400000, "N",
+     "delay before the first retry of a failed attempt; doubles per attempt, with jitter"},
+    {"retry-backoff-max-ms", OPT_INT, F(retry_backoff_max_ms), "300000", 1, 86400000, "N",
+     "longest retry delay"},
+    {"ready-file", OPT_STRING, F(ready_file), NULL, 0, 0, "PATH",
+     "write {pid, listen, admin} as JSON here once the ports are open (for scripts)"},
+    {"token-file", OPT_STRING, F(token_file), NULL, 0, 0, "PATH",
+     "workers must present this secret (also TASKPUSH_TOKEN)"},
+    {"log-level", OPT_LOGLEVEL, F(log_level), "info", 0, 0, "LEVEL", "error, warn, info or debug"},
+    {"config", OPT_STRING, F(config_file), NULL, 0, 0, "PATH", "a file of KEY = VALUE lines"},
+};
+#define NOPTIONS (sizeof option_table / sizeof option_table[0])
+#undef F
+
+enum { OPT_HELP = 'h', OPT_VERSION = 'V', OPT_TABLE_BASE = 256 };
+
+const char *dsp_sched_policy_name(int policy)
+{
+    return policy == DSP_SCHED_ROUND_ROBIN ? "round-robin" : "least-loaded";
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "Usage: taskpushd --db URL [OPTION]...\n"
+                 "Claims NEW tasks from a MySQL/MariaDB table in batches and pushes them to workers.\n\n");
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const opt_def *o = &option_table[i];
+        char left[64];
+        snprintf(left, sizeof left, "--%s %s", o->name, o->metavar);
+        fprintf(out, "  %-26s %s", left, o->help);
+        if (o->def)
+            fprintf(out, " (default %s)", o->def);
+        fputc('\n', out);
+    }
+    fprintf(out, "  %-26s %s\n  %-26s %s\n", "-h, --help", "show this help and exit", "--version",
+            "show the version and exit");
+}
+
+int dsp_hostport_parse(const char *s, char *host, size_t hostlen, unsigned *port)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s)
+        return -1;
+    const char *h = s;
+    size_t hl = (size_t)(colon - s);
+    if (h[0] == '[') { /* [v6]:port */
+        if (hl < 3 || h[hl - 1] != ']')
+            return -1;
+        h++;
+        hl -= 2;
+    }
+    if (hl + 1 > hostlen)
+        return -1;
+    char *end;
+    errno = 0;
+    long p = strtol(colon + 1, &end, 10);
+    if (errno || *end || end == colon + 1 || p < 0 || p > 65535)
+        return -1;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (unsigned)p;
+    return 0;
+}
+
+static char *dup_range(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+void dsp_db_url_clear(dsp_db_url *u)
+{
+    free(u->user);
+    free(u->password);
+    free(u->host);
+    free(u->socket);
+    free(u->dbname);
+    memset(u, 0, sizeof *u);
+}
+
+int dsp_db_url_parse(const char *url, dsp_db_url *out, char *err, size_t errlen)
+{
+    static const char scheme[] = "mysql://";
+    memset(out, 0, sizeof *out);
+    if (strncmp(url, scheme, sizeof scheme - 1) != 0) {
+        snprintf(err, errlen, "database URL must start with mysql://");
+        return -1;
+    }
+    const char *p = url + sizeof scheme - 1;
+    const char *at = strrchr(p, '@');
+    const char *slash = at ? strchr(at, '/') : NULL;
+    if (!at || !slash) {
+        snprintf(err, errlen, "database URL must look like mysql://USER[:PASSWORD]@HOST[:PORT]/DBNAME");
+        return -1;
+    }
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    out->user = dup_range(p, (size_t)((colon ? colon : at) - p));
+    if (colon)
+        out->password = dup_range(colon + 1, (size_t)(at - colon - 1));
+
+    char hostport[256];
+    size_t hpl = (size_t)(slash - at - 1);
+    if (hpl == 0 || hpl >= sizeof hostport) {
+        snprintf(err, errlen, "database URL has no host");
+        goto bad;
+    }
+    memcpy(hostport, at + 1, hpl);
+    hostport[hpl] = '\0';
+    char hostbuf[256];
+    unsigned port = 0;
+    if (strchr(hostport, ':') && hostport[0] != '[') {
+        if (dsp_hostport_parse(hostport, hostbuf, sizeof hostbuf, &port) < 0 || port == 0) {
+            snprintf(err, errlen, "database URL has a bad port in '%s'", hostport);
+            goto bad;
+        }
+        out->host = strdup(hostbuf);
+    } else {
+        out->host = strdup(hostport);
+    }
+    out->port = port;
+
+    const char *q = strchr(slash, '?');
+    out->dbname = dup_range(slash + 1, (size_t)((q ? q : slash + strlen(slash)) - slash - 1));
+    if (!out->dbname[0]) {
+        snprintf(err, errlen, "database URL has no database name");
+        goto bad;
+    }
+    for (const char *c = out->dbname; *c; c++)
+        if (!isalnum((unsigned char)*c) && *c != '_' && *c != '$') {
+            snprintf(err, errlen, "database name '%s' has characters other than [A-Za-z0-9_$]",
+                     out->dbname);
+            goto bad;
+        }
+    if (q) {
+        if (strncmp(q + 1, "socket=", 7) != 0 || !q[8]) {
+            snprintf(err, errlen, "database URL: the only parameter understood is ?socket=PATH");
+            goto bad;
+        }
+        if (!port) /* SPEC: a URL with a port always connects over TCP */
+            out->socket = strdup(q + 8);
+    }
+    if (!out->user[0]) {
+        snprintf(err, errlen, "database URL has no user");
+        goto bad;
+    }
+    return 0;
+bad:
+    dsp_db_url_clear(out);
+    return -1;
+}
+
+static int set_value(dsp_config *cfg, const opt_def *o, const char *val, char *err, size_t errlen)
+{
+    void *field = (char *)cfg + o->offset;
+    switch (o->kind) {
+    case OPT_STRING:
+    case OPT_HOSTPORT: {
+        if (o->kind == OPT_HOSTPORT) {
+            char host[256];
+            unsigned port;
+            if (dsp_hostport_parse(val, host, sizeof host, &port) < 0) {
+                snprintf(err, errlen, "--%s: '%s' is not HOST:PORT", o->name, val);
+                return -1;
+            }
+        }
+        char **s = field;
+        free(*s);
+        *s = strdup(val);
+        return 0;
+    }
+    case OPT_INT: {
+        char *end;
+        errno = 0;
+        long long v = strtoll(val, &end, 10);
+        if (errno || end == val || *end || v < o->min || v > o->max) {
+            snprintf(err, errlen, "--%s: '%s' is not a whole number from %lld to %lld", o->name,
+                     val, (long long)o->min, (long long)o->max);
+            return -1;
+        }
+        *(int64_t *)field = v;
+        return 0;
+    }
+    case OPT_SCHED:
+        if (strcmp(val, "round-robin") == 0)
+            *(int *)field = DSP_SCHED_ROUND_ROBIN;
+        else if (strcmp(val, "least-loaded") == 0)
+            *(int *)field = DSP_SCHED_LEAST_LOADED;
+        else {
+            snprintf(err, errlen, "--%s: '%s' is neither round-robin nor least-loaded", o->name, val);
+            return -1;
+        }
+        return 0;
+    case OPT_LOGLEVEL: {
+        int lvl = dsp_log_level_parse(val);
+        if (lvl < 0) {
+            snprintf(err, errlen, "--%s: '%s' is not error, warn, info or debug", o->name, val);
+            return -1;
+        }
+        *(int *)field = lvl;
+        return 0;
+    }
+    }
+    return -1;
+}
+
+static const opt_def *find_option(const char *name)
+{
+    for (size_t i = 0; i < NOPTIONS; i++)
+        if (strcmp(option_table[i].name, name) == 0)
+            return &option_table[i];
+    return NULL;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+static int load_file(dsp_config *cfg, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "--config %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[4096];
+    int lineno = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *s = trim(line);
+        if (!*s || *s == '#')
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            snprintf(err, errlen, "%s:%d: expected KEY = VALUE", path, lineno);
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(s), *val = trim(eq + 1);
+        const opt_def *o = find_option(key);
+        if (!o || strcmp(key, "config") == 0) {
+            snprintf(err, errlen, "%s:%d: unknown key '%s'", path, lineno, key);
+            rc = -1;
+            break;
+        }
+        char inner[512];
+        if (set_value(cfg, o, val, inner, sizeof inner) < 0) {
+            snprintf(err, errlen, "%s:%d: %s", path, lineno, inner);
+            rc = -1;
+            break;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+static int read_token(const char *path, char **out, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "--token-file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char buf[PROTO_MAX_TOKEN_LEN + 2];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *t = trim(buf);
+    if (!*t || strlen(t) > PROTO_MAX_TOKEN_LEN) {
+        snprintf(err, errlen, "--token-file %s: the token must be 1 to %d bytes", path,
+                 PROTO_MAX_TOKEN_LEN);
+        return -1;
+    }
+    *out = strdup(t);
+    return 0;
+}
+
+int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err, size_t errlen)
+{
+    memset(cfg, 0, sizeof *cfg);
+    char numbuf[32];
+    snprintf(numbuf, sizeof numbuf, "%u", PROTO_MAX_BODY_DEFAULT);
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const opt_def *o = &option_table[i];
+        const char *def = o->def;
+        if (!def && strcmp(o->name, "max-frame") == 0)
+            def = numbuf;
+        if (def && set_value(cfg, o, def, err, errlen) < 0)
+            return DSP_CONFIG_BAD;
+    }
+
+    /* Parse argv first into a list, so that the config file (named on the
+     * command line) can be applied before the flags that override it. */
+    struct option longopts[NOPTIONS + 3];
+    for (size_t i = 0; i < NOPTIONS; i++)
+        longopts[i] = (struct option){option_table[i].name, required_argument, NULL,
+                                      OPT_TABLE_BASE + (int)i};
+    longopts[NOPTIONS] = (struct option){"help", no_argument, NULL, OPT_HELP};
+    longopts[NOPTIONS + 1] = (struct option){"version", no_argument, NULL, OPT_VERSION};
+    longopts[NOPTIONS + 2] = (struct option){NULL, 0, NULL, 0};
+
+    int nset = 0;
+    int *set_idx = calloc((size_t)argc + 1, sizeof *set_idx);
+    char **set_val = calloc((size_t)argc + 1, sizeof *set_val);
+    int rc = DSP_CONFIG_BAD;
+    if (!set_idx || !set_val) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":hV", longopts, NULL)) != -1) {
+        if (c == OPT_HELP) {
+            usage(out);
+            rc = DSP_CONFIG_EXIT_OK;
+            goto done;
+        }
+        if (c == OPT_VERSION) {
+            fprintf(out, "taskpushd %s (protocol %d)\n", TASKPUSH_VERSION, PROTO_VERSION);
+            rc = DSP_CONFIG_EXIT_OK;
+            goto done;
+        }
+        if (c == ':') {
+            snprintf(err, errlen, "option '%s' needs a value", argv[optind - 1]);
+            goto done;
+        }
+        if (c == '?' || c < OPT_TABLE_BASE) {
+            snprintf(err, errlen, "unknown option '%s'", argv[optind - 1]);
+            goto done;
+        }
+        set_idx[nset] = c - OPT_TABLE_BASE;
+        set_val[nset++] = optarg;
+    }
+    if (optind < argc) {
+        snprintf(err, errlen, "unexpected argument '%s'", argv[optind]);
+        goto done;
+    }
+    for (int i = 0; i < nset; i++)
+        if (strcmp(option_table[set_idx[i]].name, "config") == 0 &&
+            (set_value(cfg, &option_table[set_idx[i]], set_val[i], err, errlen) < 0 ||
+             load_file(cfg, set_val[i], err, errlen) < 0))
+            goto done;
+
+    const char *env = getenv("TASKPUSH_DB");
+    if (env && *env && set_value(cfg, find_option("db"), env, err, errlen) < 0)
+        goto done;
+    for (int i = 0; i < nset; i++)
+        if (set_value(cfg, &option_table[set_idx[i]], set_val[i], err, errlen) < 0)
+            goto done;
+
+    if (!cfg->db) {
+        snprintf(err, errlen, "--db URL is required (or set TASKPUSH_DB)");
+        goto done;
+    }
+    if (dsp_db_url_parse(cfg->db, &cfg->db_url, err, errlen) < 0)
+        goto done;
+    if (!cfg->db_url.password) {
+        const char *pw = getenv("TASKPUSH_DB_PASSWORD");
+        if (pw)
+            cfg->db_url.password = strdup(pw);
+    }
+    if (cfg->token_file) {
+        if (read_token(cfg->token_file, &cfg->token, err, errlen) < 0)
+            goto done;
+    } else if ((env = getenv("TASKPUSH_TOKEN")) && *env) {
+        cfg->token = strdup(env);
+    }
+    rc = DSP_CONFIG_OK;
+done:
+    free(set_idx);
+    free(set_val);
+    return rc;
+}
+
+void dsp_config_free(dsp_config *cfg)
+{
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const opt_def *o = &option_table[i];
+        if (o->kind == OPT_STRING || o->kind == OPT_HOSTPORT) {
+            char **s = (char **)((char *)cfg + o->offset);
+            free(*s);
+            *s = NULL;
+        }
+    }
+    free(cfg->token);
+    cfg->token = NULL;
+    dsp_db_url_clear(&cfg->db_url);
+}
+
+void dsp_config_each(const dsp_config *cfg, void (*emit)(void *arg, const char *key, const char *val),
+                     void *arg)
+{
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const opt_def *o = &option_table[i];
+        const void *field = (const char *)cfg + o->offset;
+        char buf[64];
+        const char *val = buf;
+        switch (o->kind) {
+        case OPT_STRING:
+        case OPT_HOSTPORT:
+            val = *(char *const *)field;
+            if (val && strcmp(o->name, "db") == 0 && cfg->db_url.password)
+                val = "(set, has a password)";
+            break;
+        case OPT_INT:
+            snprintf(buf, sizeof buf, "%lld", (long long)*(const int64_t *)field);
+            break;
+        case OPT_SCHED:
+            val = dsp_sched_policy_name(*(const int *)field);
+            break;
+        case OPT_LOGLEVEL:
+            val = dsp_log_level_name(*(const int *)field);
+            break;
+        }
+        emit(arg, o->name, val ? val : "");
+    }
+}

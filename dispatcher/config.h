@@ -1,0 +1,75 @@
+/* config.h: taskpushd's settings, defined once in a table (config.c) that
+ * drives the flags, the --config file, the defaults, validation and the
+ * settings shown back on the admin port. */
+#ifndef TASKPUSH_DSP_CONFIG_H
+#define TASKPUSH_DSP_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+enum dsp_sched_policy { DSP_SCHED_ROUND_ROBIN = 0, DSP_SCHED_LEAST_LOADED = 1 };
+
+/* A parsed mysql:// URL. Strings are owned by the struct (dsp_db_url_clear). */
+typedef struct dsp_db_url {
+    char *user;
+    char *password; /* NULL when none */
+    char *host;
+    unsigned port;  /* 0: none given */
+    char *socket;   /* NULL unless ?socket= and no port */
+    char *dbname;
+} dsp_db_url;
+
+typedef struct dsp_config {
+    char *db;          /* the URL as given */
+    dsp_db_url db_url; /* parsed, password filled from TASKPUSH_DB_PASSWORD if absent */
+    char *listen;      /* HOST:PORT for workers */
+    char *admin;       /* HOST:PORT for HTTP */
+    int scheduler;     /* enum dsp_sched_policy */
+    int64_t batch;     /* most tasks claimed per transaction */
+    int64_t poll_ms;
+    int64_t task_timeout_ms;
+    int64_t prefetch;
+    int64_t heartbeat_ms;
+    int64_t shutdown_grace_ms;
+    int64_t result_flush_ms; /* longest a result waits before it is written */
+    int64_t max_frame;       /* largest frame body accepted from a worker */
+    char *token_file;
+    char *token;       /* read from token_file or TASKPUSH_TOKEN; NULL when none */
+    int log_level;     /* enum dsp_log_level */
+    int64_t retry_backoff_ms;     /* first retry delay; doubles per attempt */
+    int64_t retry_backoff_max_ms; /* cap of the retry delay */
+    char *ready_file;  /* written once the ports listen: {"pid","listen","admin"} */
+    char *config_file;
+} dsp_config;
+
+enum dsp_config_result {
+    DSP_CONFIG_OK = 0,
+    DSP_CONFIG_EXIT_OK = 1,    /* --help or --version printed: exit 0 */
+    DSP_CONFIG_BAD = -1,       /* message in err: exit 2 */
+};
+
+/* Fills cfg from defaults, then --config, then the environment (TASKPUSH_DB,
+ * TASKPUSH_DB_PASSWORD, TASKPUSH_TOKEN), then argv. On DSP_CONFIG_BAD, err holds
+ * a one-line reason. help/version text goes to out. Caller frees with
+ * dsp_config_free in every case. */
+int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+void dsp_config_free(dsp_config *cfg);
+
+/* Parses mysql://USER[:PASSWORD]@HOST[:PORT]/DBNAME[?socket=PATH]. Returns 0,
+ * or -1 with a reason in err. */
+int dsp_db_url_parse(const char *url, dsp_db_url *out, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+void dsp_db_url_clear(dsp_db_url *u);
+
+/* Splits "HOST:PORT" (HOST may be [v6]); returns 0 or -1. host is caller's buffer. */
+int dsp_hostport_parse(const char *s, char *host, size_t hostlen, unsigned *port);
+
+/* Calls emit(arg, key, value-as-text) for every setting, for /stats and logs;
+ * secrets are shown as "(set)". */
+void dsp_config_each(const dsp_config *cfg, void (*emit)(void *arg, const char *key, const char *val),
+                     void *arg);
+
+const char *dsp_sched_policy_name(int policy);
+
+#endif

@@ -1,0 +1,513 @@
+#include "conn.h"
+
+#include "proto.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* Frames handled per read callback before yielding to other connections
+ * (memcached's reqs_per_event): a worker that floods DONEs cannot starve the
+ * rest of the loop. */
+#define FRAMES_PER_EVENT 256
+
+/* A CLOSING connection whose peer does not read its last frame is freed after this. */
+#define CLOSING_LINGER_MS 1000
+
+static const char *const state_names[DSP_CONN_NSTATES] = {"want-hello", "active", "closing"};
+
+const char *dsp_conn_state_text(int state)
+{
+    return state >= 0 && state < DSP_CONN_NSTATES ? state_names[state] : "?";
+}
+
+static void conn_set_state(dsp_conn *c, int state)
+{
+    if (state < 0 || state >= DSP_CONN_NSTATES)
+        abort();
+    log_debug(&c->srv->log, "conn %llu %s: %s -> %s", (unsigned long long)c->id, c->addr,
+              dsp_conn_state_text(c->state), dsp_conn_state_text(state));
+    c->state = state;
+}
+
+static void conn_write(dsp_conn *c, const void *data, size_t len)
+{
+    evbuffer_add(bufferevent_get_output(c->bev), data, len);
+    c->last_tx_ms = dsp_now_ms();
+    c->srv->conn_stats.frames_out_total++;
+}
+
+static void conn_send_msg(dsp_conn *c, const proto_msg *m)
+{
+    uint8_t buf[PROTO_LEN_PREFIX + 64 + PROTO_MAX_NAME_LEN + 1024];
+    size_t n = proto_msg_encode(m, buf, sizeof buf);
+    if (n == 0) {
+        log_error(&c->srv->log, "cannot encode a %s frame", proto_type_name(m->type));
+        return;
+    }
+    conn_write(c, buf, n);
+}
+
+void dsp_conn_send_simple(dsp_conn *c, uint8_t type)
+{
+    const uint8_t frame[PROTO_LEN_PREFIX + 1] = {0, 0, 0, 1, type};
+    conn_write(c, frame, sizeof frame);
+}
+
+static void free_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    dsp_conn_free(arg);
+}
+
+static void closing_write_cb(struct bufferevent *bev, void *arg)
+{
+    dsp_conn *c = arg;
+    if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+        event_active(c->free_ev, EV_TIMEOUT, 0);
+}
+
+static void room_take(dsp_conn *c, int delta)
+{
+    if (c->slots.accepting && c->state == DSP_CONN_ACTIVE)
+        dsp_server_room_changed(c->srv, c, delta);
+}
+
+void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why)
+{
+    if (c->state == DSP_CONN_CLOSING)
+        return;
+    if (c->state == DSP_CONN_ACTIVE) {
+        log_info(&c->srv->log, "worker %s (%s) leaves: %s; %u deliveries taken back",
+                 c->name ? c->name : "?", c->addr, why, (unsigned)c->slots.in_flight);
+        dsp_server_worker_left(c->srv, c);
+    } else {
+        log_info(&c->srv->log, "connection %s closed before HELLO: %s", c->addr, why);
+    }
+    c->slots.accepting = false;
+    conn_set_state(c, DSP_CONN_CLOSING);
+    c->last_rx_ms = dsp_now_ms(); /* start of the linger */
+    bufferevent_disable(c->bev, EV_READ);
+    if (code) {
+        proto_msg m = {.type = PROTO_ERROR};
+        m.u.error.code = code;
+        m.u.error.message.ptr = (const uint8_t *)why;
+        m.u.error.message.len = strlen(why);
+        conn_send_msg(c, &m);
+    }
+    bufferevent_setcb(c->bev, NULL, closing_write_cb, NULL, c);
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        event_active(c->free_ev, EV_TIMEOUT, 0);
+}
+
+void dsp_conn_free(dsp_conn *c)
+{
+    dsp_server *srv = c->srv;
+    if (c->state == DSP_CONN_ACTIVE)
+        dsp_server_worker_left(srv, c);
+    for (dsp_zombie *z = c->zombies, *next; z; z = next) {
+        next = z->next;
+        free(z);
+    }
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    srv->nconns--;
+    bufferevent_free(c->bev);
+    event_free(c->free_ev);
+    free(c->name);
+    free(c->types);
+    free(c);
+}
+
+/* ---- frames from the worker ---- */
+
+static bool token_matches(const char *want, proto_bytes got)
+{
+    size_t n = strlen(want);
+    unsigned char diff = (unsigned char)(n != got.len);
+    /* compare every byte whatever the length, so timing tells nothing */
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)want[i] ^ (i < got.len ? got.ptr[i] : 0);
+    return diff == 0;
+}
+
+static void handle_hello(dsp_conn *c, const proto_hello *h)
+{
+    dsp_server *srv = c->srv;
+    if (h->version != PROTO_VERSION) {
+        srv->conn_stats.rejected_total++;
+        dsp_conn_close(c, PROTO_ERR_VERSION, "protocol version not supported");
+        return;
+    }
+    if (srv->cfg->token && !token_matches(srv->cfg->token, h->token)) {
+        srv->conn_stats.rejected_total++;
+        dsp_conn_close(c, PROTO_ERR_AUTH, "missing or wrong token");
+        return;
+    }
+    c->name = strndup((const char *)h->name.ptr, h->name.len);
+    c->types = calloc(h->ntypes, sizeof *c->types);
+    if (!c->name || !c->types) {
+        dsp_conn_close(c, PROTO_ERR_SHUTDOWN, "out of memory");
+        return;
+    }
+    for (uint16_t i = 0; i < h->ntypes; i++) {
+        /* utf8mb4_bin pads: in SQL 'resize ' = 'resize', in C they differ. */
+        if (h->types[i].ptr[h->types[i].len - 1] == ' ') {
+            srv->conn_stats.rejected_total++;
+            dsp_conn_close(c, PROTO_ERR_UNEXPECTED, "a task type may not end with a space");
+            return;
+        }
+        dsp_type *t = dsp_server_type_intern(srv, h->types[i].ptr, h->types[i].len);
+        if (!t) {
+            dsp_conn_close(c, PROTO_ERR_SHUTDOWN, "out of memory");
+            return;
+        }
+        bool dup = false;
+        for (size_t k = 0; k < c->ntypes; k++)
+            dup |= c->types[k] == t;
+        if (!dup)
+            c->types[c->ntypes++] = t;
+    }
+    c->slots.capacity = h->capacity;
+
+    proto_msg w = {.type = PROTO_WELCOME};
+    w.u.welcome.version = PROTO_VERSION;
+    w.u.welcome.heartbeat_ms = (uint32_t)srv->cfg->heartbeat_ms;
+    w.u.welcome.max_body = (uint32_t)srv->cfg->max_frame;
+    static const char server_name[] = "taskpushd " TASKPUSH_VERSION;
+    w.u.welcome.server.ptr = (const uint8_t *)server_name;
+    w.u.welcome.server.len = sizeof server_name - 1;
+    conn_send_msg(c, &w);
+
+    conn_set_state(c, DSP_CONN_ACTIVE);
+    c->slots.accepting = !srv->draining;
+    dsp_server_worker_joined(srv, c);
+    if (srv->draining)
+        dsp_conn_send_simple(c, PROTO_STOP);
+    log_info(&srv->log, "worker %s (%s) joined: capacity %u, %zu type(s)", c->name, c->addr,
+             (unsigned)c->slots.capacity, c->ntypes);
+}
+
+static void unlink_inflight(dsp_conn *c, dsp_task *t)
+{
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        c->inflight = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    t->prev = t->next = NULL;
+    t->holder = NULL;
+}
+
+/* Returns true when (task_id, attempt) was a cancelled delivery of c. */
+static bool zombie_take(dsp_conn *c, uint64_t task_id, uint32_t attempt)
+{
+    for (dsp_zombie **pz = &c->zombies; *pz; pz = &(*pz)->next) {
+        dsp_zombie *z = *pz;
+        if (z->task_id == task_id && z->attempt == attempt) {
+            *pz = z->next;
+            free(z);
+            return true;
+        }
+    }
+    return false;
+}
+
+static void slot_free(dsp_conn *c)
+{
+    c->slots.in_flight--;
+    room_take(c, +1);
+    dsp_server_slot_freed(c->srv, c);
+}
+
+static dsp_task *current_delivery(dsp_conn *c, uint64_t id, uint32_t epoch, uint32_t attempt)
+{
+    dsp_task *t = dsp_taskmap_get(&c->srv->tasks, id);
+    if (t && t->holder == c && t->attempts == attempt && epoch == c->srv->epoch)
+        return t;
+    return NULL;
+}
+
+static void handle_done(dsp_conn *c, const proto_done *d)
+{
+    dsp_task *t = current_delivery(c, d->task_id, d->epoch, d->attempt);
+    if (!t) {
+        c->srv->task_stats.late_results_total++;
+        if (zombie_take(c, d->task_id, d->attempt))
+            slot_free(c);
+        return;
+    }
+    unlink_inflight(c, t);
+    c->srv->ninflight--;
+    c->completed_total++;
+    dsp_server_task_done(c->srv, c, t, d->outcome, d->retry_after_ms, d->data.ptr, d->data.len);
+    slot_free(c);
+}
+
+static void handle_stop(dsp_conn *c)
+{
+    if (!c->slots.accepting)
+        return;
+    room_take(c, -(int)(c->slots.capacity - c->slots.in_flight));
+    c->slots.accepting = false;
+    /* The answer tells the worker that no TASK is on its way any more, so it
+     * may close as soon as its own deliveries are answered. */
+    dsp_conn_send_simple(c, PROTO_STOP);
+    log_info(&c->srv->log, "worker %s asked for no more tasks", c->name);
+}
+
+/* Returns false when the connection is closing and must not be read further. */
+static bool handle_frame(dsp_conn *c, const proto_msg *m)
+{
+    if (c->state == DSP_CONN_WANT_HELLO) {
+        if (m->type != PROTO_HELLO) {
+            dsp_conn_close(c, PROTO_ERR_UNEXPECTED, "the first frame must be HELLO");
+            return false;
+        }
+        handle_hello(c, &m->u.hello);
+        return c->state == DSP_CONN_ACTIVE;
+    }
+    switch (m->type) {
+    case PROTO_DONE:
+        handle_done(c, &m->u.done);
+        break;
+    case PROTO_HEARTBEAT:
+        break;
+    case PROTO_EXTEND: {
+        dsp_task *t = current_delivery(c, m->u.extend.task_id, m->u.extend.epoch, m->u.extend.attempt);
+        if (t) {
+            t->deadline_ms = dsp_now_ms() + m->u.extend.extend_ms;
+            c->srv->task_stats.extends_total++;
+        }
+        break;
+    }
+    case PROTO_STOP:
+        handle_stop(c);
+        break;
+    case PROTO_ERROR:
+        dsp_conn_close(c, 0, "the worker sent ERROR");
+        return false;
+    default:
+        dsp_conn_close(c, PROTO_ERR_UNEXPECTED, "unexpected frame type");
+        return false;
+    }
+    return true;
+}
+
+static void read_cb(struct bufferevent *bev, void *arg)
+{
+    dsp_conn *c = arg;
+    dsp_server *srv = c->srv;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    c->last_rx_ms = dsp_now_ms();
+    for (int budget = FRAMES_PER_EVENT; c->state != DSP_CONN_CLOSING; budget--) {
+        uint8_t prefix[PROTO_LEN_PREFIX];
+        size_t avail = evbuffer_get_length(in);
+        if (avail < PROTO_LEN_PREFIX)
+            break;
+        evbuffer_copyout(in, prefix, sizeof prefix);
+        uint32_t body_len = 0;
+        int st = proto_frame_check(prefix, sizeof prefix, (uint32_t)srv->cfg->max_frame, &body_len);
+        if (st < 0) {
+            srv->conn_stats.bad_frames_total++;
+            log_warn(&srv->log, "%s: %s frame (length %u); closing", c->addr, proto_status_text(st),
+                     (unsigned)body_len);
+            dsp_conn_close(c, PROTO_ERR_BAD_FRAME, st == PROTO_TOO_BIG ? "frame too big" : "bad frame");
+            return;
+        }
+        if (avail < PROTO_LEN_PREFIX + (size_t)body_len)
+            break;
+        if (budget == 0) {
+            /* come back after the other ready connections had their turn */
+            srv->conn_stats.yields_total++;
+            bufferevent_trigger(bev, EV_READ, BEV_OPT_DEFER_CALLBACKS);
+            break;
+        }
+        const uint8_t *frame = evbuffer_pullup(in, PROTO_LEN_PREFIX + (ssize_t)body_len);
+        /* PROTOCOL.md fixes where HELLO keeps its version in every version, so a
+         * newer worker hears "version" even if the rest of its HELLO differs. */
+        if (frame && c->state == DSP_CONN_WANT_HELLO && body_len >= 3 &&
+            frame[PROTO_LEN_PREFIX] == PROTO_HELLO &&
+            ((frame[PROTO_LEN_PREFIX + 1] << 8) | frame[PROTO_LEN_PREFIX + 2]) != PROTO_VERSION) {
+            srv->conn_stats.rejected_total++;
+            dsp_conn_close(c, PROTO_ERR_VERSION, "protocol version not supported");
+            return;
+        }
+        proto_msg m;
+        if (!frame || proto_msg_decode(frame + PROTO_LEN_PREFIX, body_len, &m) != PROTO_OK) {
+            srv->conn_stats.bad_frames_total++;
+            log_warn(&srv->log, "%s: malformed frame (type %u, length %u); closing", c->addr,
+                     frame ? frame[PROTO_LEN_PREFIX] : 0, (unsigned)body_len);
+            dsp_conn_close(c, PROTO_ERR_BAD_FRAME, "bad frame");
+            return;
+        }
+        srv->conn_stats.frames_in_total++;
+        bool go_on = handle_frame(c, &m);
+        evbuffer_drain(in, PROTO_LEN_PREFIX + (size_t)body_len);
+        if (!go_on)
+            return;
+    }
+}
+
+static void event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    dsp_conn *c = arg;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        if (c->state == DSP_CONN_ACTIVE)
+            c->srv->conn_stats.lost_total++;
+        dsp_conn_close(c, 0, (what & BEV_EVENT_EOF) ? "disconnected" : "socket error");
+        event_active(c->free_ev, EV_TIMEOUT, 0); /* nothing more can be flushed */
+    }
+}
+
+void dsp_conn_accept(dsp_server *srv, int fd, const struct sockaddr *sa, int salen)
+{
+    (void)salen;
+    dsp_conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    evutil_make_socket_nonblocking(fd);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    c->srv = srv;
+    c->id = ++srv->next_conn_id;
+    c->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    c->free_ev = event_new(srv->base, -1, 0, free_cb, c);
+    if (!c->bev || !c->free_ev) {
+        if (c->bev)
+            bufferevent_free(c->bev);
+        else
+            close(fd);
+        if (c->free_ev)
+            event_free(c->free_ev);
+        free(c);
+        return;
+    }
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        port = ntohs(in->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        port = ntohs(in6->sin6_port);
+    }
+    snprintf(c->addr, sizeof c->addr, "%s:%u", host, port);
+    c->connected_ms = c->last_rx_ms = c->last_tx_ms = dsp_now_ms();
+    c->state = DSP_CONN_WANT_HELLO;
+
+    c->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = c;
+    srv->conns = c;
+    srv->nconns++;
+    srv->conn_stats.accepted_total++;
+
+    /* Stop reading while a frame larger than any legal one is buffered; the
+     * frame check closes such a connection long before that. */
+    bufferevent_setwatermark(c->bev, EV_READ, 0, (size_t)srv->cfg->max_frame + PROTO_LEN_PREFIX + 65536);
+    bufferevent_setcb(c->bev, read_cb, NULL, event_cb, c);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    log_debug(&srv->log, "connection %llu from %s", (unsigned long long)c->id, c->addr);
+}
+
+void dsp_conn_deliver(dsp_conn *c, dsp_task *t, int64_t now_ms)
+{
+    dsp_server *srv = c->srv;
+    t->attempts++;
+    t->holder = c;
+    t->deadline_ms = now_ms + t->timeout_ms;
+    t->prev = NULL;
+    t->next = c->inflight;
+    if (c->inflight)
+        c->inflight->prev = t;
+    c->inflight = t;
+    c->slots.in_flight++;
+    room_take(c, -1);
+    c->delivered_total++;
+    srv->ninflight++;
+    srv->task_stats.dispatched_total++;
+
+    proto_msg m = {.type = PROTO_TASK};
+    m.u.task.task_id = t->id;
+    m.u.task.epoch = srv->epoch;
+    m.u.task.attempt = t->attempts;
+    m.u.task.timeout_ms = t->timeout_ms;
+    m.u.task.priority = t->priority;
+    m.u.task.type.ptr = (const uint8_t *)t->type->name;
+    m.u.task.type.len = t->type->len;
+    m.u.task.payload.ptr = t->payload;
+    m.u.task.payload.len = t->payload_len;
+    uint8_t head[PROTO_LEN_PREFIX + 32 + PROTO_MAX_TYPE_LEN];
+    size_t n = proto_msg_encode_head(&m, head, sizeof head);
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    evbuffer_add(out, head, n);
+    if (t->payload_len)
+        evbuffer_add(out, t->payload, t->payload_len);
+    c->last_tx_ms = now_ms;
+    srv->conn_stats.frames_out_total++;
+}
+
+void dsp_conn_cancel(dsp_conn *c, dsp_task *t)
+{
+    dsp_zombie *z = malloc(sizeof *z);
+    if (z) {
+        z->task_id = t->id;
+        z->attempt = t->attempts;
+        z->next = c->zombies;
+        c->zombies = z;
+    } else {
+        /* Without a record the slot could never be freed: give it back now. */
+        c->slots.in_flight--;
+        room_take(c, +1);
+    }
+    proto_msg m = {.type = PROTO_CANCEL};
+    m.u.cancel.task_id = t->id;
+    m.u.cancel.epoch = c->srv->epoch;
+    m.u.cancel.attempt = t->attempts;
+    conn_send_msg(c, &m);
+    unlink_inflight(c, t);
+    c->srv->ninflight--;
+}
+
+void dsp_conn_tick(dsp_conn *c, int64_t now_ms)
+{
+    const int64_t hb = c->srv->cfg->heartbeat_ms;
+    switch (c->state) {
+    case DSP_CONN_WANT_HELLO:
+        if (now_ms - c->connected_ms > 3 * hb)
+            dsp_conn_close(c, PROTO_ERR_TIMEOUT, "no HELLO within 3 heartbeats");
+        break;
+    case DSP_CONN_ACTIVE:
+        if (now_ms - c->last_rx_ms > 3 * hb) {
+            c->srv->conn_stats.lost_total++;
+            dsp_conn_close(c, PROTO_ERR_TIMEOUT, "silent for 3 heartbeats");
+        } else if (now_ms - c->last_tx_ms >= hb) {
+            dsp_conn_send_simple(c, PROTO_HEARTBEAT);
+        }
+        break;
+    case DSP_CONN_CLOSING:
+        if (now_ms - c->last_rx_ms > CLOSING_LINGER_MS)
+            event_active(c->free_ev, EV_TIMEOUT, 0);
+        break;
+    }
+}

@@ -1,0 +1,79 @@
+/* conn.h: one worker connection: framing, the HELLO handshake, heartbeats,
+ * and the frames of the task protocol (proto/PROTOCOL.md).
+ *
+ * States (every change goes through conn_set_state in conn.c):
+ *   WANT_HELLO -> ACTIVE -> CLOSING -> freed
+ *   WANT_HELLO -> CLOSING (bad hello, version, token)
+ * In CLOSING nothing is read; the output (an ERROR frame, say) drains, then
+ * the connection is freed. */
+#ifndef TASKPUSH_DSP_CONN_H
+#define TASKPUSH_DSP_CONN_H
+
+#include "sched.h"
+#include "server.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct bufferevent;
+struct sockaddr;
+
+enum dsp_conn_state {
+    DSP_CONN_WANT_HELLO = 0, /* accepted; the first frame must be HELLO */
+    DSP_CONN_ACTIVE,         /* welcomed: tasks flow while slots.accepting */
+    DSP_CONN_CLOSING,        /* flushing its last output, then freed */
+};
+#define DSP_CONN_NSTATES 3
+/* If you add a state, add its name to state_names in conn.c. */
+const char *dsp_conn_state_text(int state);
+
+/* A cancelled delivery whose slot stays taken until the worker answers it. */
+typedef struct dsp_zombie {
+    uint64_t task_id;
+    uint32_t attempt;
+    struct dsp_zombie *next;
+} dsp_zombie;
+
+struct dsp_conn {
+    dsp_sched_slots slots; /* what the scheduler sees */
+    dsp_server *srv;
+    struct bufferevent *bev;
+    struct event *free_ev;  /* frees the connection once CLOSING has flushed */
+    int state;
+    uint64_t id;
+    char addr[64];
+    char *name;             /* from HELLO */
+    dsp_type **types;       /* from HELLO */
+    size_t ntypes;
+    dsp_task *inflight;     /* current deliveries */
+    dsp_zombie *zombies;
+    int64_t connected_ms, last_rx_ms, last_tx_ms;
+    uint64_t completed_total;
+    uint64_t delivered_total;
+    dsp_conn *prev, *next;  /* the server's list */
+};
+
+/* Takes ownership of fd. */
+void dsp_conn_accept(dsp_server *srv, int fd, const struct sockaddr *sa, int salen);
+
+/* Writes a TASK frame and records the delivery (in-flight list, slots, lease). */
+void dsp_conn_deliver(dsp_conn *c, dsp_task *t, int64_t now_ms);
+
+/* Sends CANCEL for t's current delivery and keeps its slot taken until the
+ * worker answers; t is unlinked from c. */
+void dsp_conn_cancel(dsp_conn *c, dsp_task *t);
+
+/* Sends a frame with no fields (HEARTBEAT, STOP). */
+void dsp_conn_send_simple(dsp_conn *c, uint8_t type);
+
+/* Sends ERROR (when code != 0), stops reading, hands the worker's deliveries
+ * back to the server, and frees c once the output is flushed. */
+void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why);
+
+/* Heartbeats and silence: called by the housekeeping timer. */
+void dsp_conn_tick(dsp_conn *c, int64_t now_ms);
+
+/* Frees at once, without flushing (shutdown). */
+void dsp_conn_free(dsp_conn *c);
+
+#endif

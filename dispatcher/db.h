@@ -1,0 +1,152 @@
+/* db.h: taskpushd's database side.
+ *
+ * The event loop never calls MySQL. This module owns two threads, each with its
+ * own connection:
+ *  - the claim thread holds the table's leadership lock (GET_LOCK) for the life
+ *    of its connection, takes a new epoch, puts rows of older epochs back to NEW,
+ *    moves rows between the delayed and ready lanes, and runs claim transactions;
+ *  - the write thread writes outcomes in batches, a few statements per batch,
+ *    each fenced by "task_state = PROCESSING AND epoch = ours".
+ * Requests go in through the thread-safe calls below; replies come back on the
+ * loop thread, through callbacks run from a libevent event that the database
+ * threads activate (so evthread_use_pthreads() must run before the base exists).
+ * While the database is unreachable both threads reconnect with backoff and
+ * report it through on_health; queued outcomes are kept, never dropped.
+ */
+#ifndef TASKPUSH_DSP_DB_H
+#define TASKPUSH_DSP_DB_H
+
+#include "config.h"
+#include "log.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+typedef struct dsp_db dsp_db;
+
+/* One claimed row, as the claim SELECT returned it. */
+typedef struct dsp_claimed_task {
+    uint64_t task_id;
+    uint32_t attempts;     /* the row's attempts column at claim time */
+    uint32_t max_attempts;
+    int64_t timeout_ms;    /* the row's timeout_ms, or -1 for NULL */
+    uint8_t priority;
+    uint16_t type_index;   /* index into dsp_claim_reply.types */
+    size_t payload_len;
+    uint8_t *payload;      /* malloc'd, NULL when empty; the reply owns it unless stolen */
+} dsp_claimed_task;
+
+typedef struct dsp_claim_request {
+    size_t ntypes;
+    const char *const *types; /* copied by dsp_db_claim */
+    const uint32_t *limits;   /* per type: most rows of that type */
+    uint32_t total;           /* most rows in all */
+} dsp_claim_request;
+
+typedef struct dsp_claim_reply {
+    int status;               /* 0, or -1 when the transaction failed (no tasks) */
+    size_t ntasks;
+    dsp_claimed_task *tasks;  /* in dispatch order: priority desc, task_id asc */
+    size_t ntypes;
+    char **types;             /* the request's types */
+    int64_t duration_us;      /* the claim transaction, BEGIN to COMMIT */
+} dsp_claim_reply;
+
+/* What to write for one task. */
+enum dsp_write_kind {
+    DSP_WRITE_SUCCEEDED = 0, /* SUCCESSFUL, result = data */
+    DSP_WRITE_FAILED = 1,    /* FAILED, err_msg = data */
+    DSP_WRITE_RETRY = 2,     /* NEW in the delayed lane until run_after_ms, err_msg = data */
+    DSP_WRITE_RELEASE = 3,   /* NEW and ready at once, err_msg untouched (never delivered, or drained) */
+};
+#define DSP_WRITE_KINDS 4
+
+typedef struct dsp_outcome {
+    uint64_t task_id;
+    uint8_t kind;          /* enum dsp_write_kind */
+    uint32_t attempts;     /* the new value of the attempts column */
+    int64_t run_after_ms;  /* DSP_WRITE_RETRY only */
+    size_t len;
+    uint8_t *data;         /* malloc'd result or error text, or NULL; dsp_db_write takes it */
+} dsp_outcome;
+
+/* What a batch of writes did, for the counters. */
+typedef struct dsp_write_report {
+    uint64_t written[DSP_WRITE_KINDS]; /* rows changed, by kind */
+    uint64_t fenced;                   /* outcomes whose row was no longer ours */
+} dsp_write_report;
+
+typedef struct dsp_db_callbacks {
+    /* Leadership taken: epoch is new and larger than every earlier one, and no
+     * row of an older epoch is PROCESSING any more. Claims may start. */
+    void (*on_leader)(void *arg, uint32_t epoch);
+    /* Leadership lost (the lock's connection died and another dispatcher took
+     * the table meanwhile): every claimed task is no longer ours. */
+    void (*on_leader_lost)(void *arg);
+    /* The answer to dsp_db_claim; the callee owns reply (dsp_claim_reply_free). */
+    void (*on_claim)(void *arg, dsp_claim_reply *reply);
+    void (*on_written)(void *arg, const dsp_write_report *report);
+    /* The database became reachable (true) or unreachable (false). */
+    void (*on_health)(void *arg, bool connected);
+    /* Something no retry can mend (e.g. a schema version this build does not
+     * know): the daemon should log it and exit. */
+    void (*on_fatal)(void *arg, const char *message);
+} dsp_db_callbacks;
+
+typedef struct dsp_db_options {
+    const dsp_db_url *url;      /* borrowed for the life of the dsp_db */
+    const dsp_log *log;         /* borrowed */
+    struct event_base *base;    /* the loop that runs the callbacks */
+    int64_t result_flush_ms;    /* longest an outcome waits to be batched with others */
+    size_t max_write_batch;     /* most outcomes per statement */
+    dsp_db_callbacks cb;
+    void *cb_arg;
+} dsp_db_options;
+
+/* Shared counters, readable from any thread. */
+typedef struct dsp_db_counters {
+    uint64_t statements;        /* every statement sent, both connections */
+    uint64_t claims;            /* claim transactions committed */
+    uint64_t claimed_rows;
+    uint64_t claim_us_total;    /* summed claim transaction time */
+    uint64_t write_batches;
+    uint64_t reconnects;
+    bool connected;
+    bool leader;
+    uint32_t epoch;
+} dsp_db_counters;
+
+/* Returns NULL on allocation failure. Nothing runs before dsp_db_start. */
+dsp_db *dsp_db_new(const dsp_db_options *opts) __attribute__((warn_unused_result));
+
+/* Starts the threads; returns at once. Connecting, waiting for leadership and
+ * recovery happen in the background and end in on_leader. Returns 0 or -1. */
+int dsp_db_start(dsp_db *db) __attribute__((warn_unused_result));
+
+/* Asks the claim thread for one claim transaction. At most one is outstanding:
+ * returns -1 when one is, or when not leader; the answer comes to on_claim. */
+int dsp_db_claim(dsp_db *db, const dsp_claim_request *req) __attribute__((warn_unused_result));
+
+/* Queues outcomes for the write thread; takes ownership of each data buffer
+ * (the array itself stays the caller's). Never blocks on the database. */
+void dsp_db_write(dsp_db *db, dsp_outcome *outcomes, size_t n);
+
+/* Outcomes queued or being written. */
+size_t dsp_db_pending_writes(dsp_db *db);
+
+/* Stops claiming, writes every queued outcome (retrying while the database is
+ * unreachable, for at most deadline_ms), releases the lock and joins the
+ * threads. Outcomes still unwritten then are logged and dropped: their rows
+ * stay PROCESSING under this epoch, and the next dispatcher recovers them. */
+void dsp_db_stop(dsp_db *db, int64_t deadline_ms);
+
+void dsp_db_free(dsp_db *db);
+
+void dsp_db_counters_get(dsp_db *db, dsp_db_counters *out);
+
+/* Frees a reply and whatever payloads were not stolen. */
+void dsp_claim_reply_free(dsp_claim_reply *reply);
+
+#endif

@@ -1,0 +1,109 @@
+/* db_sql: the text of db.c's own statements (claim mark, recovery, outcome writes),
+ * and the helpers that make outcome data safe to send (UTF-8 repair, caps).
+ *
+ * Private to db.c. Pure: no MYSQL *, no global state. The claim SELECT and the lane
+ * sweeps come from claim_sql.h; this file only adds what the write thread and the claim
+ * thread need beyond them. Every value goes into the text as a number or as an X'hex'
+ * literal, so nothing depends on sql_mode, the connection character set or escaping.
+ */
+#ifndef TASKPUSH_DISPATCHER_DB_SQL_H
+#define TASKPUSH_DISPATCHER_DB_SQL_H
+
+#include "db.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A growing text buffer. `oom` sticks once an allocation failed; the text is then
+ * incomplete and must not be sent. */
+typedef struct dsp_strbuf {
+    char *p;
+    size_t len;
+    size_t cap;
+    bool oom;
+} dsp_strbuf;
+
+void dsp_strbuf_free(dsp_strbuf *b);
+void dsp_strbuf_reset(dsp_strbuf *b); /* empties it, keeps the memory */
+bool dsp_strbuf_reserve(dsp_strbuf *b, size_t extra);
+void dsp_strbuf_put(dsp_strbuf *b, const char *s, size_t n);
+void dsp_strbuf_puts(dsp_strbuf *b, const char *s);
+void dsp_strbuf_printf(dsp_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends X'hex' (with prefix "_utf8mb4 " when utf8mb4), or NULL when len is 0. */
+void dsp_strbuf_put_hex(dsp_strbuf *b, const uint8_t *data, size_t len, bool utf8mb4);
+
+/* Longest err_msg written (TEXT holds 65,535 bytes) and longest result (MEDIUMBLOB). */
+#define DSP_DB_ERR_MSG_MAX 65535u
+#define DSP_DB_RESULT_MAX (16u * 1024 * 1024 - 1)
+
+/* Length of the longest prefix of in[0..len) that is valid UTF-8 (RFC 3629: no
+ * overlong forms, no surrogates, nothing above U+10FFFF). */
+size_t dsp_utf8_valid_prefix(const uint8_t *in, size_t len);
+
+/* Copies in[0..len) to out as valid UTF-8: each byte that does not start a valid
+ * sequence becomes U+FFFD (EF BF BD). Stops before the first character that would not
+ * fit in cap bytes. Returns the bytes written. 3 * len bytes always suffice. */
+size_t dsp_utf8_sanitize(const uint8_t *in, size_t len, uint8_t *out, size_t cap);
+
+/* Length of the longest prefix of the valid UTF-8 text s[0..len) that is at most cap
+ * bytes and ends on a character boundary. */
+size_t dsp_utf8_cut(const uint8_t *s, size_t len, size_t cap);
+
+/* One row of an outcome write. data/len is the result (SUCCEEDED) or the error text
+ * (FAILED, RETRY; already valid UTF-8 and capped), empty for SQL NULL. */
+typedef struct dsp_db_sql_row {
+    uint64_t task_id;
+    uint32_t attempts;
+    int64_t run_after_ms;
+    const uint8_t *data;
+    size_t len;
+} dsp_db_sql_row;
+
+/* Bytes of a write statement without its rows, and an upper bound of what one row can
+ * add to it (whether or not the statement needs CASE for it): the write thread sums
+ * them to keep a statement under max_allowed_packet. */
+#define DSP_DB_SQL_WRITE_FIXED 400u
+size_t dsp_db_sql_write_row_cost(int kind, const dsp_db_sql_row *row);
+
+/* Up to this many rows a CASE is flat; beyond, it has two levels (see db_sql.c). */
+#define DSP_DB_SQL_FLAT_CASE_MAX 32u
+
+/* Appends the one UPDATE that writes rows[0..n) of one kind (enum dsp_write_kind):
+ *
+ *   UPDATE task FORCE INDEX (PRIMARY) SET task_state = 2, result = R, attempts = A,
+ *     last_update_time = now_ms
+ *   WHERE task_id IN (...) AND task_state = 1 AND epoch = E
+ *
+ * A column whose value is the same for every row gets that one literal; one whose values
+ * differ gets CASE task_id WHEN id THEN value ... END (in two levels, over groups of
+ * about sqrt(n) rows, when n > DSP_DB_SQL_FLAT_CASE_MAX and the rows are sorted by
+ * task_id: pass them sorted). So the common batch (all succeeded, same attempts, no
+ * result) is one plain UPDATE ... IN (...).
+ *   SUCCEEDED: task_state 2, result, attempts, last_update_time
+ *   FAILED:    task_state 3, err_msg, attempts, last_update_time
+ *   RETRY:     task_state 0, `delayed` 1, run_after, err_msg, attempts, last_update_time
+ *   RELEASE:   task_state 0, `delayed` 0, attempts, last_update_time (err_msg untouched)
+ * Returns false for n == 0 or a bad kind (nothing appended). */
+bool dsp_db_sql_write(dsp_strbuf *b, int kind, uint32_t epoch, int64_t now_ms,
+                      const dsp_db_sql_row *rows, size_t n);
+
+/* Appends the claim's mark of exactly the kept rows:
+ *   UPDATE task FORCE INDEX (PRIMARY) SET task_state = 1, epoch = E,
+ *     last_update_time = now_ms WHERE task_id IN (...) */
+void dsp_db_sql_claim_mark(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const uint64_t *ids,
+                           size_t n);
+
+/* Appends the release of rows whose claim may have committed while its answer was
+ * lost (back to NEW, no attempt used):
+ *   UPDATE task FORCE INDEX (PRIMARY) SET task_state = 0, last_update_time = now_ms
+ *   WHERE task_id IN (...) AND task_state = 1 AND epoch = E */
+void dsp_db_sql_release_ids(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const uint64_t *ids,
+                            size_t n);
+
+/* Appends one batch of the recovery of rows an older dispatcher left PROCESSING: each
+ * goes back to NEW (ready) with attempts + 1 while that stays below max_attempts (see
+ * db_sql.c for why it never fails a row). */
+void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned limit);
+
+#endif

@@ -1,0 +1,40 @@
+/* taskpushd: wiring only. Settings come from config.c, the loop from server.c. */
+#include "config.h"
+#include "server.h"
+
+#include <event2/thread.h>
+#include <mysql.h>
+
+#include <signal.h>
+#include <stdio.h>
+
+int main(int argc, char **argv)
+{
+    dsp_config cfg;
+    char err[512] = "";
+    int rc = dsp_config_load(&cfg, argc, argv, stdout, err, sizeof err);
+    if (rc != DSP_CONFIG_OK) {
+        if (rc == DSP_CONFIG_BAD)
+            fprintf(stderr, "taskpushd: %s\nTry 'taskpushd --help'.\n", err);
+        dsp_config_free(&cfg);
+        return rc == DSP_CONFIG_EXIT_OK ? 0 : 2;
+    }
+
+    /* A worker that vanishes mid-write must cost an EPIPE, not the process. */
+    signal(SIGPIPE, SIG_IGN);
+    /* The database threads wake the loop with event_active. */
+    if (evthread_use_pthreads() < 0 || mysql_library_init(0, NULL, NULL) != 0) {
+        fprintf(stderr, "taskpushd: cannot initialise libevent threads or the MySQL library\n");
+        dsp_config_free(&cfg);
+        return 1;
+    }
+
+    dsp_server srv;
+    int status = 1;
+    if (dsp_server_init(&srv, &cfg) == 0)
+        status = dsp_server_run(&srv);
+    dsp_server_free(&srv);
+    mysql_library_end();
+    dsp_config_free(&cfg);
+    return status;
+}

@@ -1,0 +1,792 @@
+#include "server.h"
+
+#include "conn.h"
+#include "proto.h"
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/listener.h>
+#include <event2/util.h>
+#include <jansson.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A small claim waits this long for more room, so that a burst of DONEs
+ * becomes one claim of hundreds of rows rather than many of a few. */
+#define GATHER_MS 2
+
+/* The housekeeping tick: lease expiry, heartbeats and drain all run from it. */
+#define TICK_MS_MAX 50
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+int64_t dsp_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void claim_maybe(dsp_server *srv);
+
+void dsp_server_kick(dsp_server *srv)
+{
+    /* One pass per loop iteration however many events asked for it. */
+    if (!event_pending(srv->dispatch_ev, EV_TIMEOUT, NULL))
+        event_active(srv->dispatch_ev, EV_TIMEOUT, 0);
+}
+
+/* ---- types ---- */
+
+dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t len)
+{
+    for (dsp_type *t = srv->types; t; t = t->next)
+        if (t->len == len && memcmp(t->name, name, len) == 0)
+            return t;
+    dsp_type *t = calloc(1, sizeof *t);
+    if (!t || !(t->name = strndup((const char *)name, len))) {
+        free(t);
+        return NULL;
+    }
+    t->len = len;
+    t->next = srv->types;
+    srv->types = t;
+    srv->ntypes++;
+    return t;
+}
+
+static void type_enqueue(dsp_type *ty, dsp_task *t)
+{
+    /* Keep ascending seq: a task taken back from a worker goes before the
+     * tasks claimed after it, usually at the head. */
+    dsp_task *after = NULL;
+    if (ty->tail && ty->tail->seq > t->seq) {
+        for (dsp_task *p = ty->head; p && p->seq < t->seq; p = p->next)
+            after = p;
+    } else {
+        after = ty->tail;
+    }
+    t->prev = after;
+    t->next = after ? after->next : ty->head;
+    if (t->next)
+        t->next->prev = t;
+    else
+        ty->tail = t;
+    if (after)
+        after->next = t;
+    else
+        ty->head = t;
+    ty->nbuffered++;
+}
+
+static dsp_task *type_dequeue(dsp_type *ty)
+{
+    dsp_task *t = ty->head;
+    ty->head = t->next;
+    if (ty->head)
+        ty->head->prev = NULL;
+    else
+        ty->tail = NULL;
+    t->next = t->prev = NULL;
+    ty->nbuffered--;
+    return t;
+}
+
+/* ---- outcomes ---- */
+
+static void task_free(dsp_server *srv, dsp_task *t)
+{
+    dsp_taskmap_del(&srv->tasks, t->id);
+    free(t->payload);
+    free(t);
+}
+
+static void outbox_push(dsp_server *srv, const dsp_task *t, uint8_t kind, int64_t run_after,
+                        const void *data, size_t len)
+{
+    if (srv->noutbox == srv->outbox_cap) {
+        size_t cap = srv->outbox_cap ? srv->outbox_cap * 2 : 256;
+        dsp_outcome *o = realloc(srv->outbox, cap * sizeof *o);
+        if (!o) {
+            /* The row stays PROCESSING under this epoch; the next start recovers it. */
+            log_error(&srv->log, "out of memory: outcome of task %llu not written",
+                      (unsigned long long)t->id);
+            return;
+        }
+        srv->outbox = o;
+        srv->outbox_cap = cap;
+    }
+    dsp_outcome *o = &srv->outbox[srv->noutbox++];
+    o->task_id = t->id;
+    o->kind = kind;
+    o->attempts = t->attempts;
+    o->run_after_ms = run_after;
+    o->len = 0;
+    o->data = NULL;
+    if (len && (o->data = malloc(len))) {
+        memcpy(o->data, data, len);
+        o->len = len;
+    }
+}
+
+static void outbox_flush(dsp_server *srv)
+{
+    if (srv->noutbox) {
+        dsp_db_write(srv->db, srv->outbox, srv->noutbox);
+        srv->noutbox = 0;
+    }
+}
+
+static void fail_task(dsp_server *srv, dsp_task *t, const char *why)
+{
+    char msg[256];
+    int n = snprintf(msg, sizeof msg, "%s (attempt %u of %u)", why, (unsigned)t->attempts,
+                     (unsigned)t->max_attempts);
+    outbox_push(srv, t, DSP_WRITE_FAILED, 0, msg, (size_t)n);
+    srv->task_stats.failed_total++;
+    task_free(srv, t);
+}
+
+/* A delivery was lost (worker gone, lease expired): deliver again, or fail the
+ * task when that was its last attempt. */
+static void release_task(dsp_server *srv, dsp_task *t);
+
+static void take_back(dsp_server *srv, dsp_task *t, const char *why)
+{
+    srv->task_stats.requeued_total++;
+    if (t->attempts >= t->max_attempts) {
+        fail_task(srv, t, why);
+        return;
+    }
+    if (srv->draining) { /* nothing is dispatched any more: back to NEW now */
+        release_task(srv, t);
+        return;
+    }
+    type_enqueue(t->type, t);
+    srv->nbuffered++;
+    dsp_server_kick(srv);
+}
+
+static int64_t backoff_ms(const dsp_server *srv, uint32_t attempt, uint64_t task_id)
+{
+    int64_t d = srv->cfg->retry_backoff_ms;
+    for (uint32_t i = 1; i < attempt && d < srv->cfg->retry_backoff_max_ms; i++)
+        d *= 2;
+    if (d > srv->cfg->retry_backoff_max_ms)
+        d = srv->cfg->retry_backoff_max_ms;
+    /* ±25 % jitter so that tasks failed together do not come back together;
+     * derived from the id and attempt, so no shared random state is needed. */
+    uint64_t h = (task_id * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)attempt << 32);
+    h ^= h >> 29;
+    int64_t span = d / 2;
+    if (span > 0)
+        d = d - d / 4 + (int64_t)(h % (uint64_t)(span + 1));
+    return d;
+}
+
+void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t outcome,
+                          uint32_t retry_after_ms, const uint8_t *data, size_t len)
+{
+    (void)c;
+    switch (outcome) {
+    case PROTO_OUTCOME_SUCCESS:
+        outbox_push(srv, t, DSP_WRITE_SUCCEEDED, 0, data, len);
+        srv->task_stats.succeeded_total++;
+        task_free(srv, t);
+        return;
+    case PROTO_OUTCOME_FAIL_PERM:
+        outbox_push(srv, t, DSP_WRITE_FAILED, 0, data, len);
+        srv->task_stats.failed_total++;
+        task_free(srv, t);
+        return;
+    default: /* FAIL_RETRY, RETRY_AFTER */
+        if (t->attempts >= t->max_attempts) {
+            outbox_push(srv, t, DSP_WRITE_FAILED, 0, data, len);
+            srv->task_stats.failed_total++;
+        } else {
+            int64_t delay = outcome == PROTO_OUTCOME_RETRY_AFTER
+                                ? (int64_t)retry_after_ms
+                                : backoff_ms(srv, t->attempts, t->id);
+            outbox_push(srv, t, DSP_WRITE_RETRY, wall_ms() + delay, data, len);
+            srv->task_stats.retried_total++;
+        }
+        task_free(srv, t);
+        return;
+    }
+}
+
+/* ---- workers and room ---- */
+
+void dsp_server_room_changed(dsp_server *srv, dsp_conn *c, int delta)
+{
+    srv->room += (uint64_t)(int64_t)delta;
+    for (size_t i = 0; i < c->ntypes; i++)
+        c->types[i]->room += (uint64_t)(int64_t)delta;
+    if (delta > 0)
+        dsp_server_kick(srv);
+}
+
+void dsp_server_slot_freed(dsp_server *srv, dsp_conn *c)
+{
+    (void)c;
+    dsp_server_kick(srv);
+}
+
+void dsp_server_worker_joined(dsp_server *srv, dsp_conn *c)
+{
+    for (size_t i = 0; i < c->ntypes; i++) {
+        dsp_type *ty = c->types[i];
+        if (ty->nworkers == ty->cap) {
+            size_t cap = ty->cap ? ty->cap * 2 : 4;
+            dsp_sched_slots **w = realloc(ty->workers, cap * sizeof *w);
+            if (!w) {
+                dsp_conn_close(c, PROTO_ERR_SHUTDOWN, "out of memory");
+                return;
+            }
+            ty->workers = w;
+            ty->cap = cap;
+        }
+        ty->workers[ty->nworkers++] = &c->slots;
+    }
+    srv->nworkers++;
+    if (c->slots.accepting)
+        dsp_server_room_changed(srv, c, (int)(c->slots.capacity - c->slots.in_flight));
+    srv->claim_not_before = 0; /* new room, maybe new types: claim soon */
+    dsp_server_kick(srv);
+}
+
+void dsp_server_worker_left(dsp_server *srv, dsp_conn *c)
+{
+    if (c->slots.accepting)
+        dsp_server_room_changed(srv, c, -(int)(c->slots.capacity - c->slots.in_flight));
+    c->slots.accepting = false;
+    for (size_t i = 0; i < c->ntypes; i++) {
+        dsp_type *ty = c->types[i];
+        for (size_t k = 0; k < ty->nworkers; k++)
+            if (ty->workers[k] == &c->slots) {
+                ty->workers[k] = ty->workers[--ty->nworkers];
+                break;
+            }
+    }
+    srv->nworkers--;
+    for (dsp_task *t = c->inflight, *next; t; t = next) {
+        next = t->next;
+        t->prev = t->next = NULL;
+        t->holder = NULL;
+        srv->ninflight--;
+        take_back(srv, t, "worker lost");
+    }
+    c->inflight = NULL;
+    c->slots.in_flight = 0;
+    /* Marked ACTIVE no more by the caller; make sure a second call is harmless. */
+    c->ntypes = 0;
+}
+
+/* ---- dispatch ---- */
+
+static void dispatch(dsp_server *srv)
+{
+    int64_t now = dsp_now_ms();
+    for (;;) {
+        /* The type whose head comes first in dispatch order, among types with room. */
+        dsp_type *best = NULL;
+        for (dsp_type *ty = srv->types; ty; ty = ty->next)
+            if (ty->head && ty->room > 0 && (!best || ty->head->seq < best->head->seq))
+                best = ty;
+        if (!best)
+            break;
+        int i = dsp_sched_pick(srv->cfg->scheduler, best->workers, best->nworkers, &best->cursor);
+        if (i < 0) {
+            log_error(&srv->log, "type %s counts room %llu but no worker has a free slot", best->name,
+                      (unsigned long long)best->room);
+            best->room = 0;
+            continue;
+        }
+        dsp_conn *c = container_of(best->workers[i], dsp_conn, slots);
+        dsp_task *t = type_dequeue(best);
+        srv->nbuffered--;
+        dsp_conn_deliver(c, t, now);
+    }
+}
+
+static void dispatch_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    dsp_server *srv = arg;
+    if (!srv->draining)
+        dispatch(srv);
+    outbox_flush(srv);
+    claim_maybe(srv);
+}
+
+/* ---- claims ---- */
+
+static void arm_claim_timer(dsp_server *srv, int64_t at)
+{
+    int64_t d = at - dsp_now_ms();
+    if (d < 0)
+        d = 0;
+    struct timeval tv = {(time_t)(d / 1000), (suseconds_t)((d % 1000) * 1000)};
+    evtimer_add(srv->claim_timer, &tv);
+    srv->claim_timer_armed = true;
+}
+
+/* A claim asks for the workers' free slots plus --prefetch, less what is
+ * buffered, so that each claim is the next stretch of dispatch order across
+ * all types. Starvation is judged per type: tasks buffered for one type
+ * cannot feed idle workers of another, and such a type's claim still has a
+ * positive want (its room is not yet matched by buffered tasks). */
+static void claim_maybe(dsp_server *srv)
+{
+    if (srv->claim_outstanding || !srv->leader || srv->draining || srv->claim_timer_armed)
+        return;
+    const dsp_config *cfg = srv->cfg;
+    int64_t want = (int64_t)srv->room + cfg->prefetch - (int64_t)srv->nbuffered;
+    if (want <= 0)
+        return;
+    int64_t now = dsp_now_ms();
+    if (now < srv->claim_not_before) {
+        arm_claim_timer(srv, srv->claim_not_before);
+        return;
+    }
+    if (want > cfg->batch)
+        want = cfg->batch;
+    /* Claim in large batches: while every type still has tasks buffered, wait
+     * for half a prefetch of room; when some worker would run dry, wait only
+     * GATHER_MS for more room to come. */
+    int64_t low = (cfg->prefetch < cfg->batch ? cfg->prefetch : cfg->batch) / 2;
+    if (want < low) {
+        bool starving = false;
+        for (dsp_type *ty = srv->types; ty && !starving; ty = ty->next)
+            starving = ty->nworkers > 0 && ty->nbuffered < ty->room;
+        if (!starving)
+            return;
+        if (srv->gather_until == 0)
+            srv->gather_until = now + GATHER_MS;
+        if (now < srv->gather_until) {
+            arm_claim_timer(srv, srv->gather_until);
+            return;
+        }
+    }
+    srv->gather_until = 0;
+
+    const char **names = malloc(srv->ntypes * sizeof *names);
+    uint32_t *limits = malloc(srv->ntypes * sizeof *limits);
+    size_t n = 0;
+    for (dsp_type *ty = srv->types; names && limits && ty; ty = ty->next) {
+        int64_t lim = (int64_t)ty->room + cfg->prefetch - (int64_t)ty->nbuffered;
+        if (ty->nworkers == 0 || lim <= 0)
+            continue;
+        names[n] = ty->name;
+        limits[n++] = (uint32_t)(lim < want ? lim : want);
+    }
+    dsp_claim_request req = {.ntypes = n, .types = names, .limits = limits, .total = (uint32_t)want};
+    if (n > 0 && dsp_db_claim(srv->db, &req) == 0) {
+        srv->claim_outstanding = true;
+        srv->claim_requested = (uint32_t)want;
+    }
+    free(names);
+    free(limits);
+}
+
+static void claim_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    dsp_server *srv = arg;
+    srv->claim_timer_armed = false;
+    claim_maybe(srv);
+}
+
+static void release_task(dsp_server *srv, dsp_task *t)
+{
+    outbox_push(srv, t, DSP_WRITE_RELEASE, 0, NULL, 0);
+    srv->task_stats.released_total++;
+    task_free(srv, t);
+}
+
+static void on_claim(void *arg, dsp_claim_reply *reply)
+{
+    dsp_server *srv = arg;
+    srv->claim_outstanding = false;
+    int64_t now = dsp_now_ms();
+    if (reply->status < 0) {
+        srv->claim_not_before = now + srv->cfg->poll_ms;
+        dsp_claim_reply_free(reply);
+        dsp_server_kick(srv);
+        return;
+    }
+    dsp_type **types = calloc(reply->ntypes ? reply->ntypes : 1, sizeof *types);
+    for (size_t i = 0; types && i < reply->ntypes; i++)
+        types[i] = dsp_server_type_intern(srv, (const uint8_t *)reply->types[i], strlen(reply->types[i]));
+    for (size_t i = 0; i < reply->ntasks; i++) {
+        dsp_claimed_task *ct = &reply->tasks[i];
+        dsp_task *t = calloc(1, sizeof *t);
+        dsp_type *ty = types && ct->type_index < reply->ntypes ? types[ct->type_index] : NULL;
+        if (!t || !ty || dsp_taskmap_put(&srv->tasks, ct->task_id, t) < 0) {
+            /* Left PROCESSING under this epoch: recovered at the next start. */
+            log_error(&srv->log, "out of memory holding claimed task %llu", (unsigned long long)ct->task_id);
+            free(t);
+            continue;
+        }
+        t->id = ct->task_id;
+        t->seq = srv->next_seq++;
+        t->type = ty;
+        t->attempts = ct->attempts;
+        t->max_attempts = ct->max_attempts ? ct->max_attempts : 1;
+        t->timeout_ms = (uint32_t)(ct->timeout_ms > 0 ? ct->timeout_ms : srv->cfg->task_timeout_ms);
+        t->priority = ct->priority;
+        t->payload = ct->payload;
+        t->payload_len = ct->payload_len;
+        ct->payload = NULL; /* stolen */
+        srv->task_stats.claimed_total++;
+        if (srv->draining || !srv->leader) {
+            release_task(srv, t);
+            continue;
+        }
+        type_enqueue(ty, t);
+        srv->nbuffered++;
+    }
+    free(types);
+    bool full = reply->ntasks >= srv->claim_requested;
+    srv->claim_not_before = full ? 0 : now + srv->cfg->poll_ms;
+    log_debug(&srv->log, "claimed %zu of %u in %lld us", reply->ntasks, (unsigned)srv->claim_requested,
+              (long long)reply->duration_us);
+    dsp_claim_reply_free(reply);
+    dsp_server_kick(srv);
+}
+
+/* ---- database events ---- */
+
+static void on_leader(void *arg, uint32_t epoch)
+{
+    dsp_server *srv = arg;
+    srv->leader = true;
+    srv->epoch = epoch;
+    srv->claim_not_before = 0;
+    log_info(&srv->log, "leading the table with epoch %u", (unsigned)epoch);
+    dsp_server_kick(srv);
+}
+
+static void forget_all_tasks(dsp_server *srv)
+{
+    for (dsp_type *ty = srv->types; ty; ty = ty->next)
+        while (ty->head) {
+            dsp_task *t = type_dequeue(ty);
+            srv->nbuffered--;
+            task_free(srv, t);
+        }
+    for (dsp_conn *c = srv->conns; c; c = c->next)
+        while (c->inflight) {
+            dsp_task *t = c->inflight;
+            dsp_conn_cancel(c, t);
+            task_free(srv, t);
+        }
+}
+
+static void on_leader_lost(void *arg)
+{
+    dsp_server *srv = arg;
+    log_error(&srv->log, "lost the table to another dispatcher; dropping every claimed task");
+    srv->leader = false;
+    forget_all_tasks(srv);
+}
+
+static void on_written(void *arg, const dsp_write_report *r)
+{
+    dsp_server *srv = arg;
+    if (r->fenced)
+        log_warn(&srv->log, "%llu outcome(s) not written: their rows are no longer ours",
+                 (unsigned long long)r->fenced);
+}
+
+static void on_health(void *arg, bool connected)
+{
+    dsp_server *srv = arg;
+    if (connected != srv->db_connected)
+        log_info(&srv->log, "database %s", connected ? "reachable" : "unreachable");
+    srv->db_connected = connected;
+}
+
+static void on_fatal(void *arg, const char *message)
+{
+    dsp_server *srv = arg;
+    log_error(&srv->log, "%s", message);
+    outbox_flush(srv);
+    srv->exit_code = 1;
+    event_base_loopexit(srv->base, NULL);
+}
+
+/* ---- housekeeping and drain ---- */
+
+static void finish_drain(dsp_server *srv)
+{
+    /* Deliveries still out after the grace period go back to NEW; their
+     * attempt was used (they were delivered). */
+    for (dsp_conn *c = srv->conns; c; c = c->next)
+        while (c->inflight) {
+            dsp_task *t = c->inflight;
+            dsp_conn_cancel(c, t);
+            release_task(srv, t);
+        }
+    outbox_flush(srv);
+    log_info(&srv->log, "drained: %llu task(s) released back to NEW",
+             (unsigned long long)srv->task_stats.released_total);
+    event_base_loopexit(srv->base, NULL);
+}
+
+static void start_drain(dsp_server *srv, const char *why)
+{
+    if (srv->draining)
+        return;
+    srv->draining = true;
+    srv->drain_deadline_ms = dsp_now_ms() + srv->cfg->shutdown_grace_ms;
+    log_info(&srv->log, "%s: draining (%llu in flight, grace %lld ms)", why,
+             (unsigned long long)srv->ninflight, (long long)srv->cfg->shutdown_grace_ms);
+    if (srv->listener)
+        evconnlistener_disable(srv->listener);
+    for (dsp_conn *c = srv->conns; c; c = c->next) {
+        if (c->state != DSP_CONN_ACTIVE)
+            continue;
+        if (c->slots.accepting)
+            dsp_server_room_changed(srv, c, -(int)(c->slots.capacity - c->slots.in_flight));
+        c->slots.accepting = false;
+        dsp_conn_send_simple(c, PROTO_STOP);
+    }
+    for (dsp_type *ty = srv->types; ty; ty = ty->next)
+        while (ty->head) {
+            dsp_task *t = type_dequeue(ty);
+            srv->nbuffered--;
+            release_task(srv, t);
+        }
+    outbox_flush(srv);
+}
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    dsp_server *srv = arg;
+    int64_t now = dsp_now_ms();
+    for (dsp_conn *c = srv->conns, *next; c; c = next) {
+        next = c->next;
+        if (c->state == DSP_CONN_ACTIVE)
+            for (dsp_task *t = c->inflight, *tn; t; t = tn) {
+                tn = t->next;
+                if (now <= t->deadline_ms)
+                    continue;
+                log_info(&srv->log, "task %llu timed out on %s (attempt %u); cancelling",
+                         (unsigned long long)t->id, c->name, (unsigned)t->attempts);
+                srv->task_stats.timed_out_total++;
+                dsp_conn_cancel(c, t);
+                take_back(srv, t, "timed out");
+            }
+        dsp_conn_tick(c, now);
+    }
+    if (srv->draining && !srv->claim_outstanding &&
+        (srv->ninflight == 0 || now >= srv->drain_deadline_ms))
+        finish_drain(srv);
+    outbox_flush(srv);
+}
+
+static void signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    dsp_server *srv = arg;
+    if (sig == SIGHUP) {
+        log_info(&srv->log, "SIGHUP: nothing to reload; carrying on");
+        return;
+    }
+    start_drain(srv, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* ---- set-up ---- */
+
+static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                      void *arg)
+{
+    (void)l;
+    dsp_conn_accept(arg, fd, sa, salen);
+}
+
+static void accept_error_cb(struct evconnlistener *l, void *arg)
+{
+    (void)l;
+    dsp_server *srv = arg;
+    /* EMFILE and friends: log, keep serving the connections we have. */
+    log_warn(&srv->log, "accept failed: %s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+}
+
+static int bind_listener(dsp_server *srv, char *bound, size_t boundlen)
+{
+    char host[256];
+    unsigned port;
+    if (dsp_hostport_parse(srv->cfg->listen, host, sizeof host, &port) < 0)
+        return -1;
+    struct evutil_addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                                    .ai_flags = EVUTIL_AI_PASSIVE | EVUTIL_AI_NUMERICSERV};
+    struct evutil_addrinfo *ai = NULL;
+    char portstr[8];
+    snprintf(portstr, sizeof portstr, "%u", port);
+    int rc = evutil_getaddrinfo(host, portstr, &hints, &ai);
+    if (rc != 0) {
+        log_error(&srv->log, "--listen %s: %s", srv->cfg->listen, evutil_gai_strerror(rc));
+        return -1;
+    }
+    srv->listener = evconnlistener_new_bind(srv->base, accept_cb, srv,
+                                            LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024,
+                                            ai->ai_addr, (int)ai->ai_addrlen);
+    evutil_freeaddrinfo(ai);
+    if (!srv->listener) {
+        log_error(&srv->log, "--listen %s: %s", srv->cfg->listen, strerror(errno));
+        return -1;
+    }
+    evconnlistener_set_error_cb(srv->listener, accept_error_cb);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(evconnlistener_get_fd(srv->listener), (struct sockaddr *)&ss, &sl);
+    unsigned real_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                                  : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    snprintf(bound, boundlen, "%s:%u", host, real_port);
+    return 0;
+}
+
+static int write_ready_file(dsp_server *srv, const char *listen, const char *admin)
+{
+    const char *path = srv->cfg->ready_file;
+    if (!path)
+        return 0;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    json_t *o = json_pack("{s:i, s:s, s:s}", "pid", (json_int_t)getpid(), "listen", listen, "admin", admin);
+    int rc = o ? json_dump_file(o, tmp, JSON_COMPACT) : -1;
+    json_decref(o);
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -1;
+    if (rc != 0)
+        log_error(&srv->log, "--ready-file %s: cannot write it", path);
+    return rc;
+}
+
+int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
+{
+    memset(srv, 0, sizeof *srv);
+    srv->cfg = cfg;
+    srv->log.level = cfg->log_level;
+    srv->started_ms = dsp_now_ms();
+    srv->claim_not_before = 0;
+
+    if (dsp_taskmap_init(&srv->tasks, 4096) < 0)
+        return -1;
+    srv->base = event_base_new();
+    if (!srv->base) {
+        log_error(&srv->log, "cannot create the event base");
+        return -1;
+    }
+    srv->claim_timer = evtimer_new(srv->base, claim_timer_cb, srv);
+    srv->tick_timer = event_new(srv->base, -1, EV_PERSIST, tick_cb, srv);
+    srv->dispatch_ev = event_new(srv->base, -1, 0, dispatch_cb, srv);
+    static const int signals[3] = {SIGTERM, SIGINT, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        srv->signal_evs[i] = evsignal_new(srv->base, signals[i], signal_cb, srv);
+        if (!srv->signal_evs[i] || evsignal_add(srv->signal_evs[i], NULL) < 0)
+            return -1;
+    }
+    if (!srv->claim_timer || !srv->tick_timer || !srv->dispatch_ev)
+        return -1;
+    int64_t tick = cfg->heartbeat_ms / 4;
+    if (tick > TICK_MS_MAX)
+        tick = TICK_MS_MAX;
+    if (tick < 5)
+        tick = 5;
+    struct timeval tv = {0, (suseconds_t)(tick * 1000)};
+    event_add(srv->tick_timer, &tv);
+
+    char listen[300], admin[300];
+    if (bind_listener(srv, listen, sizeof listen) < 0)
+        return -1;
+    if (dsp_admin_init(srv, admin, sizeof admin) < 0)
+        return -1;
+    log_info(&srv->log, "taskpushd %s: workers on %s, admin on %s, scheduler %s", TASKPUSH_VERSION,
+             listen, admin, dsp_sched_policy_name(cfg->scheduler));
+
+    dsp_db_options o = {
+        .url = &cfg->db_url,
+        .log = &srv->log,
+        .base = srv->base,
+        .result_flush_ms = cfg->result_flush_ms,
+        .max_write_batch = 2000,
+        .cb = {on_leader, on_leader_lost, on_claim, on_written, on_health, on_fatal},
+        .cb_arg = srv,
+    };
+    srv->db = dsp_db_new(&o);
+    if (!srv->db || dsp_db_start(srv->db) < 0) {
+        log_error(&srv->log, "cannot start the database threads");
+        return -1;
+    }
+    return write_ready_file(srv, listen, admin);
+}
+
+int dsp_server_run(dsp_server *srv)
+{
+    event_base_dispatch(srv->base);
+    /* The loop has ended: write what is queued, then let go of the table. */
+    dsp_db_stop(srv->db, srv->cfg->shutdown_grace_ms > 5000 ? srv->cfg->shutdown_grace_ms : 5000);
+    log_info(&srv->log, "stopped: %llu succeeded, %llu failed, %llu released",
+             (unsigned long long)srv->task_stats.succeeded_total,
+             (unsigned long long)srv->task_stats.failed_total,
+             (unsigned long long)srv->task_stats.released_total);
+    return srv->exit_code;
+}
+
+void dsp_server_free(dsp_server *srv)
+{
+    while (srv->conns)
+        dsp_conn_free(srv->conns);
+    forget_all_tasks(srv);
+    if (srv->db)
+        dsp_db_free(srv->db);
+    if (srv->http)
+        evhttp_free(srv->http);
+    if (srv->listener)
+        evconnlistener_free(srv->listener);
+    for (int i = 0; i < 3; i++)
+        if (srv->signal_evs[i])
+            event_free(srv->signal_evs[i]);
+    if (srv->claim_timer)
+        event_free(srv->claim_timer);
+    if (srv->tick_timer)
+        event_free(srv->tick_timer);
+    if (srv->dispatch_ev)
+        event_free(srv->dispatch_ev);
+    for (dsp_type *t = srv->types, *next; t; t = next) {
+        next = t->next;
+        free(t->workers);
+        free(t->name);
+        free(t);
+    }
+    for (size_t i = 0; i < srv->noutbox; i++)
+        free(srv->outbox[i].data);
+    free(srv->outbox);
+    dsp_taskmap_free(&srv->tasks);
+    if (srv->base)
+        event_base_free(srv->base);
+}

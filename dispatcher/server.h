@@ -1,0 +1,126 @@
+/* server.h: the dispatcher's in-memory state, owned by the event loop thread.
+ *
+ * A claimed task lives in exactly one place: its type's queue (buffered, in
+ * dispatch order) or its holder's in-flight list (delivered). The task map
+ * finds it by id. Tasks leave memory when their outcome is handed to the
+ * database thread, or when they are released back to NEW. */
+#ifndef TASKPUSH_DSP_SERVER_H
+#define TASKPUSH_DSP_SERVER_H
+
+#include "config.h"
+#include "db.h"
+#include "log.h"
+#include "sched.h"
+#include "stats.h"
+#include "taskmap.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event;
+struct event_base;
+struct evconnlistener;
+struct evhttp;
+
+typedef struct dsp_server dsp_server;
+typedef struct dsp_conn dsp_conn;
+typedef struct dsp_type dsp_type;
+typedef struct dsp_task dsp_task;
+
+struct dsp_task {
+    uint64_t id;
+    uint64_t seq;          /* dispatch order: claim after claim, priority desc, id asc */
+    dsp_type *type;
+    uint32_t attempts;     /* the row's attempts plus deliveries made since the claim */
+    uint32_t max_attempts;
+    uint32_t timeout_ms;
+    uint8_t priority;
+    dsp_conn *holder;      /* current delivery, NULL while buffered */
+    int64_t deadline_ms;   /* end of the current delivery's lease */
+    dsp_task *prev, *next; /* in the type's queue, or in the holder's in-flight list */
+    size_t payload_len;
+    uint8_t *payload;
+};
+
+struct dsp_type {
+    char *name;
+    size_t len;
+    dsp_task *head, *tail;    /* buffered tasks, ascending seq */
+    size_t nbuffered;
+    dsp_sched_slots **workers; /* &conn->slots of every registered worker */
+    size_t nworkers, cap;
+    size_t cursor;            /* rotation point of the scheduler */
+    uint64_t room;            /* free slots summed over accepting workers of this type */
+    dsp_type *next;
+};
+
+struct dsp_server {
+    const dsp_config *cfg;
+    dsp_log log;
+    struct event_base *base;
+    struct evconnlistener *listener;
+    struct evhttp *http;
+    dsp_db *db;
+
+    struct event *claim_timer;
+    struct event *tick_timer;  /* housekeeping: leases, heartbeats, drain */
+    struct event *dispatch_ev; /* activated when slots or tasks appear; runs once per loop pass */
+    struct event *signal_evs[3];
+
+    dsp_conn *conns;           /* every connection, HELLO done or not */
+    size_t nconns;
+    size_t nworkers;           /* connections past HELLO */
+    uint64_t next_conn_id;
+    dsp_type *types;
+    size_t ntypes;
+    dsp_taskmap tasks;
+    uint64_t next_seq;
+    uint64_t room;             /* free slots over accepting workers */
+    uint64_t nbuffered;
+    uint64_t ninflight;        /* current deliveries (not counting cancelled ones) */
+
+    uint32_t epoch;
+    bool leader;
+    bool db_connected;
+    bool claim_outstanding;
+    bool claim_timer_armed;
+    uint32_t claim_requested;  /* total asked of the outstanding claim */
+    int64_t claim_not_before;  /* earliest time of the next claim (poll back-off) */
+    int64_t gather_until;      /* a small claim waits until then for more room */
+
+    dsp_outcome *outbox;       /* outcomes handed to the database once per loop pass */
+    size_t noutbox, outbox_cap;
+
+    bool draining;
+    int64_t drain_deadline_ms;
+    int exit_code;
+
+    int64_t started_ms;
+    dsp_task_stats task_stats;
+    dsp_conn_stats conn_stats;
+};
+
+int64_t dsp_now_ms(void);
+
+/* Sets up sockets, timers and the database side. Returns 0 or -1 (logged). */
+int dsp_server_init(dsp_server *srv, const dsp_config *cfg) __attribute__((warn_unused_result));
+/* Runs the loop until a drain ends; returns the exit status for main(). */
+int dsp_server_run(dsp_server *srv);
+void dsp_server_free(dsp_server *srv);
+
+/* Called by conn.c. */
+dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t len);
+void dsp_server_worker_joined(dsp_server *srv, dsp_conn *c);
+void dsp_server_worker_left(dsp_server *srv, dsp_conn *c); /* takes back its deliveries */
+void dsp_server_slot_freed(dsp_server *srv, dsp_conn *c);
+void dsp_server_room_changed(dsp_server *srv, dsp_conn *c, int delta);
+void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t outcome,
+                          uint32_t retry_after_ms, const uint8_t *data, size_t len);
+void dsp_server_kick(dsp_server *srv); /* schedule a dispatch pass */
+
+/* Admin HTTP (admin_http.c). */
+/* Binds the admin port; writes "HOST:PORT" as bound into bound. */
+int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen) __attribute__((warn_unused_result));
+
+#endif

@@ -1,0 +1,1177 @@
+/* test_db: dispatcher/db.c against a real MariaDB.
+ *
+ * Each case gets a fresh database (tests/testlib/testdb.h) and runs a real event_base in
+ * the test thread; the database threads call back into it. Every wait is bounded and
+ * fails the case when its condition never comes; nothing asserts on how long anything
+ * took. Needs a server from scripts/tp-mariadb; without one every case fails.
+ *
+ * TP_TEST_FILTER=pattern runs only the matching cases; TP_TEST_DB_DEBUG=1 shows the
+ * module's debug log.
+ */
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <mysql.h>
+
+#include "db.h"
+#include "testdb.h"
+
+#define WAIT_MS 20000 /* the longest any condition is waited for */
+#define HOUR_MS ((int64_t)3600000)
+
+struct fx;
+
+/* What one dsp_db told its callbacks. */
+struct rec {
+    struct fx *fx;
+    int nleader;
+    uint32_t epochs[8];
+    uint64_t older_processing_at_leader; /* rows of older epochs still PROCESSING then */
+    int nlost;
+    char events[64]; /* 'L' leader, 'X' leader lost, 'F' fatal */
+    int nevents;
+    int nhealth_up, nhealth_down;
+    bool connected;
+    int nfatal;
+    char fatal[256];
+    dsp_claim_reply *reply;
+    int nreplies;
+    uint64_t written[DSP_WRITE_KINDS];
+    uint64_t fenced;
+    int nreports;
+};
+
+struct fx {
+    tp_testdb tdb;
+    struct event_base *base;
+    struct event *tick;
+    dsp_db_url url;
+    dsp_log log;
+    dsp_db *db[2];
+    struct rec rec[2];
+    MYSQL *other; /* a second connection of the test, closed by teardown */
+};
+
+/* ---- helpers ---- */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Runs the loop once, returning within ~10 ms (the tick); false once past deadline. */
+static bool loop_once(struct fx *fx, int64_t deadline)
+{
+    if (mono_ms() >= deadline)
+        return false;
+    event_base_loop(fx->base, EVLOOP_ONCE);
+    return true;
+}
+
+#define WAIT_UNTIL(fx, cond, ms)                                                               \
+    do {                                                                                       \
+        int64_t dl_ = mono_ms() + (ms);                                                        \
+        while (!(cond) && loop_once((fx), dl_))                                                \
+            ;                                                                                  \
+    } while (0)
+
+/* Runs the loop for ms whatever happens (to check that something does NOT happen). */
+static void run_for(struct fx *fx, int64_t ms)
+{
+    int64_t dl = mono_ms() + ms;
+    while (loop_once(fx, dl))
+        ;
+}
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+}
+
+static void rec_event(struct rec *r, char c)
+{
+    if (r->nevents < (int)sizeof r->events - 1)
+        r->events[r->nevents++] = c;
+}
+
+static void cb_leader(void *arg, uint32_t epoch)
+{
+    struct rec *r = arg;
+    if (r->nleader < 8)
+        r->epochs[r->nleader] = epoch;
+    r->nleader++;
+    rec_event(r, 'L');
+    r->older_processing_at_leader = tp_testdb_query_u64(
+        &r->fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 1 AND epoch < %u", epoch);
+}
+
+static void cb_leader_lost(void *arg)
+{
+    struct rec *r = arg;
+    r->nlost++;
+    rec_event(r, 'X');
+}
+
+static void cb_claim(void *arg, dsp_claim_reply *reply)
+{
+    struct rec *r = arg;
+    dsp_claim_reply_free(r->reply);
+    r->reply = reply;
+    r->nreplies++;
+}
+
+static void cb_written(void *arg, const dsp_write_report *rep)
+{
+    struct rec *r = arg;
+    for (int k = 0; k < DSP_WRITE_KINDS; k++)
+        r->written[k] += rep->written[k];
+    r->fenced += rep->fenced;
+    r->nreports++;
+}
+
+static void cb_health(void *arg, bool connected)
+{
+    struct rec *r = arg;
+    r->connected = connected;
+    if (connected)
+        r->nhealth_up++;
+    else
+        r->nhealth_down++;
+}
+
+static void cb_fatal(void *arg, const char *message)
+{
+    struct rec *r = arg;
+    r->nfatal++;
+    snprintf(r->fatal, sizeof r->fatal, "%s", message);
+    rec_event(r, 'F');
+}
+
+static uint64_t processed(const struct rec *r)
+{
+    uint64_t n = r->fenced;
+    for (int k = 0; k < DSP_WRITE_KINDS; k++)
+        n += r->written[k];
+    return n;
+}
+
+static int setup(void **state)
+{
+    struct fx *fx = calloc(1, sizeof *fx);
+    char err[256];
+    struct timeval tv = {0, 10000};
+
+    if (fx == NULL)
+        return -1;
+    if (tp_testdb_create("db", &fx->tdb) < 0)
+        goto fail;
+    if (dsp_db_url_parse(fx->tdb.url, &fx->url, err, sizeof err) < 0) {
+        fprintf(stderr, "url %s: %s\n", fx->tdb.url, err);
+        goto fail;
+    }
+    if (fx->tdb.password[0] && fx->url.password == NULL)
+        fx->url.password = strdup(fx->tdb.password);
+    fx->log.level = getenv("TP_TEST_DB_DEBUG") ? DSP_LOG_DEBUG : DSP_LOG_WARN;
+    fx->base = event_base_new();
+    fx->tick = fx->base ? event_new(fx->base, -1, EV_PERSIST, tick_cb, NULL) : NULL;
+    if (fx->tick == NULL || event_add(fx->tick, &tv) < 0)
+        goto fail;
+    for (int i = 0; i < 2; i++)
+        fx->rec[i].fx = fx;
+    *state = fx;
+    return 0;
+fail:
+    tp_testdb_drop(&fx->tdb);
+    free(fx);
+    return -1;
+}
+
+static int teardown(void **state)
+{
+    struct fx *fx = *state;
+
+    if (fx->other)
+        mysql_close(fx->other); /* its locks would hold DROP DATABASE */
+    for (int i = 0; i < 2; i++) {
+        if (fx->db[i]) {
+            dsp_db_stop(fx->db[i], 2000);
+            dsp_db_free(fx->db[i]);
+        }
+        dsp_claim_reply_free(fx->rec[i].reply);
+    }
+    if (fx->tick)
+        event_free(fx->tick);
+    if (fx->base)
+        event_base_free(fx->base);
+    dsp_db_url_clear(&fx->url);
+    tp_testdb_drop(&fx->tdb);
+    free(fx);
+    return 0;
+}
+
+static dsp_db *start_db(struct fx *fx, int i, int64_t flush_ms, size_t batch)
+{
+    dsp_db_options o = {
+        .url = &fx->url,
+        .log = &fx->log,
+        .base = fx->base,
+        .result_flush_ms = flush_ms,
+        .max_write_batch = batch,
+        .cb = {cb_leader, cb_leader_lost, cb_claim, cb_written, cb_health, cb_fatal},
+        .cb_arg = &fx->rec[i],
+    };
+    fx->db[i] = dsp_db_new(&o);
+    assert_non_null(fx->db[i]);
+    assert_int_equal(dsp_db_start(fx->db[i]), 0);
+    return fx->db[i];
+}
+
+/* Starts db 0 and waits for its leadership; returns the epoch. */
+static uint32_t start_leader(struct fx *fx, int64_t flush_ms, size_t batch)
+{
+    start_db(fx, 0, flush_ms, batch);
+    WAIT_UNTIL(fx, fx->rec[0].nleader > 0, WAIT_MS);
+    assert_int_equal(fx->rec[0].nleader, 1);
+    return fx->rec[0].epochs[0];
+}
+
+static void stop_db(struct fx *fx, int i)
+{
+    dsp_db_stop(fx->db[i], 10000);
+    dsp_db_free(fx->db[i]);
+    fx->db[i] = NULL;
+}
+
+/* Inserts one row; returns its task_id. */
+static uint64_t ins(struct fx *fx, const char *cols, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static uint64_t ins(struct fx *fx, const char *cols, const char *fmt, ...)
+{
+    char vals[4096];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(vals, sizeof vals, fmt, ap);
+    va_end(ap);
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "INSERT INTO task (%s) VALUES (%s)", cols, vals), 1);
+    return (uint64_t)mysql_insert_id(fx->tdb.conn);
+}
+
+/* Inserts n rows (n <= 100,000) with the given column values. */
+static void ins_many(struct fx *fx, unsigned n, const char *cols, const char *vals)
+{
+    const char *digits = "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3"
+                         " UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL"
+                         " SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)";
+    assert_int_equal(tp_testdb_exec(&fx->tdb,
+                                    "INSERT INTO task (%s) SELECT %s FROM %s a, %s b, %s c, %s d,"
+                                    " %s e LIMIT %u",
+                                    cols, vals, digits, digits, digits, digits, digits, n),
+                     (int64_t)n);
+}
+
+static uint64_t col_u64(struct fx *fx, uint64_t id, const char *col)
+{
+    return tp_testdb_query_u64(&fx->tdb, "SELECT %s FROM task WHERE task_id = %" PRIu64, col, id);
+}
+
+/* The first column of the first row as text into buf; returns its length, or -1 for
+ * NULL, no row or an error. */
+static long query_str(struct fx *fx, char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static long query_str(struct fx *fx, char *buf, size_t cap, const char *fmt, ...)
+{
+    char sql[2048];
+    va_list ap;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    long n = -1;
+
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    buf[0] = '\0';
+    if (mysql_query(fx->tdb.conn, sql) != 0) {
+        fprintf(stderr, "query failed: %s\n  %s\n", mysql_error(fx->tdb.conn), sql);
+        return -1;
+    }
+    if ((res = mysql_store_result(fx->tdb.conn)) == NULL)
+        return -1;
+    if ((row = mysql_fetch_row(res)) != NULL && row[0] != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        n = (long)len[0];
+        snprintf(buf, cap, "%.*s", (int)len[0], row[0]);
+    }
+    mysql_free_result(res);
+    return n;
+}
+
+static dsp_claim_reply *claim(struct fx *fx, int i, const char *const *types,
+                              const uint32_t *limits, size_t n, uint32_t total)
+{
+    struct rec *r = &fx->rec[i];
+    dsp_claim_request req = {.ntypes = n, .types = types, .limits = limits, .total = total};
+    int before = r->nreplies;
+    dsp_claim_reply *rep;
+
+    if (dsp_db_claim(fx->db[i], &req) != 0)
+        return NULL;
+    WAIT_UNTIL(fx, r->nreplies > before, WAIT_MS);
+    rep = r->reply;
+    r->reply = NULL;
+    return rep;
+}
+
+/* One claim of up to `limit` rows of one type; fails the case unless it worked. */
+static dsp_claim_reply *claim1(struct fx *fx, const char *type, uint32_t limit)
+{
+    const char *types[1] = {type};
+    uint32_t limits[1] = {limit};
+    dsp_claim_reply *rep = claim(fx, 0, types, limits, 1, limit);
+    assert_non_null(rep);
+    assert_int_equal(rep->status, 0);
+    return rep;
+}
+
+static void outcome(dsp_outcome *o, uint64_t id, uint8_t kind, uint32_t attempts,
+                    int64_t run_after, const void *data, size_t len)
+{
+    memset(o, 0, sizeof *o);
+    o->task_id = id;
+    o->kind = kind;
+    o->attempts = attempts;
+    o->run_after_ms = run_after;
+    if (len) {
+        o->data = malloc(len);
+        assert_non_null(o->data);
+        memcpy(o->data, data, len);
+        o->len = len;
+    }
+}
+
+/* Queues n outcomes on db 0 and waits until the write thread reported all of them. */
+static void write_wait(struct fx *fx, dsp_outcome *o, size_t n)
+{
+    struct rec *r = &fx->rec[0];
+    uint64_t target = processed(r) + n;
+
+    dsp_db_write(fx->db[0], o, n);
+    WAIT_UNTIL(fx, processed(r) >= target, WAIT_MS);
+    assert_int_equal(processed(r), target);
+    assert_int_equal(dsp_db_pending_writes(fx->db[0]), 0);
+}
+
+static uint64_t lock_holder(struct fx *fx)
+{
+    return tp_testdb_query_u64(&fx->tdb, "SELECT IFNULL(IS_USED_LOCK('taskpush.%s'), 0)", fx->tdb.name);
+}
+
+/* ---- leadership and epochs ---- */
+
+static void test_leader_takes_epoch(void **state)
+{
+    struct fx *fx = *state;
+    dsp_db_counters c;
+    uint32_t e = start_leader(fx, 5, 2000);
+
+    assert_true(e >= 1);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb,
+                                         "SELECT value FROM taskpush_meta WHERE name = 'epoch'"),
+                     e);
+    WAIT_UNTIL(fx, fx->rec[0].connected, WAIT_MS);
+    assert_true(fx->rec[0].connected);
+    dsp_db_counters_get(fx->db[0], &c);
+    assert_true(c.leader);
+    assert_true(c.connected);
+    assert_int_equal(c.epoch, e);
+    assert_true(c.statements > 0);
+    /* The lock is held by one of its connections, not by ours. */
+    assert_true(lock_holder(fx) != TP_TESTDB_U64_ERR);
+}
+
+static void test_second_dispatcher_waits(void **state)
+{
+    struct fx *fx = *state;
+    uint32_t e1 = start_leader(fx, 5, 2000);
+
+    start_db(fx, 1, 5, 2000);
+    WAIT_UNTIL(fx, fx->rec[1].connected, WAIT_MS);
+    assert_true(fx->rec[1].connected);
+    /* Several of its GET_LOCK tries go by: none may succeed. */
+    run_for(fx, 2500);
+    assert_int_equal(fx->rec[1].nleader, 0);
+    const char *types[1] = {"a"};
+    uint32_t limits[1] = {1};
+    dsp_claim_request req = {1, types, limits, 1};
+    assert_int_equal(dsp_db_claim(fx->db[1], &req), -1);
+
+    stop_db(fx, 0);
+    WAIT_UNTIL(fx, fx->rec[1].nleader > 0, WAIT_MS);
+    assert_int_equal(fx->rec[1].nleader, 1);
+    assert_true(fx->rec[1].epochs[0] > e1);
+    assert_int_equal(fx->rec[0].nlost, 0);
+}
+
+static void test_unknown_schema_version_is_fatal(void **state)
+{
+    struct fx *fx = *state;
+
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "UPDATE taskpush_meta SET value = 99"
+                                              " WHERE name = 'schema_version'"),
+                     1);
+    start_db(fx, 0, 5, 2000);
+    WAIT_UNTIL(fx, fx->rec[0].nfatal > 0, WAIT_MS);
+    assert_int_equal(fx->rec[0].nfatal, 1);
+    assert_non_null(strstr(fx->rec[0].fatal, "99"));
+    run_for(fx, 300);
+    assert_int_equal(fx->rec[0].nleader, 0);
+}
+
+static void test_missing_schema_is_retried(void **state)
+{
+    struct fx *fx = *state;
+
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "DROP TABLE taskpush_meta"), 0);
+    start_db(fx, 0, 5, 2000);
+    WAIT_UNTIL(fx, fx->rec[0].connected, WAIT_MS);
+    assert_true(fx->rec[0].connected);
+    run_for(fx, 500);
+    assert_int_equal(fx->rec[0].nleader, 0);
+    assert_int_equal(fx->rec[0].nfatal, 0);
+    assert_int_equal(tp_testdb_load_file(fx->tdb.conn, tp_testdb_schema_path()), 0);
+    WAIT_UNTIL(fx, fx->rec[0].nleader > 0, WAIT_MS);
+    assert_int_equal(fx->rec[0].nleader, 1);
+    assert_int_equal(fx->rec[0].epochs[0], 1);
+}
+
+/* ---- recovery ---- */
+
+static void test_recovery_before_leader(void **state)
+{
+    struct fx *fx = *state;
+    uint64_t a, b, c, d, f;
+    char buf[256];
+
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "UPDATE taskpush_meta SET value = 5 WHERE name = 'epoch'"), 1);
+    a = ins(fx, "task_state, epoch, attempts, max_attempts, `delayed`, err_msg", "1, 5, 0, 3, 1, 'kept'");
+    b = ins(fx, "task_state, epoch, attempts, max_attempts, err_msg", "1, 4, 2, 3, 'old'");
+    c = ins(fx, "task_state, epoch, attempts", "2, 5, 1");
+    d = ins(fx, "task_state, attempts", "0, 0");
+    f = ins(fx, "task_state, epoch, attempts, max_attempts", "1, 5, 7, 3");
+
+    uint32_t e = start_leader(fx, 5, 2000);
+    assert_int_equal(e, 6);
+    assert_int_equal(fx->rec[0].older_processing_at_leader, 0);
+
+    assert_int_equal(col_u64(fx, a, "task_state"), 0);
+    assert_int_equal(col_u64(fx, a, "attempts"), 1);
+    assert_int_equal(col_u64(fx, a, "`delayed`"), 0);
+    assert_true(query_str(fx, buf, sizeof buf, "SELECT err_msg FROM task WHERE task_id = %" PRIu64, a) > 0);
+    assert_string_equal(buf, "kept");
+
+    /* At its last attempt: maybe never delivered, so not failed, and its count stays
+     * below max_attempts (one more delivery comes). */
+    assert_int_equal(col_u64(fx, b, "task_state"), 0);
+    assert_int_equal(col_u64(fx, b, "attempts"), 2);
+    assert_true(query_str(fx, buf, sizeof buf, "SELECT err_msg FROM task WHERE task_id = %" PRIu64, b) > 0);
+    assert_string_equal(buf, "old");
+
+    assert_int_equal(col_u64(fx, c, "task_state"), 2);
+    assert_int_equal(col_u64(fx, c, "attempts"), 1);
+    assert_int_equal(col_u64(fx, d, "task_state"), 0);
+    assert_int_equal(col_u64(fx, d, "attempts"), 0);
+    assert_int_equal(col_u64(fx, f, "task_state"), 0);
+    assert_int_equal(col_u64(fx, f, "attempts"), 7);
+}
+
+static void test_recovery_in_batches(void **state)
+{
+    struct fx *fx = *state;
+
+    ins_many(fx, 12001, "task_state, epoch, attempts, max_attempts", "1, 0, 0, 3");
+    start_leader(fx, 5, 2000);
+    assert_int_equal(fx->rec[0].older_processing_at_leader, 0);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 0"
+                                                   " AND attempts = 1"),
+                     12001);
+}
+
+/* ---- claims ---- */
+
+static void test_claim_order_and_limits(void **state)
+{
+    struct fx *fx = *state;
+    uint64_t a1, a2, a3, a4, a5, b1, b2, b3, c1, ad, af;
+    const char *types[2] = {"a", "b"};
+    uint32_t limits[2] = {3, 1};
+    int64_t now = tp_testdb_now_ms();
+
+    a1 = ins(fx, "task_type, task_priority", "'a', 1");
+    a2 = ins(fx, "task_type, task_priority", "'a', 2");
+    a3 = ins(fx, "task_type, task_priority", "'a', 0");
+    a4 = ins(fx, "task_type, task_priority", "'a', 2");
+    a5 = ins(fx, "task_type, task_priority", "'a', 1");
+    b1 = ins(fx, "task_type, task_priority", "'b', 2");
+    b2 = ins(fx, "task_type, task_priority", "'b', 1");
+    b3 = ins(fx, "task_type, task_priority", "'b', 2");
+    c1 = ins(fx, "task_type, task_priority", "'c', 2");
+    /* Not ready: in the delayed lane, or not due yet. */
+    ad = ins(fx, "task_type, task_priority, `delayed`, run_after", "'a', 2, 1, %" PRId64, now + HOUR_MS);
+    af = ins(fx, "task_type, task_priority, run_after", "'a', 2, %" PRId64, now + HOUR_MS);
+
+    uint32_t e = start_leader(fx, 5, 2000);
+
+    dsp_claim_reply *rep = claim(fx, 0, types, limits, 2, 4);
+    assert_non_null(rep);
+    assert_int_equal(rep->status, 0);
+    assert_int_equal(rep->ntypes, 2);
+    assert_string_equal(rep->types[0], "a");
+    assert_string_equal(rep->types[1], "b");
+    /* Dispatch order across both types: priority desc, then id; b holds 1 at most,
+     * so b3 (priority 2) gives way to a1 (priority 1); the total stops at 4. */
+    uint64_t want[4] = {a2, a4, b1, a1};
+    uint16_t want_type[4] = {0, 0, 1, 0};
+    uint8_t want_prio[4] = {2, 2, 2, 1};
+    assert_int_equal(rep->ntasks, 4);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(rep->tasks[i].task_id, want[i]);
+        assert_int_equal(rep->tasks[i].type_index, want_type[i]);
+        assert_int_equal(rep->tasks[i].priority, want_prio[i]);
+        assert_int_equal(rep->tasks[i].attempts, 0);
+        assert_int_equal(rep->tasks[i].max_attempts, 3);
+        assert_int_equal(rep->tasks[i].timeout_ms, -1);
+        assert_int_equal(rep->tasks[i].payload_len, 0);
+        assert_null(rep->tasks[i].payload);
+    }
+    assert_true(rep->duration_us >= 0);
+    dsp_claim_reply_free(rep);
+
+    /* Exactly those rows are PROCESSING under our epoch. */
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 1"), 4);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb,
+                                         "SELECT COUNT(*) FROM task WHERE task_state = 1 AND epoch = %u"
+                                         " AND task_id IN (%" PRIu64 ", %" PRIu64 ", %" PRIu64 ", %" PRIu64 ")",
+                                         e, a1, a2, a4, b1),
+                     4);
+    uint64_t untouched[7] = {a3, a5, b2, b3, c1, ad, af};
+    for (int i = 0; i < 7; i++) {
+        assert_int_equal(col_u64(fx, untouched[i], "task_state"), 0);
+        assert_int_equal(col_u64(fx, untouched[i], "epoch"), 0);
+    }
+    assert_int_equal(col_u64(fx, ad, "`delayed`"), 1);
+
+    dsp_db_counters c;
+    dsp_db_counters_get(fx->db[0], &c);
+    assert_int_equal(c.claims, 1);
+    assert_int_equal(c.claimed_rows, 4);
+}
+
+static void test_claim_fields_and_binary_payload(void **state)
+{
+    struct fx *fx = *state;
+    uint8_t big[70000];
+    char hex[2 * sizeof big + 1];
+    uint64_t x, y, z;
+
+    for (size_t i = 0; i < sizeof big; i++)
+        big[i] = (uint8_t)(i * 7 + (i >> 8));
+    for (size_t i = 0; i < sizeof big; i++)
+        sprintf(hex + 2 * i, "%02X", big[i]);
+    x = ins(fx, "task_type, task_priority, payload, attempts, max_attempts, timeout_ms",
+            "'t', 2, X'00FF0041FF00', 2, 5, 1234");
+    y = ins(fx, "task_type, task_priority, payload", "'t', 1, NULL");
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "INSERT INTO task (task_type, payload) VALUES ('t', X'%s')", hex), 1);
+    z = (uint64_t)mysql_insert_id(fx->tdb.conn);
+
+    start_leader(fx, 5, 2000);
+    dsp_claim_reply *rep = claim1(fx, "t", 10);
+    assert_int_equal(rep->ntasks, 3);
+    assert_int_equal(rep->tasks[0].task_id, x);
+    assert_int_equal(rep->tasks[0].attempts, 2);
+    assert_int_equal(rep->tasks[0].max_attempts, 5);
+    assert_int_equal(rep->tasks[0].timeout_ms, 1234);
+    assert_int_equal(rep->tasks[0].payload_len, 6);
+    assert_memory_equal(rep->tasks[0].payload, "\x00\xff\x00\x41\xff\x00", 6);
+    assert_int_equal(rep->tasks[1].task_id, y);
+    assert_int_equal(rep->tasks[1].payload_len, 0);
+    assert_null(rep->tasks[1].payload);
+    assert_int_equal(rep->tasks[1].timeout_ms, -1);
+    assert_int_equal(rep->tasks[2].task_id, z);
+    assert_int_equal(rep->tasks[2].payload_len, sizeof big);
+    assert_memory_equal(rep->tasks[2].payload, big, sizeof big);
+    dsp_claim_reply_free(rep);
+}
+
+static void test_claim_skips_locked_rows(void **state)
+{
+    struct fx *fx = *state;
+    uint64_t ids[5], waits0, waits1;
+    MYSQL *other;
+
+    for (int i = 0; i < 5; i++)
+        ids[i] = ins(fx, "task_type", "'a'");
+    start_leader(fx, 5, 2000);
+
+    other = fx->other = tp_testdb_connect(&fx->tdb);
+    assert_non_null(other);
+    assert_int_equal(tp_testdb_exec_conn(other, "BEGIN"), 0);
+    /* One primary-key lookup per row: on a table this small, IN (...) could scan the
+     * table and, at REPEATABLE READ, lock every row. */
+    for (int i = 0; i < 2; i++)
+        assert_true(tp_testdb_exec_conn(other, "SELECT task_id FROM task WHERE task_id = %" PRIu64 " FOR UPDATE",
+                                        ids[i]) >= 0);
+    assert_int_equal(tp_testdb_status(fx->tdb.conn, TP_TESTDB_GLOBAL, "Innodb_row_lock_waits", &waits0), 0);
+
+    dsp_claim_reply *rep = claim1(fx, "a", 10);
+    assert_int_equal(rep->ntasks, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(rep->tasks[i].task_id, ids[i + 2]);
+    dsp_claim_reply_free(rep);
+    assert_int_equal(tp_testdb_status(fx->tdb.conn, TP_TESTDB_GLOBAL, "Innodb_row_lock_waits", &waits1), 0);
+    assert_int_equal(waits1, waits0);
+
+    assert_int_equal(tp_testdb_exec_conn(other, "ROLLBACK"), 0);
+    mysql_close(other);
+    fx->other = NULL;
+    assert_int_equal(col_u64(fx, ids[0], "task_state"), 0);
+    assert_int_equal(col_u64(fx, ids[2], "task_state"), 1);
+}
+
+static void test_claim_leaves_padded_type(void **state)
+{
+    struct fx *fx = *state;
+    uint64_t pad, real;
+
+    /* utf8mb4_bin pads, so in SQL 'a ' = 'a'; the schema now refuses such types, a table
+     * from before may still hold some. */
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "ALTER TABLE task DROP CONSTRAINT IF EXISTS"
+                                              " task_type_no_trailing_space"),
+                     0);
+    pad = ins(fx, "task_type, task_priority", "'a ', 2");
+    real = ins(fx, "task_type, task_priority", "'a', 1");
+    start_leader(fx, 5, 2000);
+    dsp_claim_reply *rep = claim1(fx, "a", 10);
+    assert_int_equal(rep->ntasks, 1);
+    assert_int_equal(rep->tasks[0].task_id, real);
+    dsp_claim_reply_free(rep);
+    assert_int_equal(col_u64(fx, pad, "task_state"), 0);
+    assert_int_equal(col_u64(fx, pad, "attempts"), 0);
+    assert_int_equal(col_u64(fx, real, "task_state"), 1);
+}
+
+static void test_claim_rules(void **state)
+{
+    struct fx *fx = *state;
+    const char *types[1] = {"a"};
+    uint32_t limits[1] = {5};
+    dsp_claim_request req = {1, types, limits, 5};
+
+    start_db(fx, 0, 5, 2000);
+    /* Not leader yet (or about to be): either refused, or answered. */
+    WAIT_UNTIL(fx, fx->rec[0].nleader > 0, WAIT_MS);
+    assert_int_equal(fx->rec[0].nleader, 1);
+
+    /* Nothing ready: an empty success. */
+    assert_int_equal(dsp_db_claim(fx->db[0], &req), 0);
+    /* One outstanding at most. */
+    assert_int_equal(dsp_db_claim(fx->db[0], &req), -1);
+    WAIT_UNTIL(fx, fx->rec[0].nreplies > 0, WAIT_MS);
+    assert_non_null(fx->rec[0].reply);
+    assert_int_equal(fx->rec[0].reply->status, 0);
+    assert_int_equal(fx->rec[0].reply->ntasks, 0);
+
+    /* A request that asks for nothing is answered without SQL. */
+    limits[0] = 0;
+    dsp_claim_reply *rep = claim(fx, 0, types, limits, 1, 5);
+    assert_non_null(rep);
+    assert_int_equal(rep->status, 0);
+    assert_int_equal(rep->ntasks, 0);
+    dsp_claim_reply_free(rep);
+}
+
+/* ---- writes ---- */
+
+static void test_write_succeeded(void **state)
+{
+    struct fx *fx = *state;
+    static const uint8_t result[] = {0x00, 0xFF, 0x01, 'a', 'b', 0x00, 0x80};
+    char buf[256];
+    dsp_outcome o[2];
+    uint64_t x = ins(fx, "task_type", "'a'"), y = ins(fx, "task_type", "'a'");
+    int64_t t0 = tp_testdb_now_ms();
+
+    start_leader(fx, 5, 2000);
+    dsp_claim_reply_free(claim1(fx, "a", 10));
+    outcome(&o[0], x, DSP_WRITE_SUCCEEDED, 1, 0, result, sizeof result);
+    outcome(&o[1], y, DSP_WRITE_SUCCEEDED, 1, 0, NULL, 0);
+    write_wait(fx, o, 2);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_SUCCEEDED], 2);
+    assert_int_equal(fx->rec[0].fenced, 0);
+
+    assert_int_equal(col_u64(fx, x, "task_state"), 2);
+    assert_int_equal(col_u64(fx, x, "attempts"), 1);
+    assert_true((int64_t)col_u64(fx, x, "last_update_time") >= t0);
+    assert_int_equal(query_str(fx, buf, sizeof buf, "SELECT HEX(result) FROM task WHERE task_id = %" PRIu64, x), 14);
+    assert_string_equal(buf, "00FF0161620080");
+    assert_int_equal(col_u64(fx, y, "task_state"), 2);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT result IS NULL FROM task WHERE task_id = %" PRIu64, y), 1);
+}
+
+static void test_write_failed_retry_release(void **state)
+{
+    struct fx *fx = *state;
+    char buf[256];
+    dsp_outcome o[3];
+    uint64_t f = ins(fx, "task_type", "'a'"), r = ins(fx, "task_type", "'a'");
+    uint64_t l = ins(fx, "task_type, err_msg, attempts", "'a', 'before', 1");
+    int64_t later = tp_testdb_now_ms() + HOUR_MS;
+
+    start_leader(fx, 5, 2000);
+    dsp_claim_reply_free(claim1(fx, "a", 10));
+    outcome(&o[0], f, DSP_WRITE_FAILED, 3, 0, "boom", 4);
+    outcome(&o[1], r, DSP_WRITE_RETRY, 1, later, "again", 5);
+    outcome(&o[2], l, DSP_WRITE_RELEASE, 1, 0, NULL, 0);
+    write_wait(fx, o, 3);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_FAILED], 1);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_RETRY], 1);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_RELEASE], 1);
+
+    assert_int_equal(col_u64(fx, f, "task_state"), 3);
+    assert_int_equal(col_u64(fx, f, "attempts"), 3);
+    assert_true(query_str(fx, buf, sizeof buf, "SELECT err_msg FROM task WHERE task_id = %" PRIu64, f) > 0);
+    assert_string_equal(buf, "boom");
+
+    assert_int_equal(col_u64(fx, r, "task_state"), 0);
+    assert_int_equal(col_u64(fx, r, "`delayed`"), 1);
+    assert_int_equal(col_u64(fx, r, "run_after"), (uint64_t)later);
+    assert_int_equal(col_u64(fx, r, "attempts"), 1);
+    assert_true(query_str(fx, buf, sizeof buf, "SELECT err_msg FROM task WHERE task_id = %" PRIu64, r) > 0);
+    assert_string_equal(buf, "again");
+
+    assert_int_equal(col_u64(fx, l, "task_state"), 0);
+    assert_int_equal(col_u64(fx, l, "`delayed`"), 0);
+    assert_int_equal(col_u64(fx, l, "attempts"), 1);
+    assert_true(query_str(fx, buf, sizeof buf, "SELECT err_msg FROM task WHERE task_id = %" PRIu64, l) > 0);
+    assert_string_equal(buf, "before");
+}
+
+static void test_write_per_row_values(void **state)
+{
+    struct fx *fx = *state;
+    uint64_t id[7];
+    dsp_outcome o[7];
+    char buf[256];
+    int64_t now = tp_testdb_now_ms();
+
+    for (int i = 0; i < 7; i++)
+        id[i] = ins(fx, "task_type", "'a'");
+    start_leader(fx, 1000, 2000);
+    dsp_claim_reply *rep = claim1(fx, "a", 10);
+    assert_int_equal(rep->ntasks, 7);
+    dsp_claim_reply_free(rep);
+    outcome(&o[0], id[0], DSP_WRITE_SUCCEEDED, 1, 0, "r0", 2);
+    outcome(&o[1], id[1], DSP_WRITE_SUCCEEDED, 2, 0, NULL, 0);
+    outcome(&o[2], id[2], DSP_WRITE_SUCCEEDED, 1, 0, "r0", 2);
+    outcome(&o[3], id[3], DSP_WRITE_SUCCEEDED, 3, 0, "\x00\x01", 2);
+    outcome(&o[4], id[4], DSP_WRITE_RETRY, 1, now + HOUR_MS, "e4", 2);
+    outcome(&o[5], id[5], DSP_WRITE_RETRY, 2, now + 2 * HOUR_MS, "e5", 2);
+    outcome(&o[6], id[6], DSP_WRITE_FAILED, 3, 0, "e6", 2);
+    write_wait(fx, o, 7);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_SUCCEEDED], 4);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_RETRY], 2);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_FAILED], 1);
+
+    static const char *const hexres[4] = {"7230", NULL, "7230", "0001"};
+    static const unsigned att[7] = {1, 2, 1, 3, 1, 2, 3};
+    for (int i = 0; i < 7; i++)
+        assert_int_equal(col_u64(fx, id[i], "attempts"), att[i]);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(col_u64(fx, id[i], "task_state"), 2);
+        long n = query_str(fx, buf, sizeof buf, "SELECT HEX(result) FROM task WHERE task_id = %" PRIu64, id[i]);
+        if (hexres[i]) {
+            assert_true(n > 0);
+            assert_string_equal(buf, hexres[i]);
+        } else {
+            assert_int_equal(n, -1);
+        }
+    }
+    assert_int_equal(col_u64(fx, id[4], "run_after"), (uint64_t)(now + HOUR_MS));
+    assert_int_equal(col_u64(fx, id[5], "run_after"), (uint64_t)(now + 2 * HOUR_MS));
+    assert_true(query_str(fx, buf, sizeof buf, "SELECT err_msg FROM task WHERE task_id = %" PRIu64, id[5]) > 0);
+    assert_string_equal(buf, "e5");
+    assert_int_equal(col_u64(fx, id[6], "task_state"), 3);
+}
+
+static void test_write_3000_in_few_statements(void **state)
+{
+    struct fx *fx = *state;
+    enum { N = 3000 };
+    dsp_outcome *o = calloc(N, sizeof *o);
+    uint64_t first, s0;
+    dsp_db_counters c0, c1;
+
+    assert_non_null(o);
+    ins_many(fx, N, "task_type", "'a'");
+    first = tp_testdb_query_u64(&fx->tdb, "SELECT MIN(task_id) FROM task");
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT MAX(task_id) FROM task"), first + N - 1);
+    uint32_t e = start_leader(fx, 5, 2000);
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "UPDATE task SET task_state = 1, epoch = %u", e), N);
+
+    /* Start right after a lane sweep, so that at most one more falls in the window. */
+    dsp_db_counters_get(fx->db[0], &c0);
+    s0 = c0.statements;
+    WAIT_UNTIL(fx, (dsp_db_counters_get(fx->db[0], &c0), c0.statements != s0), WAIT_MS);
+    run_for(fx, 30);
+    dsp_db_counters_get(fx->db[0], &c0);
+
+    for (int i = 0; i < N; i++)
+        outcome(&o[i], first + (uint64_t)i, DSP_WRITE_SUCCEEDED, 1, 0, NULL, 0);
+    write_wait(fx, o, N);
+    dsp_db_counters_get(fx->db[0], &c1);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_SUCCEEDED], N);
+    assert_int_equal(fx->rec[0].fenced, 0);
+    fprintf(stderr, "3000 outcomes: %" PRIu64 " statement(s), %" PRIu64 " batch(es)\n",
+                  c1.statements - c0.statements, c1.write_batches - c0.write_batches);
+    assert_true(c1.statements - c0.statements <= 5);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 2"
+                                                   " AND attempts = 1 AND result IS NULL"),
+                     N);
+    free(o);
+}
+
+static void test_write_distinct_results(void **state)
+{
+    struct fx *fx = *state;
+    enum { N = 1500 };
+    dsp_outcome *o = calloc(N, sizeof *o);
+    uint64_t first;
+    dsp_db_counters c0, c1;
+    char res[32];
+
+    assert_non_null(o);
+    ins_many(fx, N, "task_type", "'a'");
+    first = tp_testdb_query_u64(&fx->tdb, "SELECT MIN(task_id) FROM task");
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT MAX(task_id) FROM task"), first + N - 1);
+    uint32_t e = start_leader(fx, 5, 2000);
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "UPDATE task SET task_state = 1, epoch = %u", e), N);
+
+    /* Every row its own result and attempts, queued in descending id order: the
+     * statement needs per-row values (a two-level CASE over the sorted rows). */
+    for (int i = 0; i < N; i++) {
+        uint64_t id = first + (uint64_t)(N - 1 - i);
+        int n = snprintf(res, sizeof res, "res-%" PRIu64, id);
+        outcome(&o[i], id, DSP_WRITE_SUCCEEDED, 1 + (uint32_t)(id % 3), 0, res, (size_t)n);
+    }
+    dsp_db_counters_get(fx->db[0], &c0);
+    write_wait(fx, o, N);
+    dsp_db_counters_get(fx->db[0], &c1);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_SUCCEEDED], N);
+    assert_int_equal(fx->rec[0].fenced, 0);
+    assert_int_equal(c1.write_batches - c0.write_batches, 1);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb,
+                                         "SELECT COUNT(*) FROM task WHERE task_state = 2"
+                                         " AND result = CONCAT('res-', task_id)"
+                                         " AND attempts = 1 + task_id %% 3"),
+                     N);
+    free(o);
+}
+
+static void test_write_fenced(void **state)
+{
+    struct fx *fx = *state;
+    dsp_outcome o[3];
+    uint64_t ours = ins(fx, "task_type", "'a'");
+
+    uint32_t e = start_leader(fx, 5, 2000);
+    dsp_claim_reply_free(claim1(fx, "a", 10));
+    uint64_t theirs = ins(fx, "task_type, task_state, epoch", "'a', 1, %u", e + 7);
+    uint64_t fresh = ins(fx, "task_type, task_state, epoch", "'zz', 0, %u", e);
+
+    outcome(&o[0], ours, DSP_WRITE_SUCCEEDED, 1, 0, NULL, 0);
+    outcome(&o[1], theirs, DSP_WRITE_SUCCEEDED, 1, 0, NULL, 0);
+    outcome(&o[2], fresh, DSP_WRITE_FAILED, 1, 0, "x", 1);
+    write_wait(fx, o, 3);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_SUCCEEDED], 1);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_FAILED], 0);
+    assert_int_equal(fx->rec[0].fenced, 2);
+    assert_int_equal(col_u64(fx, ours, "task_state"), 2);
+    assert_int_equal(col_u64(fx, theirs, "task_state"), 1);
+    assert_int_equal(col_u64(fx, theirs, "attempts"), 0);
+    assert_int_equal(col_u64(fx, fresh, "task_state"), 0);
+}
+
+static void test_write_invalid_utf8_and_long_text(void **state)
+{
+    struct fx *fx = *state;
+    static const char bad[] = "ab\xff" "cd\xc3(\xed\xa0\x80z";
+    size_t longlen = 100000;
+    char *longtext = malloc(longlen);
+    char buf[512];
+    dsp_outcome o[2];
+    uint64_t x = ins(fx, "task_type", "'a'"), y = ins(fx, "task_type", "'a'");
+
+    assert_non_null(longtext);
+    for (size_t i = 0; i < longlen; i += 2) {
+        longtext[i] = (char)0xC3; /* é */
+        longtext[i + 1] = (char)0xA9;
+    }
+    start_leader(fx, 5, 2000);
+    dsp_claim_reply_free(claim1(fx, "a", 10));
+    outcome(&o[0], x, DSP_WRITE_FAILED, 1, 0, bad, sizeof bad - 1);
+    outcome(&o[1], y, DSP_WRITE_RETRY, 1, 0, longtext, longlen);
+    free(longtext);
+    write_wait(fx, o, 2);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_FAILED], 1);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_RETRY], 1);
+
+    assert_int_equal(col_u64(fx, x, "task_state"), 3);
+    assert_true(query_str(fx, buf, sizeof buf, "SELECT HEX(err_msg) FROM task WHERE task_id = %" PRIu64, x) > 0);
+    /* Each byte that starts no valid sequence became U+FFFD. */
+    assert_string_equal(buf, "6162EFBFBD6364EFBFBD28EFBFBDEFBFBDEFBFBD7A");
+    /* Capped at 65,535 bytes, on a character boundary. */
+    assert_int_equal(col_u64(fx, y, "LENGTH(err_msg)"), 65534);
+    assert_int_equal(col_u64(fx, y, "CHAR_LENGTH(err_msg)"), 32767);
+}
+
+static void test_write_survives_lost_connection(void **state)
+{
+    struct fx *fx = *state;
+    dsp_outcome o[1];
+    dsp_db_counters c;
+    uint64_t x = ins(fx, "task_type", "'a'"), wid;
+
+    start_leader(fx, 5, 2000);
+    WAIT_UNTIL(fx, fx->rec[0].connected, WAIT_MS);
+    dsp_claim_reply_free(claim1(fx, "a", 10));
+    /* The write connection: the one of this database that is neither ours nor the
+     * lock holder. */
+    wid = tp_testdb_query_u64(&fx->tdb,
+                              "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = '%s'"
+                              " AND ID <> CONNECTION_ID() AND ID <> IS_USED_LOCK('taskpush.%s')",
+                              fx->tdb.name, fx->tdb.name);
+    assert_true(wid != TP_TESTDB_U64_ERR);
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "KILL CONNECTION %" PRIu64, wid), 0);
+
+    outcome(&o[0], x, DSP_WRITE_SUCCEEDED, 1, 0, "ok", 2);
+    write_wait(fx, o, 1);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_SUCCEEDED], 1);
+    assert_int_equal(col_u64(fx, x, "task_state"), 2);
+    dsp_db_counters_get(fx->db[0], &c);
+    assert_true(c.reconnects >= 1);
+    WAIT_UNTIL(fx, fx->rec[0].connected, WAIT_MS);
+    assert_true(fx->rec[0].nhealth_down >= 1);
+}
+
+/* ---- lanes ---- */
+
+static void test_retry_is_promoted_when_due(void **state)
+{
+    struct fx *fx = *state;
+    dsp_outcome o[1];
+    uint64_t x = ins(fx, "task_type", "'a'");
+    dsp_claim_reply *rep;
+
+    start_leader(fx, 5, 2000);
+    dsp_claim_reply_free(claim1(fx, "a", 10));
+    outcome(&o[0], x, DSP_WRITE_RETRY, 1, tp_testdb_now_ms() + 300, "later", 5);
+    write_wait(fx, o, 1);
+    assert_int_equal(col_u64(fx, x, "task_state"), 0);
+
+    /* Claims come back empty until the promote sweep moved it to the ready lane. */
+    bool got = false;
+    int64_t dl = mono_ms() + WAIT_MS;
+    while (!got && mono_ms() < dl) {
+        rep = claim1(fx, "a", 10);
+        got = rep->ntasks == 1 && rep->tasks[0].task_id == x;
+        if (got)
+            assert_int_equal(rep->tasks[0].attempts, 1);
+        dsp_claim_reply_free(rep);
+        if (!got)
+            run_for(fx, 50);
+    }
+    assert_true(got);
+    assert_int_equal(col_u64(fx, x, "`delayed`"), 0);
+    assert_int_equal(col_u64(fx, x, "task_state"), 1);
+}
+
+static void test_future_row_is_demoted(void **state)
+{
+    struct fx *fx = *state;
+
+    start_leader(fx, 5, 2000);
+    uint64_t x = ins(fx, "task_type, run_after", "'a', %" PRId64, tp_testdb_now_ms() + HOUR_MS);
+    WAIT_UNTIL(fx, col_u64(fx, x, "`delayed`") == 1, WAIT_MS);
+    assert_int_equal(col_u64(fx, x, "`delayed`"), 1);
+    assert_int_equal(col_u64(fx, x, "task_state"), 0);
+}
+
+/* ---- stop, reconnects, lost leadership ---- */
+
+static void test_stop_writes_everything(void **state)
+{
+    struct fx *fx = *state;
+    enum { N = 500 };
+    dsp_outcome o[N];
+    uint64_t first;
+
+    ins_many(fx, N, "task_type", "'a'");
+    first = tp_testdb_query_u64(&fx->tdb, "SELECT MIN(task_id) FROM task");
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT MAX(task_id) FROM task"), first + N - 1);
+    /* Outcomes would wait a minute to be batched; stop must not wait for that. */
+    uint32_t e = start_leader(fx, 60000, 100000);
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "UPDATE task SET task_state = 1, epoch = %u", e), N);
+    for (int i = 0; i < N; i++)
+        outcome(&o[i], first + (uint64_t)i, i % 2 ? DSP_WRITE_SUCCEEDED : DSP_WRITE_RELEASE, 1, 0,
+                i % 2 ? "r" : NULL, i % 2);
+    dsp_db_write(fx->db[0], o, N);
+    assert_int_equal(dsp_db_pending_writes(fx->db[0]), N);
+    dsp_db_stop(fx->db[0], 10000);
+    assert_int_equal(dsp_db_pending_writes(fx->db[0]), 0);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 2"), N / 2);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 0"), N / 2);
+    /* The lock is free again. */
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT IS_FREE_LOCK('taskpush.%s')", fx->tdb.name), 1);
+    dsp_db_counters c;
+    dsp_db_counters_get(fx->db[0], &c);
+    assert_false(c.leader);
+}
+
+static void test_reconnect_keeps_epoch(void **state)
+{
+    struct fx *fx = *state;
+    uint64_t x = ins(fx, "task_type", "'a'"), y = ins(fx, "task_type", "'a'");
+    uint64_t holder, holder2;
+    dsp_claim_reply *rep = NULL;
+    dsp_db_counters c;
+
+    uint32_t e = start_leader(fx, 5, 2000);
+    dsp_claim_reply_free(claim1(fx, "a", 1));
+    holder = lock_holder(fx);
+    assert_true(holder != TP_TESTDB_U64_ERR && holder != 0);
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "KILL CONNECTION %" PRIu64, holder), 0);
+
+    /* The claim thread notices at its next statement, reconnects, takes the lock
+     * back and finds the epoch unchanged. */
+    WAIT_UNTIL(fx, (holder2 = lock_holder(fx)) != 0 && holder2 != TP_TESTDB_U64_ERR && holder2 != holder,
+               WAIT_MS);
+    assert_true(holder2 != holder && holder2 != 0);
+    /* Claims may fail while it reconnects; then they work again. */
+    int64_t dl = mono_ms() + WAIT_MS;
+    for (;;) {
+        const char *types[1] = {"a"};
+        uint32_t limits[1] = {1};
+        rep = claim(fx, 0, types, limits, 1, 1);
+        if ((rep && rep->status == 0) || mono_ms() > dl)
+            break;
+        dsp_claim_reply_free(rep);
+        rep = NULL;
+        run_for(fx, 100);
+    }
+    assert_non_null(rep);
+    assert_int_equal(rep->status, 0);
+    assert_int_equal(rep->ntasks, 1);
+    assert_int_equal(rep->tasks[0].task_id, y);
+    dsp_claim_reply_free(rep);
+    assert_int_equal(fx->rec[0].nlost, 0);
+    assert_int_equal(fx->rec[0].nleader, 1);
+    /* The first claim's row is still ours. */
+    assert_int_equal(col_u64(fx, x, "task_state"), 1);
+    assert_int_equal(col_u64(fx, x, "epoch"), e);
+    dsp_db_counters_get(fx->db[0], &c);
+    assert_true(c.reconnects >= 1);
+    assert_int_equal(c.epoch, e);
+}
+
+static void test_leader_lost_when_epoch_moves(void **state)
+{
+    struct fx *fx = *state;
+    uint64_t x = ins(fx, "task_type, max_attempts", "'a', 5");
+    uint64_t got = 0;
+
+    uint32_t e = start_leader(fx, 5, 2000);
+    dsp_claim_reply_free(claim1(fx, "a", 1));
+    /* Kill the lock's connection and take the lock before the claim thread is back
+     * (it needs a statement to notice, then a backoff); retried if it won the race. */
+    for (int attempt = 0; attempt < 3 && got != 1; attempt++) {
+        uint64_t holder = lock_holder(fx);
+        assert_true(holder != TP_TESTDB_U64_ERR && holder != 0);
+        assert_int_equal(tp_testdb_exec(&fx->tdb, "KILL CONNECTION %" PRIu64, holder), 0);
+        got = tp_testdb_query_u64(&fx->tdb, "SELECT GET_LOCK('taskpush.%s', 5)", fx->tdb.name);
+    }
+    assert_int_equal(got, 1);
+    /* Another dispatcher takes the table: a new epoch. */
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "UPDATE taskpush_meta SET value = value + 1 WHERE name = 'epoch'"), 1);
+    WAIT_UNTIL(fx, fx->rec[0].nlost > 0, WAIT_MS);
+    assert_int_equal(fx->rec[0].nlost, 1);
+    assert_int_equal(fx->rec[0].nleader, 1);
+    /* ... and goes away: ours again, with yet another epoch, after recovery. */
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT RELEASE_LOCK('taskpush.%s')", fx->tdb.name), 1);
+    WAIT_UNTIL(fx, fx->rec[0].nleader > 1, WAIT_MS);
+    assert_int_equal(fx->rec[0].nleader, 2);
+    assert_true(fx->rec[0].epochs[1] > e + 1);
+    assert_string_equal(fx->rec[0].events, "LXL");
+    assert_int_equal(fx->rec[0].older_processing_at_leader, 0);
+    /* The row claimed under the old epoch went back to NEW, its delivery counted. */
+    assert_int_equal(col_u64(fx, x, "task_state"), 0);
+    assert_int_equal(col_u64(fx, x, "attempts"), 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+        T(test_leader_takes_epoch),
+        T(test_second_dispatcher_waits),
+        T(test_unknown_schema_version_is_fatal),
+        T(test_missing_schema_is_retried),
+        T(test_recovery_before_leader),
+        T(test_recovery_in_batches),
+        T(test_claim_order_and_limits),
+        T(test_claim_fields_and_binary_payload),
+        T(test_claim_skips_locked_rows),
+        T(test_claim_leaves_padded_type),
+        T(test_claim_rules),
+        T(test_write_succeeded),
+        T(test_write_failed_retry_release),
+        T(test_write_per_row_values),
+        T(test_write_3000_in_few_statements),
+        T(test_write_distinct_results),
+        T(test_write_fenced),
+        T(test_write_invalid_utf8_and_long_text),
+        T(test_write_survives_lost_connection),
+        T(test_retry_is_promoted_when_due),
+        T(test_future_row_is_demoted),
+        T(test_stop_writes_everything),
+        T(test_reconnect_keeps_epoch),
+        T(test_leader_lost_when_epoch_moves),
+#undef T
+    };
+    int rc;
+
+    if (evthread_use_pthreads() < 0 || mysql_library_init(0, NULL, NULL) != 0) {
+        fprintf(stderr, "cannot initialise libevent threads or the MySQL library\n");
+        return 1;
+    }
+    if (getenv("TP_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("TP_TEST_FILTER"));
+    rc = cmocka_run_group_tests_name("db", tests, NULL, NULL);
+    mysql_library_end();
+    return rc;
+}

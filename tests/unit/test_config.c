@@ -1,0 +1,263 @@
+/* Unit tests of taskpushd's settings (dispatcher/config.c): flags, the
+ * --config file, the environment, and database URLs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+
+static int load(dsp_config *cfg, char *err, size_t errlen, ...)
+{
+    char *argv[32] = {"taskpushd"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, errlen);
+    for (char *a; (a = va_arg(ap, char *)) != NULL;)
+        argv[argc++] = a;
+    va_end(ap);
+    FILE *out = fopen("/dev/null", "w");
+    int rc = dsp_config_load(cfg, argc, argv, out, err, errlen);
+    fclose(out);
+    return rc;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    unsetenv("TASKPUSH_DB");
+    unsetenv("TASKPUSH_DB_PASSWORD");
+    unsetenv("TASKPUSH_TOKEN");
+    return 0;
+}
+
+static void test_defaults_match_spec(void **state)
+{
+    (void)state;
+    dsp_config c;
+    char err[256];
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", NULL), DSP_CONFIG_OK);
+    assert_string_equal(c.listen, "127.0.0.1:7070");
+    assert_string_equal(c.admin, "127.0.0.1:7071");
+    assert_int_equal(c.scheduler, DSP_SCHED_LEAST_LOADED);
+    assert_int_equal(c.poll_ms, 100);
+    assert_int_equal(c.task_timeout_ms, 60000);
+    assert_int_equal(c.heartbeat_ms, 1000);
+    assert_int_equal(c.log_level, DSP_LOG_INFO);
+    assert_null(c.token);
+    dsp_config_free(&c);
+}
+
+static void test_db_is_required(void **state)
+{
+    (void)state;
+    dsp_config c;
+    char err[256];
+    assert_int_equal(load(&c, err, sizeof err, NULL), DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "--db"));
+    dsp_config_free(&c);
+}
+
+static void test_bad_flags_are_refused(void **state)
+{
+    (void)state;
+    static const char *const cases[][2] = {
+        {"--scheduler", "random"}, {"--batch", "0"},          {"--batch", "12x"},
+        {"--poll-ms", "-5"},       {"--log-level", "verbose"}, {"--listen", "7070"},
+        {"--heartbeat-ms", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dsp_config c;
+        char err[256] = "";
+        assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", (char *)cases[i][0],
+                              (char *)cases[i][1], NULL),
+                         DSP_CONFIG_BAD);
+        assert_non_null(strstr(err, cases[i][0]));
+        dsp_config_free(&c);
+    }
+    dsp_config c;
+    char err[256];
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--frobnicate", NULL),
+                     DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "frobnicate"));
+    dsp_config_free(&c);
+}
+
+static void test_help_and_version_exit_zero(void **state)
+{
+    (void)state;
+    dsp_config c;
+    char err[256];
+    assert_int_equal(load(&c, err, sizeof err, "--help", NULL), DSP_CONFIG_EXIT_OK);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--version", NULL), DSP_CONFIG_EXIT_OK);
+    dsp_config_free(&c);
+}
+
+static void test_flags_override_config_file_and_env(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/taskpush-config-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *text = "# a comment\n"
+                       "scheduler = round-robin\n"
+                       "batch = 250\n"
+                       "db = mysql://file@h/fromfile\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    setenv("TASKPUSH_DB", "mysql://env@h/fromenv", 1);
+    dsp_config c;
+    char err[256];
+    assert_int_equal(load(&c, err, sizeof err, "--config", path, "--batch", "500", NULL), DSP_CONFIG_OK);
+    assert_int_equal(c.scheduler, DSP_SCHED_ROUND_ROBIN); /* from the file */
+    assert_int_equal(c.batch, 500);                       /* the flag wins */
+    assert_string_equal(c.db_url.dbname, "fromenv");      /* the environment beats the file */
+    dsp_config_free(&c);
+    unlink(path);
+}
+
+static void test_config_file_unknown_key(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/taskpush-config-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "bogus = 1\n", 10), 10);
+    close(fd);
+    dsp_config c;
+    char err[256];
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--config", path, NULL),
+                     DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "bogus"));
+    dsp_config_free(&c);
+    unlink(path);
+}
+
+static void test_url_tcp_with_password_and_port(void **state)
+{
+    (void)state;
+    dsp_db_url u;
+    char err[256];
+    assert_int_equal(dsp_db_url_parse("mysql://bob:s3cr:t@db.example:3307/jobs", &u, err, sizeof err), 0);
+    assert_string_equal(u.user, "bob");
+    assert_string_equal(u.password, "s3cr:t");
+    assert_string_equal(u.host, "db.example");
+    assert_int_equal(u.port, 3307);
+    assert_string_equal(u.dbname, "jobs");
+    assert_null(u.socket);
+    dsp_db_url_clear(&u);
+}
+
+static void test_url_socket_only_without_port(void **state)
+{
+    (void)state;
+    dsp_db_url u;
+    char err[256];
+    assert_int_equal(dsp_db_url_parse("mysql://bob@localhost/jobs?socket=/run/my.sock", &u, err, sizeof err), 0);
+    assert_string_equal(u.socket, "/run/my.sock");
+    assert_null(u.password);
+    assert_int_equal(u.port, 0);
+    dsp_db_url_clear(&u);
+    /* SPEC: a URL with a port always connects over TCP */
+    assert_int_equal(dsp_db_url_parse("mysql://bob@localhost:3306/jobs?socket=/run/my.sock", &u, err, sizeof err), 0);
+    assert_null(u.socket);
+    assert_int_equal(u.port, 3306);
+    dsp_db_url_clear(&u);
+}
+
+static void test_url_rejects_malformed(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "postgres://u@h/d", "mysql://h/d",        "mysql://u@h",        "mysql://u@h/",
+        "mysql://u@h:x/d",  "mysql://u@h:0/d",    "mysql://u@h/d;drop", "mysql://u@h/d?ssl=1",
+        "mysql://@h/d",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        dsp_db_url u;
+        char err[256] = "";
+        assert_int_equal(dsp_db_url_parse(bad[i], &u, err, sizeof err), -1);
+        assert_true(err[0] != '\0');
+    }
+}
+
+static void test_password_from_environment(void **state)
+{
+    (void)state;
+    setenv("TASKPUSH_DB_PASSWORD", "hidden", 1);
+    dsp_config c;
+    char err[256];
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h:1/d", NULL), DSP_CONFIG_OK);
+    assert_string_equal(c.db_url.password, "hidden");
+    dsp_config_free(&c);
+}
+
+static void test_token_file_and_env(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/taskpush-token-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "  tok3n\n", 8), 8);
+    close(fd);
+    dsp_config c;
+    char err[256];
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--token-file", path, NULL), DSP_CONFIG_OK);
+    assert_string_equal(c.token, "tok3n");
+    dsp_config_free(&c);
+    unlink(path);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--token-file", path, NULL), DSP_CONFIG_BAD);
+    dsp_config_free(&c);
+    setenv("TASKPUSH_TOKEN", "envtok", 1);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", NULL), DSP_CONFIG_OK);
+    assert_string_equal(c.token, "envtok");
+    dsp_config_free(&c);
+}
+
+static void count_setting(void *arg, const char *key, const char *val)
+{
+    (void)val;
+    (*(int *)arg)++;
+    assert_true(key[0] != '\0');
+    if (strcmp(key, "db") == 0)
+        assert_null(strstr(val, "pw")); /* a password is never shown */
+}
+
+static void test_settings_listing_hides_secrets(void **state)
+{
+    (void)state;
+    dsp_config c;
+    char err[256];
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u:pw@h/d", NULL), DSP_CONFIG_OK);
+    int n = 0;
+    dsp_config_each(&c, count_setting, &n);
+    assert_true(n >= 10);
+    dsp_config_free(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_defaults_match_spec, setup),
+        cmocka_unit_test_setup(test_db_is_required, setup),
+        cmocka_unit_test_setup(test_bad_flags_are_refused, setup),
+        cmocka_unit_test_setup(test_help_and_version_exit_zero, setup),
+        cmocka_unit_test_setup(test_flags_override_config_file_and_env, setup),
+        cmocka_unit_test_setup(test_config_file_unknown_key, setup),
+        cmocka_unit_test_setup(test_url_tcp_with_password_and_port, setup),
+        cmocka_unit_test_setup(test_url_socket_only_without_port, setup),
+        cmocka_unit_test_setup(test_url_rejects_malformed, setup),
+        cmocka_unit_test_setup(test_password_from_environment, setup),
+        cmocka_unit_test_setup(test_token_file_and_env, setup),
+        cmocka_unit_test_setup(test_settings_listing_hides_secrets, setup),
+    };
+    return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}

@@ -1,0 +1,1237 @@
+/* client.c: the worker object, its event loop and its connection.
+ *
+ * Everything here runs on the thread inside tp_worker_run() (the I/O thread),
+ * except tp_worker_new/free/add_type (before and after a run), tp_worker_stop
+ * (any thread, signal handlers included) and tp_worker_get_stats (any thread).
+ *
+ * The connection is a state machine (enum tpi_conn_state); every transition
+ * goes through set_state(), which logs it at debug level:
+ *
+ *   IDLE --connect--> CONNECTING --connected, HELLO sent--> HANDSHAKE
+ *   HANDSHAKE --WELCOME--> READY --STOP sent or received--> DRAINING
+ *   READY/DRAINING --protocol error, or drained--> CLOSING --flushed--> IDLE
+ *   any state --connection lost, timeout--> IDLE (then the reconnect timer)
+ *
+ * A connection that never got to READY counts as a failed attempt: the next
+ * attempt goes to the next resolved address of the same host at once, or to
+ * the next host after a backoff delay that doubles with every failure.
+ */
+#include "client_internal.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+static const char *const state_texts[TPI_STATE_COUNT] = {
+    [TPI_IDLE] = "IDLE",   [TPI_CONNECTING] = "CONNECTING", [TPI_HANDSHAKE] = "HANDSHAKE",
+    [TPI_READY] = "READY", [TPI_DRAINING] = "DRAINING",     [TPI_CLOSING] = "CLOSING",
+};
+
+const char *tpi_state_text(enum tpi_conn_state s)
+{
+    return (unsigned)s < TPI_STATE_COUNT ? state_texts[s] : "UNKNOWN";
+}
+
+void tpi_log_write(tp_worker *w, int level, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    w->opts.log(w->opts.log_arg, level, line);
+}
+
+/* ---- small helpers ---- */
+
+static void set_state(tp_worker *w, enum tpi_conn_state s)
+{
+    assert((unsigned)s < TPI_STATE_COUNT);
+    if (w->state != s)
+        tpi_log(w, TP_LOG_DEBUG, "connection %llu: %s -> %s", (unsigned long long)w->gen,
+                tpi_state_text(w->state), tpi_state_text(s));
+    w->state = s;
+}
+
+static struct timeval ms_to_tv(uint32_t ms)
+{
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+
+    return tv;
+}
+
+static const tpi_addr *cur_addr(const tp_worker *w)
+{
+    return &w->addrs[w->addr_idx];
+}
+
+/* receiving: the states in which frames from the dispatcher are read */
+static int receiving(const tp_worker *w)
+{
+    return w->state == TPI_HANDSHAKE || w->state == TPI_READY || w->state == TPI_DRAINING;
+}
+
+/* sending_outcomes: the states in which DONE and EXTEND frames may be sent */
+static int sending_outcomes(const tp_worker *w)
+{
+    return w->state == TPI_READY || w->state == TPI_DRAINING;
+}
+
+static void set_in_flight(tp_worker *w, unsigned n)
+{
+    w->in_flight = n;
+    atomic_store_explicit(&w->counters.in_flight, n, memory_order_relaxed);
+}
+
+/* send_msg encodes a frame without a trailing field into the output buffer. */
+static int send_msg(tp_worker *w, const proto_msg *m)
+{
+    uint8_t buf[64];
+    size_t n = proto_msg_encode(m, buf, sizeof(buf));
+
+    if (n == 0 || w->bev == NULL)
+        return -1;
+    w->last_tx_ns = tpi_now_ns();
+    return bufferevent_write(w->bev, buf, n);
+}
+
+static void maybe_finish(tp_worker *w)
+{
+    if (w->stopping && w->state == TPI_IDLE && w->tasks_alive == 0)
+        event_base_loopbreak(w->base);
+}
+
+/* ---- connecting and closing ---- */
+
+static void start_connect(tp_worker *w);
+
+static void schedule_reconnect(tp_worker *w, int at_once)
+{
+    uint32_t ms = 0;
+    struct timeval tv;
+
+    if (w->stopping)
+        return;
+    if (!at_once) {
+        ms = tpi_backoff_ms(&w->rng, w->opts.reconnect_min_ms, w->opts.reconnect_max_ms,
+                            w->failures);
+        /* Said once per outage; each failed attempt already logged a warning. */
+        tpi_log(w, w->failures <= 1 ? TP_LOG_INFO : TP_LOG_DEBUG, "reconnecting to %s:%s in %u ms",
+                cur_addr(w)->host, cur_addr(w)->port, ms);
+    }
+    tv = ms_to_tv(ms);
+    evtimer_add(w->reconnect_ev, &tv);
+}
+
+static void drop_addrinfo(tp_worker *w)
+{
+    if (w->ai_list != NULL)
+        freeaddrinfo(w->ai_list);
+    w->ai_list = NULL;
+    w->ai_cur = NULL;
+}
+
+/* release tears the connection down without deciding what comes next:
+ * deliveries it held are marked cancelled, and their outcomes will be dropped. */
+static void release(tp_worker *w)
+{
+    if (w->bev != NULL)
+        bufferevent_free(w->bev); /* closes the socket */
+    w->bev = NULL;
+    event_del(w->hs_ev);
+    event_del(w->hb_ev);
+    event_del(w->more_ev);
+    event_del(w->linger_ev);
+    event_del(w->stop_wait_ev);
+    for (tp_task *t = w->held; t != NULL; t = t->held_next) {
+        atomic_store(&t->cancelled, 1);
+        t->held = 0;
+    }
+    w->held = NULL;
+    set_in_flight(w, 0);
+    w->established = 0;
+    w->peer_stopped = 0;
+    w->stop_sent = 0;
+    w->max_body_in = PROTO_MAX_BODY_DEFAULT;
+    set_state(w, TPI_IDLE);
+}
+
+/* attempt_failed ends an attempt that never reached READY and moves on: to the
+ * next resolved address at once, else to the next host after a backoff. */
+static void attempt_failed(tp_worker *w, const char *why)
+{
+    const tpi_addr *a = cur_addr(w);
+
+    tpi_log(w, TP_LOG_WARN, "cannot connect to %s:%s: %s", a->host, a->port, why);
+    release(w);
+    if (w->ai_cur != NULL && w->ai_cur->ai_next != NULL) {
+        w->ai_cur = w->ai_cur->ai_next;
+        schedule_reconnect(w, 1);
+    } else {
+        drop_addrinfo(w);
+        w->addr_idx = (w->addr_idx + 1) % w->naddrs;
+        w->failures++;
+        schedule_reconnect(w, 0);
+    }
+    maybe_finish(w);
+}
+
+/* conn_close closes a connection that had reached READY. A session that
+ * carried tasks or lasted a while resets the backoff; one that ended early
+ * (e.g. STOP or ERROR right after WELCOME) counts as a failure, so that a
+ * dispatcher that keeps refusing us is not hammered. */
+static void conn_close(tp_worker *w, int level, const char *why)
+{
+    int64_t lasted_ms;
+
+    if (w->state == TPI_IDLE)
+        return;
+    if (!w->established) {
+        attempt_failed(w, why);
+        return;
+    }
+    lasted_ms = (tpi_now_ns() - w->welcome_ns) / 1000000;
+    tpi_log(w, level, "connection to %s:%s closed: %s", cur_addr(w)->host, cur_addr(w)->port, why);
+    TPI_COUNT(w, disconnects);
+    release(w);
+    drop_addrinfo(w);
+    if (w->session_tasks > 0 || lasted_ms >= (int64_t)w->opts.reconnect_max_ms)
+        w->failures = 0;
+    else
+        w->failures++;
+    schedule_reconnect(w, 0);
+    maybe_finish(w);
+}
+
+static void on_linger(evutil_socket_t fd, short what, void *arg)
+{
+    tp_worker *w = arg;
+
+    (void)fd;
+    (void)what;
+    conn_close(w, TP_LOG_WARN, "could not flush the last frames in time");
+}
+
+static void on_flushed(struct bufferevent *bev, void *arg)
+{
+    tp_worker *w = arg;
+
+    if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+        conn_close(w, w->close_level, w->close_reason);
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg);
+
+/* close_after_flush stops reading and closes once the output is written;
+ * the close is then logged at level with why. */
+static void close_after_flush(tp_worker *w, int level, const char *why)
+{
+    struct timeval tv = ms_to_tv(TPI_LINGER_MS);
+
+    snprintf(w->close_reason, sizeof(w->close_reason), "%s", why);
+    w->close_level = level;
+    if (w->state == TPI_CONNECTING) {
+        attempt_failed(w, why);
+        return;
+    }
+    set_state(w, TPI_CLOSING);
+    event_del(w->hs_ev);
+    event_del(w->hb_ev);
+    event_del(w->more_ev);
+    bufferevent_disable(w->bev, EV_READ);
+    if (evbuffer_get_length(bufferevent_get_output(w->bev)) == 0) {
+        conn_close(w, level, w->close_reason);
+        return;
+    }
+    bufferevent_setcb(w->bev, NULL, on_flushed, on_event, w);
+    evtimer_add(w->linger_ev, &tv);
+}
+
+/* protocol_error: the dispatcher sent something we cannot accept. Tell it
+ * (ERROR), then close once that is written, and reconnect. */
+static void protocol_error(tp_worker *w, uint16_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void protocol_error(tp_worker *w, uint16_t code, const char *fmt, ...)
+{
+    char text[200];
+    va_list ap;
+    proto_msg m = {.type = PROTO_ERROR};
+    uint8_t head[16];
+    size_t n;
+
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    TPI_COUNT(w, protocol_errors);
+    if (w->state == TPI_HANDSHAKE || w->state == TPI_READY || w->state == TPI_DRAINING) {
+        m.u.error.code = code;
+        m.u.error.message.ptr = (const uint8_t *)text;
+        m.u.error.message.len = strlen(text);
+        n = proto_msg_encode_head(&m, head, sizeof(head));
+        if (n > 0) {
+            bufferevent_write(w->bev, head, n);
+            bufferevent_write(w->bev, text, m.u.error.message.len);
+            w->last_tx_ns = tpi_now_ns();
+        }
+    }
+    close_after_flush(w, TP_LOG_WARN, text);
+}
+
+/* Used when the dispatcher sends no heartbeats. */
+#define STOP_ANSWER_WAIT_MS 500
+
+/* check_drained closes a DRAINING connection once nothing is held. After our
+ * own STOP it waits for the dispatcher's answering STOP, since every TASK sent
+ * before that answer arrives ahead of it (PROTOCOL.md 6.5); a dispatcher that
+ * does not answer gets one heartbeat interval. */
+static void check_drained(tp_worker *w)
+{
+    if (w->state != TPI_DRAINING || w->in_flight != 0)
+        return;
+    if (w->peer_stopped) {
+        close_after_flush(w, TP_LOG_INFO, w->stopping ? "worker stopped" : "dispatcher sent STOP");
+        return;
+    }
+    if (w->stopping && !evtimer_pending(w->stop_wait_ev, NULL)) {
+        uint32_t ms = w->heartbeat_ms ? w->heartbeat_ms : STOP_ANSWER_WAIT_MS;
+        struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+        evtimer_add(w->stop_wait_ev, &tv);
+    }
+}
+
+static void on_stop_wait(evutil_socket_t fd, short what, void *arg)
+{
+    tp_worker *w = arg;
+
+    (void)fd;
+    (void)what;
+    if (w->state == TPI_DRAINING && w->in_flight == 0)
+        close_after_flush(w, TP_LOG_INFO, "worker stopped (STOP not answered)");
+}
+
+static void send_stop(tp_worker *w)
+{
+    proto_msg m = {.type = PROTO_STOP};
+
+    if (w->stop_sent)
+        return;
+    if (send_msg(w, &m) == 0)
+        w->stop_sent = 1;
+}
+
+static void send_hello(tp_worker *w)
+{
+    proto_msg m = {.type = PROTO_HELLO};
+    proto_hello *h = &m.u.hello;
+    uint8_t *buf = NULL;
+    size_t size;
+
+    h->version = PROTO_VERSION;
+    h->capacity = w->opts.capacity;
+    h->name.ptr = (const uint8_t *)w->name;
+    h->name.len = strlen(w->name);
+    if (w->token != NULL) {
+        h->token.ptr = (const uint8_t *)w->token;
+        h->token.len = strlen(w->token);
+    }
+    h->ntypes = (uint16_t)w->ntypes;
+    for (size_t i = 0; i < w->ntypes; i++) {
+        h->types[i].ptr = (const uint8_t *)w->types[i].name;
+        h->types[i].len = w->types[i].len;
+    }
+    size = proto_msg_size(&m);
+    if (size > 0)
+        buf = malloc(size);
+    if (buf == NULL || proto_msg_encode(&m, buf, size) != size ||
+        bufferevent_write(w->bev, buf, size) != 0) {
+        free(buf);
+        attempt_failed(w, "cannot encode or queue HELLO");
+        return;
+    }
+    free(buf);
+    w->last_tx_ns = tpi_now_ns();
+    set_state(w, TPI_HANDSHAKE);
+}
+
+static void on_read(struct bufferevent *bev, void *arg);
+
+static void start_connect(tp_worker *w)
+{
+    const tpi_addr *a = cur_addr(w);
+    struct timeval tv;
+
+    if (w->stopping || w->state != TPI_IDLE)
+        return;
+    if (w->ai_cur == NULL) {
+        struct addrinfo hints;
+        int e;
+
+        drop_addrinfo(w);
+        memset(&hints, 0, sizeof(hints));
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_protocol = IPPROTO_TCP;
+        hints.ai_flags = AI_NUMERICSERV;
+        TPI_COUNT(w, connect_attempts);
+        e = getaddrinfo(a->host, a->port, &hints, &w->ai_list);
+        if (e != 0) {
+            w->ai_list = NULL;
+            attempt_failed(w, gai_strerror(e));
+            return;
+        }
+        w->ai_cur = w->ai_list;
+    } else {
+        TPI_COUNT(w, connect_attempts);
+    }
+    w->gen++;
+    w->session_tasks = 0;
+    w->max_body_in = PROTO_MAX_BODY_DEFAULT;
+    w->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (w->bev == NULL) {
+        attempt_failed(w, "cannot create a bufferevent");
+        return;
+    }
+    bufferevent_setcb(w->bev, on_read, NULL, on_event, w);
+    set_state(w, TPI_CONNECTING);
+    tv = ms_to_tv(w->opts.connect_timeout_ms);
+    evtimer_add(w->hs_ev, &tv);
+    if (bufferevent_socket_connect(w->bev, w->ai_cur->ai_addr, (int)w->ai_cur->ai_addrlen) < 0) {
+        attempt_failed(w, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        return;
+    }
+    bufferevent_enable(w->bev, EV_READ | EV_WRITE);
+}
+
+static void on_reconnect(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    start_connect(arg);
+}
+
+static void on_handshake_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    tp_worker *w = arg;
+    char why[64];
+
+    (void)fd;
+    (void)what;
+    snprintf(why, sizeof(why), "%s not done within %u ms",
+             w->state == TPI_CONNECTING ? "connect" : "handshake", w->opts.connect_timeout_ms);
+    attempt_failed(w, why);
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    tp_worker *w = arg;
+    char why[160];
+
+    if (what & BEV_EVENT_CONNECTED) {
+        int one = 1;
+
+        /* DONEs are small and already batched per loop turn: Nagle would only delay them. */
+        setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        w->last_rx_ns = tpi_now_ns();
+        tpi_log(w, TP_LOG_DEBUG, "connected to %s:%s, sending HELLO", cur_addr(w)->host,
+                cur_addr(w)->port);
+        send_hello(w);
+        return;
+    }
+    if (what & BEV_EVENT_EOF)
+        snprintf(why, sizeof(why), "closed by the dispatcher");
+    else if (what & BEV_EVENT_ERROR)
+        snprintf(why, sizeof(why), "%s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    else
+        snprintf(why, sizeof(why), "event 0x%x", (unsigned)what);
+    conn_close(w, w->stopping || w->peer_stopped ? TP_LOG_INFO : TP_LOG_WARN, why);
+}
+
+/* ---- sending outcomes ---- */
+
+static void free_reference(const void *data, size_t len, void *extra)
+{
+    (void)len;
+    (void)extra;
+    free((void *)data);
+}
+
+/* send_done writes t's DONE. Results that did not fit were refused by
+ * tp_task_set_result; errors were cut to fit by tp_task_set_error. */
+static void send_done(tp_worker *w, tp_task *t)
+{
+    proto_msg m = {.type = PROTO_DONE};
+    proto_done *d = &m.u.done;
+    struct evbuffer *out = bufferevent_get_output(w->bev);
+    uint8_t head[64];
+    char note[128];
+    const void *data = t->error;
+    size_t len = t->error_len;
+    size_t n;
+
+    d->task_id = t->id;
+    d->epoch = t->epoch;
+    d->attempt = t->attempt;
+    switch (t->outcome) {
+    case TP_SUCCESS:
+        d->outcome = PROTO_OUTCOME_SUCCESS;
+        data = t->result;
+        len = t->result_len;
+        if (t->result_refused > 0) {
+            d->outcome = PROTO_OUTCOME_FAIL_PERM;
+            snprintf(note, sizeof(note),
+                     "result of %zu bytes exceeds the dispatcher's limit of %zu", t->result_refused,
+                     t->max_data);
+            data = note;
+            len = strlen(note) < t->max_data ? strlen(note) : t->max_data;
+        }
+        break;
+    case TP_FAIL_PERMANENT:
+        d->outcome = PROTO_OUTCOME_FAIL_PERM;
+        break;
+    case TP_RETRY_AFTER:
+        d->outcome = PROTO_OUTCOME_RETRY_AFTER;
+        d->retry_after_ms = t->retry_after_ms;
+        break;
+    default:
+        d->outcome = PROTO_OUTCOME_FAIL_RETRY;
+        break;
+    }
+    d->data.ptr = data;
+    d->data.len = len;
+    n = proto_msg_encode_head(&m, head, sizeof(head));
+    if (n == 0) {
+        tpi_log(w, TP_LOG_ERROR, "cannot encode DONE for task %llu", (unsigned long long)t->id);
+        return;
+    }
+    evbuffer_add(out, head, n);
+    w->last_tx_ns = tpi_now_ns();
+    if (len >= TPI_RESULT_BY_REFERENCE && data == t->result &&
+        evbuffer_add_reference(out, t->result, len, free_reference, NULL) == 0)
+        t->result = NULL; /* the buffer frees it once written */
+    else if (len > 0)
+        evbuffer_add(out, data, len);
+    tpi_log(w, TP_LOG_DEBUG, "task %llu attempt %u: %s, %zu bytes", (unsigned long long)t->id,
+            t->attempt, proto_outcome_name(d->outcome), len);
+}
+
+void tpi_conn_send_extend(tp_worker *w, tp_task *t, uint32_t ms)
+{
+    proto_msg m = {.type = PROTO_EXTEND};
+
+    if (t->gen != w->gen || !sending_outcomes(w))
+        return;
+    m.u.extend.task_id = t->id;
+    m.u.extend.epoch = t->epoch;
+    m.u.extend.attempt = t->attempt;
+    m.u.extend.extend_ms = ms;
+    if (send_msg(w, &m) == 0)
+        TPI_COUNT(w, extends_sent);
+}
+
+static void unhold(tp_worker *w, tp_task *t)
+{
+    if (!t->held)
+        return;
+    if (t->held_prev != NULL)
+        t->held_prev->held_next = t->held_next;
+    else
+        w->held = t->held_next;
+    if (t->held_next != NULL)
+        t->held_next->held_prev = t->held_prev;
+    t->held_prev = t->held_next = NULL;
+    t->held = 0;
+}
+
+/* finish_task sends (or drops) the outcome of a task whose handler returned. */
+static void finish_task(tp_worker *w, tp_task *t)
+{
+    if (t->held) {
+        unhold(w, t);
+        if (sending_outcomes(w)) {
+            send_done(w, t);
+            set_in_flight(w, w->in_flight - 1);
+            TPI_COUNT(w, tasks_completed);
+        } else {
+            TPI_COUNT(w, tasks_dropped); /* CLOSING: the connection is going */
+        }
+    } else {
+        TPI_COUNT(w, tasks_dropped);
+        tpi_log(w, TP_LOG_DEBUG, "task %llu attempt %u: connection gone, outcome dropped",
+                (unsigned long long)t->id, t->attempt);
+    }
+    tpi_task_free(t);
+    w->tasks_alive--;
+    check_drained(w);
+    maybe_finish(w);
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    tp_worker *w = arg;
+    uint64_t v;
+    tp_task *done;
+    tp_task *ext;
+
+    (void)what;
+    if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        tpi_log(w, TP_LOG_WARN, "reading the wake-up eventfd: %s", strerror(errno));
+    tpi_done_take(w, &done, &ext);
+    for (tp_task *t = ext; t != NULL; t = t->ext_taken_next)
+        tpi_conn_send_extend(w, t, t->ext_send_ms);
+    while (done != NULL) {
+        tp_task *t = done;
+
+        done = t->next;
+        finish_task(w, t);
+    }
+}
+
+/* ---- receiving ---- */
+
+static const tpi_type *find_type(const tp_worker *w, const uint8_t *name, size_t len)
+{
+    for (size_t i = 0; i < w->ntypes; i++)
+        if (w->types[i].len == len && memcmp(w->types[i].name, name, len) == 0)
+            return &w->types[i];
+    return NULL;
+}
+
+/* receive_task takes one TASK frame of body_len bytes off the input: the body
+ * is copied once, into the task, which the payload then points into. */
+static void receive_task(tp_worker *w, struct evbuffer *in, uint32_t body_len)
+{
+    tp_task *t = NULL;
+    proto_msg m;
+    int64_t now = tpi_now_ns();
+
+    if (!sending_outcomes(w)) {
+        protocol_error(w, PROTO_ERR_UNEXPECTED, "TASK in state %s", tpi_state_text(w->state));
+        goto done;
+    }
+    if (w->in_flight >= w->opts.capacity) {
+        protocol_error(w, PROTO_ERR_UNEXPECTED, "TASK beyond the capacity of %u deliveries",
+                       w->opts.capacity);
+        goto done;
+    }
+    t = calloc(1, sizeof(*t) + (size_t)body_len + 1);
+    if (t == NULL) {
+        tpi_log(w, TP_LOG_ERROR, "no memory for a task of %u bytes", body_len);
+        close_after_flush(w, TP_LOG_ERROR, "out of memory");
+        goto done;
+    }
+    evbuffer_drain(in, PROTO_LEN_PREFIX);
+    if (evbuffer_remove(in, t->body, body_len) != (int)body_len ||
+        proto_msg_decode(t->body, body_len, &m) != PROTO_OK) {
+        protocol_error(w, PROTO_ERR_BAD_FRAME, "malformed TASK frame of %u bytes", body_len);
+        goto done;
+    }
+    t->w = w;
+    t->id = m.u.task.task_id;
+    t->epoch = m.u.task.epoch;
+    t->attempt = m.u.task.attempt;
+    t->timeout_ms = m.u.task.timeout_ms;
+    t->priority = m.u.task.priority;
+    memcpy(t->type, m.u.task.type.ptr, m.u.task.type.len);
+    t->type[m.u.task.type.len] = '\0';
+    t->payload = m.u.task.payload.ptr; /* the rest of body, which ends with a NUL */
+    t->payload_len = m.u.task.payload.len;
+    t->gen = w->gen;
+    t->max_data = w->max_data;
+    atomic_init(&t->deadline_ns,
+                t->timeout_ms > 0 ? now + (int64_t)t->timeout_ms * 1000000 : INT64_MAX);
+    atomic_init(&t->cancelled, 0);
+    t->type_reg = find_type(w, m.u.task.type.ptr, m.u.task.type.len);
+    if (t->type_reg == NULL)
+        tpi_log(w, TP_LOG_WARN, "task %llu has type '%s', which this worker did not register",
+                (unsigned long long)t->id, t->type);
+    tpi_log(w, TP_LOG_DEBUG, "task %llu attempt %u (%s): %zu bytes, lease %u ms",
+            (unsigned long long)t->id, t->attempt, t->type, t->payload_len, t->timeout_ms);
+
+    t->held = 1;
+    t->held_prev = NULL;
+    t->held_next = w->held;
+    if (w->held != NULL)
+        w->held->held_prev = t;
+    w->held = t;
+    set_in_flight(w, w->in_flight + 1);
+    w->tasks_alive++;
+    w->session_tasks++;
+    TPI_COUNT(w, tasks_received);
+    if (w->opts.threads == 0) {
+        tpi_task_execute(t);
+        finish_task(w, t);
+    } else {
+        tpi_pool_submit(w, t);
+    }
+    t = NULL;
+done:
+    tpi_task_free(t);
+}
+
+static void on_welcome(tp_worker *w, const proto_welcome *wm)
+{
+    size_t head;
+    proto_msg probe = {.type = PROTO_DONE};
+
+    if (wm->version != PROTO_VERSION) {
+        protocol_error(w, PROTO_ERR_VERSION,
+                       "dispatcher speaks protocol version %u, this worker version %u", wm->version,
+                       PROTO_VERSION);
+        return;
+    }
+    w->heartbeat_ms = wm->heartbeat_ms;
+    w->max_body_out = wm->max_body > 0 ? wm->max_body : PROTO_MAX_BODY_DEFAULT;
+    w->max_body_in = w->max_body_out;
+    head = proto_msg_size(&probe) - PROTO_LEN_PREFIX;
+    w->max_data = w->max_body_out > head ? w->max_body_out - head : 0;
+    w->welcome_ns = tpi_now_ns();
+    w->established = 1;
+    event_del(w->hs_ev);
+    set_state(w, TPI_READY);
+    TPI_COUNT(w, connections);
+    tpi_log(w, TP_LOG_INFO, "connected to %s:%s (%.*s), heartbeat %u ms, capacity %u",
+            cur_addr(w)->host, cur_addr(w)->port, (int)wm->server.len, (const char *)wm->server.ptr,
+            wm->heartbeat_ms, w->opts.capacity);
+    if (w->heartbeat_ms > 0) {
+        /* Ticks at half the interval, so that a heartbeat leaves at most one
+         * interval after the last frame (PROTOCOL.md 6.2). */
+        struct timeval tv = ms_to_tv(w->heartbeat_ms / 2 > 0 ? w->heartbeat_ms / 2 : 1);
+
+        event_add(w->hb_ev, &tv);
+    }
+}
+
+static void on_cancel(tp_worker *w, const proto_cancel *c)
+{
+    for (tp_task *t = w->held; t != NULL; t = t->held_next) {
+        if (t->id == c->task_id && t->epoch == c->epoch && t->attempt == c->attempt) {
+            atomic_store(&t->cancelled, 1);
+            TPI_COUNT(w, cancels_received);
+            tpi_log(w, TP_LOG_INFO, "task %llu attempt %u cancelled by the dispatcher",
+                    (unsigned long long)t->id, t->attempt);
+            return;
+        }
+    }
+    /* Its DONE crossed the CANCEL on the wire: nothing to do. */
+    tpi_log(w, TP_LOG_DEBUG, "CANCEL for task %llu attempt %u, which is not held here",
+            (unsigned long long)c->task_id, c->attempt);
+}
+
+/* handle_msg acts on one decoded frame other than TASK. */
+static void handle_msg(tp_worker *w, const proto_msg *m)
+{
+    char why[200];
+
+    if (w->state == TPI_HANDSHAKE && m->type != PROTO_WELCOME && m->type != PROTO_ERROR &&
+        m->type != PROTO_HEARTBEAT) {
+        protocol_error(w, PROTO_ERR_UNEXPECTED, "%s before WELCOME", proto_type_name(m->type));
+        return;
+    }
+    switch (m->type) {
+    case PROTO_WELCOME:
+        if (w->state != TPI_HANDSHAKE)
+            protocol_error(w, PROTO_ERR_UNEXPECTED, "second WELCOME");
+        else
+            on_welcome(w, &m->u.welcome);
+        break;
+    case PROTO_HEARTBEAT:
+        break; /* last_rx_ns was updated when the bytes arrived */
+    case PROTO_ERROR:
+        snprintf(why, sizeof(why), "dispatcher sent ERROR %u: %.*s", m->u.error.code,
+                 (int)(m->u.error.message.len > 150 ? 150 : m->u.error.message.len),
+                 (const char *)m->u.error.message.ptr);
+        /* The receiver of an ERROR closes, without answering. */
+        conn_close(w, m->u.error.code == PROTO_ERR_SHUTDOWN ? TP_LOG_INFO : TP_LOG_WARN, why);
+        break;
+    case PROTO_STOP:
+        w->peer_stopped = 1;
+        tpi_log(w, TP_LOG_INFO, "dispatcher sent STOP; finishing %u deliveries", w->in_flight);
+        if (w->state == TPI_READY)
+            set_state(w, TPI_DRAINING);
+        check_drained(w);
+        break;
+    case PROTO_CANCEL:
+        on_cancel(w, &m->u.cancel);
+        break;
+    default:
+        protocol_error(w, PROTO_ERR_UNEXPECTED, "unexpected %s frame", proto_type_name(m->type));
+        break;
+    }
+}
+
+/* process_input decodes whole frames from the input, at most
+ * TPI_FRAMES_PER_EVENT of them; if more are waiting it re-arms more_ev and
+ * returns, so that timers and other events run in between. Only the frame
+ * being decoded is made contiguous (evbuffer_pullup of its own length). */
+static void process_input(tp_worker *w)
+{
+    int budget = TPI_FRAMES_PER_EVENT;
+    uint64_t gen = w->gen;
+
+    while (w->bev != NULL && w->gen == gen && receiving(w)) {
+        struct evbuffer *in = bufferevent_get_input(w->bev);
+        size_t avail = evbuffer_get_length(in);
+        const uint8_t *p;
+        uint32_t body_len = 0;
+        proto_msg m;
+        int rc;
+
+        if (avail < PROTO_LEN_PREFIX)
+            break;
+        if (budget == 0) {
+            TPI_COUNT(w, read_yields);
+            event_active(w->more_ev, EV_TIMEOUT, 0);
+            break;
+        }
+        p = evbuffer_pullup(in, PROTO_LEN_PREFIX);
+        rc = proto_frame_check(p, avail, w->max_body_in, &body_len);
+        if (rc == PROTO_NEED_MORE)
+            break;
+        if (rc != PROTO_OK) {
+            protocol_error(w, PROTO_ERR_BAD_FRAME, "frame announcing %u bytes: %s (limit %u)",
+                           body_len, proto_status_text(rc), w->max_body_in);
+            break;
+        }
+        budget--;
+        TPI_COUNT(w, frames_received);
+        p = evbuffer_pullup(in, PROTO_LEN_PREFIX + 1);
+        if (p[PROTO_LEN_PREFIX] == PROTO_TASK) {
+            receive_task(w, in, body_len);
+            continue;
+        }
+        p = evbuffer_pullup(in, (ssize_t)PROTO_LEN_PREFIX + body_len);
+        if (p == NULL) {
+            close_after_flush(w, TP_LOG_ERROR, "out of memory");
+            break;
+        }
+        if (proto_msg_decode(p + PROTO_LEN_PREFIX, body_len, &m) != PROTO_OK) {
+            protocol_error(w, PROTO_ERR_BAD_FRAME, "malformed %s frame of %u bytes",
+                           proto_type_name(p[PROTO_LEN_PREFIX]), body_len);
+            break;
+        }
+        handle_msg(w, &m);
+        if (w->bev != NULL && w->gen == gen)
+            evbuffer_drain(in, PROTO_LEN_PREFIX + (size_t)body_len);
+    }
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    tp_worker *w = arg;
+
+    (void)bev;
+    w->last_rx_ns = tpi_now_ns();
+    process_input(w);
+}
+
+static void on_more(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    process_input(arg);
+}
+
+static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
+{
+    tp_worker *w = arg;
+    proto_msg m = {.type = PROTO_HEARTBEAT};
+    int64_t now = tpi_now_ns();
+    int64_t silent_ms = (now - w->last_rx_ns) / 1000000;
+    int64_t quiet_ms = (now - w->last_tx_ns) / 1000000;
+
+    (void)fd;
+    (void)what;
+    if (silent_ms >= (int64_t)w->heartbeat_ms * TPI_HEARTBEAT_MISSES) {
+        char why[96];
+
+        snprintf(why, sizeof(why), "dispatcher silent for %lld ms", (long long)silent_ms);
+        conn_close(w, TP_LOG_WARN, why);
+        return;
+    }
+    /* Sent when this side has sent nothing for an interval: the timer ticks
+     * every half interval, so more than half an interval of quiet now means a
+     * full one by the next tick. */
+    if (quiet_ms * 2 > (int64_t)w->heartbeat_ms && send_msg(w, &m) == 0)
+        TPI_COUNT(w, heartbeats_sent);
+}
+
+/* ---- stopping ---- */
+
+static void stop_graceful(tp_worker *w)
+{
+    if (w->stopping)
+        return;
+    w->stopping = 1;
+    event_del(w->reconnect_ev);
+    tpi_log(w, TP_LOG_INFO, "stopping: finishing %u deliveries", w->in_flight);
+    switch (w->state) {
+    case TPI_CONNECTING:
+    case TPI_HANDSHAKE:
+        release(w);
+        drop_addrinfo(w);
+        break;
+    case TPI_READY:
+        set_state(w, TPI_DRAINING);
+        /* fall through */
+    case TPI_DRAINING:
+        send_stop(w);
+        check_drained(w);
+        break;
+    default: /* IDLE: nothing to close; CLOSING: closing already */
+        break;
+    }
+    maybe_finish(w);
+}
+
+static void stop_now(tp_worker *w)
+{
+    w->stopping = 1;
+    event_del(w->reconnect_ev);
+    tpi_log(w, TP_LOG_INFO, "stopping at once: abandoning %u deliveries", w->in_flight);
+    if (w->established)
+        TPI_COUNT(w, disconnects);
+    release(w); /* marks every delivery held cancelled */
+    drop_addrinfo(w);
+    maybe_finish(w);
+}
+
+/* read_stops adds the tp_worker_stop() calls not seen yet; returns them. */
+static uint64_t read_stops(tp_worker *w)
+{
+    uint64_t v = 0;
+
+    if (read(w->stop_fd, &v, sizeof(v)) != (ssize_t)sizeof(v))
+        v = 0;
+    w->stop_requests += v;
+    return v;
+}
+
+static void on_stop(evutil_socket_t fd, short what, void *arg)
+{
+    tp_worker *w = arg;
+
+    (void)fd;
+    (void)what;
+    if (read_stops(w) == 0)
+        return;
+    if (w->stop_requests >= 2)
+        stop_now(w);
+    else
+        stop_graceful(w);
+}
+
+/* ---- the public calls ---- */
+
+tp_worker *tp_worker_new(const tp_worker_options *opts, tp_error *err)
+{
+    tp_worker *w = NULL;
+    tp_worker *ret = NULL;
+    int rc;
+    int mutexes = 0;
+
+    if (err != NULL) {
+        err->code = TP_OK;
+        err->text[0] = '\0';
+    }
+    if (tpi_options_check(opts, err) < 0)
+        goto done;
+    w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        tpi_error_set(err, TP_ENOMEM, "out of memory");
+        goto done;
+    }
+    w->stop_fd = -1;
+    w->wake_fd = -1;
+    w->opts = *opts; /* version 1 is the only layout so far */
+    w->addresses = strdup(opts->addresses);
+    if (opts->name != NULL) {
+        w->name = strdup(opts->name);
+    } else {
+        char host[128] = "localhost";
+        char name[TP_MAX_NAME_LEN + 1];
+
+        if (gethostname(host, sizeof(host)) != 0)
+            snprintf(host, sizeof(host), "localhost");
+        host[sizeof(host) - 1] = '\0';
+        snprintf(name, sizeof(name), "%s:%ld", host, (long)getpid());
+        w->name = strdup(name);
+    }
+    if (opts->token != NULL && opts->token[0] != '\0')
+        w->token = strdup(opts->token);
+    if (w->addresses == NULL || w->name == NULL ||
+        (opts->token != NULL && opts->token[0] != '\0' && w->token == NULL)) {
+        tpi_error_set(err, TP_ENOMEM, "out of memory");
+        goto done;
+    }
+    w->opts.addresses = w->addresses;
+    w->opts.name = w->name;
+    w->opts.token = w->token;
+    rc = tpi_addr_parse(w->addresses, &w->addrs, &w->naddrs, err);
+    if (rc < 0)
+        goto done;
+    w->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (w->stop_fd < 0 || w->wake_fd < 0) {
+        tpi_error_set(err, TP_ESYS, "eventfd: %s", strerror(errno));
+        goto done;
+    }
+    if (pthread_mutex_init(&w->job_mu, NULL) != 0 || pthread_mutex_init(&w->done_mu, NULL) != 0 ||
+        pthread_cond_init(&w->job_cv, NULL) != 0) {
+        tpi_error_set(err, TP_ESYS, "cannot initialise a mutex");
+        goto done;
+    }
+    mutexes = 1;
+    w->rng = (uint64_t)tpi_now_ns() ^ (uint64_t)(uintptr_t)w ^ ((uint64_t)getpid() << 32);
+    if (w->rng == 0)
+        w->rng = 1;
+    atomic_init(&w->running, 0);
+    w->state = TPI_IDLE;
+    ret = w;
+    w = NULL;
+done:
+    if (w != NULL) {
+        /* Before the mutexes exist tp_worker_free() cannot be used (it
+         * destroys them); a failed pthread_*_init leaves nothing to free. */
+        if (!mutexes) {
+            if (w->stop_fd >= 0)
+                close(w->stop_fd);
+            if (w->wake_fd >= 0)
+                close(w->wake_fd);
+            free(w->addresses);
+            free(w->name);
+            free(w->token);
+            free(w->addrs);
+            free(w);
+        } else {
+            tp_worker_free(w);
+        }
+    }
+    return ret;
+}
+
+int tp_worker_add_type(tp_worker *w, const char *type, tp_handler fn, void *arg)
+{
+    int rc = TP_EINVAL;
+    size_t len;
+
+    if (w == NULL || type == NULL || fn == NULL || type[0] == '\0')
+        goto done;
+    rc = TP_EBUSY;
+    if (atomic_load(&w->running))
+        goto done;
+    len = strlen(type);
+    rc = TP_ERANGE;
+    if (len > TP_MAX_TYPE_LEN || w->ntypes >= TP_MAX_TYPES)
+        goto done;
+    rc = TP_EEXIST;
+    if (find_type(w, (const uint8_t *)type, len) != NULL)
+        goto done;
+    memcpy(w->types[w->ntypes].name, type, len + 1);
+    w->types[w->ntypes].len = len;
+    w->types[w->ntypes].fn = fn;
+    w->types[w->ntypes].arg = arg;
+    w->ntypes++;
+    rc = TP_OK;
+done:
+    return rc;
+}
+
+void tp_worker_stop(tp_worker *w)
+{
+    int saved = errno;
+    uint64_t one = 1;
+    ssize_t n;
+
+    if (w == NULL)
+        return;
+    do
+        n = write(w->stop_fd, &one, sizeof(one));
+    while (n < 0 && errno == EINTR);
+    errno = saved;
+}
+
+void tp_worker_free(tp_worker *w)
+{
+    if (w == NULL)
+        return;
+    close(w->stop_fd);
+    close(w->wake_fd);
+    pthread_mutex_destroy(&w->job_mu);
+    pthread_mutex_destroy(&w->done_mu);
+    pthread_cond_destroy(&w->job_cv);
+    free(w->addresses);
+    free(w->name);
+    free(w->token);
+    free(w->addrs);
+    free(w);
+}
+
+int tp_worker_get_stats(const tp_worker *w, tp_worker_stats *out, size_t size)
+{
+    tp_worker_stats s;
+
+    if (w == NULL || out == NULL)
+        return TP_EINVAL;
+    memset(&s, 0, sizeof(s));
+#define TPI_COUNTER_COPY(name)                                                                     \
+    s.name = atomic_load_explicit(&((tp_worker *)w)->counters.name, memory_order_relaxed);
+    TPI_COUNTERS(TPI_COUNTER_COPY)
+#undef TPI_COUNTER_COPY
+    s.in_flight = atomic_load_explicit(&((tp_worker *)w)->counters.in_flight, memory_order_relaxed);
+    memcpy(out, &s, size < sizeof(s) ? size : sizeof(s));
+    return TP_OK;
+}
+
+/* free_events releases what run_setup created; safe on a partial setup. */
+static void free_events(tp_worker *w)
+{
+    struct event **evs[] = {&w->stop_ev, &w->wake_ev, &w->reconnect_ev, &w->hs_ev,
+                            &w->hb_ev,   &w->more_ev, &w->linger_ev, &w->stop_wait_ev};
+
+    for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
+        if (*evs[i] != NULL)
+            event_free(*evs[i]);
+        *evs[i] = NULL;
+    }
+    if (w->base != NULL)
+        event_base_free(w->base);
+    w->base = NULL;
+}
+
+static int run_setup(tp_worker *w)
+{
+    int rc = TP_ENOMEM;
+    struct event_config *cfg = event_config_new();
+
+    if (cfg == NULL)
+        goto done;
+    /* One base per worker, used by one thread: libevent needs no locks. */
+    event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
+    w->base = event_base_new_with_config(cfg);
+    if (w->base == NULL)
+        goto done;
+    w->stop_ev = event_new(w->base, w->stop_fd, EV_READ | EV_PERSIST, on_stop, w);
+    w->wake_ev = event_new(w->base, w->wake_fd, EV_READ | EV_PERSIST, on_wake, w);
+    w->reconnect_ev = evtimer_new(w->base, on_reconnect, w);
+    w->hs_ev = evtimer_new(w->base, on_handshake_timeout, w);
+    w->hb_ev = event_new(w->base, -1, EV_PERSIST, on_heartbeat, w);
+    w->more_ev = event_new(w->base, -1, 0, on_more, w);
+    w->linger_ev = evtimer_new(w->base, on_linger, w);
+    w->stop_wait_ev = evtimer_new(w->base, on_stop_wait, w);
+    if (w->stop_ev == NULL || w->wake_ev == NULL || w->reconnect_ev == NULL || w->hs_ev == NULL ||
+        w->hb_ev == NULL || w->more_ev == NULL || w->linger_ev == NULL || w->stop_wait_ev == NULL)
+        goto done;
+    if (event_add(w->stop_ev, NULL) < 0 || event_add(w->wake_ev, NULL) < 0) {
+        rc = TP_ESYS;
+        goto done;
+    }
+    rc = TP_OK;
+done:
+    if (cfg != NULL)
+        event_config_free(cfg);
+    if (rc < 0)
+        tpi_log(w, TP_LOG_ERROR, "cannot set up the event loop");
+    return rc;
+}
+
+int tp_worker_run(tp_worker *w)
+{
+    int rc = TP_EINVAL;
+    int expected = 0;
+    sigset_t pipe_set;
+    sigset_t old_mask;
+    int mask_set = 0;
+    tp_task *done;
+    tp_task *ext;
+
+    if (w == NULL || w->ntypes == 0)
+        goto out;
+    rc = TP_EBUSY;
+    if (!atomic_compare_exchange_strong(&w->running, &expected, 1))
+        goto out;
+
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    mask_set = pthread_sigmask(SIG_BLOCK, &pipe_set, &old_mask) == 0;
+
+    w->io_thread = pthread_self();
+    w->state = TPI_IDLE;
+    w->bev = NULL;
+    w->held = NULL;
+    w->in_flight = 0;
+    w->tasks_alive = 0;
+    w->stopping = 0;
+    w->stop_requests = 0;
+    w->failures = 0;
+    w->addr_idx = 0;
+    w->peer_stopped = 0;
+    w->stop_sent = 0;
+    w->max_body_in = PROTO_MAX_BODY_DEFAULT;
+    w->max_body_out = PROTO_MAX_BODY_DEFAULT;
+
+    rc = run_setup(w);
+    if (rc < 0)
+        goto teardown;
+    rc = tpi_pool_start(w);
+    if (rc < 0)
+        goto teardown;
+
+    read_stops(w);
+    if (w->stop_requests > 0) {
+        tpi_log(w, TP_LOG_INFO, "stop requested before the run: not connecting");
+    } else {
+        tpi_log(w, TP_LOG_INFO, "worker %s starting: %zu types, capacity %u, %u threads", w->name,
+                w->ntypes, w->opts.capacity, w->opts.threads);
+        event_active(w->reconnect_ev, EV_TIMEOUT, 0);
+        if (event_base_dispatch(w->base) < 0) {
+            tpi_log(w, TP_LOG_ERROR, "event loop failed");
+            rc = TP_ESYS;
+        }
+    }
+    /* The loop ends only when stopped, idle and with no task alive; an
+     * error exit may leave a connection and tasks behind. */
+    release(w);
+    drop_addrinfo(w);
+    tpi_pool_join(w);
+    tpi_done_take(w, &done, &ext);
+    while (done != NULL) {
+        tp_task *t = done;
+
+        done = t->next;
+        tpi_task_free(t);
+        w->tasks_alive--;
+    }
+    tpi_log(w, TP_LOG_INFO, "worker %s stopped", w->name);
+teardown:
+    tpi_pool_join(w);
+    free_events(w);
+    if (mask_set) {
+        if (!sigismember(&old_mask, SIGPIPE)) {
+            struct timespec zero = {0, 0};
+
+            while (sigtimedwait(&pipe_set, NULL, &zero) == SIGPIPE)
+                ;
+        }
+        pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    }
+    atomic_store(&w->running, 0);
+out:
+    return rc;
+}

@@ -1,0 +1,289 @@
+/* client_internal.h: what the files of libtaskpush share, and what the unit
+ * tests reach into. Nothing here is exported from libtaskpush.so (the build
+ * hides every symbol not marked TP_API); internal names start with tpi_.
+ *
+ * Threads. One thread runs tp_worker_run() (the "I/O thread": the event base,
+ * the socket, every timer, every log line). With threads > 0, handler threads
+ * take tasks from the job queue and give them back through the done queue.
+ * Who may touch what is written beside each field:
+ *   [io]    the I/O thread only
+ *   [const] set before the handler sees the task, read-only afterwards
+ *   [job]   under w->job_mu         [done] under w->done_mu
+ *   [hdl]   the thread running the task's handler, until it hands the task back
+ *   [atomic] any thread
+ */
+#ifndef TASKPUSH_CLIENT_INTERNAL_H
+#define TASKPUSH_CLIENT_INTERNAL_H
+
+#include "taskpush.h"
+#include "proto.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct event_base;
+struct event;
+struct bufferevent;
+struct addrinfo;
+
+/* Frames decoded per read callback before yielding to the loop (memcached's
+ * reqs_per_event): a busy connection cannot starve the timers, and with inline
+ * handlers 64 no-op tasks take microseconds. */
+#define TPI_FRAMES_PER_EVENT 64
+
+/* Time allowed to flush the last frames (DONEs, STOP, ERROR) before closing. */
+#define TPI_LINGER_MS 5000
+
+/* A peer silent for this many heartbeat intervals is lost (SPEC.md). */
+#define TPI_HEARTBEAT_MISSES 3
+
+/* Results at least this large are handed to the output buffer by reference
+ * instead of being copied. */
+#define TPI_RESULT_BY_REFERENCE 16384
+
+/* One "host:port" of tp_worker_options.addresses. A host is a DNS name or an
+ * address (an IPv6 address without its brackets). */
+typedef struct tpi_addr {
+    char host[256];
+    char port[6];
+} tpi_addr;
+
+/* Connection states. If you add one, update tpi_state_text(). */
+enum tpi_conn_state {
+    TPI_IDLE = 0,   /* no connection: waiting for the reconnect timer, or stopped */
+    TPI_CONNECTING, /* TCP connect in progress */
+    TPI_HANDSHAKE,  /* HELLO sent, waiting for WELCOME */
+    TPI_READY,      /* taking tasks */
+    TPI_DRAINING,   /* STOP sent or received: finishing the deliveries held */
+    TPI_CLOSING,    /* reading stopped, flushing the output, then close */
+    TPI_STATE_COUNT
+};
+
+/* The counters of tp_worker_stats that only grow, defined once: the struct of
+ * atomics below and the copy in tp_worker_get_stats() come from this list. */
+#define TPI_COUNTERS(X)                                                                            \
+    X(connect_attempts)                                                                            \
+    X(connections)                                                                                 \
+    X(disconnects)                                                                                 \
+    X(protocol_errors)                                                                             \
+    X(tasks_received)                                                                              \
+    X(tasks_completed)                                                                             \
+    X(tasks_dropped)                                                                               \
+    X(cancels_received)                                                                            \
+    X(extends_sent)                                                                                \
+    X(heartbeats_sent)                                                                             \
+    X(frames_received)                                                                             \
+    X(read_yields)
+
+typedef struct tpi_counters {
+#define TPI_COUNTER_FIELD(name) _Atomic uint64_t name;
+    TPI_COUNTERS(TPI_COUNTER_FIELD)
+#undef TPI_COUNTER_FIELD
+    _Atomic uint64_t in_flight; /* not a counter: set by the I/O thread */
+} tpi_counters;
+
+/* Adds one to a counter; only the I/O thread writes them, others only read. */
+#define TPI_COUNT(w, name) atomic_fetch_add_explicit(&(w)->counters.name, 1, memory_order_relaxed)
+
+/* A registered task type. */
+typedef struct tpi_type {
+    char name[PROTO_MAX_TYPE_LEN + 1];
+    size_t len;
+    tp_handler fn;
+    void *arg;
+} tpi_type;
+
+struct tp_task {
+    tp_worker *w;                /* [const] */
+    const tpi_type *type_reg;    /* [const] its handler; NULL when none is registered */
+    uint64_t id;                 /* [const] the delivery ... */
+    uint32_t epoch;              /* [const] */
+    uint32_t attempt;            /* [const] */
+    uint32_t timeout_ms;         /* [const] */
+    uint8_t priority;            /* [const] */
+    uint64_t gen;                /* [const] the connection that delivered it */
+    size_t max_data;             /* [const] the largest result or error the DONE can carry */
+    _Atomic int64_t deadline_ns; /* [atomic] end of the lease (monotonic); INT64_MAX: none */
+    atomic_int cancelled;        /* [atomic] CANCEL received or connection lost */
+
+    /* The outcome: [hdl] while the handler runs, then [io]. */
+    int outcome;
+    uint32_t retry_after_ms;
+    uint8_t *result;
+    size_t result_len;
+    size_t result_refused; /* > 0: a result of this size was refused (TP_ETOOBIG) */
+    char *error;
+    size_t error_len;
+
+    /* The list of deliveries held on the current connection, for CANCEL. [io] */
+    tp_task *held_prev;
+    tp_task *held_next;
+    int held;
+
+    tp_task *next; /* [job] in the job queue, then [done] in the done queue */
+
+    /* A pending EXTEND request. [done] */
+    tp_task *ext_next;
+    uint32_t ext_ms;
+    int ext_pending;
+    tp_task *ext_taken_next; /* [io] the list tpi_done_take() returned */
+    uint32_t ext_send_ms;    /* [io] ext_ms as taken by tpi_done_take() */
+
+    char type[PROTO_MAX_TYPE_LEN + 1]; /* [const] */
+    const uint8_t *payload;            /* [const] points into body */
+    size_t payload_len;                /* [const] */
+    uint8_t body[];                    /* [const] the TASK body, then a NUL byte */
+};
+
+struct tp_worker {
+    /* Configuration, fixed while running. */
+    tp_worker_options opts; /* string fields point to the copies below */
+    char *addresses;
+    char *name;
+    char *token;
+    tpi_addr *addrs;
+    size_t naddrs;
+    tpi_type types[PROTO_MAX_TYPES];
+    size_t ntypes;
+
+    int stop_fd;        /* eventfd written by tp_worker_stop() */
+    atomic_int running; /* 1 inside tp_worker_run() */
+    tpi_counters counters;
+    uint64_t rng; /* [io] xorshift state for the reconnect jitter */
+
+    /* The event loop and its events. [io], valid during tp_worker_run() */
+    struct event_base *base;
+    struct event *stop_ev;      /* stop_fd readable */
+    struct event *wake_ev;      /* wake_fd readable: the done queue or an EXTEND */
+    struct event *reconnect_ev; /* reconnect backoff timer */
+    struct event *hs_ev;        /* connect + WELCOME deadline */
+    struct event *hb_ev;        /* heartbeat timer */
+    struct event *more_ev;      /* re-armed when the frame budget ran out */
+    struct event *linger_ev;    /* deadline of the flush before a close */
+    struct event *stop_wait_ev; /* how long a drained stop waits for the answering STOP */
+    pthread_t io_thread;
+
+    /* The connection. [io] */
+    enum tpi_conn_state state;
+    struct bufferevent *bev;
+    uint64_t gen;              /* bumped for every connection */
+    size_t addr_idx;           /* the address tried now / last */
+    struct addrinfo *ai_list;  /* the resolved forms of addrs[addr_idx] */
+    struct addrinfo *ai_cur;   /* the one being connected */
+    unsigned failures;         /* attempts since the last WELCOME, for the backoff */
+    int reconnect_after_close; /* 1: schedule a reconnect when the connection closes */
+    uint32_t max_body_in;      /* largest body accepted from the dispatcher */
+    uint32_t max_body_out;     /* largest body the dispatcher accepts */
+    size_t max_data;           /* the largest data of a DONE under max_body_out */
+    uint32_t heartbeat_ms;     /* 0: no heartbeats */
+    int64_t last_rx_ns;        /* when bytes last arrived */
+    int64_t last_tx_ns;        /* when a frame was last queued for sending */
+    int established;           /* WELCOME received on this connection */
+    unsigned in_flight;        /* deliveries on this connection without a DONE */
+    tp_task *held;             /* those deliveries (a doubly linked list) */
+    int peer_stopped;          /* the dispatcher sent STOP */
+    int64_t welcome_ns;        /* when WELCOME arrived */
+    uint64_t session_tasks;    /* tasks received on this connection */
+    char close_reason[160];    /* why a CLOSING connection closes */
+    int close_level;           /* and the level of its log line */
+    int stop_sent;             /* we sent STOP */
+
+    /* Stopping. [io] */
+    uint64_t stop_requests; /* tp_worker_stop() calls seen */
+    int stopping;           /* graceful: no reconnect, close once drained */
+    size_t tasks_alive;     /* tasks allocated and not yet freed */
+
+    /* Handler threads. */
+    pthread_t *threads; /* [io] */
+    unsigned nthreads;  /* [io] started */
+    pthread_mutex_t job_mu;
+    pthread_cond_t job_cv;
+    tp_task *job_head; /* [job] */
+    tp_task *job_tail; /* [job] */
+    int job_quit;      /* [job] threads exit when the queue is empty */
+
+    /* The way back to the I/O thread. */
+    int wake_fd; /* eventfd */
+    pthread_mutex_t done_mu;
+    tp_task *done_head; /* [done] */
+    tp_task *done_tail; /* [done] */
+    tp_task *ext_head;  /* [done] tasks with an EXTEND to send */
+    int wake_pending;   /* [done] wake_fd was written and not yet read */
+};
+
+/* ---- options.c ---- */
+
+/* Fills *err (when not NULL) with code and a formatted reason; returns code. */
+int tpi_error_set(tp_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Checks every field of opts; returns 0 or TP_EINVAL with the reason in *err. */
+int tpi_options_check(const tp_worker_options *opts, tp_error *err);
+
+/* Parses "host:port[,host:port...]" into a new array (caller frees) of *n
+ * entries. Returns 0, TP_EINVAL with the reason in *err, or TP_ENOMEM. */
+int tpi_addr_parse(const char *list, tpi_addr **out, size_t *n, tp_error *err);
+
+/* The delay before reconnect attempt number failures (0 for the first after a
+ * success): min * 2^failures capped at max, with "equal jitter" (between half
+ * of it and all of it), drawn from *rng. */
+uint32_t tpi_backoff_ms(uint64_t *rng, uint32_t min, uint32_t max, unsigned failures);
+
+/* Advances a xorshift64* generator; the state must not be 0. */
+uint64_t tpi_rand(uint64_t *state);
+
+/* The monotonic clock in nanoseconds. */
+int64_t tpi_now_ns(void);
+
+/* ---- client.c ---- */
+
+/* Formats a line and passes it to the log callback. [io] Use tpi_log(), which
+ * checks the level before anything is formatted. */
+void tpi_log_write(tp_worker *w, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define tpi_log(w, lvl, ...)                                                                       \
+    do {                                                                                           \
+        if ((w)->opts.log != NULL && (lvl) <= (w)->opts.log_level)                                 \
+            tpi_log_write((w), (lvl), __VA_ARGS__);                                                \
+    } while (0)
+
+const char *tpi_state_text(enum tpi_conn_state s);
+
+/* ---- pool.c ---- */
+
+/* Runs a task's handler (or answers it without one) and fills its outcome. [hdl] */
+void tpi_task_execute(tp_task *t);
+
+/* Starts opts.threads handler threads; returns 0 or TP_ESYS. [io] */
+int tpi_pool_start(tp_worker *w);
+
+/* Lets the threads finish the queue, then joins them. [io] */
+void tpi_pool_join(tp_worker *w);
+
+/* Queues a task for the handler threads. [io] */
+void tpi_pool_submit(tp_worker *w, tp_task *t);
+
+/* Gives a task whose handler returned back to the I/O thread. [hdl] */
+void tpi_done_push(tp_worker *w, tp_task *t);
+
+/* Takes the done queue (linked by next) and the EXTEND requests (linked by
+ * ext_taken_next, since a handler may queue a new request meanwhile) at once,
+ * under done_mu. Process *ext first: an EXTEND in it was queued before its
+ * task's DONE, and the task lives until that DONE is processed. [io] */
+void tpi_done_take(tp_worker *w, tp_task **done, tp_task **ext);
+
+/* Frees a task and its outcome. */
+void tpi_task_free(tp_task *t);
+
+/* ---- client.c, for task.c ---- */
+
+/* Sends an EXTEND for t now (on the I/O thread). */
+void tpi_conn_send_extend(tp_worker *w, tp_task *t, uint32_t ms);
+
+/* Queues an EXTEND request for the I/O thread. [hdl] or any thread */
+void tpi_extend_push(tp_worker *w, tp_task *t, uint32_t ms);
+
+#endif
