@@ -1,18 +1,25 @@
 /* admin_http.c: the admin port on evhttp, on the dispatcher's own loop.
  * Every handler answers from memory; nothing here touches the database. */
 #include "conn.h"
+#include "dashboard.h"
 #include "server.h"
 
 #include <event2/buffer.h>
 #include <event2/http.h>
+#include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-static void send_json(struct evhttp_request *req, json_t *body)
+static const char *const state_names[4] = {"new", "processing", "successful", "failed"};
+static const char *const priority_names[3] = {"low", "normal", "high"};
+
+static void send_json_status(struct evhttp_request *req, int code, const char *reason, json_t *body)
 {
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
@@ -25,8 +32,28 @@ static void send_json(struct evhttp_request *req, json_t *body)
     evbuffer_add(out, "\n", 1);
     free(text);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-    evhttp_send_reply(req, HTTP_OK, "OK", out);
+    evhttp_send_reply(req, code, reason, out);
     evbuffer_free(out);
+}
+
+/* An error answer that keeps the headers set before it (evhttp_send_error
+ * clears them, and a 405 needs its Allow, a 401 its WWW-Authenticate). */
+static void send_error_text(struct evhttp_request *req, int code, const char *reason)
+{
+    struct evbuffer *out = evbuffer_new();
+    if (!out) {
+        evhttp_send_error(req, code, reason);
+        return;
+    }
+    evbuffer_add_printf(out, "%d %s\n", code, reason);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain");
+    evhttp_send_reply(req, code, reason, out);
+    evbuffer_free(out);
+}
+
+static void send_json(struct evhttp_request *req, json_t *body)
+{
+    send_json_status(req, HTTP_OK, "OK", body);
 }
 
 static bool only_get(struct evhttp_request *req)
@@ -34,7 +61,7 @@ static bool only_get(struct evhttp_request *req)
     if (evhttp_request_get_command(req) == EVHTTP_REQ_GET)
         return true;
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET");
-    evhttp_send_error(req, 405, "use GET");
+    send_error_text(req, 405, "use GET");
     return false;
 }
 
@@ -54,6 +81,67 @@ static void healthz_cb(struct evhttp_request *req, void *arg)
 static void add_setting(void *arg, const char *key, const char *val)
 {
     json_object_set_new(arg, key, json_string(val));
+}
+
+static json_t *rates_json(const dsp_server *srv)
+{
+    static const unsigned windows[3] = {1, 10, 60};
+    static const char *const names[3] = {"1s", "10s", "60s"};
+    json_t *d = json_object(), *c = json_object();
+    for (int i = 0; i < 3; i++) {
+        double dr, cr;
+        dsp_rates_get(&srv->rates, windows[i], &dr, &cr);
+        json_object_set_new(d, names[i], json_real(dr));
+        json_object_set_new(c, names[i], json_real(cr));
+    }
+    return json_pack("{s:o, s:o}", "dispatched_per_s", d, "completed_per_s", c);
+}
+
+static json_t *table_json(const dsp_table_stats *ts)
+{
+    json_t *states = json_object();
+    for (int i = 0; i < 4; i++)
+        json_object_set_new(states, state_names[i], json_integer((json_int_t)ts->by_state[i]));
+    json_t *prio = json_object();
+    for (int i = 0; i < 3; i++)
+        json_object_set_new(prio, priority_names[i], json_integer((json_int_t)ts->new_by_priority[i]));
+    json_t *types = json_array();
+    for (size_t i = 0; i < ts->ntypes && i < DSP_TABLE_STATS_MAX_TYPES; i++) {
+        const dsp_table_type_stats *t = &ts->types[i];
+        json_array_append_new(types, json_pack("{s:s, s:I, s:I, s:I, s:I}", "type", t->type, "new_ready",
+                                               (json_int_t)t->new_ready, "new_delayed",
+                                               (json_int_t)t->new_delayed, "processing",
+                                               (json_int_t)t->processing, "failed", (json_int_t)t->failed));
+    }
+    int64_t age = ts->valid ? dsp_wall_ms() - ts->refreshed_wall_ms : -1;
+    return json_pack("{s:b, s:I, s:I, s:o, s:b, s:o, s:I, s:o, s:I}", "valid", ts->valid, "age_ms",
+                     (json_int_t)age, "refresh_us", (json_int_t)ts->duration_us, "by_state", states,
+                     "successful_capped", ts->successful_capped, "new_by_priority", prio,
+                     "oldest_ready_age_ms", (json_int_t)ts->oldest_ready_age_ms, "types", types,
+                     "retention_deleted_total", (json_int_t)ts->retention_deleted_total);
+}
+
+static json_t *paused_json(const dsp_server *srv)
+{
+    json_t *types = json_array();
+    for (const dsp_type *ty = srv->types; ty; ty = ty->next)
+        if (ty->paused)
+            json_array_append_new(types, json_string(ty->name));
+    return json_pack("{s:b, s:o}", "all", srv->paused_all, "types", types);
+}
+
+static json_t *requeue_json(const dsp_server *srv)
+{
+    if (srv->last_requeue.id == 0)
+        return json_null();
+    json_t *o = json_pack("{s:I, s:s, s:s}", "request_id", (json_int_t)srv->last_requeue.id, "type",
+                          srv->last_requeue.type,
+                          "state", !srv->last_requeue.done          ? "pending"
+                                   : srv->last_requeue.rows < 0 ? "failed"
+                                                                : "done");
+    if (srv->last_requeue.done && srv->last_requeue.rows >= 0)
+        json_object_set_new(o, "rows", json_integer((json_int_t)srv->last_requeue.rows));
+    return o;
 }
 
 static json_t *stats_json(dsp_server *srv)
@@ -80,13 +168,31 @@ static json_t *stats_json(dsp_server *srv)
     json_t *settings = json_object();
     dsp_config_each(srv->cfg, add_setting, settings);
 
-    return json_pack("{s:I, s:b, s:b, s:I, s:s, s:I, s:b, s:o, s:{s:I, s:I}, s:o, s:o, s:o}",
+    dsp_table_stats *ts = malloc(sizeof *ts);
+    if (ts)
+        dsp_db_table_stats_get(srv->db, ts);
+    json_t *table = ts ? table_json(ts) : json_null();
+    free(ts);
+
+    json_t *o = json_pack("{s:I, s:b, s:b, s:I, s:s, s:I, s:b, s:o, s:{s:I, s:I}, s:o, s:o, s:o}",
                      "uptime_s", (json_int_t)((dsp_now_ms() - srv->started_ms) / 1000),
                      "db_connected", srv->db_connected, "leader", srv->leader, "epoch",
                      (json_int_t)srv->epoch, "scheduler", dsp_sched_policy_name(srv->cfg->scheduler),
                      "workers", (json_int_t)srv->nworkers, "draining", srv->draining, "tasks", tasks,
                      "queue", "buffered", (json_int_t)srv->nbuffered, "in_flight",
                      (json_int_t)srv->ninflight, "connections", conns, "db", db, "settings", settings);
+    if (!o) {
+        json_decref(table);
+        return NULL;
+    }
+    /* "draining": either kind (POST /drain, or a signal's drain before exit). */
+    json_object_set_new(o, "draining", json_boolean(srv->draining || srv->admin_draining));
+    json_object_set_new(o, "shutting_down", json_boolean(srv->draining));
+    json_object_set_new(o, "paused", paused_json(srv));
+    json_object_set_new(o, "rates", rates_json(srv));
+    json_object_set_new(o, "table", table);
+    json_object_set_new(o, "last_requeue", requeue_json(srv));
+    return o;
 }
 
 static void stats_cb(struct evhttp_request *req, void *arg)
@@ -120,10 +226,279 @@ static void workers_cb(struct evhttp_request *req, void *arg)
     send_json(req, list);
 }
 
+/* ---- GET /metrics: Prometheus text exposition format 0.0.4 ---- */
+
+static void family(struct evbuffer *out, const char *name, const char *type, const char *help)
+{
+    evbuffer_add_printf(out, "# HELP taskpush_%s %s\n# TYPE taskpush_%s %s\n", name, help, name, type);
+}
+
+static void gauge(struct evbuffer *out, const char *name, const char *help, double v)
+{
+    family(out, name, "gauge", help);
+    evbuffer_add_printf(out, "taskpush_%s %.9g\n", name, v);
+}
+
+static void counter(struct evbuffer *out, const char *name, const char *help, uint64_t v)
+{
+    family(out, name, "counter", help);
+    evbuffer_add_printf(out, "taskpush_%s %llu\n", name, (unsigned long long)v);
+}
+
+/* A label value with \, " and newline escaped as the format wants. */
+static void label_value(struct evbuffer *out, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\')
+            evbuffer_add(out, "\\\\", 2);
+        else if (*v == '"')
+            evbuffer_add(out, "\\\"", 2);
+        else if (*v == '\n')
+            evbuffer_add(out, "\\n", 2);
+        else
+            evbuffer_add(out, v, 1);
+    }
+}
+
+static void histogram(struct evbuffer *out, const char *name, const char *help, const dsp_hist *h)
+{
+    family(out, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int i = 0; i <= DSP_HIST_NBOUNDS; i++) {
+        cum += h->buckets[i];
+        if (i < DSP_HIST_NBOUNDS)
+            evbuffer_add_printf(out, "taskpush_%s_bucket{le=\"%g\"} %llu\n", name,
+                                dsp_hist_bound_ms(i) / 1000.0, (unsigned long long)cum);
+        else
+            evbuffer_add_printf(out, "taskpush_%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    }
+    evbuffer_add_printf(out, "taskpush_%s_sum %.9g\ntaskpush_%s_count %llu\n", name, h->sum_ms / 1000.0,
+                        name, (unsigned long long)h->count);
+}
+
+static void metrics_table(struct evbuffer *out, const dsp_table_stats *ts)
+{
+    gauge(out, "table_stats_valid", "1 once the table-side figures were read at least once",
+          ts->valid ? 1 : 0);
+    counter(out, "table_retention_deleted_total", "finished rows deleted by retention",
+            ts->retention_deleted_total);
+    if (!ts->valid)
+        return;
+    gauge(out, "table_stats_age_seconds", "age of the table-side figures",
+          (double)(dsp_wall_ms() - ts->refreshed_wall_ms) / 1000.0);
+    family(out, "table_tasks", "gauge", "rows of the task table by state");
+    for (int i = 0; i < 4; i++)
+        evbuffer_add_printf(out, "taskpush_table_tasks{state=\"%s\"} %llu\n", state_names[i],
+                            (unsigned long long)ts->by_state[i]);
+    family(out, "table_new_tasks", "gauge", "NEW rows (ready or delayed) by priority");
+    for (int i = 0; i < 3; i++)
+        evbuffer_add_printf(out, "taskpush_table_new_tasks{priority=\"%s\"} %llu\n", priority_names[i],
+                            (unsigned long long)ts->new_by_priority[i]);
+    family(out, "table_type_tasks", "gauge", "rows by type and state (NEW split into ready and delayed)");
+    for (size_t i = 0; i < ts->ntypes && i < DSP_TABLE_STATS_MAX_TYPES; i++) {
+        const dsp_table_type_stats *t = &ts->types[i];
+        const uint64_t v[4] = {t->new_ready, t->new_delayed, t->processing, t->failed};
+        static const char *const st[4] = {"new_ready", "new_delayed", "processing", "failed"};
+        for (int k = 0; k < 4; k++) {
+            evbuffer_add_printf(out, "taskpush_table_type_tasks{type=\"");
+            label_value(out, t->type);
+            evbuffer_add_printf(out, "\",state=\"%s\"} %llu\n", st[k], (unsigned long long)v[k]);
+        }
+    }
+    gauge(out, "queue_lag_seconds", "how long the oldest ready NEW task has waited (0: none waits)",
+          ts->oldest_ready_age_ms > 0 ? (double)ts->oldest_ready_age_ms / 1000.0 : 0);
+}
+
+static void metrics_cb(struct evhttp_request *req, void *arg)
+{
+    dsp_server *srv = arg;
+    if (!only_get(req))
+        return;
+    struct evbuffer *out = evbuffer_new();
+    if (!out) {
+        evhttp_send_error(req, HTTP_INTERNAL, "out of memory");
+        return;
+    }
+#define X(name, help) counter(out, #name, help, srv->task_stats.name);
+    DSP_TASK_COUNTERS(X)
+#undef X
+#define X(name, help) counter(out, "connections_" #name, help, srv->conn_stats.name);
+    DSP_CONN_COUNTERS(X)
+#undef X
+    gauge(out, "connections_open", "open connections on the worker port", (double)srv->nconns);
+    gauge(out, "workers", "connected workers (past HELLO)", (double)srv->nworkers);
+    gauge(out, "queue_buffered", "claimed tasks waiting in memory for a worker", (double)srv->nbuffered);
+    gauge(out, "queue_in_flight", "tasks delivered and not yet done", (double)srv->ninflight);
+    gauge(out, "db_connected", "1 while the database is reachable", srv->db_connected ? 1 : 0);
+    gauge(out, "leader", "1 while this dispatcher leads the table", srv->leader ? 1 : 0);
+    gauge(out, "epoch", "the fencing epoch of this dispatcher", (double)srv->epoch);
+    gauge(out, "uptime_seconds", "seconds since start", (double)(dsp_now_ms() - srv->started_ms) / 1000.0);
+    gauge(out, "paused", "1 while every type is paused", srv->paused_all ? 1 : 0);
+    gauge(out, "draining", "1 while draining", srv->draining || srv->admin_draining ? 1 : 0);
+
+    dsp_db_counters dbc;
+    dsp_db_counters_get(srv->db, &dbc);
+    counter(out, "db_statements_total", "statements sent to the database", dbc.statements);
+    counter(out, "db_claims_total", "claim transactions committed", dbc.claims);
+    counter(out, "db_claimed_rows_total", "rows claimed", dbc.claimed_rows);
+    family(out, "db_claim_seconds_total", "counter", "claim transaction time summed");
+    evbuffer_add_printf(out, "taskpush_db_claim_seconds_total %.9g\n", (double)dbc.claim_us_total / 1e6);
+    counter(out, "db_write_batches_total", "outcome batches written", dbc.write_batches);
+    counter(out, "db_reconnects_total", "database reconnections", dbc.reconnects);
+    gauge(out, "db_pending_writes", "outcomes queued or being written",
+          (double)dsp_db_pending_writes(srv->db));
+
+#define X(field, name, help) histogram(out, name, help, &srv->hist.field);
+    DSP_HISTOGRAMS(X)
+#undef X
+
+    static const char *const wnames[3] = {"worker_capacity", "worker_in_flight", "worker_completed_total"};
+    static const char *const wtypes[3] = {"gauge", "gauge", "counter"};
+    static const char *const whelp[3] = {"slots a worker offers", "tasks a worker holds",
+                                         "tasks a worker finished"};
+    for (int k = 0; k < 3; k++) {
+        family(out, wnames[k], wtypes[k], whelp[k]);
+        for (dsp_conn *c = srv->conns; c; c = c->next) {
+            if (c->state != DSP_CONN_ACTIVE)
+                continue;
+            uint64_t v = k == 0 ? c->slots.capacity : k == 1 ? c->slots.in_flight : c->completed_total;
+            evbuffer_add_printf(out, "taskpush_%s{worker=\"", wnames[k]);
+            label_value(out, c->name ? c->name : "");
+            evbuffer_add_printf(out, "\",conn=\"%llu\"} %llu\n", (unsigned long long)c->id,
+                                (unsigned long long)v);
+        }
+    }
+
+    dsp_table_stats *ts = malloc(sizeof *ts);
+    if (ts) {
+        dsp_db_table_stats_get(srv->db, ts);
+        metrics_table(out, ts);
+        free(ts);
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
+    evhttp_send_reply(req, HTTP_OK, "OK", out);
+    evbuffer_free(out);
+}
+
+/* ---- state-changing requests: POST only, with the bearer token when set ---- */
+
+static bool token_ok(const char *have, const char *want)
+{
+    size_t hl = strlen(have), wl = strlen(want);
+    unsigned char diff = hl != wl;
+    for (size_t i = 0; i < wl; i++)
+        diff |= (unsigned char)(have[i < hl ? i : 0] ^ want[i]);
+    return diff == 0 && hl == wl;
+}
+
+static bool post_allowed(struct evhttp_request *req, dsp_server *srv)
+{
+    struct evkeyvalq *oh = evhttp_request_get_output_headers(req);
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_POST) {
+        evhttp_add_header(oh, "Allow", "POST");
+        send_error_text(req, 405, "use POST");
+        return false;
+    }
+    if (srv->cfg->token) {
+        const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+        if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !token_ok(auth + 7, srv->cfg->token)) {
+            evhttp_add_header(oh, "WWW-Authenticate", "Bearer");
+            send_error_text(req, 401, "a bearer token is required");
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The optional ?type=T. Returns 0 (type set or NULL), or -1 after a 400. */
+static int query_type(struct evhttp_request *req, char *buf, size_t buflen, const char **type)
+{
+    *type = NULL;
+    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    if (!q || !*q)
+        return 0;
+    struct evkeyvalq params;
+    memset(&params, 0, sizeof params); /* TAILQ_INIT: an empty list */
+    params.tqh_last = &params.tqh_first;
+    if (evhttp_parse_query_str(q, &params) != 0) {
+        send_error_text(req, HTTP_BADREQUEST, "bad query string");
+        return -1;
+    }
+    const char *t = evhttp_find_header(&params, "type");
+    int rc = 0;
+    if (t) {
+        size_t n = strlen(t);
+        if (n == 0 || n >= buflen || n > 256) {
+            send_error_text(req, HTTP_BADREQUEST, "type must be 1 to 256 bytes");
+            rc = -1;
+        } else {
+            memcpy(buf, t, n + 1);
+            *type = buf;
+        }
+    }
+    evhttp_clear_headers(&params);
+    return rc;
+}
+
+static json_t *state_json(const dsp_server *srv)
+{
+    return json_pack("{s:b, s:o, s:b}", "ok", 1, "paused", paused_json(srv), "draining",
+                     srv->draining || srv->admin_draining);
+}
+
+static void pause_cb(struct evhttp_request *req, void *arg)
+{
+    dsp_server *srv = arg;
+    char buf[300];
+    const char *type;
+    if (!post_allowed(req, srv) || query_type(req, buf, sizeof buf, &type) < 0)
+        return;
+    dsp_server_pause(srv, type);
+    send_json(req, state_json(srv));
+}
+
+static void resume_cb(struct evhttp_request *req, void *arg)
+{
+    dsp_server *srv = arg;
+    char buf[300];
+    const char *type;
+    if (!post_allowed(req, srv) || query_type(req, buf, sizeof buf, &type) < 0)
+        return;
+    dsp_server_resume(srv, type);
+    send_json(req, state_json(srv));
+}
+
+static void drain_cb(struct evhttp_request *req, void *arg)
+{
+    dsp_server *srv = arg;
+    if (!post_allowed(req, srv))
+        return;
+    dsp_server_drain(srv);
+    json_t *o = state_json(srv);
+    json_object_set_new(o, "in_flight", json_integer((json_int_t)srv->ninflight));
+    send_json(req, o);
+}
+
+static void requeue_cb(struct evhttp_request *req, void *arg)
+{
+    dsp_server *srv = arg;
+    char buf[300];
+    const char *type;
+    if (!post_allowed(req, srv) || query_type(req, buf, sizeof buf, &type) < 0)
+        return;
+    uint64_t id = dsp_server_requeue_failed(srv, type);
+    if (id == 0) {
+        evhttp_send_error(req, HTTP_INTERNAL, "cannot queue the request");
+        return;
+    }
+    send_json_status(req, 202, "Accepted",
+                     json_pack("{s:b, s:I, s:s?}", "ok", 1, "request_id", (json_int_t)id, "type", type));
+}
+
 static void not_found_cb(struct evhttp_request *req, void *arg)
 {
     (void)arg;
-    evhttp_send_error(req, HTTP_NOTFOUND, "no such path");
+    send_error_text(req, HTTP_NOTFOUND, "no such path");
 }
 
 int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
@@ -143,6 +518,13 @@ int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
     evhttp_set_cb(srv->http, "/healthz", healthz_cb, srv);
     evhttp_set_cb(srv->http, "/stats", stats_cb, srv);
     evhttp_set_cb(srv->http, "/workers", workers_cb, srv);
+    evhttp_set_cb(srv->http, "/metrics", metrics_cb, srv);
+    evhttp_set_cb(srv->http, "/pause", pause_cb, srv);
+    evhttp_set_cb(srv->http, "/resume", resume_cb, srv);
+    evhttp_set_cb(srv->http, "/drain", drain_cb, srv);
+    evhttp_set_cb(srv->http, "/requeue-failed", requeue_cb, srv);
+    if (dsp_dashboard_register(srv->http) != 0)
+        return -1;
     evhttp_set_gencb(srv->http, not_found_cb, srv);
     struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(srv->http, host, (ev_uint16_t)port);
     if (!bs) {

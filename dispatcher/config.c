@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum opt_kind { OPT_STRING, OPT_INT, OPT_HOSTPORT, OPT_SCHED, OPT_LOGLEVEL };
+enum opt_kind { OPT_STRING, OPT_INT, OPT_DURATION, OPT_HOSTPORT, OPT_SCHED, OPT_LOGLEVEL };
 
 typedef struct opt_def {
     const char *name;
@@ -51,6 +51,12 @@ static const opt_def option_table[] = {
      "delay before the first retry of a failed attempt; doubles per attempt, with jitter"},
     {"retry-backoff-max-ms", OPT_INT, F(retry_backoff_max_ms), "300000", 1, 86400000, "N",
      "longest retry delay"},
+    {"retain-finished", OPT_DURATION, F(retain_finished_ms), "keep", 0, 0, "DURATION",
+     "delete SUCCESSFUL rows older than this (e.g. 7d, 12h); keep = never"},
+    {"retain-failed", OPT_DURATION, F(retain_failed_ms), "keep", 0, 0, "DURATION",
+     "delete FAILED rows older than this; keep = never"},
+    {"table-stats-ms", OPT_INT, F(table_stats_ms), "2000", 100, 3600000, "N",
+     "how often the table-side figures (counts, queue lag) are read"},
     {"ready-file", OPT_STRING, F(ready_file), NULL, 0, 0, "PATH",
      "write {pid, listen, admin} as JSON here once the ports are open (for scripts)"},
     {"token-file", OPT_STRING, F(token_file), NULL, 0, 0, "PATH",
@@ -202,6 +208,31 @@ bad:
     return -1;
 }
 
+int dsp_duration_parse(const char *s, int64_t *ms)
+{
+    if (strcmp(s, "keep") == 0) {
+        *ms = 0;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || v < 0)
+        return -1;
+    static const struct {
+        const char *unit;
+        int64_t ms;
+    } units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcmp(end, units[i].unit) == 0) {
+            if (v > INT64_MAX / units[i].ms)
+                return -1;
+            *ms = v * units[i].ms;
+            return 0;
+        }
+    return -1;
+}
+
 static int set_value(dsp_config *cfg, const opt_def *o, const char *val, char *err, size_t errlen)
 {
     void *field = (char *)cfg + o->offset;
@@ -233,6 +264,13 @@ static int set_value(dsp_config *cfg, const opt_def *o, const char *val, char *e
         *(int64_t *)field = v;
         return 0;
     }
+    case OPT_DURATION:
+        if (dsp_duration_parse(val, (int64_t *)field) < 0) {
+            snprintf(err, errlen, "--%s: '%s' is not a duration such as 90s, 12h, 7d or keep",
+                     o->name, val);
+            return -1;
+        }
+        return 0;
     case OPT_SCHED:
         if (strcmp(val, "round-robin") == 0)
             *(int *)field = DSP_SCHED_ROUND_ROBIN;
@@ -463,6 +501,7 @@ void dsp_config_each(const dsp_config *cfg, void (*emit)(void *arg, const char *
                 val = "(set, has a password)";
             break;
         case OPT_INT:
+        case OPT_DURATION:
             snprintf(buf, sizeof buf, "%lld", (long long)*(const int64_t *)field);
             break;
         case OPT_SCHED:

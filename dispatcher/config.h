@@ -38,6 +38,9 @@ typedef struct dsp_config {
     int log_level;     /* enum dsp_log_level */
     int64_t retry_backoff_ms;     /* first retry delay; doubles per attempt */
     int64_t retry_backoff_max_ms; /* cap of the retry delay */
+    int64_t retain_finished_ms; /* delete SUCCESSFUL rows older than this; 0 keeps all */
+    int64_t retain_failed_ms;   /* delete FAILED rows older than this; 0 keeps all */
+    int64_t table_stats_ms;     /* refresh interval of the table-side figures */
     char *ready_file;  /* written once the ports listen: {"pid","listen","admin"} */
     char *config_file;
 } dsp_config;
@@ -61,6 +64,10 @@ void dsp_config_free(dsp_config *cfg);
 int dsp_db_url_parse(const char *url, dsp_db_url *out, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 void dsp_db_url_clear(dsp_db_url *u);
+
+/* Parses a duration: a whole number with a unit ms, s, m, h or d ("7d",
+ * "90s"); a bare number is milliseconds; "0" or "keep" is 0. Returns 0 or -1. */
+int dsp_duration_parse(const char *s, int64_t *ms);
 
 /* Splits "HOST:PORT" (HOST may be [v6]); returns 0 or -1. host is caller's buffer. */
 int dsp_hostport_parse(const char *s, char *host, size_t hostlen, unsigned *port);

@@ -1,14 +1,18 @@
 /* taskpushctl: the operator's view of a running taskpushd, over its admin port.
  *
  *   taskpushctl [--admin HOST:PORT] [--json] stats|workers|health
+ *   taskpushctl [--admin HOST:PORT] [--json] [--token-file PATH] [--type T]
+ *               pause|resume|drain|requeue-failed
  *
- * Exit status: 0 when the dispatcher answered (for health: answered healthy),
- * 1 when it is unhealthy or did not answer, 2 for a bad command line. */
+ * Exit status: 0 when the dispatcher answered (for health: answered healthy;
+ * for a request: accepted it), 1 when it is unhealthy, refused or did not
+ * answer, 2 for a bad command line. */
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <jansson.h>
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -34,7 +38,8 @@ static void reply_cb(struct evhttp_request *req, void *arg)
     }
 }
 
-static ctl_reply http_get(const char *admin, const char *path)
+static ctl_reply http_request(const char *admin, enum evhttp_cmd_type method, const char *path,
+                              const char *token)
 {
     ctl_reply r = {-1, NULL};
     char host[256];
@@ -50,7 +55,16 @@ static ctl_reply http_get(const char *admin, const char *path)
     if (req) {
         evhttp_connection_set_timeout(conn, 5);
         evhttp_add_header(evhttp_request_get_output_headers(req), "Host", host);
-        if (evhttp_make_request(conn, req, EVHTTP_REQ_GET, path) == 0)
+        if (token) {
+            size_t n = strlen(token) + 8;
+            char *auth = malloc(n);
+            if (auth) {
+                snprintf(auth, n, "Bearer %s", token);
+                evhttp_add_header(evhttp_request_get_output_headers(req), "Authorization", auth);
+                free(auth);
+            }
+        }
+        if (evhttp_make_request(conn, req, method, path) == 0)
             event_base_dispatch(base);
     }
     if (conn)
@@ -63,6 +77,11 @@ static ctl_reply http_get(const char *admin, const char *path)
 static long long num(json_t *o, const char *key)
 {
     return (long long)json_integer_value(json_object_get(o, key));
+}
+
+static double real(json_t *o, const char *key)
+{
+    return json_number_value(json_object_get(o, key));
 }
 
 static void print_stats(json_t *s)
@@ -78,6 +97,82 @@ static void print_stats(json_t *s)
            "            %lld retried, %lld requeued\n",
            num(t, "claimed_total"), num(t, "dispatched_total"), num(t, "succeeded_total"),
            num(t, "failed_total"), num(t, "retried_total"), num(t, "requeued_total"));
+    json_t *r = json_object_get(s, "rates");
+    json_t *rd = json_object_get(r, "dispatched_per_s"), *rc = json_object_get(r, "completed_per_s");
+    if (rd && rc)
+        printf("rates       dispatched %.1f/s, completed %.1f/s (1 s); %.1f/s, %.1f/s (10 s); "
+               "%.1f/s, %.1f/s (60 s)\n",
+               real(rd, "1s"), real(rc, "1s"), real(rd, "10s"), real(rc, "10s"), real(rd, "60s"),
+               real(rc, "60s"));
+    json_t *p = json_object_get(s, "paused");
+    bool draining = json_is_true(json_object_get(s, "draining"));
+    if (p) {
+        char types[512] = "";
+        size_t i, used = 0;
+        json_t *ty;
+        json_array_foreach(json_object_get(p, "types"), i, ty) {
+            int n = snprintf(types + used, sizeof types - used, "%s%s", i ? "," : "", json_string_value(ty));
+            if (n < 0 || (size_t)n >= sizeof types - used)
+                break;
+            used += (size_t)n;
+        }
+        printf("state       %s%s%s%s\n", json_is_true(json_object_get(p, "all")) ? "PAUSED" : "running",
+               used ? ", paused types: " : "", types, draining ? ", DRAINING" : "");
+    }
+    json_t *tb = json_object_get(s, "table");
+    if (json_is_true(json_object_get(tb, "valid"))) {
+        json_t *bs = json_object_get(tb, "by_state"), *bp = json_object_get(tb, "new_by_priority");
+        long long lag = num(tb, "oldest_ready_age_ms");
+        printf("table       %lld new (%lld high, %lld normal, %lld low), %lld processing,\n"
+               "            %lld%s successful, %lld failed; figures %lld ms old\n",
+               num(bs, "new"), num(bp, "high"), num(bp, "normal"), num(bp, "low"), num(bs, "processing"),
+               num(bs, "successful"), json_is_true(json_object_get(tb, "successful_capped")) ? "+" : "",
+               num(bs, "failed"), num(tb, "age_ms"));
+        if (lag >= 0)
+            printf("queue lag   %.3f s (oldest ready task)\n", (double)lag / 1000.0);
+        else
+            printf("queue lag   none (no ready task)\n");
+        size_t i;
+        json_t *ty;
+        json_array_foreach(json_object_get(tb, "types"), i, ty) {
+            if (i == 0)
+                printf("  %-24s %10s %10s %10s %10s\n", "TYPE", "READY", "DELAYED", "PROCESSING", "FAILED");
+            printf("  %-24s %10lld %10lld %10lld %10lld\n", json_string_value(json_object_get(ty, "type")),
+                   num(ty, "new_ready"), num(ty, "new_delayed"), num(ty, "processing"), num(ty, "failed"));
+        }
+    } else if (tb) {
+        printf("table       (figures not read yet)\n");
+    }
+    json_t *lr = json_object_get(s, "last_requeue");
+    if (json_is_object(lr)) {
+        const char *st = json_string_value(json_object_get(lr, "state"));
+        printf("requeue     request %lld%s%s: %s", num(lr, "request_id"),
+               *json_string_value(json_object_get(lr, "type")) ? " of type " : "",
+               json_string_value(json_object_get(lr, "type")), st ? st : "?");
+        if (st && strcmp(st, "done") == 0)
+            printf(", %lld row(s) back to NEW", num(lr, "rows"));
+        printf("\n");
+    }
+}
+
+/* Reads the token of --token-file: the first line, without its newline. */
+static char *read_token(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "taskpushctl: --token-file %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    char buf[2048];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    if (!buf[0]) {
+        fprintf(stderr, "taskpushctl: --token-file %s: empty\n", path);
+        return NULL;
+    }
+    return strdup(buf);
 }
 
 static void print_workers(json_t *list)
@@ -111,32 +206,98 @@ static void usage(FILE *out)
                  "Commands:\n"
                  "  stats     counters, queue and database state\n"
                  "  workers   connected workers and their load\n"
-                 "  health    'ok' and exit 0 while the database is reachable, else exit 1\n\n"
+                 "  health    'ok' and exit 0 while the database is reachable, else exit 1\n"
+                 "  pause     stop claiming and dispatching (all types, or --type T)\n"
+                 "  resume    undo pause (all types, or --type T); also ends a drain\n"
+                 "  drain     stop claiming, put buffered tasks back to NEW, let in-flight\n"
+                 "            tasks finish; the dispatcher keeps running until resume\n"
+                 "  requeue-failed   move FAILED rows (all, or of --type T) back to NEW\n\n"
                  "Options:\n"
+                 "  --type T            only task type T (pause, resume, requeue-failed)\n"
+                 "  --token-file PATH   bearer token for pause/resume/drain/requeue-failed\n"
+                 "                      (default: TASKPUSH_TOKEN)\n"
                  "  --admin HOST:PORT   the admin port (default 127.0.0.1:7071, or TASKPUSH_ADMIN)\n"
                  "  --json              print the dispatcher's JSON as it is (for scripts)\n"
                  "  -h, --help          show this help\n"
                  "  --version           show the version\n");
 }
 
+/* pause|resume|drain|requeue-failed. */
+static int run_post(const char *admin, const char *cmd, const char *path, const char *type,
+                    const char *token_file, bool as_json)
+{
+    char *token = NULL;
+    if (token_file) {
+        if (!(token = read_token(token_file)))
+            return 2;
+    } else if (getenv("TASKPUSH_TOKEN") && *getenv("TASKPUSH_TOKEN")) {
+        token = strdup(getenv("TASKPUSH_TOKEN"));
+    }
+    char url[1024];
+    char *enc = type ? evhttp_encode_uri(type) : NULL;
+    snprintf(url, sizeof url, "%s%s%s", path, enc ? "?type=" : "", enc ? enc : "");
+    free(enc);
+    ctl_reply r = http_request(admin, EVHTTP_REQ_POST, url, token);
+    free(token);
+    int rc = 1;
+    json_t *o = r.body ? json_loads(r.body, 0, NULL) : NULL;
+    if (r.status < 0) {
+        fprintf(stderr, "taskpushctl: no answer from %s\n", admin);
+    } else if (as_json) {
+        if (o)
+            printf("%s", r.body);
+        else
+            printf("{\"ok\":false,\"status\":%d}\n", r.status);
+        rc = r.status / 100 == 2 ? 0 : 1;
+    } else if (r.status == 401) {
+        fprintf(stderr, "taskpushctl: %s refused %s: a valid token is needed (--token-file or TASKPUSH_TOKEN)\n",
+                admin, cmd);
+    } else if (r.status / 100 != 2 || !o) {
+        fprintf(stderr, "taskpushctl: %s answered %d to %s\n", admin, r.status, cmd);
+    } else {
+        rc = 0;
+        if (strcmp(cmd, "requeue-failed") == 0) {
+            printf("requeue of FAILED%s%s tasks accepted as request %lld; 'taskpushctl stats' shows its result\n",
+                   type ? " " : "", type ? type : "", num(o, "request_id"));
+        } else if (strcmp(cmd, "drain") == 0) {
+            printf("draining: no more claims, buffered tasks released, %lld in flight finishing; "
+                   "'taskpushctl resume' ends it\n",
+                   num(o, "in_flight"));
+        } else {
+            printf("%s%s%s: done\n", cmd, type ? " " : "", type ? type : "");
+        }
+    }
+    json_decref(o);
+    free(r.body);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *admin = getenv("TASKPUSH_ADMIN") ? getenv("TASKPUSH_ADMIN") : "127.0.0.1:7071";
     bool as_json = false;
+    const char *type = NULL, *token_file = NULL;
     static const struct option longopts[] = {
         {"admin", required_argument, NULL, 'a'}, {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},        {"version", no_argument, NULL, 'V'},
+        {"type", required_argument, NULL, 't'},  {"token-file", required_argument, NULL, 'k'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 'a':
             admin = optarg;
             break;
         case 'j':
             as_json = true;
+            break;
+        case 't':
+            type = optarg;
+            break;
+        case 'k':
+            token_file = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -162,11 +323,26 @@ int main(int argc, char **argv)
                        : strcmp(cmd, "workers") == 0 ? "/workers"
                        : strcmp(cmd, "health") == 0  ? "/healthz"
                                                      : NULL;
-    if (!path) {
+    const char *post = strcmp(cmd, "pause") == 0            ? "/pause"
+                       : strcmp(cmd, "resume") == 0         ? "/resume"
+                       : strcmp(cmd, "drain") == 0          ? "/drain"
+                       : strcmp(cmd, "requeue-failed") == 0 ? "/requeue-failed"
+                                                            : NULL;
+    if (!path && !post) {
         fprintf(stderr, "taskpushctl: unknown command '%s'\nTry 'taskpushctl --help'.\n", cmd);
         return 2;
     }
-    ctl_reply r = http_get(admin, path);
+    if (type && (!post || strcmp(cmd, "drain") == 0)) {
+        fprintf(stderr, "taskpushctl: --type goes with pause, resume and requeue-failed only\n");
+        return 2;
+    }
+    if (type && (!*type || strlen(type) > 256)) {
+        fprintf(stderr, "taskpushctl: --type must be 1 to 256 bytes\n");
+        return 2;
+    }
+    if (post)
+        return run_post(admin, cmd, post, type, token_file, as_json);
+    ctl_reply r = http_request(admin, EVHTTP_REQ_GET, path, NULL);
     int rc = 1;
     if (r.status < 0) {
         fprintf(stderr, "taskpushctl: no answer from %s\n", admin);

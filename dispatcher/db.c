@@ -1,6 +1,6 @@
 /* db: see db.h.
  *
- * Two threads, each with its own MySQL connection, and the loop thread:
+ * Three threads, each with its own MySQL connection, and the loop thread:
  *
  *  claim thread (autocommit off): connect, check the schema version, take the
  *      table's leadership lock (GET_LOCK), take an epoch, recover rows older
@@ -12,6 +12,12 @@
  *  write thread (autocommit on): takes up to max_write_batch queued outcomes and
  *      writes them with one UPDATE per kind present (one statement for the common
  *      batch), each fenced by "task_state = 1 AND epoch = E".
+ *  stats thread (autocommit on, READ COMMITTED): every table_stats_ms reads the table's
+ *      figures (dsp_table_stats: 2 statements, 3 when the ready lane has rows; each an
+ *      index range of claim_idx, see db_sql.h) and publishes them under mu; after each
+ *      refresh, retention deletes old SUCCESSFUL/FAILED rows in bounded batches; and it
+ *      serves the operator's requeue of FAILED rows. It never takes part in leadership,
+ *      and its connection does not count for on_health (a slow count is no outage).
  *  loop thread: calls dsp_db_claim/dsp_db_write, and runs the callbacks from one
  *      event (wake_ev) that the threads activate after queueing a message.
  *
@@ -106,7 +112,15 @@ static void cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t unt
 
 /* ---- the shared state ---- */
 
-enum msg_kind { MSG_LEADER, MSG_LEADER_LOST, MSG_CLAIM, MSG_WRITTEN, MSG_HEALTH, MSG_FATAL };
+enum msg_kind {
+    MSG_LEADER,
+    MSG_LEADER_LOST,
+    MSG_CLAIM,
+    MSG_WRITTEN,
+    MSG_HEALTH,
+    MSG_FATAL,
+    MSG_REQUEUED
+};
 
 /* A message from a database thread to the loop. */
 struct msg {
@@ -117,6 +131,15 @@ struct msg {
     dsp_claim_reply *reply;
     dsp_write_report report;
     char *text;
+    uint64_t request_id; /* MSG_REQUEUED */
+    int64_t rows;        /* MSG_REQUEUED: rows moved, or -1 */
+};
+
+/* A queued dsp_db_requeue_failed. */
+struct requeue_req {
+    struct requeue_req *next;
+    char *type; /* NULL: every type */
+    uint64_t request_id;
 };
 
 /* dsp_db_claim's copy of a request. */
@@ -147,6 +170,7 @@ struct dsp_db {
     pthread_mutex_t mu;
     pthread_cond_t claim_cv;
     pthread_cond_t write_cv;
+    pthread_cond_t stats_cv;
 
     /* Everything below up to the atomics is under mu. */
     struct msg *mhead;
@@ -173,12 +197,21 @@ struct dsp_db {
     bool conn_ok[2];
     bool healthy;
 
+    /* The stats thread. */
+    bool stats_thread_ok;
+    pthread_t stats_thr;
+    bool stats_stop;             /* dsp_db_stop began */
+    bool stats_exited;           /* requests are answered at once with -1 */
+    struct requeue_req *rq_head; /* requeue requests, in order */
+    struct requeue_req **rq_tail;
+    dsp_table_stats *tstats;     /* the published figures (retention total aside) */
+
     /* The epoch of the last on_leader delivered on the loop thread: outcomes queued
      * after it belong to it. */
     _Atomic uint32_t loop_epoch;
 
     _Atomic uint64_t statements, claims, claimed_rows, claim_us_total, write_batches,
-        reconnects;
+        reconnects, retention_deleted;
     _Atomic bool leader;
     _Atomic uint32_t epoch;
 };
@@ -255,6 +288,10 @@ static void deliver(dsp_db *db, struct msg *m)
     case MSG_FATAL:
         if (cb->on_fatal)
             cb->on_fatal(arg, m->text ? m->text : "fatal database error");
+        break;
+    case MSG_REQUEUED:
+        if (cb->on_requeued)
+            cb->on_requeued(arg, m->request_id, m->rows);
         break;
     }
 }
@@ -1723,6 +1760,406 @@ static void *write_main(void *arg)
     return NULL;
 }
 
+/* ---- the stats thread ---- */
+
+#define RETAIN_BATCH 1000u         /* rows per retention DELETE */
+#define RETAIN_BATCHES 20          /* most DELETEs per state per round: figures stay fresh */
+#define RETAIN_EVERY_MS 10000      /* least gap between retention rounds that found no more
+                                    * to delete (each reads every SUCCESSFUL/FAILED row's
+                                    * last_update_time: no index has it) */
+#define REQUEUE_BATCH 5000u        /* rows per requeue UPDATE */
+
+struct stats_ctx {
+    dsp_db *db;
+    struct dbconn c;
+    dsp_strbuf sql;
+    dsp_table_stats *work;                      /* the figures being read */
+    uint8_t lane0[DSP_TABLE_STATS_MAX_TYPES];   /* per type: priorities (bits) in the ready lane */
+    int64_t next_connect;                       /* monotonic: no connection attempt before */
+    int64_t next_retain;                        /* monotonic: no retention round before */
+    bool types_full_logged;
+};
+
+static bool stats_stopping(dsp_db *db)
+{
+    bool s;
+    pthread_mutex_lock(&db->mu);
+    s = db->stats_stop;
+    pthread_mutex_unlock(&db->mu);
+    return s;
+}
+
+/* Sends one query and stores its result; NULL on error (logged). */
+static MYSQL_RES *db_query_res(struct dbconn *c, const char *sql, size_t len)
+{
+    dsp_db *db = c->db;
+    MYSQL_RES *res;
+
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(c->m, sql, (unsigned long)len) != 0 ||
+        (res = mysql_store_result(c->m)) == NULL) {
+        c->err = mysql_errno(c->m);
+        log_warn(db->log, "%s connection: %s (error %u) in: %.160s", c->who,
+                 c->err ? mysql_error(c->m) : "no result", c->err, sql);
+        return NULL;
+    }
+    return res;
+}
+
+static void stats_drop(struct stats_ctx *x)
+{
+    conn_close(&x->c);
+    x->next_connect = mono_ms() + backoff_next(&x->c);
+}
+
+/* 0 when connected; -1 while the backoff lasts or the connection failed. With now,
+ * tries at once whatever the backoff. */
+static int stats_connect(struct stats_ctx *x, bool now)
+{
+    if (x->c.m)
+        return 0;
+    if (!now && mono_ms() < x->next_connect)
+        return -1;
+    if (conn_open(&x->c, true, false) < 0) {
+        x->next_connect = mono_ms() + backoff_next(&x->c);
+        return -1;
+    }
+    return 0;
+}
+
+static uint64_t field_u64(const char *v)
+{
+    return v ? strtoull(v, NULL, 10) : 0;
+}
+
+/* The slot of type t[0..len) in w->types, added when new; -1 when full. */
+static int stats_type_slot(struct stats_ctx *x, const char *t, size_t len)
+{
+    dsp_table_stats *w = x->work;
+    size_t i;
+
+    if (len >= sizeof w->types[0].type)
+        return -1;
+    for (i = 0; i < w->ntypes; i++)
+        if (strlen(w->types[i].type) == len && memcmp(w->types[i].type, t, len) == 0)
+            return (int)i;
+    if (w->ntypes >= DSP_TABLE_STATS_MAX_TYPES) {
+        if (!x->types_full_logged)
+            log_warn(x->db->log, "more than %d task types have rows; table figures show %d",
+                     DSP_TABLE_STATS_MAX_TYPES, DSP_TABLE_STATS_MAX_TYPES);
+        x->types_full_logged = true;
+        return -1;
+    }
+    memcpy(w->types[w->ntypes].type, t, len);
+    w->types[w->ntypes].type[len] = '\0';
+    x->lane0[w->ntypes] = 0;
+    return (int)w->ntypes++;
+}
+
+static int type_stats_cmp(const void *pa, const void *pb)
+{
+    const dsp_table_type_stats *a = pa, *b = pb;
+    return strcmp(a->type, b->type);
+}
+
+/* Reads the figures and publishes them. Returns 0 or -1 (database error). */
+static int stats_refresh(struct stats_ctx *x)
+{
+    dsp_db *db = x->db;
+    dsp_table_stats *w = x->work;
+    int64_t t0 = mono_us(), now = wall_ms();
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    uint64_t v;
+    bool isnull, any = false;
+    size_t i;
+    int p;
+
+    memset(w, 0, sizeof *w);
+    w->oldest_ready_age_ms = -1;
+
+    /* 1. NEW, PROCESSING and FAILED per (state, lane, type). */
+    dsp_strbuf_reset(&x->sql);
+    dsp_db_sql_stats_counts(&x->sql, now);
+    if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
+        return -1;
+    if (mysql_num_fields(res) != DSP_DB_SQL_COUNTS_NCOLS) {
+        log_error(db->log, "table figures: %u columns, expected %d", mysql_num_fields(res),
+                  DSP_DB_SQL_COUNTS_NCOLS);
+        mysql_free_result(res);
+        return -1;
+    }
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        uint64_t state = field_u64(row[DSP_DB_SQL_COUNTS_STATE]);
+        uint64_t lane = field_u64(row[DSP_DB_SQL_COUNTS_DELAYED]);
+        uint64_t rows = field_u64(row[DSP_DB_SQL_COUNTS_ROWS]);
+        uint64_t due = field_u64(row[DSP_DB_SQL_COUNTS_DUE]);
+        uint64_t pr[3];
+        int slot;
+
+        if (state > 3 || row[DSP_DB_SQL_COUNTS_TYPE] == NULL)
+            continue;
+        for (p = 0; p < 3; p++)
+            pr[p] = field_u64(row[DSP_DB_SQL_COUNTS_P0 + p]);
+        w->by_state[state] += rows;
+        if (state == 0)
+            for (p = 0; p < 3; p++)
+                w->new_by_priority[p] += pr[p];
+        slot = stats_type_slot(x, row[DSP_DB_SQL_COUNTS_TYPE], len[DSP_DB_SQL_COUNTS_TYPE]);
+        if (slot < 0)
+            continue;
+        switch (state) {
+        case 0:
+            w->types[slot].new_ready += due;
+            w->types[slot].new_delayed += rows - (due < rows ? due : rows);
+            if (lane == 0)
+                for (p = 0; p < 3; p++)
+                    if (pr[p])
+                        x->lane0[slot] |= (uint8_t)(1u << p);
+            break;
+        case 1:
+            w->types[slot].processing += rows;
+            break;
+        case 3:
+            w->types[slot].failed += rows;
+            break;
+        }
+    }
+    mysql_free_result(res);
+
+    /* 2. SUCCESSFUL, up to the cap. */
+    dsp_strbuf_reset(&x->sql);
+    dsp_db_sql_stats_successful(&x->sql, DSP_DB_SQL_SUCCESSFUL_CAP);
+    if (x->sql.oom || db_query_u64(&x->c, x->sql.p, &v, &isnull, 0) < 0)
+        return -1;
+    w->by_state[2] = v;
+    w->successful_capped = v >= DSP_DB_SQL_SUCCESSFUL_CAP;
+
+    /* 3. The oldest ready row: the head of each (type, priority) of the ready lane. */
+    dsp_strbuf_reset(&x->sql);
+    for (i = 0; i < w->ntypes; i++)
+        for (p = 2; p >= 0; p--)
+            if (x->lane0[i] & (1u << p)) {
+                dsp_db_sql_stats_oldest_part(&x->sql, !any, w->types[i].type,
+                                             strlen(w->types[i].type), p, now);
+                any = true;
+            }
+    if (any) {
+        dsp_db_sql_stats_oldest_end(&x->sql);
+        if (x->sql.oom || db_query_u64(&x->c, x->sql.p, &v, &isnull, 0) < 0)
+            return -1;
+        if (!isnull) {
+            int64_t since = (int64_t)v; /* a signed BIGINT: the cast gives it back */
+            w->oldest_ready_age_ms = now > since ? now - since : 0;
+        }
+    }
+
+    qsort(w->types, w->ntypes, sizeof w->types[0], type_stats_cmp);
+    w->valid = true;
+    w->refreshed_wall_ms = now;
+    w->duration_us = mono_us() - t0;
+    pthread_mutex_lock(&db->mu);
+    memcpy(db->tstats, w, sizeof *w);
+    pthread_mutex_unlock(&db->mu);
+    log_debug(db->log,
+              "table figures: NEW %" PRIu64 " PROCESSING %" PRIu64 " SUCCESSFUL %" PRIu64
+              "%s FAILED %" PRIu64 ", %zu type(s), oldest ready %" PRId64 " ms, in %" PRId64 " us",
+              w->by_state[0], w->by_state[1], w->by_state[2], w->successful_capped ? "+" : "",
+              w->by_state[3], w->ntypes, w->oldest_ready_age_ms, w->duration_us);
+    return 0;
+}
+
+/* Deletes SUCCESSFUL and FAILED rows older than their retention, at most RETAIN_BATCHES
+ * batches of each per round. Returns 0 when done, 1 when a state has more to delete,
+ * -1 on a database error. */
+static int stats_retention(struct stats_ctx *x)
+{
+    dsp_db *db = x->db;
+    static const int states[2] = {2, 3};
+    int64_t keep[2] = {db->opts.retain_succeeded_ms, db->opts.retain_failed_ms};
+    uint64_t n, total;
+    int k, b, more = 0;
+
+    for (k = 0; k < 2; k++) {
+        if (keep[k] <= 0)
+            continue;
+        total = 0;
+        for (b = 0; b < RETAIN_BATCHES && !stats_stopping(db); b++) {
+            dsp_strbuf_reset(&x->sql);
+            dsp_db_sql_retention(&x->sql, states[k], wall_ms() - keep[k], RETAIN_BATCH);
+            if (x->sql.oom || db_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+                if (total)
+                    log_info(db->log, "retention deleted %" PRIu64 " %s row(s)", total,
+                             states[k] == 2 ? "SUCCESSFUL" : "FAILED");
+                return -1;
+            }
+            total += n;
+            atomic_fetch_add_explicit(&db->retention_deleted, n, memory_order_relaxed);
+            if (n < RETAIN_BATCH)
+                break;
+        }
+        if (b == RETAIN_BATCHES)
+            more = 1;
+        if (total)
+            log_info(db->log, "retention deleted %" PRIu64 " %s row(s)", total,
+                     states[k] == 2 ? "SUCCESSFUL" : "FAILED");
+    }
+    return more;
+}
+
+static void requeue_answer(dsp_db *db, uint64_t request_id, int64_t rows)
+{
+    struct msg *m = msg_new(MSG_REQUEUED);
+
+    if (m == NULL) {
+        log_error(db->log, "out of memory answering requeue request %" PRIu64, request_id);
+        return;
+    }
+    m->request_id = request_id;
+    m->rows = rows;
+    post(db, m);
+}
+
+static void requeue_req_free(struct requeue_req *r)
+{
+    if (r) {
+        free(r->type);
+        free(r);
+    }
+}
+
+/* Moves the FAILED rows of r back to NEW, in batches, and answers. */
+static void stats_requeue(struct stats_ctx *x, struct requeue_req *r)
+{
+    dsp_db *db = x->db;
+    uint64_t n = 0, total = 0;
+    int64_t rows = -1;
+    bool done = false;
+
+    if (stats_connect(x, true) < 0) {
+        log_warn(db->log, "requeue of FAILED rows: no database connection");
+        goto out;
+    }
+    do {
+        if (stats_stopping(db))
+            break;
+        dsp_strbuf_reset(&x->sql);
+        dsp_db_sql_requeue_failed(&x->sql, r->type, wall_ms(), REQUEUE_BATCH);
+        if (x->sql.oom || db_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+            if (!x->sql.oom)
+                stats_drop(x);
+            break;
+        }
+        total += n;
+        done = n < REQUEUE_BATCH;
+    } while (!done);
+    if (done)
+        rows = (int64_t)total;
+    if (total)
+        log_info(db->log, "requeued %" PRIu64 " FAILED row(s) of %s%s", total,
+                 r->type ? "type " : "every type", r->type ? r->type : "");
+    if (rows < 0)
+        log_warn(db->log, "requeue of FAILED rows stopped after %" PRIu64 " row(s)", total);
+out:
+    requeue_answer(db, r->request_id, rows);
+    requeue_req_free(r);
+}
+
+/* One round: the figures (when enabled), then retention (when enabled and due: after
+ * the refresh, but at most every RETAIN_EVERY_MS unless the last round left more). */
+static void stats_round(struct stats_ctx *x, bool refresh, bool retain)
+{
+    int rc;
+
+    if (stats_connect(x, false) < 0)
+        return;
+    if (refresh && stats_refresh(x) < 0) {
+        stats_drop(x);
+        return;
+    }
+    if (retain && mono_ms() >= x->next_retain) {
+        rc = stats_retention(x);
+        x->next_retain = mono_ms() + (rc == 1 ? 0 : RETAIN_EVERY_MS);
+        if (rc < 0)
+            stats_drop(x);
+    }
+}
+
+static void *stats_main(void *arg)
+{
+    dsp_db *db = arg;
+    struct stats_ctx x;
+    struct requeue_req *r, *pending;
+    const dsp_db_options *o = &db->opts;
+    bool refresh = o->table_stats_ms > 0;
+    bool retain = o->retain_succeeded_ms > 0 || o->retain_failed_ms > 0;
+    int64_t period = refresh ? o->table_stats_ms : retain ? RETAIN_EVERY_MS : 0;
+    int64_t next_round = period > 0 ? mono_ms() : INT64_MAX;
+
+    memset(&x, 0, sizeof x);
+    x.db = db;
+    x.c.db = db;
+    x.c.who = "stats";
+    x.c.rng = (uint64_t)mono_us() * 0x94D049BB133111EBULL ^ (uint64_t)(uintptr_t)&x;
+    if (x.c.rng == 0)
+        x.c.rng = 1;
+    x.work = malloc(sizeof *x.work);
+    mysql_thread_init();
+    if (x.work == NULL) {
+        log_error(db->log, "stats thread: out of memory; no table figures");
+        refresh = false;
+    }
+
+    pthread_mutex_lock(&db->mu);
+    for (;;) {
+        int64_t now, at;
+
+        if (db->stats_stop)
+            break;
+        if ((r = db->rq_head) != NULL) {
+            db->rq_head = r->next;
+            if (db->rq_head == NULL)
+                db->rq_tail = &db->rq_head;
+            pthread_mutex_unlock(&db->mu);
+            stats_requeue(&x, r);
+            pthread_mutex_lock(&db->mu);
+            continue;
+        }
+        now = mono_ms();
+        at = next_round;
+        if (at != INT64_MAX && x.c.m == NULL && x.next_connect > at)
+            at = x.next_connect;
+        if (now >= at) {
+            pthread_mutex_unlock(&db->mu);
+            next_round = now + period;
+            stats_round(&x, refresh, retain);
+            pthread_mutex_lock(&db->mu);
+            continue;
+        }
+        if (at == INT64_MAX)
+            pthread_cond_wait(&db->stats_cv, &db->mu);
+        else
+            cond_wait_until(&db->stats_cv, &db->mu, at);
+    }
+    db->stats_exited = true;
+    pending = db->rq_head;
+    db->rq_head = NULL;
+    db->rq_tail = &db->rq_head;
+    pthread_mutex_unlock(&db->mu);
+
+    for (; pending; pending = r) {
+        r = pending->next;
+        requeue_answer(db, pending->request_id, -1);
+        requeue_req_free(pending);
+    }
+    conn_close(&x.c);
+    dsp_strbuf_free(&x.sql);
+    free(x.work);
+    mysql_thread_end();
+    return NULL;
+}
+
 /* ---- the API ---- */
 
 dsp_db *dsp_db_new(const dsp_db_options *opts)
@@ -1731,7 +2168,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     pthread_condattr_t ca;
     char name[LOCK_NAME_MAX + 1];
     size_t nl;
-    int mu_ok = 0, cv1 = 0, cv2 = 0;
+    int mu_ok = 0, cv1 = 0, cv2 = 0, cv3 = 0;
 
     if (opts == NULL || opts->url == NULL || opts->log == NULL || opts->base == NULL ||
         opts->url->dbname == NULL)
@@ -1742,7 +2179,11 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     db->log = opts->log;
     db->max_batch = opts->max_write_batch ? opts->max_write_batch : 1;
     db->mtail = &db->mhead;
+    db->rq_tail = &db->rq_head;
     db->retry_due_ms = INT64_MAX;
+    db->tstats = calloc(1, sizeof *db->tstats);
+    if (db->tstats)
+        db->tstats->oldest_ready_age_ms = -1;
     atomic_init(&db->loop_epoch, 0);
     atomic_init(&db->statements, 0);
     atomic_init(&db->claims, 0);
@@ -1750,6 +2191,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     atomic_init(&db->claim_us_total, 0);
     atomic_init(&db->write_batches, 0);
     atomic_init(&db->reconnects, 0);
+    atomic_init(&db->retention_deleted, 0);
     atomic_init(&db->leader, false);
     atomic_init(&db->epoch, 0);
 
@@ -1758,6 +2200,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         cv1 = pthread_cond_init(&db->claim_cv, &ca) == 0;
         cv2 = pthread_cond_init(&db->write_cv, &ca) == 0;
+        cv3 = pthread_cond_init(&db->stats_cv, &ca) == 0;
         pthread_condattr_destroy(&ca);
     }
 
@@ -1773,8 +2216,8 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     dsp_strbuf_puts(&db->release_lock_sql, ")");
 
     db->wake_ev = event_new(opts->base, -1, 0, wake_cb, db);
-    if (!mu_ok || !cv1 || !cv2 || db->wake_ev == NULL || db->get_lock_sql.oom ||
-        db->release_lock_sql.oom || nl == 0) {
+    if (!mu_ok || !cv1 || !cv2 || !cv3 || db->wake_ev == NULL || db->get_lock_sql.oom ||
+        db->release_lock_sql.oom || nl == 0 || db->tstats == NULL) {
         if (db->wake_ev)
             event_free(db->wake_ev);
         dsp_strbuf_free(&db->get_lock_sql);
@@ -1783,6 +2226,9 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
             pthread_cond_destroy(&db->claim_cv);
         if (cv2)
             pthread_cond_destroy(&db->write_cv);
+        if (cv3)
+            pthread_cond_destroy(&db->stats_cv);
+        free(db->tstats);
         if (mu_ok)
             pthread_mutex_destroy(&db->mu);
         free(db);
@@ -1807,6 +2253,12 @@ int dsp_db_start(dsp_db *db)
         return -1;
     }
     db->claim_thread_ok = true;
+    if (pthread_create(&db->stats_thr, NULL, stats_main, db) != 0) {
+        log_error(db->log, "cannot start the stats thread");
+        dsp_db_stop(db, 0);
+        return -1;
+    }
+    db->stats_thread_ok = true;
     return 0;
 }
 
@@ -1921,9 +2373,11 @@ void dsp_db_stop(dsp_db *db, int64_t deadline_ms)
     db->stop_claims = true;
     db->accepting = false;
     db->write_stop = true;
+    db->stats_stop = true;
     db->write_deadline_ms = mono_ms() + (deadline_ms > 0 ? deadline_ms : 0);
     pthread_cond_broadcast(&db->claim_cv);
     pthread_cond_broadcast(&db->write_cv);
+    pthread_cond_broadcast(&db->stats_cv);
     pthread_mutex_unlock(&db->mu);
 
     /* Everything queued is written (or the deadline passed) before the lock goes. */
@@ -1938,6 +2392,13 @@ void dsp_db_stop(dsp_db *db, int64_t deadline_ms)
     if (db->claim_thread_ok)
         pthread_join(db->claim_thr, NULL);
     db->claim_thread_ok = false;
+    /* It ends after its current statement; requests still queued are answered -1. */
+    if (db->stats_thread_ok)
+        pthread_join(db->stats_thr, NULL);
+    db->stats_thread_ok = false;
+    pthread_mutex_lock(&db->mu);
+    db->stats_exited = true;
+    pthread_mutex_unlock(&db->mu);
     db->stopped = true;
 }
 
@@ -1953,6 +2414,12 @@ void dsp_db_free(dsp_db *db)
         free(db->q[db->qhead + i].o.data);
     free(db->q);
     claim_req_free(db->req);
+    while (db->rq_head) {
+        struct requeue_req *r = db->rq_head;
+        db->rq_head = r->next;
+        requeue_req_free(r);
+    }
+    free(db->tstats);
     for (m = db->mhead; m; m = next) {
         next = m->next;
         msg_free(m);
@@ -1962,6 +2429,7 @@ void dsp_db_free(dsp_db *db)
     dsp_strbuf_free(&db->release_lock_sql);
     pthread_cond_destroy(&db->claim_cv);
     pthread_cond_destroy(&db->write_cv);
+    pthread_cond_destroy(&db->stats_cv);
     pthread_mutex_destroy(&db->mu);
     free(db);
 }
@@ -1980,4 +2448,45 @@ void dsp_db_counters_get(dsp_db *db, dsp_db_counters *out)
     pthread_mutex_lock(&db->mu);
     out->connected = db->healthy;
     pthread_mutex_unlock(&db->mu);
+}
+
+void dsp_db_table_stats_get(dsp_db *db, dsp_table_stats *out)
+{
+    pthread_mutex_lock(&db->mu);
+    memcpy(out, db->tstats, sizeof *out);
+    pthread_mutex_unlock(&db->mu);
+    out->retention_deleted_total = atomic_load_explicit(&db->retention_deleted, memory_order_relaxed);
+}
+
+int dsp_db_requeue_failed(dsp_db *db, const char *type, uint64_t request_id)
+{
+    struct requeue_req *r = calloc(1, sizeof *r);
+    bool now;
+
+    if (r == NULL)
+        return -1;
+    if (type && (r->type = strdup(type)) == NULL) {
+        free(r);
+        return -1;
+    }
+    r->request_id = request_id;
+    pthread_mutex_lock(&db->mu);
+    /* Before dsp_db_start it waits for the thread; after dsp_db_stop nobody serves it. */
+    now = db->stats_exited || db->stats_stop;
+    if (!now) {
+        *db->rq_tail = r;
+        db->rq_tail = &r->next;
+        pthread_cond_signal(&db->stats_cv);
+    }
+    pthread_mutex_unlock(&db->mu);
+    if (now) {
+        struct msg *m = msg_new(MSG_REQUEUED);
+        requeue_req_free(r);
+        if (m == NULL)
+            return -1;
+        m->request_id = request_id;
+        m->rows = -1;
+        post(db, m);
+    }
+    return 0;
 }

@@ -78,6 +78,31 @@ typedef struct dsp_write_report {
     uint64_t fenced;                   /* outcomes whose row was no longer ours */
 } dsp_write_report;
 
+/* Figures read from the table itself by the stats thread (a third connection,
+ * so that a slow count never delays a claim or a write), refreshed every
+ * table_stats_ms and cached. */
+#define DSP_TABLE_STATS_MAX_TYPES 256
+typedef struct dsp_table_type_stats {
+    char type[257];
+    uint64_t new_ready;   /* NEW and due */
+    uint64_t new_delayed; /* NEW, waiting for run_after */
+    uint64_t processing;
+    uint64_t failed;
+} dsp_table_type_stats;
+
+typedef struct dsp_table_stats {
+    bool valid;                 /* false until the first refresh succeeded */
+    int64_t refreshed_wall_ms;  /* when (ms since the epoch) the figures were read */
+    int64_t duration_us;        /* how long the refresh took */
+    uint64_t by_state[4];       /* NEW, PROCESSING, SUCCESSFUL, FAILED */
+    bool successful_capped;     /* by_state[2] stopped counting at its cap (a huge table) */
+    uint64_t new_by_priority[3]; /* NEW rows (ready or delayed) by priority LOW, NORMAL, HIGH */
+    int64_t oldest_ready_age_ms; /* age of the oldest ready NEW task (since it became due); -1: none */
+    size_t ntypes;              /* types with NEW, PROCESSING or FAILED rows, at most the max */
+    dsp_table_type_stats types[DSP_TABLE_STATS_MAX_TYPES];
+    uint64_t retention_deleted_total; /* rows deleted by retention since start */
+} dsp_table_stats;
+
 typedef struct dsp_db_callbacks {
     /* Leadership taken: epoch is new and larger than every earlier one, and no
      * row of an older epoch is PROCESSING any more. Claims may start. */
@@ -90,6 +115,8 @@ typedef struct dsp_db_callbacks {
     void (*on_written)(void *arg, const dsp_write_report *report);
     /* The database became reachable (true) or unreachable (false). */
     void (*on_health)(void *arg, bool connected);
+    /* The answer to dsp_db_requeue_failed: rows moved from FAILED to NEW, or -1. */
+    void (*on_requeued)(void *arg, uint64_t request_id, int64_t rows);
     /* Something no retry can mend (e.g. a schema version this build does not
      * know): the daemon should log it and exit. */
     void (*on_fatal)(void *arg, const char *message);
@@ -101,6 +128,9 @@ typedef struct dsp_db_options {
     struct event_base *base;    /* the loop that runs the callbacks */
     int64_t result_flush_ms;    /* longest an outcome waits to be batched with others */
     size_t max_write_batch;     /* most outcomes per statement */
+    int64_t table_stats_ms;     /* refresh interval of dsp_table_stats; 0: never */
+    int64_t retain_succeeded_ms; /* delete SUCCESSFUL rows older than this; 0: keep all */
+    int64_t retain_failed_ms;    /* the same for FAILED rows; 0: keep all */
     dsp_db_callbacks cb;
     void *cb_arg;
 } dsp_db_options;
@@ -145,6 +175,15 @@ void dsp_db_stop(dsp_db *db, int64_t deadline_ms);
 void dsp_db_free(dsp_db *db);
 
 void dsp_db_counters_get(dsp_db *db, dsp_db_counters *out);
+
+/* Copies the latest table figures (thread-safe; cheap: no query). */
+void dsp_db_table_stats_get(dsp_db *db, dsp_table_stats *out);
+
+/* Asks the stats thread to move FAILED rows (of one type, or all when type is
+ * NULL) back to NEW with attempts 0, in batches; the answer comes to
+ * on_requeued with request_id. Returns 0, or -1 (out of memory). */
+int dsp_db_requeue_failed(dsp_db *db, const char *type, uint64_t request_id)
+    __attribute__((warn_unused_result));
 
 /* Frees a reply and whatever payloads were not stolen. */
 void dsp_claim_reply_free(dsp_claim_reply *reply);

@@ -397,3 +397,72 @@ void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned 
                       " WHERE task_state = 1 AND epoch < %" PRIu32 " LIMIT %u",
                       now_ms, epoch, limit);
 }
+
+/* ---- the stats thread ---- */
+
+void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms)
+{
+    dsp_strbuf_printf(b,
+                      "SELECT task_state, `delayed`, task_type, COUNT(*),"
+                      " SUM(run_after <= %" PRId64 "),"
+                      " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)"
+                      " FROM task FORCE INDEX (claim_idx) WHERE task_state IN (0, 1, 3)"
+                      " GROUP BY task_state, `delayed`, task_type",
+                      now_ms);
+}
+
+void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap)
+{
+    dsp_strbuf_printf(b,
+                      "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
+                      " WHERE task_state = 2 LIMIT %u) x",
+                      cap);
+}
+
+void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, bool first, const char *type, size_t type_len,
+                                  int priority, int64_t now_ms)
+{
+    dsp_strbuf_puts(b, first ? "SELECT MIN(g) FROM (" : " UNION ALL ");
+    dsp_strbuf_puts(b, "(SELECT GREATEST(insert_time, run_after) g FROM task FORCE INDEX (claim_idx)"
+                       " WHERE task_state = 0 AND `delayed` = 0 AND task_type = ");
+    if (type_len == 0)
+        dsp_strbuf_puts(b, "''"); /* put_hex writes NULL for no bytes */
+    else
+        dsp_strbuf_put_hex(b, (const uint8_t *)type, type_len, true);
+    dsp_strbuf_printf(b,
+                      " AND task_priority = %d AND run_after <= %" PRId64
+                      " ORDER BY task_id LIMIT 1)",
+                      priority, now_ms);
+}
+
+void dsp_db_sql_stats_oldest_end(dsp_strbuf *b)
+{
+    dsp_strbuf_puts(b, ") u");
+}
+
+void dsp_db_sql_retention(dsp_strbuf *b, int state, int64_t before_ms, unsigned limit)
+{
+    if (state != 2 && state != 3)
+        return;
+    dsp_strbuf_printf(b,
+                      "DELETE FROM task WHERE task_state = %d AND last_update_time < %" PRId64
+                      " LIMIT %u",
+                      state, before_ms, limit);
+}
+
+void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, unsigned limit)
+{
+    dsp_strbuf_printf(b,
+                      "UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0,"
+                      " `delayed` = 0, run_after = 0, last_update_time = %" PRId64
+                      " WHERE task_state = 3",
+                      now_ms);
+    if (type) {
+        dsp_strbuf_puts(b, " AND task_type = ");
+        if (type[0] == '\0')
+            dsp_strbuf_puts(b, "''");
+        else
+            dsp_strbuf_put_hex(b, (const uint8_t *)type, strlen(type), true);
+    }
+    dsp_strbuf_printf(b, " LIMIT %u", limit);
+}

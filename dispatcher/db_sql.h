@@ -106,4 +106,66 @@ void dsp_db_sql_release_ids(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const
  * db_sql.c for why it never fails a row). */
 void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned limit);
 
+/* ---- the stats thread's statements (see db.c) ----
+ *
+ * Measured on MariaDB 10.11 (tests/integration/test_db.c checks the plans with EXPLAIN):
+ * none reads a row of another state than the ones it counts, and only the oldest-ready
+ * query reads table rows (one per part). MariaDB does not use a loose index scan
+ * ("Using index for group-by") on claim_idx, whose task_priority part is descending, nor
+ * grouping by that part without a temporary table: so the counts group by the prefix
+ * (task_state, `delayed`, task_type) and sum the priorities, and the oldest ready row
+ * is read with one LIMIT 1 index dive per (type, priority). */
+
+/* Counts of NEW, PROCESSING and FAILED rows per (task_state, `delayed`, task_type), an
+ * index-only range scan of claim_idx grouped in index order (no temporary table):
+ *   SELECT task_state, `delayed`, task_type, COUNT(*), SUM(run_after <= now_ms),
+ *     SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)
+ *   FROM task FORCE INDEX (claim_idx) WHERE task_state IN (0, 1, 3)
+ *   GROUP BY task_state, `delayed`, task_type */
+enum dsp_db_sql_counts_col {
+    DSP_DB_SQL_COUNTS_STATE = 0,
+    DSP_DB_SQL_COUNTS_DELAYED,
+    DSP_DB_SQL_COUNTS_TYPE,
+    DSP_DB_SQL_COUNTS_ROWS,
+    DSP_DB_SQL_COUNTS_DUE, /* rows with run_after <= now_ms */
+    DSP_DB_SQL_COUNTS_P0,  /* rows of priority LOW, NORMAL, HIGH */
+    DSP_DB_SQL_COUNTS_P1,
+    DSP_DB_SQL_COUNTS_P2,
+    DSP_DB_SQL_COUNTS_NCOLS
+};
+void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms);
+
+/* SUCCESSFUL rows, counted up to cap (an index-only range of claim_idx):
+ *   SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)
+ *     WHERE task_state = 2 LIMIT cap) x */
+#define DSP_DB_SQL_SUCCESSFUL_CAP 1000000u
+void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap);
+
+/* The time the oldest ready NEW row became due, over the head (smallest task_id) of each
+ * (type, priority) group of the ready lane:
+ *   SELECT MIN(g) FROM (
+ *     (SELECT GREATEST(insert_time, run_after) g FROM task FORCE INDEX (claim_idx)
+ *      WHERE task_state = 0 AND `delayed` = 0 AND task_type = T AND task_priority = P
+ *        AND run_after <= now_ms ORDER BY task_id LIMIT 1)
+ *     UNION ALL ...) u
+ * Each part is a ref on four parts of claim_idx in index order, run_after checked by
+ * index condition pushdown, one row read. Call _part once per group (first = true for
+ * the first), then _end. */
+void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, bool first, const char *type, size_t type_len,
+                                  int priority, int64_t now_ms);
+void dsp_db_sql_stats_oldest_end(dsp_strbuf *b);
+
+/* Retention: one batch of SUCCESSFUL (state 2) or FAILED (state 3) rows last updated
+ * before before_ms (a range of claim_idx on task_state; only rows of that state):
+ *   DELETE FROM task WHERE task_state = S AND last_update_time < before_ms LIMIT limit
+ * Does nothing (appends nothing) for another state. */
+void dsp_db_sql_retention(dsp_strbuf *b, int state, int64_t before_ms, unsigned limit);
+
+/* One batch of the operator's requeue of FAILED rows (of one type, or all when type is
+ * NULL): back to NEW and ready, attempts 0, err_msg kept:
+ *   UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0, `delayed` = 0,
+ *     run_after = 0, last_update_time = now_ms
+ *   WHERE task_state = 3 [AND task_type = _utf8mb4 X'..'] LIMIT limit */
+void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, unsigned limit);
+
 #endif

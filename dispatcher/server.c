@@ -44,6 +44,18 @@ static int64_t wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t dsp_wall_ms(void)
+{
+    return wall_ms();
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static void claim_maybe(dsp_server *srv);
 
 void dsp_server_kick(dsp_server *srv)
@@ -175,7 +187,7 @@ static void take_back(dsp_server *srv, dsp_task *t, const char *why)
         fail_task(srv, t, why);
         return;
     }
-    if (srv->draining) { /* nothing is dispatched any more: back to NEW now */
+    if (srv->draining || srv->admin_draining) { /* nothing is dispatched any more: back to NEW now */
         release_task(srv, t);
         return;
     }
@@ -205,6 +217,8 @@ void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t out
                           uint32_t retry_after_ms, const uint8_t *data, size_t len)
 {
     (void)c;
+    if (t->delivered_us > 0)
+        dsp_hist_add(&srv->hist.exec, (double)(now_us() - t->delivered_us) / 1000.0);
     switch (outcome) {
     case PROTO_OUTCOME_SUCCESS:
         outbox_push(srv, t, DSP_WRITE_SUCCEEDED, 0, data, len);
@@ -308,7 +322,7 @@ static void dispatch(dsp_server *srv)
         /* The type whose head comes first in dispatch order, among types with room. */
         dsp_type *best = NULL;
         for (dsp_type *ty = srv->types; ty; ty = ty->next)
-            if (ty->head && ty->room > 0 && (!best || ty->head->seq < best->head->seq))
+            if (ty->head && ty->room > 0 && !ty->paused && (!best || ty->head->seq < best->head->seq))
                 best = ty;
         if (!best)
             break;
@@ -322,6 +336,7 @@ static void dispatch(dsp_server *srv)
         dsp_conn *c = container_of(best->workers[i], dsp_conn, slots);
         dsp_task *t = type_dequeue(best);
         srv->nbuffered--;
+        t->delivered_us = now_us();
         dsp_conn_deliver(c, t, now);
     }
 }
@@ -331,7 +346,7 @@ static void dispatch_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     dsp_server *srv = arg;
-    if (!srv->draining)
+    if (!srv->draining && !srv->admin_draining && !srv->paused_all)
         dispatch(srv);
     outbox_flush(srv);
     claim_maybe(srv);
@@ -356,7 +371,8 @@ static void arm_claim_timer(dsp_server *srv, int64_t at)
  * positive want (its room is not yet matched by buffered tasks). */
 static void claim_maybe(dsp_server *srv)
 {
-    if (srv->claim_outstanding || !srv->leader || srv->draining || srv->claim_timer_armed)
+    if (srv->claim_outstanding || !srv->leader || srv->draining || srv->claim_timer_armed ||
+        srv->admin_draining || srv->paused_all)
         return;
     const dsp_config *cfg = srv->cfg;
     int64_t want = (int64_t)srv->room + cfg->prefetch - (int64_t)srv->nbuffered;
@@ -376,7 +392,7 @@ static void claim_maybe(dsp_server *srv)
     if (want < low) {
         bool starving = false;
         for (dsp_type *ty = srv->types; ty && !starving; ty = ty->next)
-            starving = ty->nworkers > 0 && ty->nbuffered < ty->room;
+            starving = ty->nworkers > 0 && !ty->paused && ty->nbuffered < ty->room;
         if (!starving)
             return;
         if (srv->gather_until == 0)
@@ -393,7 +409,7 @@ static void claim_maybe(dsp_server *srv)
     size_t n = 0;
     for (dsp_type *ty = srv->types; names && limits && ty; ty = ty->next) {
         int64_t lim = (int64_t)ty->room + cfg->prefetch - (int64_t)ty->nbuffered;
-        if (ty->nworkers == 0 || lim <= 0)
+        if (ty->nworkers == 0 || ty->paused || lim <= 0)
             continue;
         names[n] = ty->name;
         limits[n++] = (uint32_t)(lim < want ? lim : want);
@@ -434,6 +450,7 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
         dsp_server_kick(srv);
         return;
     }
+    dsp_hist_add(&srv->hist.claim, (double)reply->duration_us / 1000.0);
     dsp_type **types = calloc(reply->ntypes ? reply->ntypes : 1, sizeof *types);
     for (size_t i = 0; types && i < reply->ntypes; i++)
         types[i] = dsp_server_type_intern(srv, (const uint8_t *)reply->types[i], strlen(reply->types[i]));
@@ -458,7 +475,7 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
         t->payload_len = ct->payload_len;
         ct->payload = NULL; /* stolen */
         srv->task_stats.claimed_total++;
-        if (srv->draining || !srv->leader) {
+        if (srv->draining || srv->admin_draining || !srv->leader) {
             release_task(srv, t);
             continue;
         }
@@ -526,6 +543,20 @@ static void on_health(void *arg, bool connected)
     srv->db_connected = connected;
 }
 
+static void on_requeued(void *arg, uint64_t request_id, int64_t rows)
+{
+    dsp_server *srv = arg;
+    log_info(&srv->log, "requeue request %llu: %lld FAILED row(s) back to NEW",
+             (unsigned long long)request_id, (long long)rows);
+    if (request_id == srv->last_requeue.id) {
+        srv->last_requeue.done = true;
+        srv->last_requeue.rows = rows;
+    }
+    if (rows > 0)
+        srv->claim_not_before = 0;
+    dsp_server_kick(srv);
+}
+
 static void on_fatal(void *arg, const char *message)
 {
     dsp_server *srv = arg;
@@ -586,6 +617,11 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     dsp_server *srv = arg;
     int64_t now = dsp_now_ms();
+    if (srv->rates.n == 0 || now - srv->last_rate_sample_ms >= 1000) {
+        srv->last_rate_sample_ms = now;
+        dsp_rates_push(&srv->rates, now, srv->task_stats.dispatched_total,
+                       srv->task_stats.succeeded_total + srv->task_stats.failed_total);
+    }
     for (dsp_conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
         if (c->state == DSP_CONN_ACTIVE)
@@ -605,6 +641,75 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
         (srv->ninflight == 0 || now >= srv->drain_deadline_ms))
         finish_drain(srv);
     outbox_flush(srv);
+}
+
+/* ---- operator requests ---- */
+
+void dsp_server_pause(dsp_server *srv, const char *type)
+{
+    if (!type) {
+        srv->paused_all = true;
+        log_info(&srv->log, "paused: no task is claimed or dispatched until /resume");
+        return;
+    }
+    dsp_type *ty = dsp_server_type_intern(srv, (const uint8_t *)type, strlen(type));
+    if (ty) {
+        ty->paused = true;
+        log_info(&srv->log, "paused type %s", ty->name);
+    }
+}
+
+void dsp_server_resume(dsp_server *srv, const char *type)
+{
+    if (!type) {
+        srv->paused_all = false;
+        for (dsp_type *ty = srv->types; ty; ty = ty->next)
+            ty->paused = false;
+        if (srv->admin_draining)
+            log_info(&srv->log, "drain ended by /resume");
+        srv->admin_draining = false;
+        log_info(&srv->log, "resumed every type");
+    } else {
+        for (dsp_type *ty = srv->types; ty; ty = ty->next)
+            if (strcmp(ty->name, type) == 0 && ty->paused) {
+                ty->paused = false;
+                log_info(&srv->log, "resumed type %s", ty->name);
+            }
+    }
+    srv->claim_not_before = 0;
+    dsp_server_kick(srv);
+}
+
+void dsp_server_drain(dsp_server *srv)
+{
+    if (srv->draining || srv->admin_draining)
+        return;
+    srv->admin_draining = true;
+    uint64_t released = 0;
+    for (dsp_type *ty = srv->types; ty; ty = ty->next)
+        while (ty->head) {
+            dsp_task *t = type_dequeue(ty);
+            srv->nbuffered--;
+            release_task(srv, t);
+            released++;
+        }
+    outbox_flush(srv);
+    log_info(&srv->log, "drain: claims stopped, %llu buffered task(s) released, %llu in flight left to finish",
+             (unsigned long long)released, (unsigned long long)srv->ninflight);
+}
+
+uint64_t dsp_server_requeue_failed(dsp_server *srv, const char *type)
+{
+    uint64_t id = ++srv->next_request_id;
+    if (dsp_db_requeue_failed(srv->db, type, id) < 0)
+        return 0;
+    srv->last_requeue.id = id;
+    snprintf(srv->last_requeue.type, sizeof srv->last_requeue.type, "%s", type ? type : "");
+    srv->last_requeue.done = false;
+    srv->last_requeue.rows = 0;
+    log_info(&srv->log, "requeue request %llu: FAILED rows%s%s back to NEW", (unsigned long long)id,
+             type ? " of type " : "", type ? type : "");
+    return id;
 }
 
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
@@ -734,7 +839,10 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         .base = srv->base,
         .result_flush_ms = cfg->result_flush_ms,
         .max_write_batch = 2000,
-        .cb = {on_leader, on_leader_lost, on_claim, on_written, on_health, on_fatal},
+        .table_stats_ms = cfg->table_stats_ms,
+        .retain_succeeded_ms = cfg->retain_finished_ms,
+        .retain_failed_ms = cfg->retain_failed_ms,
+        .cb = {on_leader, on_leader_lost, on_claim, on_written, on_health, on_requeued, on_fatal},
         .cb_arg = srv,
     };
     srv->db = dsp_db_new(&o);

@@ -38,6 +38,7 @@ struct dsp_task {
     uint8_t priority;
     dsp_conn *holder;      /* current delivery, NULL while buffered */
     int64_t deadline_ms;   /* end of the current delivery's lease */
+    int64_t delivered_us;  /* monotonic time of the current delivery (execution histogram) */
     dsp_task *prev, *next; /* in the type's queue, or in the holder's in-flight list */
     size_t payload_len;
     uint8_t *payload;
@@ -52,6 +53,7 @@ struct dsp_type {
     size_t nworkers, cap;
     size_t cursor;            /* rotation point of the scheduler */
     uint64_t room;            /* free slots summed over accepting workers of this type */
+    bool paused;              /* POST /pause?type=: neither claimed nor dispatched */
     dsp_type *next;
 };
 
@@ -99,6 +101,20 @@ struct dsp_server {
     int64_t started_ms;
     dsp_task_stats task_stats;
     dsp_conn_stats conn_stats;
+
+    /* Operator state (admin port). */
+    bool paused_all;           /* POST /pause: nothing claimed or dispatched */
+    bool admin_draining;       /* POST /drain: no claims, buffered tasks released; /resume ends it */
+    uint64_t next_request_id;
+    struct {
+        uint64_t id;           /* 0: none asked yet */
+        char type[257];        /* "" for every type */
+        bool done;
+        int64_t rows;          /* when done: rows moved, or -1 on failure */
+    } last_requeue;
+    dsp_rates rates;
+    int64_t last_rate_sample_ms;
+    dsp_histograms hist;
 };
 
 int64_t dsp_now_ms(void);
@@ -118,6 +134,14 @@ void dsp_server_room_changed(dsp_server *srv, dsp_conn *c, int delta);
 void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t outcome,
                           uint32_t retry_after_ms, const uint8_t *data, size_t len);
 void dsp_server_kick(dsp_server *srv); /* schedule a dispatch pass */
+
+/* Operator requests (admin_http.c calls them). type NULL: every type. */
+void dsp_server_pause(dsp_server *srv, const char *type);
+void dsp_server_resume(dsp_server *srv, const char *type); /* without a type also ends a drain */
+void dsp_server_drain(dsp_server *srv);
+/* Returns the request id (> 0), or 0 when it could not be queued. */
+uint64_t dsp_server_requeue_failed(dsp_server *srv, const char *type);
+int64_t dsp_wall_ms(void);
 
 /* Admin HTTP (admin_http.c). */
 /* Binds the admin port; writes "HOST:PORT" as bound into bound. */

@@ -41,4 +41,88 @@ typedef struct dsp_conn_stats {
     DSP_CONN_COUNTERS(DSP_STATS_FIELD)
 } dsp_conn_stats;
 
+/* Latency histograms: fixed log-scale buckets, upper bounds in milliseconds
+ * (inclusive, as Prometheus' "le"), plus the +Inf bucket. Counts per bucket are
+ * kept non-cumulative; /metrics sums them up. */
+#define DSP_HIST_BOUNDS_MS(X)                                                                 \
+    X(1) X(2) X(5) X(10) X(25) X(50) X(100) X(250) X(500) X(1000) X(2500) X(5000) X(10000)   \
+    X(30000) X(60000)
+#define DSP_HIST_COUNT_ONE(b) +1
+#define DSP_HIST_NBOUNDS (0 DSP_HIST_BOUNDS_MS(DSP_HIST_COUNT_ONE))
+
+typedef struct dsp_hist {
+    uint64_t buckets[DSP_HIST_NBOUNDS + 1]; /* the last one is +Inf */
+    uint64_t count;
+    double sum_ms;
+} dsp_hist;
+
+/* The upper bound of bucket i in ms (i < DSP_HIST_NBOUNDS). */
+static inline double dsp_hist_bound_ms(int i)
+{
+#define DSP_HIST_BOUND_ENTRY(b) (double)(b),
+    static const double bounds[] = {DSP_HIST_BOUNDS_MS(DSP_HIST_BOUND_ENTRY)};
+#undef DSP_HIST_BOUND_ENTRY
+    return bounds[i];
+}
+
+static inline void dsp_hist_add(dsp_hist *h, double ms)
+{
+    int i = 0;
+    while (i < DSP_HIST_NBOUNDS && ms > dsp_hist_bound_ms(i))
+        i++;
+    h->buckets[i]++;
+    h->count++;
+    h->sum_ms += ms;
+}
+
+/* The histograms, listed once like the counters: X(field, metric name, help). */
+#define DSP_HISTOGRAMS(X)                                                                     \
+    X(exec, "task_execution_seconds", "time from a task's delivery to its DONE")             \
+    X(claim, "claim_transaction_seconds", "claim transaction time, BEGIN to COMMIT")
+
+#define DSP_HIST_FIELD(field, name, help) dsp_hist field;
+typedef struct dsp_histograms {
+    DSP_HISTOGRAMS(DSP_HIST_FIELD)
+} dsp_histograms;
+
+/* Per-second samples of the task counters, for the rates of /stats. */
+#define DSP_RATE_SAMPLES 61
+typedef struct dsp_rate_sample {
+    int64_t at_ms;
+    uint64_t dispatched;
+    uint64_t completed; /* succeeded + failed */
+} dsp_rate_sample;
+
+typedef struct dsp_rates {
+    dsp_rate_sample s[DSP_RATE_SAMPLES];
+    unsigned head; /* index of the newest sample */
+    unsigned n;    /* samples held */
+} dsp_rates;
+
+static inline void dsp_rates_push(dsp_rates *r, int64_t at_ms, uint64_t dispatched, uint64_t completed)
+{
+    r->head = r->n ? (r->head + 1) % DSP_RATE_SAMPLES : 0;
+    r->s[r->head] = (dsp_rate_sample){at_ms, dispatched, completed};
+    if (r->n < DSP_RATE_SAMPLES)
+        r->n++;
+}
+
+/* Per-second rates over the last window_s seconds (fewer when the daemon is
+ * younger); 0 before two samples exist. */
+static inline void dsp_rates_get(const dsp_rates *r, unsigned window_s, double *dispatched,
+                                 double *completed)
+{
+    *dispatched = *completed = 0;
+    if (r->n < 2)
+        return;
+    unsigned back = window_s < r->n - 1 ? window_s : r->n - 1;
+    const dsp_rate_sample *now = &r->s[r->head];
+    const dsp_rate_sample *old = &r->s[(r->head + DSP_RATE_SAMPLES - back) % DSP_RATE_SAMPLES];
+    double secs = (double)(now->at_ms - old->at_ms) / 1000.0;
+    if (secs <= 0)
+        return;
+    *dispatched = (double)(now->dispatched - old->dispatched) / secs;
+    *completed = (double)(now->completed - old->completed) / secs;
+}
+
 #endif

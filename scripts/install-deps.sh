@@ -8,6 +8,8 @@ packages=(
   gcc clang libclang-rt-14-dev meson ninja-build pkg-config python3
   libevent-dev default-libmysqlclient-dev libjansson-dev libcmocka-dev
   mariadb-server-core mariadb-client-core
+  chromium chromium-driver python3-selenium
+  prometheus
 )
 if [ "${TASKPUSH_EXTRA_PACKAGES:-}" ]; then
   read -r -a extra <<<"$TASKPUSH_EXTRA_PACKAGES"
@@ -25,4 +27,25 @@ sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
+
+# prometheus is wanted for promtool only (tests run `promtool check metrics`): its
+# package would start a system service. A policy-rc.d that answers 101 ("action
+# forbidden") keeps every service from starting during this install; it is removed
+# afterwards unless one was there already.
+policy=/usr/sbin/policy-rc.d
+own_policy=""
+case " ${missing[*]} " in
+  *" prometheus "*)
+    if [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+      $sudo chmod 755 "$policy"
+      own_policy=1
+      trap '$sudo rm -f "$policy"' EXIT
+    fi
+    ;;
+esac
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ "$own_policy" ]; then
+  $sudo rm -f "$policy"
+  trap - EXIT
+fi

@@ -25,6 +25,7 @@
 #include <mysql.h>
 
 #include "db.h"
+#include "db_sql.h"
 #include "testdb.h"
 
 #define WAIT_MS 20000 /* the longest any condition is waited for */
@@ -50,6 +51,9 @@ struct rec {
     uint64_t written[DSP_WRITE_KINDS];
     uint64_t fenced;
     int nreports;
+    int nrequeued;
+    uint64_t requeue_id; /* the last on_requeued */
+    int64_t requeue_rows;
 };
 
 struct fx {
@@ -61,6 +65,8 @@ struct fx {
     dsp_db *db[2];
     struct rec rec[2];
     MYSQL *other; /* a second connection of the test, closed by teardown */
+    /* The stats thread's options for the next start_db. */
+    int64_t table_stats_ms, retain_succeeded_ms, retain_failed_ms;
 };
 
 /* ---- helpers ---- */
@@ -154,6 +160,14 @@ static void cb_health(void *arg, bool connected)
         r->nhealth_down++;
 }
 
+static void cb_requeued(void *arg, uint64_t request_id, int64_t rows)
+{
+    struct rec *r = arg;
+    r->nrequeued++;
+    r->requeue_id = request_id;
+    r->requeue_rows = rows;
+}
+
 static void cb_fatal(void *arg, const char *message)
 {
     struct rec *r = arg;
@@ -232,7 +246,19 @@ static dsp_db *start_db(struct fx *fx, int i, int64_t flush_ms, size_t batch)
         .base = fx->base,
         .result_flush_ms = flush_ms,
         .max_write_batch = batch,
-        .cb = {cb_leader, cb_leader_lost, cb_claim, cb_written, cb_health, cb_fatal},
+        .table_stats_ms = fx->table_stats_ms,
+        .retain_succeeded_ms = fx->retain_succeeded_ms,
+        .retain_failed_ms = fx->retain_failed_ms,
+        .cb =
+            {
+                .on_leader = cb_leader,
+                .on_leader_lost = cb_leader_lost,
+                .on_claim = cb_claim,
+                .on_written = cb_written,
+                .on_health = cb_health,
+                .on_requeued = cb_requeued,
+                .on_fatal = cb_fatal,
+            },
         .cb_arg = &fx->rec[i],
     };
     fx->db[i] = dsp_db_new(&o);
@@ -1133,6 +1159,384 @@ static void test_leader_lost_when_epoch_moves(void **state)
     assert_int_equal(col_u64(fx, x, "attempts"), 1);
 }
 
+/* ---- the stats thread: table figures, retention, requeue ---- */
+
+/* An epoch no dispatcher of these tests reaches: PROCESSING rows that recovery leaves. */
+#define FAR_EPOCH "4000000000"
+
+static void table_stats(struct fx *fx, dsp_table_stats *st)
+{
+    dsp_db_table_stats_get(fx->db[0], st);
+}
+
+/* Waits for a refresh that began after now (wall ms). */
+static void wait_refresh_after(struct fx *fx, dsp_table_stats *st, int64_t after)
+{
+    WAIT_UNTIL(fx, (table_stats(fx, st), st->valid && st->refreshed_wall_ms > after), WAIT_MS);
+    assert_true(st->valid);
+    assert_true(st->refreshed_wall_ms > after);
+}
+
+static const dsp_table_type_stats *type_of(const dsp_table_stats *st, const char *t)
+{
+    for (size_t i = 0; i < st->ntypes; i++)
+        if (strcmp(st->types[i].type, t) == 0)
+            return &st->types[i];
+    return NULL;
+}
+
+static void test_table_stats_figures(void **state)
+{
+    struct fx *fx = *state;
+    int64_t now = tp_testdb_now_ms();
+    const char *cols = "task_type, task_state, task_priority, `delayed`, run_after, insert_time, epoch";
+    dsp_table_stats *st = malloc(sizeof *st);
+    const dsp_table_type_stats *a, *b;
+
+    assert_non_null(st);
+    /* a: the head of (a, NORMAL) became due 60 s ago; a later row of it is older still
+     * but not the head, so it does not count. */
+    ins(fx, cols, "'a', 0, 1, 0, 0, %" PRId64 ", 0", now - 60000);
+    ins(fx, cols, "'a', 0, 1, 0, 0, %" PRId64 ", 0", now - 1000);
+    ins(fx, cols, "'a', 0, 1, 0, %" PRId64 ", %" PRId64 ", 0", now - 5000, now - 90000);
+    ins(fx, cols, "'a', 0, 2, 0, 0, %" PRId64 ", 0", now - 2000);
+    ins(fx, cols, "'a', 0, 2, 0, 0, %" PRId64 ", 0", now - 2000);
+    ins(fx, cols, "'a', 0, 0, 0, 0, %" PRId64 ", 0", now - 3000);
+    ins(fx, cols, "'a', 0, 1, 1, %" PRId64 ", %" PRId64 ", 0", now + HOUR_MS, now - 600000);
+    ins(fx, cols, "'a', 0, 0, 1, %" PRId64 ", %" PRId64 ", 0", now + HOUR_MS, now - 600000);
+    ins(fx, cols, "'a', 1, 1, 0, 0, %" PRId64 ", " FAR_EPOCH, now - 600000);
+    ins(fx, cols, "'a', 3, 1, 0, 0, %" PRId64 ", 0", now - 600000);
+    ins(fx, cols, "'a', 3, 2, 0, 0, %" PRId64 ", 0", now - 600000);
+    /* b: due since 10 s ago by run_after, inserted earlier. */
+    ins(fx, cols, "'b', 0, 1, 0, %" PRId64 ", %" PRId64 ", 0", now - 10000, now - 300000);
+    ins(fx, cols, "'b', 3, 1, 0, 0, %" PRId64 ", 0", now);
+    for (int i = 0; i < 4; i++)
+        ins(fx, cols, "'b', 2, 1, 0, 0, %" PRId64 ", 0", now);
+    for (int i = 0; i < 3; i++)
+        ins(fx, cols, "'c', 2, 1, 0, 0, %" PRId64 ", 0", now);
+
+    fx->table_stats_ms = 100;
+    start_leader(fx, 5, 100);
+    wait_refresh_after(fx, st, now - 1);
+    assert_int_equal(st->by_state[0], 9);
+    assert_int_equal(st->by_state[1], 1);
+    assert_int_equal(st->by_state[2], 7);
+    assert_int_equal(st->by_state[3], 3);
+    assert_false(st->successful_capped);
+    assert_int_equal(st->new_by_priority[0], 2);
+    assert_int_equal(st->new_by_priority[1], 5);
+    assert_int_equal(st->new_by_priority[2], 2);
+    assert_int_equal(st->ntypes, 2); /* c has only SUCCESSFUL rows */
+    assert_string_equal(st->types[0].type, "a");
+    assert_string_equal(st->types[1].type, "b");
+    a = type_of(st, "a");
+    b = type_of(st, "b");
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(a->new_ready, 6);
+    assert_int_equal(a->new_delayed, 2);
+    assert_int_equal(a->processing, 1);
+    assert_int_equal(a->failed, 2);
+    assert_int_equal(b->new_ready, 1);
+    assert_int_equal(b->new_delayed, 0);
+    assert_int_equal(b->processing, 0);
+    assert_int_equal(b->failed, 1);
+    /* The oldest head is (a, NORMAL)'s: due 60 s before now. */
+    assert_true(st->oldest_ready_age_ms >= 60000);
+    assert_true(st->oldest_ready_age_ms < 60000 + WAIT_MS);
+    assert_int_equal(st->retention_deleted_total, 0);
+    free(st);
+}
+
+static void test_table_stats_refresh_follows_rows(void **state)
+{
+    struct fx *fx = *state;
+    dsp_table_stats *st = malloc(sizeof *st);
+    dsp_db_counters c0, c1;
+    int64_t t;
+
+    assert_non_null(st);
+    fx->table_stats_ms = 50;
+    start_leader(fx, 5, 100);
+    wait_refresh_after(fx, st, 0);
+    assert_int_equal(st->by_state[0] + st->by_state[1] + st->by_state[2] + st->by_state[3], 0);
+    assert_int_equal(st->ntypes, 0);
+    assert_int_equal(st->oldest_ready_age_ms, -1);
+
+    t = tp_testdb_now_ms();
+    ins(fx, "task_type, insert_time", "'x', %" PRId64, t - 30000);
+    ins(fx, "task_type, insert_time", "'x', %" PRId64, t - 30000);
+    ins(fx, "task_type, task_state", "'y', 3");
+    WAIT_UNTIL(fx, (table_stats(fx, st), st->by_state[0] == 2 && st->by_state[3] == 1), WAIT_MS);
+    assert_int_equal(st->by_state[0], 2);
+    assert_int_equal(st->by_state[3], 1);
+    assert_int_equal(st->ntypes, 2);
+    assert_int_equal(type_of(st, "x")->new_ready, 2);
+    assert_int_equal(type_of(st, "y")->failed, 1);
+    assert_true(st->oldest_ready_age_ms >= 30000);
+
+    /* Each refresh is a few statements (3 here: counts, SUCCESSFUL, oldest ready). */
+    dsp_db_counters_get(fx->db[0], &c0);
+    t = st->refreshed_wall_ms;
+    wait_refresh_after(fx, st, t);
+    t = st->refreshed_wall_ms;
+    wait_refresh_after(fx, st, t);
+    dsp_db_counters_get(fx->db[0], &c1);
+    assert_true(c1.statements > c0.statements);
+
+    /* The rows go: the figures follow. */
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "DELETE FROM task"), 3);
+    WAIT_UNTIL(fx, (table_stats(fx, st), st->ntypes == 0), WAIT_MS);
+    assert_int_equal(st->ntypes, 0);
+    assert_int_equal(st->by_state[0], 0);
+    assert_int_equal(st->oldest_ready_age_ms, -1);
+    free(st);
+}
+
+/* Checks the plan of sql (EXPLAIN): every access to task uses claim_idx, none reads
+ * the whole table or index, no temporary table or filesort; must_extra (or NULL) is in
+ * the Extra of each. Returns the number of plan rows on task. */
+static int check_plan(struct fx *fx, const char *sql, const char *must_extra)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    MYSQL_FIELD *f;
+    int ctable = -1, ctype = -1, ckey = -1, cextra = -1, n = 0;
+    char q[65536];
+
+    snprintf(q, sizeof q, "EXPLAIN %s", sql);
+    if (mysql_query(fx->tdb.conn, q) != 0)
+        fail_msg("EXPLAIN failed: %s\n  %s", mysql_error(fx->tdb.conn), q);
+    res = mysql_store_result(fx->tdb.conn);
+    assert_non_null(res);
+    f = mysql_fetch_fields(res);
+    for (unsigned i = 0; i < mysql_num_fields(res); i++) {
+        if (strcmp(f[i].name, "table") == 0)
+            ctable = (int)i;
+        else if (strcmp(f[i].name, "type") == 0)
+            ctype = (int)i;
+        else if (strcmp(f[i].name, "key") == 0)
+            ckey = (int)i;
+        else if (strcmp(f[i].name, "Extra") == 0)
+            cextra = (int)i;
+    }
+    assert_true(ctable >= 0 && ctype >= 0 && ckey >= 0 && cextra >= 0);
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        const char *extra = row[cextra] ? row[cextra] : "";
+        fprintf(stderr, "# plan: table %s type %s key %s extra %s\n", row[ctable] ? row[ctable] : "-",
+                row[ctype] ? row[ctype] : "-", row[ckey] ? row[ckey] : "-", extra);
+        if (row[ctable] == NULL || strcmp(row[ctable], "task") != 0)
+            continue; /* <derived2>, <union2,3>: a handful of rows already read */
+        n++;
+        assert_non_null(row[ctype]);
+        assert_string_not_equal(row[ctype], "ALL");
+        assert_string_not_equal(row[ctype], "index");
+        assert_non_null(row[ckey]);
+        assert_string_equal(row[ckey], "claim_idx");
+        assert_null(strstr(extra, "filesort"));
+        assert_null(strstr(extra, "temporary"));
+        if (must_extra)
+            assert_non_null(strstr(extra, must_extra));
+    }
+    mysql_free_result(res);
+    return n;
+}
+
+static void test_table_stats_plans(void **state)
+{
+    struct fx *fx = *state;
+    int64_t now = tp_testdb_now_ms();
+    dsp_strbuf b = {0};
+    char vals[512];
+
+    /* 50,000 rows over 5 types, every state, priority and lane. */
+    snprintf(vals, sizeof vals,
+             "CONCAT('t', (a.d * 7 + b.d) %% 5), (a.d + c.d * 3 + e.d) %% 4, (b.d + d.d) %% 3,"
+             " IF((a.d + c.d * 3 + e.d) %% 4 = 0 AND c.d < 3, 1, 0),"
+             " IF((a.d + c.d * 3 + e.d) %% 4 = 0 AND c.d < 3, %" PRId64 ", 0), %" PRId64 ", %" PRId64
+             ", " FAR_EPOCH,
+             now + HOUR_MS, now - 60000, now - 60000);
+    ins_many(fx, 50000, "task_type, task_state, task_priority, `delayed`, run_after, insert_time,"
+                        " last_update_time, epoch", vals);
+    assert_true(tp_testdb_exec(&fx->tdb, "ANALYZE TABLE task") >= 0);
+
+    dsp_db_sql_stats_counts(&b, now);
+    assert_false(b.oom);
+    assert_int_equal(check_plan(fx, b.p, "Using index"), 1);
+
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_stats_successful(&b, DSP_DB_SQL_SUCCESSFUL_CAP);
+    assert_int_equal(check_plan(fx, b.p, "Using index"), 1);
+
+    dsp_strbuf_reset(&b);
+    for (int t = 0; t < 5; t++) {
+        char type[8];
+        snprintf(type, sizeof type, "t%d", t);
+        for (int p = 2; p >= 0; p--)
+            dsp_db_sql_stats_oldest_part(&b, t == 0 && p == 2, type, strlen(type), p, now);
+    }
+    dsp_db_sql_stats_oldest_end(&b);
+    assert_false(b.oom);
+    assert_int_equal(check_plan(fx, b.p, NULL), 15);
+
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_retention(&b, 2, now - HOUR_MS, 1000);
+    assert_int_equal(check_plan(fx, b.p, NULL), 1);
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_retention(&b, 3, now - HOUR_MS, 1000);
+    assert_int_equal(check_plan(fx, b.p, NULL), 1);
+
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_requeue_failed(&b, NULL, now, 5000);
+    assert_int_equal(check_plan(fx, b.p, NULL), 1);
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_requeue_failed(&b, "t1", now, 5000);
+    assert_int_equal(check_plan(fx, b.p, NULL), 1);
+    dsp_strbuf_free(&b);
+
+    /* And the thread's figures agree with plain counts. */
+    {
+        dsp_table_stats *st = malloc(sizeof *st);
+        assert_non_null(st);
+        fx->table_stats_ms = 200;
+        start_leader(fx, 5, 100);
+        wait_refresh_after(fx, st, tp_testdb_now_ms());
+        for (int s = 0; s < 4; s++)
+            assert_int_equal(st->by_state[s],
+                             tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = %d", s));
+        assert_int_equal(st->ntypes, 5);
+        assert_int_equal(type_of(st, "t3")->new_delayed,
+                         tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 0"
+                                                       " AND task_type = 't3' AND run_after > %" PRId64, now));
+        assert_true(st->oldest_ready_age_ms >= 60000);
+        free(st);
+    }
+}
+
+/* The retention test's rows: old and recent rows of every state. */
+static void retention_rows(struct fx *fx, int64_t now)
+{
+    const char *cols = "task_type, task_state, last_update_time, epoch";
+    char vals[128];
+
+    snprintf(vals, sizeof vals, "'s', 2, %" PRId64 ", 0", now - 2 * HOUR_MS);
+    ins_many(fx, 2500, cols, vals); /* several batches */
+    snprintf(vals, sizeof vals, "'f', 3, %" PRId64 ", 0", now - 2 * HOUR_MS);
+    ins_many(fx, 1200, cols, vals);
+    ins(fx, cols, "'s', 2, %" PRId64 ", 0", now - HOUR_MS / 2);
+    ins(fx, cols, "'s', 2, %" PRId64 ", 0", now);
+    ins(fx, cols, "'f', 3, %" PRId64 ", 0", now - HOUR_MS / 2);
+    ins(fx, cols, "'n', 0, %" PRId64 ", 0", now - 2 * HOUR_MS);
+    ins(fx, cols, "'p', 1, %" PRId64 ", " FAR_EPOCH, now - 2 * HOUR_MS);
+}
+
+static uint64_t count_state(struct fx *fx, int s)
+{
+    return tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = %d", s);
+}
+
+static void test_retention_succeeded(void **state)
+{
+    struct fx *fx = *state;
+    dsp_table_stats *st = malloc(sizeof *st);
+
+    assert_non_null(st);
+    retention_rows(fx, tp_testdb_now_ms());
+    fx->table_stats_ms = 100;
+    fx->retain_succeeded_ms = HOUR_MS;
+    start_leader(fx, 5, 100);
+    WAIT_UNTIL(fx, (table_stats(fx, st), st->retention_deleted_total >= 2500), WAIT_MS);
+    run_for(fx, 300); /* more rounds: nothing else goes */
+    table_stats(fx, st);
+    assert_int_equal(st->retention_deleted_total, 2500);
+    assert_int_equal(count_state(fx, 2), 2);
+    assert_int_equal(count_state(fx, 3), 1201);
+    assert_int_equal(count_state(fx, 0), 1);
+    assert_int_equal(count_state(fx, 1), 1);
+    /* The figures saw it too. */
+    WAIT_UNTIL(fx, (table_stats(fx, st), st->by_state[2] == 2), WAIT_MS);
+    assert_int_equal(st->by_state[2], 2);
+    free(st);
+}
+
+static void test_retention_failed(void **state)
+{
+    struct fx *fx = *state;
+    dsp_table_stats *st = malloc(sizeof *st);
+
+    assert_non_null(st);
+    retention_rows(fx, tp_testdb_now_ms());
+    fx->table_stats_ms = 0; /* retention alone: it still runs */
+    fx->retain_failed_ms = HOUR_MS;
+    start_leader(fx, 5, 100);
+    WAIT_UNTIL(fx, (table_stats(fx, st), st->retention_deleted_total >= 1200), WAIT_MS);
+    run_for(fx, 300);
+    table_stats(fx, st);
+    assert_int_equal(st->retention_deleted_total, 1200);
+    assert_false(st->valid); /* no figures asked for */
+    assert_int_equal(count_state(fx, 2), 2502);
+    assert_int_equal(count_state(fx, 3), 1);
+    assert_int_equal(count_state(fx, 0), 1);
+    assert_int_equal(count_state(fx, 1), 1);
+    free(st);
+}
+
+static void requeue_wait(struct fx *fx, const char *type, uint64_t id, int64_t rows)
+{
+    struct rec *r = &fx->rec[0];
+    int before = r->nrequeued;
+
+    assert_int_equal(dsp_db_requeue_failed(fx->db[0], type, id), 0);
+    WAIT_UNTIL(fx, r->nrequeued > before, WAIT_MS);
+    assert_int_equal(r->nrequeued, before + 1);
+    assert_int_equal(r->requeue_id, id);
+    assert_int_equal(r->requeue_rows, rows);
+}
+
+static void test_requeue_failed(void **state)
+{
+    struct fx *fx = *state;
+    const char *cols = "task_type, task_state, attempts, max_attempts, `delayed`, run_after, err_msg";
+    uint64_t a1, b1, s1, n1;
+    int64_t later = tp_testdb_now_ms() + HOUR_MS;
+
+    a1 = ins(fx, cols, "'a', 3, 3, 3, 1, %" PRId64 ", 'boom'", later);
+    ins(fx, cols, "'a', 3, 3, 3, 0, 0, 'boom'");
+    ins(fx, cols, "'a', 3, 2, 3, 0, 0, NULL");
+    b1 = ins(fx, cols, "'b', 3, 3, 3, 0, 0, 'bad'");
+    ins(fx, cols, "'b', 3, 3, 3, 0, 0, 'bad'");
+    s1 = ins(fx, cols, "'a', 2, 1, 3, 0, 0, NULL");
+    n1 = ins(fx, cols, "'a', 0, 2, 3, 0, 0, 'retrying'");
+    ins_many(fx, 6000, cols, "'c', 3, 3, 3, 0, 0, 'many'"); /* more than one batch */
+
+    start_leader(fx, 5, 100);
+    requeue_wait(fx, "a", 7, 3);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_type = 'a'"
+                                                   " AND task_state = 0 AND attempts = 0 AND `delayed` = 0"
+                                                   " AND run_after = 0"),
+                     3);
+    {
+        char buf[64];
+        assert_int_equal(query_str(fx, buf, sizeof buf, "SELECT err_msg FROM task WHERE task_id = %" PRIu64, a1), 4);
+        assert_string_equal(buf, "boom");
+    }
+    assert_int_equal(col_u64(fx, b1, "task_state"), 3);
+    assert_int_equal(col_u64(fx, s1, "task_state"), 2);
+    assert_int_equal(col_u64(fx, n1, "attempts"), 2); /* NEW rows are not touched */
+    assert_int_equal(count_state(fx, 3), 6002);
+
+    requeue_wait(fx, "nosuchtype", 8, 0);
+    requeue_wait(fx, NULL, 9, 6002);
+    assert_int_equal(count_state(fx, 3), 0);
+    assert_int_equal(col_u64(fx, b1, "attempts"), 0);
+    assert_int_equal(col_u64(fx, s1, "task_state"), 2);
+    requeue_wait(fx, NULL, 10, 0);
+
+    /* After stop, a request is answered -1 at once. */
+    dsp_db_stop(fx->db[0], 2000);
+    requeue_wait(fx, NULL, 11, -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1161,6 +1565,12 @@ int main(void)
         T(test_stop_writes_everything),
         T(test_reconnect_keeps_epoch),
         T(test_leader_lost_when_epoch_moves),
+        T(test_table_stats_figures),
+        T(test_table_stats_refresh_follows_rows),
+        T(test_table_stats_plans),
+        T(test_retention_succeeded),
+        T(test_retention_failed),
+        T(test_requeue_failed),
 #undef T
     };
     int rc;

@@ -388,33 +388,6 @@ static int fx_teardown(void **state)
     return 0;
 }
 
-/* An integer at a dotted path of a parsed /stats. */
-static long long stat_at(json_t *root, const char *dotted)
-{
-    json_t *cur = root;
-    char key[128];
-    for (const char *p = dotted; cur && *p;) {
-        const char *dot = strchr(p, '.');
-        size_t n = dot ? (size_t)(dot - p) : strlen(p);
-        if (n >= sizeof key)
-            return -1;
-        memcpy(key, p, n);
-        key[n] = '\0';
-        cur = json_object_get(cur, key);
-        p = dot ? dot + 1 : p + n;
-    }
-    return json_is_integer(cur) ? (long long)json_integer_value(cur) : -1;
-}
-
-/* One number of /stats, -1 when it cannot be read. */
-static long long daemon_stat(const tp_daemon *d, const char *dotted)
-{
-    json_t *root = tp_daemon_json(d, "/stats");
-    long long v = stat_at(root, dotted);
-    json_decref(root);
-    return v;
-}
-
 static void fx_db(struct fx *fx, const char *tag)
 {
     assert_int_equal(tp_testdb_create(tag, &fx->db), 0);
@@ -777,17 +750,17 @@ static void run_flow(struct fx *fx, const char *url, const char *const *args)
     free(table);
 
     /* /stats */
-    long long succeeded = stat_at(stats, "tasks.succeeded_total");
-    long long claimed = stat_at(stats, "tasks.claimed_total");
-    long long dispatched = stat_at(stats, "tasks.dispatched_total");
-    long long failed = stat_at(stats, "tasks.failed_total");
-    long long buffered = stat_at(stats, "queue.buffered");
-    long long in_flight = stat_at(stats, "queue.in_flight");
+    long long succeeded = tp_json_int_at(stats, "tasks.succeeded_total");
+    long long claimed = tp_json_int_at(stats, "tasks.claimed_total");
+    long long dispatched = tp_json_int_at(stats, "tasks.dispatched_total");
+    long long failed = tp_json_int_at(stats, "tasks.failed_total");
+    long long buffered = tp_json_int_at(stats, "queue.buffered");
+    long long in_flight = tp_json_int_at(stats, "queue.in_flight");
     diag("/stats: claimed %lld, dispatched %lld, succeeded %lld, failed %lld, buffered %lld, "
          "in flight %lld, db statements %lld, claims %lld, write batches %lld",
          claimed, dispatched, succeeded, failed, buffered, in_flight,
-         stat_at(stats, "db.statements_total"), stat_at(stats, "db.claims_total"),
-         stat_at(stats, "db.write_batches_total"));
+         tp_json_int_at(stats, "db.statements_total"), tp_json_int_at(stats, "db.claims_total"),
+         tp_json_int_at(stats, "db.write_batches_total"));
     assert_int_equal(succeeded, n);
     assert_int_equal(claimed, n);
     assert_int_equal(dispatched, n);
@@ -993,10 +966,10 @@ static void test_exec_worker(void **state)
     free(ran.v);
     free(ids.v);
 
-    assert_int_equal(stat_at(stats, "tasks.succeeded_total"), n - 5);
-    assert_int_equal(stat_at(stats, "tasks.failed_total"), 5);
-    assert_int_equal(stat_at(stats, "tasks.retried_total"), 0);
-    assert_int_equal(stat_at(stats, "tasks.dispatched_total"), n);
+    assert_int_equal(tp_json_int_at(stats, "tasks.succeeded_total"), n - 5);
+    assert_int_equal(tp_json_int_at(stats, "tasks.failed_total"), 5);
+    assert_int_equal(tp_json_int_at(stats, "tasks.retried_total"), 0);
+    assert_int_equal(tp_json_int_at(stats, "tasks.dispatched_total"), n);
     json_decref(stats);
     fx->passed = true;
 }
@@ -1033,7 +1006,7 @@ static void test_priority_order(void **state)
     fx_worker(fx, "prio-1", "pa,pb", 1, 1);
     fx_start_workers(fx);
     wait_finished(fx, (uint64_t)n);
-    long long claims = daemon_stat(&fx->d, "db.claims_total");
+    long long claims = tp_daemon_stat(&fx->d, "db.claims_total");
     fx_stop_workers(fx);
     fx_daemon_stop(fx);
     diag("priority: %lld claims", claims);
@@ -1298,15 +1271,15 @@ static void test_routing(void **state)
         fail_msg("the registered types did not drain");
 
     /* Give the dispatcher more chances to take what it must not: 5 more claims. */
-    long long claims = daemon_stat(&fx->d, "db.claims_total");
+    long long claims = tp_daemon_stat(&fx->d, "db.claims_total");
     assert_true(claims >= 0);
     long long now_claims = claims;
     for (long long end = tp_mono_ms() + WAIT_MS; now_claims < claims + 5; sleep_ms(POLL_SLEEP_MS)) {
-        now_claims = daemon_stat(&fx->d, "db.claims_total");
+        now_claims = tp_daemon_stat(&fx->d, "db.claims_total");
         if (tp_mono_ms() >= end)
             fail_msg("the dispatcher made %lld claims in %d ms", now_claims - claims, WAIT_MS);
     }
-    long long claimed = daemon_stat(&fx->d, "tasks.claimed_total");
+    long long claimed = tp_daemon_stat(&fx->d, "tasks.claimed_total");
     fx_stop_workers(fx);
     fx_daemon_stop(fx);
 
@@ -1483,8 +1456,8 @@ static void test_worker_leaves_mid_flow(void **state)
     fx_stop_workers(fx);
     fx_daemon_stop(fx);
 
-    long long requeued = stat_at(stats, "tasks.requeued_total");
-    long long failed = stat_at(stats, "tasks.failed_total");
+    long long requeued = tp_json_int_at(stats, "tasks.requeued_total");
+    long long failed = tp_json_int_at(stats, "tasks.failed_total");
     int lost_lines = tp_daemon_log_count(&fx->d, "deliveries taken back") -
                      tp_daemon_log_count(&fx->d, "; 0 deliveries taken back");
     uint64_t bad = tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE NOT "
@@ -1564,8 +1537,8 @@ static void test_slow_type_does_not_starve_others(void **state)
          "in flight %lld",
          tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_type = 'fast' AND "
                                       "task_state = 2"),
-         nfast, stat_at(stats, "tasks.claimed_total"), stat_at(stats, "queue.buffered"),
-         stat_at(stats, "queue.in_flight"));
+         nfast, tp_json_int_at(stats, "tasks.claimed_total"), tp_json_int_at(stats, "queue.buffered"),
+         tp_json_int_at(stats, "queue.in_flight"));
     json_decref(stats);
 
     gate_open(&fx->gate);

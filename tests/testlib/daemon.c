@@ -233,22 +233,27 @@ json_t *tp_daemon_json(const tp_daemon *d, const char *path)
     return o;
 }
 
-long long tp_daemon_stat(const tp_daemon *d, const char *dotted)
+long long tp_json_int_at(json_t *root, const char *dotted)
 {
-    json_t *root = tp_daemon_json(d, "/stats");
     json_t *cur = root;
     char key[128];
     for (const char *p = dotted; cur && *p;) {
         const char *dot = strchr(p, '.');
         size_t n = dot ? (size_t)(dot - p) : strlen(p);
         if (n >= sizeof key)
-            break;
+            return -1;
         memcpy(key, p, n);
         key[n] = '\0';
         cur = json_object_get(cur, key);
         p = dot ? dot + 1 : p + n;
     }
-    long long v = json_is_integer(cur) ? (long long)json_integer_value(cur) : -1;
+    return json_is_integer(cur) ? (long long)json_integer_value(cur) : -1;
+}
+
+long long tp_daemon_stat(const tp_daemon *d, const char *dotted)
+{
+    json_t *root = tp_daemon_json(d, "/stats");
+    long long v = tp_json_int_at(root, dotted);
     json_decref(root);
     return v;
 }

@@ -49,7 +49,11 @@ int tp_http_request(const char *hostport, const char *method, const char *path, 
 /* GET /stats (or another JSON path) parsed; NULL on failure. Caller decrefs. */
 json_t *tp_daemon_json(const tp_daemon *d, const char *path);
 
-/* An integer at a dotted path of /stats, e.g. "tasks.succeeded_total"; -1 on failure. */
+/* An integer at a dotted path of a parsed JSON object, e.g. "tasks.succeeded_total";
+ * -1 when absent or not an integer. */
+long long tp_json_int_at(json_t *root, const char *dotted);
+
+/* The same read from a fresh GET /stats. */
 long long tp_daemon_stat(const tp_daemon *d, const char *dotted);
 
 /* Milliseconds on a monotonic clock. */

@@ -243,6 +243,35 @@ static void test_settings_listing_hides_secrets(void **state)
     dsp_config_free(&c);
 }
 
+static void test_durations(void **state)
+{
+    (void)state;
+    int64_t ms;
+    assert_int_equal(dsp_duration_parse("7d", &ms), 0);
+    assert_int_equal(ms, 7LL * 86400000);
+    assert_int_equal(dsp_duration_parse("90s", &ms), 0);
+    assert_int_equal(ms, 90000);
+    assert_int_equal(dsp_duration_parse("250", &ms), 0);
+    assert_int_equal(ms, 250);
+    assert_int_equal(dsp_duration_parse("keep", &ms), 0);
+    assert_int_equal(ms, 0);
+    assert_int_equal(dsp_duration_parse("12x", &ms), -1);
+    assert_int_equal(dsp_duration_parse("-1h", &ms), -1);
+    assert_int_equal(dsp_duration_parse("h", &ms), -1);
+    assert_int_equal(dsp_duration_parse("99999999999999999d", &ms), -1);
+    dsp_config c;
+    char err[256];
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--retain-finished", "2h", NULL),
+                     DSP_CONFIG_OK);
+    assert_int_equal(c.retain_finished_ms, 7200000);
+    assert_int_equal(c.retain_failed_ms, 0);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--retain-failed", "soon", NULL),
+                     DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "--retain-failed"));
+    dsp_config_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -258,6 +287,7 @@ int main(void)
         cmocka_unit_test_setup(test_password_from_environment, setup),
         cmocka_unit_test_setup(test_token_file_and_env, setup),
         cmocka_unit_test_setup(test_settings_listing_hides_secrets, setup),
+        cmocka_unit_test_setup(test_durations, setup),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }
