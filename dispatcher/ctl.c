@@ -74,6 +74,24 @@ static ctl_reply http_request(const char *admin, enum evhttp_cmd_type method, co
     return r;
 }
 
+/* Writes the strings of a JSON array as "a,b,c" into buf (cut at a whole
+ * element when it does not fit); returns the length written. */
+static size_t join_strings(json_t *array, char *buf, size_t cap)
+{
+    size_t i, used = 0;
+    json_t *item;
+    buf[0] = '\0';
+    json_array_foreach(array, i, item) {
+        int n = snprintf(buf + used, cap - used, "%s%s", i ? "," : "", json_string_value(item));
+        if (n < 0 || (size_t)n >= cap - used) {
+            buf[used] = '\0';
+            break;
+        }
+        used += (size_t)n;
+    }
+    return used;
+}
+
 static long long num(json_t *o, const char *key)
 {
     return (long long)json_integer_value(json_object_get(o, key));
@@ -107,15 +125,8 @@ static void print_stats(json_t *s)
     json_t *p = json_object_get(s, "paused");
     bool draining = json_is_true(json_object_get(s, "draining"));
     if (p) {
-        char types[512] = "";
-        size_t i, used = 0;
-        json_t *ty;
-        json_array_foreach(json_object_get(p, "types"), i, ty) {
-            int n = snprintf(types + used, sizeof types - used, "%s%s", i ? "," : "", json_string_value(ty));
-            if (n < 0 || (size_t)n >= sizeof types - used)
-                break;
-            used += (size_t)n;
-        }
+        char types[512];
+        size_t used = join_strings(json_object_get(p, "types"), types, sizeof types);
         printf("state       %s%s%s%s\n", json_is_true(json_object_get(p, "all")) ? "PAUSED" : "running",
                used ? ", paused types: " : "", types, draining ? ", DRAINING" : "");
     }
@@ -182,15 +193,8 @@ static void print_workers(json_t *list)
     size_t i;
     json_t *w;
     json_array_foreach(list, i, w) {
-        char types[256] = "";
-        size_t k, used = 0;
-        json_t *ty;
-        json_array_foreach(json_object_get(w, "types"), k, ty) {
-            int n = snprintf(types + used, sizeof types - used, "%s%s", k ? "," : "", json_string_value(ty));
-            if (n < 0 || (size_t)n >= sizeof types - used)
-                break;
-            used += (size_t)n;
-        }
+        char types[256];
+        join_strings(json_object_get(w, "types"), types, sizeof types);
         printf("%-24s %-22s %8lld %9lld %10lld %8lld  %s\n", json_string_value(json_object_get(w, "name")),
                json_string_value(json_object_get(w, "addr")), num(w, "capacity"), num(w, "in_flight"),
                num(w, "completed_total"), num(w, "connected_s"), types);
