@@ -604,6 +604,60 @@ static void ctl_requeue_failed(void **state)
     fx->passed = true;
 }
 
+/* Runs the daemon binary with argv and returns its exit status; its stdout and
+ * stderr together in out. */
+static int run_daemon_binary(const char *const *args, char *out, size_t outlen)
+{
+    char cmd[2048];
+    size_t used = (size_t)snprintf(cmd, sizeof cmd, "'%s'", tp_build_path("dispatcher/taskpushd"));
+    for (int i = 0; args[i]; i++)
+        used += (size_t)snprintf(cmd + used, sizeof cmd - used, " '%s'", args[i]);
+    snprintf(cmd + used, sizeof cmd - used, " 2>&1");
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, outlen - 1, f);
+    out[n] = '\0';
+    int status = pclose(f);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* SPEC: --help and --version exit 0; a bad flag prints a clear message and
+ * exits 2; SIGHUP does no harm (the daemon keeps serving). */
+static void daemon_flags_and_sighup(void **state)
+{
+    struct fx *fx = *state;
+    char out[8192];
+    const char *const help[] = {"--help", NULL};
+    assert_int_equal(run_daemon_binary(help, out, sizeof out), 0);
+    assert_non_null(strstr(out, "--scheduler"));
+    const char *const version[] = {"--version", NULL};
+    assert_int_equal(run_daemon_binary(version, out, sizeof out), 0);
+    assert_non_null(strstr(out, "taskpushd"));
+    const char *const bad_flag[] = {"--db", "mysql://u@h/d", "--frobnicate", NULL};
+    assert_int_equal(run_daemon_binary(bad_flag, out, sizeof out), 2);
+    assert_non_null(strstr(out, "frobnicate"));
+    const char *const bad_value[] = {"--db", "mysql://u@h/d", "--scheduler", "random", NULL};
+    assert_int_equal(run_daemon_binary(bad_value, out, sizeof out), 2);
+    assert_non_null(strstr(out, "random"));
+    const char *const no_db[] = {"--listen", "127.0.0.1:0", NULL};
+    unsetenv("TASKPUSH_DB");
+    assert_int_equal(run_daemon_binary(no_db, out, sizeof out), 2);
+    assert_non_null(strstr(out, "--db"));
+
+    assert_int_equal(tp_testdb_create("admin_sighup", &fx->db), 0);
+    fx->have_db = true;
+    fx_daemon(fx, NULL);
+    wk_start(fx, "a", 2, false, "a", NULL, NULL);
+    insert_tasks(fx, "a", 20);
+    wait_rows(fx, "a", 2, 20);
+    assert_int_equal(kill(fx->d.pid, SIGHUP), 0);
+    insert_tasks(fx, "a", 20);
+    wait_rows(fx, "a", 2, 40); /* still claiming and dispatching after SIGHUP */
+    assert_int_equal(tp_daemon_log_count(&fx->d, "SIGHUP"), 1);
+    assert_int_equal(tp_daemon_stop(&fx->d, SIGTERM, 15000), 0);
+    fx->passed = true;
+}
+
 /* Retention through the daemon's own flags: SUCCESSFUL rows older than
  * --retain-finished and FAILED rows older than --retain-failed are deleted, and
  * nothing else: not younger finished rows, not old NEW or PROCESSING rows. */
@@ -736,6 +790,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(ctl_drain, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(ctl_requeue_failed, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(retention_flags, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(daemon_flags_and_sighup, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(healthz_db_down, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests_name("admin", tests, NULL, NULL);
