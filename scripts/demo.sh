@@ -85,7 +85,9 @@ while True:
             f"{s['workers']} workers  {rate:8.0f} tasks/s")
     if line != last:
         sys.stdout.write(line); sys.stdout.flush(); last = line
-    if done >= total or now - start > 300:
+    # done counts outcomes as workers report them; the table has them once
+    # the dispatcher's batched writes are flushed (db.pending_writes == 0).
+    if (done >= total and s["db"]["pending_writes"] == 0) or now - start > 300:
         print(); break
     time.sleep(0.2)
 PY

@@ -4,13 +4,20 @@
 # service is installed or started: tests run their own private server.
 set -euo pipefail
 
+#   scripts/install-deps.sh          what building and running needs
+#   scripts/install-deps.sh --test   also what the tests need (clang's fuzzer
+#                                    runtime, Chromium for the dashboard test,
+#                                    promtool from prometheus)
 packages=(
-  gcc clang libclang-rt-14-dev meson ninja-build pkg-config python3
+  gcc meson ninja-build pkg-config python3
   libevent-dev default-libmysqlclient-dev libjansson-dev libcmocka-dev
   mariadb-server-core mariadb-client-core
-  chromium chromium-driver python3-selenium
-  prometheus
 )
+case "${1:-}" in
+  --test) packages+=(clang libclang-rt-14-dev chromium chromium-driver python3-selenium prometheus) ;;
+  "") ;;
+  *) echo "install-deps.sh: unknown argument '$1' (only --test)" >&2; exit 2 ;;
+esac
 if [ "${TASKPUSH_EXTRA_PACKAGES:-}" ]; then
   read -r -a extra <<<"$TASKPUSH_EXTRA_PACKAGES"
   packages+=("${extra[@]}")
