@@ -30,11 +30,16 @@
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
-int64_t dsp_now_ms(void)
+static int64_t now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t dsp_now_ms(void)
+{
+    return now_us() / 1000;
 }
 
 static int64_t wall_ms(void)
@@ -47,13 +52,6 @@ static int64_t wall_ms(void)
 int64_t dsp_wall_ms(void)
 {
     return wall_ms();
-}
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static void claim_maybe(dsp_server *srv);
@@ -178,6 +176,13 @@ static void fail_task(dsp_server *srv, dsp_task *t, const char *why)
 
 /* A delivery was lost (worker gone, lease expired): deliver again, or fail the
  * task when that was its last attempt. */
+/* No task is dispatched any more: shutting down, or drained from the admin port.
+ * Claimed tasks then go back to NEW rather than into a type's queue. */
+static bool dispatch_stopped(const dsp_server *srv)
+{
+    return srv->draining || srv->admin_draining;
+}
+
 static void release_task(dsp_server *srv, dsp_task *t);
 
 static void take_back(dsp_server *srv, dsp_task *t, const char *why)
@@ -187,7 +192,7 @@ static void take_back(dsp_server *srv, dsp_task *t, const char *why)
         fail_task(srv, t, why);
         return;
     }
-    if (srv->draining || srv->admin_draining) { /* nothing is dispatched any more: back to NEW now */
+    if (dispatch_stopped(srv)) {
         release_task(srv, t);
         return;
     }
@@ -317,7 +322,8 @@ void dsp_server_worker_left(dsp_server *srv, dsp_conn *c)
 
 static void dispatch(dsp_server *srv)
 {
-    int64_t now = dsp_now_ms();
+    /* One clock read per pass: the deliveries of a pass are microseconds apart. */
+    int64_t pass_us = now_us(), now = pass_us / 1000;
     for (;;) {
         /* The type whose head comes first in dispatch order, among types with room. */
         dsp_type *best = NULL;
@@ -336,7 +342,7 @@ static void dispatch(dsp_server *srv)
         dsp_conn *c = container_of(best->workers[i], dsp_conn, slots);
         dsp_task *t = type_dequeue(best);
         srv->nbuffered--;
-        t->delivered_us = now_us();
+        t->delivered_us = pass_us;
         dsp_conn_deliver(c, t, now);
     }
 }
@@ -346,7 +352,7 @@ static void dispatch_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     dsp_server *srv = arg;
-    if (!srv->draining && !srv->admin_draining && !srv->paused_all)
+    if (!dispatch_stopped(srv) && !srv->paused_all)
         dispatch(srv);
     outbox_flush(srv);
     claim_maybe(srv);
@@ -371,8 +377,8 @@ static void arm_claim_timer(dsp_server *srv, int64_t at)
  * positive want (its room is not yet matched by buffered tasks). */
 static void claim_maybe(dsp_server *srv)
 {
-    if (srv->claim_outstanding || !srv->leader || srv->draining || srv->claim_timer_armed ||
-        srv->admin_draining || srv->paused_all)
+    if (srv->claim_outstanding || srv->claim_timer_armed || !srv->leader || dispatch_stopped(srv) ||
+        srv->paused_all)
         return;
     const dsp_config *cfg = srv->cfg;
     int64_t want = (int64_t)srv->room + cfg->prefetch - (int64_t)srv->nbuffered;
@@ -475,7 +481,7 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
         t->payload_len = ct->payload_len;
         ct->payload = NULL; /* stolen */
         srv->task_stats.claimed_total++;
-        if (srv->draining || srv->admin_draining || !srv->leader) {
+        if (dispatch_stopped(srv) || !srv->leader) {
             release_task(srv, t);
             continue;
         }
@@ -682,7 +688,7 @@ void dsp_server_resume(dsp_server *srv, const char *type)
 
 void dsp_server_drain(dsp_server *srv)
 {
-    if (srv->draining || srv->admin_draining)
+    if (dispatch_stopped(srv))
         return;
     srv->admin_draining = true;
     uint64_t released = 0;
