@@ -188,6 +188,7 @@ static json_t *stats_json(dsp_server *srv)
     /* "draining": either kind (POST /drain, or a signal's drain before exit). */
     json_object_set_new(o, "draining", json_boolean(srv->draining || srv->admin_draining));
     json_object_set_new(o, "shutting_down", json_boolean(srv->draining));
+    json_object_set_new(o, "types", json_integer((json_int_t)srv->ntypes));
     json_object_set_new(o, "paused", paused_json(srv));
     json_object_set_new(o, "rates", rates_json(srv));
     json_object_set_new(o, "table", table);
@@ -327,6 +328,7 @@ static void metrics_cb(struct evhttp_request *req, void *arg)
 #undef X
     gauge(out, "connections_open", "open connections on the worker port", (double)srv->nconns);
     gauge(out, "workers", "connected workers (past HELLO)", (double)srv->nworkers);
+    gauge(out, "types", "task types held: registered by a worker, buffered or paused", (double)srv->ntypes);
     gauge(out, "queue_buffered", "claimed tasks waiting in memory for a worker", (double)srv->nbuffered);
     gauge(out, "queue_in_flight", "tasks delivered and not yet done", (double)srv->ninflight);
     gauge(out, "db_connected", "1 while the database is reachable", srv->db_connected ? 1 : 0);

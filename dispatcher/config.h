@@ -33,6 +33,13 @@ typedef struct dsp_config {
     int64_t shutdown_grace_ms;
     int64_t result_flush_ms; /* longest a result waits before it is written */
     int64_t max_frame;       /* largest frame body accepted from a worker */
+    int64_t max_capacity;    /* a HELLO's capacity is cut to this */
+    int64_t max_connections; /* worker connections at once */
+    int64_t max_types_per_worker;
+    int64_t max_types;       /* distinct types held by all workers */
+    int64_t max_timeouts;    /* consecutive lease expiries before a worker is dropped */
+    int64_t max_unwritten;   /* outcomes waiting for the database before dispatch pauses */
+    int64_t orphan_grace_ms; /* buffered tasks of a type with no worker go back after this */
     char *token_file;
     char *token;       /* read from token_file or TASKPUSH_TOKEN; NULL when none */
     int log_level;     /* enum dsp_log_level */

@@ -1,5 +1,6 @@
 #include "conn.h"
 
+#include "db_sql.h"
 #include "proto.h"
 
 #include <event2/buffer.h>
@@ -21,6 +22,16 @@
 
 /* A CLOSING connection whose peer does not read its last frame is freed after this. */
 #define CLOSING_LINGER_MS 1000
+
+/* Until its HELLO is accepted a peer may send no frame larger than the largest HELLO
+ * (every field at its bound, about 17 KiB): nothing unauthenticated makes the daemon
+ * buffer a 16 MiB frame. */
+#define PRE_HELLO_MAX_BODY ((uint32_t)(PROTO_MAX_HEAD - PROTO_LEN_PREFIX))
+
+/* A frame that has begun must go on arriving at this rate at least (bytes per ms, about
+ * 64 KB/s) beyond the 3 heartbeats any peer gets: a slow sender of half frames
+ * (slowloris) is dropped, a large result on a slow link is not. */
+#define MIN_FRAME_BYTES_PER_MS 64
 
 static const char *const state_names[DSP_CONN_NSTATES] = {"want-hello", "active", "closing"};
 
@@ -76,7 +87,7 @@ static void closing_write_cb(struct bufferevent *bev, void *arg)
         event_active(c->free_ev, EV_TIMEOUT, 0);
 }
 
-static void room_take(dsp_conn *c, int delta)
+static void room_take(dsp_conn *c, int64_t delta)
 {
     if (c->slots.accepting && c->state == DSP_CONN_ACTIVE)
         dsp_server_room_changed(c->srv, c, delta);
@@ -89,7 +100,7 @@ void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why)
     if (c->state == DSP_CONN_ACTIVE) {
         log_info(&c->srv->log, "worker %s (%s) leaves: %s; %u deliveries taken back",
                  c->name ? c->name : "?", c->addr, why, (unsigned)c->slots.in_flight);
-        dsp_server_worker_left(c->srv, c);
+        dsp_server_worker_left(c->srv, c, c->refund);
     } else {
         log_info(&c->srv->log, "connection %s closed before HELLO: %s", c->addr, why);
     }
@@ -113,7 +124,7 @@ void dsp_conn_free(dsp_conn *c)
 {
     dsp_server *srv = c->srv;
     if (c->state == DSP_CONN_ACTIVE)
-        dsp_server_worker_left(srv, c);
+        dsp_server_worker_left(srv, c, c->refund);
     for (dsp_zombie *z = c->zombies, *next; z; z = next) {
         next = z->next;
         free(z);
@@ -144,18 +155,66 @@ static bool token_matches(const char *want, proto_bytes got)
     return diff == 0;
 }
 
+/* Why a task type from HELLO cannot name rows of the table's task_type column
+ * (VARCHAR(64) utf8mb4, binary collation), or NULL when it can. A type the table cannot
+ * hold would make every claim fail (MariaDB error 1300 for bytes that are not UTF-8). */
+static const char *type_problem(proto_bytes t)
+{
+    if (t.len == 0)
+        return "a task type may not be empty";
+    if (dsp_utf8_valid_prefix(t.ptr, t.len) != t.len)
+        return "a task type must be UTF-8";
+    size_t chars = 0;
+    for (size_t i = 0; i < t.len; i++) {
+        if (t.ptr[i] == 0)
+            return "a task type may not contain a NUL byte";
+        chars += (t.ptr[i] & 0xC0) != 0x80;
+    }
+    if (chars > 64)
+        return "a task type has at most 64 characters";
+    /* utf8mb4_bin pads: in SQL 'resize ' = 'resize', in C they differ. */
+    if (t.ptr[t.len - 1] == ' ')
+        return "a task type may not end with a space";
+    return NULL;
+}
+
+/* Lets go of the types c registered (none are in use by c's slots yet). */
+static void drop_types(dsp_conn *c)
+{
+    for (size_t i = 0; i < c->ntypes; i++)
+        dsp_server_type_release_if_unused(c->srv, c->types[i]);
+    c->ntypes = 0;
+}
+
+static void refuse_hello(dsp_conn *c, uint16_t code, const char *why)
+{
+    c->srv->conn_stats.rejected_total++;
+    drop_types(c);
+    dsp_conn_close(c, code, why);
+}
+
 static void handle_hello(dsp_conn *c, const proto_hello *h)
 {
     dsp_server *srv = c->srv;
+    const dsp_config *cfg = srv->cfg;
     if (h->version != PROTO_VERSION) {
-        srv->conn_stats.rejected_total++;
-        dsp_conn_close(c, PROTO_ERR_VERSION, "protocol version not supported");
+        refuse_hello(c, PROTO_ERR_VERSION, "protocol version not supported");
         return;
     }
-    if (srv->cfg->token && !token_matches(srv->cfg->token, h->token)) {
-        srv->conn_stats.rejected_total++;
-        dsp_conn_close(c, PROTO_ERR_AUTH, "missing or wrong token");
+    if (cfg->token && !token_matches(cfg->token, h->token)) {
+        refuse_hello(c, PROTO_ERR_AUTH, "missing or wrong token");
         return;
+    }
+    if ((int64_t)h->ntypes > cfg->max_types_per_worker) {
+        refuse_hello(c, PROTO_ERR_UNEXPECTED, "too many task types for one worker (--max-types-per-worker)");
+        return;
+    }
+    for (uint16_t i = 0; i < h->ntypes; i++) {
+        const char *why = type_problem(h->types[i]);
+        if (why) {
+            refuse_hello(c, PROTO_ERR_UNEXPECTED, why);
+            return;
+        }
     }
     c->name = strndup((const char *)h->name.ptr, h->name.len);
     c->types = calloc(h->ntypes, sizeof *c->types);
@@ -164,15 +223,10 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
         return;
     }
     for (uint16_t i = 0; i < h->ntypes; i++) {
-        /* utf8mb4_bin pads: in SQL 'resize ' = 'resize', in C they differ. */
-        if (h->types[i].ptr[h->types[i].len - 1] == ' ') {
-            srv->conn_stats.rejected_total++;
-            dsp_conn_close(c, PROTO_ERR_UNEXPECTED, "a task type may not end with a space");
-            return;
-        }
+        size_t before = srv->ntypes;
         dsp_type *t = dsp_server_type_intern(srv, h->types[i].ptr, h->types[i].len);
         if (!t) {
-            dsp_conn_close(c, PROTO_ERR_SHUTDOWN, "out of memory");
+            refuse_hello(c, PROTO_ERR_SHUTDOWN, "out of memory");
             return;
         }
         bool dup = false;
@@ -180,8 +234,17 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
             dup |= c->types[k] == t;
         if (!dup)
             c->types[c->ntypes++] = t;
+        if (srv->ntypes > before && (int64_t)srv->ntypes > cfg->max_types) {
+            refuse_hello(c, PROTO_ERR_UNEXPECTED, "too many task types on this dispatcher (--max-types)");
+            return;
+        }
     }
-    c->slots.capacity = h->capacity;
+    /* Credit beyond --max-capacity is not granted: the worker simply gets fewer tasks. */
+    c->slots.capacity = (int64_t)h->capacity > cfg->max_capacity ? (uint32_t)cfg->max_capacity
+                                                                  : h->capacity;
+    if (c->slots.capacity < h->capacity)
+        log_info(&srv->log, "worker %s (%s) asked for capacity %u; granted %u (--max-capacity)",
+                 c->name, c->addr, (unsigned)h->capacity, (unsigned)c->slots.capacity);
 
     proto_msg w = {.type = PROTO_WELCOME};
     w.u.welcome.version = PROTO_VERSION;
@@ -193,6 +256,8 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
     conn_send_msg(c, &w);
 
     conn_set_state(c, DSP_CONN_ACTIVE);
+    /* Authenticated: frames up to --max-frame may come now. */
+    bufferevent_setwatermark(c->bev, EV_READ, 0, (size_t)cfg->max_frame + PROTO_LEN_PREFIX + 65536);
     c->slots.accepting = !srv->draining;
     dsp_server_worker_joined(srv, c);
     if (srv->draining)
@@ -254,6 +319,7 @@ static void handle_done(dsp_conn *c, const proto_done *d)
     unlink_inflight(c, t);
     c->srv->ninflight--;
     c->completed_total++;
+    c->timeouts_in_row = 0;
     dsp_server_task_done(c->srv, c, t, d->outcome, d->retry_after_ms, d->data.ptr, d->data.len);
     slot_free(c);
 }
@@ -262,7 +328,7 @@ static void handle_stop(dsp_conn *c)
 {
     if (!c->slots.accepting)
         return;
-    room_take(c, -(int)(c->slots.capacity - c->slots.in_flight));
+    room_take(c, -((int64_t)c->slots.capacity - (int64_t)c->slots.in_flight));
     c->slots.accepting = false;
     /* The answer tells the worker that no TASK is on its way any more, so it
      * may close as soon as its own deliveries are answered. */
@@ -321,7 +387,8 @@ static void read_cb(struct bufferevent *bev, void *arg)
             break;
         evbuffer_copyout(in, prefix, sizeof prefix);
         uint32_t body_len = 0;
-        int st = proto_frame_check(prefix, sizeof prefix, (uint32_t)srv->cfg->max_frame, &body_len);
+        uint32_t max_body = c->state == DSP_CONN_WANT_HELLO ? PRE_HELLO_MAX_BODY : (uint32_t)srv->cfg->max_frame;
+        int st = proto_frame_check(prefix, sizeof prefix, max_body, &body_len);
         if (st < 0) {
             srv->conn_stats.bad_frames_total++;
             log_warn(&srv->log, "%s: %s frame (length %u); closing", c->addr, proto_status_text(st),
@@ -360,7 +427,12 @@ static void read_cb(struct bufferevent *bev, void *arg)
         evbuffer_drain(in, PROTO_LEN_PREFIX + (size_t)body_len);
         if (!go_on)
             return;
+        c->frame_started_ms = c->last_rx_ms;
     }
+    if (evbuffer_get_length(in) == 0)
+        c->frame_started_ms = 0;
+    else if (c->frame_started_ms == 0)
+        c->frame_started_ms = c->last_rx_ms;
 }
 
 static void event_cb(struct bufferevent *bev, short what, void *arg)
@@ -373,6 +445,16 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         dsp_conn_close(c, 0, (what & BEV_EVENT_EOF) ? "disconnected" : "socket error");
         event_active(c->free_ev, EV_TIMEOUT, 0); /* nothing more can be flushed */
     }
+}
+
+/* Notes when the peer drains its output (or the output starts from empty), so that a
+ * peer that stops reading is found by dsp_conn_tick. */
+static void output_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    (void)buf;
+    dsp_conn *c = arg;
+    if (info->n_deleted > 0 || info->orig_size == 0)
+        c->out_progress_ms = dsp_now_ms();
 }
 
 void dsp_conn_accept(dsp_server *srv, int fd, const struct sockaddr *sa, int salen)
@@ -423,8 +505,11 @@ void dsp_conn_accept(dsp_server *srv, int fd, const struct sockaddr *sa, int sal
     srv->conn_stats.accepted_total++;
 
     /* Stop reading while a frame larger than any legal one is buffered; the
-     * frame check closes such a connection long before that. */
-    bufferevent_setwatermark(c->bev, EV_READ, 0, (size_t)srv->cfg->max_frame + PROTO_LEN_PREFIX + 65536);
+     * frame check closes such a connection long before that. Until HELLO, the
+     * largest legal frame is a HELLO. */
+    bufferevent_setwatermark(c->bev, EV_READ, 0, PRE_HELLO_MAX_BODY + PROTO_LEN_PREFIX + 4096);
+    c->out_progress_ms = c->connected_ms;
+    evbuffer_add_cb(bufferevent_get_output(c->bev), output_cb, c);
     bufferevent_setcb(c->bev, read_cb, NULL, event_cb, c);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     log_debug(&srv->log, "connection %llu from %s", (unsigned long long)c->id, c->addr);
@@ -434,6 +519,7 @@ void dsp_conn_deliver(dsp_conn *c, dsp_task *t, int64_t now_ms)
 {
     dsp_server *srv = c->srv;
     t->attempts++;
+    t->recorded = false;
     t->holder = c;
     t->deadline_ms = now_ms + t->timeout_ms;
     t->prev = NULL;
@@ -489,9 +575,51 @@ void dsp_conn_cancel(dsp_conn *c, dsp_task *t)
     c->srv->ninflight--;
 }
 
+bool dsp_conn_note_timeout(dsp_conn *c)
+{
+    dsp_server *srv = c->srv;
+    if (++c->timeouts_in_row < (uint64_t)srv->cfg->max_timeouts)
+        return false;
+    srv->conn_stats.timeouts_dropped_total++;
+    c->refund = true;
+    dsp_conn_close(c, PROTO_ERR_TIMEOUT, "every recent delivery timed out");
+    return true;
+}
+
+/* Closes c when a frame it began stopped arriving, or when it stopped reading what it
+ * is sent. Returns true when it did. */
+static bool conn_stalled(dsp_conn *c, int64_t now_ms, int64_t hb)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    size_t pending = evbuffer_get_length(in);
+    if (pending > 0 && c->frame_started_ms > 0) {
+        uint8_t prefix[PROTO_LEN_PREFIX] = {0};
+        uint32_t announced = 0;
+        if (pending >= PROTO_LEN_PREFIX) {
+            evbuffer_copyout(in, prefix, sizeof prefix);
+            announced = (uint32_t)prefix[0] << 24 | (uint32_t)prefix[1] << 16 |
+                        (uint32_t)prefix[2] << 8 | prefix[3];
+        }
+        if (now_ms - c->frame_started_ms > 3 * hb + (int64_t)(announced / MIN_FRAME_BYTES_PER_MS)) {
+            c->srv->conn_stats.stalled_total++;
+            dsp_conn_close(c, PROTO_ERR_TIMEOUT, "a frame stopped arriving halfway");
+            return true;
+        }
+    }
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) > 0 && now_ms - c->out_progress_ms > 3 * hb) {
+        c->srv->conn_stats.stalled_total++;
+        dsp_conn_close(c, 0, "does not read what it is sent");
+        event_active(c->free_ev, EV_TIMEOUT, 0); /* its output will never drain */
+        return true;
+    }
+    return false;
+}
+
 void dsp_conn_tick(dsp_conn *c, int64_t now_ms)
 {
     const int64_t hb = c->srv->cfg->heartbeat_ms;
+    if (c->state != DSP_CONN_CLOSING && conn_stalled(c, now_ms, hb))
+        return;
     switch (c->state) {
     case DSP_CONN_WANT_HELLO:
         if (now_ms - c->connected_ms > 3 * hb)

@@ -50,6 +50,11 @@ struct dsp_conn {
     int64_t connected_ms, last_rx_ms, last_tx_ms;
     uint64_t completed_total;
     uint64_t delivered_total;
+    uint32_t timeouts_in_row;  /* lease expiries since its last DONE (--max-timeouts) */
+    bool refund;               /* on close, its deliveries are taken back uncharged */
+    int64_t frame_started_ms;  /* when the bytes now waiting in the input began, or the last
+                                * whole frame after them: a half frame must complete in time */
+    int64_t out_progress_ms;   /* the output was last empty or drained by the peer then */
     dsp_conn *prev, *next;  /* the server's list */
 };
 
@@ -70,8 +75,13 @@ void dsp_conn_send_simple(dsp_conn *c, uint8_t type);
  * back to the server, and frees c once the output is flushed. */
 void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why);
 
-/* Heartbeats and silence: called by the housekeeping timer. */
+/* Heartbeats, silence, half frames and unread output: called by the housekeeping timer. */
 void dsp_conn_tick(dsp_conn *c, int64_t now_ms);
+
+/* A delivery of c timed out (the caller cancels it): after --max-timeouts in a row the
+ * worker is dropped and its other deliveries are taken back uncharged. Returns true
+ * when c is closing. */
+bool dsp_conn_note_timeout(dsp_conn *c);
 
 /* Frees at once, without flushing (shutdown). */
 void dsp_conn_free(dsp_conn *c);

@@ -346,6 +346,7 @@ struct dbconn {
     uint64_t rng;
     unsigned err;         /* mysql_errno of the last failure */
     size_t stmt_limit;    /* the largest statement this connection may send */
+    bool no_lock_wait;    /* innodb_lock_wait_timeout = 0: a locked row fails at once */
 };
 
 static uint64_t rng_next(uint64_t *s)
@@ -539,7 +540,7 @@ static int conn_open(struct dbconn *c, bool autocommit, bool want_packet)
     {
         char sql[96];
         snprintf(sql, sizeof sql, "SET SESSION innodb_lock_wait_timeout = %d, autocommit = %d",
-                 LOCK_WAIT_TIMEOUT_S, autocommit ? 1 : 0);
+                 c->no_lock_wait ? 0 : LOCK_WAIT_TIMEOUT_S, autocommit ? 1 : 0);
         if (db_exec_str(c, sql) < 0)
             goto fail;
     }
@@ -1402,6 +1403,9 @@ struct write_ctx {
     size_t n;
     uint8_t *done;
     uint8_t *isolate; /* write this outcome in a statement of its own */
+    uint8_t *defer;   /* its row is locked by another transaction: queue it again */
+    uint8_t *ours, *busy; /* scratch of write_skip_locked, per row of a statement */
+    dsp_db_sql_row *sub;  /* scratch of write_skip_locked: the rows it writes */
     dsp_db_sql_row *rows;
     struct wref *refs;
     size_t *idx;
@@ -1449,6 +1453,7 @@ static void write_prepare(struct write_ctx *w, size_t *left)
             o->len = 0;
         switch (o->kind) {
         case DSP_WRITE_RELEASE:
+        case DSP_WRITE_DELIVERED:
             o->len = 0; /* err_msg stays as it was */
             break;
         case DSP_WRITE_SUCCEEDED:
@@ -1495,16 +1500,111 @@ static int wref_cmp(const void *pa, const void *pb)
     return a->i < b->i ? -1 : a->i > b->i;
 }
 
+/* Runs w->sql, a query of task ids, and sets mark[k] for each id found at
+ * w->rows[s + k] (rows[s..e) are sorted by task_id). Returns 0 or -1. */
+static int mark_ids(struct write_ctx *w, size_t s, size_t e, uint8_t *mark)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    atomic_fetch_add_explicit(&w->db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(w->c.m, w->sql.p, (unsigned long)w->sql.len) != 0 ||
+        (res = mysql_store_result(w->c.m)) == NULL) {
+        w->c.err = mysql_errno(w->c.m);
+        log_warn(w->db->log, "write connection: %s (error %u) in: %.160s", mysql_error(w->c.m),
+                 w->c.err, w->sql.p);
+        return -1;
+    }
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        uint64_t id = row[0] ? strtoull(row[0], NULL, 10) : 0;
+        size_t lo = s, hi = e;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (w->rows[mid].task_id < id)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < e && w->rows[lo].task_id == id)
+            mark[lo - s] = 1;
+    }
+    mysql_free_result(res);
+    return 0;
+}
+
+/* The statement for rows[s..e) met a row locked by another transaction (the write
+ * connection does not wait for locks: one long transaction must not stall every
+ * write). Locks what is free with FOR UPDATE SKIP LOCKED and writes those rows in one
+ * transaction; rows still ours but locked by someone else are deferred (queued again
+ * and written later); the rest are fenced. Returns 0, or -1 on a connection or server
+ * error (the caller reconnects and writes the batch again). */
+static int write_skip_locked(struct write_ctx *w, int kind, size_t s, size_t e,
+                             dsp_write_report *rep, size_t *left)
+{
+    uint32_t epoch = w->batch[w->idx[s]].epoch;
+    size_t n = e - s, k, m = 0;
+    uint64_t affected = 0;
+
+    memset(w->ours, 0, n);
+    memset(w->busy, 0, n);
+    /* The wait is 1 s here, not 0: with 0, MariaDB 10.11 fails the COMMIT of a
+     * transaction whose SKIP LOCKED read passed over a locked row (error 1180). */
+    if (db_exec_str(&w->c, "SET SESSION innodb_lock_wait_timeout = 1, autocommit = 0") < 0)
+        return -1;
+    dsp_strbuf_reset(&w->sql);
+    dsp_db_sql_lock_free(&w->sql, epoch, w->rows + s, NULL, n);
+    if (w->sql.oom || mark_ids(w, s, e, w->ours) < 0)
+        return -1;
+    for (k = 0; k < n; k++)
+        if (w->ours[k])
+            w->sub[m++] = w->rows[s + k];
+    if (m > 0) {
+        dsp_strbuf_reset(&w->sql);
+        dsp_db_sql_write(&w->sql, kind, epoch, wall_ms(), w->sub, m);
+        if (w->sql.oom || db_exec(&w->c, w->sql.p, w->sql.len, &affected) < 0)
+            return -1;
+    }
+    if (db_exec_str(&w->c, "COMMIT") < 0 ||
+        db_exec_str(&w->c, "SET SESSION innodb_lock_wait_timeout = 0, autocommit = 1") < 0)
+        return -1;
+    if (m < n) {
+        /* A plain read (no lock, no wait) finds which of the others are still ours. */
+        dsp_strbuf_reset(&w->sql);
+        dsp_db_sql_still_ours(&w->sql, epoch, w->rows + s, w->ours, n);
+        if (w->sql.oom || mark_ids(w, s, e, w->busy) < 0)
+            return -1;
+    }
+    rep->written[kind] += affected;
+    for (k = 0; k < n; k++) {
+        size_t i = w->idx[s + k];
+        w->done[i] = 1;
+        if (w->busy[k]) {
+            w->defer[i] = 1;
+            rep->deferred++;
+        } else if (!w->ours[k] && kind != DSP_WRITE_DELIVERED) {
+            rep->fenced++;
+        }
+    }
+    *left -= n;
+    return 0;
+}
+
 /* One pass over the outcomes not written yet: one statement per kind (more when one
  * would pass max_allowed_packet), one per outcome for those marked isolate. Returns 0,
  * or -1 on an error of the connection or the server (reconnect and write again). */
 static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, int64_t *retry_min)
 {
+    /* Delivery records first: a task's outcome in the same batch then lands after its
+     * record and not before it (the record's fence would fail and it would count as
+     * fenced). */
+    static const int kind_order[DSP_WRITE_KINDS] = {DSP_WRITE_DELIVERED, DSP_WRITE_SUCCEEDED,
+                                                    DSP_WRITE_FAILED, DSP_WRITE_RETRY,
+                                                    DSP_WRITE_RELEASE};
     dsp_db *db = w->db;
     size_t limit = w->c.stmt_limit;
-    int kind;
 
-    for (kind = 0; kind < DSP_WRITE_KINDS; kind++) {
+    for (int ko = 0; ko < DSP_WRITE_KINDS; ko++) {
+        int kind = kind_order[ko];
         size_t m = 0, s, e, i;
 
         for (i = 0; i < w->n; i++) {
@@ -1566,13 +1666,20 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
             }
             if (db_exec(&w->c, w->sql.p, w->sql.len, &affected) == 0) {
                 rep->written[kind] += affected;
-                rep->fenced += affected < cnt ? cnt - affected : 0;
+                /* A delivery record finds no row when the outcome came first: harmless. */
+                if (kind != DSP_WRITE_DELIVERED)
+                    rep->fenced += affected < cnt ? cnt - affected : 0;
                 for (i = s; i < e; i++) {
                     w->done[w->idx[i]] = 1;
                     if (kind == DSP_WRITE_RETRY && w->rows[i].run_after_ms < *retry_min)
                         *retry_min = w->rows[i].run_after_ms;
                 }
                 *left -= cnt;
+                continue;
+            }
+            if (w->c.err == ER_LOCK_WAIT_TIMEOUT_) {
+                if (write_skip_locked(w, kind, s, e, rep, left) < 0)
+                    return -1;
                 continue;
             }
             if (w->c.err == ER_NET_PACKET_TOO_LARGE_ && cnt == 1) {
@@ -1607,6 +1714,29 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
     return 0;
 }
 
+/* Puts one outcome back at the end of the write queue, to be written after a flush
+ * interval. Returns 0, or -1 when the queue cannot grow. Under db->mu. */
+static int write_requeue_locked(dsp_db *db, const struct wentry *e)
+{
+    if (db->qhead + db->qlen == db->qcap) {
+        if (db->qhead > 0) {
+            memmove(db->q, db->q + db->qhead, db->qlen * sizeof *db->q);
+            db->qhead = 0;
+        } else {
+            size_t cap = db->qcap ? db->qcap * 2 : 1024;
+            struct wentry *q = realloc(db->q, cap * sizeof *q);
+            if (q == NULL)
+                return -1;
+            db->q = q;
+            db->qcap = cap;
+        }
+    }
+    db->q[db->qhead + db->qlen] = *e;
+    db->q[db->qhead + db->qlen].queued_ms = mono_ms();
+    db->qlen++;
+    return 0;
+}
+
 /* Writes w->batch, reconnecting and writing again until done or past the stop
  * deadline; reports through on_written. */
 static void write_batch(struct write_ctx *w)
@@ -1620,6 +1750,7 @@ static void write_batch(struct write_ctx *w)
     memset(&rep, 0, sizeof rep);
     memset(w->done, 0, w->n);
     memset(w->isolate, 0, w->n);
+    memset(w->defer, 0, w->n);
     write_prepare(w, &left);
     while (left > 0) {
         if (w->c.m == NULL) {
@@ -1642,13 +1773,20 @@ static void write_batch(struct write_ctx *w)
         }
     }
     w->dropped += left;
-    for (i = 0; i < w->n; i++) {
-        free(w->batch[i].o.data);
-        w->batch[i].o.data = NULL;
-    }
     atomic_fetch_add_explicit(&db->write_batches, 1, memory_order_relaxed);
     m = msg_new(MSG_WRITTEN);
     pthread_mutex_lock(&db->mu);
+    /* Deferred outcomes go back to the queue (they keep their data) unless the stop
+     * deadline has passed; the rest are done with. */
+    for (i = 0; i < w->n; i++) {
+        if (w->defer[i] && !(db->write_stop && mono_ms() >= db->write_deadline_ms) &&
+            write_requeue_locked(db, &w->batch[i]) == 0)
+            continue;
+        if (w->defer[i])
+            w->dropped++;
+        free(w->batch[i].o.data);
+        w->batch[i].o.data = NULL;
+    }
     /* No longer pending by the time the loop hears of it. */
     db->writing = 0;
     if (m) {
@@ -1678,14 +1816,20 @@ static void *write_main(void *arg)
     w.c.rng = (uint64_t)mono_us() * 0xBF58476D1CE4E5B9ULL ^ (uint64_t)(uintptr_t)&w;
     if (w.c.rng == 0)
         w.c.rng = 1;
+    w.c.no_lock_wait = true;
     w.batch = calloc(cap, sizeof *w.batch);
     w.done = calloc(cap, 1);
     w.isolate = calloc(cap, 1);
+    w.defer = calloc(cap, 1);
+    w.ours = calloc(cap, 1);
+    w.busy = calloc(cap, 1);
+    w.sub = calloc(cap, sizeof *w.sub);
     w.rows = calloc(cap, sizeof *w.rows);
     w.idx = calloc(cap, sizeof *w.idx);
     w.refs = calloc(cap, sizeof *w.refs);
     mysql_thread_init();
-    if (!w.batch || !w.done || !w.isolate || !w.rows || !w.idx || !w.refs) {
+    if (!w.batch || !w.done || !w.isolate || !w.defer || !w.ours || !w.busy || !w.sub ||
+        !w.rows || !w.idx || !w.refs) {
         log_error(db->log, "write thread: out of memory; outcomes will not be written");
         cap = 0;
     }
@@ -1753,6 +1897,10 @@ static void *write_main(void *arg)
     free(w.batch);
     free(w.done);
     free(w.isolate);
+    free(w.defer);
+    free(w.ours);
+    free(w.busy);
+    free(w.sub);
     free(w.rows);
     free(w.idx);
     free(w.refs);

@@ -60,8 +60,10 @@ enum dsp_write_kind {
     DSP_WRITE_FAILED = 1,    /* FAILED, err_msg = data */
     DSP_WRITE_RETRY = 2,     /* NEW in the delayed lane until run_after_ms, err_msg = data */
     DSP_WRITE_RELEASE = 3,   /* NEW and ready at once, err_msg untouched (never delivered, or drained) */
+    DSP_WRITE_DELIVERED = 4, /* still PROCESSING: records a delivery's attempt before its outcome,
+                              * so that recovery after a crash charges exactly the deliveries made */
 };
-#define DSP_WRITE_KINDS 4
+#define DSP_WRITE_KINDS 5
 
 typedef struct dsp_outcome {
     uint64_t task_id;
@@ -76,6 +78,8 @@ typedef struct dsp_outcome {
 typedef struct dsp_write_report {
     uint64_t written[DSP_WRITE_KINDS]; /* rows changed, by kind */
     uint64_t fenced;                   /* outcomes whose row was no longer ours */
+    uint64_t deferred;                 /* outcomes whose row another transaction locked:
+                                        * queued again to be written later */
 } dsp_write_report;
 
 /* Figures read from the table itself by the stats thread (a third connection,

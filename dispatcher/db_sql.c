@@ -221,6 +221,7 @@ static const char *const kind_set[DSP_WRITE_KINDS] = {
     [DSP_WRITE_FAILED] = "task_state = 3",
     [DSP_WRITE_RETRY] = "task_state = 0, `delayed` = 1",
     [DSP_WRITE_RELEASE] = "task_state = 0, `delayed` = 0",
+    [DSP_WRITE_DELIVERED] = "task_state = 1", /* unchanged: no index entry moves */
 };
 
 /* Per-row columns. */
@@ -228,7 +229,7 @@ enum col { COL_DATA, COL_ATTEMPTS, COL_RUN_AFTER };
 
 static bool kind_has_data(int kind)
 {
-    return kind != DSP_WRITE_RELEASE;
+    return kind != DSP_WRITE_RELEASE && kind != DSP_WRITE_DELIVERED;
 }
 
 static bool same_value(enum col c, const dsp_db_sql_row *a, const dsp_db_sql_row *b)
@@ -324,6 +325,23 @@ static void put_id_list(dsp_strbuf *b, const uint64_t *ids, const dsp_db_sql_row
     dsp_strbuf_puts(b, ")");
 }
 
+/* " WHERE task_id IN (...)" over the rows whose skip[i] is 0 (every row when skip is
+ * NULL); at least one id must remain. */
+static void put_id_list_masked(dsp_strbuf *b, const dsp_db_sql_row *rows, const uint8_t *skip,
+                               size_t n)
+{
+    bool first = true;
+
+    dsp_strbuf_puts(b, " WHERE task_id IN (");
+    for (size_t i = 0; i < n; i++) {
+        if (skip && skip[i])
+            continue;
+        dsp_strbuf_printf(b, first ? "%" PRIu64 : ", %" PRIu64, rows[i].task_id);
+        first = false;
+    }
+    dsp_strbuf_puts(b, ")");
+}
+
 size_t dsp_db_sql_write_row_cost(int kind, const dsp_db_sql_row *row)
 {
     /* ", " + id in the IN list, then per CASE arm " WHEN id THEN " + the value, and
@@ -379,21 +397,37 @@ void dsp_db_sql_release_ids(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const
     dsp_strbuf_printf(b, " AND task_state = 1 AND epoch = %" PRIu32, epoch);
 }
 
+void dsp_db_sql_lock_free(dsp_strbuf *b, uint32_t epoch, const dsp_db_sql_row *rows,
+                          const uint8_t *skip, size_t n)
+{
+    dsp_strbuf_puts(b, "SELECT task_id FROM task FORCE INDEX (PRIMARY)");
+    put_id_list_masked(b, rows, skip, n);
+    dsp_strbuf_printf(b, " AND task_state = 1 AND epoch = %" PRIu32 " FOR UPDATE SKIP LOCKED", epoch);
+}
+
+void dsp_db_sql_still_ours(dsp_strbuf *b, uint32_t epoch, const dsp_db_sql_row *rows,
+                           const uint8_t *skip, size_t n)
+{
+    dsp_strbuf_puts(b, "SELECT task_id FROM task FORCE INDEX (PRIMARY)");
+    put_id_list_masked(b, rows, skip, n);
+    dsp_strbuf_printf(b, " AND task_state = 1 AND epoch = %" PRIu32, epoch);
+}
+
 void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned limit)
 {
-    /* A row left PROCESSING may have been delivered (its outcome lost) or only buffered:
-     * nothing in the table tells which. Counting the possible delivery keeps attempts from
-     * undercounting deliveries; but a row is never failed here, and never brought to its
-     * last attempt's count, because one that was only buffered had no delivery at all
-     * (SPEC: a task claimed but never delivered uses no attempt; FAILED only after
-     * max_attempts deliveries). So: NEW, ready, attempts + 1 while that stays below
-     * max_attempts. */
+    /* attempts already counts every delivery the old dispatcher made: each is written
+     * with its outcome, or as a DSP_WRITE_DELIVERED record while it runs (docs: the
+     * attempts column). A row only buffered keeps its count: no attempt is charged for
+     * a claim that was never delivered. A row whose last allowed delivery was made and
+     * whose outcome died with the dispatcher ends FAILED, as it would have had its
+     * worker been lost. */
     dsp_strbuf_printf(b,
                       "UPDATE task FORCE INDEX (claim_idx) SET"
-                      " task_state = 0,"
+                      " task_state = IF(attempts >= max_attempts, 3, 0),"
                       " `delayed` = 0,"
-                      " last_update_time = %" PRId64 ","
-                      " attempts = IF(attempts + 1 < max_attempts, attempts + 1, attempts)"
+                      " err_msg = IF(attempts >= max_attempts,"
+                      " 'the dispatcher stopped during the last attempt', err_msg),"
+                      " last_update_time = %" PRId64
                       " WHERE task_state = 1 AND epoch < %" PRIu32 " LIMIT %u",
                       now_ms, epoch, limit);
 }

@@ -84,6 +84,7 @@ size_t dsp_db_sql_write_row_cost(int kind, const dsp_db_sql_row *row);
  *   FAILED:    task_state 3, err_msg, attempts, last_update_time
  *   RETRY:     task_state 0, `delayed` 1, run_after, err_msg, attempts, last_update_time
  *   RELEASE:   task_state 0, `delayed` 0, attempts, last_update_time (err_msg untouched)
+ *   DELIVERED: attempts, last_update_time (the row stays PROCESSING)
  * Returns false for n == 0 or a bad kind (nothing appended). */
 bool dsp_db_sql_write(dsp_strbuf *b, int kind, uint32_t epoch, int64_t now_ms,
                       const dsp_db_sql_row *rows, size_t n);
@@ -101,9 +102,19 @@ void dsp_db_sql_claim_mark(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const 
 void dsp_db_sql_release_ids(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const uint64_t *ids,
                             size_t n);
 
+/* The write thread's way round a row locked by another transaction (see db.c
+ * write_skip_locked). Both read the ids of rows[0..n) whose skip[i] is 0 (all when skip
+ * is NULL) that are still PROCESSING under epoch:
+ *   lock_free:  SELECT task_id ... FOR UPDATE SKIP LOCKED (locks those free to lock)
+ *   still_ours: SELECT task_id ... (a plain read: no lock, no wait) */
+void dsp_db_sql_lock_free(dsp_strbuf *b, uint32_t epoch, const dsp_db_sql_row *rows,
+                          const uint8_t *skip, size_t n);
+void dsp_db_sql_still_ours(dsp_strbuf *b, uint32_t epoch, const dsp_db_sql_row *rows,
+                           const uint8_t *skip, size_t n);
+
 /* Appends one batch of the recovery of rows an older dispatcher left PROCESSING: each
- * goes back to NEW (ready) with attempts + 1 while that stays below max_attempts (see
- * db_sql.c for why it never fails a row). */
+ * goes back to NEW (ready) with its attempts unchanged (they count the deliveries
+ * recorded), or FAILED when its last allowed delivery was made (see db_sql.c). */
 void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned limit);
 
 /* ---- the stats thread's statements (see db.c) ----

@@ -7,6 +7,22 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
+
+/* Lets the daemon hold --max-connections workers: the soft descriptor limit (often 1024)
+ * is raised as far as the hard one allows. Past it, accept() fails with EMFILE and the
+ * listener backs off (server.c). */
+static void raise_fd_limit(int64_t want)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t need = (rlim_t)want + 64; /* database connections, listeners, logs */
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || need < rl.rlim_max ? need : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
 
 int main(int argc, char **argv)
 {
@@ -20,6 +36,7 @@ int main(int argc, char **argv)
         return rc == DSP_CONFIG_EXIT_OK ? 0 : 2;
     }
 
+    raise_fd_limit(cfg.max_connections);
     /* A worker that vanishes mid-write must cost an EPIPE, not the process. */
     signal(SIGPIPE, SIG_IGN);
     /* The database threads wake the loop with event_active. */

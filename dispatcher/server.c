@@ -11,6 +11,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <signal.h>
@@ -27,6 +30,24 @@
 
 /* The housekeeping tick: lease expiry, heartbeats and drain all run from it. */
 #define TICK_MS_MAX 50
+
+/* A delivery still running after this long gets its attempt written to the table
+ * (DSP_WRITE_DELIVERED), so that a restart after kill -9 charges it. Shorter tasks are
+ * charged by their outcome's write alone: a record costs a row update, and most tasks
+ * end well within this. A kill -9 within this long of a delivery leaves it uncharged. */
+#define DELIVERY_RECORD_MS 1000
+
+/* Types a claim asks for at most: the types that returned rows last time come first,
+ * idle ones take turns in the rest, so that a claim's statement stays small whatever
+ * the number of types workers registered. */
+#define CLAIM_MAX_TYPES 64
+
+/* Connections closed since the last trim that make trim_after_burst run. */
+#define TRIM_AFTER_CLOSED 100
+
+/* The listener's back-off after accept() failed for lack of descriptors or memory. */
+#define ACCEPT_BACKOFF_MIN_MS 10
+#define ACCEPT_BACKOFF_MAX_MS 1000
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
@@ -71,19 +92,67 @@ dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t le
         if (t->len == len && memcmp(t->name, name, len) == 0)
             return t;
     dsp_type *t = calloc(1, sizeof *t);
-    if (!t || !(t->name = strndup((const char *)name, len))) {
+    if (!t || !(t->name = malloc(len + 1))) {
         free(t);
         return NULL;
     }
+    /* The length is the name's: HELLO refuses NUL bytes, but never trust strlen here. */
+    memcpy(t->name, name, len);
+    t->name[len] = '\0';
     t->len = len;
     t->next = srv->types;
+    if (srv->types)
+        srv->types->prev = t;
     srv->types = t;
     srv->ntypes++;
     return t;
 }
 
-static void type_enqueue(dsp_type *ty, dsp_task *t)
+static void type_free(dsp_type *t)
 {
+    free(t->workers);
+    free(t->name);
+    free(t);
+}
+
+void dsp_server_type_release_if_unused(dsp_server *srv, dsp_type *ty)
+{
+    if (ty->nworkers > 0 || ty->nbuffered > 0 || ty->paused)
+        return;
+    if (ty->prev)
+        ty->prev->next = ty->next;
+    else
+        srv->types = ty->next;
+    if (ty->next)
+        ty->next->prev = ty->prev;
+    srv->ntypes--;
+    type_free(ty);
+}
+
+static void busy_add(dsp_server *srv, dsp_type *ty)
+{
+    ty->busy_prev = NULL;
+    ty->busy_next = srv->busy_types;
+    if (srv->busy_types)
+        srv->busy_types->busy_prev = ty;
+    srv->busy_types = ty;
+}
+
+static void busy_remove(dsp_server *srv, dsp_type *ty)
+{
+    if (ty->busy_prev)
+        ty->busy_prev->busy_next = ty->busy_next;
+    else
+        srv->busy_types = ty->busy_next;
+    if (ty->busy_next)
+        ty->busy_next->busy_prev = ty->busy_prev;
+    ty->busy_prev = ty->busy_next = NULL;
+}
+
+static void type_enqueue(dsp_server *srv, dsp_type *ty, dsp_task *t)
+{
+    if (ty->nbuffered == 0)
+        busy_add(srv, ty);
     /* Keep ascending seq: a task taken back from a worker goes before the
      * tasks claimed after it, usually at the head. */
     dsp_task *after = NULL;
@@ -106,7 +175,7 @@ static void type_enqueue(dsp_type *ty, dsp_task *t)
     ty->nbuffered++;
 }
 
-static dsp_task *type_dequeue(dsp_type *ty)
+static dsp_task *type_dequeue(dsp_server *srv, dsp_type *ty)
 {
     dsp_task *t = ty->head;
     ty->head = t->next;
@@ -115,7 +184,8 @@ static dsp_task *type_dequeue(dsp_type *ty)
     else
         ty->tail = NULL;
     t->next = t->prev = NULL;
-    ty->nbuffered--;
+    if (--ty->nbuffered == 0)
+        busy_remove(srv, ty);
     return t;
 }
 
@@ -196,7 +266,7 @@ static void take_back(dsp_server *srv, dsp_task *t, const char *why)
         release_task(srv, t);
         return;
     }
-    type_enqueue(t->type, t);
+    type_enqueue(srv, t->type, t);
     srv->nbuffered++;
     dsp_server_kick(srv);
 }
@@ -253,11 +323,19 @@ void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t out
 
 /* ---- workers and room ---- */
 
-void dsp_server_room_changed(dsp_server *srv, dsp_conn *c, int delta)
+/* Free slots of an accepting worker: capacity is at most --max-capacity and in_flight
+ * never above it, so this is small and never negative. */
+static int64_t free_slots(const dsp_conn *c)
 {
-    srv->room += (uint64_t)(int64_t)delta;
+    return c->slots.in_flight < c->slots.capacity ? (int64_t)c->slots.capacity - (int64_t)c->slots.in_flight
+                                                  : 0;
+}
+
+void dsp_server_room_changed(dsp_server *srv, dsp_conn *c, int64_t delta)
+{
+    srv->room += (uint64_t)delta;
     for (size_t i = 0; i < c->ntypes; i++)
-        c->types[i]->room += (uint64_t)(int64_t)delta;
+        c->types[i]->room += (uint64_t)delta;
     if (delta > 0)
         dsp_server_kick(srv);
 }
@@ -283,18 +361,20 @@ void dsp_server_worker_joined(dsp_server *srv, dsp_conn *c)
             ty->cap = cap;
         }
         ty->workers[ty->nworkers++] = &c->slots;
+        ty->orphaned_ms = 0;
     }
     srv->nworkers++;
     if (c->slots.accepting)
-        dsp_server_room_changed(srv, c, (int)(c->slots.capacity - c->slots.in_flight));
+        dsp_server_room_changed(srv, c, free_slots(c));
     srv->claim_not_before = 0; /* new room, maybe new types: claim soon */
     dsp_server_kick(srv);
 }
 
-void dsp_server_worker_left(dsp_server *srv, dsp_conn *c)
+void dsp_server_worker_left(dsp_server *srv, dsp_conn *c, bool refund)
 {
+    int64_t now = dsp_now_ms();
     if (c->slots.accepting)
-        dsp_server_room_changed(srv, c, -(int)(c->slots.capacity - c->slots.in_flight));
+        dsp_server_room_changed(srv, c, -free_slots(c));
     c->slots.accepting = false;
     for (size_t i = 0; i < c->ntypes; i++) {
         dsp_type *ty = c->types[i];
@@ -310,25 +390,55 @@ void dsp_server_worker_left(dsp_server *srv, dsp_conn *c)
         t->prev = t->next = NULL;
         t->holder = NULL;
         srv->ninflight--;
+        if (refund && t->attempts > 0) {
+            /* A worker that let every recent delivery time out is judged not to have run
+             * these: their attempt is given back (SPEC: attempts count deliveries to a
+             * worker that could run them). */
+            t->attempts--;
+            srv->task_stats.refunded_total++;
+        }
         take_back(srv, t, "worker lost");
     }
     c->inflight = NULL;
     c->slots.in_flight = 0;
+    /* Types nobody serves any more: freed now, or once their buffered tasks went back
+     * (the orphan sweep in tick_cb). */
+    for (size_t i = 0; i < c->ntypes; i++) {
+        dsp_type *ty = c->types[i];
+        if (ty->nworkers == 0 && ty->nbuffered > 0 && ty->orphaned_ms == 0)
+            ty->orphaned_ms = now;
+        dsp_server_type_release_if_unused(srv, ty);
+    }
     /* Marked ACTIVE no more by the caller; make sure a second call is harmless. */
     c->ntypes = 0;
 }
 
 /* ---- dispatch ---- */
 
+/* Outcomes handed to the database and not yet written. Each would run again if the
+ * daemon died now, so dispatch waits while there are more than --max-unwritten: the
+ * duplicates of a crash stay bounded by what is in flight plus that. */
+static bool too_many_unwritten(dsp_server *srv)
+{
+    if ((int64_t)(srv->noutbox + dsp_db_pending_writes(srv->db)) <= srv->cfg->max_unwritten)
+        return false;
+    srv->conn_stats.dispatch_throttled_total++;
+    return true;
+}
+
 static void dispatch(dsp_server *srv)
 {
+    if (!srv->busy_types || srv->room == 0 || too_many_unwritten(srv))
+        return;
     /* One clock read per pass: the deliveries of a pass are microseconds apart. */
     int64_t pass_us = now_us(), now = pass_us / 1000;
     for (;;) {
-        /* The type whose head comes first in dispatch order, among types with room. */
+        /* The type whose head comes first in dispatch order, among types with room.
+         * Only types with buffered tasks are looked at: a pass costs the same however
+         * many idle types workers registered. */
         dsp_type *best = NULL;
-        for (dsp_type *ty = srv->types; ty; ty = ty->next)
-            if (ty->head && ty->room > 0 && !ty->paused && (!best || ty->head->seq < best->head->seq))
+        for (dsp_type *ty = srv->busy_types; ty; ty = ty->busy_next)
+            if (ty->room > 0 && !ty->paused && (!best || ty->head->seq < best->head->seq))
                 best = ty;
         if (!best)
             break;
@@ -340,7 +450,7 @@ static void dispatch(dsp_server *srv)
             continue;
         }
         dsp_conn *c = container_of(best->workers[i], dsp_conn, slots);
-        dsp_task *t = type_dequeue(best);
+        dsp_task *t = type_dequeue(srv, best);
         srv->nbuffered--;
         t->delivered_us = pass_us;
         dsp_conn_deliver(c, t, now);
@@ -381,7 +491,13 @@ static void claim_maybe(dsp_server *srv)
         srv->paused_all)
         return;
     const dsp_config *cfg = srv->cfg;
-    int64_t want = (int64_t)srv->room + cfg->prefetch - (int64_t)srv->nbuffered;
+    /* Tasks buffered for a type nobody serves any more wait for the orphan sweep; they
+     * must not hold back claims for the types that do have workers. */
+    int64_t orphaned = 0;
+    for (dsp_type *ty = srv->busy_types; ty; ty = ty->busy_next)
+        if (ty->nworkers == 0)
+            orphaned += (int64_t)ty->nbuffered;
+    int64_t want = (int64_t)srv->room + cfg->prefetch - ((int64_t)srv->nbuffered - orphaned);
     if (want <= 0)
         return;
     int64_t now = dsp_now_ms();
@@ -410,23 +526,36 @@ static void claim_maybe(dsp_server *srv)
     }
     srv->gather_until = 0;
 
-    const char **names = malloc(srv->ntypes * sizeof *names);
-    uint32_t *limits = malloc(srv->ntypes * sizeof *limits);
-    size_t n = 0;
-    for (dsp_type *ty = srv->types; names && limits && ty; ty = ty->next) {
-        int64_t lim = (int64_t)ty->room + cfg->prefetch - (int64_t)ty->nbuffered;
-        if (ty->nworkers == 0 || ty->paused || lim <= 0)
-            continue;
-        names[n] = ty->name;
-        limits[n++] = (uint32_t)(lim < want ? lim : want);
+    /* The types that returned rows last time first, then idle ones in turn from the
+     * rotor, at most CLAIM_MAX_TYPES in all. */
+    const char *names[CLAIM_MAX_TYPES];
+    uint32_t limits[CLAIM_MAX_TYPES];
+    size_t n = 0, idle_seen = 0, idle_taken = 0, rotor = srv->claim_rotor;
+again:
+    for (int hot = 1; hot >= 0 && n < CLAIM_MAX_TYPES; hot--) {
+        for (dsp_type *ty = srv->types; ty && n < CLAIM_MAX_TYPES; ty = ty->next) {
+            int64_t lim = (int64_t)ty->room + cfg->prefetch - (int64_t)ty->nbuffered;
+            if (ty->nworkers == 0 || ty->paused || lim <= 0 || ty->claim_hot != (hot == 1))
+                continue;
+            if (!hot && idle_seen++ < rotor)
+                continue;
+            idle_taken += !hot;
+            names[n] = ty->name;
+            limits[n++] = (uint32_t)(lim < want ? lim : want);
+        }
     }
+    if (n == 0 && rotor > 0) {
+        /* The rotor was past the last idle type: start again from the first. */
+        rotor = 0;
+        idle_seen = 0;
+        goto again;
+    }
+    srv->claim_rotor = idle_taken > 0 ? rotor + idle_taken : 0;
     dsp_claim_request req = {.ntypes = n, .types = names, .limits = limits, .total = (uint32_t)want};
     if (n > 0 && dsp_db_claim(srv->db, &req) == 0) {
         srv->claim_outstanding = true;
         srv->claim_requested = (uint32_t)want;
     }
-    free(names);
-    free(limits);
 }
 
 static void claim_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -459,7 +588,12 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
     dsp_hist_add(&srv->hist.claim, (double)reply->duration_us / 1000.0);
     dsp_type **types = calloc(reply->ntypes ? reply->ntypes : 1, sizeof *types);
     for (size_t i = 0; types && i < reply->ntypes; i++)
-        types[i] = dsp_server_type_intern(srv, (const uint8_t *)reply->types[i], strlen(reply->types[i]));
+        if ((types[i] = dsp_server_type_intern(srv, (const uint8_t *)reply->types[i],
+                                               strlen(reply->types[i]))) != NULL)
+            types[i]->claim_hot = false;
+    for (size_t i = 0; types && i < reply->ntasks; i++)
+        if (reply->tasks[i].type_index < reply->ntypes && types[reply->tasks[i].type_index])
+            types[reply->tasks[i].type_index]->claim_hot = true;
     for (size_t i = 0; i < reply->ntasks; i++) {
         dsp_claimed_task *ct = &reply->tasks[i];
         dsp_task *t = calloc(1, sizeof *t);
@@ -485,9 +619,16 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
             release_task(srv, t);
             continue;
         }
-        type_enqueue(ty, t);
+        type_enqueue(srv, ty, t);
         srv->nbuffered++;
     }
+    /* A type that lost its workers while the claim ran, and got nothing. */
+    for (size_t i = 0; types && i < reply->ntypes; i++)
+        if (types[i]) {
+            if (types[i]->nworkers == 0 && types[i]->nbuffered > 0 && types[i]->orphaned_ms == 0)
+                types[i]->orphaned_ms = now;
+            dsp_server_type_release_if_unused(srv, types[i]);
+        }
     free(types);
     bool full = reply->ntasks >= srv->claim_requested;
     srv->claim_not_before = full ? 0 : now + srv->cfg->poll_ms;
@@ -513,7 +654,7 @@ static void forget_all_tasks(dsp_server *srv)
 {
     for (dsp_type *ty = srv->types; ty; ty = ty->next)
         while (ty->head) {
-            dsp_task *t = type_dequeue(ty);
+            dsp_task *t = type_dequeue(srv, ty);
             srv->nbuffered--;
             task_free(srv, t);
         }
@@ -539,6 +680,10 @@ static void on_written(void *arg, const dsp_write_report *r)
     if (r->fenced)
         log_warn(&srv->log, "%llu outcome(s) not written: their rows are no longer ours",
                  (unsigned long long)r->fenced);
+    if (r->deferred)
+        log_warn(&srv->log, "%llu outcome(s) wait: another transaction holds their rows' locks",
+                 (unsigned long long)r->deferred);
+    dsp_server_kick(srv); /* dispatch may have waited for these writes (--max-unwritten) */
 }
 
 static void on_health(void *arg, bool connected)
@@ -604,17 +749,61 @@ static void start_drain(dsp_server *srv, const char *why)
         if (c->state != DSP_CONN_ACTIVE)
             continue;
         if (c->slots.accepting)
-            dsp_server_room_changed(srv, c, -(int)(c->slots.capacity - c->slots.in_flight));
+            dsp_server_room_changed(srv, c, -free_slots(c));
         c->slots.accepting = false;
         dsp_conn_send_simple(c, PROTO_STOP);
     }
     for (dsp_type *ty = srv->types; ty; ty = ty->next)
         while (ty->head) {
-            dsp_task *t = type_dequeue(ty);
+            dsp_task *t = type_dequeue(srv, ty);
             srv->nbuffered--;
             release_task(srv, t);
         }
     outbox_flush(srv);
+}
+
+/* Buffered tasks of a type whose last worker left more than --orphan-grace-ms ago go
+ * back to NEW, uncharged, and the type is freed: another dispatcher or a returning
+ * worker takes them from the table. */
+static void release_orphans(dsp_server *srv, int64_t now)
+{
+    bool released = false;
+    for (dsp_type *ty = srv->busy_types, *next; ty; ty = next) {
+        next = ty->busy_next;
+        if (ty->nworkers > 0 || ty->paused)
+            continue;
+        if (ty->orphaned_ms == 0)
+            ty->orphaned_ms = now;
+        if (now - ty->orphaned_ms < srv->cfg->orphan_grace_ms)
+            continue;
+        log_info(&srv->log, "type %s has had no worker for %lld ms: %zu buffered task(s) back to NEW",
+                 ty->name, (long long)(now - ty->orphaned_ms), ty->nbuffered);
+        while (ty->head) {
+            dsp_task *t = type_dequeue(srv, ty);
+            srv->nbuffered--;
+            srv->task_stats.orphans_released_total++;
+            release_task(srv, t);
+        }
+        dsp_server_type_release_if_unused(srv, ty);
+        released = true;
+    }
+    if (released)
+        dsp_server_kick(srv); /* the claim budget they held is free */
+}
+
+/* After a burst of connections has gone (an attack, a fleet restart), hands the memory
+ * their buffers used back to the system, so that RSS returns to its baseline; glibc
+ * keeps freed memory in its arenas otherwise. Runs at most once a second. */
+static void trim_after_burst(dsp_server *srv)
+{
+    if (srv->nconns > srv->conns_peak)
+        srv->conns_peak = srv->nconns;
+    if (srv->conns_peak >= srv->nconns + TRIM_AFTER_CLOSED) {
+#ifdef __GLIBC__
+        malloc_trim(0);
+#endif
+        srv->conns_peak = srv->nconns;
+    }
 }
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
@@ -625,24 +814,35 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     int64_t now = dsp_now_ms();
     if (srv->rates.n == 0 || now - srv->last_rate_sample_ms >= 1000) {
         srv->last_rate_sample_ms = now;
+        trim_after_burst(srv);
         dsp_rates_push(&srv->rates, now, srv->task_stats.dispatched_total,
                        srv->task_stats.succeeded_total + srv->task_stats.failed_total);
     }
+    int64_t now_us_pass = now_us();
     for (dsp_conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
         if (c->state == DSP_CONN_ACTIVE)
             for (dsp_task *t = c->inflight, *tn; t; t = tn) {
                 tn = t->next;
-                if (now <= t->deadline_ms)
+                if (now <= t->deadline_ms) {
+                    if (!t->recorded && now_us_pass - t->delivered_us >= DELIVERY_RECORD_MS * 1000) {
+                        t->recorded = true;
+                        outbox_push(srv, t, DSP_WRITE_DELIVERED, 0, NULL, 0);
+                        srv->task_stats.delivery_records_total++;
+                    }
                     continue;
+                }
                 log_info(&srv->log, "task %llu timed out on %s (attempt %u); cancelling",
                          (unsigned long long)t->id, c->name, (unsigned)t->attempts);
                 srv->task_stats.timed_out_total++;
                 dsp_conn_cancel(c, t);
                 take_back(srv, t, "timed out");
+                if (dsp_conn_note_timeout(c))
+                    break; /* c is closing: its other deliveries were taken back */
             }
         dsp_conn_tick(c, now);
     }
+    release_orphans(srv, now);
     if (srv->draining && !srv->claim_outstanding &&
         (srv->ninflight == 0 || now >= srv->drain_deadline_ms))
         finish_drain(srv);
@@ -669,18 +869,24 @@ void dsp_server_resume(dsp_server *srv, const char *type)
 {
     if (!type) {
         srv->paused_all = false;
-        for (dsp_type *ty = srv->types; ty; ty = ty->next)
+        for (dsp_type *ty = srv->types, *next; ty; ty = next) {
+            next = ty->next;
             ty->paused = false;
+            dsp_server_type_release_if_unused(srv, ty);
+        }
         if (srv->admin_draining)
             log_info(&srv->log, "drain ended by /resume");
         srv->admin_draining = false;
         log_info(&srv->log, "resumed every type");
     } else {
-        for (dsp_type *ty = srv->types; ty; ty = ty->next)
+        for (dsp_type *ty = srv->types, *next; ty; ty = next) {
+            next = ty->next;
             if (strcmp(ty->name, type) == 0 && ty->paused) {
                 ty->paused = false;
                 log_info(&srv->log, "resumed type %s", ty->name);
+                dsp_server_type_release_if_unused(srv, ty);
             }
+        }
     }
     srv->claim_not_before = 0;
     dsp_server_kick(srv);
@@ -694,7 +900,7 @@ void dsp_server_drain(dsp_server *srv)
     uint64_t released = 0;
     for (dsp_type *ty = srv->types; ty; ty = ty->next)
         while (ty->head) {
-            dsp_task *t = type_dequeue(ty);
+            dsp_task *t = type_dequeue(srv, ty);
             srv->nbuffered--;
             release_task(srv, t);
             released++;
@@ -731,19 +937,64 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 
 /* ---- set-up ---- */
 
+/* Logs at most one accept problem a second, with the count of those not logged, so
+ * that a flood cannot turn into a flood of log lines. */
+static void accept_warn(dsp_server *srv, const char *what)
+{
+    int64_t now = dsp_now_ms();
+    if (srv->accept_log_ms != 0 && now - srv->accept_log_ms < 1000) {
+        srv->accept_log_suppressed++;
+        return;
+    }
+    log_warn(&srv->log, "%s (%llu similar event(s) not logged in the last second)", what,
+             (unsigned long long)srv->accept_log_suppressed);
+    srv->accept_log_ms = now;
+    srv->accept_log_suppressed = 0;
+}
+
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
                       void *arg)
 {
     (void)l;
-    dsp_conn_accept(arg, fd, sa, salen);
+    dsp_server *srv = arg;
+    srv->accept_backoff_ms = 0;
+    if ((int64_t)srv->nconns >= srv->cfg->max_connections) {
+        /* Closed at once: nothing is read, nothing allocated. */
+        evutil_closesocket(fd);
+        srv->conn_stats.refused_total++;
+        accept_warn(srv, "connection refused: --max-connections reached");
+        return;
+    }
+    dsp_conn_accept(srv, fd, sa, salen);
+}
+
+static void accept_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    dsp_server *srv = arg;
+    if (srv->listener && !srv->draining)
+        evconnlistener_enable(srv->listener);
 }
 
 static void accept_error_cb(struct evconnlistener *l, void *arg)
 {
-    (void)l;
     dsp_server *srv = arg;
-    /* EMFILE and friends: log, keep serving the connections we have. */
-    log_warn(&srv->log, "accept failed: %s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    int err = EVUTIL_SOCKET_ERROR();
+    char what[160];
+    srv->conn_stats.accept_errors_total++;
+    snprintf(what, sizeof what, "accept failed: %s; pausing new connections",
+             evutil_socket_error_to_string(err));
+    accept_warn(srv, what);
+    /* Out of descriptors (EMFILE) the pending connection stays in the backlog and the
+     * listener would be woken again at once: stop listening for a while instead of
+     * spinning, and keep serving the connections we have. */
+    evconnlistener_disable(l);
+    srv->accept_backoff_ms = srv->accept_backoff_ms ? srv->accept_backoff_ms * 2 : ACCEPT_BACKOFF_MIN_MS;
+    if (srv->accept_backoff_ms > ACCEPT_BACKOFF_MAX_MS)
+        srv->accept_backoff_ms = ACCEPT_BACKOFF_MAX_MS;
+    struct timeval tv = {0, (suseconds_t)(srv->accept_backoff_ms * 1000)};
+    evtimer_add(srv->accept_retry_ev, &tv);
 }
 
 static int bind_listener(dsp_server *srv, char *bound, size_t boundlen)
@@ -815,13 +1066,14 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
     srv->claim_timer = evtimer_new(srv->base, claim_timer_cb, srv);
     srv->tick_timer = event_new(srv->base, -1, EV_PERSIST, tick_cb, srv);
     srv->dispatch_ev = event_new(srv->base, -1, 0, dispatch_cb, srv);
+    srv->accept_retry_ev = evtimer_new(srv->base, accept_retry_cb, srv);
     static const int signals[3] = {SIGTERM, SIGINT, SIGHUP};
     for (int i = 0; i < 3; i++) {
         srv->signal_evs[i] = evsignal_new(srv->base, signals[i], signal_cb, srv);
         if (!srv->signal_evs[i] || evsignal_add(srv->signal_evs[i], NULL) < 0)
             return -1;
     }
-    if (!srv->claim_timer || !srv->tick_timer || !srv->dispatch_ev)
+    if (!srv->claim_timer || !srv->tick_timer || !srv->dispatch_ev || !srv->accept_retry_ev)
         return -1;
     int64_t tick = cfg->heartbeat_ms / 4;
     if (tick > TICK_MS_MAX)
@@ -891,11 +1143,11 @@ void dsp_server_free(dsp_server *srv)
         event_free(srv->tick_timer);
     if (srv->dispatch_ev)
         event_free(srv->dispatch_ev);
+    if (srv->accept_retry_ev)
+        event_free(srv->accept_retry_ev);
     for (dsp_type *t = srv->types, *next; t; t = next) {
         next = t->next;
-        free(t->workers);
-        free(t->name);
-        free(t);
+        type_free(t);
     }
     for (size_t i = 0; i < srv->noutbox; i++)
         free(srv->outbox[i].data);

@@ -36,6 +36,7 @@ struct dsp_task {
     uint32_t max_attempts;
     uint32_t timeout_ms;
     uint8_t priority;
+    bool recorded;         /* the current delivery's attempt is written (DSP_WRITE_DELIVERED) */
     dsp_conn *holder;      /* current delivery, NULL while buffered */
     int64_t deadline_ms;   /* end of the current delivery's lease */
     int64_t delivered_us;  /* monotonic time of the current delivery (execution histogram) */
@@ -44,6 +45,10 @@ struct dsp_task {
     uint8_t *payload;
 };
 
+/* A task type lives while a worker registered it, a task of it is buffered, or an
+ * operator paused it; then it is freed (dsp_server_type_unref), so that memory and
+ * the work of a dispatch pass depend on the types in use, not on every type a peer
+ * ever named. */
 struct dsp_type {
     char *name;
     size_t len;
@@ -54,7 +59,10 @@ struct dsp_type {
     size_t cursor;            /* rotation point of the scheduler */
     uint64_t room;            /* free slots summed over accepting workers of this type */
     bool paused;              /* POST /pause?type=: neither claimed nor dispatched */
-    dsp_type *next;
+    bool claim_hot;           /* the last claim that asked for it returned rows */
+    int64_t orphaned_ms;      /* when it was left with buffered tasks and no worker; 0: not */
+    dsp_type *prev, *next;    /* every type */
+    dsp_type *busy_prev, *busy_next; /* types with buffered tasks (dispatch scans only these) */
 };
 
 struct dsp_server {
@@ -72,10 +80,18 @@ struct dsp_server {
 
     dsp_conn *conns;           /* every connection, HELLO done or not */
     size_t nconns;
+    size_t conns_peak;         /* most connections since the last malloc_trim */
     size_t nworkers;           /* connections past HELLO */
     uint64_t next_conn_id;
     dsp_type *types;
     size_t ntypes;
+    dsp_type *busy_types;      /* the types with nbuffered > 0 */
+    size_t claim_rotor;        /* which idle types the next claim probes (see claim_maybe) */
+
+    struct event *accept_retry_ev; /* re-enables the listener after EMFILE and friends */
+    int64_t accept_backoff_ms;
+    int64_t accept_log_ms;         /* last accept warning; later ones are counted, not logged */
+    uint64_t accept_log_suppressed;
     dsp_taskmap tasks;
     uint64_t next_seq;
     uint64_t room;             /* free slots over accepting workers */
@@ -126,11 +142,16 @@ int dsp_server_run(dsp_server *srv);
 void dsp_server_free(dsp_server *srv);
 
 /* Called by conn.c. */
+/* The type named name[0..len), created when new (NULL when out of memory). */
 dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t len);
+/* Frees ty when nothing holds it any more (no worker, no buffered task, not paused). */
+void dsp_server_type_release_if_unused(dsp_server *srv, dsp_type *ty);
 void dsp_server_worker_joined(dsp_server *srv, dsp_conn *c);
-void dsp_server_worker_left(dsp_server *srv, dsp_conn *c); /* takes back its deliveries */
+/* Takes back its deliveries; with refund, their attempt is not counted (a worker
+ * dropped for timing out every delivery is judged not to have run them). */
+void dsp_server_worker_left(dsp_server *srv, dsp_conn *c, bool refund);
 void dsp_server_slot_freed(dsp_server *srv, dsp_conn *c);
-void dsp_server_room_changed(dsp_server *srv, dsp_conn *c, int delta);
+void dsp_server_room_changed(dsp_server *srv, dsp_conn *c, int64_t delta);
 void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t outcome,
                           uint32_t retry_after_ms, const uint8_t *data, size_t len);
 void dsp_server_kick(dsp_server *srv); /* schedule a dispatch pass */

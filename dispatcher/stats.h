@@ -19,7 +19,10 @@
     X(released_total, "claimed tasks put back to NEW undelivered (drain, shutdown)")        \
     X(timed_out_total, "deliveries cancelled because their lease expired")                  \
     X(late_results_total, "results ignored because their delivery was no longer current")   \
-    X(extends_total, "lease extensions received")
+    X(extends_total, "lease extensions received")                                          \
+    X(delivery_records_total, "deliveries recorded in the table before their outcome")      \
+    X(refunded_total, "deliveries taken back uncharged from a worker dropped for timeouts") \
+    X(orphans_released_total, "buffered tasks put back to NEW after their type lost its workers")
 
 /* The "connections" object of /stats. */
 #define DSP_CONN_COUNTERS(X)                                                                  \
@@ -29,7 +32,12 @@
     X(lost_total, "workers lost: disconnected or silent for 3 heartbeats")                  \
     X(yields_total, "read callbacks that stopped at the frame budget to let others run")    \
     X(frames_in_total, "frames received")                                                    \
-    X(frames_out_total, "frames sent")
+    X(frames_out_total, "frames sent")                                                       \
+    X(refused_total, "connections closed on accept: --max-connections reached")             \
+    X(accept_errors_total, "accept() failures such as EMFILE (the listener backs off)")     \
+    X(timeouts_dropped_total, "workers dropped after --max-timeouts lease expiries in a row")\
+    X(stalled_total, "connections dropped for a half frame or an unread output")           \
+    X(dispatch_throttled_total, "dispatch passes held back by --max-unwritten")
 
 #define DSP_STATS_FIELD(name, help) uint64_t name;
 

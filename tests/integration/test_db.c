@@ -501,19 +501,21 @@ static void test_recovery_before_leader(void **state)
     c = ins(fx, "task_state, epoch, attempts", "2, 5, 1");
     d = ins(fx, "task_state, attempts", "0, 0");
     f = ins(fx, "task_state, epoch, attempts, max_attempts", "1, 5, 7, 3");
+    uint64_t g = ins(fx, "task_state, epoch, attempts, max_attempts, err_msg", "1, 5, 3, 3, 'x'");
 
     uint32_t e = start_leader(fx, 5, 2000);
     assert_int_equal(e, 6);
     assert_int_equal(fx->rec[0].older_processing_at_leader, 0);
 
+    /* attempts counts the deliveries recorded (outcomes and DSP_WRITE_DELIVERED): a row
+     * only claimed keeps its count. */
     assert_int_equal(col_u64(fx, a, "task_state"), 0);
-    assert_int_equal(col_u64(fx, a, "attempts"), 1);
+    assert_int_equal(col_u64(fx, a, "attempts"), 0);
     assert_int_equal(col_u64(fx, a, "`delayed`"), 0);
     assert_true(query_str(fx, buf, sizeof buf, "SELECT err_msg FROM task WHERE task_id = %" PRIu64, a) > 0);
     assert_string_equal(buf, "kept");
 
-    /* At its last attempt: maybe never delivered, so not failed, and its count stays
-     * below max_attempts (one more delivery comes). */
+    /* Below max_attempts: back to NEW with its count. */
     assert_int_equal(col_u64(fx, b, "task_state"), 0);
     assert_int_equal(col_u64(fx, b, "attempts"), 2);
     assert_true(query_str(fx, buf, sizeof buf, "SELECT err_msg FROM task WHERE task_id = %" PRIu64, b) > 0);
@@ -523,8 +525,14 @@ static void test_recovery_before_leader(void **state)
     assert_int_equal(col_u64(fx, c, "attempts"), 1);
     assert_int_equal(col_u64(fx, d, "task_state"), 0);
     assert_int_equal(col_u64(fx, d, "attempts"), 0);
-    assert_int_equal(col_u64(fx, f, "task_state"), 0);
+    /* Its last allowed delivery was made and its outcome died with the dispatcher: FAILED,
+     * as when a worker is lost on the last attempt. */
+    assert_int_equal(col_u64(fx, f, "task_state"), 3);
     assert_int_equal(col_u64(fx, f, "attempts"), 7);
+    assert_int_equal(col_u64(fx, g, "task_state"), 3);
+    assert_int_equal(col_u64(fx, g, "attempts"), 3);
+    assert_true(query_str(fx, buf, sizeof buf, "SELECT err_msg FROM task WHERE task_id = %" PRIu64, g) > 0);
+    assert_string_equal(buf, "the dispatcher stopped during the last attempt");
 }
 
 static void test_recovery_in_batches(void **state)
@@ -535,7 +543,7 @@ static void test_recovery_in_batches(void **state)
     start_leader(fx, 5, 2000);
     assert_int_equal(fx->rec[0].older_processing_at_leader, 0);
     assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 0"
-                                                   " AND attempts = 1"),
+                                                   " AND attempts = 0"),
                      12001);
 }
 
@@ -1154,9 +1162,10 @@ static void test_leader_lost_when_epoch_moves(void **state)
     assert_true(fx->rec[0].epochs[1] > e + 1);
     assert_string_equal(fx->rec[0].events, "LXL");
     assert_int_equal(fx->rec[0].older_processing_at_leader, 0);
-    /* The row claimed under the old epoch went back to NEW, its delivery counted. */
+    /* The row claimed under the old epoch went back to NEW; it was never delivered (no
+     * delivery was recorded), so no attempt is charged. */
     assert_int_equal(col_u64(fx, x, "task_state"), 0);
-    assert_int_equal(col_u64(fx, x, "attempts"), 1);
+    assert_int_equal(col_u64(fx, x, "attempts"), 0);
 }
 
 /* ---- the stats thread: table figures, retention, requeue ---- */

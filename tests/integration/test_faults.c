@@ -999,11 +999,13 @@ static void test_daemon_kill9_restart(void **state)
                      was_succ ? "SUCCESSFUL" : was_proc ? "PROCESSING" : "NEW", rows[r].epoch,
                      want_epoch);
         size_t old_runs = 0, new_runs = 0;
+        int64_t old_start = 0;
         while (e < nex && ex[e].id < id)
             e++;
         for (; e < nex && ex[e].id == id; e++) {
             if (ex[e].epoch == e1) {
                 old_runs++;
+                old_start = ex[e].start_wall;
                 if (!was_succ && ex[e].ended && ex[e].end_wall < dead_wall)
                     done_before_kill++;
             } else if (ex[e].epoch == e2) {
@@ -1014,16 +1016,16 @@ static void test_daemon_kill9_restart(void **state)
             } else
                 fail_msg("task %" PRIu64 " ran under epoch %u", id, ex[e].epoch);
         }
-        /* attempts never undercounts the deliveries; only the recovery of a row the dead
-         * daemon held may add one more (it cannot tell a delivered row from a buffered
-         * one; whether it should for the buffered ones is test_kill9_undelivered's). */
+        /* attempts never counts more than the deliveries made. A delivery of the dead
+         * daemon is counted once it was written: with its outcome, or on its own after it
+         * ran 1 s (DELIVERY_RECORD_MS in server.c); one that began in the last 1 s before
+         * the kill may go uncounted (README, "Attempts"). 1.5 s leaves room for the
+         * flush. */
         size_t runs = old_runs + new_runs;
-        if (rows[r].attempts < runs || rows[r].attempts > runs + (was_proc ? 1 : 0))
+        bool may_undercount = was_proc && old_runs && dead_wall - old_start < 1500;
+        if (rows[r].attempts > runs || rows[r].attempts + (may_undercount ? 1 : 0) < runs)
             fail_msg("task %" PRIu64 " (%s at the kill) ran %zu time(s) and has attempts %u", id,
                      was_succ ? "SUCCESSFUL" : was_proc ? "PROCESSING" : "NEW", runs,
-                     rows[r].attempts);
-        if (was_proc && old_runs && rows[r].attempts != 2)
-            fail_msg("task %" PRIu64 " was delivered before and after the kill, attempts %u", id,
                      rows[r].attempts);
         if (old_runs > 1 || new_runs > 1)
             fail_msg("task %" PRIu64 " ran %zu times under the old epoch and %zu under the new", id,
@@ -1588,6 +1590,10 @@ static void test_kill9_undelivered(void **state)
     WAIT_FOR(ok, dstat(fx, 0, "queue.buffered") == 2, WAIT_MS);
     assert_true(ok);
     assert_int_equal(ex_count(fx), 1); /* t1 and t2 are claimed, not delivered */
+    /* The blocker has run long enough to have its delivery written to the table. */
+    WAIT_FOR(ok, q64(fx, "SELECT attempts FROM task WHERE task_id = %" PRIu64, blocker) == 1, WAIT_MS);
+    assert_true(ok);
+    assert_int_equal(dstat(fx, 0, "tasks.delivery_records_total"), 1);
     row r;
     row_get(fx, t1, &r);
     assert_int_equal(r.state, 1);
@@ -1624,18 +1630,20 @@ static void test_kill9_undelivered(void **state)
          fin1.attempts, runs1, fin1.err);
     note(fx, "max_attempts 2, always failing: state %d attempts %u, ran %zu time(s), err '%s'",
          fin2.state, fin2.attempts, runs2, fin2.err);
+    /* Delivered before the kill (recorded) and once after: two attempts. */
     assert_int_equal(bfin.state, 2);
+    assert_int_equal(bfin.attempts, 2);
     if (fin1.state != 2 || runs1 != 1)
         fail_msg("a task (max_attempts 1) claimed but never delivered when taskpushd was killed"
                  " ended in state %d with attempts %u after %zu run(s) (err_msg '%s'); it had no"
                  " delivery, so it must be delivered after the restart",
                  fin1.state, fin1.attempts, runs1, fin1.err);
     assert_int_equal(fin1.attempts, 1);
-    if (fin2.state != 3 || runs2 != 1)
+    if (fin2.state != 3 || runs2 != 2)
         fail_msg("a task (max_attempts 2, always failing) claimed but never delivered when"
                  " taskpushd was killed ended in state %d with attempts %u after %zu run(s)"
-                 " (err_msg '%s'); recovery charges one attempt but never the last, so it"
-                 " fails after exactly one real delivery",
+                 " (err_msg '%s'); an undelivered claim uses no attempt, so it must run"
+                 " twice before it fails",
                  fin2.state, fin2.attempts, runs2, fin2.err);
     assert_int_equal(fin2.attempts, 2);
     assert_string_equal(fin2.err, "fails at once (attempt 2)");
