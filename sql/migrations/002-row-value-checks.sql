@@ -2,7 +2,7 @@
 --
 -- Producers write the task table directly, so the dispatcher treats every value in it as
 -- hostile. Version 2 lets the server refuse the values no task can mean, even under
--- INSERT IGNORE (a CHECK violation skips the row with a warning):
+-- INSERT IGNORE (the row is not stored: an error, or a warning when other rows go in):
 --     attempts >= 0
 --     max_attempts BETWEEN 1 AND 1000
 --     timeout_ms IS NULL OR timeout_ms > 0
@@ -26,7 +26,8 @@
 --                              run; making it FAILED rather than handing it to the
 --                              'default' workers means nothing runs that nobody asked
 --                              for. Set its task_type and `taskpushctl retry ID` it.
--- Other columns of a repaired row, and every other row, stay as they were.
+-- Nothing else changes: not the other columns of a repaired row (but task_state, err_msg,
+-- `delayed` and last_update_time of a row made FAILED), nor any other row.
 --
 -- Applied by `taskpushd --db URL --migrate` (which embeds this file; stop every taskpushd
 -- on the database first, --migrate refuses while one leads it). It may also be run by
