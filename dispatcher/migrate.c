@@ -229,7 +229,11 @@ int dsp_migrate_run(const dsp_db_url *url, FILE *out, FILE *err)
         report_sql_error(err, lk, "taking the table's lock");
         goto done;
     }
-    if (rc != 0 || got != 1) {
+    if (rc != 0) { /* GET_LOCK answers NULL on an error of its own */
+        fprintf(err, "taskpushd: GET_LOCK('%s', 0) failed; nothing was changed\n", name);
+        goto done;
+    }
+    if (got != 1) {
         snprintf(sql, sizeof sql, "SELECT IS_USED_LOCK('%s')", quoted);
         if (query_u64(lk, sql, &holder) != 0)
             holder = 0;
