@@ -81,7 +81,7 @@ static const opt_def option_table[] = {
 #define NOPTIONS (sizeof option_table / sizeof option_table[0])
 #undef F
 
-enum { OPT_HELP = 'h', OPT_VERSION = 'V', OPT_TABLE_BASE = 256 };
+enum { OPT_HELP = 'h', OPT_VERSION = 'V', OPT_MIGRATE = 'M', OPT_TABLE_BASE = 256 };
 
 const char *dsp_sched_policy_name(int policy)
 {
@@ -103,6 +103,9 @@ static void usage(FILE *out)
     }
     fprintf(out, "  %-26s %s\n  %-26s %s\n", "-h, --help", "show this help and exit", "--version",
             "show the version and exit");
+    /* An action, not a setting: no config-file key, not in the option table. */
+    fprintf(out, "  %-26s %s\n", "--migrate",
+            "upgrade the schema (sql/migrations), then exit");
 }
 
 int dsp_hostport_parse(const char *s, char *host, size_t hostlen, unsigned *port)
@@ -402,13 +405,14 @@ int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err
 
     /* Parse argv first into a list, so that the config file (named on the
      * command line) can be applied before the flags that override it. */
-    struct option longopts[NOPTIONS + 3];
+    struct option longopts[NOPTIONS + 4];
     for (size_t i = 0; i < NOPTIONS; i++)
         longopts[i] = (struct option){option_table[i].name, required_argument, NULL,
                                       OPT_TABLE_BASE + (int)i};
     longopts[NOPTIONS] = (struct option){"help", no_argument, NULL, OPT_HELP};
     longopts[NOPTIONS + 1] = (struct option){"version", no_argument, NULL, OPT_VERSION};
-    longopts[NOPTIONS + 2] = (struct option){NULL, 0, NULL, 0};
+    longopts[NOPTIONS + 2] = (struct option){"migrate", no_argument, NULL, OPT_MIGRATE};
+    longopts[NOPTIONS + 3] = (struct option){NULL, 0, NULL, 0};
 
     int nset = 0;
     int *set_idx = calloc((size_t)argc + 1, sizeof *set_idx);
@@ -431,6 +435,10 @@ int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err
             fprintf(out, "taskpushd %s (protocol %d)\n", TASKPUSH_VERSION, PROTO_VERSION);
             rc = DSP_CONFIG_EXIT_OK;
             goto done;
+        }
+        if (c == OPT_MIGRATE) {
+            cfg->migrate = true;
+            continue;
         }
         if (c == ':') {
             snprintf(err, errlen, "option '%s' needs a value", argv[optind - 1]);

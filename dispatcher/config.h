@@ -4,6 +4,7 @@
 #ifndef TASKPUSH_DSP_CONFIG_H
 #define TASKPUSH_DSP_CONFIG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -50,6 +51,7 @@ typedef struct dsp_config {
     int64_t table_stats_ms;     /* refresh interval of the table-side figures */
     char *ready_file;  /* written once the ports listen: {"pid","listen","admin"} */
     char *config_file;
+    bool migrate;      /* --migrate: upgrade the schema, then exit (an action, not a key) */
 } dsp_config;
 
 enum dsp_config_result {

@@ -28,6 +28,7 @@
 
 #include "claim_sql.h"
 #include "db_sql.h"
+#include "migrate.h"
 
 #include <event2/event.h>
 #include <mysql.h>
@@ -59,7 +60,7 @@
 #define DUE_REFRESH_MS 5000   /* re-read MIN(run_after) of the delayed lane at least this often */
 #define SCHEMA_RETRY_MS 2000  /* while the tables are missing */
 #define LOCK_TRY_S 1          /* GET_LOCK's wait per try */
-#define LOCK_NAME_MAX 64      /* MySQL refuses longer user-lock names */
+#define LOCK_NAME_MAX DSP_DB_LOCK_NAME_MAX
 
 #define STMT_MARGIN 1024u               /* kept free below max_allowed_packet */
 #define STMT_CAP (64u * 1024 * 1024)    /* largest statement built, whatever the server allows */
@@ -745,14 +746,11 @@ static int check_schema(struct claim_ctx *x)
         return 0;
     }
     x->schema_logged = false;
-    if (v != DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN) {
+    /* Older (taskpushd --migrate upgrades it) or newer: fatal, a retry cannot mend it. */
+    char text[DSP_SCHEMA_PROBLEM_MAX];
+    if (dsp_schema_version_problem(v, text, sizeof text) != 0) {
         struct msg *m = msg_new(MSG_FATAL);
-        char text[200];
-        snprintf(text, sizeof text,
-                 "database schema version %" PRIu64 " is not one this taskpushd knows (%d);"
-                 " upgrade taskpushd or migrate the schema",
-                 v, DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
-        log_error(db->log, "%s", text);
+        log_error(db->log, "database %s: %s", db->opts.url->dbname, text);
         if (m) {
             m->text = strdup(text);
             post(db, m);
@@ -778,7 +776,13 @@ static int take_lock(struct claim_ctx *x)
         if (x->wait_logged)
             log_info(db->log, "took the table's lock");
         x->wait_logged = false;
-        return 1;
+        /* taskpushd --migrate holds this lock while it changes the schema: read the
+         * version again now that nobody can change it under us. On 0 (fatal, or the
+         * tables are gone) the claim loop waits as for a busy lock. */
+        rc = check_schema(x);
+        if (rc == 0)
+            x->schema_ok = false;
+        return rc;
     }
     if (!x->wait_logged)
         log_info(db->log, "another taskpushd holds the table; waiting");
@@ -2310,6 +2314,21 @@ static void *stats_main(void *arg)
 
 /* ---- the API ---- */
 
+size_t dsp_db_lock_name(const char *dbname, char *out, size_t cap)
+{
+    char name[sizeof "taskpush." + LOCK_NAME_MAX];
+    size_t nl;
+
+    snprintf(name, sizeof name, "taskpush.%s", dbname);
+    nl = dsp_utf8_cut((const uint8_t *)name, dsp_utf8_valid_prefix((const uint8_t *)name, strlen(name)),
+                      LOCK_NAME_MAX);
+    if (nl == 0 || nl >= cap)
+        return 0;
+    memcpy(out, name, nl);
+    out[nl] = '\0';
+    return nl;
+}
+
 dsp_db *dsp_db_new(const dsp_db_options *opts)
 {
     dsp_db *db;
@@ -2353,9 +2372,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     }
 
     /* The leadership lock: 'taskpush.<dbname>', at most 64 bytes. */
-    snprintf(name, sizeof name, "taskpush.%s", opts->url->dbname);
-    nl = dsp_utf8_cut((const uint8_t *)name, dsp_utf8_valid_prefix((const uint8_t *)name, strlen(name)),
-                      LOCK_NAME_MAX);
+    nl = dsp_db_lock_name(opts->url->dbname, name, sizeof name);
     dsp_strbuf_puts(&db->get_lock_sql, "SELECT GET_LOCK(");
     dsp_strbuf_put_hex(&db->get_lock_sql, (const uint8_t *)name, nl, true);
     dsp_strbuf_printf(&db->get_lock_sql, ", %d)", LOCK_TRY_S);

@@ -189,6 +189,12 @@ void dsp_db_table_stats_get(dsp_db *db, dsp_table_stats *out);
 int dsp_db_requeue_failed(dsp_db *db, const char *type, uint64_t request_id)
     __attribute__((warn_unused_result));
 
+/* The table's leadership lock is the user lock 'taskpush.<dbname>', cut to the
+ * DSP_DB_LOCK_NAME_MAX bytes MySQL allows. Writes it to out (NUL-terminated) and returns
+ * its length, or 0 when it does not fit in cap. taskpushd --migrate takes the same lock. */
+#define DSP_DB_LOCK_NAME_MAX 64
+size_t dsp_db_lock_name(const char *dbname, char *out, size_t cap);
+
 /* Frees a reply and whatever payloads were not stolen. */
 void dsp_claim_reply_free(dsp_claim_reply *reply);
 

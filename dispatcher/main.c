@@ -1,5 +1,6 @@
 /* taskpushd: wiring only. Settings come from config.c, the loop from server.c. */
 #include "config.h"
+#include "migrate.h"
 #include "server.h"
 
 #include <event2/thread.h>
@@ -46,11 +47,15 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    dsp_server srv;
     int status = 1;
-    if (dsp_server_init(&srv, &cfg) == 0)
-        status = dsp_server_run(&srv);
-    dsp_server_free(&srv);
+    if (cfg.migrate) {
+        status = dsp_migrate_run(&cfg.db_url, stdout, stderr);
+    } else {
+        dsp_server srv;
+        if (dsp_server_init(&srv, &cfg) == 0)
+            status = dsp_server_run(&srv);
+        dsp_server_free(&srv);
+    }
     mysql_library_end();
     dsp_config_free(&cfg);
     return status;

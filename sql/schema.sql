@@ -1,11 +1,23 @@
--- taskpush schema. This is the one file a user runs:
+-- taskpush schema. This is the one file a user runs on a new database:
 --     mariadb DBNAME < sql/schema.sql
+-- It creates the current version (schema_version 2) directly. On an existing database it
+-- changes nothing (see "Safe to run twice"), so it never upgrades one: that is what the
+-- migrations do. To upgrade, stop every taskpushd on the database, then run
+--     taskpushd --db URL --migrate
+-- which applies, in order, each sql/migrations/NNN-*.sql above the database's version
+-- (the files are compiled into taskpushd). taskpushd refuses to start on a version older
+-- or newer than the one it was built for, and says which command fixes it.
 --
 -- BUMP RULE: whenever a column, an index, a constraint or the meaning of a value
 -- changes, increase 'schema_version' in taskpush_meta below AND add
 -- sql/migrations/NNN-short-name.sql (NNN = the new version, zero-padded) that takes a
--- database of the previous version to the new one. taskpushd reads schema_version at
--- startup and refuses to start on a version it does not know.
+-- database of the previous version to the new one, AND list it in sql/meson.build.
+-- A migration repairs the rows the change would refuse, is safe to re-run, and ends with
+--     UPDATE taskpush_meta SET value = N WHERE name = 'schema_version' AND value = N - 1;
+-- A migrated database must end up exactly like a fresh one (tests/integration/
+-- test_migrate.c compares SHOW CREATE TABLE), so new constraints go after the old ones.
+-- The build checks that the migrations are numbered 2..N without gaps, that each one
+-- ends with its version UPDATE, and that N is the version below and in claim_sql.h.
 --
 -- Safe to run twice: every statement is CREATE ... IF NOT EXISTS or INSERT IGNORE, so
 -- a second run on a table full of rows changes nothing (the epoch counter is not reset).
@@ -70,7 +82,13 @@ CREATE TABLE IF NOT EXISTS task (
     -- for workers of 'resize' while naming another type. LIKE does not pad.
     CONSTRAINT task_type_no_trailing_space CHECK (task_type NOT LIKE '% '),
     CONSTRAINT task_priority_range CHECK (task_priority BETWEEN 0 AND 2),
-    CONSTRAINT task_state_range CHECK (task_state BETWEEN 0 AND 3)
+    CONSTRAINT task_state_range CHECK (task_state BETWEEN 0 AND 3),
+    -- Version 2 (sql/migrations/002-row-value-checks.sql says why, and why 1000).
+    CONSTRAINT attempts_min CHECK (attempts >= 0),
+    CONSTRAINT max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
+    CONSTRAINT timeout_ms_positive CHECK (timeout_ms IS NULL OR timeout_ms > 0),
+    CONSTRAINT run_after_min CHECK (run_after >= 0),
+    CONSTRAINT task_type_not_empty CHECK (task_type <> '')
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_unicode_ci;
 
 -- Named counters of the dispatcher.
@@ -85,4 +103,4 @@ CREATE TABLE IF NOT EXISTS taskpush_meta (
     PRIMARY KEY (name)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
-INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 1), ('epoch', 0);
+INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 2), ('epoch', 0);

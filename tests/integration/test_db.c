@@ -470,6 +470,33 @@ static void test_unknown_schema_version_is_fatal(void **state)
     assert_int_equal(fx->rec[0].nleader, 0);
 }
 
+/* taskpushd --migrate holds the table's lock while it changes the schema: a dispatcher
+ * that checked the version before it waited for the lock reads it again once it has the
+ * lock, and does not lead on a version it does not know. */
+static void test_schema_read_again_after_the_lock(void **state)
+{
+    struct fx *fx = *state;
+
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT GET_LOCK('taskpush.%s', 5)", fx->tdb.name), 1);
+    start_db(fx, 0, 5, 2000);
+    /* Waiting in GET_LOCK: its first schema check is behind it. */
+    WAIT_UNTIL(fx, tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM information_schema.processlist"
+                                                 " WHERE db = DATABASE() AND info LIKE"
+                                                 " 'SELECT GET_LOCK(%%'") > 0,
+               WAIT_MS);
+    assert_int_equal(fx->rec[0].nfatal, 0);
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "UPDATE taskpush_meta SET value = 99"
+                                              " WHERE name = 'schema_version'"),
+                     1);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT RELEASE_LOCK('taskpush.%s')", fx->tdb.name), 1);
+    WAIT_UNTIL(fx, fx->rec[0].nfatal > 0, WAIT_MS);
+    assert_int_equal(fx->rec[0].nfatal, 1);
+    assert_non_null(strstr(fx->rec[0].fatal, "newer"));
+    run_for(fx, 300);
+    assert_int_equal(fx->rec[0].nleader, 0);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT value FROM taskpush_meta WHERE name = 'epoch'"), 0);
+}
+
 static void test_missing_schema_is_retried(void **state)
 {
     struct fx *fx = *state;
@@ -1553,6 +1580,7 @@ int main(void)
         T(test_leader_takes_epoch),
         T(test_second_dispatcher_waits),
         T(test_unknown_schema_version_is_fatal),
+        T(test_schema_read_again_after_the_lock),
         T(test_missing_schema_is_retried),
         T(test_recovery_before_leader),
         T(test_recovery_in_batches),

@@ -65,6 +65,40 @@ static void test_db_is_required(void **state)
     dsp_config_free(&c);
 }
 
+/* --migrate is an action on the command line: a flag without a value, off by default,
+ * and no config-file key. */
+static void test_migrate_flag(void **state)
+{
+    (void)state;
+    dsp_config c;
+    char err[256] = "";
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", NULL), DSP_CONFIG_OK);
+    assert_false(c.migrate);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--migrate", "--db", "mysql://u@h/d", NULL),
+                     DSP_CONFIG_OK);
+    assert_true(c.migrate);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--migrate=1", NULL),
+                     DSP_CONFIG_BAD);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--migrate", NULL), DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "--db"));
+    dsp_config_free(&c);
+
+    char path[] = "/tmp/test_config_migrate_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("migrate = 1\n", f);
+    fclose(f);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--config", path, NULL),
+                     DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "unknown key 'migrate'"));
+    dsp_config_free(&c);
+    unlink(path);
+}
+
 static void test_bad_flags_are_refused(void **state)
 {
     (void)state;
@@ -278,6 +312,7 @@ int main(void)
         cmocka_unit_test_setup(test_defaults_match_spec, setup),
         cmocka_unit_test_setup(test_db_is_required, setup),
         cmocka_unit_test_setup(test_bad_flags_are_refused, setup),
+        cmocka_unit_test_setup(test_migrate_flag, setup),
         cmocka_unit_test_setup(test_help_and_version_exit_zero, setup),
         cmocka_unit_test_setup(test_flags_override_config_file_and_env, setup),
         cmocka_unit_test_setup(test_config_file_unknown_key, setup),

@@ -1,0 +1,292 @@
+/* migrate: see migrate.h.
+ *
+ * --migrate runs on the main thread before anything else starts, with blocking MySQL
+ * calls: one connection holds the table's leadership lock (the one db.c takes) for the
+ * whole run, so that no taskpushd can lead the table while its schema changes under it,
+ * and each migration gets a fresh connection of its own (its session settings and user
+ * variables die with it).
+ */
+#include "migrate.h"
+
+#include "claim_sql.h"
+#include "db.h"
+
+#include <mysql.h>
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONNECT_TIMEOUT_S 5u
+/* The lock connection only runs short statements. */
+#define LOCK_CONN_RW_TIMEOUT_S 30u
+/* A migration's ALTER TABLE waits for every open transaction on the table (a producer's
+ * included), and every later INSERT queues behind the ALTER: give up after this long,
+ * leave the database as it was, and let the operator run it again at a quieter time. */
+#define MIGRATION_LOCK_WAIT_S 60
+
+#define ER_NO_SUCH_TABLE_ 1146u
+
+int dsp_schema_version_problem(uint64_t v, char *buf, size_t cap)
+{
+    const uint64_t known = DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN;
+
+    if (v == known)
+        return 0;
+    if (v >= 1 && v < known) {
+        snprintf(buf, cap,
+                 "schema version %" PRIu64 " is older than this taskpushd (%" PRIu64 "): run"
+                 " `taskpushd --db ... --migrate` (the same --db) with every taskpushd on it"
+                 " stopped",
+                 v, known);
+        return 1;
+    }
+    if (v > known)
+        snprintf(buf, cap,
+                 "schema version %" PRIu64 " is newer than this taskpushd knows (%" PRIu64
+                 "): upgrade taskpushd",
+                 v, known);
+    else
+        snprintf(buf, cap,
+                 "schema version %" PRIu64 " is not one any taskpushd wrote (this one knows"
+                 " 1 to %" PRIu64 ")",
+                 v, known);
+    return -1;
+}
+
+static MYSQL *open_conn(const dsp_db_url *u, bool for_migration, FILE *err)
+{
+    unsigned int connect_to = CONNECT_TIMEOUT_S, rw_to = LOCK_CONN_RW_TIMEOUT_S, proto;
+    unsigned port = 0;
+    const char *sock = NULL;
+    MYSQL *m = mysql_init(NULL);
+
+    if (m == NULL) {
+        fprintf(err, "taskpushd: out of memory\n");
+        return NULL;
+    }
+    mysql_options(m, MYSQL_OPT_CONNECT_TIMEOUT, &connect_to);
+    if (!for_migration) { /* an ALTER of a big table may take long: no read timeout */
+        mysql_options(m, MYSQL_OPT_READ_TIMEOUT, &rw_to);
+        mysql_options(m, MYSQL_OPT_WRITE_TIMEOUT, &rw_to);
+    }
+    mysql_options(m, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    if (u->port) { /* a port means TCP, even to localhost (as in db.c) */
+        proto = MYSQL_PROTOCOL_TCP;
+        port = u->port;
+        mysql_options(m, MYSQL_OPT_PROTOCOL, &proto);
+    } else if (u->socket) {
+        proto = MYSQL_PROTOCOL_SOCKET;
+        sock = u->socket;
+        mysql_options(m, MYSQL_OPT_PROTOCOL, &proto);
+    }
+    if (mysql_real_connect(m, u->host, u->user, u->password, u->dbname, port, sock,
+                           for_migration ? CLIENT_MULTI_STATEMENTS : 0) == NULL) {
+        fprintf(err, "taskpushd: cannot connect to database %s: %s (error %u)\n", u->dbname,
+                mysql_error(m), mysql_errno(m));
+        mysql_close(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Runs a query of one row and one numeric column. Returns 0 with *v, 1 when the answer
+ * is no row or NULL, -1 on error (mysql_errno(m) says which). */
+static int query_u64(MYSQL *m, const char *sql, uint64_t *v)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    char *end;
+    int rc = 1;
+
+    if (mysql_query(m, sql) != 0 || (res = mysql_store_result(m)) == NULL)
+        return -1;
+    row = mysql_fetch_row(res);
+    if (row && mysql_num_fields(res) >= 1 && row[0]) {
+        *v = strtoull(row[0], &end, 10);
+        rc = *end == '\0' && end != row[0] ? 0 : 1;
+    }
+    mysql_free_result(res);
+    return rc;
+}
+
+static void report_sql_error(FILE *err, MYSQL *m, const char *what)
+{
+    fprintf(err, "taskpushd: %s: %s (error %u)\n", what, mysql_error(m), mysql_errno(m));
+}
+
+/* Sends one migration's text and reads every result. Returns 0, or -1 with the failing
+ * statement's number (from 1) in *failed. */
+static int run_text(MYSQL *m, const dsp_migration *mig, unsigned *failed)
+{
+    MYSQL_RES *res;
+    unsigned n = 1;
+    int st;
+
+    *failed = 1;
+    if (mysql_real_query(m, mig->sql, (unsigned long)mig->len) != 0)
+        return -1;
+    for (;;) {
+        res = mysql_store_result(m);
+        if (res)
+            mysql_free_result(res);
+        else if (mysql_field_count(m) != 0)
+            break; /* a result set that could not be read */
+        st = mysql_next_result(m);
+        if (st < 0)
+            return 0; /* no more results */
+        n++;
+        if (st > 0)
+            break; /* statement n failed */
+    }
+    *failed = n;
+    return -1;
+}
+
+/* Applies one migration on a connection of its own. Returns 0 or -1 (reported). */
+static int apply(const dsp_db_url *url, const dsp_migration *mig, FILE *err)
+{
+    char sql[64];
+    unsigned failed;
+    int rc = -1;
+    MYSQL *m = open_conn(url, true, err);
+
+    if (m == NULL)
+        return -1;
+    snprintf(sql, sizeof sql, "SET SESSION lock_wait_timeout = %d", MIGRATION_LOCK_WAIT_S);
+    if (mysql_query(m, sql) != 0) {
+        report_sql_error(err, m, "setting lock_wait_timeout");
+    } else if (run_text(m, mig, &failed) < 0) {
+        fprintf(err,
+                "taskpushd: schema %u -> %u (%s) failed at statement %u of %s: %s (error %u).\n"
+                "The database stays at version %u. Fix the cause and run --migrate again:"
+                " a migration is safe to re-run.\n",
+                mig->version - 1, mig->version, mig->name, failed, mig->file, mysql_error(m),
+                mysql_errno(m), mig->version - 1);
+    } else {
+        rc = 0;
+    }
+    mysql_close(m);
+    return rc;
+}
+
+/* Reads schema_version on m: 0 with *v; 1 when the database has no version (a message
+ * on err says what to do); -1 on error (reported). */
+static int read_version(MYSQL *m, const char *dbname, uint64_t *v, FILE *err)
+{
+    uint64_t ntask = 0;
+    int rc = query_u64(m, DSP_CLAIM_SQL_SCHEMA_VERSION, v);
+
+    if (rc == 0)
+        return 0;
+    if (rc < 0 && mysql_errno(m) != ER_NO_SUCH_TABLE_) {
+        report_sql_error(err, m, "reading taskpush_meta");
+        return -1;
+    }
+    if (query_u64(m,
+                  "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()"
+                  " AND table_name = 'task'",
+                  &ntask) < 0) {
+        report_sql_error(err, m, "reading information_schema.tables");
+        return -1;
+    }
+    if (ntask == 0)
+        fprintf(err,
+                "taskpushd: database %s has no taskpush schema: load sql/schema.sql into it"
+                " (mariadb %s < sql/schema.sql), which creates version %d; there is nothing"
+                " to migrate\n",
+                dbname, dbname, DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+    else
+        fprintf(err,
+                "taskpushd: database %s has a task table but no schema version in"
+                " taskpush_meta: it was not made by sql/schema.sql, and --migrate cannot tell"
+                " what it holds; it changed nothing\n",
+                dbname);
+    return 1;
+}
+
+int dsp_migrate_run(const dsp_db_url *url, FILE *out, FILE *err)
+{
+    char name[DSP_DB_LOCK_NAME_MAX + 1], quoted[2 * DSP_DB_LOCK_NAME_MAX + 1];
+    char sql[3 * DSP_DB_LOCK_NAME_MAX + 64], why[DSP_SCHEMA_PROBLEM_MAX];
+    uint64_t v = 0, got, holder;
+    bool locked = false;
+    int status = 1, rc;
+    MYSQL *lk = open_conn(url, false, err);
+
+    if (lk == NULL)
+        return 1;
+    /* GET_LOCK with no wait: a leading taskpushd holds it (a standby is only waiting). */
+    if (dsp_db_lock_name(url->dbname, name, sizeof name) == 0) {
+        fprintf(err, "taskpushd: database name '%s' makes no lock name\n", url->dbname);
+        goto done;
+    }
+    mysql_real_escape_string(lk, quoted, name, (unsigned long)strlen(name));
+    snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', 0)", quoted);
+    rc = query_u64(lk, sql, &got);
+    if (rc < 0) {
+        report_sql_error(err, lk, "taking the table's lock");
+        goto done;
+    }
+    if (rc != 0) { /* GET_LOCK answers NULL on an error of its own */
+        fprintf(err, "taskpushd: GET_LOCK('%s', 0) failed; nothing was changed\n", name);
+        goto done;
+    }
+    if (got != 1) {
+        snprintf(sql, sizeof sql, "SELECT IS_USED_LOCK('%s')", quoted);
+        if (query_u64(lk, sql, &holder) != 0)
+            holder = 0;
+        fprintf(err,
+                "taskpushd: a taskpushd leads database %s (it holds the lock '%s', connection"
+                " %" PRIu64 "): stop every taskpushd on it, standbys too, then run --migrate"
+                " again; nothing was changed\n",
+                url->dbname, name, holder);
+        goto done;
+    }
+    locked = true;
+
+    rc = read_version(lk, url->dbname, &v, err);
+    if (rc != 0)
+        goto done;
+    rc = dsp_schema_version_problem(v, why, sizeof why);
+    if (rc == 0) {
+        fprintf(out, "schema version %" PRIu64 " is current: nothing to do\n", v);
+        status = 0;
+        goto done;
+    }
+    if (rc < 0) {
+        fprintf(err, "taskpushd: %s\n", why);
+        goto done;
+    }
+    for (unsigned i = 0; i < dsp_migrations_count; i++) {
+        const dsp_migration *mig = &dsp_migrations[i];
+        if (mig->version <= v)
+            continue;
+        if (apply(url, mig, err) < 0)
+            goto done;
+        rc = query_u64(lk, DSP_CLAIM_SQL_SCHEMA_VERSION, &got);
+        if (rc < 0) {
+            report_sql_error(err, lk, "reading schema_version back");
+            goto done;
+        }
+        if (rc != 0 || got != mig->version) {
+            fprintf(err,
+                    "taskpushd: %s ran, but schema_version is not %u afterwards: was it"
+                    " changed by hand meanwhile? Nothing more was applied\n",
+                    mig->file, mig->version);
+            goto done;
+        }
+        fprintf(out, "schema %u -> %u: %s\n", mig->version - 1, mig->version, mig->name);
+        fflush(out);
+        v = got;
+    }
+    status = 0;
+done:
+    if (locked) {
+        snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK('%s')", quoted);
+        (void)query_u64(lk, sql, &got); /* closing the connection releases it anyway */
+    }
+    mysql_close(lk);
+    return status;
+}

@@ -1,0 +1,662 @@
+/* test_migrate: schema upgrades with the real `taskpushd --migrate` against a real MariaDB.
+ *
+ * A version 1 database is built from tests/data/schema-v1.sql (sql/schema.sql as it was
+ * at version 1), filled with rows in every state, some of them breaking the checks that
+ * version 2 adds, and upgraded by the real binary. Every taskpushd run is bounded
+ * (killed after RUN_LIMIT_MS, which fails the case); nothing asserts on time.
+ * Needs a server from scripts/tp-mariadb; without one every case fails.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <regex.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "claim_sql.h"
+#include "daemon.h"
+#include "testdb.h"
+
+#define RUN_LIMIT_MS 60000 /* a taskpushd run that takes longer fails the case */
+#define OUT_MAX 16384
+
+/* MariaDB's ER_CONSTRAINT_FAILED and MySQL's ER_CHECK_CONSTRAINT_VIOLATED. */
+#define ERR_CHECK_MARIADB 4025u
+#define ERR_CHECK_MYSQL 3819u
+
+#define NORMAL_ROWS 240
+
+struct fx {
+    tp_testdb db;
+    tp_testdb db2; /* a second database, where a case needs one */
+    tp_daemon d;
+};
+
+/* ---- running taskpushd ---- */
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Runs taskpushd with the NULL-terminated args, stdout and stderr both into out (at
+ * most OUT_MAX bytes, NUL-terminated). Returns its exit code, 128 + signal, or -1. */
+static int run_taskpushd(const char *const *args, char *out)
+{
+    char path[256], *argv[32];
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    static int serial;
+    int argc = 0, status = 0, fd;
+    pid_t pid, r;
+    long long end;
+    ssize_t n;
+
+    out[0] = '\0';
+    snprintf(path, sizeof path, "%s/test-migrate-%d-%d.out", tmp, (int)getpid(), serial++);
+    argv[argc++] = (char *)tp_build_path("dispatcher/taskpushd");
+    for (int i = 0; args[i] && argc < 31; i++)
+        argv[argc++] = (char *)args[i];
+    argv[argc] = NULL;
+    pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    for (end = tp_mono_ms() + RUN_LIMIT_MS;;) {
+        r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            break;
+        if (r < 0 || tp_mono_ms() >= end) {
+            fprintf(stderr, "taskpushd did not exit within %d ms; killed\n", RUN_LIMIT_MS);
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            status = -1;
+            break;
+        }
+        sleep_ms(10);
+    }
+    fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+        n = read(fd, out, OUT_MAX - 1);
+        out[n > 0 ? n : 0] = '\0';
+        close(fd);
+    }
+    unlink(path);
+    printf("# taskpushd");
+    for (int i = 0; args[i]; i++)
+        printf(" %s", args[i]);
+    printf(" -> %d\n", status < 0 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    for (char *line = out, *nl; *line; line = nl + 1) {
+        nl = strchr(line, '\n');
+        printf("#   %.*s\n", nl ? (int)(nl - line) : (int)strlen(line), line);
+        if (!nl)
+            break;
+    }
+    if (status < 0)
+        return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int migrate(tp_testdb *db, char *out)
+{
+    const char *const args[] = {"--db", db->url, "--migrate", NULL};
+    return run_taskpushd(args, out);
+}
+
+/* taskpushd in its normal mode, which is expected to exit by itself. */
+static int serve(tp_testdb *db, char *out)
+{
+    const char *const args[] = {"--db", db->url, "--listen", "127.0.0.1:0", "--admin",
+                                "127.0.0.1:0", NULL};
+    return run_taskpushd(args, out);
+}
+
+static int count_lines_with(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* ---- databases ---- */
+
+static const char *v1_schema_path(void)
+{
+    static char path[1024];
+    const char *root = getenv("TASKPUSH_SOURCE_ROOT");
+    snprintf(path, sizeof path, "%s/tests/data/schema-v1.sql", root ? root : ".");
+    return path;
+}
+
+/* Replaces the fresh (current) schema tp_testdb_create loaded with version 1. */
+static void make_v1(tp_testdb *db)
+{
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE IF EXISTS task, taskpush_meta"), 0);
+    assert_int_equal(tp_testdb_load_file(db->conn, v1_schema_path()), 0);
+    assert_int_equal(tp_testdb_query_u64(db, DSP_CLAIM_SQL_SCHEMA_VERSION), 1);
+}
+
+static uint64_t version(tp_testdb *db)
+{
+    return tp_testdb_query_u64(db, DSP_CLAIM_SQL_SCHEMA_VERSION);
+}
+
+/* A fingerprint of every column of the rows matching where (64 bits of an MD5 over the
+ * rows in task_id order), so that "unchanged" is checked for all columns at once. */
+static uint64_t fingerprint(tp_testdb *db, const char *where)
+{
+    assert_int_equal(tp_testdb_exec(db, "SET SESSION group_concat_max_len = 1073741824"), 0);
+    return tp_testdb_query_u64(
+        db,
+        "SELECT CONV(LEFT(MD5(CONCAT(COUNT(*), ':', IFNULL(GROUP_CONCAT(CONCAT_WS(',', task_id,"
+        " HEX(task_type), task_state, task_priority, IFNULL(HEX(payload), '-'), insert_time,"
+        " last_update_time, attempts, max_attempts, run_after, IFNULL(timeout_ms, '-'),"
+        " IFNULL(HEX(dedup_key), '-'), IFNULL(HEX(err_msg), '-'), IFNULL(HEX(result), '-'),"
+        " epoch, `delayed`) ORDER BY task_id SEPARATOR ';'), ''))), 15), 16, 10)"
+        " FROM task WHERE %s",
+        where);
+}
+
+/* Inserts one row with the given columns and values; returns its task_id. */
+static uint64_t ins(tp_testdb *db, const char *cols, const char *vals)
+{
+    assert_int_equal(tp_testdb_exec(db, "INSERT INTO task (%s) VALUES (%s)", cols, vals), 1);
+    return (uint64_t)mysql_insert_id(db->conn);
+}
+
+/* Rows in every state, lane and shape that version 1 and version 2 both accept,
+ * including the edges of the new checks (max_attempts 1 and 1000, timeout_ms 1). */
+static void insert_normal_rows(tp_testdb *db)
+{
+    const int64_t now = tp_testdb_now_ms();
+
+    for (int i = 0; i < NORMAL_ROWS; i++) {
+        char vals[1024];
+        int state = i % 4;
+        bool future = state == 0 && i % 8 == 0;
+        static const char *const types[] = {"resize", "thumb", "R\xc3\xa9sum\xc3\xa9", "a b",
+                                            "default"};
+        snprintf(vals, sizeof vals,
+                 "'%s', %d, %d, %s, %" PRId64 ", %" PRId64 ", %d, %d, %" PRId64 ", %s, %s, %s,"
+                 " %s, %u, %d",
+                 types[i % 5], state, i % 3,
+                 i % 6 == 0 ? "NULL" : i % 6 == 1 ? "X'00FF0A0D27225C'" : "'{\"n\":1}'",
+                 now - 100000 + i, now - 50000 + i, i % 4, i % 11 == 0 ? 1000 : 1 + i % 5,
+                 future ? now + 3600000 : i % 9 == 0 ? now - 1000 : (int64_t)0,
+                 i % 5 == 0 ? "NULL" : i % 5 == 1 ? "1" : "30000",
+                 i % 3 == 0 ? "CONCAT('key-', UUID())" : "NULL",
+                 state == 3 ? "'boom: \xe2\x9c\x97'" : "NULL",
+                 state == 2 ? "X'000102'" : "NULL", state == 1 ? 7u : 0u, future ? 1 : 0);
+        ins(db,
+            "task_type, task_state, task_priority, payload, insert_time, last_update_time,"
+            " attempts, max_attempts, run_after, timeout_ms, dedup_key, err_msg, result, epoch,"
+            " `delayed`",
+            vals);
+    }
+}
+
+/* The rows version 2 refuses, and what the migration makes of them. */
+struct bad_rows {
+    uint64_t max0, maxneg, maxbig, attneg, tmoneg, tmo0, runneg, multi;
+    uint64_t type_new, type_proc, type_done, type_failed;
+    char ids[512]; /* "id,id,..." for IN (...) */
+};
+
+static void insert_bad_rows(tp_testdb *db, struct bad_rows *b)
+{
+    const char *cols = "task_type, task_state, attempts, max_attempts, timeout_ms, run_after,"
+                       " payload, err_msg, result, epoch, `delayed`, dedup_key";
+
+    b->max0 = ins(db, cols, "'resize', 0, 0, 0, NULL, 0, 'p-max0', NULL, NULL, 0, 0, 'd-max0'");
+    b->maxneg = ins(db, cols, "'resize', 3, 2, -3, 500, 0, NULL, 'e', NULL, 0, 0, NULL");
+    b->maxbig = ins(db, cols, "'thumb', 0, 7, 5000, NULL, 0, 'p', NULL, NULL, 0, 0, NULL");
+    b->attneg = ins(db, cols, "'thumb', 2, -2, 3, NULL, 0, 'p', NULL, 'ok', 0, 0, NULL");
+    b->tmoneg = ins(db, cols, "'resize', 0, 0, 3, -5, 0, 'p', NULL, NULL, 0, 0, NULL");
+    b->tmo0 = ins(db, cols, "'resize', 1, 1, 3, 0, 0, 'p', NULL, NULL, 7, 0, NULL");
+    b->runneg = ins(db, cols, "'resize', 0, 0, 3, NULL, -1, 'p', NULL, NULL, 0, 0, NULL");
+    b->multi = ins(db, cols, "'resize', 0, -1, 0, -1, -5, 'p', NULL, NULL, 0, 0, NULL");
+    b->type_new = ins(db, cols, "'', 0, 0, 3, NULL, 0, 'p-empty', NULL, NULL, 0, 0, 'd-empty'");
+    b->type_proc = ins(db, cols, "'', 1, 1, 3, NULL, 0, 'p', NULL, NULL, 7, 0, NULL");
+    b->type_done = ins(db, cols, "'', 2, 1, 3, NULL, 0, 'p', NULL, 'r', 7, 0, NULL");
+    b->type_failed = ins(db, cols, "'', 3, 3, 3, NULL, 0, 'p', 'old error', NULL, 7, 0, NULL");
+    snprintf(b->ids, sizeof b->ids,
+             "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
+             ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64,
+             b->max0, b->maxneg, b->maxbig, b->attneg, b->tmoneg, b->tmo0, b->runneg, b->multi,
+             b->type_new, b->type_proc, b->type_done, b->type_failed);
+}
+
+/* 1 when task id matches the condition cond (SQL over its columns). */
+static uint64_t row_is(tp_testdb *db, uint64_t id, const char *cond)
+{
+    return tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE task_id = %" PRIu64 " AND (%s)",
+                               id, cond);
+}
+
+#define ASSERT_ROW(db, id, cond) assert_int_equal(row_is((db), (id), (cond)), 1)
+
+static void assert_check_error(unsigned err)
+{
+    if (err != ERR_CHECK_MARIADB && err != ERR_CHECK_MYSQL)
+        fail_msg("expected a CHECK constraint error, got %u", err);
+}
+
+/* Runs sql; returns the rows it inserted, or 0 after a CHECK constraint error (MariaDB
+ * answers a single-row INSERT IGNORE that breaks a CHECK with the error, MySQL with a
+ * warning; either way the row is not stored). Any other error fails the case. */
+static uint64_t insert_checked(MYSQL *conn, const char *sql)
+{
+    MYSQL_RES *res;
+
+    if (mysql_query(conn, sql) != 0) {
+        assert_check_error(mysql_errno(conn));
+        return 0;
+    }
+    res = mysql_store_result(conn);
+    if (res)
+        mysql_free_result(res);
+    return (uint64_t)mysql_affected_rows(conn);
+}
+
+/* The checks of version 2 refuse each bad value, under INSERT IGNORE too, and accept the
+ * edges. */
+static void assert_v2_checks(tp_testdb *db)
+{
+    static const char *const bad[][2] = {
+        {"max_attempts", "0"},  {"max_attempts", "-1"}, {"max_attempts", "1001"},
+        {"attempts", "-1"},     {"timeout_ms", "0"},    {"timeout_ms", "-5"},
+        {"run_after", "-1"},    {"task_type", "''"},
+    };
+    uint64_t before = tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task");
+    char sql[160];
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(sql, sizeof sql, "INSERT IGNORE INTO task (%s) VALUES (%s)", bad[i][0], bad[i][1]);
+        assert_int_equal(insert_checked(db->conn, sql), 0);
+        assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task"), before);
+        snprintf(sql, sizeof sql, "INSERT INTO task (%s) VALUES (%s)", bad[i][0], bad[i][1]);
+        assert_int_not_equal(mysql_query(db->conn, sql), 0);
+        assert_check_error(mysql_errno(db->conn));
+    }
+    /* Multi-row INSERT IGNORE: the good row goes in, the bad ones do not. */
+    assert_int_equal(tp_testdb_exec(db, "START TRANSACTION"), 0);
+    assert_int_equal(insert_checked(db->conn, "INSERT IGNORE INTO task (max_attempts, run_after,"
+                                              " payload) VALUES (0, 0, 'bad1'), (3, 0, 'good'),"
+                                              " (3, -1, 'bad2')"),
+                     1);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE payload LIKE 'bad%%'"),
+                     0);
+    assert_int_equal(tp_testdb_exec(db, "ROLLBACK"), 0);
+    assert_int_equal(tp_testdb_exec(db, "START TRANSACTION"), 0);
+    assert_int_equal(tp_testdb_exec(db, "INSERT INTO task (max_attempts, timeout_ms, attempts,"
+                                        " run_after, task_type) VALUES (1000, 1, 0, 0, 'x'),"
+                                        " (1, 2147483647, 2147483647, 0, 'y')"),
+                     2);
+    assert_int_equal(tp_testdb_exec(db, "ROLLBACK"), 0);
+}
+
+/* ---- fixture ---- */
+
+static int fx_setup(void **state)
+{
+    struct fx *fx = calloc(1, sizeof *fx);
+    if (!fx)
+        return -1;
+    /* --db must come from the arguments only. */
+    unsetenv("TASKPUSH_DB");
+    *state = fx;
+    return 0;
+}
+
+static int fx_teardown(void **state)
+{
+    struct fx *fx = *state;
+    if (fx->d.pid > 0)
+        tp_daemon_stop(&fx->d, SIGKILL, 5000);
+    tp_testdb_drop(&fx->db);
+    tp_testdb_drop(&fx->db2);
+    free(fx);
+    return 0;
+}
+
+/* ---- cases ---- */
+
+/* (a) and (b): a version 1 database with rows is upgraded; the rows version 2 refuses are
+ * repaired as 002-row-value-checks.sql documents, every other row is unchanged, the new
+ * checks hold, a second --migrate is a no-op, and taskpushd then leads the table. */
+static void test_migrate_v1_with_rows(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    struct bad_rows b;
+    char out[OUT_MAX], where[600], cond[640];
+    uint64_t good_before, bad_rest_before, all_after, rows_before, done_update_before;
+
+    assert_int_equal(tp_testdb_create("migrate_rows", db), 0);
+    make_v1(db);
+    insert_normal_rows(db);
+    insert_bad_rows(db, &b);
+    assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 7 WHERE name = 'epoch'"),
+                     1);
+    rows_before = tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task");
+    assert_int_equal(rows_before, NORMAL_ROWS + 12);
+    snprintf(where, sizeof where, "task_id NOT IN (%s)", b.ids);
+    good_before = fingerprint(db, where);
+    assert_int_not_equal(good_before, TP_TESTDB_U64_ERR);
+    /* The columns no repair touches, of the repaired rows. */
+    const char *rest = "SELECT CONV(LEFT(MD5(GROUP_CONCAT(CONCAT_WS(',', task_id, task_priority,"
+                       " IFNULL(HEX(payload), '-'), insert_time, IFNULL(HEX(dedup_key), '-'),"
+                       " IFNULL(HEX(result), '-'), epoch) ORDER BY task_id)), 15), 16, 10)"
+                       " FROM task WHERE task_id IN (%s)";
+    bad_rest_before = tp_testdb_query_u64(db, rest, b.ids);
+    done_update_before = tp_testdb_query_u64(db, "SELECT last_update_time FROM task WHERE task_id = %"
+                                             PRIu64, b.type_done);
+
+    assert_int_equal(migrate(db, out), 0);
+    assert_int_equal(count_lines_with(out, "schema 1 -> 2: row value checks\n"), 1);
+    assert_int_equal(version(db), 2);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT value FROM taskpush_meta WHERE name = 'epoch'"),
+                     7);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task"), rows_before);
+    assert_int_equal(fingerprint(db, where), good_before);
+    assert_int_equal(tp_testdb_query_u64(db, rest, b.ids), bad_rest_before);
+
+    /* Each repair, and nothing else changed on that row. */
+    ASSERT_ROW(db, b.max0, "max_attempts = 1 AND attempts = 0 AND task_state = 0 AND"
+                           " timeout_ms IS NULL AND task_type = 'resize'");
+    ASSERT_ROW(db, b.maxneg, "max_attempts = 1 AND attempts = 2 AND task_state = 3 AND"
+                             " timeout_ms = 500 AND err_msg = 'e'");
+    ASSERT_ROW(db, b.maxbig, "max_attempts = 1000 AND attempts = 7 AND task_state = 0");
+    ASSERT_ROW(db, b.attneg, "attempts = 0 AND max_attempts = 3 AND task_state = 2");
+    ASSERT_ROW(db, b.tmoneg, "timeout_ms IS NULL AND task_state = 0 AND max_attempts = 3");
+    ASSERT_ROW(db, b.tmo0, "timeout_ms IS NULL AND task_state = 1 AND attempts = 1");
+    ASSERT_ROW(db, b.runneg, "run_after = 0 AND `delayed` = 0 AND task_state = 0");
+    ASSERT_ROW(db, b.multi, "attempts = 0 AND max_attempts = 1 AND timeout_ms IS NULL AND"
+                            " run_after = 0 AND task_state = 0");
+    /* An empty type: 'default'; an unfinished row FAILED with the reason, a finished one
+     * otherwise untouched. */
+    ASSERT_ROW(db, b.type_new, "task_type = 'default' AND task_state = 3 AND `delayed` = 0 AND"
+                               " attempts = 0 AND err_msg LIKE 'schema migration 2: task_type"
+                               " was empty%'");
+    ASSERT_ROW(db, b.type_proc, "task_type = 'default' AND task_state = 3 AND attempts = 1 AND"
+                                " err_msg LIKE 'schema migration 2:%'");
+    ASSERT_ROW(db, b.type_done, "task_type = 'default' AND task_state = 2 AND err_msg IS NULL");
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT last_update_time FROM task WHERE task_id = %"
+                                         PRIu64, b.type_done),
+                     done_update_before);
+    ASSERT_ROW(db, b.type_failed, "task_type = 'default' AND task_state = 3 AND"
+                                  " err_msg = 'old error'");
+    snprintf(cond, sizeof cond, "task_id IN (%s) AND err_msg LIKE 'schema migration 2%%'", b.ids);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE %s", cond), 2);
+
+    assert_v2_checks(db);
+
+    /* (b) Again: nothing to do, nothing changed. */
+    all_after = fingerprint(db, "1");
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "nothing to do"));
+    assert_int_equal(count_lines_with(out, "->"), 0);
+    assert_int_equal(version(db), 2);
+    assert_int_equal(fingerprint(db, "1"), all_after);
+
+    /* The upgraded database is one taskpushd runs on. */
+    assert_int_equal(tp_daemon_start(&fx->d, db->url, NULL), 0);
+    assert_int_equal(tp_daemon_wait_leader(&fx->d, 20000), 0);
+    assert_int_equal(tp_daemon_stop(&fx->d, SIGTERM, 20000), 0);
+}
+
+/* The migration file run by hand twice (as its header allows) ends where --migrate does. */
+static void test_migration_file_rerun_by_hand(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    char path[1024];
+    const char *root = getenv("TASKPUSH_SOURCE_ROOT");
+    uint64_t after_first;
+
+    snprintf(path, sizeof path, "%s/sql/migrations/002-row-value-checks.sql", root ? root : ".");
+    assert_int_equal(tp_testdb_create("migrate_hand", db), 0);
+    make_v1(db);
+    ins(db, "task_type, max_attempts, timeout_ms", "'a', 0, -1");
+    assert_int_equal(tp_testdb_load_file(db->conn, path), 0);
+    assert_int_equal(version(db), 2);
+    after_first = fingerprint(db, "1");
+    assert_int_equal(tp_testdb_load_file(db->conn, path), 0);
+    assert_int_equal(version(db), 2);
+    assert_int_equal(fingerprint(db, "1"), after_first);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema."
+                                             "CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA ="
+                                             " DATABASE()"),
+                     8);
+    assert_v2_checks(db);
+}
+
+/* Some of the new constraints added by hand: the migration stops with the server's
+ * message and the version stays 1. */
+static void test_migrate_stops_on_partial_constraints(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    char out[OUT_MAX];
+
+    assert_int_equal(tp_testdb_create("migrate_partial", db), 0);
+    make_v1(db);
+    assert_int_equal(tp_testdb_exec(db, "ALTER TABLE task ADD CONSTRAINT run_after_min CHECK"
+                                        " (run_after >= 0)"),
+                     0);
+    assert_int_equal(migrate(db, out), 1);
+    assert_non_null(strstr(out, "schema 1 -> 2 (row value checks) failed"));
+    assert_non_null(strstr(out, "drop its partly added constraints"));
+    assert_non_null(strstr(out, "stays at version 1"));
+    assert_int_equal(version(db), 1);
+
+    assert_int_equal(tp_testdb_exec(db, "ALTER TABLE task DROP CONSTRAINT run_after_min"), 0);
+    assert_int_equal(migrate(db, out), 0);
+    assert_int_equal(version(db), 2);
+}
+
+/* (c) taskpushd on a version 1 database: exits 1, names --migrate, touches nothing. */
+static void test_old_schema_refused(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    char out[OUT_MAX];
+    uint64_t before;
+
+    assert_int_equal(tp_testdb_create("migrate_old", db), 0);
+    make_v1(db);
+    ins(db, "task_type, task_state, epoch, attempts", "'a', 1, 3, 1");
+    ins(db, "task_type", "'a'");
+    assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 3 WHERE name = 'epoch'"),
+                     1);
+    before = fingerprint(db, "1");
+
+    assert_int_equal(serve(db, out), 1);
+    assert_non_null(strstr(out, "schema version 1 is older than this taskpushd (2)"));
+    assert_non_null(strstr(out, "taskpushd --db ... --migrate"));
+    /* It never led: no epoch taken, the PROCESSING row not recovered. */
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT value FROM taskpush_meta WHERE name = 'epoch'"),
+                     3);
+    assert_int_equal(fingerprint(db, "1"), before);
+    assert_int_equal(version(db), 1);
+}
+
+/* (d) A version newer than this build: both modes exit 1 saying so. */
+static void test_newer_schema_refused(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    char out[OUT_MAX];
+
+    assert_int_equal(tp_testdb_create("migrate_new", db), 0);
+    assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 99 WHERE name ="
+                                        " 'schema_version'"),
+                     1);
+    assert_int_equal(serve(db, out), 1);
+    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (2):"
+                                " upgrade taskpushd"));
+    assert_int_equal(migrate(db, out), 1);
+    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (2)"));
+    assert_int_equal(version(db), 99);
+}
+
+/* SHOW CREATE TABLE of name on db, with the AUTO_INCREMENT=N table option removed.
+ * Returns malloc'ed text (caller frees). */
+static char *create_table(tp_testdb *db, const char *name)
+{
+    char sql[128];
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    char *text;
+    regex_t re;
+    regmatch_t m;
+
+    snprintf(sql, sizeof sql, "SHOW CREATE TABLE %s", name);
+    assert_int_equal(mysql_query(db->conn, sql), 0);
+    res = mysql_store_result(db->conn);
+    assert_non_null(res);
+    row = mysql_fetch_row(res);
+    assert_non_null(row);
+    text = strdup(row[1]);
+    mysql_free_result(res);
+    assert_non_null(text);
+    assert_int_equal(regcomp(&re, " AUTO_INCREMENT=[0-9]+", REG_EXTENDED), 0);
+    if (regexec(&re, text, 1, &m, 0) == 0)
+        memmove(text + m.rm_so, text + m.rm_eo, strlen(text + m.rm_eo) + 1);
+    regfree(&re);
+    return text;
+}
+
+/* (e) A migrated version 1 database and a fresh one are the same tables. */
+static void test_migrated_equals_fresh(void **state)
+{
+    struct fx *fx = *state;
+    char out[OUT_MAX];
+    static const char *const tables[] = {"task", "taskpush_meta"};
+
+    assert_int_equal(tp_testdb_create("migrate_eq_old", &fx->db), 0);
+    assert_int_equal(tp_testdb_create("migrate_eq_new", &fx->db2), 0);
+    make_v1(&fx->db);
+    ins(&fx->db, "task_type", "'a'");
+    assert_int_equal(migrate(&fx->db, out), 0);
+    for (size_t i = 0; i < 2; i++) {
+        char *a = create_table(&fx->db, tables[i]), *b = create_table(&fx->db2, tables[i]);
+        if (strcmp(a, b) != 0)
+            fprintf(stderr, "migrated:\n%s\nfresh:\n%s\n", a, b);
+        assert_string_equal(a, b);
+        free(a);
+        free(b);
+    }
+    assert_v2_checks(&fx->db2);
+}
+
+/* --migrate refuses while the table's leadership lock is held: by any connection, and by
+ * a real leading taskpushd (the same lock name as db.c's). */
+static void test_migrate_refuses_while_led(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    char out[OUT_MAX];
+    MYSQL *holder;
+
+    assert_int_equal(tp_testdb_create("migrate_led", db), 0);
+    make_v1(db);
+    ins(db, "task_type, max_attempts", "'a', 0");
+    holder = tp_testdb_connect(db);
+    assert_non_null(holder);
+    assert_int_equal(tp_testdb_query_u64_conn(holder, "SELECT GET_LOCK('taskpush.%s', 0)", db->name),
+                     1);
+    assert_int_equal(migrate(db, out), 1);
+    assert_non_null(strstr(out, "a taskpushd leads database"));
+    assert_non_null(strstr(out, "nothing was changed"));
+    assert_int_equal(version(db), 1);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT max_attempts FROM task"), 0);
+    assert_int_equal(tp_testdb_query_u64_conn(holder, "SELECT RELEASE_LOCK('taskpush.%s')", db->name),
+                     1);
+    mysql_close(holder);
+    assert_int_equal(migrate(db, out), 0);
+    assert_int_equal(version(db), 2);
+
+    /* A real leader. */
+    assert_int_equal(tp_daemon_start(&fx->d, db->url, NULL), 0);
+    assert_int_equal(tp_daemon_wait_leader(&fx->d, 20000), 0);
+    assert_int_equal(migrate(db, out), 1);
+    assert_non_null(strstr(out, "a taskpushd leads database"));
+    assert_int_equal(tp_daemon_stop(&fx->d, SIGTERM, 20000), 0);
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "nothing to do"));
+}
+
+/* No schema at all: --migrate says to load sql/schema.sql; a task table without a version:
+ * it refuses and changes nothing; bad flags exit 2. */
+static void test_migrate_without_schema_and_bad_flags(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    char out[OUT_MAX];
+
+    assert_int_equal(tp_testdb_create("migrate_empty", db), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta"), 0);
+    assert_int_equal(migrate(db, out), 1);
+    assert_non_null(strstr(out, "has no taskpush schema: load sql/schema.sql"));
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables"
+                                             " WHERE table_schema = DATABASE()"),
+                     0);
+
+    make_v1(db);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE taskpush_meta"), 0);
+    assert_int_equal(migrate(db, out), 1);
+    assert_non_null(strstr(out, "no schema version"));
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables"
+                                             " WHERE table_schema = DATABASE()"),
+                     1);
+
+    const char *const extra[] = {"--db", db->url, "--migrate=yes", NULL};
+    assert_int_equal(run_taskpushd(extra, out), 2);
+    const char *const nodb[] = {"--migrate", NULL};
+    assert_int_equal(run_taskpushd(nodb, out), 2);
+    assert_non_null(strstr(out, "--db URL is required"));
+    /* An unreachable server: a database error, exit 1 with the client's message. */
+    const char *const down[] = {"--db", "mysql://nobody@127.0.0.1:1/nodb", "--migrate", NULL};
+    assert_int_equal(run_taskpushd(down, out), 1);
+    assert_non_null(strstr(out, "cannot connect to database nodb"));
+}
+
+int main(void)
+{
+#define T(f) cmocka_unit_test_setup_teardown(f, fx_setup, fx_teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_migrate_v1_with_rows),
+        T(test_migration_file_rerun_by_hand),
+        T(test_migrate_stops_on_partial_constraints),
+        T(test_old_schema_refused),
+        T(test_newer_schema_refused),
+        T(test_migrated_equals_fresh),
+        T(test_migrate_refuses_while_led),
+        T(test_migrate_without_schema_and_bad_flags),
+    };
+#undef T
+    return cmocka_run_group_tests_name("migrate", tests, NULL, NULL);
+}
