@@ -3,6 +3,7 @@
 #include "conn.h"
 #include "dashboard.h"
 #include "server.h"
+#include "tls.h"
 
 #include <event2/buffer.h>
 #include <event2/http.h>
@@ -503,6 +504,13 @@ static void not_found_cb(struct evhttp_request *req, void *arg)
     send_error_text(req, HTTP_NOTFOUND, "no such path");
 }
 
+/* With TLS, evhttp wraps each accepted connection in what this returns. */
+static struct bufferevent *tls_bev_cb(struct event_base *base, void *arg)
+{
+    dsp_server *srv = arg;
+    return dsp_tls_http_bev_new(base, srv->tls->admin);
+}
+
 int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
 {
     char host[256];
@@ -528,6 +536,8 @@ int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
     if (dsp_dashboard_register(srv->http) != 0)
         return -1;
     evhttp_set_gencb(srv->http, not_found_cb, srv);
+    if (srv->tls)
+        evhttp_set_bevcb(srv->http, tls_bev_cb, srv);
     struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(srv->http, host, (ev_uint16_t)port);
     if (!bs) {
         log_error(&srv->log, "--admin %s: cannot listen there", srv->cfg->admin);

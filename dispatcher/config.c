@@ -2,6 +2,7 @@
 
 #include "log.h"
 #include "proto.h"
+#include "tls.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -75,6 +76,11 @@ static const opt_def option_table[] = {
      "write {pid, listen, admin} as JSON here once the ports are open (for scripts)"},
     {"token-file", OPT_STRING, F(token_file), NULL, 0, 0, "PATH",
      "workers must present this secret (also TASKPUSH_TOKEN)"},
+    {"tls-cert", OPT_STRING, F(tls_cert), NULL, 0, 0, "PEM",
+     "serve both ports over TLS with this certificate chain (needs --tls-key)"},
+    {"tls-key", OPT_STRING, F(tls_key), NULL, 0, 0, "PEM", "the private key of --tls-cert"},
+    {"tls-ca", OPT_STRING, F(tls_ca), NULL, 0, 0, "PEM",
+     "workers must present a certificate signed by this CA (the admin port asks none)"},
     {"log-level", OPT_LOGLEVEL, F(log_level), "info", 0, 0, "LEVEL", "error, warn, info or debug"},
     {"config", OPT_STRING, F(config_file), NULL, 0, 0, "PATH", "a file of KEY = VALUE lines"},
 };
@@ -389,6 +395,23 @@ static int read_token(const char *path, char **out, char *err, size_t errlen)
     return 0;
 }
 
+/* TLS flags go together, and their files are loaded once here so that a bad
+ * one is a bad flag (exit 2), not a failure at start-up. */
+static int check_tls(const dsp_config *cfg, char *err, size_t errlen)
+{
+    if (!cfg->tls_cert && !cfg->tls_key && !cfg->tls_ca)
+        return 0;
+    if (!cfg->tls_cert || !cfg->tls_key) {
+        snprintf(err, errlen, "%s", cfg->tls_cert  ? "--tls-cert needs --tls-key"
+                                    : cfg->tls_key ? "--tls-key needs --tls-cert"
+                                                   : "--tls-ca needs --tls-cert and --tls-key");
+        return -1;
+    }
+    dsp_tls *tls = dsp_tls_new(cfg->tls_cert, cfg->tls_key, cfg->tls_ca, err, errlen);
+    dsp_tls_free(tls);
+    return tls ? 0 : -1;
+}
+
 int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err, size_t errlen)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -485,6 +508,8 @@ int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err
     } else if ((env = getenv("TASKPUSH_TOKEN")) && *env) {
         cfg->token = strdup(env);
     }
+    if (check_tls(cfg, err, errlen) < 0)
+        goto done;
     rc = DSP_CONFIG_OK;
 done:
     free(set_idx);

@@ -50,6 +50,9 @@ typedef struct dsp_config {
     int64_t retain_failed_ms;   /* delete FAILED rows older than this; 0 keeps all */
     int64_t table_stats_ms;     /* refresh interval of the table-side figures */
     char *ready_file;  /* written once the ports listen: {"pid","listen","admin"} */
+    char *tls_cert;    /* PEM: with tls_key, both ports speak TLS only */
+    char *tls_key;
+    char *tls_ca;      /* PEM: workers must present a certificate signed by it */
     char *config_file;
     bool migrate;      /* --migrate: upgrade the schema, then exit (an action, not a key) */
 } dsp_config;

@@ -2,6 +2,7 @@
 
 #include "db_sql.h"
 #include "proto.h"
+#include "tls.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -437,12 +438,13 @@ static void read_cb(struct bufferevent *bev, void *arg)
 
 static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
-    (void)bev;
     dsp_conn *c = arg;
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
         if (c->state == DSP_CONN_ACTIVE)
             c->srv->conn_stats.lost_total++;
-        dsp_conn_close(c, 0, (what & BEV_EVENT_EOF) ? "disconnected" : "socket error");
+        char why[320];
+        dsp_tls_event_text(bev, what, why, sizeof why); /* a failed handshake says why */
+        dsp_conn_close(c, 0, why);
         event_active(c->free_ev, EV_TIMEOUT, 0); /* nothing more can be flushed */
     }
 }
@@ -470,7 +472,8 @@ void dsp_conn_accept(dsp_server *srv, int fd, const struct sockaddr *sa, int sal
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->srv = srv;
     c->id = ++srv->next_conn_id;
-    c->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    c->bev = srv->tls ? dsp_tls_accept_bev_new(srv->base, srv->tls->worker, fd)
+                      : bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
     c->free_ev = event_new(srv->base, -1, 0, free_cb, c);
     if (!c->bev || !c->free_ev) {
         if (c->bev)

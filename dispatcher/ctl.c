@@ -3,14 +3,20 @@
  *   taskpushctl [--admin HOST:PORT] [--json] stats|workers|health
  *   taskpushctl [--admin HOST:PORT] [--json] [--token-file PATH] [--type T]
  *               pause|resume|drain|requeue-failed
+ *   --admin also takes http://HOST:PORT, and https://HOST:PORT, which, like
+ *   --tls, speaks TLS (verified against --tls-ca or the system's CAs).
  *
  * Exit status: 0 when the dispatcher answered (for health: answered healthy;
  * for a request: accepted it), 1 when it is unhealthy, refused or did not
  * answer, 2 for a bad command line. */
+#include "tls.h"
+
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <jansson.h>
+#include <openssl/ssl.h>
 
 #include <errno.h>
 #include <getopt.h>
@@ -22,7 +28,16 @@
 typedef struct ctl_reply {
     int status; /* HTTP status, -1 when no answer */
     char *body;
+    char why[320]; /* with no answer: the TLS failure, when there was one */
 } ctl_reply;
+
+/* Where and how to reach the admin port. */
+typedef struct ctl_target {
+    const char *admin; /* as given, for messages */
+    char host[256];
+    unsigned short port;
+    SSL_CTX *tls;      /* NULL: plain HTTP */
+} ctl_target;
 
 static void reply_cb(struct evhttp_request *req, void *arg)
 {
@@ -38,23 +53,60 @@ static void reply_cb(struct evhttp_request *req, void *arg)
     }
 }
 
-static ctl_reply http_request(const char *admin, enum evhttp_cmd_type method, const char *path,
+/* Splits [http://|https://]HOST:PORT[/] (HOST may be [v6]); https:// turns TLS on.
+ * Returns 0 or -1. */
+static int parse_admin(const char *admin, ctl_target *t, bool *tls)
+{
+    const char *p = admin;
+    if (strncmp(p, "https://", 8) == 0) {
+        *tls = true;
+        p += 8;
+    } else if (strncmp(p, "http://", 7) == 0) {
+        p += 7;
+    }
+    size_t n = strlen(p);
+    if (n > 0 && p[n - 1] == '/')
+        n--;
+    const char *colon = NULL;
+    for (size_t i = n; i > 0 && !colon; i--)
+        if (p[i - 1] == ':')
+            colon = p + i - 1;
+    const char *h = p;
+    size_t hl = colon ? (size_t)(colon - p) : 0;
+    bool bracketed = hl >= 2 && h[0] == '[' && h[hl - 1] == ']';
+    if (bracketed) {
+        h++;
+        hl -= 2;
+    }
+    if (!colon || hl == 0 || hl >= sizeof t->host || (!bracketed && memchr(h, ':', hl)))
+        return -1;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || end != p + n || port < 1 || port > 65535)
+        return -1;
+    memcpy(t->host, h, hl);
+    t->host[hl] = '\0';
+    t->port = (unsigned short)port;
+    return 0;
+}
+
+static ctl_reply http_request(const ctl_target *t, enum evhttp_cmd_type method, const char *path,
                               const char *token)
 {
-    ctl_reply r = {-1, NULL};
-    char host[256];
-    const char *colon = strrchr(admin, ':');
-    if (!colon || colon == admin || (size_t)(colon - admin) >= sizeof host)
-        return r;
-    memcpy(host, admin, (size_t)(colon - admin));
-    host[colon - admin] = '\0';
+    ctl_reply r = {.status = -1};
     struct event_base *base = event_base_new();
+    struct bufferevent *bev = NULL;
+    if (base && t->tls && !(bev = dsp_tls_connect_bev_new(base, t->tls, t->host))) {
+        event_base_free(base);
+        snprintf(r.why, sizeof r.why, "cannot set up TLS for %s", t->host);
+        return r;
+    }
     struct evhttp_connection *conn =
-        base ? evhttp_connection_base_new(base, NULL, host, (unsigned short)atoi(colon + 1)) : NULL;
+        base ? evhttp_connection_base_bufferevent_new(base, NULL, bev, t->host, t->port) : NULL;
     struct evhttp_request *req = conn ? evhttp_request_new(reply_cb, &r) : NULL;
     if (req) {
         evhttp_connection_set_timeout(conn, 5);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Host", host);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Host", t->host);
         if (token) {
             size_t n = strlen(token) + 8;
             char *auth = malloc(n);
@@ -67,6 +119,8 @@ static ctl_reply http_request(const char *admin, enum evhttp_cmd_type method, co
         if (evhttp_make_request(conn, req, method, path) == 0)
             event_base_dispatch(base);
     }
+    if (r.status < 0 && conn)
+        dsp_tls_error_text(evhttp_connection_get_bufferevent(conn), r.why, sizeof r.why);
     if (conn)
         evhttp_connection_free(conn);
     if (base)
@@ -205,7 +259,7 @@ static void print_workers(json_t *list)
 
 static void usage(FILE *out)
 {
-    fprintf(out, "Usage: taskpushctl [--admin HOST:PORT] [--json] COMMAND\n"
+    fprintf(out, "Usage: taskpushctl [--admin HOST:PORT] [--tls [--tls-ca PEM]] [--json] COMMAND\n"
                  "Shows a running taskpushd through its admin port.\n\n"
                  "Commands:\n"
                  "  stats     counters, queue and database state\n"
@@ -220,16 +274,26 @@ static void usage(FILE *out)
                  "  --type T            only task type T (pause, resume, requeue-failed)\n"
                  "  --token-file PATH   bearer token for pause/resume/drain/requeue-failed\n"
                  "                      (default: TASKPUSH_TOKEN)\n"
-                 "  --admin HOST:PORT   the admin port (default 127.0.0.1:7071, or TASKPUSH_ADMIN)\n"
+                 "  --admin HOST:PORT   the admin port (default 127.0.0.1:7071, or TASKPUSH_ADMIN);\n"
+                 "                      also http://HOST:PORT, or https://HOST:PORT for TLS\n"
+                 "  --tls               speak TLS to the admin port (taskpushd --tls-cert)\n"
+                 "  --tls-ca PEM        trust this CA for the dispatcher's certificate\n"
+                 "                      (default: the system's CAs); the certificate must name HOST\n"
                  "  --json              print the dispatcher's JSON as it is (for scripts)\n"
                  "  -h, --help          show this help\n"
                  "  --version           show the version\n");
 }
 
 /* pause|resume|drain|requeue-failed. */
-static int run_post(const char *admin, const char *cmd, const char *path, const char *type,
+static void no_answer(const ctl_target *t, const ctl_reply *r)
+{
+    fprintf(stderr, "taskpushctl: no answer from %s%s%s\n", t->admin, r->why[0] ? ": " : "", r->why);
+}
+
+static int run_post(const ctl_target *t, const char *cmd, const char *path, const char *type,
                     const char *token_file, bool as_json)
 {
+    const char *admin = t->admin;
     char *token = NULL;
     if (token_file) {
         if (!(token = read_token(token_file)))
@@ -241,12 +305,12 @@ static int run_post(const char *admin, const char *cmd, const char *path, const 
     char *enc = type ? evhttp_encode_uri(type) : NULL;
     snprintf(url, sizeof url, "%s%s%s", path, enc ? "?type=" : "", enc ? enc : "");
     free(enc);
-    ctl_reply r = http_request(admin, EVHTTP_REQ_POST, url, token);
+    ctl_reply r = http_request(t, EVHTTP_REQ_POST, url, token);
     free(token);
     int rc = 1;
     json_t *o = r.body ? json_loads(r.body, 0, NULL) : NULL;
     if (r.status < 0) {
-        fprintf(stderr, "taskpushctl: no answer from %s\n", admin);
+        no_answer(t, &r);
     } else if (as_json) {
         if (o)
             printf("%s", r.body);
@@ -279,12 +343,13 @@ static int run_post(const char *admin, const char *cmd, const char *path, const 
 int main(int argc, char **argv)
 {
     const char *admin = getenv("TASKPUSH_ADMIN") ? getenv("TASKPUSH_ADMIN") : "127.0.0.1:7071";
-    bool as_json = false;
-    const char *type = NULL, *token_file = NULL;
+    bool as_json = false, tls = false;
+    const char *type = NULL, *token_file = NULL, *tls_ca = NULL;
     static const struct option longopts[] = {
         {"admin", required_argument, NULL, 'a'}, {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},        {"version", no_argument, NULL, 'V'},
         {"type", required_argument, NULL, 't'},  {"token-file", required_argument, NULL, 'k'},
+        {"tls", no_argument, NULL, 's'},         {"tls-ca", required_argument, NULL, 'C'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -302,6 +367,12 @@ int main(int argc, char **argv)
             break;
         case 'k':
             token_file = optarg;
+            break;
+        case 's':
+            tls = true;
+            break;
+        case 'C':
+            tls_ca = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -344,12 +415,33 @@ int main(int argc, char **argv)
         fprintf(stderr, "taskpushctl: --type must be 1 to 256 bytes\n");
         return 2;
     }
-    if (post)
-        return run_post(admin, cmd, post, type, token_file, as_json);
-    ctl_reply r = http_request(admin, EVHTTP_REQ_GET, path, NULL);
+    ctl_target target = {.admin = admin};
+    if (parse_admin(admin, &target, &tls) < 0) {
+        fprintf(stderr, "taskpushctl: --admin '%s' is not [http[s]://]HOST:PORT\nTry 'taskpushctl --help'.\n",
+                admin);
+        return 2;
+    }
+    if (tls_ca && !tls) {
+        fprintf(stderr, "taskpushctl: --tls-ca goes with --tls or an https:// --admin\n");
+        return 2;
+    }
+    if (tls) {
+        char err[512];
+        if (!(target.tls = dsp_tls_client_ctx_new(tls_ca, err, sizeof err))) {
+            fprintf(stderr, "taskpushctl: %s\n", err);
+            return 2;
+        }
+    }
+    if (post) {
+        int prc = run_post(&target, cmd, post, type, token_file, as_json);
+        dsp_tls_ctx_free(target.tls);
+        return prc;
+    }
+    ctl_reply r = http_request(&target, EVHTTP_REQ_GET, path, NULL);
+    dsp_tls_ctx_free(target.tls);
     int rc = 1;
     if (r.status < 0) {
-        fprintf(stderr, "taskpushctl: no answer from %s\n", admin);
+        no_answer(&target, &r);
     } else if (strcmp(cmd, "health") == 0) {
         bool ok = r.status == 200;
         if (as_json)

@@ -2,6 +2,7 @@
 
 #include "conn.h"
 #include "proto.h"
+#include "tls.h"
 
 #include <event2/event.h>
 #include <event2/http.h>
@@ -1083,13 +1084,17 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
     struct timeval tv = {0, (suseconds_t)(tick * 1000)};
     event_add(srv->tick_timer, &tv);
 
-    char listen[300], admin[300];
+    char listen[300], admin[300], why[512];
+    if (cfg->tls_cert && !(srv->tls = dsp_tls_new(cfg->tls_cert, cfg->tls_key, cfg->tls_ca, why, sizeof why))) {
+        log_error(&srv->log, "%s", why);
+        return -1;
+    }
     if (bind_listener(srv, listen, sizeof listen) < 0)
         return -1;
     if (dsp_admin_init(srv, admin, sizeof admin) < 0)
         return -1;
-    log_info(&srv->log, "taskpushd %s: workers on %s, admin on %s, scheduler %s", TASKPUSH_VERSION,
-             listen, admin, dsp_sched_policy_name(cfg->scheduler));
+    log_info(&srv->log, "taskpushd %s: workers on %s, admin on %s%s, scheduler %s", TASKPUSH_VERSION,
+             listen, admin, srv->tls ? " (both TLS)" : "", dsp_sched_policy_name(cfg->scheduler));
 
     dsp_db_options o = {
         .url = &cfg->db_url,
@@ -1134,6 +1139,7 @@ void dsp_server_free(dsp_server *srv)
         evhttp_free(srv->http);
     if (srv->listener)
         evconnlistener_free(srv->listener);
+    dsp_tls_free(srv->tls);
     for (int i = 0; i < 3; i++)
         if (srv->signal_evs[i])
             event_free(srv->signal_evs[i]);

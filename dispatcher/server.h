@@ -71,6 +71,7 @@ struct dsp_server {
     struct event_base *base;
     struct evconnlistener *listener;
     struct evhttp *http;
+    struct dsp_tls *tls;       /* NULL unless --tls-cert: both ports speak TLS */
     dsp_db *db;
 
     struct event *claim_timer;

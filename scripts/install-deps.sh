@@ -11,6 +11,7 @@ set -euo pipefail
 packages=(
   gcc meson ninja-build pkg-config python3
   libevent-dev default-libmysqlclient-dev libjansson-dev libcmocka-dev
+  libssl-dev openssl
   mariadb-server-core mariadb-client-core
 )
 case "${1:-}" in

@@ -403,7 +403,8 @@ static void start_connect(tp_worker *w)
     w->gen++;
     w->session_tasks = 0;
     w->max_body_in = PROTO_MAX_BODY_DEFAULT;
-    w->bev = bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    w->bev = w->tls_ctx != NULL ? tpi_tls_bev_new(w->base, w->tls_ctx, a->host)
+                                : bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (w->bev == NULL) {
         attempt_failed(w, "cannot create a bufferevent");
         return;
@@ -456,9 +457,9 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     }
     if (what & BEV_EVENT_EOF)
         snprintf(why, sizeof(why), "closed by the dispatcher");
-    else if (what & BEV_EVENT_ERROR)
+    else if ((what & BEV_EVENT_ERROR) && !tpi_tls_error_text(bev, why, sizeof(why)))
         snprintf(why, sizeof(why), "%s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-    else
+    else if (!(what & BEV_EVENT_ERROR))
         snprintf(why, sizeof(why), "event 0x%x", (unsigned)what);
     conn_close(w, w->stopping || w->peer_stopped ? TP_LOG_INFO : TP_LOG_WARN, why);
 }
@@ -941,6 +942,7 @@ static void on_stop(evutil_socket_t fd, short what, void *arg)
 
 tp_worker *tp_worker_new(const tp_worker_options *opts, tp_error *err)
 {
+    tp_worker_options o;
     tp_worker *w = NULL;
     tp_worker *ret = NULL;
     int rc;
@@ -950,8 +952,9 @@ tp_worker *tp_worker_new(const tp_worker_options *opts, tp_error *err)
         err->code = TP_OK;
         err->text[0] = '\0';
     }
-    if (tpi_options_check(opts, err) < 0)
+    if (tpi_options_copy(opts, &o, err) < 0 || tpi_options_check(&o, err) < 0)
         goto done;
+    opts = &o;
     w = calloc(1, sizeof(*w));
     if (w == NULL) {
         tpi_error_set(err, TP_ENOMEM, "out of memory");
@@ -959,7 +962,11 @@ tp_worker *tp_worker_new(const tp_worker_options *opts, tp_error *err)
     }
     w->stop_fd = -1;
     w->wake_fd = -1;
-    w->opts = *opts; /* version 1 is the only layout so far */
+    w->opts = o;
+    /* The TLS files are read here, once; the copy keeps no pointer to them. */
+    w->opts.tls_ca_file = w->opts.tls_cert_file = w->opts.tls_key_file = NULL;
+    if (o.tls && tpi_tls_ctx_new(&o, &w->tls_ctx, err) < 0)
+        goto done;
     w->addresses = strdup(opts->addresses);
     if (opts->name != NULL) {
         w->name = strdup(opts->name);
@@ -1018,6 +1025,7 @@ done:
             free(w->name);
             free(w->token);
             free(w->addrs);
+            tpi_tls_ctx_free(w->tls_ctx);
             free(w);
         } else {
             tp_worker_free(w);
@@ -1080,6 +1088,7 @@ void tp_worker_free(tp_worker *w)
     free(w->name);
     free(w->token);
     free(w->addrs);
+    tpi_tls_ctx_free(w->tls_ctx);
     free(w);
 }
 

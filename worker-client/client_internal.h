@@ -27,6 +27,7 @@ struct event_base;
 struct event;
 struct bufferevent;
 struct addrinfo;
+struct ssl_ctx_st;
 
 /* Frames decoded per read callback before yielding to the loop (memcached's
  * reqs_per_event): a busy connection cannot starve the timers, and with inline
@@ -147,6 +148,7 @@ struct tp_worker {
     size_t naddrs;
     tpi_type types[PROTO_MAX_TYPES];
     size_t ntypes;
+    struct ssl_ctx_st *tls_ctx; /* opts.tls: the CAs and our certificate; NULL otherwise */
 
     int stop_fd;        /* eventfd written by tp_worker_stop() */
     atomic_int running; /* 1 inside tp_worker_run() */
@@ -219,7 +221,12 @@ struct tp_worker {
 int tpi_error_set(tp_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Checks every field of opts; returns 0 or TP_EINVAL with the reason in *err. */
+/* Copies the fields of in that its version knows into out, defaults for the
+ * rest; returns 0, or TP_EINVAL (NULL, unknown version) with the reason in *err. */
+int tpi_options_copy(const tp_worker_options *in, tp_worker_options *out, tp_error *err);
+
+/* Checks every field of opts (a copy made by tpi_options_copy); returns 0 or
+ * TP_EINVAL with the reason in *err. */
 int tpi_options_check(const tp_worker_options *opts, tp_error *err);
 
 /* Parses "host:port[,host:port...]" into a new array (caller frees) of *n
@@ -236,6 +243,25 @@ uint64_t tpi_rand(uint64_t *state);
 
 /* The monotonic clock in nanoseconds. */
 int64_t tpi_now_ns(void);
+
+/* ---- tls.c ---- */
+
+/* Makes the TLS context of opts (opts->tls set): the CAs to trust, and the
+ * certificate to present. Returns 0 and *out (free with tpi_tls_ctx_free), or
+ * TP_EINVAL / TP_ENOMEM with the reason (naming the field and file) in *err. */
+int tpi_tls_ctx_new(const tp_worker_options *opts, struct ssl_ctx_st **out, tp_error *err);
+void tpi_tls_ctx_free(struct ssl_ctx_st *ctx);
+
+/* A bufferevent, not yet connected (bufferevent_socket_connect does that),
+ * that runs the client side of a handshake and refuses a certificate that
+ * does not name host (a DNS name or an IP address). A close without
+ * close_notify reads as EOF. NULL on failure. [io] */
+struct bufferevent *tpi_tls_bev_new(struct event_base *base, struct ssl_ctx_st *ctx,
+                                    const char *host);
+
+/* When bev failed in TLS, writes "TLS: reason" (with why a certificate was
+ * refused) into buf and returns 1; else returns 0. [io] */
+int tpi_tls_error_text(struct bufferevent *bev, char *buf, size_t len);
 
 /* ---- client.c ---- */
 

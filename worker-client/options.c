@@ -3,6 +3,7 @@
 #include "client_internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,23 @@ int tpi_error_set(tp_error *err, int code, const char *fmt, ...)
     return code;
 }
 
+int tpi_options_copy(const tp_worker_options *in, tp_worker_options *out, tp_error *err)
+{
+    size_t known;
+
+    if (in == NULL)
+        return tpi_error_set(err, TP_EINVAL, "options are NULL");
+    if (in->version == 0 || in->version > TP_OPTIONS_VERSION)
+        return tpi_error_set(err, TP_EINVAL, "options version %u unknown (use tp_worker_options_init)",
+                             in->version);
+    /* A caller built against an older header has a shorter struct: read only
+     * the fields its version has, the rest keep their defaults. */
+    known = in->version >= 2 ? sizeof(*in) : offsetof(tp_worker_options, tls);
+    tp_worker_options_init(out);
+    memcpy(out, in, known);
+    return TP_OK;
+}
+
 int tpi_options_check(const tp_worker_options *o, tp_error *err)
 {
     int rc = TP_EINVAL;
@@ -113,6 +131,14 @@ int tpi_options_check(const tp_worker_options *o, tp_error *err)
     if (o->connect_timeout_ms < 1 || o->connect_timeout_ms > MAX_DELAY_MS) {
         tpi_error_set(err, rc, "connect timeout %u outside 1..%u ms", o->connect_timeout_ms,
                       MAX_DELAY_MS);
+        goto done;
+    }
+    if (!o->tls && (o->tls_ca_file != NULL || o->tls_cert_file != NULL || o->tls_key_file != NULL)) {
+        tpi_error_set(err, rc, "tls_ca_file, tls_cert_file and tls_key_file need tls");
+        goto done;
+    }
+    if ((o->tls_cert_file == NULL) != (o->tls_key_file == NULL)) {
+        tpi_error_set(err, rc, "tls_cert_file and tls_key_file go together");
         goto done;
     }
     if (o->log_level < TP_LOG_ERROR || o->log_level > TP_LOG_DEBUG) {

@@ -2,9 +2,9 @@
  * @file taskpush.h
  * @brief libtaskpush: the worker side of the taskpush dispatcher protocol.
  *
- * A worker connects to a `taskpushd` over TCP, says which task types it takes
- * and how many deliveries it may hold at once, and then receives tasks pushed
- * to it. For each task the library calls the handler registered for its type
+ * A worker connects to a `taskpushd` over TCP (or TLS: tp_worker_options.tls),
+ * says which task types it takes and how many deliveries it may hold at once,
+ * and then receives tasks pushed to it. For each task the library calls the handler registered for its type
  * and sends the handler's outcome back to the dispatcher.
  *
  * Typical use:
@@ -134,13 +134,15 @@ typedef void (*tp_log_fn)(void *arg, int level, const char *msg);
  */
 typedef int (*tp_handler)(tp_task *task, void *arg);
 
-/** The version of tp_worker_options this header describes. */
-#define TP_OPTIONS_VERSION 1u
+/** The version of tp_worker_options this header describes: 1 is the fields
+ *  up to log_arg, 2 adds the TLS fields. */
+#define TP_OPTIONS_VERSION 2u
 
 /**
  * Options of tp_worker_new(). Always initialise with tp_worker_options_init(),
  * then set the fields you need: later versions only append fields, and the
- * version field tells the library which ones the caller knows.
+ * version field tells the library which ones the caller knows (a program
+ * built against an older header keeps working, with defaults for the rest).
  */
 typedef struct tp_worker_options {
     unsigned version; /**< set by tp_worker_options_init(); do not change */
@@ -169,6 +171,23 @@ typedef struct tp_worker_options {
     tp_log_fn log;
     /** First argument of log. */
     void *log_arg;
+
+    /* Version 2. */
+    /** Nonzero: speak TLS to the dispatcher (`taskpushd --tls-cert`). The
+     *  dispatcher's certificate must chain to a CA of tls_ca_file and name the
+     *  host of the address connected to (a DNS name, or an IP address as an IP
+     *  subjectAltName); otherwise the attempt fails, is logged, and the worker
+     *  retries with backoff as for any failed connect. Default 0. */
+    int tls;
+    /** PEM file of the CAs trusted for the dispatcher's certificate. NULL: the
+     *  system's default CA paths. Only with tls. Read by tp_worker_new(). */
+    const char *tls_ca_file;
+    /** PEM file of the certificate chain this worker presents (needed when the
+     *  dispatcher runs with `--tls-ca`). NULL: none. Only with tls and
+     *  tls_key_file. Read by tp_worker_new(). */
+    const char *tls_cert_file;
+    /** PEM file of the private key of tls_cert_file. Read by tp_worker_new(). */
+    const char *tls_key_file;
 } tp_worker_options;
 
 /**
@@ -216,7 +235,8 @@ TP_API void tp_worker_options_init(tp_worker_options *opts);
  *             too), so they may be freed after the call
  * @param err  optional (NULL): filled with the code and a one-line reason on failure
  * @return the worker (free with tp_worker_free()), or NULL: TP_EINVAL for bad
- *         options (e.g. an address that does not parse), TP_ENOMEM, TP_ESYS.
+ *         options (e.g. an address that does not parse, or a TLS file that
+ *         cannot be read or is not PEM), TP_ENOMEM, TP_ESYS.
  * Thread-safe (touches no shared state).
  */
 TP_API tp_worker *tp_worker_new(const tp_worker_options *opts, tp_error *err) TP_WARN_UNUSED;

@@ -50,6 +50,10 @@ typedef struct wk_config {
     const char *command;
     int log_level;
     unsigned kill_grace_ms;
+    int tls;
+    const char *tls_ca;
+    const char *tls_cert;
+    const char *tls_key;
 } wk_config;
 
 /* The worker the signal handlers stop: set once before they are installed. */
@@ -64,6 +68,7 @@ static void usage(FILE *f)
             " --connect HOST:PORT[,HOST:PORT...] --type T1[,T2...] --exec 'COMMAND'\n"
             "                       [--concurrency N] [--name NAME] [--token-file PATH]\n"
             "                       [--log-level error|warn|info|debug] [--kill-grace-ms N]\n"
+            "                       [--tls [--tls-ca PEM] [--tls-cert PEM --tls-key PEM]]\n"
             "\n"
             "Connects to taskpushd and runs /bin/sh -c COMMAND for each task of the given\n"
             "types, with the payload on stdin and TASKPUSH_TASK_ID, TASKPUSH_TASK_TYPE,\n"
@@ -84,6 +89,12 @@ static void usage(FILE *f)
             "                          environment variable TASKPUSH_TOKEN)\n"
             "      --log-level LEVEL   error, warn, info or debug (default info)\n"
             "      --kill-grace-ms N   SIGTERM to SIGKILL delay (default %u)\n"
+            "      --tls               connect over TLS (taskpushd --tls-cert); the\n"
+            "                          dispatcher's certificate must name the HOST of\n"
+            "                          --connect and chain to a trusted CA\n"
+            "      --tls-ca PEM        the CAs to trust (default: the system's)\n"
+            "      --tls-cert PEM      this worker's certificate (for taskpushd --tls-ca)\n"
+            "      --tls-key PEM       its private key\n"
             "  -h, --help              this text\n"
             "  -V, --version           the version\n"
             "\n"
@@ -374,7 +385,8 @@ static void keep_std_fds(void)
 
 static int parse_args(int argc, char **argv, wk_config *cfg)
 {
-    enum { OPT_NAME = 256, OPT_TOKEN_FILE, OPT_LOG_LEVEL, OPT_KILL_GRACE };
+    enum { OPT_NAME = 256, OPT_TOKEN_FILE, OPT_LOG_LEVEL, OPT_KILL_GRACE, OPT_TLS, OPT_TLS_CA,
+           OPT_TLS_CERT, OPT_TLS_KEY };
     static const struct option longopts[] = {
         {"connect", required_argument, NULL, 'c'},
         {"type", required_argument, NULL, 't'},
@@ -384,6 +396,10 @@ static int parse_args(int argc, char **argv, wk_config *cfg)
         {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"kill-grace-ms", required_argument, NULL, OPT_KILL_GRACE},
+        {"tls", no_argument, NULL, OPT_TLS},
+        {"tls-ca", required_argument, NULL, OPT_TLS_CA},
+        {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+        {"tls-key", required_argument, NULL, OPT_TLS_KEY},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -424,6 +440,18 @@ static int parse_args(int argc, char **argv, wk_config *cfg)
                 return usage_error("--kill-grace-ms must be a number from 0 to 3600000, not '%s'",
                                    optarg);
             break;
+        case OPT_TLS:
+            cfg->tls = 1;
+            break;
+        case OPT_TLS_CA:
+            cfg->tls_ca = optarg;
+            break;
+        case OPT_TLS_CERT:
+            cfg->tls_cert = optarg;
+            break;
+        case OPT_TLS_KEY:
+            cfg->tls_key = optarg;
+            break;
         case 'h':
             usage(stdout);
             return PARSE_DONE;
@@ -446,6 +474,11 @@ static int parse_args(int argc, char **argv, wk_config *cfg)
         return usage_error("--exec is required");
     if (cfg->command[0] == '\0')
         return usage_error("--exec must not be empty");
+    if (!cfg->tls && (cfg->tls_ca != NULL || cfg->tls_cert != NULL || cfg->tls_key != NULL))
+        return usage_error("--tls-ca, --tls-cert and --tls-key go with --tls");
+    if ((cfg->tls_cert == NULL) != (cfg->tls_key == NULL))
+        return usage_error("%s", cfg->tls_cert != NULL ? "--tls-cert needs --tls-key"
+                                                       : "--tls-key needs --tls-cert");
     return 0;
 }
 
@@ -527,6 +560,10 @@ int main(int argc, char **argv)
     opts.threads = cfg.concurrency;
     opts.log_level = cfg.log_level;
     opts.log = on_library_log;
+    opts.tls = cfg.tls;
+    opts.tls_ca_file = cfg.tls_ca;
+    opts.tls_cert_file = cfg.tls_cert;
+    opts.tls_key_file = cfg.tls_key;
     w = tp_worker_new(&opts, &err);
     if (w == NULL) {
         rc = err.code == TP_EINVAL ? usage_error("%s", err.text) : EXIT_RUNTIME;

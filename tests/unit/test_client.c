@@ -684,6 +684,69 @@ static void test_options_invalid(void **state)
     assert_null(tp_worker_new(&o, NULL));
 }
 
+/* Options of version 1 (built against the header before TLS): the library
+ * reads no byte past log_arg (a heap block of exactly that size, so ASan sees
+ * an over-read), and TLS stays off. */
+static void test_options_version1(void **state)
+{
+    size_t v1 = offsetof(tp_worker_options, tls);
+    tp_worker_options full;
+    tp_worker_options *o = malloc(v1);
+    tp_worker *w;
+    tp_error err;
+
+    (void)state;
+    assert_non_null(o);
+    tp_worker_options_init(&full);
+    full.version = 1;
+    full.addresses = "127.0.0.1:7070";
+    memcpy(o, &full, v1);
+    w = tp_worker_new(o, &err);
+    free(o);
+    if (w == NULL)
+        fail_msg("version 1 options refused: %s", err.text);
+    assert_null(w->tls_ctx);
+    assert_int_equal(w->opts.tls, 0);
+    tp_worker_free(w);
+}
+
+/* TLS options: files named only with tls, certificate and key together, and
+ * a file that cannot be read is an error of tp_worker_new (not a retry loop). */
+static void test_options_tls(void **state)
+{
+    tp_worker_options o;
+    tp_worker *w;
+    tp_error err;
+    char junk[256];
+    int fd;
+
+    (void)state;
+    /* A readable file that is no PEM. */
+    snprintf(junk, sizeof(junk), "%s/test_client_junk_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    fd = mkstemp(junk);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "not a certificate\n", 18), 18);
+    close(fd);
+#define BAD_TLS(tls_on, ca, cert, key, needle)                                                         do {                                                                                                   tp_worker_options_init(&o);                                                                        o.addresses = "h:1";                                                                               o.tls = (tls_on);                                                                                  o.tls_ca_file = (ca);                                                                              o.tls_cert_file = (cert);                                                                          o.tls_key_file = (key);                                                                            expect_bad_options(&o, needle);                                                                } while (0)
+    BAD_TLS(0, junk, NULL, NULL, "need tls");
+    BAD_TLS(1, NULL, junk, NULL, "go together");
+    BAD_TLS(1, NULL, NULL, junk, "go together");
+    BAD_TLS(1, "/nonexistent/ca.pem", NULL, NULL, "/nonexistent/ca.pem");
+    BAD_TLS(1, junk, NULL, NULL, "no usable PEM");
+    BAD_TLS(1, NULL, junk, junk, "not a usable PEM certificate");
+#undef BAD_TLS
+    unlink(junk);
+    /* tls alone trusts the system's CAs. */
+    tp_worker_options_init(&o);
+    o.addresses = "h:1";
+    o.tls = 1;
+    w = tp_worker_new(&o, &err);
+    if (w == NULL)
+        fail_msg("tls with the system's CAs refused: %s", err.text);
+    assert_non_null(w->tls_ctx);
+    tp_worker_free(w);
+}
+
 static void test_addr_parse_valid(void **state)
 {
     tpi_addr *a = NULL;
@@ -2062,6 +2125,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_options_defaults),
         cmocka_unit_test(test_options_invalid),
+        cmocka_unit_test(test_options_version1),
+        cmocka_unit_test(test_options_tls),
         cmocka_unit_test(test_addr_parse_valid),
         cmocka_unit_test(test_addr_parse_invalid),
         cmocka_unit_test(test_add_type_and_run_checks),
