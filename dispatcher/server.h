@@ -63,6 +63,7 @@ struct dsp_server {
     struct event_base *base;
     struct evconnlistener *listener;
     struct evhttp *http;
+    bool admin_loopback;      /* the admin port listens on loopback only: Host is checked */
     dsp_db *db;
 
     struct event *claim_timer;
