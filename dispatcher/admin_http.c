@@ -203,18 +203,22 @@ static void stats_cb(struct evhttp_request *req, void *arg)
         send_json(req, stats_json(arg));
 }
 
-/* A JSON string of s with each byte that is not valid UTF-8 replaced by U+FFFD:
- * jansson refuses invalid UTF-8, and a worker's name is whatever its HELLO said. */
-static json_t *json_text(const char *s)
+/* A copy of s (malloc'd; NULL when out of memory) with each byte that is not valid
+ * UTF-8 replaced by U+FFFD: a worker's name is whatever its HELLO said, and JSON
+ * (jansson refuses such a string) and the Prometheus format want UTF-8. */
+static char *utf8_copy(const char *s)
 {
     size_t n = strlen(s);
-    if (dsp_utf8_valid_prefix((const uint8_t *)s, n) == n)
-        return json_stringn(s, n);
-    uint8_t *clean = n <= SIZE_MAX / 3 ? malloc(3 * n) : NULL;
-    if (!clean)
-        return NULL;
-    size_t len = dsp_utf8_sanitize((const uint8_t *)s, n, clean, 3 * n);
-    json_t *j = json_stringn((const char *)clean, len);
+    char *out = n < SIZE_MAX / 3 ? malloc(3 * n + 1) : NULL;
+    if (out)
+        out[dsp_utf8_sanitize((const uint8_t *)s, n, (uint8_t *)out, 3 * n)] = '\0';
+    return out;
+}
+
+static json_t *json_text(const char *s)
+{
+    char *clean = utf8_copy(s);
+    json_t *j = clean ? json_string(clean) : NULL;
     free(clean);
     return j;
 }
@@ -382,7 +386,9 @@ static void metrics_cb(struct evhttp_request *req, void *arg)
                 continue;
             uint64_t v = k == 0 ? c->slots.capacity : k == 1 ? c->slots.in_flight : c->completed_total;
             evbuffer_add_printf(out, "taskpush_%s{worker=\"", wnames[k]);
-            label_value(out, c->name ? c->name : "");
+            char *name = utf8_copy(c->name ? c->name : "");
+            label_value(out, name ? name : "");
+            free(name);
             evbuffer_add_printf(out, "\",conn=\"%llu\"} %llu\n", (unsigned long long)c->id,
                                 (unsigned long long)v);
         }

@@ -20,7 +20,8 @@
  *   admin_token         --admin-token-file: no, a wrong or the workers' bearer gets 401, the
  *                       admin token 200; taskpushctl --admin-token-file, TASKPUSH_ADMIN_TOKEN
  *   admin_token_fallback  only --token-file: the workers' token authorizes POSTs
- *   workers_non_utf8_name  a worker named with bytes FF FE is listed, U+FFFD in their place
+ *   workers_non_utf8_name  a worker named with bytes FF FE is listed in /workers (as many as
+ *                       /stats counts) and labelled in /metrics, U+FFFD in their place
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -1102,6 +1103,13 @@ static void workers_non_utf8_name(void **state)
     }
     json_decref(ws);
     assert_true(seen);
+    /* /metrics labels it the same way (the format wants UTF-8). */
+    char *text = NULL;
+    assert_int_equal(tp_http_request(fx->d.admin, "GET", "/metrics", &text), 200);
+    bool labelled =
+        strstr(text, "taskpush_worker_capacity{worker=\"bad\xEF\xBF\xBD\xEF\xBF\xBDname\"") != NULL;
+    free(text);
+    assert_true(labelled);
     /* taskpushctl prints it. */
     char out[4096];
     assert_int_equal(ctl(fx, out, sizeof out, "workers"), 0);
