@@ -2,6 +2,7 @@
  * Every handler answers from memory; nothing here touches the database. */
 #include "conn.h"
 #include "dashboard.h"
+#include "db_sql.h" /* dsp_utf8_sanitize: worker names are whatever HELLO said */
 #include "server.h"
 #include "tls.h"
 
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -203,6 +205,26 @@ static void stats_cb(struct evhttp_request *req, void *arg)
         send_json(req, stats_json(arg));
 }
 
+/* A copy of s (malloc'd; NULL when out of memory) with each byte that is not valid
+ * UTF-8 replaced by U+FFFD: a worker's name is whatever its HELLO said, and JSON
+ * (jansson refuses such a string) and the Prometheus format want UTF-8. */
+static char *utf8_copy(const char *s)
+{
+    size_t n = strlen(s);
+    char *out = n < SIZE_MAX / 3 ? malloc(3 * n + 1) : NULL;
+    if (out)
+        out[dsp_utf8_sanitize((const uint8_t *)s, n, (uint8_t *)out, 3 * n)] = '\0';
+    return out;
+}
+
+static json_t *json_text(const char *s)
+{
+    char *clean = utf8_copy(s);
+    json_t *j = clean ? json_string(clean) : NULL;
+    free(clean);
+    return j;
+}
+
 static void workers_cb(struct evhttp_request *req, void *arg)
 {
     dsp_server *srv = arg;
@@ -215,9 +237,10 @@ static void workers_cb(struct evhttp_request *req, void *arg)
             continue;
         json_t *types = json_array();
         for (size_t i = 0; i < c->ntypes; i++)
-            json_array_append_new(types, json_string(c->types[i]->name));
+            json_array_append_new(types, json_text(c->types[i]->name));
         json_array_append_new(
-            list, json_pack("{s:s, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:b}", "name", c->name, "addr",
+            list, json_pack("{s:o, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:b}", "name",
+                            json_text(c->name ? c->name : ""), "addr",
                             c->addr, "types", types, "capacity", (json_int_t)c->slots.capacity,
                             "in_flight", (json_int_t)c->slots.in_flight, "completed_total",
                             (json_int_t)c->completed_total, "delivered_total",
@@ -366,7 +389,9 @@ static void metrics_cb(struct evhttp_request *req, void *arg)
                 continue;
             uint64_t v = k == 0 ? c->slots.capacity : k == 1 ? c->slots.in_flight : c->completed_total;
             evbuffer_add_printf(out, "taskpush_%s{worker=\"", wnames[k]);
-            label_value(out, c->name ? c->name : "");
+            char *name = utf8_copy(c->name ? c->name : "");
+            label_value(out, name ? name : "");
+            free(name);
             evbuffer_add_printf(out, "\",conn=\"%llu\"} %llu\n", (unsigned long long)c->id,
                                 (unsigned long long)v);
         }
@@ -383,7 +408,7 @@ static void metrics_cb(struct evhttp_request *req, void *arg)
     evbuffer_free(out);
 }
 
-/* ---- state-changing requests: POST only, with the bearer token when set ---- */
+/* ---- state-changing requests: POST only, not "simple", with the bearer token when set ---- */
 
 static bool token_ok(const char *have, const char *want)
 {
@@ -394,6 +419,26 @@ static bool token_ok(const char *have, const char *want)
     return diff == 0 && hl == wl;
 }
 
+/* A browser sends a cross-origin POST without asking first only when it is
+ * "simple": no custom header, and a form or text/plain body. The header
+ * X-Taskpush-Admin (any value) or a JSON body type needs a CORS preflight, which
+ * this port never grants, so no web page can pause the dispatcher through an
+ * operator's browser. */
+static bool not_simple(struct evhttp_request *req)
+{
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    if (evhttp_find_header(in, "X-Taskpush-Admin"))
+        return true;
+    const char *ct = evhttp_find_header(in, "Content-Type");
+    static const char json[] = "application/json";
+    const size_t n = sizeof json - 1;
+    if (!ct)
+        return false;
+    ct += strspn(ct, " \t");
+    return strncasecmp(ct, json, n) == 0 &&
+           (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ' || ct[n] == '\t');
+}
+
 static bool post_allowed(struct evhttp_request *req, dsp_server *srv)
 {
     struct evkeyvalq *oh = evhttp_request_get_output_headers(req);
@@ -402,9 +447,17 @@ static bool post_allowed(struct evhttp_request *req, dsp_server *srv)
         send_error_text(req, 405, "use POST");
         return false;
     }
-    if (srv->cfg->token) {
+    if (!not_simple(req)) {
+        send_error_text(
+            req, 403,
+            "a POST needs the header X-Taskpush-Admin: 1 (or Content-Type: application/json)");
+        return false;
+    }
+    /* The admin token when one is set, else the workers' token. */
+    const char *want = srv->cfg->admin_token ? srv->cfg->admin_token : srv->cfg->token;
+    if (want) {
         const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
-        if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !token_ok(auth + 7, srv->cfg->token)) {
+        if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !token_ok(auth + 7, want)) {
             evhttp_add_header(oh, "WWW-Authenticate", "Bearer");
             send_error_text(req, 401, "a bearer token is required");
             return false;
@@ -498,9 +551,86 @@ static void requeue_cb(struct evhttp_request *req, void *arg)
                      json_pack("{s:b, s:I, s:s?}", "ok", 1, "request_id", (json_int_t)id, "type", type));
 }
 
-static void not_found_cb(struct evhttp_request *req, void *arg)
+/* ---- every request: the Host check, then its handler ---- */
+
+/* True when name (a Host header or a URI's host, with or without :port) is
+ * localhost, an address of 127.0.0.0/8 or [::1]. */
+static bool loopback_host(const char *name)
 {
-    (void)arg;
+    const char *end, *rest;
+    if (name[0] == '[') {
+        name++;
+        if (!(end = strchr(name, ']')))
+            return false;
+        rest = end + 1;
+    } else {
+        end = name + strcspn(name, ":");
+        rest = end;
+    }
+    if (*rest == ':')
+        rest += 1 + strspn(rest + 1, "0123456789");
+    char host[64];
+    size_t n = (size_t)(end - name);
+    if (*rest || n == 0 || n >= sizeof host)
+        return false;
+    memcpy(host, name, n);
+    host[n] = '\0';
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (strcasecmp(host, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return ntohl(a4.s_addr) >> 24 == 127;
+    return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+/* DNS rebinding: a page of evil.example whose name then resolves to 127.0.0.1
+ * reaches a loopback port from an operator's browser, but its requests still say
+ * Host: evil.example. On a loopback bind only a loopback name can be right. A port
+ * bound elsewhere is reached under names we cannot know (DNS, proxies, NAT), so it
+ * is not checked there: the admin token protects it. A request without Host
+ * (HTTP/1.0 tools) passes: browsers always send one. */
+static bool host_allowed(struct evhttp_request *req, const dsp_server *srv)
+{
+    if (!srv->admin_loopback)
+        return true;
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Host");
+    const char *uh = evhttp_uri_get_host(evhttp_request_get_evhttp_uri(req));
+    if ((h && !loopback_host(h)) || (uh && !loopback_host(uh))) {
+        send_error_text(req, 421,
+                        "the Host header must name localhost, 127.0.0.1 or [::1] on this port");
+        return false;
+    }
+    return true;
+}
+
+static const struct {
+    const char *path;
+    void (*handler)(struct evhttp_request *req, void *arg);
+} routes[] = {
+    {"/healthz", healthz_cb},   {"/stats", stats_cb},
+    {"/workers", workers_cb},   {"/metrics", metrics_cb},
+    {"/pause", pause_cb},       {"/resume", resume_cb},
+    {"/drain", drain_cb},       {"/requeue-failed", requeue_cb},
+    {"/", dsp_dashboard_serve}, {"/index.html", dsp_dashboard_serve},
+};
+
+/* Every request comes here (no per-path evhttp callbacks), so that none skips
+ * the Host check. Paths compare decoded, as evhttp_set_cb's would. */
+static void request_cb(struct evhttp_request *req, void *arg)
+{
+    dsp_server *srv = arg;
+    if (!host_allowed(req, srv))
+        return;
+    const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+    char *decoded = path ? evhttp_uridecode(path, 0, NULL) : NULL;
+    for (size_t i = 0; decoded && i < sizeof routes / sizeof routes[0]; i++)
+        if (strcmp(decoded, routes[i].path) == 0) {
+            free(decoded);
+            routes[i].handler(req, srv);
+            return;
+        }
+    free(decoded);
     send_error_text(req, HTTP_NOTFOUND, "no such path");
 }
 
@@ -509,6 +639,17 @@ static struct bufferevent *tls_bev_cb(struct event_base *base, void *arg)
 {
     dsp_server *srv = arg;
     return dsp_tls_http_bev_new(base, srv->tls->admin);
+}
+
+static bool loopback_addr(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET)
+        return ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24 == 127;
+    if (ss->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return false;
 }
 
 int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
@@ -525,17 +666,7 @@ int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
     evhttp_set_max_body_size(srv->http, 64 * 1024);
     evhttp_set_timeout(srv->http, 10);
     evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD);
-    evhttp_set_cb(srv->http, "/healthz", healthz_cb, srv);
-    evhttp_set_cb(srv->http, "/stats", stats_cb, srv);
-    evhttp_set_cb(srv->http, "/workers", workers_cb, srv);
-    evhttp_set_cb(srv->http, "/metrics", metrics_cb, srv);
-    evhttp_set_cb(srv->http, "/pause", pause_cb, srv);
-    evhttp_set_cb(srv->http, "/resume", resume_cb, srv);
-    evhttp_set_cb(srv->http, "/drain", drain_cb, srv);
-    evhttp_set_cb(srv->http, "/requeue-failed", requeue_cb, srv);
-    if (dsp_dashboard_register(srv->http) != 0)
-        return -1;
-    evhttp_set_gencb(srv->http, not_found_cb, srv);
+    evhttp_set_gencb(srv->http, request_cb, srv);
     if (srv->tls)
         evhttp_set_bevcb(srv->http, tls_bev_cb, srv);
     struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(srv->http, host, (ev_uint16_t)port);
@@ -545,7 +676,9 @@ int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
     }
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
+    memset(&ss, 0, sizeof ss);
     getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl);
+    srv->admin_loopback = loopback_addr(&ss);
     unsigned real = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                              : ntohs(((struct sockaddr_in *)&ss)->sin_port);
     snprintf(bound, boundlen, "%s:%u", host, real);

@@ -81,6 +81,8 @@ static const opt_def option_table[] = {
     {"tls-key", OPT_STRING, F(tls_key), NULL, 0, 0, "PEM", "the private key of --tls-cert"},
     {"tls-ca", OPT_STRING, F(tls_ca), NULL, 0, 0, "PEM",
      "workers must present a certificate signed by this CA (the admin port asks none)"},
+    {"admin-token-file", OPT_STRING, F(admin_token_file), NULL, 0, 0, "PATH",
+     "admin POSTs need this bearer token (also TASKPUSH_ADMIN_TOKEN; default: the worker token)"},
     {"log-level", OPT_LOGLEVEL, F(log_level), "info", 0, 0, "LEVEL", "error, warn, info or debug"},
     {"config", OPT_STRING, F(config_file), NULL, 0, 0, "PATH", "a file of KEY = VALUE lines"},
 };
@@ -374,11 +376,11 @@ static int load_file(dsp_config *cfg, const char *path, char *err, size_t errlen
     return rc;
 }
 
-static int read_token(const char *path, char **out, char *err, size_t errlen)
+static int read_token(const char *flag, const char *path, char **out, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        snprintf(err, errlen, "--token-file %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "--%s %s: %s", flag, path, strerror(errno));
         return -1;
     }
     char buf[PROTO_MAX_TOKEN_LEN + 2];
@@ -387,7 +389,7 @@ static int read_token(const char *path, char **out, char *err, size_t errlen)
     buf[n] = '\0';
     char *t = trim(buf);
     if (!*t || strlen(t) > PROTO_MAX_TOKEN_LEN) {
-        snprintf(err, errlen, "--token-file %s: the token must be 1 to %d bytes", path,
+        snprintf(err, errlen, "--%s %s: the token must be 1 to %d bytes", flag, path,
                  PROTO_MAX_TOKEN_LEN);
         return -1;
     }
@@ -503,13 +505,20 @@ int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err
             cfg->db_url.password = strdup(pw);
     }
     if (cfg->token_file) {
-        if (read_token(cfg->token_file, &cfg->token, err, errlen) < 0)
+        if (read_token("token-file", cfg->token_file, &cfg->token, err, errlen) < 0)
             goto done;
     } else if ((env = getenv("TASKPUSH_TOKEN")) && *env) {
         cfg->token = strdup(env);
     }
     if (check_tls(cfg, err, errlen) < 0)
         goto done;
+    if (cfg->admin_token_file) {
+        if (read_token("admin-token-file", cfg->admin_token_file, &cfg->admin_token, err,
+                       errlen) < 0)
+            goto done;
+    } else if ((env = getenv("TASKPUSH_ADMIN_TOKEN")) && *env) {
+        cfg->admin_token = strdup(env);
+    }
     rc = DSP_CONFIG_OK;
 done:
     free(set_idx);
@@ -529,6 +538,8 @@ void dsp_config_free(dsp_config *cfg)
     }
     free(cfg->token);
     cfg->token = NULL;
+    free(cfg->admin_token);
+    cfg->admin_token = NULL;
     dsp_db_url_clear(&cfg->db_url);
 }
 

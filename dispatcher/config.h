@@ -43,6 +43,8 @@ typedef struct dsp_config {
     int64_t orphan_grace_ms; /* buffered tasks of a type with no worker go back after this */
     char *token_file;
     char *token;       /* read from token_file or TASKPUSH_TOKEN; NULL when none */
+    char *admin_token_file;
+    char *admin_token; /* admin_token_file or TASKPUSH_ADMIN_TOKEN; NULL: admin POSTs use token */
     int log_level;     /* enum dsp_log_level */
     int64_t retry_backoff_ms;     /* first retry delay; doubles per attempt */
     int64_t retry_backoff_max_ms; /* cap of the retry delay */
@@ -64,8 +66,8 @@ enum dsp_config_result {
 };
 
 /* Fills cfg from defaults, then --config, then the environment (TASKPUSH_DB,
- * TASKPUSH_DB_PASSWORD, TASKPUSH_TOKEN), then argv. On DSP_CONFIG_BAD, err holds
- * a one-line reason. help/version text goes to out. Caller frees with
+ * TASKPUSH_DB_PASSWORD, TASKPUSH_TOKEN, TASKPUSH_ADMIN_TOKEN), then argv. On
+ * DSP_CONFIG_BAD, err holds a one-line reason. help/version text goes to out. Caller frees with
  * dsp_config_free in every case. */
 int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err, size_t errlen)
     __attribute__((warn_unused_result));

@@ -1,8 +1,8 @@
 /* taskpushctl: the operator's view of a running taskpushd, over its admin port.
  *
  *   taskpushctl [--admin HOST:PORT] [--json] stats|workers|health
- *   taskpushctl [--admin HOST:PORT] [--json] [--token-file PATH] [--type T]
- *               pause|resume|drain|requeue-failed
+ *   taskpushctl [--admin HOST:PORT] [--json] [--admin-token-file PATH | --token-file PATH]
+ *               [--type T] pause|resume|drain|requeue-failed
  *   --admin also takes http://HOST:PORT, and https://HOST:PORT, which, like
  *   --tls, speaks TLS (verified against --tls-ca or the system's CAs).
  *
@@ -107,6 +107,9 @@ static ctl_reply http_request(const ctl_target *t, enum evhttp_cmd_type method, 
     if (req) {
         evhttp_connection_set_timeout(conn, 5);
         evhttp_add_header(evhttp_request_get_output_headers(req), "Host", t->host);
+        /* taskpushd refuses a POST a browser could send cross-origin without asking. */
+        if (method == EVHTTP_REQ_POST)
+            evhttp_add_header(evhttp_request_get_output_headers(req), "X-Taskpush-Admin", "1");
         if (token) {
             size_t n = strlen(token) + 8;
             char *auth = malloc(n);
@@ -220,12 +223,13 @@ static void print_stats(json_t *s)
     }
 }
 
-/* Reads the token of --token-file: the first line, without its newline. */
-static char *read_token(const char *path)
+/* Reads the token of --admin-token-file or --token-file (flag): the first line,
+ * without its newline. */
+static char *read_token(const char *flag, const char *path)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        fprintf(stderr, "taskpushctl: --token-file %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "taskpushctl: %s %s: %s\n", flag, path, strerror(errno));
         return NULL;
     }
     char buf[2048];
@@ -234,7 +238,7 @@ static char *read_token(const char *path)
     buf[n] = '\0';
     buf[strcspn(buf, "\r\n")] = '\0';
     if (!buf[0]) {
-        fprintf(stderr, "taskpushctl: --token-file %s: empty\n", path);
+        fprintf(stderr, "taskpushctl: %s %s: empty\n", flag, path);
         return NULL;
     }
     return strdup(buf);
@@ -272,8 +276,11 @@ static void usage(FILE *out)
                  "  requeue-failed   move FAILED rows (all, or of --type T) back to NEW\n\n"
                  "Options:\n"
                  "  --type T            only task type T (pause, resume, requeue-failed)\n"
-                 "  --token-file PATH   bearer token for pause/resume/drain/requeue-failed\n"
-                 "                      (default: TASKPUSH_TOKEN)\n"
+                 "  --admin-token-file PATH\n"
+                 "                      bearer token for pause/resume/drain/requeue-failed\n"
+                 "                      (default: TASKPUSH_ADMIN_TOKEN)\n"
+                 "  --token-file PATH   the workers' token instead, for a taskpushd without an\n"
+                 "                      admin token of its own (default: TASKPUSH_TOKEN)\n"
                  "  --admin HOST:PORT   the admin port (default 127.0.0.1:7071, or TASKPUSH_ADMIN);\n"
                  "                      also http://HOST:PORT, or https://HOST:PORT for TLS\n"
                  "  --tls               speak TLS to the admin port (taskpushd --tls-cert)\n"
@@ -291,15 +298,21 @@ static void no_answer(const ctl_target *t, const ctl_reply *r)
 }
 
 static int run_post(const ctl_target *t, const char *cmd, const char *path, const char *type,
-                    const char *token_file, bool as_json)
+                    const char *admin_token_file, const char *token_file, bool as_json)
 {
     const char *admin = t->admin;
+    /* As taskpushd: the admin token when given, else the workers'; flags before the
+     * environment. */
     char *token = NULL;
-    if (token_file) {
-        if (!(token = read_token(token_file)))
+    const char *env_admin = getenv("TASKPUSH_ADMIN_TOKEN"), *env_worker = getenv("TASKPUSH_TOKEN");
+    if (admin_token_file || token_file) {
+        if (!(token = admin_token_file ? read_token("--admin-token-file", admin_token_file)
+                                       : read_token("--token-file", token_file)))
             return 2;
-    } else if (getenv("TASKPUSH_TOKEN") && *getenv("TASKPUSH_TOKEN")) {
-        token = strdup(getenv("TASKPUSH_TOKEN"));
+    } else if (env_admin && *env_admin) {
+        token = strdup(env_admin);
+    } else if (env_worker && *env_worker) {
+        token = strdup(env_worker);
     }
     char url[1024];
     char *enc = type ? evhttp_encode_uri(type) : NULL;
@@ -318,10 +331,17 @@ static int run_post(const ctl_target *t, const char *cmd, const char *path, cons
             printf("{\"ok\":false,\"status\":%d}\n", r.status);
         rc = r.status / 100 == 2 ? 0 : 1;
     } else if (r.status == 401) {
-        fprintf(stderr, "taskpushctl: %s refused %s: a valid token is needed (--token-file or TASKPUSH_TOKEN)\n",
+        fprintf(stderr,
+                "taskpushctl: %s refused %s: a valid token is needed (--admin-token-file or "
+                "TASKPUSH_ADMIN_TOKEN; --token-file or TASKPUSH_TOKEN without an admin token)\n",
                 admin, cmd);
     } else if (r.status / 100 != 2 || !o) {
-        fprintf(stderr, "taskpushctl: %s answered %d to %s\n", admin, r.status, cmd);
+        /* The dispatcher's text says what was wrong (e.g. a Host it refuses). */
+        if (r.body && !o && *r.body)
+            fprintf(stderr, "taskpushctl: %s refused %s: %.*s\n", admin, cmd, (int)strcspn(r.body, "\r\n"),
+                    r.body);
+        else
+            fprintf(stderr, "taskpushctl: %s answered %d to %s\n", admin, r.status, cmd);
     } else {
         rc = 0;
         if (strcmp(cmd, "requeue-failed") == 0) {
@@ -344,12 +364,13 @@ int main(int argc, char **argv)
 {
     const char *admin = getenv("TASKPUSH_ADMIN") ? getenv("TASKPUSH_ADMIN") : "127.0.0.1:7071";
     bool as_json = false, tls = false;
-    const char *type = NULL, *token_file = NULL, *tls_ca = NULL;
+    const char *type = NULL, *token_file = NULL, *admin_token_file = NULL, *tls_ca = NULL;
     static const struct option longopts[] = {
         {"admin", required_argument, NULL, 'a'}, {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},        {"version", no_argument, NULL, 'V'},
         {"type", required_argument, NULL, 't'},  {"token-file", required_argument, NULL, 'k'},
         {"tls", no_argument, NULL, 's'},         {"tls-ca", required_argument, NULL, 'C'},
+        {"admin-token-file", required_argument, NULL, 'K'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -373,6 +394,9 @@ int main(int argc, char **argv)
             break;
         case 'C':
             tls_ca = optarg;
+            break;
+        case 'K':
+            admin_token_file = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -433,7 +457,7 @@ int main(int argc, char **argv)
         }
     }
     if (post) {
-        int prc = run_post(&target, cmd, post, type, token_file, as_json);
+        int prc = run_post(&target, cmd, post, type, admin_token_file, token_file, as_json);
         dsp_tls_ctx_free(target.tls);
         return prc;
     }

@@ -11,7 +11,7 @@ extern const unsigned char dsp_dashboard_page[];
 extern const size_t dsp_dashboard_page_len;
 extern const char dsp_dashboard_csp[];
 
-static void page_cb(struct evhttp_request *req, void *arg)
+void dsp_dashboard_serve(struct evhttp_request *req, void *arg)
 {
     (void)arg;
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
@@ -35,15 +35,4 @@ static void page_cb(struct evhttp_request *req, void *arg)
     evhttp_add_header(h, "Referrer-Policy", "no-referrer");
     evhttp_send_reply(req, HTTP_OK, "OK", out);
     evbuffer_free(out);
-}
-
-int dsp_dashboard_register(struct evhttp *http)
-{
-    if (evhttp_set_cb(http, "/", page_cb, NULL) != 0)
-        return -1;
-    if (evhttp_set_cb(http, "/index.html", page_cb, NULL) != 0) {
-        evhttp_del_cb(http, "/");
-        return -1;
-    }
-    return 0;
 }

@@ -8,13 +8,12 @@
 #ifndef DSP_DASHBOARD_H
 #define DSP_DASHBOARD_H
 
-struct evhttp;
+struct evhttp_request;
 
-/* Registers GET / and GET /index.html on http: they answer the embedded page
- * (text/html; charset=utf-8, Cache-Control: no-store, and a Content-Security-Policy
- * that allows only the page's own inline script and style and fetches from the
- * same origin). Any other method gets 405. Returns 0, or -1 when a path already
- * has a callback. */
-int dsp_dashboard_register(struct evhttp *http);
+/* Answers GET / and GET /index.html (the admin port routes both here): the embedded
+ * page (text/html; charset=utf-8, Cache-Control: no-store, and a
+ * Content-Security-Policy that allows only the page's own inline script and style
+ * and fetches from the same origin). Any other method gets 405. arg is unused. */
+void dsp_dashboard_serve(struct evhttp_request *req, void *arg);
 
 #endif

@@ -72,6 +72,7 @@ struct dsp_server {
     struct evconnlistener *listener;
     struct evhttp *http;
     struct dsp_tls *tls;       /* NULL unless --tls-cert: both ports speak TLS */
+    bool admin_loopback;      /* the admin port listens on loopback only: Host is checked */
     dsp_db *db;
 
     struct event *claim_timer;

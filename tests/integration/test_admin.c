@@ -13,6 +13,15 @@
  *   ctl_drain           drain releases buffered tasks, lets in-flight ones finish; resume
  *   ctl_requeue_failed  FAILED rows back to NEW, then run
  *   healthz_db_down     /healthz 503 while a MariaDB of the test's own is stopped, 200 after
+ *   post_not_simple     a POST a browser sends cross-origin unasked (text/plain, no custom
+ *                       header) gets 403 and changes nothing; X-Taskpush-Admin or JSON: 200
+ *   host_header         on a loopback bind, a Host other than localhost/127.x/[::1] gets 421
+ *                       (GET, POST, the page); a good one 200; on 0.0.0.0 no check
+ *   admin_token         --admin-token-file: no, a wrong or the workers' bearer gets 401, the
+ *                       admin token 200; taskpushctl --admin-token-file, TASKPUSH_ADMIN_TOKEN
+ *   admin_token_fallback  only --token-file: the workers' token authorizes POSTs
+ *   workers_non_utf8_name  a worker named with bytes FF FE is listed in /workers (as many as
+ *                       /stats counts) and labelled in /metrics, U+FFFD in their place
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -37,6 +46,7 @@
 #include <cmocka.h>
 
 #include "daemon.h"
+#include "proto.h"
 #include "taskpush.h"
 #include "testdb.h"
 
@@ -80,6 +90,8 @@ struct fx {
     bool gate_open;
     int gate_waiting;
     char token_path[128];
+    char admin_token_path[128];
+    int raw_fd; /* workers_non_utf8_name: its hand-made worker; 0 when none */
     char own_dir[128]; /* healthz_db_down: its MariaDB */
     bool passed;
 };
@@ -200,6 +212,10 @@ static int fx_teardown(void **state)
     }
     if (fx->token_path[0])
         unlink(fx->token_path);
+    if (fx->admin_token_path[0])
+        unlink(fx->admin_token_path);
+    if (fx->raw_fd > 0)
+        close(fx->raw_fd);
     pthread_mutex_destroy(&fx->mu);
     pthread_cond_destroy(&fx->cv);
     free(fx);
@@ -265,7 +281,8 @@ static int ctl(struct fx *fx, char *out, size_t outlen, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    snprintf(cmd, sizeof cmd, "env -u TASKPUSH_TOKEN %s --admin %s %s", tp_build_path("dispatcher/taskpushctl"),
+    snprintf(cmd, sizeof cmd, "env -u TASKPUSH_TOKEN -u TASKPUSH_ADMIN_TOKEN %s --admin %s %s",
+             tp_build_path("dispatcher/taskpushctl"),
              fx->d.admin, args);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
@@ -407,20 +424,28 @@ static void stats_and_metrics(void **state)
     fx->passed = true;
 }
 
+/* A TCP connection to an IPv4 HOST:PORT, with a 10 s receive timeout. */
+static int tcp_connect(const char *hostport)
+{
+    char host[64];
+    const char *colon = strrchr(hostport, ':');
+    assert_non_null(colon);
+    snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
 /* Raw bytes to the admin port; returns the first line of the answer ("" when the
  * connection closed without one). */
 static void raw_send(const char *hostport, const char *data, size_t len, char *first, size_t firstlen)
 {
-    char host[64];
-    const char *colon = strrchr(hostport, ':');
-    snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
-    inet_pton(AF_INET, host, &sa.sin_addr);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    struct timeval tv = {10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    int fd = tcp_connect(hostport);
     size_t off = 0;
     while (off < len) {
         ssize_t n = send(fd, data + off, len - off, MSG_NOSIGNAL);
@@ -781,6 +806,317 @@ static void healthz_db_down(void **state)
     fx->passed = true;
 }
 
+/* ---- the admin port's protections (issue 7, defect 8) ---- */
+
+/* One HTTP exchange on a fresh connection, the request written exactly as formatted
+ * (it should say Connection: close); the whole answer, read to EOF, in resp.
+ * Returns the status, or -1 when there was none. */
+static int raw_http(const char *hostport, char *resp, size_t resplen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int raw_http(const char *hostport, char *resp, size_t resplen, const char *fmt, ...)
+{
+    char req[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(req, sizeof req, fmt, ap);
+    va_end(ap);
+    assert_true(len > 0 && (size_t)len < sizeof req);
+    int fd = tcp_connect(hostport);
+    assert_int_equal(send(fd, req, (size_t)len, MSG_NOSIGNAL), len);
+    size_t used = 0;
+    ssize_t n;
+    while (used + 1 < resplen && (n = recv(fd, resp + used, resplen - 1 - used, 0)) > 0)
+        used += (size_t)n;
+    resp[used] = '\0';
+    close(fd);
+    int status = -1;
+    if (sscanf(resp, "HTTP/%*d.%*d %d", &status) != 1)
+        status = -1;
+    return status;
+}
+
+/* POST path with X-Taskpush-Admin and, unless NULL, the Authorization value auth. */
+static int admin_post(struct fx *fx, const char *path, const char *auth)
+{
+    char resp[4096];
+    int st = raw_http(fx->d.admin, resp, sizeof resp,
+                      "POST %s HTTP/1.1\r\nHost: %s\r\nX-Taskpush-Admin: 1\r\n%s%s%s"
+                      "Content-Length: 0\r\nConnection: close\r\n\r\n",
+                      path, fx->d.admin, auth ? "Authorization: " : "", auth ? auth : "",
+                      auth ? "\r\n" : "");
+    printf("# POST %s (%s) -> %d\n", path, auth ? "with a bearer" : "no Authorization", st);
+    return st;
+}
+
+static bool paused_all(struct fx *fx)
+{
+    json_t *s = tp_daemon_json(&fx->d, "/stats");
+    assert_non_null(s);
+    bool p = json_is_true(json_object_get(json_object_get(s, "paused"), "all"));
+    json_decref(s);
+    return p;
+}
+
+static bool draining(struct fx *fx)
+{
+    json_t *s = tp_daemon_json(&fx->d, "/stats");
+    assert_non_null(s);
+    bool d = json_is_true(json_object_get(s, "draining"));
+    json_decref(s);
+    return d;
+}
+
+/* What a web page can make an operator's browser send without a CORS preflight:
+ * a POST with a text/plain or form body and no custom header. Refused, with a
+ * message naming what is missing, and nothing changes. */
+static void post_not_simple(void **state)
+{
+    struct fx *fx = *state;
+    assert_int_equal(tp_testdb_create("admin_csrf", &fx->db), 0);
+    fx->have_db = true;
+    fx_daemon(fx, NULL);
+    char resp[4096];
+    static const char *const simple_types[] = {"text/plain", "application/x-www-form-urlencoded",
+                                               "multipart/form-data; boundary=x"};
+    static const char *const paths[] = {"/pause", "/drain", "/requeue-failed"};
+    for (size_t i = 0; i < 3; i++) {
+        int st = raw_http(fx->d.admin, resp, sizeof resp,
+                          "POST %s HTTP/1.1\r\nHost: %s\r\nOrigin: http://evil.example\r\n"
+                          "Content-Type: %s\r\nContent-Length: 2\r\nConnection: close\r\n\r\nx=",
+                          paths[i], fx->d.admin, simple_types[i]);
+        printf("# cross-origin-style POST %s (%s) -> %d\n", paths[i], simple_types[i], st);
+        assert_int_equal(st, 403);
+        assert_non_null(strstr(resp, "X-Taskpush-Admin"));
+    }
+    assert_false(paused_all(fx));
+    assert_false(draining(fx));
+    json_t *s = tp_daemon_json(&fx->d, "/stats");
+    assert_true(json_is_null(json_object_get(s, "last_requeue"))); /* no requeue was asked */
+    json_decref(s);
+
+    /* The same POST with the header is obeyed. */
+    int st = raw_http(fx->d.admin, resp, sizeof resp,
+                      "POST /pause HTTP/1.1\r\nHost: %s\r\nX-Taskpush-Admin: 1\r\n"
+                      "Content-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nx=",
+                      fx->d.admin);
+    assert_int_equal(st, 200);
+    assert_true(paused_all(fx));
+    /* So is a JSON body, without the header. */
+    st = raw_http(fx->d.admin, resp, sizeof resp,
+                  "POST /resume HTTP/1.1\r\nHost: %s\r\nContent-Type: Application/JSON; charset=utf-8\r\n"
+                  "Content-Length: 2\r\nConnection: close\r\n\r\n{}",
+                  fx->d.admin);
+    assert_int_equal(st, 200);
+    assert_false(paused_all(fx));
+    /* taskpushctl sends the header. */
+    assert_int_equal(ctl(fx, NULL, 0, "pause"), 0);
+    assert_true(paused_all(fx));
+    fx->passed = true;
+}
+
+/* DNS rebinding: the browser reaches the loopback port under the attacker's name. */
+static void host_header(void **state)
+{
+    struct fx *fx = *state;
+    assert_int_equal(tp_testdb_create("admin_host", &fx->db), 0);
+    fx->have_db = true;
+    fx_daemon(fx, NULL);
+    const char *port = strrchr(fx->d.admin, ':') + 1;
+    char resp[4096], host[128];
+    static const char *const bad[] = {"evil.example", "evil.example:%s", "127.0.0.1.evil.example:%s",
+                                      "localhost.evil.example", "", "[::2]:%s", "127.0.0.1:%sx",
+                                      "10.0.0.1:%s"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(host, sizeof host, bad[i], port);
+        int st = raw_http(fx->d.admin, resp, sizeof resp,
+                          "GET /stats HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host);
+        printf("# GET /stats, Host '%s' -> %d\n", host, st);
+        assert_int_equal(st, 421);
+        assert_null(strstr(resp, "uptime_s"));
+    }
+    snprintf(host, sizeof host, "evil.example:%s", port);
+    assert_int_equal(raw_http(fx->d.admin, resp, sizeof resp,
+                              "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host),
+                     421);
+    assert_int_equal(raw_http(fx->d.admin, resp, sizeof resp,
+                              "POST /pause HTTP/1.1\r\nHost: %s\r\nX-Taskpush-Admin: 1\r\n"
+                              "Content-Length: 0\r\nConnection: close\r\n\r\n",
+                              host),
+                     421);
+    assert_false(paused_all(fx));
+    /* An absolute request target names a host too. */
+    assert_int_equal(raw_http(fx->d.admin, resp, sizeof resp,
+                              "GET http://evil.example/stats HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              "Connection: close\r\n\r\n"),
+                     421);
+    assert_int_equal(raw_http(fx->d.admin, resp, sizeof resp,
+                              "GET http://localhost/stats HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              "Connection: close\r\n\r\n"),
+                     200);
+
+    static const char *const good[] = {"127.0.0.1:%s", "127.0.0.1", "localhost:%s", "LocalHost",
+                                       "[::1]:%s", "[::1]", "127.0.0.2:%s"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        snprintf(host, sizeof host, good[i], port);
+        int st = raw_http(fx->d.admin, resp, sizeof resp,
+                          "GET /stats HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host);
+        printf("# GET /stats, Host '%s' -> %d\n", host, st);
+        assert_int_equal(st, 200);
+    }
+    snprintf(host, sizeof host, "localhost:%s", port);
+    assert_int_equal(raw_http(fx->d.admin, resp, sizeof resp,
+                              "POST /pause HTTP/1.1\r\nHost: %s\r\nX-Taskpush-Admin: 1\r\n"
+                              "Content-Length: 0\r\nConnection: close\r\n\r\n",
+                              host),
+                     200);
+    assert_true(paused_all(fx));
+
+    /* Bound to every address, the port is reached under names it cannot know: no check. */
+    assert_int_equal(tp_daemon_stop(&fx->d, SIGTERM, 15000), 0);
+    unlink(fx->d.log_path);
+    const char *const any[] = {"--admin", "0.0.0.0:0", NULL};
+    fx_daemon(fx, any);
+    assert_int_equal(raw_http(fx->d.admin, resp, sizeof resp,
+                              "GET /stats HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"),
+                     200);
+    fx->passed = true;
+}
+
+static void write_file(char *path, size_t pathlen, const char *tag, const char *text)
+{
+    snprintf(path, pathlen, "/tmp/test_admin_%s_%d", tag, (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void admin_token(void **state)
+{
+    struct fx *fx = *state;
+    assert_int_equal(tp_testdb_create("admin_token", &fx->db), 0);
+    fx->have_db = true;
+    write_token(fx); /* the workers' token: s3cret-admin-token */
+    write_file(fx->admin_token_path, sizeof fx->admin_token_path, "admin_token", "0per4tor-only\n");
+    const char *extra[] = {"--token-file", fx->token_path, "--admin-token-file", fx->admin_token_path, NULL};
+    fx_daemon(fx, extra);
+    /* The workers' token still admits a worker. */
+    wk_start(fx, "w", 1, false, "a", NULL, "s3cret-admin-token");
+    wait_stat(fx, "workers", 1);
+
+    assert_int_equal(admin_post(fx, "/pause", NULL), 401);
+    assert_int_equal(admin_post(fx, "/pause", "Bearer wrong"), 401);
+    assert_int_equal(admin_post(fx, "/pause", "Bearer 0per4tor-onlyX"), 401);
+    assert_int_equal(admin_post(fx, "/pause", "Bearer 0per4tor-onl"), 401);
+    assert_int_equal(admin_post(fx, "/pause", "0per4tor-only"), 401);
+    assert_int_equal(admin_post(fx, "/pause", "Bearer s3cret-admin-token"), 401); /* the workers' */
+    assert_false(paused_all(fx));
+    assert_int_equal(admin_post(fx, "/pause", "Bearer 0per4tor-only"), 200);
+    assert_true(paused_all(fx));
+
+    /* taskpushctl: the admin token file, not the workers'; or TASKPUSH_ADMIN_TOKEN. */
+    assert_int_equal(ctl(fx, NULL, 0, "--admin-token-file %s resume", fx->admin_token_path), 0);
+    assert_false(paused_all(fx));
+    assert_int_equal(ctl(fx, NULL, 0, "--token-file %s pause", fx->token_path), 1);
+    assert_false(paused_all(fx));
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "env -u TASKPUSH_TOKEN TASKPUSH_ADMIN_TOKEN=0per4tor-only %s --admin %s pause >/dev/null",
+             tp_build_path("dispatcher/taskpushctl"), fx->d.admin);
+    int st = system(cmd);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_true(paused_all(fx));
+    /* Neither secret reaches the log. */
+    assert_int_equal(tp_daemon_log_count(&fx->d, "0per4tor"), 0);
+    assert_int_equal(tp_daemon_log_count(&fx->d, "s3cret"), 0);
+    fx->passed = true;
+}
+
+/* Without --admin-token-file the workers' token authorizes POSTs; it does not
+ * stand in for the non-simple request. */
+static void admin_token_fallback(void **state)
+{
+    struct fx *fx = *state;
+    assert_int_equal(tp_testdb_create("admin_token_fb", &fx->db), 0);
+    fx->have_db = true;
+    write_token(fx);
+    const char *extra[] = {"--token-file", fx->token_path, NULL};
+    fx_daemon(fx, extra);
+    char resp[4096];
+    assert_int_equal(raw_http(fx->d.admin, resp, sizeof resp,
+                              "POST /pause HTTP/1.1\r\nHost: %s\r\n"
+                              "Authorization: Bearer s3cret-admin-token\r\n"
+                              "Content-Type: text/plain\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                              fx->d.admin),
+                     403);
+    assert_int_equal(admin_post(fx, "/pause", NULL), 401);
+    assert_int_equal(admin_post(fx, "/pause", "Bearer wrong"), 401);
+    assert_false(paused_all(fx));
+    assert_int_equal(admin_post(fx, "/pause", "Bearer s3cret-admin-token"), 200);
+    assert_true(paused_all(fx));
+    fx->passed = true;
+}
+
+/* A worker named with bytes that are not UTF-8 (only its HELLO says what its name
+ * is): listed in /workers like any other, each bad byte as U+FFFD. */
+static void workers_non_utf8_name(void **state)
+{
+    struct fx *fx = *state;
+    assert_int_equal(tp_testdb_create("admin_utf8", &fx->db), 0);
+    fx->have_db = true;
+    const char *extra[] = {"--heartbeat-ms", "60000", NULL}; /* the raw worker sends none */
+    fx_daemon(fx, extra);
+    wk_start(fx, "good", 1, false, "a", NULL, NULL);
+
+    static const char name[] = "bad\xff\xfename";
+    proto_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = PROTO_HELLO;
+    m.u.hello.version = PROTO_VERSION;
+    m.u.hello.capacity = 1;
+    m.u.hello.name.ptr = (const uint8_t *)name;
+    m.u.hello.name.len = sizeof name - 1;
+    m.u.hello.ntypes = 1;
+    m.u.hello.types[0].ptr = (const uint8_t *)"a";
+    m.u.hello.types[0].len = 1;
+    uint8_t buf[512];
+    size_t n = proto_msg_encode(&m, buf, sizeof buf);
+    assert_true(n > 0);
+    fx->raw_fd = tcp_connect(fx->d.listen);
+    assert_int_equal(send(fx->raw_fd, buf, n, MSG_NOSIGNAL), (ssize_t)n);
+    wait_stat(fx, "workers", 2);
+
+    json_t *ws = tp_daemon_json(&fx->d, "/workers");
+    assert_true(json_is_array(ws));
+    printf("# /workers lists %zu, /stats counts %lld\n", json_array_size(ws),
+           tp_daemon_stat(&fx->d, "workers"));
+    assert_int_equal(json_array_size(ws), tp_daemon_stat(&fx->d, "workers"));
+    bool seen = false;
+    size_t i;
+    json_t *w;
+    json_array_foreach(ws, i, w) {
+        if (strcmp(json_string_value(json_object_get(w, "name")), "bad\xEF\xBF\xBD\xEF\xBF\xBDname") == 0) {
+            seen = true;
+            assert_int_equal(tp_json_int_at(w, "capacity"), 1);
+        }
+    }
+    json_decref(ws);
+    assert_true(seen);
+    /* /metrics labels it the same way (the format wants UTF-8). */
+    char *text = NULL;
+    assert_int_equal(tp_http_request(fx->d.admin, "GET", "/metrics", &text), 200);
+    bool labelled =
+        strstr(text, "taskpush_worker_capacity{worker=\"bad\xEF\xBF\xBD\xEF\xBF\xBDname\"") != NULL;
+    free(text);
+    assert_true(labelled);
+    /* taskpushctl prints it. */
+    char out[4096];
+    assert_int_equal(ctl(fx, out, sizeof out, "workers"), 0);
+    assert_non_null(strstr(out, "bad\xEF\xBF\xBD\xEF\xBF\xBDname"));
+    fx->passed = true;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -792,6 +1128,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(retention_flags, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(daemon_flags_and_sighup, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(healthz_db_down, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(post_not_simple, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(host_header, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(admin_token, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(admin_token_fallback, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(workers_non_utf8_name, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests_name("admin", tests, NULL, NULL);
 }

@@ -210,6 +210,8 @@ int tp_http_request(const char *hostport, const char *method, const char *path, 
                                : strcmp(method, "PUT") == 0 ? EVHTTP_REQ_PUT
                                : strcmp(method, "DELETE") == 0 ? EVHTTP_REQ_DELETE
                                                                 : EVHTTP_REQ_GET;
+    if (cmd == EVHTTP_REQ_POST) /* as taskpushctl: taskpushd refuses a "simple" POST */
+        evhttp_add_header(evhttp_request_get_output_headers(req), "X-Taskpush-Admin", "1");
     if (evhttp_make_request(conn, req, cmd, path) == 0)
         event_base_dispatch(base);
     evhttp_connection_free(conn);

@@ -42,8 +42,9 @@ void tp_daemon_dump_log(const tp_daemon *d);
 /* Counts lines of the log that contain needle. */
 int tp_daemon_log_count(const tp_daemon *d, const char *needle);
 
-/* GET http://hostport/path. Returns the status (or -1 when no answer), and the
- * body (malloc'd, NUL-terminated) in *body when body != NULL. */
+/* GET (or method) http://hostport/path; a POST carries X-Taskpush-Admin: 1. Returns
+ * the status (or -1 when no answer), and the body (malloc'd, NUL-terminated) in
+ * *body when body != NULL. */
 int tp_http_request(const char *hostport, const char *method, const char *path, char **body);
 
 /* GET /stats (or another JSON path) parsed; NULL on failure. Caller decrefs. */

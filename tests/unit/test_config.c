@@ -35,6 +35,7 @@ static int setup(void **state)
     unsetenv("TASKPUSH_DB");
     unsetenv("TASKPUSH_DB_PASSWORD");
     unsetenv("TASKPUSH_TOKEN");
+    unsetenv("TASKPUSH_ADMIN_TOKEN");
     return 0;
 }
 
@@ -256,6 +257,48 @@ static void test_token_file_and_env(void **state)
     dsp_config_free(&c);
 }
 
+static void no_secret_shown(void *arg, const char *key, const char *val)
+{
+    (void)arg;
+    (void)key;
+    assert_null(strstr(val, "adm1n"));
+}
+
+/* --admin-token-file (or TASKPUSH_ADMIN_TOKEN) is kept apart from the workers' token,
+ * the file before the environment; its value never shows in the settings. */
+static void test_admin_token_file_and_env(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/taskpush-admin-token-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "adm1n-tok\n", 10), 10);
+    close(fd);
+    dsp_config c;
+    char err[256];
+    setenv("TASKPUSH_TOKEN", "workertok", 1);
+    setenv("TASKPUSH_ADMIN_TOKEN", "adm1n-env", 1);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--admin-token-file", path, NULL),
+                     DSP_CONFIG_OK);
+    assert_string_equal(c.admin_token, "adm1n-tok");
+    assert_string_equal(c.token, "workertok");
+    dsp_config_each(&c, no_secret_shown, NULL);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", NULL), DSP_CONFIG_OK);
+    assert_string_equal(c.admin_token, "adm1n-env");
+    dsp_config_free(&c);
+    unsetenv("TASKPUSH_ADMIN_TOKEN");
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", NULL), DSP_CONFIG_OK);
+    assert_null(c.admin_token); /* admin POSTs then take the workers' token */
+    dsp_config_free(&c);
+    unlink(path);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--admin-token-file", path, NULL),
+                     DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "--admin-token-file"));
+    dsp_config_free(&c);
+    unsetenv("TASKPUSH_TOKEN");
+}
+
 static void count_setting(void *arg, const char *key, const char *val)
 {
     (void)val;
@@ -321,6 +364,7 @@ int main(void)
         cmocka_unit_test_setup(test_url_rejects_malformed, setup),
         cmocka_unit_test_setup(test_password_from_environment, setup),
         cmocka_unit_test_setup(test_token_file_and_env, setup),
+        cmocka_unit_test_setup(test_admin_token_file_and_env, setup),
         cmocka_unit_test_setup(test_settings_listing_hides_secrets, setup),
         cmocka_unit_test_setup(test_durations, setup),
     };
