@@ -44,10 +44,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void check(int ok)
+/* check(cond): abort, naming the broken promise, when cond is false. */
+#define check(cond) ((cond) ? (void)0 : fail(__LINE__, #cond))
+
+static void fail(int line, const char *what)
 {
-    if (!ok)
-        abort();
+    fprintf(stderr, "fuzz_admin.c:%d: check failed: %s\n", line, what);
+    abort();
 }
 
 typedef struct client {
