@@ -652,12 +652,8 @@ static bool loopback_addr(const struct sockaddr_storage *ss)
     return false;
 }
 
-int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
+int dsp_admin_http_new(dsp_server *srv)
 {
-    char host[256];
-    unsigned port;
-    if (dsp_hostport_parse(srv->cfg->admin, host, sizeof host, &port) < 0)
-        return -1;
     srv->http = evhttp_new(srv->base);
     if (!srv->http)
         return -1;
@@ -669,6 +665,15 @@ int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
     evhttp_set_gencb(srv->http, request_cb, srv);
     if (srv->tls)
         evhttp_set_bevcb(srv->http, tls_bev_cb, srv);
+    return 0;
+}
+
+int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
+{
+    char host[256];
+    unsigned port;
+    if (dsp_hostport_parse(srv->cfg->admin, host, sizeof host, &port) < 0 || dsp_admin_http_new(srv) < 0)
+        return -1;
     struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(srv->http, host, (ev_uint16_t)port);
     if (!bs) {
         log_error(&srv->log, "--admin %s: cannot listen there", srv->cfg->admin);

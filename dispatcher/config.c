@@ -192,12 +192,26 @@ int dsp_db_url_parse(const char *url, dsp_db_url *out, char *err, size_t errlen)
     hostport[hpl] = '\0';
     char hostbuf[256];
     unsigned port = 0;
-    if (strchr(hostport, ':') && hostport[0] != '[') {
+    /* HOST[:PORT] or [V6][:PORT]: the brackets are not part of the host, and a
+     * host with a colon (IPv6) must be in them. */
+    const char *rb = hostport[0] == '[' ? strchr(hostport, ']') : NULL;
+    if (hostport[0] == '[' && (!rb || rb == hostport + 1 || (rb[1] && rb[1] != ':') ||
+                               strchr(hostport + 1, '['))) {
+        snprintf(err, errlen, "database URL has a bad host '%s'", hostport);
+        goto bad;
+    }
+    if (rb ? rb[1] == ':' : strchr(hostport, ':') != NULL) {
         if (dsp_hostport_parse(hostport, hostbuf, sizeof hostbuf, &port) < 0 || port == 0) {
             snprintf(err, errlen, "database URL has a bad port in '%s'", hostport);
             goto bad;
         }
+        if (!rb && strchr(hostbuf, ':')) {
+            snprintf(err, errlen, "database URL: put an IPv6 host in brackets, as in [::1]:3306");
+            goto bad;
+        }
         out->host = strdup(hostbuf);
+    } else if (rb) {
+        out->host = dup_range(hostport + 1, (size_t)(rb - hostport - 1));
     } else {
         out->host = strdup(hostport);
     }
@@ -337,23 +351,30 @@ static char *trim(char *s)
     return s;
 }
 
-static int load_file(dsp_config *cfg, const char *path, char *err, size_t errlen)
+/* Longest line of a --config file; a longer one is refused, not cut in two
+ * (its tail would otherwise be read as a line of its own). */
+#define CONFIG_LINE_MAX 4096
+
+int dsp_config_apply_file(dsp_config *cfg, FILE *f, const char *name, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(err, errlen, "--config %s: %s", path, strerror(errno));
-        return -1;
-    }
-    char line[4096];
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
     int lineno = 0, rc = 0;
-    while (fgets(line, sizeof line, f)) {
+    while ((n = getline(&line, &cap, f)) >= 0) {
         lineno++;
+        if ((size_t)n > CONFIG_LINE_MAX || strlen(line) != (size_t)n) {
+            snprintf(err, errlen, "%s:%d: a line must be text of at most %d bytes", name, lineno,
+                     CONFIG_LINE_MAX);
+            rc = -1;
+            break;
+        }
         char *s = trim(line);
         if (!*s || *s == '#')
             continue;
         char *eq = strchr(s, '=');
         if (!eq) {
-            snprintf(err, errlen, "%s:%d: expected KEY = VALUE", path, lineno);
+            snprintf(err, errlen, "%s:%d: expected KEY = VALUE", name, lineno);
             rc = -1;
             break;
         }
@@ -361,17 +382,33 @@ static int load_file(dsp_config *cfg, const char *path, char *err, size_t errlen
         char *key = trim(s), *val = trim(eq + 1);
         const opt_def *o = find_option(key);
         if (!o || strcmp(key, "config") == 0) {
-            snprintf(err, errlen, "%s:%d: unknown key '%s'", path, lineno, key);
+            snprintf(err, errlen, "%s:%d: unknown key '%s'", name, lineno, key);
             rc = -1;
             break;
         }
         char inner[512];
         if (set_value(cfg, o, val, inner, sizeof inner) < 0) {
-            snprintf(err, errlen, "%s:%d: %s", path, lineno, inner);
+            snprintf(err, errlen, "%s:%d: %s", name, lineno, inner);
             rc = -1;
             break;
         }
     }
+    if (rc == 0 && ferror(f)) {
+        snprintf(err, errlen, "%s: read error", name);
+        rc = -1;
+    }
+    free(line);
+    return rc;
+}
+
+static int load_file(dsp_config *cfg, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "--config %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = dsp_config_apply_file(cfg, f, path, err, errlen);
     fclose(f);
     return rc;
 }

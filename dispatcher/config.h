@@ -73,6 +73,12 @@ int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err
     __attribute__((warn_unused_result));
 void dsp_config_free(dsp_config *cfg);
 
+/* Applies the KEY = VALUE lines of a --config file read from f (named name in
+ * messages) over cfg; what dsp_config_load does with --config, for the fuzz
+ * target (tests/fuzz/fuzz_config.c). Returns 0, or -1 with a reason in err. */
+int dsp_config_apply_file(dsp_config *cfg, FILE *f, const char *name, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 /* Parses mysql://USER[:PASSWORD]@HOST[:PORT]/DBNAME[?socket=PATH]. Returns 0,
  * or -1 with a reason in err. */
 int dsp_db_url_parse(const char *url, dsp_db_url *out, char *err, size_t errlen)

@@ -2472,6 +2472,11 @@ fail:
 
 void dsp_db_write(dsp_db *db, dsp_outcome *outcomes, size_t n)
 {
+    if (db == NULL) { /* an offline server: nowhere to write, but the buffers are ours */
+        for (size_t k = 0; k < n; k++)
+            free(outcomes[k].data);
+        return;
+    }
     uint32_t epoch = atomic_load(&db->loop_epoch);
     int64_t now = mono_ms();
     size_t i, was;
@@ -2524,6 +2529,8 @@ void dsp_db_write(dsp_db *db, dsp_outcome *outcomes, size_t n)
 size_t dsp_db_pending_writes(dsp_db *db)
 {
     size_t n;
+    if (db == NULL)
+        return 0;
     pthread_mutex_lock(&db->mu);
     n = db->qlen + db->writing;
     pthread_mutex_unlock(&db->mu);
@@ -2602,6 +2609,8 @@ void dsp_db_free(dsp_db *db)
 void dsp_db_counters_get(dsp_db *db, dsp_db_counters *out)
 {
     memset(out, 0, sizeof *out);
+    if (db == NULL)
+        return;
     out->statements = atomic_load_explicit(&db->statements, memory_order_relaxed);
     out->claims = atomic_load_explicit(&db->claims, memory_order_relaxed);
     out->claimed_rows = atomic_load_explicit(&db->claimed_rows, memory_order_relaxed);
@@ -2617,6 +2626,11 @@ void dsp_db_counters_get(dsp_db *db, dsp_db_counters *out)
 
 void dsp_db_table_stats_get(dsp_db *db, dsp_table_stats *out)
 {
+    if (db == NULL) {
+        memset(out, 0, sizeof *out);
+        out->oldest_ready_age_ms = -1;
+        return;
+    }
     pthread_mutex_lock(&db->mu);
     memcpy(out, db->tstats, sizeof *out);
     pthread_mutex_unlock(&db->mu);
@@ -2625,6 +2639,8 @@ void dsp_db_table_stats_get(dsp_db *db, dsp_table_stats *out)
 
 int dsp_db_requeue_failed(dsp_db *db, const char *type, uint64_t request_id)
 {
+    if (db == NULL)
+        return -1;
     struct requeue_req *r = calloc(1, sizeof *r);
     bool now;
 

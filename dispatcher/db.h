@@ -139,6 +139,10 @@ typedef struct dsp_db_options {
     void *cb_arg;
 } dsp_db_options;
 
+/* dsp_db_write, dsp_db_pending_writes, dsp_db_counters_get, dsp_db_table_stats_get
+ * and dsp_db_requeue_failed accept db == NULL (an offline server, see
+ * dsp_server_init_offline): writes are dropped, figures are zero, requeue fails. */
+
 /* Shared counters, readable from any thread. */
 typedef struct dsp_db_counters {
     uint64_t statements;        /* every statement sent, both connections */

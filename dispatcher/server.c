@@ -1049,7 +1049,7 @@ static int write_ready_file(dsp_server *srv, const char *listen, const char *adm
     return rc;
 }
 
-int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
+int dsp_server_init_offline(dsp_server *srv, const dsp_config *cfg)
 {
     memset(srv, 0, sizeof *srv);
     srv->cfg = cfg;
@@ -1068,12 +1068,6 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
     srv->tick_timer = event_new(srv->base, -1, EV_PERSIST, tick_cb, srv);
     srv->dispatch_ev = event_new(srv->base, -1, 0, dispatch_cb, srv);
     srv->accept_retry_ev = evtimer_new(srv->base, accept_retry_cb, srv);
-    static const int signals[3] = {SIGTERM, SIGINT, SIGHUP};
-    for (int i = 0; i < 3; i++) {
-        srv->signal_evs[i] = evsignal_new(srv->base, signals[i], signal_cb, srv);
-        if (!srv->signal_evs[i] || evsignal_add(srv->signal_evs[i], NULL) < 0)
-            return -1;
-    }
     if (!srv->claim_timer || !srv->tick_timer || !srv->dispatch_ev || !srv->accept_retry_ev)
         return -1;
     int64_t tick = cfg->heartbeat_ms / 4;
@@ -1083,6 +1077,19 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         tick = 5;
     struct timeval tv = {0, (suseconds_t)(tick * 1000)};
     event_add(srv->tick_timer, &tv);
+    return 0;
+}
+
+int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
+{
+    if (dsp_server_init_offline(srv, cfg) < 0)
+        return -1;
+    static const int signals[3] = {SIGTERM, SIGINT, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        srv->signal_evs[i] = evsignal_new(srv->base, signals[i], signal_cb, srv);
+        if (!srv->signal_evs[i] || evsignal_add(srv->signal_evs[i], NULL) < 0)
+            return -1;
+    }
 
     char listen[300], admin[300], why[512];
     if (cfg->tls_cert && !(srv->tls = dsp_tls_new(cfg->tls_cert, cfg->tls_key, cfg->tls_ca, why, sizeof why))) {

@@ -139,6 +139,11 @@ int64_t dsp_now_ms(void);
 
 /* Sets up sockets, timers and the database side. Returns 0 or -1 (logged). */
 int dsp_server_init(dsp_server *srv, const dsp_config *cfg) __attribute__((warn_unused_result));
+/* The loop and its timers only: no signal handler, listener, admin port or
+ * database (srv->db stays NULL, and the db calls tolerate that). For the fuzz
+ * targets (tests/fuzz/), which hand socketpairs to dsp_conn_accept and to
+ * evhttp. Free with dsp_server_free. Returns 0 or -1. */
+int dsp_server_init_offline(dsp_server *srv, const dsp_config *cfg) __attribute__((warn_unused_result));
 /* Runs the loop until a drain ends; returns the exit status for main(). */
 int dsp_server_run(dsp_server *srv);
 void dsp_server_free(dsp_server *srv);
@@ -169,5 +174,7 @@ int64_t dsp_wall_ms(void);
 /* Admin HTTP (admin_http.c). */
 /* Binds the admin port; writes "HOST:PORT" as bound into bound. */
 int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen) __attribute__((warn_unused_result));
+/* Creates srv->http with every handler, bound to nothing (dsp_admin_init binds it). */
+int dsp_admin_http_new(dsp_server *srv) __attribute__((warn_unused_result));
 
 #endif

@@ -73,11 +73,19 @@ for dir in "${built[@]}"; do
 done
 
 if [ $quick -eq 0 ] && [ -x build-fuzz/tests/fuzz/fuzz_frame ]; then
-  echo "== fuzz run (frame decoder)"
-  cp -r tests/fuzz/corpus "$work/corpus"
-  step fuzz-frame build-fuzz/tests/fuzz/fuzz_frame -runs=200000 -max_len=4096 -seed=1 \
-    "$work/corpus" >"$work/fuzz.log" 2>&1 || tail -n 40 "$work/fuzz.log"
-  grep -E "^Done [0-9]+ runs" "$work/fuzz.log" || true
+  # NAME:RUNS:MAX_LEN:CORPUS, a few seconds each (admin and hello run a server per
+  # input). On a copy of the corpus: libFuzzer adds what it finds to it. A crash leaves
+  # its input in the repository's root as crash-<sha1>, for build/tests/fuzz/fuzz_NAME_replay.
+  for spec in frame:200000:4096:corpus config:50000:8192:corpus-config \
+              dburl:50000:1024:corpus-dburl admin:20000:4096:corpus-admin \
+              hello:20000:20000:corpus-hello; do
+    IFS=: read -r name runs max_len corpus <<<"$spec"
+    echo "== fuzz run ($name)"
+    cp -r "tests/fuzz/$corpus" "$work/fuzz-$name"
+    step "fuzz-$name" "build-fuzz/tests/fuzz/fuzz_$name" -runs="$runs" -max_len="$max_len" -seed=1 \
+      "$work/fuzz-$name" >"$work/fuzz-$name.log" 2>&1 || tail -n 40 "$work/fuzz-$name.log"
+    grep -E "^Done [0-9]+ runs" "$work/fuzz-$name.log" || true
+  done
 fi
 
 step mariadb-stop scripts/tp-mariadb stop "$db_dir" >/dev/null

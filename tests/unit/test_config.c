@@ -224,6 +224,55 @@ static void test_url_rejects_malformed(void **state)
     }
 }
 
+/* The brackets of an IPv6 host are not part of it, with or without a port;
+ * without them a colon in the host is refused rather than read as a port. */
+static void test_url_ipv6_host(void **state)
+{
+    (void)state;
+    dsp_db_url u;
+    char err[256] = "";
+    assert_int_equal(dsp_db_url_parse("mysql://bob@[::1]:3307/jobs", &u, err, sizeof err), 0);
+    assert_string_equal(u.host, "::1");
+    assert_int_equal(u.port, 3307);
+    dsp_db_url_clear(&u);
+    assert_int_equal(dsp_db_url_parse("mysql://bob@[fe80::1]/jobs", &u, err, sizeof err), 0);
+    assert_string_equal(u.host, "fe80::1");
+    assert_int_equal(u.port, 0);
+    dsp_db_url_clear(&u);
+    static const char *const bad[] = {"mysql://bob@::1/jobs", "mysql://bob@[::1/jobs",
+                                      "mysql://bob@[]/jobs", "mysql://bob@[::1]x/jobs",
+                                      "mysql://bob@[::1]:0/jobs", "mysql://bob@[[::1]:5/jobs"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_int_equal(dsp_db_url_parse(bad[i], &u, err, sizeof err), -1);
+        assert_true(err[0] != '\0');
+    }
+}
+
+/* A --config line too long for the parser is refused, not cut in two: its
+ * tail must not be read as a setting of its own. */
+static void test_config_file_long_line(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/taskpush-config-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fputs("ready-file = /tmp/", f);
+    for (int i = 0; i < 5000; i++)
+        fputc('a', f);
+    fputs("batch = 7\n", f);
+    fclose(f);
+    dsp_config c;
+    char err[256];
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--config", path, NULL),
+                     DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, ":1: a line must be"));
+    dsp_config_free(&c);
+    unlink(path);
+}
+
 static void test_password_from_environment(void **state)
 {
     (void)state;
@@ -362,6 +411,8 @@ int main(void)
         cmocka_unit_test_setup(test_url_tcp_with_password_and_port, setup),
         cmocka_unit_test_setup(test_url_socket_only_without_port, setup),
         cmocka_unit_test_setup(test_url_rejects_malformed, setup),
+        cmocka_unit_test_setup(test_url_ipv6_host, setup),
+        cmocka_unit_test_setup(test_config_file_long_line, setup),
         cmocka_unit_test_setup(test_password_from_environment, setup),
         cmocka_unit_test_setup(test_token_file_and_env, setup),
         cmocka_unit_test_setup(test_admin_token_file_and_env, setup),

@@ -1,0 +1,234 @@
+/* fuzz_hello.c: libFuzzer target of a worker connection before and at HELLO.
+ *
+ * The input is the byte stream a worker sends. It goes to the real connection
+ * code (dsp_conn_accept on one end of a socketpair) of an offline dispatcher
+ * (dsp_server_init_offline: loop and timers, no database, no listener), so
+ * that framing, the HELLO checks, type interning, the limits and the close
+ * path all run as in taskpushd. The client writes the input, lets the server
+ * work through it, then closes its sending side and reads until the server
+ * closes. Each input runs twice: without a worker token, and with one. Any
+ * broken promise calls abort():
+ *  - the connection ends once the worker has closed (no hang, nothing left:
+ *    no connection, no worker, no room, nothing in flight);
+ *  - while it is open, the room counted for workers never wraps (it is at
+ *    most one worker's u32 capacity) and no type has more room than the
+ *    total; every interned type name is exactly its bytes (no NUL inside);
+ *  - what the server sends is whole, well-formed frames: WELCOME or ERROR
+ *    first, nothing after an ERROR, and only WELCOME, ERROR, HEARTBEAT and
+ *    STOP (no task exists to deliver or cancel); with a token set, a WELCOME
+ *    only for an input that carries the token;
+ *  - the server frees everything (LeakSanitizer in the fuzz and ASan builds).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/util.h>
+
+#include "config.h"
+#include "conn.h"
+#include "proto.h"
+#include "server.h"
+
+#define FUZZ_TOKEN "fuzz-hello-token"
+
+/* Longer than any input needs here; a connection still open by then has hung. */
+#define FUZZ_DEADLINE_S 5
+
+/* Loop passes without progress after which the client shuts its sending side. */
+#define FUZZ_QUIET_PASSES 8
+
+/* The server's output kept for the checks; it sends a few small frames. */
+#define FUZZ_OUT_MAX 65536
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* check(cond): abort, naming the broken promise, when cond is false. */
+#define check(cond) ((cond) ? (void)0 : fail(__LINE__, #cond))
+
+static void fail(int line, const char *what)
+{
+    fprintf(stderr, "fuzz_hello.c:%d: check failed: %s\n", line, what);
+    abort();
+}
+
+typedef struct client {
+    struct event_base *base;
+    int fd;
+    const uint8_t *data;
+    size_t size, off;
+    struct event *wev, *rev, *deadline;
+    uint8_t *out; /* what the server sent, up to FUZZ_OUT_MAX */
+    size_t nout, got;
+    bool closed;
+} client;
+
+static void client_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+    client *cl = arg;
+    (void)what;
+    while (cl->off < cl->size) {
+        ssize_t n = send(fd, cl->data + cl->off, cl->size - cl->off, MSG_NOSIGNAL);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return; /* called again when there is room */
+        if (n <= 0)
+            break; /* the server closed first: the rest is not wanted */
+        cl->off += (size_t)n;
+    }
+    cl->off = cl->size;
+    event_del(cl->wev);
+}
+
+static void client_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+    client *cl = arg;
+    uint8_t buf[16384];
+    (void)what;
+    for (;;) {
+        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            cl->closed = true;
+            event_base_loopbreak(cl->base);
+            return;
+        }
+        size_t take = FUZZ_OUT_MAX - cl->nout;
+        if (take > (size_t)n)
+            take = (size_t)n;
+        memcpy(cl->out + cl->nout, buf, take);
+        cl->nout += take;
+        cl->got += (size_t)n;
+    }
+}
+
+static void deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    fprintf(stderr, "fuzz_hello: the connection was still open after %d s\n", FUZZ_DEADLINE_S);
+    abort();
+}
+
+/* check_open_state: invariants while the connection may still be open. */
+static void check_open_state(const dsp_server *srv)
+{
+    check(srv->nconns <= 1 && srv->nworkers <= srv->nconns);
+    check(srv->room <= UINT32_MAX);
+    for (const dsp_type *ty = srv->types; ty; ty = ty->next) {
+        check(ty->room <= srv->room);
+        check(ty->name != NULL && ty->len >= 1 && ty->len <= PROTO_MAX_TYPE_LEN);
+        check(memchr(ty->name, '\0', ty->len) == NULL && ty->name[ty->len] == '\0');
+    }
+    for (const dsp_conn *c = srv->conns; c; c = c->next)
+        if (c->state == DSP_CONN_ACTIVE)
+            check(c->ntypes >= 1 && c->ntypes <= PROTO_MAX_TYPES);
+}
+
+/* check_output: the server's bytes are whole frames in a legal order. */
+static void check_output(const client *cl, const dsp_config *cfg, const uint8_t *data, size_t size)
+{
+    size_t off = 0;
+    bool first = true, errored = false;
+
+    if (cl->got > cl->nout)
+        return; /* more than was kept: nothing sends that much before a task */
+    while (off < cl->nout) {
+        uint32_t body_len = 0;
+        proto_msg m;
+        check(proto_frame_check(cl->out + off, cl->nout - off, PROTO_MAX_BODY_DEFAULT, &body_len) ==
+              PROTO_OK);
+        check(proto_msg_decode(cl->out + off + PROTO_LEN_PREFIX, body_len, &m) == PROTO_OK);
+        check(!errored);
+        if (first)
+            check(m.type == PROTO_WELCOME || m.type == PROTO_ERROR);
+        else
+            check(m.type == PROTO_HEARTBEAT || m.type == PROTO_STOP || m.type == PROTO_ERROR);
+        if (m.type == PROTO_WELCOME && cfg->token)
+            check(memmem(data, size, FUZZ_TOKEN, strlen(FUZZ_TOKEN)) != NULL);
+        errored = m.type == PROTO_ERROR;
+        first = false;
+        off += PROTO_LEN_PREFIX + (size_t)body_len;
+    }
+}
+
+/* serve runs one worker connection carrying data against a fresh offline server. */
+static void serve(const dsp_config *cfg, const uint8_t *data, size_t size)
+{
+    dsp_server srv;
+    int sv[2];
+    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(40000)};
+    client cl = {.data = data, .size = size};
+
+    check(dsp_server_init_offline(&srv, cfg) == 0);
+    check(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    peer.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    dsp_conn_accept(&srv, sv[0], (const struct sockaddr *)&peer, (int)sizeof peer); /* owns sv[0] */
+    check(srv.nconns == 1);
+
+    cl.base = srv.base;
+    cl.fd = sv[1];
+    cl.out = malloc(FUZZ_OUT_MAX);
+    check(cl.out != NULL && evutil_make_socket_nonblocking(cl.fd) == 0);
+    cl.wev = event_new(srv.base, cl.fd, EV_WRITE | EV_PERSIST, client_write_cb, &cl);
+    cl.rev = event_new(srv.base, cl.fd, EV_READ | EV_PERSIST, client_read_cb, &cl);
+    cl.deadline = evtimer_new(srv.base, deadline_cb, &cl);
+    check(cl.wev && cl.rev && cl.deadline);
+    struct timeval tv = {FUZZ_DEADLINE_S, 0};
+    check(event_add(cl.wev, NULL) == 0 && event_add(cl.rev, NULL) == 0 &&
+          event_add(cl.deadline, &tv) == 0);
+
+    /* Everything is in this process: a few loop passes without a new byte for
+     * the client mean the server waits for more. */
+    for (size_t quiet = 0, seen = 0; !cl.closed && quiet < FUZZ_QUIET_PASSES;) {
+        event_base_loop(srv.base, EVLOOP_NONBLOCK);
+        check_open_state(&srv);
+        quiet = cl.off == cl.size && cl.got == seen ? quiet + 1 : 0;
+        seen = cl.got;
+    }
+    shutdown(cl.fd, SHUT_WR);
+    if (!cl.closed)
+        event_base_dispatch(srv.base);
+    check(cl.closed);
+    /* The server closes the socket when it frees the connection. */
+    check(srv.nconns == 0 && srv.nworkers == 0 && srv.room == 0 && srv.ninflight == 0);
+    for (const dsp_type *ty = srv.types; ty; ty = ty->next)
+        check(ty->room == 0 && ty->nworkers == 0);
+    check_output(&cl, cfg, data, size);
+
+    event_free(cl.wev);
+    event_free(cl.rev);
+    event_free(cl.deadline);
+    close(cl.fd);
+    free(cl.out);
+    dsp_server_free(&srv);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static char *argv[] = {"taskpushd", "--db", "mysql://fuzz@localhost/fuzz", "--log-level",
+                           "error", NULL};
+    dsp_config cfg;
+    char err[256];
+
+    if (size > 1024 * 1024)
+        return 0; /* a HELLO is a few KiB; nothing new past the frame limits */
+    check(dsp_config_load(&cfg, 5, argv, stderr, err, sizeof err) == DSP_CONFIG_OK);
+    free(cfg.token); /* whatever TASKPUSH_TOKEN says: first without a token */
+    cfg.token = NULL;
+    serve(&cfg, data, size);
+    cfg.token = strdup(FUZZ_TOKEN);
+    check(cfg.token != NULL);
+    serve(&cfg, data, size);
+    dsp_config_free(&cfg);
+    return 0;
+}
