@@ -509,7 +509,11 @@ static void pause_cb(struct evhttp_request *req, void *arg)
     const char *type;
     if (!post_allowed(req, srv) || query_type(req, buf, sizeof buf, &type) < 0)
         return;
-    dsp_server_pause(srv, type);
+    const char *why = dsp_server_pause(srv, type);
+    if (why) {
+        send_error_text(req, HTTP_BADREQUEST, why);
+        return;
+    }
     send_json(req, state_json(srv));
 }
 

@@ -1,6 +1,7 @@
 #include "server.h"
 
 #include "conn.h"
+#include "db_sql.h"
 #include "proto.h"
 #include "tls.h"
 
@@ -852,18 +853,28 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- operator requests ---- */
 
-void dsp_server_pause(dsp_server *srv, const char *type)
+const char *dsp_server_pause(dsp_server *srv, const char *type)
 {
     if (!type) {
         srv->paused_all = true;
         log_info(&srv->log, "paused: no task is claimed or dispatched until /resume");
-        return;
+        return NULL;
     }
-    dsp_type *ty = dsp_server_type_intern(srv, (const uint8_t *)type, strlen(type));
-    if (ty) {
-        ty->paused = true;
-        log_info(&srv->log, "paused type %s", ty->name);
+    size_t len = strlen(type);
+    if (dsp_utf8_valid_prefix((const uint8_t *)type, len) != len)
+        return "a task type must be UTF-8";
+    /* A paused type is kept until resumed: the same cap as the types workers register. */
+    size_t before = srv->ntypes;
+    dsp_type *ty = dsp_server_type_intern(srv, (const uint8_t *)type, len);
+    if (!ty)
+        return "out of memory";
+    if (srv->ntypes > before && (int64_t)srv->ntypes > srv->cfg->max_types) {
+        dsp_server_type_release_if_unused(srv, ty);
+        return "too many task types on this dispatcher (--max-types)";
     }
+    ty->paused = true;
+    log_info(&srv->log, "paused type %s", ty->name);
+    return NULL;
 }
 
 void dsp_server_resume(dsp_server *srv, const char *type)

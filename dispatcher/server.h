@@ -164,7 +164,8 @@ void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t out
 void dsp_server_kick(dsp_server *srv); /* schedule a dispatch pass */
 
 /* Operator requests (admin_http.c calls them). type NULL: every type. */
-void dsp_server_pause(dsp_server *srv, const char *type);
+/* Returns NULL, or why a type cannot be paused (not UTF-8, --max-types reached). */
+const char *dsp_server_pause(dsp_server *srv, const char *type);
 void dsp_server_resume(dsp_server *srv, const char *type); /* without a type also ends a drain */
 void dsp_server_drain(dsp_server *srv);
 /* Returns the request id (> 0), or 0 when it could not be queued. */

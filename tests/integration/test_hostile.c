@@ -20,6 +20,7 @@
  *   locked_row          a transaction holding one PROCESSING row stalled every write
  *   unwritten_bound     outcomes waiting for the database are bounded (duplicates
  *                       after a crash stay bounded by in-flight + --max-unwritten)
+ *   admin_pause_types_bounded  POST /pause?type= kept every name it was given
  *
  * Everything is real: the MariaDB of scripts/tp-mariadb, the taskpushd binary of the
  * build tree, TCP on loopback. Nothing asserts on how long anything took: waits are
@@ -831,6 +832,26 @@ static void test_unwritten_bound(void **state)
     fx->passed = true;
 }
 
+static void test_admin_pause_types_bounded(void **state)
+{
+    struct fx *fx = *state;
+    const char *args[] = {"--max-types", "5", NULL};
+    start(fx, "hostile_pausetypes", args);
+    /* Each paused name is kept until resumed: without a cap, POSTs would grow memory. */
+    char path[64];
+    for (int i = 0; i < 5; i++) {
+        snprintf(path, sizeof path, "/pause?type=p%d", i);
+        assert_int_equal(tp_http_request(fx->d.admin, "POST", path, NULL), 200);
+    }
+    assert_int_equal(tp_http_request(fx->d.admin, "POST", "/pause?type=one-too-many", NULL), 400);
+    assert_int_equal(tp_http_request(fx->d.admin, "POST", "/pause?type=%FF%FE", NULL), 400);
+    assert_int_equal(stat_of(fx, "types"), 5);
+    /* Resumed, they are freed. */
+    assert_int_equal(tp_http_request(fx->d.admin, "POST", "/resume", NULL), 200);
+    assert_int_equal(stat_of(fx, "types"), 0);
+    fx->passed = true;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -839,6 +860,7 @@ int main(void)
         T(test_pre_hello_frame), T(test_max_connections), T(test_half_frame),
         T(test_unread_output),   T(test_accept_emfile),  T(test_blackhole),
         T(test_orphaned_type),   T(test_locked_row),     T(test_unwritten_bound),
+        T(test_admin_pause_types_bounded),
 #undef T
     };
     const char *filter = getenv("TP_TEST_FILTER");
