@@ -116,6 +116,7 @@ typedef struct event {
     long long dups;         /* duplicate executions attributed to it */
     long long read_ms;      /* EV_DKILL: monotonic time just before /stats was read */
     long long late;         /* EV_DKILL: executions of its epoch that began after that read */
+    long long read_kill_ms; /* EV_DKILL: from that read to the SIGKILL */
 } event;
 
 typedef struct exec_line {
@@ -668,6 +669,7 @@ static void ev_dkill(struct chaos *c, event *e)
     e->read_ms = tp_mono_ms();
     read_stats(c, e);
     long long t = tp_mono_ms();
+    e->read_kill_ms = t - e->read_ms;
     int rc = tp_daemon_stop(&c->d, SIGKILL, 10000);
     if (rc != 128 + SIGKILL)
         fail(c, "taskpushd was already gone at the kill (status %d)", rc);
@@ -1051,10 +1053,10 @@ static void report(struct chaos *c, const verdict *v, long long elapsed_ms)
         printf("  %7.1f s  %-20s", (double)e->t_ms / 1000.0, e->kind == EV_DB && e->kill9 ? "MariaDB kill -9" : ev_name(e->kind));
         switch (e->kind) {
         case EV_DKILL:
-            printf(" epoch %u: dups %lld vs in flight %lld (+%lld begun after the read) + pending writes %lld"
-                   " (buffered %lld); back %lld ms, first completion +%lld ms\n",
-                   (unsigned)e->epoch, e->dups, e->in_flight, e->late, e->pending, e->buffered, e->down_ms,
-                   e->first_ms);
+            printf(" epoch %u: dups %lld vs in flight %lld (+%lld begun after the read, %lld ms before the"
+                   " kill) + pending writes %lld (buffered %lld); back %lld ms, first completion +%lld ms\n",
+                   (unsigned)e->epoch, e->dups, e->in_flight, e->late, e->read_kill_ms, e->pending, e->buffered,
+                   e->down_ms, e->first_ms);
             break;
         case EV_WKILL:
             printf(" pid %d cap %u: dups %lld vs it held %lld (all in flight %lld)\n", (int)e->pid, e->cap,
@@ -1088,14 +1090,15 @@ static void report(struct chaos *c, const verdict *v, long long elapsed_ms)
         const event *e = &c->ev[i];
         if (e->done)
             json_array_append_new(
-                evs, json_pack("{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "kind",
+                evs, json_pack("{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "kind",
                                ev_name(e->kind), "kill9", e->kill9, "t_ms", (json_int_t)e->t_ms, "epoch",
                                (json_int_t)e->epoch, "in_flight", (json_int_t)e->in_flight, "pending_writes",
                                (json_int_t)e->pending, "buffered", (json_int_t)e->buffered, "worker_in_flight",
                                (json_int_t)e->worker_in_flight, "capacity", (json_int_t)e->cap, "down_ms",
                                (json_int_t)e->down_ms, "first_completion_ms", (json_int_t)e->first_ms,
                                "noticed_ms", (json_int_t)e->noticed_ms, "dups", (json_int_t)e->dups,
-                               "begun_after_read", (json_int_t)e->late));
+                               "begun_after_read", (json_int_t)e->late, "read_to_kill_ms",
+                               (json_int_t)e->read_kill_ms));
     }
     json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:o}", "inserted",
                           (json_int_t)c->inserted, "lost", (json_int_t)v->lost, "successful_twice",
