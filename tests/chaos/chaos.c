@@ -117,6 +117,7 @@ typedef struct event {
     long long read_ms;      /* EV_DKILL: monotonic time just before /stats was read */
     long long late;         /* EV_DKILL: executions of its epoch that began after that read */
     long long read_kill_ms; /* EV_DKILL: from that read to the SIGKILL */
+    long long mono_from, mono_to; /* EV_WKILL: the SIGKILL; EV_PARTITION: the hold (monotonic) */
 } event;
 
 typedef struct exec_line {
@@ -694,6 +695,7 @@ static void ev_wkill(struct chaos *c, event *e)
     e->worker_in_flight = worker_in_flight(c, i);
     e->pid = w->pid;
     e->cap = w->cap;
+    e->mono_from = e->mono_to = tp_mono_ms();
     kill(w->pid, SIGKILL);
     wait_child(w->pid, 10000);
     w->pid = 0;
@@ -742,6 +744,7 @@ static void ev_partition(struct chaos *c, event *e)
     e->cap = w->cap;
     e->noticed_ms = -1;
     long long t = tp_mono_ms(), min_hold = 6 * HEARTBEAT_MS;
+    e->mono_from = t;
     chaos_proxy_hold(c->proxy, true);
     /* At least six heartbeats, and until taskpushd has dropped the worker (at most 10 s). */
     while (tp_mono_ms() - t < 10000) {
@@ -752,7 +755,8 @@ static void ev_partition(struct chaos *c, event *e)
         tick(c);
     }
     chaos_proxy_hold(c->proxy, false);
-    e->down_ms = tp_mono_ms() - t;
+    e->mono_to = tp_mono_ms();
+    e->down_ms = e->mono_to - t;
     note(c, "partition of worker 0 (pid %d, holding %lld): %lld ms, taskpushd dropped it after %lld ms",
          (int)e->pid, e->worker_in_flight, e->down_ms, e->noticed_ms);
 }
@@ -909,11 +913,20 @@ static event *event_for_epoch(struct chaos *c, uint32_t epoch)
     return NULL;
 }
 
-static event *event_for_pid(struct chaos *c, int kind, pid_t pid)
+/* The worker kill or partition that explains a repeated run of an execution that began
+ * at start_ms on pid: that pid was killed, or partitioned, within RERUN_WINDOW_MS after
+ * it began. (A pid that was killed late in the run also ran tasks long before; those
+ * are not the kill's.) */
+#define RERUN_WINDOW_MS 2000
+
+static event *event_for_pid(struct chaos *c, pid_t pid, long long start_ms)
 {
-    for (int i = 0; i < c->nev; i++)
-        if (c->ev[i].kind == kind && c->ev[i].done && c->ev[i].pid == pid)
-            return &c->ev[i];
+    for (int i = 0; i < c->nev; i++) {
+        event *e = &c->ev[i];
+        if ((e->kind == EV_WKILL || e->kind == EV_PARTITION) && e->done && e->pid == pid &&
+            start_ms <= e->mono_to && start_ms >= e->mono_from - RERUN_WINDOW_MS)
+            return e;
+    }
     return NULL;
 }
 
@@ -972,9 +985,7 @@ static int judge(struct chaos *c, verdict *v)
                 else
                     v->dups_other_epoch++;
             } else {
-                event *k = event_for_pid(c, EV_WKILL, p->pid);
-                if (k == NULL)
-                    k = event_for_pid(c, EV_PARTITION, p->pid);
+                event *k = event_for_pid(c, p->pid, p->start_ms);
                 if (k)
                     k->dups++;
                 else
@@ -1038,11 +1049,23 @@ static void report(struct chaos *c, const verdict *v, long long elapsed_ms)
     printf("tasks lost                     %lld\n", v->lost);
     printf("rows SUCCESSFUL more than once %lld (audit trigger)\n", v->audit_twice);
     printf("rows left PROCESSING           %lld\n", v->processing);
-    printf("rows FAILED                    %lld\n", v->failed);
+    printf("rows FAILED                    %lld (every handler succeeds: each is honest work not done)\n",
+           v->failed);
+    if (v->failed > 0 &&
+        db_query(c, "SELECT err_msg, COUNT(*) FROM task WHERE task_state = 3 GROUP BY err_msg"
+                    " ORDER BY 2 DESC LIMIT 5") == 0) {
+        MYSQL_RES *res = mysql_store_result(c->conn);
+        MYSQL_ROW row;
+        while (res && (row = mysql_fetch_row(res)) != NULL)
+            printf("  %8s x %.200s\n", row[1] ? row[1] : "?", row[0] ? row[0] : "(no message)");
+        if (res)
+            mysql_free_result(res);
+    }
     printf("attempts charged / executions  %lld / %lld (difference %lld, allowed %lld)\n", v->attempts,
            v->executions, v->attempts - v->executions, v->slack);
-    printf("duplicate executions           %lld (other epoch changes %lld, unexplained %lld)\n", v->dups_total,
-           v->dups_other_epoch, v->dups_unexplained);
+    printf("duplicate executions           %lld (other epoch changes %lld; in one epoch with no kill or partition"
+           " of that worker around it, e.g. a worker taskpushd dropped: %lld)\n",
+           v->dups_total, v->dups_other_epoch, v->dups_unexplained);
     printf("taskpushd exits on its own     %d; worker exits on their own %d\n", c->unplanned_daemon_exits,
            c->worker_self_exits);
     printf("events:\n");
