@@ -167,7 +167,7 @@ static json_t *stats_json(dsp_server *srv)
                            (json_int_t)dbc.claim_us_total, "write_batches_total",
                            (json_int_t)dbc.write_batches, "reconnects_total",
                            (json_int_t)dbc.reconnects, "pending_writes",
-                           (json_int_t)dsp_db_pending_writes(srv->db));
+                           (json_int_t)(srv->noutbox + dsp_db_pending_writes(srv->db)));
     json_t *settings = json_object();
     dsp_config_each(srv->cfg, add_setting, settings);
 
@@ -371,8 +371,8 @@ static void metrics_cb(struct evhttp_request *req, void *arg)
     evbuffer_add_printf(out, "taskpush_db_claim_seconds_total %.9g\n", (double)dbc.claim_us_total / 1e6);
     counter(out, "db_write_batches_total", "outcome batches written", dbc.write_batches);
     counter(out, "db_reconnects_total", "database reconnections", dbc.reconnects);
-    gauge(out, "db_pending_writes", "outcomes queued or being written",
-          (double)dsp_db_pending_writes(srv->db));
+    gauge(out, "db_pending_writes", "outcomes not yet written (in the loop's outbox, queued or being written)",
+          (double)(srv->noutbox + dsp_db_pending_writes(srv->db)));
 
 #define X(field, name, help) histogram(out, name, help, &srv->hist.field);
     DSP_HISTOGRAMS(X)
