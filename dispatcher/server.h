@@ -62,6 +62,8 @@ struct dsp_type {
     bool claim_hot;           /* the last claim that asked for it returned rows */
     int64_t orphaned_ms;      /* when it was left with buffered tasks and no worker; 0: not */
     dsp_type *prev, *next;    /* every type */
+    dsp_type *hnext;          /* the next type in its bucket of the server's type index */
+    uint32_t hash;
     dsp_type *busy_prev, *busy_next; /* types with buffered tasks (dispatch scans only these) */
 };
 
@@ -87,6 +89,8 @@ struct dsp_server {
     uint64_t next_conn_id;
     dsp_type *types;
     size_t ntypes;
+    dsp_type **type_buckets;   /* the type index, by hash of the name: interning is O(1) */
+    size_t type_nbuckets;      /* a power of two, or 0 before the first type */
     dsp_type *busy_types;      /* the types with nbuffered > 0 */
     size_t claim_rotor;        /* which idle types the next claim probes (see claim_maybe) */
 
