@@ -99,11 +99,13 @@ void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why)
     if (c->state == DSP_CONN_CLOSING)
         return;
     if (c->state == DSP_CONN_ACTIVE) {
-        log_info(&c->srv->log, "worker %s (%s) leaves: %s; %u deliveries taken back",
+        log_limited(&c->srv->log, &c->srv->peer_log, dsp_now_ms(), DSP_LOG_INFO,
+                    "worker %s (%s) leaves: %s; %u deliveries taken back",
                  c->name ? c->name : "?", c->addr, why, (unsigned)c->slots.in_flight);
         dsp_server_worker_left(c->srv, c, c->refund);
     } else {
-        log_info(&c->srv->log, "connection %s closed before HELLO: %s", c->addr, why);
+        log_limited(&c->srv->log, &c->srv->peer_log, dsp_now_ms(), DSP_LOG_INFO,
+                    "connection %s closed before HELLO: %s", c->addr, why);
     }
     c->slots.accepting = false;
     conn_set_state(c, DSP_CONN_CLOSING);
@@ -263,7 +265,8 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
     dsp_server_worker_joined(srv, c);
     if (srv->draining)
         dsp_conn_send_simple(c, PROTO_STOP);
-    log_info(&srv->log, "worker %s (%s) joined: capacity %u, %zu type(s)", c->name, c->addr,
+    log_limited(&srv->log, &srv->peer_log, dsp_now_ms(), DSP_LOG_INFO,
+                "worker %s (%s) joined: capacity %u, %zu type(s)", c->name, c->addr,
              (unsigned)c->slots.capacity, c->ntypes);
 }
 
@@ -392,7 +395,8 @@ static void read_cb(struct bufferevent *bev, void *arg)
         int st = proto_frame_check(prefix, sizeof prefix, max_body, &body_len);
         if (st < 0) {
             srv->conn_stats.bad_frames_total++;
-            log_warn(&srv->log, "%s: %s frame (length %u); closing", c->addr, proto_status_text(st),
+            log_limited(&srv->log, &srv->peer_log, c->last_rx_ms, DSP_LOG_WARN,
+                        "%s: %s frame (length %u); closing", c->addr, proto_status_text(st),
                      (unsigned)body_len);
             dsp_conn_close(c, PROTO_ERR_BAD_FRAME, st == PROTO_TOO_BIG ? "frame too big" : "bad frame");
             return;
@@ -418,7 +422,8 @@ static void read_cb(struct bufferevent *bev, void *arg)
         proto_msg m;
         if (!frame || proto_msg_decode(frame + PROTO_LEN_PREFIX, body_len, &m) != PROTO_OK) {
             srv->conn_stats.bad_frames_total++;
-            log_warn(&srv->log, "%s: malformed frame (type %u, length %u); closing", c->addr,
+            log_limited(&srv->log, &srv->peer_log, c->last_rx_ms, DSP_LOG_WARN,
+                        "%s: malformed frame (type %u, length %u); closing", c->addr,
                      frame ? frame[PROTO_LEN_PREFIX] : 0, (unsigned)body_len);
             dsp_conn_close(c, PROTO_ERR_BAD_FRAME, "bad frame");
             return;

@@ -39,10 +39,16 @@
  * end well within this. A kill -9 within this long of a delivery leaves it uncharged. */
 #define DELIVERY_RECORD_MS 1000
 
-/* Types a claim asks for at most: the types that returned rows last time come first,
- * idle ones take turns in the rest, so that a claim's statement stays small whatever
- * the number of types workers registered. */
+/* Types a claim asks for at most: the types with rows lately come first, idle ones
+ * take turns in the rest, so that a claim's statement stays small whatever the number
+ * of types workers registered. */
 #define CLAIM_MAX_TYPES 64
+#define CLAIM_COLD_SLOTS 16 /* of those, kept for types without rows lately */
+
+/* A type had rows lately when a claim returned some, or the table figures (read every
+ * --table-stats-ms by the stats thread) showed ready ones, within this long. Idle types
+ * (a thousand peers may name 64 each) wait their turn; a type with rows never does. */
+#define TYPE_WARM_MS 60000
 
 /* Connections closed since the last trim that make trim_after_burst run. */
 #define TRIM_AFTER_CLOSED 100
@@ -116,13 +122,22 @@ static int type_index_grow(dsp_server *srv)
     return 0;
 }
 
-dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t len)
+/* The type named name[0..len), or NULL when there is none. */
+static dsp_type *type_find(const dsp_server *srv, const uint8_t *name, size_t len, uint32_t h)
 {
-    uint32_t h = type_hash(name, len);
     if (srv->type_nbuckets)
         for (dsp_type *t = srv->type_buckets[h & (srv->type_nbuckets - 1)]; t; t = t->hnext)
             if (t->hash == h && t->len == len && memcmp(t->name, name, len) == 0)
                 return t;
+    return NULL;
+}
+
+dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t len)
+{
+    uint32_t h = type_hash(name, len);
+    dsp_type *found = type_find(srv, name, len, h);
+    if (found)
+        return found;
     if (srv->ntypes >= srv->type_nbuckets && type_index_grow(srv) < 0)
         return NULL;
     dsp_type *t = calloc(1, sizeof *t);
@@ -528,6 +543,18 @@ static void arm_claim_timer(dsp_server *srv, int64_t at)
  * all types. Starvation is judged per type: tasks buffered for one type
  * cannot feed idle workers of another, and such a type's claim still has a
  * positive want (its room is not yet matched by buffered tasks). */
+static bool type_warm(const dsp_type *ty, int64_t now)
+{
+    return ty->rows_seen_ms > 0 && now - ty->rows_seen_ms < TYPE_WARM_MS;
+}
+
+/* A type a claim may ask for: served, not paused, with room for more. */
+static bool claim_eligible(const dsp_server *srv, const dsp_type *ty)
+{
+    return ty->nworkers > 0 && !ty->paused &&
+           (int64_t)ty->room + srv->cfg->prefetch - (int64_t)ty->nbuffered > 0;
+}
+
 static void claim_maybe(dsp_server *srv)
 {
     if (srv->claim_outstanding || srv->claim_timer_armed || !srv->leader || dispatch_stopped(srv) ||
@@ -569,31 +596,35 @@ static void claim_maybe(dsp_server *srv)
     }
     srv->gather_until = 0;
 
-    /* The types that returned rows last time first, then idle ones in turn from the
-     * rotor, at most CLAIM_MAX_TYPES in all. */
+    /* At most CLAIM_MAX_TYPES types: the warm ones (rows lately) in turn, in all but
+     * CLAIM_COLD_SLOTS places, then the cold ones in turn. Each group has its own
+     * rotor, so every type is asked for within a few claims however many there are,
+     * and a thousand idle types cannot crowd out the few that have work. */
     const char *names[CLAIM_MAX_TYPES];
     uint32_t limits[CLAIM_MAX_TYPES];
-    size_t n = 0, idle_seen = 0, idle_taken = 0, rotor = srv->claim_rotor;
-again:
-    for (int hot = 1; hot >= 0 && n < CLAIM_MAX_TYPES; hot--) {
-        for (dsp_type *ty = srv->types; ty && n < CLAIM_MAX_TYPES; ty = ty->next) {
-            int64_t lim = (int64_t)ty->room + cfg->prefetch - (int64_t)ty->nbuffered;
-            if (ty->nworkers == 0 || ty->paused || lim <= 0 || ty->claim_hot != (hot == 1))
-                continue;
-            if (!hot && idle_seen++ < rotor)
-                continue;
-            idle_taken += !hot;
-            names[n] = ty->name;
-            limits[n++] = (uint32_t)(lim < want ? lim : want);
-        }
+    size_t count[2] = {0, 0}, take[2], start[2], seen[2] = {0, 0}, n = 0;
+    for (dsp_type *ty = srv->types; ty; ty = ty->next)
+        if (claim_eligible(srv, ty))
+            count[type_warm(ty, now)]++;
+    size_t cold_room = count[0] < CLAIM_COLD_SLOTS ? count[0] : CLAIM_COLD_SLOTS;
+    take[1] = count[1] < CLAIM_MAX_TYPES - cold_room ? count[1] : CLAIM_MAX_TYPES - cold_room;
+    take[0] = count[0] < CLAIM_MAX_TYPES - take[1] ? count[0] : CLAIM_MAX_TYPES - take[1];
+    for (int g = 0; g < 2; g++)
+        start[g] = count[g] ? srv->claim_rotor[g] % count[g] : 0;
+    for (dsp_type *ty = srv->types; ty && n < CLAIM_MAX_TYPES; ty = ty->next) {
+        if (!claim_eligible(srv, ty))
+            continue;
+        int g = type_warm(ty, now);
+        /* Is this type's index within the group's window [start, start + take)? */
+        size_t pos = (seen[g]++ + count[g] - start[g]) % count[g];
+        if (pos >= take[g])
+            continue;
+        int64_t lim = (int64_t)ty->room + cfg->prefetch - (int64_t)ty->nbuffered;
+        names[n] = ty->name;
+        limits[n++] = (uint32_t)(lim < want ? lim : want);
     }
-    if (n == 0 && rotor > 0) {
-        /* The rotor was past the last idle type: start again from the first. */
-        rotor = 0;
-        idle_seen = 0;
-        goto again;
-    }
-    srv->claim_rotor = idle_taken > 0 ? rotor + idle_taken : 0;
+    for (int g = 0; g < 2; g++)
+        srv->claim_rotor[g] = count[g] ? (start[g] + take[g]) % count[g] : 0;
     dsp_claim_request req = {.ntypes = n, .types = names, .limits = limits, .total = (uint32_t)want};
     if (n > 0 && dsp_db_claim(srv->db, &req) == 0) {
         srv->claim_outstanding = true;
@@ -631,12 +662,10 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
     dsp_hist_add(&srv->hist.claim, (double)reply->duration_us / 1000.0);
     dsp_type **types = calloc(reply->ntypes ? reply->ntypes : 1, sizeof *types);
     for (size_t i = 0; types && i < reply->ntypes; i++)
-        if ((types[i] = dsp_server_type_intern(srv, (const uint8_t *)reply->types[i],
-                                               strlen(reply->types[i]))) != NULL)
-            types[i]->claim_hot = false;
+        types[i] = dsp_server_type_intern(srv, (const uint8_t *)reply->types[i], strlen(reply->types[i]));
     for (size_t i = 0; types && i < reply->ntasks; i++)
         if (reply->tasks[i].type_index < reply->ntypes && types[reply->tasks[i].type_index])
-            types[reply->tasks[i].type_index]->claim_hot = true;
+            types[reply->tasks[i].type_index]->rows_seen_ms = now;
     for (size_t i = 0; i < reply->ntasks; i++) {
         dsp_claimed_task *ct = &reply->tasks[i];
         dsp_task *t = calloc(1, sizeof *t);
@@ -834,6 +863,29 @@ static void release_orphans(dsp_server *srv, int64_t now)
         dsp_server_kick(srv); /* the claim budget they held is free */
 }
 
+/* Marks the types the table figures show ready rows of, so that claims ask for them
+ * first (TYPE_WARM_MS) even when the last claims found none. */
+static void note_table_types(dsp_server *srv, int64_t now)
+{
+    if (srv->cfg->table_stats_ms <= 0 || now - srv->table_seen_ms < srv->cfg->table_stats_ms)
+        return;
+    srv->table_seen_ms = now;
+    dsp_table_stats *ts = malloc(sizeof *ts);
+    if (!ts)
+        return;
+    dsp_db_table_stats_get(srv->db, ts);
+    for (size_t i = 0; ts->valid && i < ts->ntypes; i++) {
+        if (ts->types[i].new_ready == 0)
+            continue;
+        const uint8_t *name = (const uint8_t *)ts->types[i].type;
+        size_t len = strlen(ts->types[i].type);
+        dsp_type *ty = type_find(srv, name, len, type_hash(name, len));
+        if (ty)
+            ty->rows_seen_ms = now;
+    }
+    free(ts);
+}
+
 /* After a burst of connections has gone (an attack, a fleet restart), hands the memory
  * their buffers used back to the system, so that RSS returns to its baseline; glibc
  * keeps freed memory in its arenas otherwise. Runs at most once a second. */
@@ -858,6 +910,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     if (srv->rates.n == 0 || now - srv->last_rate_sample_ms >= 1000) {
         srv->last_rate_sample_ms = now;
         trim_after_burst(srv);
+        note_table_types(srv, now);
         dsp_rates_push(&srv->rates, now, srv->task_stats.dispatched_total,
                        srv->task_stats.succeeded_total + srv->task_stats.failed_total);
     }
@@ -990,21 +1043,6 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 
 /* ---- set-up ---- */
 
-/* Logs at most one accept problem a second, with the count of those not logged, so
- * that a flood cannot turn into a flood of log lines. */
-static void accept_warn(dsp_server *srv, const char *what)
-{
-    int64_t now = dsp_now_ms();
-    if (srv->accept_log_ms != 0 && now - srv->accept_log_ms < 1000) {
-        srv->accept_log_suppressed++;
-        return;
-    }
-    log_warn(&srv->log, "%s (%llu similar event(s) not logged in the last second)", what,
-             (unsigned long long)srv->accept_log_suppressed);
-    srv->accept_log_ms = now;
-    srv->accept_log_suppressed = 0;
-}
-
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
                       void *arg)
 {
@@ -1015,7 +1053,8 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
         /* Closed at once: nothing is read, nothing allocated. */
         evutil_closesocket(fd);
         srv->conn_stats.refused_total++;
-        accept_warn(srv, "connection refused: --max-connections reached");
+        log_limited(&srv->log, &srv->peer_log, dsp_now_ms(), DSP_LOG_WARN, "%s",
+                    "connection refused: --max-connections reached");
         return;
     }
     dsp_conn_accept(srv, fd, sa, salen);
@@ -1034,11 +1073,9 @@ static void accept_error_cb(struct evconnlistener *l, void *arg)
 {
     dsp_server *srv = arg;
     int err = EVUTIL_SOCKET_ERROR();
-    char what[160];
     srv->conn_stats.accept_errors_total++;
-    snprintf(what, sizeof what, "accept failed: %s; pausing new connections",
-             evutil_socket_error_to_string(err));
-    accept_warn(srv, what);
+    log_limited(&srv->log, &srv->peer_log, dsp_now_ms(), DSP_LOG_WARN,
+                "accept failed: %s; pausing new connections", evutil_socket_error_to_string(err));
     /* Out of descriptors (EMFILE) the pending connection stays in the backlog and the
      * listener would be woken again at once: stop listening for a while instead of
      * spinning, and keep serving the connections we have. */

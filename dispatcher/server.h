@@ -59,7 +59,8 @@ struct dsp_type {
     size_t cursor;            /* rotation point of the scheduler */
     uint64_t room;            /* free slots summed over accepting workers of this type */
     bool paused;              /* POST /pause?type=: neither claimed nor dispatched */
-    bool claim_hot;           /* the last claim that asked for it returned rows */
+    int64_t rows_seen_ms;     /* when a claim returned rows of it, or the table figures
+                               * showed ready rows of it; 0: never (claim_maybe) */
     int64_t orphaned_ms;      /* when it was left with buffered tasks and no worker; 0: not */
     dsp_type *prev, *next;    /* every type */
     dsp_type *hnext;          /* the next type in its bucket of the server's type index */
@@ -92,12 +93,13 @@ struct dsp_server {
     dsp_type **type_buckets;   /* the type index, by hash of the name: interning is O(1) */
     size_t type_nbuckets;      /* a power of two, or 0 before the first type */
     dsp_type *busy_types;      /* the types with nbuffered > 0 */
-    size_t claim_rotor;        /* which idle types the next claim probes (see claim_maybe) */
+    size_t claim_rotor[2];     /* where the next claim starts among cold [0] and warm [1]
+                                * types (see claim_maybe) */
+    int64_t table_seen_ms;     /* the last table figures read for rows_seen_ms */
 
     struct event *accept_retry_ev; /* re-enables the listener after EMFILE and friends */
     int64_t accept_backoff_ms;
-    int64_t accept_log_ms;         /* last accept warning; later ones are counted, not logged */
-    uint64_t accept_log_suppressed;
+    dsp_log_limit peer_log;        /* lines about peers: connections, HELLOs, bad frames */
     dsp_taskmap tasks;
     uint64_t next_seq;
     uint64_t room;             /* free slots over accepting workers */

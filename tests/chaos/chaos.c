@@ -131,6 +131,7 @@ typedef struct attack_figures {
     bool ran;
     double before, during, after; /* completions per second */
     long rss_base_kb, rss_peak_kb, rss_after_kb;
+    double cpu_before, cpu_during, cpu_after; /* taskpushd's CPU, % of one core */
     int health_polls, health_fail_during, health_fail_total;
     chaos_hostile_stats st;
 } attack_figures;
@@ -605,11 +606,31 @@ static void feed(struct chaos *c)
         insert_tasks(c, ATTACK_BACKLOG);
 }
 
+/* CPU time (user + system) pid has used, in clock ticks; -1 when unavailable. */
+static long long cpu_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long long ut, st;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (long long)(ut + st);
+}
+
 /* One window of the attack phase: feeds, samples RSS and /healthz every 200 ms.
- * Returns completions per second over the window. */
-static double attack_window(struct chaos *c, int seconds, bool during)
+ * Returns completions per second over the window; *cpu gets taskpushd's CPU use over
+ * it in % of one core. */
+static double attack_window(struct chaos *c, int seconds, bool during, double *cpu)
 {
     attack_figures *a = &c->atk;
+    long long cpu0 = cpu_ticks(c->d.pid);
     long long start = completions(c), t = tp_mono_ms(), end = t + (long long)seconds * 1000, next = 0;
     while (tp_mono_ms() < end && !past_deadline(c)) {
         if (tp_mono_ms() >= next) {
@@ -627,8 +648,11 @@ static double attack_window(struct chaos *c, int seconds, bool during)
         }
         tick(c);
     }
-    long long n = completions(c);
+    long long n = completions(c), cpu1 = cpu_ticks(c->d.pid);
     double secs = (double)(tp_mono_ms() - t) / 1000.0;
+    *cpu = cpu0 >= 0 && cpu1 >= cpu0 && secs > 0
+               ? 100.0 * (double)(cpu1 - cpu0) / (double)sysconf(_SC_CLK_TCK) / secs
+               : -1;
     return n >= start && start >= 0 && secs > 0 ? (double)(n - start) / secs : -1;
 }
 
@@ -643,7 +667,7 @@ static void attack_phase(struct chaos *c)
         feed(c);
         tick(c);
     }
-    a->before = attack_window(c, c->o.before_s, false);
+    a->before = attack_window(c, c->o.before_s, false, &a->cpu_before);
     a->rss_base_kb = rss_kb(c->d.pid);
     a->rss_peak_kb = a->rss_base_kb;
     note(c, "attack phase: %.0f completions/s before; %d hostile connections now", a->before, c->o.attack);
@@ -652,12 +676,12 @@ static void attack_phase(struct chaos *c)
         fail(c, "the hostile connections could not be started");
         return;
     }
-    a->during = attack_window(c, c->o.during_s, true);
+    a->during = attack_window(c, c->o.during_s, true, &a->cpu_during);
     unsigned open = chaos_hostile_open(h);
     chaos_hostile_stop(h, &a->st);
     note(c, "attack phase: %.0f completions/s during (%u hostile connections open at the end, %u at the peak)",
          a->during, open, a->st.open_peak);
-    a->after = attack_window(c, c->o.after_s, false);
+    a->after = attack_window(c, c->o.after_s, false, &a->cpu_after);
     a->rss_after_kb = rss_kb(c->d.pid);
     note(c, "attack phase: %.0f completions/s after; RSS %ld -> peak %ld -> %ld kB", a->after, a->rss_base_kb,
          a->rss_peak_kb, a->rss_after_kb);
@@ -1104,6 +1128,8 @@ static void report(struct chaos *c, const verdict *v, long long elapsed_ms)
                a->before > 0 ? 100.0 * a->after / a->before : 0);
         printf("  taskpushd RSS                baseline %ld kB, peak %ld kB, after %ld kB\n", a->rss_base_kb,
                a->rss_peak_kb, a->rss_after_kb);
+        printf("  taskpushd CPU (%% of a core)  before %.0f, during %.0f, after %.0f\n", a->cpu_before,
+               a->cpu_during, a->cpu_after);
         printf("  /healthz                     %d polls, %d failed during the attack, %d failed in all\n",
                a->health_polls, a->health_fail_during, a->health_fail_total);
     }
@@ -1140,6 +1166,12 @@ static void report(struct chaos *c, const verdict *v, long long elapsed_ms)
                       (json_int_t)a->rss_peak_kb, "rss_after_kb", (json_int_t)a->rss_after_kb, "healthz_polls",
                       a->health_polls, "healthz_fail_during", a->health_fail_during, "healthz_fail",
                       a->health_fail_total, "connects", (json_int_t)a->st.connects));
+    json_t *atk = o ? json_object_get(o, "attack") : NULL;
+    if (atk) {
+        json_object_set_new(atk, "cpu_before_pct", json_real(a->cpu_before));
+        json_object_set_new(atk, "cpu_during_pct", json_real(a->cpu_during));
+        json_object_set_new(atk, "cpu_after_pct", json_real(a->cpu_after));
+    }
     if (o) {
         json_object_set_new(o, "failures", json_integer(c->nfail));
         char *line = json_dumps(o, JSON_COMPACT);
