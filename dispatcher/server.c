@@ -17,6 +17,7 @@
 #include <malloc.h>
 #endif
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <signal.h>
 #include <stddef.h>
@@ -1112,6 +1113,14 @@ static int bind_listener(dsp_server *srv, char *bound, size_t boundlen)
         return -1;
     }
     evconnlistener_set_error_cb(srv->listener, accept_error_cb);
+#ifdef TCP_DEFER_ACCEPT
+    /* A worker speaks first (HELLO, or a TLS ClientHello): the kernel hands over a
+     * connection only once its first bytes arrived, so connect-and-close floods and
+     * silent connections cost the loop nothing (nginx's "deferred"). */
+    int defer_s = (int)((3 * srv->cfg->heartbeat_ms + 999) / 1000);
+    setsockopt(evconnlistener_get_fd(srv->listener), IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s,
+               sizeof defer_s);
+#endif
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     getsockname(evconnlistener_get_fd(srv->listener), (struct sockaddr *)&ss, &sl);
