@@ -425,7 +425,15 @@ void dsp_server_worker_joined(dsp_server *srv, dsp_conn *c)
     srv->nworkers++;
     if (c->slots.accepting)
         dsp_server_room_changed(srv, c, free_slots(c));
-    srv->claim_not_before = 0; /* new room, maybe new types: claim soon */
+    /* New room, maybe new types: claim soon, but at most once per --poll-ms for joins,
+     * so that peers joining in a loop cannot keep the claim thread busy. */
+    int64_t now = dsp_now_ms();
+    if (now - srv->join_claim_ms >= srv->cfg->poll_ms) {
+        srv->join_claim_ms = now;
+        srv->claim_not_before = 0;
+    } else if (srv->claim_not_before > srv->join_claim_ms + srv->cfg->poll_ms) {
+        srv->claim_not_before = srv->join_claim_ms + srv->cfg->poll_ms;
+    }
     dsp_server_kick(srv);
 }
 
