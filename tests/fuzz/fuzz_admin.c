@@ -33,14 +33,11 @@
 #include "config.h"
 #include "server.h"
 
+#include "fuzz_peer.h"
+
 #define FUZZ_TOKEN "fuzz-admin-token"
 
-/* Longer than any request needs here; a server that neither answers nor closes
- * by then has hung. */
-#define FUZZ_DEADLINE_S 5
 
-/* Loop passes without progress after which the client shuts its sending side. */
-#define FUZZ_QUIET_PASSES 8
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -50,66 +47,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void fail(int line, const char *what)
 {
     fprintf(stderr, "fuzz_admin.c:%d: check failed: %s\n", line, what);
-    abort();
-}
-
-typedef struct client {
-    struct event_base *base;
-    int fd;
-    const uint8_t *data;
-    size_t size, off;
-    struct event *wev, *rev, *deadline;
-    char head[8]; /* first bytes of the answer */
-    size_t nhead, got;
-    bool closed;
-} client;
-
-static void client_write_cb(evutil_socket_t fd, short what, void *arg)
-{
-    client *cl = arg;
-    (void)what;
-    while (cl->off < cl->size) {
-        ssize_t n = send(fd, cl->data + cl->off, cl->size - cl->off, MSG_NOSIGNAL);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return; /* called again when there is room */
-        if (n <= 0)
-            break; /* the server closed first: the rest is not wanted */
-        cl->off += (size_t)n;
-    }
-    cl->off = cl->size;
-    event_del(cl->wev);
-}
-
-static void client_read_cb(evutil_socket_t fd, short what, void *arg)
-{
-    client *cl = arg;
-    char buf[16384];
-    (void)what;
-    for (;;) {
-        ssize_t n = recv(fd, buf, sizeof buf, 0);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
-        if (n <= 0) {
-            cl->closed = true;
-            event_base_loopbreak(cl->base);
-            return;
-        }
-        size_t take = sizeof cl->head - cl->nhead;
-        if (take > (size_t)n)
-            take = (size_t)n;
-        memcpy(cl->head + cl->nhead, buf, take);
-        cl->nhead += take;
-        cl->got += (size_t)n;
-    }
-}
-
-static void deadline_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    (void)arg;
-    fprintf(stderr, "fuzz_admin: the admin port neither answered nor closed in %d s\n",
-            FUZZ_DEADLINE_S);
     abort();
 }
 
@@ -137,8 +74,8 @@ static void serve(const dsp_config *cfg, const uint8_t *data, size_t size)
     dsp_server srv;
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
     socklen_t sl = sizeof(sa_family_t);
-    client cl = {.data = data, .size = size, .fd = -1};
-    int lfd;
+    fuzz_peer cl;
+    int lfd, fd;
 
     check(dsp_server_init_offline(&srv, cfg) == 0 && dsp_admin_http_new(&srv) == 0);
     /* An autobound abstract address: unique, nothing on disk to clean up. */
@@ -149,42 +86,21 @@ static void serve(const dsp_config *cfg, const uint8_t *data, size_t size)
     check(evutil_make_socket_nonblocking(lfd) == 0);
     check(evhttp_accept_socket_with_handle(srv.http, lfd) != NULL); /* owns lfd now */
 
-    cl.base = srv.base;
-    cl.fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    check(cl.fd >= 0 && connect(cl.fd, (struct sockaddr *)&sun, sl) == 0);
-    check(evutil_make_socket_nonblocking(cl.fd) == 0);
-    cl.wev = event_new(srv.base, cl.fd, EV_WRITE | EV_PERSIST, client_write_cb, &cl);
-    cl.rev = event_new(srv.base, cl.fd, EV_READ | EV_PERSIST, client_read_cb, &cl);
-    cl.deadline = evtimer_new(srv.base, deadline_cb, &cl);
-    check(cl.wev && cl.rev && cl.deadline);
-    struct timeval tv = {FUZZ_DEADLINE_S, 0};
-    check(event_add(cl.wev, NULL) == 0 && event_add(cl.rev, NULL) == 0 &&
-          event_add(cl.deadline, &tv) == 0);
-
-    /* Let the server work through all it was sent (pipelined requests too)
-     * before it sees the end: everything is in this process, so a few loop
-     * passes without a new byte for the client mean it is waiting for more. */
-    for (size_t quiet = 0, seen = 0; !cl.closed && quiet < FUZZ_QUIET_PASSES;) {
-        event_base_loop(srv.base, EVLOOP_NONBLOCK);
-        quiet = cl.off == cl.size && cl.got == seen ? quiet + 1 : 0;
-        seen = cl.got;
-    }
-    shutdown(cl.fd, SHUT_WR);
-    if (!cl.closed)
-        event_base_dispatch(srv.base);
+    fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    check(fd >= 0 && connect(fd, (struct sockaddr *)&sun, sl) == 0);
+    /* Only the start of the answer is checked (its status line). The server works
+     * through all it was sent (pipelined requests too) before it sees the end. */
+    check(fuzz_peer_start(&cl, srv.base, fd, data, size, 8, "fuzz_admin") == 0);
+    fuzz_peer_run(&cl, NULL, NULL);
     check(cl.closed);
     if (cl.got > 0)
-        check(cl.nhead >= 5 && memcmp(cl.head, "HTTP/", 5) == 0);
+        check(cl.nout >= 5 && memcmp(cl.out, "HTTP/", 5) == 0);
     if (state_changed(&srv)) {
         check(contains(data, size, "POST"));
         if (cfg->token)
             check(contains(data, size, "Bearer " FUZZ_TOKEN));
     }
-
-    event_free(cl.wev);
-    event_free(cl.rev);
-    event_free(cl.deadline);
-    close(cl.fd);
+    fuzz_peer_free(&cl);
     dsp_server_free(&srv);
 }
 

@@ -38,13 +38,11 @@
 #include "proto.h"
 #include "server.h"
 
+#include "fuzz_peer.h"
+
 #define FUZZ_TOKEN "fuzz-hello-token"
 
-/* Longer than any input needs here; a connection still open by then has hung. */
-#define FUZZ_DEADLINE_S 5
 
-/* Loop passes without progress after which the client shuts its sending side. */
-#define FUZZ_QUIET_PASSES 8
 
 /* The server's output kept for the checks; it sends a few small frames. */
 #define FUZZ_OUT_MAX 65536
@@ -57,65 +55,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void fail(int line, const char *what)
 {
     fprintf(stderr, "fuzz_hello.c:%d: check failed: %s\n", line, what);
-    abort();
-}
-
-typedef struct client {
-    struct event_base *base;
-    int fd;
-    const uint8_t *data;
-    size_t size, off;
-    struct event *wev, *rev, *deadline;
-    uint8_t *out; /* what the server sent, up to FUZZ_OUT_MAX */
-    size_t nout, got;
-    bool closed;
-} client;
-
-static void client_write_cb(evutil_socket_t fd, short what, void *arg)
-{
-    client *cl = arg;
-    (void)what;
-    while (cl->off < cl->size) {
-        ssize_t n = send(fd, cl->data + cl->off, cl->size - cl->off, MSG_NOSIGNAL);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return; /* called again when there is room */
-        if (n <= 0)
-            break; /* the server closed first: the rest is not wanted */
-        cl->off += (size_t)n;
-    }
-    cl->off = cl->size;
-    event_del(cl->wev);
-}
-
-static void client_read_cb(evutil_socket_t fd, short what, void *arg)
-{
-    client *cl = arg;
-    uint8_t buf[16384];
-    (void)what;
-    for (;;) {
-        ssize_t n = recv(fd, buf, sizeof buf, 0);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
-        if (n <= 0) {
-            cl->closed = true;
-            event_base_loopbreak(cl->base);
-            return;
-        }
-        size_t take = FUZZ_OUT_MAX - cl->nout;
-        if (take > (size_t)n)
-            take = (size_t)n;
-        memcpy(cl->out + cl->nout, buf, take);
-        cl->nout += take;
-        cl->got += (size_t)n;
-    }
-}
-
-static void deadline_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    (void)arg;
-    fprintf(stderr, "fuzz_hello: the connection was still open after %d s\n", FUZZ_DEADLINE_S);
     abort();
 }
 
@@ -135,7 +74,7 @@ static void check_open_state(const dsp_server *srv)
 }
 
 /* check_output: the server's bytes are whole frames in a legal order. */
-static void check_output(const client *cl, const dsp_config *cfg, const uint8_t *data, size_t size)
+static void check_output(const fuzz_peer *cl, const dsp_config *cfg, const uint8_t *data, size_t size)
 {
     size_t off = 0;
     bool first = true, errored = false;
@@ -161,13 +100,18 @@ static void check_output(const client *cl, const dsp_config *cfg, const uint8_t 
     }
 }
 
+static void check_open_state_cb(void *srv)
+{
+    check_open_state(srv);
+}
+
 /* serve runs one worker connection carrying data against a fresh offline server. */
 static void serve(const dsp_config *cfg, const uint8_t *data, size_t size)
 {
     dsp_server srv;
     int sv[2];
     struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(40000)};
-    client cl = {.data = data, .size = size};
+    fuzz_peer cl;
 
     check(dsp_server_init_offline(&srv, cfg) == 0);
     check(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
@@ -175,41 +119,15 @@ static void serve(const dsp_config *cfg, const uint8_t *data, size_t size)
     dsp_conn_accept(&srv, sv[0], (const struct sockaddr *)&peer, (int)sizeof peer); /* owns sv[0] */
     check(srv.nconns == 1);
 
-    cl.base = srv.base;
-    cl.fd = sv[1];
-    cl.out = malloc(FUZZ_OUT_MAX);
-    check(cl.out != NULL && evutil_make_socket_nonblocking(cl.fd) == 0);
-    cl.wev = event_new(srv.base, cl.fd, EV_WRITE | EV_PERSIST, client_write_cb, &cl);
-    cl.rev = event_new(srv.base, cl.fd, EV_READ | EV_PERSIST, client_read_cb, &cl);
-    cl.deadline = evtimer_new(srv.base, deadline_cb, &cl);
-    check(cl.wev && cl.rev && cl.deadline);
-    struct timeval tv = {FUZZ_DEADLINE_S, 0};
-    check(event_add(cl.wev, NULL) == 0 && event_add(cl.rev, NULL) == 0 &&
-          event_add(cl.deadline, &tv) == 0);
-
-    /* Everything is in this process: a few loop passes without a new byte for
-     * the client mean the server waits for more. */
-    for (size_t quiet = 0, seen = 0; !cl.closed && quiet < FUZZ_QUIET_PASSES;) {
-        event_base_loop(srv.base, EVLOOP_NONBLOCK);
-        check_open_state(&srv);
-        quiet = cl.off == cl.size && cl.got == seen ? quiet + 1 : 0;
-        seen = cl.got;
-    }
-    shutdown(cl.fd, SHUT_WR);
-    if (!cl.closed)
-        event_base_dispatch(srv.base);
+    check(fuzz_peer_start(&cl, srv.base, sv[1], data, size, FUZZ_OUT_MAX, "fuzz_hello") == 0);
+    fuzz_peer_run(&cl, check_open_state_cb, &srv);
     check(cl.closed);
     /* The server closes the socket when it frees the connection. */
     check(srv.nconns == 0 && srv.nworkers == 0 && srv.room == 0 && srv.ninflight == 0);
     for (const dsp_type *ty = srv.types; ty; ty = ty->next)
         check(ty->room == 0 && ty->nworkers == 0);
     check_output(&cl, cfg, data, size);
-
-    event_free(cl.wev);
-    event_free(cl.rev);
-    event_free(cl.deadline);
-    close(cl.fd);
-    free(cl.out);
+    fuzz_peer_free(&cl);
     dsp_server_free(&srv);
 }
 
