@@ -234,7 +234,7 @@ int dsp_db_url_parse(const char *url, dsp_db_url *out, char *err, size_t errlen)
             snprintf(err, errlen, "database URL: the only parameter understood is ?socket=PATH");
             goto bad;
         }
-        if (!port) /* SPEC: a URL with a port always connects over TCP */
+        if (!port) /* docs/taskpushd.md: a URL with a port always connects over TCP */
             out->socket = strdup(q + 8);
     }
     if (!out->user[0]) {

@@ -459,7 +459,7 @@ void dsp_server_worker_left(dsp_server *srv, dsp_conn *c, bool refund)
         srv->ninflight--;
         if (refund && t->attempts > 0) {
             /* A worker that let every recent delivery time out is judged not to have run
-             * these: their attempt is given back (SPEC: attempts count deliveries to a
+             * these: their attempt is given back (docs/taskpushd.md, Attempts: attempts count deliveries to a
              * worker that could run them). */
             t->attempts--;
             srv->task_stats.refunded_total++;

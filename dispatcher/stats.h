@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-/* The "tasks" object of /stats (SPEC.md names the first six). */
+/* The "tasks" object of /stats (docs/admin.md; the first six are the contract). */
 #define DSP_TASK_COUNTERS(X)                                                                  \
     X(claimed_total, "tasks claimed from the table")                                         \
     X(dispatched_total, "deliveries sent to workers")                                        \

@@ -37,7 +37,7 @@ struct ssl_ctx_st;
 /* Time allowed to flush the last frames (DONEs, STOP, ERROR) before closing. */
 #define TPI_LINGER_MS 5000
 
-/* A peer silent for this many heartbeat intervals is lost (SPEC.md). */
+/* A peer silent for this many heartbeat intervals is lost (docs/worker.md). */
 #define TPI_HEARTBEAT_MISSES 3
 
 /* Results at least this large are handed to the output buffer by reference

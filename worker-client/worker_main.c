@@ -1,6 +1,6 @@
 /* worker_main.c: taskpush-worker, a ready-made worker built on libtaskpush.
  * For each task it runs /bin/sh -c COMMAND with the payload on stdin (see
- * SPEC.md and usage() below). */
+ * docs/worker.md and usage() below). */
 #include "exec.h"
 #include "taskpush.h"
 

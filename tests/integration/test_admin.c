@@ -5,7 +5,7 @@
  * bounded polls; nothing asserts on how long something took.
  *
  * Cases:
- *   stats_and_metrics   every SPEC key of /stats and /workers, values matching what ran;
+ *   stats_and_metrics   every documented key of /stats and /workers, values matching what ran;
  *                       /metrics counters equal /stats; `promtool check metrics` passes
  *   bad_requests        404, 405 (with Allow), garbage bytes, a 64 KB header: refused,
  *                       while a worker keeps being served
@@ -646,7 +646,7 @@ static int run_daemon_binary(const char *const *args, char *out, size_t outlen)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-/* SPEC: --help and --version exit 0; a bad flag prints a clear message and
+/* docs/taskpushd.md: --help and --version exit 0; a bad flag prints a clear message and
  * exits 2; SIGHUP does no harm (the daemon keeps serving). */
 static void daemon_flags_and_sighup(void **state)
 {

@@ -20,7 +20,7 @@
  *   drain_takes_back     SIGTERM, then a worker vanishes and a lease expires during the
  *                        grace period: those deliveries must not stay PROCESSING
  *   kill9_undelivered    kill -9 with tasks claimed but never delivered: the restart
- *                        must not charge them an attempt (SPEC, attempts column)
+ *                        must not charge them an attempt (docs/taskpushd.md, Attempts)
  *   silent_worker        a half-open worker is declared lost by heartbeats
  *
  * TP_TEST_FILTER (a cmocka pattern such as 'test_retry_*') runs some of them.
@@ -1019,7 +1019,7 @@ static void test_daemon_kill9_restart(void **state)
         /* attempts never counts more than the deliveries made. A delivery of the dead
          * daemon is counted once it was written: with its outcome, or on its own after it
          * ran 1 s (DELIVERY_RECORD_MS in server.c); one that began in the last 1 s before
-         * the kill may go uncounted (README, "Attempts"). 1.5 s leaves room for the
+         * the kill may go uncounted (docs/taskpushd.md, Attempts). 1.5 s leaves room for the
          * flush. */
         size_t runs = old_runs + new_runs;
         bool may_undercount = was_proc && old_runs && dead_wall - old_start < 1500;
@@ -1509,7 +1509,7 @@ static void test_graceful_drain(void **state)
 
 /* ==== 5b. a delivery taken back during the drain ==== */
 
-/* SPEC: on SIGTERM "put every claimed but undelivered task back to NEW". A delivery
+/* docs/taskpushd.md: on SIGTERM "put every claimed but undelivered task back to NEW". A delivery
  * that comes back while draining (its worker vanished, or its lease expired) is such a
  * task: it must not be left PROCESSING when the daemon exits. */
 static void test_drain_takes_back(void **state)
@@ -1561,7 +1561,7 @@ static void test_drain_takes_back(void **state)
 
 /* After a kill -9 the table cannot tell a delivered row from one that sat claimed in the
  * dispatcher's buffer: both are PROCESSING under the dead epoch. The dispatcher issue
- * asks recovery to count the possible delivery as an attempt; SPEC says a task claimed
+ * asks recovery to count the possible delivery as an attempt; the attempts rule (docs/taskpushd.md) says a task claimed
  * but never delivered uses none, and every task must end SUCCESSFUL, or FAILED after
  * max_attempts. Recovery therefore charges one attempt but never the last one: a
  * recovered task is always delivered again. Two tasks sit claimed in the buffer (their

@@ -572,7 +572,7 @@ static void test_task_type_is_binary(void **ctx)
     free(sql);
 }
 
-/* utf8mb4_bin (the collation SPEC.md names, the only binary one MariaDB and MySQL share)
+/* utf8mb4_bin (the collation docs/schema.md names, the only binary one MariaDB and MySQL share)
  * is a PAD SPACE collation: 'resize ' equals 'resize' in SQL, so a claim for 'resize'
  * would return a row naming another type. The schema refuses such types (LIKE does not
  * pad), also under INSERT IGNORE, while a space inside a type is fine. */

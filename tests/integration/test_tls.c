@@ -1,4 +1,4 @@
-/* test_tls: TLS on both ports of the real taskpushd (SPEC.md, TLS).
+/* test_tls: TLS on both ports of the real taskpushd (docs/taskpushd.md, TLS).
  *
  * Real components only: MariaDB (scripts/tp-mariadb, see testdb.h), the taskpushd,
  * taskpush-worker and taskpushctl of the build tree, libtaskpush workers in threads,

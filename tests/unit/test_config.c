@@ -201,7 +201,7 @@ static void test_url_socket_only_without_port(void **state)
     assert_null(u.password);
     assert_int_equal(u.port, 0);
     dsp_db_url_clear(&u);
-    /* SPEC: a URL with a port always connects over TCP */
+    /* docs/taskpushd.md: a URL with a port always connects over TCP */
     assert_int_equal(dsp_db_url_parse("mysql://bob@localhost:3306/jobs?socket=/run/my.sock", &u, err, sizeof err), 0);
     assert_null(u.socket);
     assert_int_equal(u.port, 3306);
