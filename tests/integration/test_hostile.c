@@ -21,6 +21,7 @@
  *   unwritten_bound     outcomes waiting for the database are bounded (duplicates
  *                       after a crash stay bounded by in-flight + --max-unwritten)
  *   admin_pause_types_bounded  POST /pause?type= kept every name it was given
+ *   rss_bounded         memory taken by bad connections is given back (669 MB once stayed)
  *
  * Everything is real: the MariaDB of scripts/tp-mariadb, the taskpushd binary of the
  * build tree, TCP on loopback. Nothing asserts on how long anything took: waits are
@@ -834,6 +835,38 @@ static void test_unwritten_bound(void **state)
     fx->passed = true;
 }
 
+/* Bursts of bad connections leave no memory behind: the first burst may raise RSS to a
+ * high-water mark (libevent keeps an entry per descriptor number it has seen), later
+ * bursts of the same size add nothing. */
+static void test_rss_bounded(void **state)
+{
+    struct fx *fx = *state;
+    const char *args[] = {"--heartbeat-ms", "1000", NULL};
+    start(fx, "hostile_rss", args);
+    long rss[4];
+    rss[0] = rss_kib(fx);
+    for (int burst = 1; burst <= 3; burst++) {
+        fx->npeers = 0;
+        for (int i = 0; i < 150; i++) {
+            peer *p = peer_open(fx, ROLE_IDLE);
+            static const uint8_t half[5] = {0, 0, 0x10, 0, PROTO_HELLO}; /* 4 KiB announced */
+            peer_send(p, half, sizeof half);
+        }
+        assert_true(PUMP_UNTIL(fx, stat_of(fx, "connections.open") == 150));
+        for (int i = 0; i < fx->npeers; i++) {
+            peer_close(&fx->peers[i]);
+            fx->peers[i].closed = true;
+        }
+        assert_true(PUMP_UNTIL(fx, stat_of(fx, "connections.open") == 0));
+        sleep_ms(1200); /* the housekeeping trims freed memory once a second */
+        rss[burst] = rss_kib(fx);
+    }
+    print_message("# RSS %ld KiB at start; after 3 bursts of 150 connections: %ld, %ld, %ld KiB\n",
+                  rss[0], rss[1], rss[2], rss[3]);
+    assert_true(rss[3] <= rss[1] + 512);
+    fx->passed = true;
+}
+
 static void test_admin_pause_types_bounded(void **state)
 {
     struct fx *fx = *state;
@@ -862,7 +895,7 @@ int main(void)
         T(test_pre_hello_frame), T(test_max_connections), T(test_half_frame),
         T(test_unread_output),   T(test_accept_emfile),  T(test_blackhole),
         T(test_orphaned_type),   T(test_locked_row),     T(test_unwritten_bound),
-        T(test_admin_pause_types_bounded),
+        T(test_admin_pause_types_bounded), T(test_rss_bounded),
 #undef T
     };
     const char *filter = getenv("TP_TEST_FILTER");
