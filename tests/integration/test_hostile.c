@@ -863,7 +863,10 @@ static void test_rss_bounded(void **state)
     }
     print_message("# RSS %ld KiB at start; after 3 bursts of 150 connections: %ld, %ld, %ld KiB\n",
                   rss[0], rss[1], rss[2], rss[3]);
+#if !defined(__SANITIZE_ADDRESS__)
+    /* (Under AddressSanitizer freed memory waits in its quarantine: RSS says nothing.) */
     assert_true(rss[3] <= rss[1] + 512);
+#endif
     fx->passed = true;
 }
 
