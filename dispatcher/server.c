@@ -439,7 +439,6 @@ void dsp_server_worker_joined(dsp_server *srv, dsp_conn *c)
 
 void dsp_server_worker_left(dsp_server *srv, dsp_conn *c, bool refund)
 {
-    int64_t now = dsp_now_ms();
     if (c->slots.accepting)
         dsp_server_room_changed(srv, c, -free_slots(c));
     c->slots.accepting = false;
@@ -469,13 +468,9 @@ void dsp_server_worker_left(dsp_server *srv, dsp_conn *c, bool refund)
     c->inflight = NULL;
     c->slots.in_flight = 0;
     /* Types nobody serves any more: freed now, or once their buffered tasks went back
-     * (the orphan sweep in tick_cb). */
-    for (size_t i = 0; i < c->ntypes; i++) {
-        dsp_type *ty = c->types[i];
-        if (ty->nworkers == 0 && ty->nbuffered > 0 && ty->orphaned_ms == 0)
-            ty->orphaned_ms = now;
-        dsp_server_type_release_if_unused(srv, ty);
-    }
+     * (release_orphans, from the housekeeping tick). */
+    for (size_t i = 0; i < c->ntypes; i++)
+        dsp_server_type_release_if_unused(srv, c->types[i]);
     /* Marked ACTIVE no more by the caller; make sure a second call is harmless. */
     c->ntypes = 0;
 }
@@ -705,11 +700,8 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
     }
     /* A type that lost its workers while the claim ran, and got nothing. */
     for (size_t i = 0; types && i < reply->ntypes; i++)
-        if (types[i]) {
-            if (types[i]->nworkers == 0 && types[i]->nbuffered > 0 && types[i]->orphaned_ms == 0)
-                types[i]->orphaned_ms = now;
+        if (types[i])
             dsp_server_type_release_if_unused(srv, types[i]);
-        }
     free(types);
     bool full = reply->ntasks >= srv->claim_requested;
     srv->claim_not_before = full ? 0 : now + srv->cfg->poll_ms;

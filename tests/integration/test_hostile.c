@@ -190,6 +190,17 @@ static long rss_kib(const struct fx *fx)
     return kib;
 }
 
+/* Closes the peers opened so far of one role, or all when role < 0 (the daemon sees
+ * them go). */
+static void close_peers(struct fx *fx, int role)
+{
+    for (int i = 0; i < fx->npeers; i++)
+        if (role < 0 || fx->peers[i].role == role) {
+            peer_close(&fx->peers[i]);
+            fx->peers[i].closed = true;
+        }
+}
+
 static peer *peer_open(struct fx *fx, int role)
 {
     assert_true(fx->npeers < MAX_PEERS);
@@ -525,11 +536,7 @@ static void test_types_freed(void **state)
         if (k == 49)
             assert_int_equal(stat_of(fx, "types"), 1 + 50 * 64);
     }
-    for (int i = 0; i < fx->npeers; i++)
-        if (fx->peers[i].role == ROLE_BLACKHOLE) {
-            peer_close(&fx->peers[i]);
-            fx->peers[i].closed = true;
-        }
+    close_peers(fx, ROLE_BLACKHOLE);
     if (!PUMP_UNTIL(fx, stat_of(fx, "types") == 1))
         fail_msg("after the peers left, the dispatcher still holds %lld types (want 1)",
                  stat_of(fx, "types"));
@@ -592,10 +599,7 @@ static void test_max_connections(void **state)
         refused += wait_closed(fx, ps[i]);
     assert_int_equal(refused, 10);
     assert_int_equal(stat_of(fx, "connections.refused_total"), 10);
-    for (int i = 0; i < 20; i++) {
-        peer_close(ps[i]);
-        ps[i]->closed = true;
-    }
+    close_peers(fx, -1);
     /* Room again: an honest worker gets in and works. */
     insert_tasks(fx, "t", 20, 10);
     peer *ok = NULL;
@@ -676,10 +680,7 @@ static void test_accept_emfile(void **state)
     assert_true(lines >= 1 && lines <= 40);
     /* The ones that got in are dropped for want of a HELLO; then the backlog is served,
      * and honest work goes on. */
-    for (int i = 0; i < fx->npeers; i++) {
-        peer_close(&fx->peers[i]);
-        fx->peers[i].closed = true;
-    }
+    close_peers(fx, -1);
     insert_tasks(fx, "t", 20, 10);
     peer *ok = NULL;
     for (int tries = 0; tries < 100 && !ok; tries++) {
@@ -853,10 +854,7 @@ static void test_rss_bounded(void **state)
             peer_send(p, half, sizeof half);
         }
         assert_true(PUMP_UNTIL(fx, stat_of(fx, "connections.open") == 150));
-        for (int i = 0; i < fx->npeers; i++) {
-            peer_close(&fx->peers[i]);
-            fx->peers[i].closed = true;
-        }
+        close_peers(fx, -1);
         assert_true(PUMP_UNTIL(fx, stat_of(fx, "connections.open") == 0));
         sleep_ms(1200); /* the housekeeping trims freed memory once a second */
         rss[burst] = rss_kib(fx);
