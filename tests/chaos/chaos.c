@@ -3,13 +3,14 @@
  *
  *   chaos [--short] [--tasks N] [--dispatcher-kills N] [--worker-kills N] [--db-restarts N]
  *         [--no-partition] [--attack N] [--hostile KINDS] [--types K] [--workers W]
- *         [--rate R] [--deadline-s S] [--seed S] [--keep]
+ *         [--rate R] [--deadline-s S] [--seed S] [--keep] [--attack-rounds R]
  *
  * Two phases, one taskpushd (--heartbeat-ms 200) on a fresh database:
  *
  *   attack  W honest workers drain a steady supply of tasks; completions per second are
- *           measured before, during and after N hostile connections (chaos_net.h's mix),
- *           with taskpushd's RSS and /healthz polled every 200 ms. Printed, not asserted.
+ *           measured in quiet windows and in R windows of N hostile connections
+ *           (chaos_net.h's mix) between them, with taskpushd's RSS and /healthz polled
+ *           every 200 ms. Printed, not asserted.
  *   faults  N more tasks over K types, while a smaller hostile mix keeps running: kill -9
  *           of taskpushd (restarted on the same worker port), kill -9 of worker processes
  *           (restarted), MariaDB restarts (the last one a kill -9 of mariadbd), and one
@@ -81,7 +82,7 @@ typedef struct chaos_opts {
     int types, workers;
     int deadline_s;
     int rate;
-    int before_s, during_s, after_s;
+    int before_s, during_s, after_s, rounds;
     unsigned seed;
     bool keep;
 } chaos_opts;
@@ -127,9 +128,18 @@ typedef struct exec_line {
     long long start_ms; /* CLOCK_MONOTONIC, shared by every process of the machine */
 } exec_line;
 
+#define ATTACK_MAX_ROUNDS 10
+
 typedef struct attack_figures {
     bool ran;
-    double before, during, after; /* completions per second */
+    /* Completions per second in the quiet windows q[0..rounds] and the attacked windows
+     * a[0..rounds-1], interleaved q0 a0 q1 a1 ... The honest rate drifts by 5-10 % over
+     * 20 s on this machine (the database slows as rows pile up, and recovers), so each
+     * attacked window is compared with the quiet windows on either side of it. */
+    int rounds;
+    double q[ATTACK_MAX_ROUNDS + 1], a[ATTACK_MAX_ROUNDS];
+    double before, during, after; /* q[0], mean of a[], q[rounds] */
+    double during_vs_quiet;       /* mean over i of a[i] / ((q[i] + q[i+1]) / 2) */
     long rss_base_kb, rss_peak_kb, rss_after_kb;
     double cpu_before, cpu_during, cpu_after; /* taskpushd's CPU, % of one core */
     int health_polls, health_fail_during, health_fail_total;
@@ -656,10 +666,23 @@ static double attack_window(struct chaos *c, int seconds, bool during, double *c
     return n >= start && start >= 0 && secs > 0 ? (double)(n - start) / secs : -1;
 }
 
+static void hostile_stats_add(chaos_hostile_stats *sum, const chaos_hostile_stats *st)
+{
+    sum->connects += st->connects;
+    sum->refused += st->refused;
+    sum->closed_by_peer += st->closed_by_peer;
+    sum->big_bytes += st->big_bytes;
+    if (st->open_peak > sum->open_peak)
+        sum->open_peak = st->open_peak;
+    for (int k = 0; k < CHAOS_NKINDS; k++)
+        sum->per_kind[k] += st->per_kind[k];
+}
+
 static void attack_phase(struct chaos *c)
 {
     attack_figures *a = &c->atk;
     a->ran = true;
+    a->rounds = c->o.rounds;
     note(c, "attack phase: warming up");
     /* Warm up: the workers are connected and tasks complete. */
     long long base = completions(c);
@@ -667,21 +690,37 @@ static void attack_phase(struct chaos *c)
         feed(c);
         tick(c);
     }
-    a->before = attack_window(c, c->o.before_s, false, &a->cpu_before);
+    a->q[0] = a->before = attack_window(c, c->o.before_s, false, &a->cpu_before);
     a->rss_base_kb = rss_kb(c->d.pid);
     a->rss_peak_kb = a->rss_base_kb;
-    note(c, "attack phase: %.0f completions/s before; %d hostile connections now", a->before, c->o.attack);
-    chaos_hostile *h = chaos_hostile_start(c->listen, c->o.kinds, (unsigned)c->o.attack, c->o.seed);
-    if (h == NULL) {
-        fail(c, "the hostile connections could not be started");
-        return;
+    note(c, "attack phase: %.0f completions/s before; %d hostile connections in %d round%s of %d s", a->before,
+         c->o.attack, a->rounds, a->rounds == 1 ? "" : "s", c->o.during_s);
+    double cpu_sum = 0, during_sum = 0, ratio_sum = 0;
+    for (int r = 0; r < a->rounds; r++) {
+        chaos_hostile *h = chaos_hostile_start(c->listen, c->o.kinds, (unsigned)c->o.attack, c->o.seed + (unsigned)r);
+        if (h == NULL) {
+            fail(c, "the hostile connections could not be started");
+            return;
+        }
+        double cpu;
+        a->a[r] = attack_window(c, c->o.during_s, true, &cpu);
+        cpu_sum += cpu;
+        unsigned open = chaos_hostile_open(h);
+        chaos_hostile_stats st;
+        chaos_hostile_stop(h, &st);
+        hostile_stats_add(&a->st, &st);
+        a->q[r + 1] = attack_window(c, c->o.after_s, false, &a->cpu_after);
+        during_sum += a->a[r];
+        if (a->q[r] > 0 && a->q[r + 1] > 0)
+            ratio_sum += a->a[r] / ((a->q[r] + a->q[r + 1]) / 2);
+        note(c, "attack phase: round %d: %.0f completions/s during (%u hostile connections open at the end, %u at"
+                " the peak), %.0f after",
+             r + 1, a->a[r], open, st.open_peak, a->q[r + 1]);
     }
-    a->during = attack_window(c, c->o.during_s, true, &a->cpu_during);
-    unsigned open = chaos_hostile_open(h);
-    chaos_hostile_stop(h, &a->st);
-    note(c, "attack phase: %.0f completions/s during (%u hostile connections open at the end, %u at the peak)",
-         a->during, open, a->st.open_peak);
-    a->after = attack_window(c, c->o.after_s, false, &a->cpu_after);
+    a->during = during_sum / a->rounds;
+    a->during_vs_quiet = ratio_sum / a->rounds;
+    a->cpu_during = cpu_sum / a->rounds;
+    a->after = a->q[a->rounds];
     a->rss_after_kb = rss_kb(c->d.pid);
     note(c, "attack phase: %.0f completions/s after; RSS %ld -> peak %ld -> %ld kB", a->after, a->rss_base_kb,
          a->rss_peak_kb, a->rss_after_kb);
@@ -1126,6 +1165,13 @@ static void report(struct chaos *c, const verdict *v, long long elapsed_ms)
         printf("  honest completions/s         before %.0f, during %.0f (%.0f %%), after %.0f (%.0f %%)\n",
                a->before, a->during, a->before > 0 ? 100.0 * a->during / a->before : 0, a->after,
                a->before > 0 ? 100.0 * a->after / a->before : 0);
+        printf("  during vs the quiet windows  %.0f %% (each attacked window over the mean of the quiet ones"
+               " beside it)\n",
+               100.0 * a->during_vs_quiet);
+        printf("  windows (quiet, attacked)    %.0f", a->q[0]);
+        for (int r = 0; r < a->rounds; r++)
+            printf(" [%.0f] %.0f", a->a[r], a->q[r + 1]);
+        printf("\n");
         printf("  taskpushd RSS                baseline %ld kB, peak %ld kB, after %ld kB\n", a->rss_base_kb,
                a->rss_peak_kb, a->rss_after_kb);
         printf("  taskpushd CPU (%% of a core)  before %.0f, during %.0f, after %.0f\n", a->cpu_before,
@@ -1168,6 +1214,8 @@ static void report(struct chaos *c, const verdict *v, long long elapsed_ms)
                       a->health_fail_total, "connects", (json_int_t)a->st.connects));
     json_t *atk = o ? json_object_get(o, "attack") : NULL;
     if (atk) {
+        json_object_set_new(atk, "rounds", json_integer(a->rounds));
+        json_object_set_new(atk, "during_vs_quiet", json_real(a->during_vs_quiet));
         json_object_set_new(atk, "cpu_before_pct", json_real(a->cpu_before));
         json_object_set_new(atk, "cpu_during_pct", json_real(a->cpu_during));
         json_object_set_new(atk, "cpu_after_pct", json_real(a->cpu_after));
@@ -1201,7 +1249,7 @@ static int usage(FILE *f, int rc)
     fprintf(f,
             "usage: chaos [--short] [--tasks N] [--dispatcher-kills N] [--worker-kills N] [--db-restarts N]\n"
             "             [--no-partition] [--attack N] [--hostile KIND,...|all] [--types K] [--workers W]\n"
-            "             [--rate R] [--deadline-s S] [--seed S] [--keep]\n"
+            "             [--rate R] [--deadline-s S] [--seed S] [--keep] [--attack-rounds R]\n"
             "Needs the environment of `eval \"$(scripts/tp-mariadb start DIR)\"`. Hostile kinds:");
     for (int k = 0; k < CHAOS_NKINDS; k++)
         fprintf(f, " %s", chaos_kind_name(k));
@@ -1222,7 +1270,7 @@ static long parse_num(const char *s, long lo, long hi, bool *ok)
 static int parse_args(int argc, char **argv, chaos_opts *o)
 {
     enum { O_SHORT = 1, O_TASKS, O_DK, O_WK, O_DB, O_NOPART, O_PART, O_ATTACK, O_HOSTILE, O_TYPES,
-           O_WORKERS, O_DEADLINE, O_SEED, O_RATE, O_KEEP, O_HELP };
+           O_WORKERS, O_DEADLINE, O_SEED, O_RATE, O_KEEP, O_ROUNDS, O_HELP };
     static const struct option longopts[] = {
         {"short", no_argument, NULL, O_SHORT},
         {"tasks", required_argument, NULL, O_TASKS},
@@ -1239,6 +1287,7 @@ static int parse_args(int argc, char **argv, chaos_opts *o)
         {"seed", required_argument, NULL, O_SEED},
         {"rate", required_argument, NULL, O_RATE},
         {"keep", no_argument, NULL, O_KEEP},
+        {"attack-rounds", required_argument, NULL, O_ROUNDS},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -1246,7 +1295,7 @@ static int parse_args(int argc, char **argv, chaos_opts *o)
     *o = (chaos_opts){.tasks = 100000, .dkills = 5, .wkills = 20, .dbrestarts = 2, .partition = true,
                       .attack = 1000, .kinds = CHAOS_ALL_KINDS, .types = 4, .workers = 8, .deadline_s = 600,
                       .rate = 1000,
-                      .before_s = 5, .during_s = 10, .after_s = 5, .seed = 1};
+                      .before_s = 5, .during_s = 5, .after_s = 5, .rounds = 3, .seed = 1};
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--short") == 0) {
             o->tasks = 10000;
@@ -1258,6 +1307,7 @@ static int parse_args(int argc, char **argv, chaos_opts *o)
             o->before_s = 3;
             o->during_s = 5;
             o->after_s = 3;
+            o->rounds = 1;
         }
     bool ok = true;
     int opt;
@@ -1304,6 +1354,9 @@ static int parse_args(int argc, char **argv, chaos_opts *o)
             break;
         case O_RATE:
             o->rate = (int)parse_num(optarg, 20, 1000000, &ok);
+            break;
+        case O_ROUNDS:
+            o->rounds = (int)parse_num(optarg, 1, ATTACK_MAX_ROUNDS, &ok);
             break;
         case O_KEEP:
             o->keep = true;
