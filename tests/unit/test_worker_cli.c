@@ -25,11 +25,17 @@
 
 extern char **environ;
 
+/* worker_bin: the program under test. meson test always sets TASKPUSH_WORKER_BIN,
+ * so a missing or unusable one is a broken set-up: the test fails, never skips. */
 static const char *worker_bin(void)
 {
     const char *bin = getenv("TASKPUSH_WORKER_BIN");
 
-    return bin != NULL && access(bin, X_OK) == 0 ? bin : NULL;
+    if (bin == NULL || access(bin, X_OK) != 0)
+        fail_msg("TASKPUSH_WORKER_BIN=%s is not an executable taskpush-worker "
+                 "(meson test sets it; run this test through meson test)",
+                 bin != NULL ? bin : "(unset)");
+    return bin;
 }
 
 /* run_cli runs the program with args (a shell word list) and captures it. */
@@ -65,8 +71,7 @@ static void test_worker_cli(void **state)
     tpw_exec_res res;
 
     (void)state;
-    if (worker_bin() == NULL)
-        skip();
+    worker_bin(); /* fails the test here, before any set-up, when it is missing */
     run_cli("--help", &res);
     assert_int_equal(WEXITSTATUS(res.status), 0);
     assert_non_null(strstr(res.out, "Usage: taskpush-worker"));
@@ -209,8 +214,7 @@ static void test_worker_program_tasks(void **state)
     const char *ok_out = "id=11 type=echo attempt=2 rest=hello world\n";
 
     (void)state;
-    if (worker_bin() == NULL)
-        skip();
+    worker_bin(); /* fails the test here, before any set-up, when it is missing */
     fake_listen(&f);
     pid = spawn_worker(&f, "2");
     fake_accept(&f);
@@ -279,8 +283,7 @@ static void test_worker_program_sigterm_finishes(void **state)
     int status;
 
     (void)state;
-    if (worker_bin() == NULL)
-        skip();
+    worker_bin(); /* fails the test here, before any set-up, when it is missing */
     fake_listen(&f);
     pid = spawn_worker(&f, "1");
     fake_handshake(&f, 0, PROTO_MAX_BODY_DEFAULT);
@@ -320,8 +323,7 @@ static void test_worker_program_token(void **state)
     int status;
 
     (void)state;
-    if (worker_bin() == NULL)
-        skip();
+    worker_bin(); /* fails the test here, before any set-up, when it is missing */
     snprintf(path, sizeof(path), "/tmp/tp-test-token.%ld", (long)getpid());
     tf = fopen(path, "w");
     assert_non_null(tf);
