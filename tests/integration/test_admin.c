@@ -282,7 +282,7 @@ static int ctl(struct fx *fx, char *out, size_t outlen, const char *fmt, ...)
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
     snprintf(cmd, sizeof cmd, "env -u TASKPUSH_TOKEN -u TASKPUSH_ADMIN_TOKEN %s --admin %s %s",
-             tp_build_path("dispatcher/taskpushctl"),
+             tp_build_path("ctl/taskpushctl"),
              fx->d.admin, args);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
@@ -1023,7 +1023,7 @@ static void admin_token(void **state)
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
              "env -u TASKPUSH_TOKEN TASKPUSH_ADMIN_TOKEN=0per4tor-only %s --admin %s pause >/dev/null",
-             tp_build_path("dispatcher/taskpushctl"), fx->d.admin);
+             tp_build_path("ctl/taskpushctl"), fx->d.admin);
     int st = system(cmd);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     assert_true(paused_all(fx));

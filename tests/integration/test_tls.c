@@ -582,7 +582,7 @@ static const char *ctl_path(void)
 {
     static char path[1024];
     snprintf(path, sizeof path, "env -u TASKPUSH_TOKEN -u TASKPUSH_ADMIN '%s'",
-             tp_build_path("dispatcher/taskpushctl"));
+             tp_build_path("ctl/taskpushctl"));
     return path;
 }
 

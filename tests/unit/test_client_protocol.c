@@ -1,0 +1,1039 @@
+/* test_client_protocol.c: libtaskpush against a fake dispatcher: a listening
+ * socket on 127.0.0.1:0 served from the test thread, speaking the protocol through
+ * proto.h (fake_dispatcher.h), while tp_worker_run() runs on its own thread.
+ *
+ * No sleep asserts anything about timing: every wait is bounded (WAIT_MS) and
+ * ends as soon as what it waits for happens. Set TP_TEST_LOG=1 to see the
+ * library's log lines on stderr.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client_harness.h"
+#include "client_internal.h"
+#include "fake_dispatcher.h"
+#include "proto.h"
+#include "taskpush.h"
+
+/* ================================================================== */
+/* Handlers under test control                                         */
+/* ================================================================== */
+
+typedef struct hctx {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int hold; /* handlers wait for gate_open */
+    int gate_open;
+    int wait_cancel; /* handlers wait (bounded) for tp_task_cancelled */
+    uint32_t extend_ms;
+    int started;
+    int finished;
+    int running;
+    int max_running;
+    int saw_cancel;
+    int extend_rc;
+    int extend_after_cancel_rc;
+    int64_t remaining_after_extend;
+    int set_result_rc;
+    /* the last task seen */
+    uint64_t id;
+    uint32_t epoch;
+    uint32_t attempt;
+    uint32_t timeout_ms;
+    int priority;
+    char type[TP_MAX_TYPE_LEN + 1];
+    uint8_t *payload;
+    size_t payload_len;
+    int payload_nul;
+} hctx;
+
+static void hctx_init(hctx *h)
+{
+    memset(h, 0, sizeof(*h));
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+}
+
+static void hctx_destroy(hctx *h)
+{
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h->payload);
+}
+
+static void deadline_ts(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+/* hctx_wait waits until *field >= value; returns 1, or 0 after WAIT_MS. */
+static int hctx_wait(hctx *h, const int *field, int value)
+{
+    struct timespec ts;
+    int ok = 1;
+
+    deadline_ts(&ts, WAIT_MS);
+    pthread_mutex_lock(&h->mu);
+    while (*field < value && ok)
+        ok = pthread_cond_timedwait(&h->cv, &h->mu, &ts) == 0;
+    ok = *field >= value;
+    pthread_mutex_unlock(&h->mu);
+    return ok;
+}
+
+static void hctx_open_gate(hctx *h)
+{
+    pthread_mutex_lock(&h->mu);
+    h->gate_open = 1;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+static int payload_is(const void *p, size_t len, const char *word)
+{
+    return len == strlen(word) && memcmp(p, word, len) == 0;
+}
+
+static int test_handler(tp_task *t, void *arg)
+{
+    hctx *h = arg;
+    size_t len;
+    const uint8_t *p = tp_task_payload(t, &len);
+    struct timespec ts;
+    int rc = TP_SUCCESS;
+
+    pthread_mutex_lock(&h->mu);
+    h->started++;
+    h->running++;
+    if (h->running > h->max_running)
+        h->max_running = h->running;
+    h->id = tp_task_id(t);
+    h->epoch = tp_task_epoch(t);
+    h->attempt = tp_task_attempt(t);
+    h->timeout_ms = tp_task_timeout_ms(t);
+    h->priority = tp_task_priority(t);
+    snprintf(h->type, sizeof(h->type), "%s", tp_task_type(t));
+    free(h->payload);
+    h->payload = malloc(len + 1);
+    if (h->payload != NULL && len > 0)
+        memcpy(h->payload, p, len);
+    h->payload_len = len;
+    h->payload_nul = p[len] == '\0';
+    pthread_cond_broadcast(&h->cv);
+    if (h->extend_ms > 0) {
+        h->extend_rc = tp_task_extend(t, h->extend_ms);
+        h->remaining_after_extend = tp_task_remaining_ms(t);
+    }
+    deadline_ts(&ts, WAIT_MS);
+    while (h->hold && !h->gate_open)
+        if (pthread_cond_timedwait(&h->cv, &h->mu, &ts) != 0)
+            break;
+    if (h->wait_cancel) {
+        int64_t end = now_ms() + WAIT_MS;
+
+        while (!tp_task_cancelled(t) && now_ms() < end) {
+            pthread_mutex_unlock(&h->mu);
+            poll(NULL, 0, 5);
+            pthread_mutex_lock(&h->mu);
+        }
+        h->saw_cancel = tp_task_cancelled(t);
+        h->extend_after_cancel_rc = tp_task_extend(t, 100);
+    }
+    pthread_mutex_unlock(&h->mu);
+
+    if (payload_is(p, len, "fail")) {
+        rc = tp_task_set_error(t, "boom") == 0 ? TP_FAIL : -1;
+    } else if (payload_is(p, len, "perm")) {
+        rc = tp_task_set_error(t, "bad input") == 0 ? TP_FAIL_PERMANENT : -1;
+    } else if (payload_is(p, len, "retry")) {
+        rc = tp_task_set_error(t, "later") == 0 ? TP_RETRY_AFTER : -1;
+        tp_task_set_retry_after(t, 1234);
+    } else if (payload_is(p, len, "bogus")) {
+        rc = 42;
+    } else if (payload_is(p, len, "big")) {
+        static char big[5000];
+
+        memset(big, 'x', sizeof(big));
+        h->set_result_rc = tp_task_set_result(t, big, sizeof(big));
+    } else if (payload_is(p, len, "longerr")) {
+        char msg[3000];
+
+        memset(msg, 'e', sizeof(msg) - 1);
+        msg[sizeof(msg) - 1] = '\0';
+        rc = tp_task_set_error(t, msg) == 0 ? TP_FAIL : -1;
+    } else if (!h->wait_cancel) {
+        rc = tp_task_set_result(t, p, len) == 0 ? TP_SUCCESS : -1; /* echo */
+    } else {
+        rc = TP_FAIL;
+    }
+
+    pthread_mutex_lock(&h->mu);
+    h->running--;
+    h->finished++;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    return rc;
+}
+
+/* ================================================================== */
+/* Running a worker on its own thread                                  */
+/* ================================================================== */
+
+typedef struct runner {
+    tp_worker *w;
+    pthread_t th;
+    int rc;
+    int pipe_blocked_after; /* SIGPIPE still blocked in the thread after run */
+} runner;
+static void *runner_main(void *arg)
+{
+    runner *r = arg;
+    sigset_t now;
+
+    r->rc = tp_worker_run(r->w);
+    pthread_sigmask(SIG_BLOCK, NULL, &now);
+    r->pipe_blocked_after = sigismember(&now, SIGPIPE);
+    return NULL;
+}
+
+static void runner_start(runner *r, tp_worker *w)
+{
+    memset(r, 0, sizeof(*r));
+    r->w = w;
+    r->rc = -100;
+    assert_int_equal(pthread_create(&r->th, NULL, runner_main, r), 0);
+}
+
+/* runner_join waits (bounded) for tp_worker_run to return and frees the worker. */
+static void runner_join(runner *r)
+{
+    struct timespec ts;
+
+    deadline_ts(&ts, WAIT_MS);
+    if (pthread_timedjoin_np(r->th, NULL, &ts) != 0)
+        fail_msg("tp_worker_run did not return");
+    assert_int_equal(r->rc, 0);
+    assert_false(r->pipe_blocked_after);
+    tp_worker_free(r->w);
+    r->w = NULL;
+}
+
+/* wait_stat waits (bounded) until the counter at offset off reaches value. */
+static int wait_stat(tp_worker *w, size_t off, uint64_t value)
+{
+    int64_t end = now_ms() + WAIT_MS;
+
+    for (;;) {
+        tp_worker_stats s = stats_of(w);
+        uint64_t v;
+
+        memcpy(&v, (const char *)&s + off, sizeof(v));
+        if (v >= value)
+            return 1;
+        if (now_ms() > end)
+            return 0;
+        poll(NULL, 0, 2);
+    }
+}
+
+#define WAIT_STAT(w, field, value) wait_stat((w), offsetof(tp_worker_stats, field), (value))
+
+/* A worker with the test handler for types "alpha" and "beta", running against f. */
+typedef struct setup {
+    fake f;
+    hctx h;
+    runner r;
+    char addr[64];
+} setup;
+
+static void setup_start(setup *s, unsigned capacity, unsigned threads)
+{
+    tp_worker *w;
+
+    fake_listen(&s->f);
+    fake_addr(&s->f, s->addr, sizeof(s->addr));
+    w = new_worker(s->addr, capacity, threads);
+    assert_int_equal(tp_worker_add_type(w, "alpha", test_handler, &s->h), 0);
+    assert_int_equal(tp_worker_add_type(w, "beta", test_handler, &s->h), 0);
+    runner_start(&s->r, w);
+}
+
+static void setup_finish(setup *s)
+{
+    hctx_open_gate(&s->h);
+    if (s->r.w != NULL) {
+        tp_worker_stop(s->r.w);
+        runner_join(&s->r);
+    }
+    fake_close(&s->f);
+}
+
+/* ================================================================== */
+/* Against the fake dispatcher                                         */
+/* ================================================================== */
+
+static void test_hello_fields(void **state)
+{
+    fake f;
+    runner r;
+    tp_worker_options o;
+    tp_worker *w;
+    proto_msg m;
+    char addr[64];
+
+    (void)state;
+    fake_listen(&f);
+    fake_addr(&f, addr, sizeof(addr));
+    tp_worker_options_init(&o);
+    o.addresses = addr;
+    o.name = "w-17";
+    o.token = "s3cret";
+    o.capacity = 3;
+    o.threads = 2;
+    o.log = verbose() ? test_log : NULL;
+    o.log_level = TP_LOG_DEBUG;
+    w = tp_worker_new(&o, NULL);
+    assert_non_null(w);
+    assert_int_equal(tp_worker_add_type(w, "alpha", noop_handler, NULL), 0);
+    assert_int_equal(tp_worker_add_type(w, "beta", noop_handler, NULL), 0);
+    runner_start(&r, w);
+    /* A second run of the same worker is refused while the first runs. */
+    assert_true(WAIT_STAT(w, connect_attempts, 1));
+    assert_int_equal(tp_worker_run(w), TP_EBUSY);
+    assert_int_equal(tp_worker_add_type(w, "gamma", noop_handler, NULL), TP_EBUSY);
+
+    fake_accept(&f);
+    fake_expect(&f, &m, PROTO_HELLO);
+    assert_int_equal(m.u.hello.version, PROTO_VERSION);
+    assert_int_equal(m.u.hello.capacity, 3);
+    assert_int_equal(m.u.hello.name.len, 4);
+    assert_memory_equal(m.u.hello.name.ptr, "w-17", 4);
+    assert_int_equal(m.u.hello.token.len, 6);
+    assert_memory_equal(m.u.hello.token.ptr, "s3cret", 6);
+    assert_int_equal(m.u.hello.ntypes, 2);
+    assert_int_equal(m.u.hello.types[0].len, 5);
+    assert_memory_equal(m.u.hello.types[0].ptr, "alpha", 5);
+    assert_int_equal(m.u.hello.types[1].len, 4);
+    assert_memory_equal(m.u.hello.types[1].ptr, "beta", 4);
+    fake_send_welcome(&f, PROTO_VERSION, 0, PROTO_MAX_BODY_DEFAULT);
+    assert_true(WAIT_STAT(w, connections, 1));
+
+    tp_worker_stop(w);
+    fake_expect(&f, &m, PROTO_STOP);
+    fake_expect_eof(&f, PROTO_DONE);
+    runner_join(&r);
+    fake_close(&f);
+}
+
+static void test_task_roundtrip(void **state)
+{
+    setup s;
+    proto_msg m;
+    size_t len = 100000;
+    uint8_t *payload = malloc(len);
+
+    (void)state;
+    assert_non_null(payload);
+    for (size_t i = 0; i < len; i++)
+        payload[i] = (uint8_t)(i * 31 + (i >> 8)); /* binary, with NUL bytes */
+    hctx_init(&s.h);
+    setup_start(&s, 1, 1);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task_full(&s.f, 0x0102030405060708ull, 9, 3, 45000, 2, "beta", payload, len);
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.task_id, 0x0102030405060708ull);
+    assert_int_equal(m.u.done.epoch, 9);
+    assert_int_equal(m.u.done.attempt, 3);
+    assert_int_equal(m.u.done.outcome, PROTO_OUTCOME_SUCCESS);
+    assert_int_equal(m.u.done.retry_after_ms, 0);
+    assert_int_equal(m.u.done.data.len, len); /* the handler echoes the payload */
+    assert_memory_equal(m.u.done.data.ptr, payload, len);
+
+    assert_int_equal(s.h.id, 0x0102030405060708ull);
+    assert_int_equal(s.h.epoch, 9);
+    assert_int_equal(s.h.attempt, 3);
+    assert_int_equal(s.h.timeout_ms, 45000);
+    assert_int_equal(s.h.priority, 2);
+    assert_string_equal(s.h.type, "beta");
+    assert_int_equal(s.h.payload_len, len);
+    assert_memory_equal(s.h.payload, payload, len);
+    assert_true(s.h.payload_nul);
+
+    assert_true(WAIT_STAT(s.r.w, tasks_completed, 1));
+    assert_int_equal(stats_of(s.r.w).tasks_received, 1);
+    assert_int_equal(stats_of(s.r.w).in_flight, 0);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+    free(payload);
+}
+
+static void test_outcomes(void **state)
+{
+    setup s;
+    proto_msg m;
+
+    (void)state;
+    hctx_init(&s.h);
+    setup_start(&s, 1, 1);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+
+    fake_send_task(&s.f, 1, "alpha", "fail");
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.task_id, 1);
+    assert_int_equal(m.u.done.outcome, PROTO_OUTCOME_FAIL_RETRY);
+    assert_int_equal(m.u.done.data.len, 4);
+    assert_memory_equal(m.u.done.data.ptr, "boom", 4);
+
+    fake_send_task(&s.f, 2, "alpha", "perm");
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.task_id, 2);
+    assert_int_equal(m.u.done.outcome, PROTO_OUTCOME_FAIL_PERM);
+    assert_int_equal(m.u.done.data.len, 9);
+    assert_memory_equal(m.u.done.data.ptr, "bad input", 9);
+
+    fake_send_task(&s.f, 3, "alpha", "retry");
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.outcome, PROTO_OUTCOME_RETRY_AFTER);
+    assert_int_equal(m.u.done.retry_after_ms, 1234);
+    assert_memory_equal(m.u.done.data.ptr, "later", 5);
+
+    fake_send_task(&s.f, 4, "alpha", "bogus"); /* not a tp_outcome: counts as a failure */
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.outcome, PROTO_OUTCOME_FAIL_RETRY);
+    assert_true(m.u.done.data.len > 0);
+
+    fake_send_task(&s.f, 5, "gamma", "x"); /* a type nobody registered */
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.task_id, 5);
+    assert_int_equal(m.u.done.outcome, PROTO_OUTCOME_FAIL_RETRY);
+    assert_non_null(memmem(m.u.done.data.ptr, m.u.done.data.len, "gamma", 5));
+
+    fake_send_task(&s.f, 6, "alpha", ""); /* an empty payload */
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.outcome, PROTO_OUTCOME_SUCCESS);
+    assert_int_equal(m.u.done.data.len, 0);
+    assert_int_equal(s.h.started, 5); /* gamma never reached a handler */
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+static void test_result_limits(void **state)
+{
+    setup s;
+    proto_msg m;
+
+    (void)state;
+    hctx_init(&s.h);
+    setup_start(&s, 1, 1);
+    fake_handshake(&s.f, 0, 1000); /* the dispatcher takes bodies of 1000 bytes at most */
+
+    fake_send_task(&s.f, 1, "alpha", "big");
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(s.h.set_result_rc, TP_ETOOBIG);
+    assert_int_equal(m.u.done.outcome, PROTO_OUTCOME_FAIL_PERM);
+    assert_non_null(memmem(m.u.done.data.ptr, m.u.done.data.len, "exceeds", 7));
+
+    fake_send_task(&s.f, 2, "alpha", "longerr");
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.outcome, PROTO_OUTCOME_FAIL_RETRY);
+    assert_true(m.u.done.data.len > 900 && m.u.done.data.len <= 1000 - 22);
+    assert_true(s.f.frame_len <= 1000);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+static void test_capacity_threads(void **state)
+{
+    setup s;
+    proto_msg m;
+    int seen[3] = {0, 0, 0};
+
+    (void)state;
+    hctx_init(&s.h);
+    s.h.hold = 1;
+    setup_start(&s, 2, 2);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task(&s.f, 1, "alpha", "one");
+    fake_send_task(&s.f, 2, "alpha", "two");
+    /* Both slow handlers run at once: the worker holds 2 deliveries. */
+    assert_true(hctx_wait(&s.h, &s.h.started, 2));
+    assert_int_equal(s.h.max_running, 2);
+    assert_int_equal(stats_of(s.r.w).in_flight, 2);
+    hctx_open_gate(&s.h);
+    for (int i = 0; i < 2; i++) {
+        fake_expect(&s.f, &m, PROTO_DONE);
+        assert_true(m.u.done.task_id >= 1 && m.u.done.task_id <= 2);
+        seen[m.u.done.task_id]++;
+    }
+    assert_int_equal(seen[1], 1);
+    assert_int_equal(seen[2], 1);
+    assert_true(WAIT_STAT(s.r.w, tasks_completed, 2));
+    assert_int_equal(stats_of(s.r.w).in_flight, 0);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+static void test_fewer_threads_than_capacity(void **state)
+{
+    setup s;
+    proto_msg m;
+
+    (void)state;
+    hctx_init(&s.h);
+    setup_start(&s, 3, 1); /* queued deliveries wait for the one thread */
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    for (uint64_t id = 1; id <= 3; id++)
+        fake_send_task(&s.f, id, "alpha", "x");
+    for (uint64_t id = 1; id <= 3; id++) {
+        fake_expect(&s.f, &m, PROTO_DONE);
+        assert_int_equal(m.u.done.task_id, id); /* one thread: in arrival order */
+    }
+    assert_int_equal(s.h.max_running, 1);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+static void test_over_capacity_closes(void **state)
+{
+    setup s;
+    proto_msg m;
+
+    (void)state;
+    hctx_init(&s.h);
+    s.h.wait_cancel = 1;
+    setup_start(&s, 1, 1);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task(&s.f, 1, "alpha", "x");
+    assert_true(hctx_wait(&s.h, &s.h.started, 1));
+    fake_send_task(&s.f, 2, "alpha", "x"); /* beyond the capacity of 1 */
+    fake_expect(&s.f, &m, PROTO_ERROR);
+    assert_int_equal(m.u.error.code, PROTO_ERR_UNEXPECTED);
+    fake_expect_eof(&s.f, PROTO_DONE);
+    /* The held delivery is abandoned, and the worker comes back. */
+    assert_true(hctx_wait(&s.h, &s.h.finished, 1));
+    assert_int_equal(s.h.saw_cancel, 1);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    assert_true(WAIT_STAT(s.r.w, connections, 2));
+    assert_int_equal(stats_of(s.r.w).protocol_errors, 1);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+static void test_extend(void **state)
+{
+    setup s;
+    proto_msg m;
+
+    (void)state;
+    hctx_init(&s.h);
+    s.h.extend_ms = 7000;
+    setup_start(&s, 1, 1);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task_full(&s.f, 77, 4, 2, 1000, 1, "alpha", "x", 1);
+    fake_expect(&s.f, &m, PROTO_EXTEND);
+    assert_int_equal(m.u.extend.task_id, 77);
+    assert_int_equal(m.u.extend.epoch, 4);
+    assert_int_equal(m.u.extend.attempt, 2);
+    assert_int_equal(m.u.extend.extend_ms, 7000);
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.task_id, 77);
+    assert_int_equal(s.h.extend_rc, 0);
+    /* The local lease moved from 1 s to 7 s. */
+    assert_true(s.h.remaining_after_extend > 5000 && s.h.remaining_after_extend <= 7000);
+    assert_int_equal(stats_of(s.r.w).extends_sent, 1);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+static int inline_extend_handler(tp_task *t, void *arg)
+{
+    int *rc = arg;
+
+    *rc = tp_task_extend(t, 2500);
+    return TP_SUCCESS;
+}
+
+static void test_extend_inline(void **state)
+{
+    fake f;
+    runner r;
+    proto_msg m;
+    char addr[64];
+    int rc = -100;
+    tp_worker *w;
+
+    (void)state;
+    fake_listen(&f);
+    fake_addr(&f, addr, sizeof(addr));
+    w = new_worker(addr, 1, 0);
+    assert_int_equal(tp_worker_add_type(w, "alpha", inline_extend_handler, &rc), 0);
+    runner_start(&r, w);
+    fake_handshake(&f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task(&f, 5, "alpha", "x");
+    fake_expect(&f, &m, PROTO_EXTEND); /* sent before the DONE, from the I/O thread */
+    assert_int_equal(m.u.extend.task_id, 5);
+    assert_int_equal(m.u.extend.extend_ms, 2500);
+    fake_expect(&f, &m, PROTO_DONE);
+    assert_int_equal(rc, 0);
+    tp_worker_stop(w);
+    runner_join(&r);
+    fake_close(&f);
+}
+
+static void test_cancel(void **state)
+{
+    setup s;
+    proto_msg m;
+    proto_msg c = {.type = PROTO_CANCEL};
+
+    (void)state;
+    hctx_init(&s.h);
+    s.h.wait_cancel = 1;
+    setup_start(&s, 1, 1);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task_full(&s.f, 41, 3, 1, 60000, 1, "alpha", "x", 1);
+    assert_true(hctx_wait(&s.h, &s.h.started, 1));
+    /* A CANCEL for another delivery changes nothing. */
+    c.u.cancel.task_id = 41;
+    c.u.cancel.epoch = 3;
+    c.u.cancel.attempt = 2;
+    fake_send(&s.f, &c);
+    c.u.cancel.attempt = 1;
+    fake_send(&s.f, &c);
+    fake_expect(&s.f, &m, PROTO_DONE); /* still answered, to free the slot */
+    assert_int_equal(m.u.done.task_id, 41);
+    assert_int_equal(m.u.done.attempt, 1);
+    assert_int_equal(s.h.saw_cancel, 1);
+    assert_int_equal(s.h.extend_after_cancel_rc, TP_EGONE);
+    assert_int_equal(stats_of(s.r.w).cancels_received, 1);
+    assert_int_equal(stats_of(s.r.w).disconnects, 0);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+static void test_heartbeats(void **state)
+{
+    setup s;
+    proto_msg m;
+    int beats = 0;
+    int64_t end;
+
+    (void)state;
+    hctx_init(&s.h);
+    setup_start(&s, 1, 1);
+    fake_handshake(&s.f, 50, PROTO_MAX_BODY_DEFAULT);
+    end = now_ms() + WAIT_MS;
+    while (beats < 4 && now_ms() < end) {
+        assert_int_equal(fake_read(&s.f, &m, WAIT_MS), 1);
+        assert_int_equal(m.type, PROTO_HEARTBEAT);
+        beats++;
+        fake_send_bare(&s.f, PROTO_HEARTBEAT); /* we are alive too */
+    }
+    assert_int_equal(beats, 4);
+    assert_true(stats_of(s.r.w).heartbeats_sent >= 4);
+    assert_int_equal(stats_of(s.r.w).disconnects, 0);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+static void test_silent_dispatcher_is_lost(void **state)
+{
+    setup s;
+
+    (void)state;
+    hctx_init(&s.h);
+    setup_start(&s, 1, 1);
+    fake_handshake(&s.f, 40, PROTO_MAX_BODY_DEFAULT);
+    /* We never answer: after 3 intervals the worker gives up and reconnects. */
+    fake_expect_eof(&s.f, PROTO_DONE);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    assert_true(WAIT_STAT(s.r.w, connections, 2));
+    assert_true(stats_of(s.r.w).disconnects >= 1);
+    assert_int_equal(stats_of(s.r.w).protocol_errors, 0);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+static void test_garbage_reconnects(void **state)
+{
+    setup s;
+    proto_msg m;
+    static const uint8_t zero_len[] = {0, 0, 0, 0, 0x42};
+    static const uint8_t unknown_type[] = {0, 0, 0, 3, 0x7f, 1, 2};
+    static const uint8_t too_big[] = {0, 0, 0x10, 0}; /* 4096 > max_body 1000 */
+
+    (void)state;
+    hctx_init(&s.h);
+    setup_start(&s, 1, 1);
+
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    send_all(s.f.fd, zero_len, sizeof(zero_len));
+    fake_expect(&s.f, &m, PROTO_ERROR);
+    assert_int_equal(m.u.error.code, PROTO_ERR_BAD_FRAME);
+    fake_expect_eof(&s.f, PROTO_DONE);
+
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    send_all(s.f.fd, unknown_type, sizeof(unknown_type));
+    fake_expect(&s.f, &m, PROTO_ERROR);
+    assert_int_equal(m.u.error.code, PROTO_ERR_BAD_FRAME);
+    fake_expect_eof(&s.f, PROTO_DONE);
+
+    fake_handshake(&s.f, 0, 1000);
+    send_all(s.f.fd, too_big, sizeof(too_big));
+    fake_expect(&s.f, &m, PROTO_ERROR);
+    fake_expect_eof(&s.f, PROTO_DONE);
+
+    /* Still a working worker afterwards. */
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task(&s.f, 9, "alpha", "still here");
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.outcome, PROTO_OUTCOME_SUCCESS);
+    assert_int_equal(stats_of(s.r.w).protocol_errors, 3);
+    assert_int_equal(stats_of(s.r.w).connections, 4);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+static void test_handshake_refused(void **state)
+{
+    setup s;
+    proto_msg m;
+    proto_msg e = {.type = PROTO_ERROR};
+
+    (void)state;
+    hctx_init(&s.h);
+    setup_start(&s, 1, 1);
+    /* ERROR instead of WELCOME (say, a wrong token): the worker retries. */
+    fake_accept(&s.f);
+    fake_expect(&s.f, &m, PROTO_HELLO);
+    e.u.error.code = PROTO_ERR_AUTH;
+    e.u.error.message.ptr = (const uint8_t *)"bad token";
+    e.u.error.message.len = 9;
+    fake_send(&s.f, &e);
+    fake_expect_eof(&s.f, PROTO_DONE);
+    /* A WELCOME of another protocol version: the worker says so, and retries. */
+    fake_accept(&s.f);
+    fake_expect(&s.f, &m, PROTO_HELLO);
+    fake_send_welcome(&s.f, PROTO_VERSION + 1, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_expect(&s.f, &m, PROTO_ERROR);
+    assert_int_equal(m.u.error.code, PROTO_ERR_VERSION);
+    fake_expect_eof(&s.f, PROTO_DONE);
+    /* A TASK before WELCOME is a protocol error. */
+    fake_accept(&s.f);
+    fake_expect(&s.f, &m, PROTO_HELLO);
+    fake_send_task(&s.f, 1, "alpha", "x");
+    fake_expect_eof(&s.f, PROTO_DONE);
+    assert_int_equal(stats_of(s.r.w).connections, 0);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    assert_true(WAIT_STAT(s.r.w, connections, 1));
+    assert_int_equal(s.h.started, 0);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+static void test_address_failover(void **state)
+{
+    fake f;
+    fake dead;
+    runner r;
+    proto_msg m;
+    char list[128];
+    tp_worker *w;
+
+    (void)state;
+    fake_listen(&dead);
+    fake_listen(&f);
+    snprintf(list, sizeof(list), "127.0.0.1:%u,127.0.0.1:%u", dead.port, f.port);
+    fake_close(&dead); /* nobody listens on the first address any more */
+    w = new_worker(list, 1, 0);
+    assert_int_equal(tp_worker_add_type(w, "alpha", noop_handler, NULL), 0);
+    runner_start(&r, w);
+    fake_handshake(&f, 0, PROTO_MAX_BODY_DEFAULT);
+    assert_true(WAIT_STAT(w, connections, 1));
+    assert_true(stats_of(w).connect_attempts >= 2);
+    fake_send_task(&f, 1, "alpha", "x");
+    fake_expect(&f, &m, PROTO_DONE);
+    tp_worker_stop(w);
+    runner_join(&r);
+    fake_close(&f);
+}
+
+static void test_lost_connection_drops_outcome(void **state)
+{
+    setup s;
+    proto_msg m;
+
+    (void)state;
+    hctx_init(&s.h);
+    s.h.wait_cancel = 1;
+    setup_start(&s, 1, 1);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task(&s.f, 1, "alpha", "x");
+    assert_true(hctx_wait(&s.h, &s.h.started, 1));
+    fake_drop(&s.f); /* the dispatcher goes away */
+    assert_true(hctx_wait(&s.h, &s.h.finished, 1));
+    assert_int_equal(s.h.saw_cancel, 1); /* the handler learnt its work is moot */
+    assert_true(WAIT_STAT(s.r.w, tasks_dropped, 1));
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    /* The next DONE on the new connection is the new task's, not the old one. */
+    s.h.wait_cancel = 0;
+    fake_send_task(&s.f, 2, "alpha", "y");
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.task_id, 2);
+    assert_int_equal(stats_of(s.r.w).tasks_completed, 1);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+static void test_graceful_stop(void **state)
+{
+    setup s;
+    proto_msg m;
+
+    (void)state;
+    hctx_init(&s.h);
+    s.h.hold = 1;
+    setup_start(&s, 2, 2);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task(&s.f, 1, "alpha", "x");
+    assert_true(hctx_wait(&s.h, &s.h.started, 1));
+    tp_worker_stop(s.r.w);
+    fake_expect(&s.f, &m, PROTO_STOP);
+    assert_int_equal(s.h.finished, 0); /* the handler is still at work */
+    /* A TASK that crossed our STOP on the wire is still taken and answered. */
+    fake_send_task(&s.f, 2, "alpha", "x");
+    assert_true(hctx_wait(&s.h, &s.h.started, 2));
+    hctx_open_gate(&s.h);
+    fake_expect(&s.f, &m, PROTO_DONE);
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(fake_expect_eof(&s.f, PROTO_DONE), 0);
+    runner_join(&s.r);
+    assert_int_equal(s.h.finished, 2);
+    fake_close(&s.f);
+    hctx_destroy(&s.h);
+}
+
+static void test_stop_twice_abandons(void **state)
+{
+    setup s;
+    proto_msg m;
+
+    (void)state;
+    hctx_init(&s.h);
+    s.h.wait_cancel = 1;
+    setup_start(&s, 1, 1);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task(&s.f, 1, "alpha", "x");
+    assert_true(hctx_wait(&s.h, &s.h.started, 1));
+    tp_worker_stop(s.r.w);
+    fake_expect(&s.f, &m, PROTO_STOP);
+    tp_worker_stop(s.r.w); /* second call: stop at once */
+    assert_int_equal(fake_expect_eof(&s.f, PROTO_DONE), 0);
+    runner_join(&s.r);
+    assert_int_equal(s.h.saw_cancel, 1);
+    fake_close(&s.f);
+    hctx_destroy(&s.h);
+}
+
+static void test_dispatcher_stop(void **state)
+{
+    setup s;
+    proto_msg m;
+
+    (void)state;
+    hctx_init(&s.h);
+    s.h.hold = 1;
+    setup_start(&s, 1, 1);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task(&s.f, 1, "alpha", "x");
+    assert_true(hctx_wait(&s.h, &s.h.started, 1));
+    fake_send_bare(&s.f, PROTO_STOP);
+    hctx_open_gate(&s.h);
+    fake_expect(&s.f, &m, PROTO_DONE); /* it finishes what it holds ... */
+    assert_int_equal(m.u.done.task_id, 1);
+    fake_expect_eof(&s.f, PROTO_DONE); /* ... then closes, and comes back later */
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    assert_true(WAIT_STAT(s.r.w, connections, 2));
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+static void test_inline_batch_and_yield(void **state)
+{
+    enum { N = 1000 };
+    setup s;
+    proto_msg m;
+    uint8_t *frames;
+    size_t off = 0;
+    size_t cap = (size_t)N * 64;
+    static int seen[N + 1];
+
+    (void)state;
+    memset(seen, 0, sizeof(seen));
+    hctx_init(&s.h);
+    setup_start(&s, N, 0); /* handlers inline on the I/O thread */
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    frames = malloc(cap);
+    assert_non_null(frames);
+    for (uint64_t id = 1; id <= N; id++) {
+        proto_msg t = {.type = PROTO_TASK};
+        char payload[16];
+
+        snprintf(payload, sizeof(payload), "p%llu", (unsigned long long)id);
+        t.u.task.task_id = id;
+        t.u.task.attempt = 1;
+        t.u.task.type.ptr = (const uint8_t *)"alpha";
+        t.u.task.type.len = 5;
+        t.u.task.payload.ptr = (const uint8_t *)payload;
+        t.u.task.payload.len = strlen(payload);
+        off += proto_msg_encode(&t, frames + off, cap - off);
+    }
+    send_all(s.f.fd, frames, off); /* one burst: far more than one read's budget */
+    free(frames);
+    for (int i = 0; i < N; i++) {
+        char want[16];
+
+        fake_expect(&s.f, &m, PROTO_DONE);
+        assert_true(m.u.done.task_id >= 1 && m.u.done.task_id <= N);
+        seen[m.u.done.task_id]++;
+        snprintf(want, sizeof(want), "p%llu", (unsigned long long)m.u.done.task_id);
+        assert_int_equal(m.u.done.data.len, strlen(want));
+        assert_memory_equal(m.u.done.data.ptr, want, strlen(want));
+    }
+    for (int id = 1; id <= N; id++)
+        assert_int_equal(seen[id], 1);
+    assert_true(stats_of(s.r.w).read_yields >= 1);
+    assert_int_equal(stats_of(s.r.w).tasks_completed, N);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+static void test_two_workers_in_one_process(void **state)
+{
+    setup a;
+    setup b;
+    proto_msg m;
+
+    (void)state;
+    hctx_init(&a.h);
+    hctx_init(&b.h);
+    a.h.hold = 1;
+    b.h.hold = 1;
+    setup_start(&a, 1, 1);
+    setup_start(&b, 1, 0);
+    fake_handshake(&a.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_handshake(&b.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task(&a.f, 100, "alpha", "from-a");
+    fake_send_task(&b.f, 200, "beta", "from-b");
+    assert_true(hctx_wait(&a.h, &a.h.started, 1));
+    assert_true(hctx_wait(&b.h, &b.h.started, 1));
+    hctx_open_gate(&b.h);
+    hctx_open_gate(&a.h);
+    fake_expect(&a.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.task_id, 100);
+    assert_memory_equal(m.u.done.data.ptr, "from-a", 6);
+    fake_expect(&b.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.task_id, 200);
+    assert_memory_equal(m.u.done.data.ptr, "from-b", 6);
+    assert_int_equal(stats_of(a.r.w).tasks_completed, 1);
+    assert_int_equal(stats_of(b.r.w).tasks_completed, 1);
+    setup_finish(&a);
+    setup_finish(&b);
+    hctx_destroy(&a.h);
+    hctx_destroy(&b.h);
+}
+
+static int big_result_handler(tp_task *t, void *arg)
+{
+    static uint8_t big[4 << 20];
+
+    (void)arg;
+    return tp_task_set_result(t, big, sizeof(big)) == 0 ? TP_SUCCESS : TP_FAIL;
+}
+
+/* The dispatcher vanishes while the worker writes a 4 MiB DONE: the write fails
+ * with EPIPE or ECONNRESET, and the process must not die of SIGPIPE. */
+static void test_sigpipe_safe(void **state)
+{
+    fake f;
+    runner r;
+    char addr[64];
+    tp_worker *w;
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    int small = 4096;
+
+    (void)state;
+    fake_listen(&f);
+    fake_addr(&f, addr, sizeof(addr));
+    w = new_worker(addr, 1, 1);
+    assert_int_equal(tp_worker_add_type(w, "alpha", big_result_handler, NULL), 0);
+    runner_start(&r, w);
+    fake_accept(&f);
+    setsockopt(f.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    {
+        proto_msg m;
+
+        fake_expect(&f, &m, PROTO_HELLO);
+    }
+    fake_send_welcome(&f, PROTO_VERSION, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task(&f, 1, "alpha", "x");
+    assert_true(WAIT_STAT(w, tasks_completed, 1));
+    setsockopt(f.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    fake_drop(&f);   /* a reset while the result is being written */
+    fake_accept(&f); /* still alive, and reconnecting */
+    tp_worker_stop(w);
+    runner_join(&r);
+    fake_close(&f);
+}
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hello_fields),
+        cmocka_unit_test(test_task_roundtrip),
+        cmocka_unit_test(test_outcomes),
+        cmocka_unit_test(test_result_limits),
+        cmocka_unit_test(test_capacity_threads),
+        cmocka_unit_test(test_fewer_threads_than_capacity),
+        cmocka_unit_test(test_over_capacity_closes),
+        cmocka_unit_test(test_extend),
+        cmocka_unit_test(test_extend_inline),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_heartbeats),
+        cmocka_unit_test(test_silent_dispatcher_is_lost),
+        cmocka_unit_test(test_garbage_reconnects),
+        cmocka_unit_test(test_handshake_refused),
+        cmocka_unit_test(test_address_failover),
+        cmocka_unit_test(test_lost_connection_drops_outcome),
+        cmocka_unit_test(test_graceful_stop),
+        cmocka_unit_test(test_stop_twice_abandons),
+        cmocka_unit_test(test_dispatcher_stop),
+        cmocka_unit_test(test_inline_batch_and_yield),
+        cmocka_unit_test(test_two_workers_in_one_process),
+        cmocka_unit_test(test_sigpipe_safe),
+    };
+
+    if (getenv("TP_TEST_FILTER") != NULL) /* e.g. TP_TEST_FILTER='test_exec*' */
+        cmocka_set_test_filter(getenv("TP_TEST_FILTER"));
+    return cmocka_run_group_tests_name("client-protocol", tests, NULL, NULL);
+}
