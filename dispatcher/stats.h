@@ -133,4 +133,19 @@ static inline void dsp_rates_get(const dsp_rates *r, unsigned window_s, double *
     *completed = (double)(now->completed - old->completed) / secs;
 }
 
+
+/* ---- the views (stats.c) ---- */
+
+struct dsp_server;
+struct evbuffer;
+struct json_t;
+
+/* The /stats object (docs/admin.md); a new reference, NULL when out of memory. */
+struct json_t *dsp_stats_json(struct dsp_server *srv);
+/* Appends the /metrics text (Prometheus text format 0.0.4) to out. */
+void dsp_stats_metrics(struct dsp_server *srv, struct evbuffer *out);
+/* A copy of s (malloc'd; NULL when out of memory) with each byte that is not valid
+ * UTF-8 replaced by U+FFFD. */
+char *dsp_stats_utf8_copy(const char *s);
+
 #endif
