@@ -95,13 +95,12 @@ json_t *dsp_stats_json(dsp_server *srv)
 
     dsp_db_counters dbc;
     dsp_db_counters_get(srv->db, &dbc);
-    json_t *db = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "statements_total",
-                           (json_int_t)dbc.statements, "claims_total", (json_int_t)dbc.claims,
-                           "claimed_rows_total", (json_int_t)dbc.claimed_rows, "claim_us_total",
-                           (json_int_t)dbc.claim_us_total, "write_batches_total",
-                           (json_int_t)dbc.write_batches, "reconnects_total",
-                           (json_int_t)dbc.reconnects, "pending_writes",
-                           (json_int_t)(srv->noutbox + dsp_db_pending_writes(srv->db)));
+    json_t *db = json_object();
+#define X(field, key, metric, divisor, help) json_object_set_new(db, key, json_integer((json_int_t)dbc.field));
+    DSP_DB_COUNTERS(X)
+#undef X
+    json_object_set_new(db, "pending_writes",
+                        json_integer((json_int_t)(srv->noutbox + dsp_db_pending_writes(srv->db))));
     json_t *settings = json_object();
     dsp_config_each(srv->cfg, add_setting, settings);
 
@@ -162,6 +161,18 @@ static void counter(struct evbuffer *out, const char *name, const char *help, ui
 {
     family(out, name, "counter", help);
     evbuffer_add_printf(out, "taskpush_%s %llu\n", name, (unsigned long long)v);
+}
+
+/* A counter shown as value / divisor (a divisor of 1 prints the integer). */
+static void scaled_counter(struct evbuffer *out, const char *name, const char *help, uint64_t v,
+                           uint64_t divisor)
+{
+    if (divisor == 1) {
+        counter(out, name, help, v);
+        return;
+    }
+    family(out, name, "counter", help);
+    evbuffer_add_printf(out, "taskpush_%s %.9g\n", name, (double)v / (double)divisor);
 }
 
 /* A label value with \, " and newline escaped as the format wants. */
@@ -250,13 +261,9 @@ void dsp_stats_metrics(dsp_server *srv, struct evbuffer *out)
 
     dsp_db_counters dbc;
     dsp_db_counters_get(srv->db, &dbc);
-    counter(out, "db_statements_total", "statements sent to the database", dbc.statements);
-    counter(out, "db_claims_total", "claim transactions committed", dbc.claims);
-    counter(out, "db_claimed_rows_total", "rows claimed", dbc.claimed_rows);
-    family(out, "db_claim_seconds_total", "counter", "claim transaction time summed");
-    evbuffer_add_printf(out, "taskpush_db_claim_seconds_total %.9g\n", (double)dbc.claim_us_total / 1e6);
-    counter(out, "db_write_batches_total", "outcome batches written", dbc.write_batches);
-    counter(out, "db_reconnects_total", "database reconnections", dbc.reconnects);
+#define X(field, key, metric, divisor, help) scaled_counter(out, metric, help, dbc.field, divisor);
+    DSP_DB_COUNTERS(X)
+#undef X
     gauge(out, "db_pending_writes", "outcomes not yet written (in the loop's outbox, queued or being written)",
           (double)(srv->noutbox + dsp_db_pending_writes(srv->db)));
 

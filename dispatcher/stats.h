@@ -39,6 +39,19 @@
     X(stalled_total, "connections dropped for a half frame or an unread output")           \
     X(dispatch_throttled_total, "dispatch passes held back by --max-unwritten")
 
+/* The "db" object of /stats: the database threads' counters (dsp_db_counters,
+ * db.h), X(field, /stats key, /metrics name, divisor, help). /metrics shows
+ * value / divisor: claim time is summed in microseconds and shown in seconds. */
+#define DSP_DB_COUNTERS(X)                                                                    \
+    X(statements, "statements_total", "db_statements_total", 1,                               \
+      "statements sent to the database") /* every statement, all connections */               \
+    X(claims, "claims_total", "db_claims_total", 1, "claim transactions committed")            \
+    X(claimed_rows, "claimed_rows_total", "db_claimed_rows_total", 1, "rows claimed")          \
+    X(claim_us_total, "claim_us_total", "db_claim_seconds_total", 1000000,                    \
+      "claim transaction time summed")                                                        \
+    X(write_batches, "write_batches_total", "db_write_batches_total", 1, "outcome batches written") \
+    X(reconnects, "reconnects_total", "db_reconnects_total", 1, "database reconnections")
+
 #define DSP_STATS_FIELD(name, help) uint64_t name;
 
 typedef struct dsp_task_stats {
@@ -48,6 +61,8 @@ typedef struct dsp_task_stats {
 typedef struct dsp_conn_stats {
     DSP_CONN_COUNTERS(DSP_STATS_FIELD)
 } dsp_conn_stats;
+
+#define DSP_DB_STATS_FIELD(field, key, metric, divisor, help) uint64_t field;
 
 /* Latency histograms: fixed log-scale buckets, upper bounds in milliseconds
  * (inclusive, as Prometheus' "le"), plus the +Inf bucket. Counts per bucket are
