@@ -89,8 +89,12 @@ static json_t *paused_json(const dsp_server *srv)
 
 static void stats_cb(struct evhttp_request *req, void *arg)
 {
-    if (only_get(req))
-        send_json(req, dsp_stats_json(arg));
+    if (!only_get(req))
+        return;
+    dsp_stats_snapshot snap;
+    dsp_stats_snapshot_fill(&snap, arg);
+    send_json(req, dsp_stats_json(&snap));
+    dsp_stats_snapshot_clear(&snap);
 }
 
 static json_t *json_text(const char *s)
@@ -139,7 +143,10 @@ static void metrics_cb(struct evhttp_request *req, void *arg)
         evhttp_send_error(req, HTTP_INTERNAL, "out of memory");
         return;
     }
-    dsp_stats_metrics(srv, out);
+    dsp_stats_snapshot snap;
+    dsp_stats_snapshot_fill(&snap, srv);
+    dsp_stats_metrics(&snap, out);
+    dsp_stats_snapshot_clear(&snap);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
     evhttp_send_reply(req, HTTP_OK, "OK", out);
     evbuffer_free(out);
