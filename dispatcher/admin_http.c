@@ -1,5 +1,7 @@
 /* admin_http.c: the admin port on evhttp, on the dispatcher's own loop.
  * Every handler answers from memory; nothing here touches the database. */
+#include "admin_http.h"
+
 #include "conn.h"
 #include "dashboard.h"
 #include "server.h"
