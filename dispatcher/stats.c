@@ -19,6 +19,10 @@ static const char *const priority_names[3] = {"low", "normal", "high"};
 
 static const unsigned rate_windows_s[DSP_STATS_RATE_WINDOWS] = {1, 10, 60};
 
+_Static_assert(sizeof((dsp_stats_snapshot *)0)->last_requeue.type ==
+                   sizeof((dsp_server *)0)->last_requeue.type,
+               "the snapshot copies the whole requeue type");
+
 /* ---- the snapshot ---- */
 
 /* The types an operator paused, by name (borrowed). */
