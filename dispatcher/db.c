@@ -2611,12 +2611,10 @@ void dsp_db_counters_get(dsp_db *db, dsp_db_counters *out)
     memset(out, 0, sizeof *out);
     if (db == NULL)
         return;
-    out->statements = atomic_load_explicit(&db->statements, memory_order_relaxed);
-    out->claims = atomic_load_explicit(&db->claims, memory_order_relaxed);
-    out->claimed_rows = atomic_load_explicit(&db->claimed_rows, memory_order_relaxed);
-    out->claim_us_total = atomic_load_explicit(&db->claim_us_total, memory_order_relaxed);
-    out->write_batches = atomic_load_explicit(&db->write_batches, memory_order_relaxed);
-    out->reconnects = atomic_load_explicit(&db->reconnects, memory_order_relaxed);
+#define X(field, key, metric, divisor, help) \
+    out->field = atomic_load_explicit(&db->field, memory_order_relaxed);
+    DSP_DB_COUNTERS(X)
+#undef X
     out->leader = atomic_load(&db->leader);
     out->epoch = atomic_load(&db->epoch);
     pthread_mutex_lock(&db->mu);

@@ -18,6 +18,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "stats.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -143,14 +144,10 @@ typedef struct dsp_db_options {
  * and dsp_db_requeue_failed accept db == NULL (an offline server, see
  * dsp_server_init_offline): writes are dropped, figures are zero, requeue fails. */
 
-/* Shared counters, readable from any thread. */
+/* Shared counters, readable from any thread; the uint64_t ones are listed in
+ * DSP_DB_COUNTERS (stats.h). */
 typedef struct dsp_db_counters {
-    uint64_t statements;        /* every statement sent, both connections */
-    uint64_t claims;            /* claim transactions committed */
-    uint64_t claimed_rows;
-    uint64_t claim_us_total;    /* summed claim transaction time */
-    uint64_t write_batches;
-    uint64_t reconnects;
+    DSP_DB_COUNTERS(DSP_DB_STATS_FIELD)
     bool connected;
     bool leader;
     uint32_t epoch;

@@ -1,5 +1,6 @@
 #include "server.h"
 
+#include "admin_http.h"
 #include "conn.h"
 #include "db_sql.h"
 #include "proto.h"

@@ -179,10 +179,4 @@ void dsp_server_drain(dsp_server *srv);
 uint64_t dsp_server_requeue_failed(dsp_server *srv, const char *type);
 int64_t dsp_wall_ms(void);
 
-/* Admin HTTP (admin_http.c). */
-/* Binds the admin port; writes "HOST:PORT" as bound into bound. */
-int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen) __attribute__((warn_unused_result));
-/* Creates srv->http with every handler, bound to nothing (dsp_admin_init binds it). */
-int dsp_admin_http_new(dsp_server *srv) __attribute__((warn_unused_result));
-
 #endif

@@ -1,11 +1,15 @@
-/* stats.h: the dispatcher's counters, listed once.
+/* stats.h: the dispatcher's counters, listed once, and the snapshot that /stats
+ * and /metrics are built from (stats.c).
  *
  * Each X(name, help) line generates a struct field and its entry in /stats and
  * /metrics, so a counter cannot be added to one and forgotten in the other.
- * Counters only grow; all are touched on the loop thread only. */
+ * Counters only grow. The task and connection counters are touched on the loop
+ * thread only; the database counters belong to the database threads (db.c). */
 #ifndef TASKPUSH_DSP_STATS_H
 #define TASKPUSH_DSP_STATS_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* The "tasks" object of /stats (docs/admin.md; the first six are the contract). */
@@ -39,6 +43,19 @@
     X(stalled_total, "connections dropped for a half frame or an unread output")           \
     X(dispatch_throttled_total, "dispatch passes held back by --max-unwritten")
 
+/* The "db" object of /stats: the database threads' counters (dsp_db_counters,
+ * db.h), X(field, /stats key, /metrics name, divisor, help). /metrics shows
+ * value / divisor: claim time is summed in microseconds and shown in seconds. */
+#define DSP_DB_COUNTERS(X)                                                                    \
+    X(statements, "statements_total", "db_statements_total", 1,                               \
+      "statements sent to the database") /* every statement, all connections */               \
+    X(claims, "claims_total", "db_claims_total", 1, "claim transactions committed")            \
+    X(claimed_rows, "claimed_rows_total", "db_claimed_rows_total", 1, "rows claimed")          \
+    X(claim_us_total, "claim_us_total", "db_claim_seconds_total", 1000000,                    \
+      "claim transaction time summed")                                                        \
+    X(write_batches, "write_batches_total", "db_write_batches_total", 1, "outcome batches written") \
+    X(reconnects, "reconnects_total", "db_reconnects_total", 1, "database reconnections")
+
 #define DSP_STATS_FIELD(name, help) uint64_t name;
 
 typedef struct dsp_task_stats {
@@ -48,6 +65,8 @@ typedef struct dsp_task_stats {
 typedef struct dsp_conn_stats {
     DSP_CONN_COUNTERS(DSP_STATS_FIELD)
 } dsp_conn_stats;
+
+#define DSP_DB_STATS_FIELD(field, key, metric, divisor, help) uint64_t field;
 
 /* Latency histograms: fixed log-scale buckets, upper bounds in milliseconds
  * (inclusive, as Prometheus' "le"), plus the +Inf bucket. Counts per bucket are
@@ -132,5 +151,77 @@ static inline void dsp_rates_get(const dsp_rates *r, unsigned window_s, double *
     *dispatched = (double)(now->dispatched - old->dispatched) / secs;
     *completed = (double)(now->completed - old->completed) / secs;
 }
+
+
+/* ---- the snapshot and its views (stats.c) ---- */
+
+struct dsp_config;
+struct dsp_server;
+struct dsp_table_stats;
+struct evbuffer;
+struct json_t;
+
+typedef struct dsp_db_stats {
+    DSP_DB_COUNTERS(DSP_DB_STATS_FIELD)
+} dsp_db_stats;
+
+/* The windows of the rates in /stats: 1 s, 10 s and 60 s. */
+#define DSP_STATS_RATE_WINDOWS 3
+
+/* One worker past HELLO, for the per-worker lines of /metrics. */
+typedef struct dsp_stats_worker {
+    const char *name; /* borrowed: what its HELLO said ("" for none), not yet UTF-8-checked */
+    uint64_t conn_id;
+    uint64_t capacity, in_flight, completed_total;
+} dsp_stats_worker;
+
+/* Everything /stats and /metrics show, copied from the server and the database
+ * side at one moment on the loop thread. The borrowed strings (the settings,
+ * type and worker names) stay valid until the loop runs again, so a snapshot is
+ * used within the callback that filled it. */
+typedef struct dsp_stats_snapshot {
+    int64_t uptime_ms;
+    int64_t wall_ms;                /* the wall clock when taken (age of the table figures) */
+    const struct dsp_config *cfg;   /* borrowed: the effective settings */
+    const char *scheduler;          /* the policy's name */
+    bool db_connected, leader;
+    uint32_t epoch;
+    size_t nconns, nworkers, ntypes;
+    uint64_t nbuffered, ninflight;
+    bool draining;                  /* either kind: POST /drain, or a signal's drain before exit */
+    bool shutting_down;             /* a signal's drain */
+    bool paused_all;
+    const char **paused_types;      /* malloc'd array of borrowed names */
+    size_t npaused_types;
+    dsp_task_stats tasks;
+    dsp_conn_stats conns;
+    dsp_db_stats db;
+    uint64_t pending_writes;        /* in the loop's outbox, queued or being written */
+    dsp_histograms hist;
+    double dispatched_per_s[DSP_STATS_RATE_WINDOWS];
+    double completed_per_s[DSP_STATS_RATE_WINDOWS];
+    struct {
+        uint64_t id;                /* 0: none asked yet */
+        char type[257];             /* "" for every type */
+        bool done;
+        int64_t rows;               /* when done: rows moved, or -1 on failure */
+    } last_requeue;
+    struct dsp_table_stats *table;  /* malloc'd; NULL when out of memory */
+    dsp_stats_worker *workers;      /* malloc'd */
+    size_t nworker_rows;
+} dsp_stats_snapshot;
+
+/* Fills snap from srv; call dsp_stats_snapshot_clear after. When out of memory
+ * it shows less (no table, no paused type or worker listed) rather than fail. */
+void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const struct dsp_server *srv);
+void dsp_stats_snapshot_clear(dsp_stats_snapshot *snap);
+
+/* The /stats object (docs/admin.md); a new reference, NULL when out of memory. */
+struct json_t *dsp_stats_json(const dsp_stats_snapshot *snap);
+/* Appends the /metrics text (Prometheus text format 0.0.4, docs/admin.md) to out. */
+void dsp_stats_metrics(const dsp_stats_snapshot *snap, struct evbuffer *out);
+/* A copy of s (malloc'd; NULL when out of memory) with each byte that is not valid
+ * UTF-8 replaced by U+FFFD. */
+char *dsp_stats_utf8_copy(const char *s);
 
 #endif

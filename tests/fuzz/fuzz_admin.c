@@ -30,6 +30,7 @@
 #include <event2/http.h>
 #include <event2/util.h>
 
+#include "admin_http.h"
 #include "config.h"
 #include "server.h"
 

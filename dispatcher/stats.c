@@ -1,0 +1,386 @@
+/* stats.c: what GET /stats and GET /metrics show (docs/admin.md). One function
+ * copies the figures from the server and the database side into a snapshot on
+ * the loop thread; the /stats JSON object and the Prometheus text are built from
+ * that snapshot alone. */
+#include "conn.h"
+#include "db_sql.h" /* dsp_utf8_sanitize: worker names are whatever HELLO said */
+#include "server.h"
+#include "stats.h"
+
+#include <event2/buffer.h>
+#include <jansson.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const state_names[4] = {"new", "processing", "successful", "failed"};
+static const char *const priority_names[3] = {"low", "normal", "high"};
+
+static const unsigned rate_windows_s[DSP_STATS_RATE_WINDOWS] = {1, 10, 60};
+
+_Static_assert(sizeof((dsp_stats_snapshot *)0)->last_requeue.type ==
+                   sizeof((dsp_server *)0)->last_requeue.type,
+               "the snapshot copies the whole requeue type");
+
+/* ---- the snapshot ---- */
+
+/* The types an operator paused, by name (borrowed). */
+static void fill_paused(dsp_stats_snapshot *snap, const dsp_server *srv)
+{
+    size_t n = 0;
+    for (const dsp_type *ty = srv->types; ty; ty = ty->next)
+        n += ty->paused;
+    snap->paused_types = n ? malloc(n * sizeof *snap->paused_types) : NULL;
+    if (!snap->paused_types)
+        return;
+    for (const dsp_type *ty = srv->types; ty; ty = ty->next)
+        if (ty->paused)
+            snap->paused_types[snap->npaused_types++] = ty->name;
+}
+
+/* The connections past HELLO, in the server's order. */
+static void fill_workers(dsp_stats_snapshot *snap, const dsp_server *srv)
+{
+    size_t n = 0;
+    for (const dsp_conn *c = srv->conns; c; c = c->next)
+        n += c->state == DSP_CONN_ACTIVE;
+    snap->workers = n ? malloc(n * sizeof *snap->workers) : NULL;
+    if (!snap->workers)
+        return;
+    for (const dsp_conn *c = srv->conns; c; c = c->next) {
+        if (c->state != DSP_CONN_ACTIVE)
+            continue;
+        snap->workers[snap->nworker_rows++] = (dsp_stats_worker){
+            .name = c->name ? c->name : "",
+            .conn_id = c->id,
+            .capacity = c->slots.capacity,
+            .in_flight = c->slots.in_flight,
+            .completed_total = c->completed_total,
+        };
+    }
+}
+
+void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
+{
+    memset(snap, 0, sizeof *snap);
+    snap->uptime_ms = dsp_now_ms() - srv->started_ms;
+    snap->cfg = srv->cfg;
+    snap->scheduler = dsp_sched_policy_name(srv->cfg->scheduler);
+    snap->db_connected = srv->db_connected;
+    snap->leader = srv->leader;
+    snap->epoch = srv->epoch;
+    snap->nconns = srv->nconns;
+    snap->nworkers = srv->nworkers;
+    snap->ntypes = srv->ntypes;
+    snap->nbuffered = srv->nbuffered;
+    snap->ninflight = srv->ninflight;
+    snap->draining = srv->draining || srv->admin_draining;
+    snap->shutting_down = srv->draining;
+    snap->paused_all = srv->paused_all;
+    snap->tasks = srv->task_stats;
+    snap->conns = srv->conn_stats;
+
+    dsp_db_counters dbc;
+    dsp_db_counters_get(srv->db, &dbc);
+#define X(field, key, metric, divisor, help) snap->db.field = dbc.field;
+    DSP_DB_COUNTERS(X)
+#undef X
+    snap->pending_writes = srv->noutbox + dsp_db_pending_writes(srv->db);
+    snap->hist = srv->hist;
+    for (int i = 0; i < DSP_STATS_RATE_WINDOWS; i++)
+        dsp_rates_get(&srv->rates, rate_windows_s[i], &snap->dispatched_per_s[i],
+                      &snap->completed_per_s[i]);
+
+    snap->last_requeue.id = srv->last_requeue.id;
+    memcpy(snap->last_requeue.type, srv->last_requeue.type, sizeof snap->last_requeue.type);
+    snap->last_requeue.done = srv->last_requeue.done;
+    snap->last_requeue.rows = srv->last_requeue.rows;
+
+    snap->table = malloc(sizeof *snap->table);
+    if (snap->table)
+        dsp_db_table_stats_get(srv->db, snap->table);
+    /* After the copy: the figures' age is never negative. */
+    snap->wall_ms = dsp_wall_ms();
+    fill_paused(snap, srv);
+    fill_workers(snap, srv);
+}
+
+void dsp_stats_snapshot_clear(dsp_stats_snapshot *snap)
+{
+    free(snap->table);
+    free(snap->paused_types);
+    free(snap->workers);
+    memset(snap, 0, sizeof *snap);
+}
+
+/* ---- GET /stats ---- */
+
+static void add_setting(void *arg, const char *key, const char *val)
+{
+    json_object_set_new(arg, key, json_string(val));
+}
+
+static json_t *rates_json(const dsp_stats_snapshot *snap)
+{
+    static const char *const names[DSP_STATS_RATE_WINDOWS] = {"1s", "10s", "60s"};
+    json_t *d = json_object(), *c = json_object();
+    for (int i = 0; i < DSP_STATS_RATE_WINDOWS; i++) {
+        json_object_set_new(d, names[i], json_real(snap->dispatched_per_s[i]));
+        json_object_set_new(c, names[i], json_real(snap->completed_per_s[i]));
+    }
+    return json_pack("{s:o, s:o}", "dispatched_per_s", d, "completed_per_s", c);
+}
+
+static json_t *table_json(const dsp_table_stats *ts, int64_t wall_ms)
+{
+    json_t *states = json_object();
+    for (int i = 0; i < 4; i++)
+        json_object_set_new(states, state_names[i], json_integer((json_int_t)ts->by_state[i]));
+    json_t *prio = json_object();
+    for (int i = 0; i < 3; i++)
+        json_object_set_new(prio, priority_names[i], json_integer((json_int_t)ts->new_by_priority[i]));
+    json_t *types = json_array();
+    for (size_t i = 0; i < ts->ntypes && i < DSP_TABLE_STATS_MAX_TYPES; i++) {
+        const dsp_table_type_stats *t = &ts->types[i];
+        json_array_append_new(types, json_pack("{s:s, s:I, s:I, s:I, s:I}", "type", t->type, "new_ready",
+                                               (json_int_t)t->new_ready, "new_delayed",
+                                               (json_int_t)t->new_delayed, "processing",
+                                               (json_int_t)t->processing, "failed", (json_int_t)t->failed));
+    }
+    int64_t age = ts->valid ? wall_ms - ts->refreshed_wall_ms : -1;
+    return json_pack("{s:b, s:I, s:I, s:o, s:b, s:o, s:I, s:o, s:I}", "valid", ts->valid, "age_ms",
+                     (json_int_t)age, "refresh_us", (json_int_t)ts->duration_us, "by_state", states,
+                     "successful_capped", ts->successful_capped, "new_by_priority", prio,
+                     "oldest_ready_age_ms", (json_int_t)ts->oldest_ready_age_ms, "types", types,
+                     "retention_deleted_total", (json_int_t)ts->retention_deleted_total);
+}
+
+static json_t *paused_json(const dsp_stats_snapshot *snap)
+{
+    json_t *types = json_array();
+    for (size_t i = 0; i < snap->npaused_types; i++)
+        json_array_append_new(types, json_string(snap->paused_types[i]));
+    return json_pack("{s:b, s:o}", "all", snap->paused_all, "types", types);
+}
+
+static json_t *requeue_json(const dsp_stats_snapshot *snap)
+{
+    if (snap->last_requeue.id == 0)
+        return json_null();
+    json_t *o = json_pack("{s:I, s:s, s:s}", "request_id", (json_int_t)snap->last_requeue.id, "type",
+                          snap->last_requeue.type,
+                          "state", !snap->last_requeue.done          ? "pending"
+                                   : snap->last_requeue.rows < 0 ? "failed"
+                                                                 : "done");
+    if (snap->last_requeue.done && snap->last_requeue.rows >= 0)
+        json_object_set_new(o, "rows", json_integer((json_int_t)snap->last_requeue.rows));
+    return o;
+}
+
+json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
+{
+    json_t *tasks = json_object();
+#define X(name, help) json_object_set_new(tasks, #name, json_integer((json_int_t)snap->tasks.name));
+    DSP_TASK_COUNTERS(X)
+#undef X
+    json_t *conns = json_object();
+#define X(name, help) json_object_set_new(conns, #name, json_integer((json_int_t)snap->conns.name));
+    DSP_CONN_COUNTERS(X)
+#undef X
+    json_object_set_new(conns, "open", json_integer((json_int_t)snap->nconns));
+
+    json_t *db = json_object();
+#define X(field, key, metric, divisor, help) json_object_set_new(db, key, json_integer((json_int_t)snap->db.field));
+    DSP_DB_COUNTERS(X)
+#undef X
+    json_object_set_new(db, "pending_writes", json_integer((json_int_t)snap->pending_writes));
+    json_t *settings = json_object();
+    dsp_config_each(snap->cfg, add_setting, settings);
+
+    json_t *table = snap->table ? table_json(snap->table, snap->wall_ms) : json_null();
+
+    /* "draining": either kind (POST /drain, or a signal's drain before exit). */
+    json_t *o = json_pack("{s:I, s:b, s:b, s:I, s:s, s:I, s:b, s:o, s:{s:I, s:I}, s:o, s:o, s:o}",
+                     "uptime_s", (json_int_t)(snap->uptime_ms / 1000),
+                     "db_connected", snap->db_connected, "leader", snap->leader, "epoch",
+                     (json_int_t)snap->epoch, "scheduler", snap->scheduler,
+                     "workers", (json_int_t)snap->nworkers, "draining", snap->draining, "tasks", tasks,
+                     "queue", "buffered", (json_int_t)snap->nbuffered, "in_flight",
+                     (json_int_t)snap->ninflight, "connections", conns, "db", db, "settings", settings);
+    if (!o) {
+        json_decref(table);
+        return NULL;
+    }
+    json_object_set_new(o, "shutting_down", json_boolean(snap->shutting_down));
+    json_object_set_new(o, "types", json_integer((json_int_t)snap->ntypes));
+    json_object_set_new(o, "paused", paused_json(snap));
+    json_object_set_new(o, "rates", rates_json(snap));
+    json_object_set_new(o, "table", table);
+    json_object_set_new(o, "last_requeue", requeue_json(snap));
+    return o;
+}
+
+/* A copy of s (malloc'd; NULL when out of memory) with each byte that is not valid
+ * UTF-8 replaced by U+FFFD: a worker's name is whatever its HELLO said, and JSON
+ * (jansson refuses such a string) and the Prometheus format want UTF-8. */
+char *dsp_stats_utf8_copy(const char *s)
+{
+    size_t n = strlen(s);
+    char *out = n < SIZE_MAX / 3 ? malloc(3 * n + 1) : NULL;
+    if (out)
+        out[dsp_utf8_sanitize((const uint8_t *)s, n, (uint8_t *)out, 3 * n)] = '\0';
+    return out;
+}
+
+/* ---- GET /metrics: Prometheus text exposition format 0.0.4 ---- */
+
+static void family(struct evbuffer *out, const char *name, const char *type, const char *help)
+{
+    evbuffer_add_printf(out, "# HELP taskpush_%s %s\n# TYPE taskpush_%s %s\n", name, help, name, type);
+}
+
+static void gauge(struct evbuffer *out, const char *name, const char *help, double v)
+{
+    family(out, name, "gauge", help);
+    evbuffer_add_printf(out, "taskpush_%s %.9g\n", name, v);
+}
+
+static void counter(struct evbuffer *out, const char *name, const char *help, uint64_t v)
+{
+    family(out, name, "counter", help);
+    evbuffer_add_printf(out, "taskpush_%s %llu\n", name, (unsigned long long)v);
+}
+
+/* A counter shown as value / divisor (a divisor of 1 prints the integer). */
+static void scaled_counter(struct evbuffer *out, const char *name, const char *help, uint64_t v,
+                           uint64_t divisor)
+{
+    if (divisor == 1) {
+        counter(out, name, help, v);
+        return;
+    }
+    family(out, name, "counter", help);
+    evbuffer_add_printf(out, "taskpush_%s %.9g\n", name, (double)v / (double)divisor);
+}
+
+/* A label value with \, " and newline escaped as the format wants. */
+static void label_value(struct evbuffer *out, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\')
+            evbuffer_add(out, "\\\\", 2);
+        else if (*v == '"')
+            evbuffer_add(out, "\\\"", 2);
+        else if (*v == '\n')
+            evbuffer_add(out, "\\n", 2);
+        else
+            evbuffer_add(out, v, 1);
+    }
+}
+
+static void histogram(struct evbuffer *out, const char *name, const char *help, const dsp_hist *h)
+{
+    family(out, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int i = 0; i <= DSP_HIST_NBOUNDS; i++) {
+        cum += h->buckets[i];
+        if (i < DSP_HIST_NBOUNDS)
+            evbuffer_add_printf(out, "taskpush_%s_bucket{le=\"%g\"} %llu\n", name,
+                                dsp_hist_bound_ms(i) / 1000.0, (unsigned long long)cum);
+        else
+            evbuffer_add_printf(out, "taskpush_%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    }
+    evbuffer_add_printf(out, "taskpush_%s_sum %.9g\ntaskpush_%s_count %llu\n", name, h->sum_ms / 1000.0,
+                        name, (unsigned long long)h->count);
+}
+
+static void metrics_table(struct evbuffer *out, const dsp_table_stats *ts, int64_t wall_ms)
+{
+    gauge(out, "table_stats_valid", "1 once the table-side figures were read at least once",
+          ts->valid ? 1 : 0);
+    counter(out, "table_retention_deleted_total", "finished rows deleted by retention",
+            ts->retention_deleted_total);
+    if (!ts->valid)
+        return;
+    gauge(out, "table_stats_age_seconds", "age of the table-side figures",
+          (double)(wall_ms - ts->refreshed_wall_ms) / 1000.0);
+    family(out, "table_tasks", "gauge", "rows of the task table by state");
+    for (int i = 0; i < 4; i++)
+        evbuffer_add_printf(out, "taskpush_table_tasks{state=\"%s\"} %llu\n", state_names[i],
+                            (unsigned long long)ts->by_state[i]);
+    family(out, "table_new_tasks", "gauge", "NEW rows (ready or delayed) by priority");
+    for (int i = 0; i < 3; i++)
+        evbuffer_add_printf(out, "taskpush_table_new_tasks{priority=\"%s\"} %llu\n", priority_names[i],
+                            (unsigned long long)ts->new_by_priority[i]);
+    family(out, "table_type_tasks", "gauge", "rows by type and state (NEW split into ready and delayed)");
+    for (size_t i = 0; i < ts->ntypes && i < DSP_TABLE_STATS_MAX_TYPES; i++) {
+        const dsp_table_type_stats *t = &ts->types[i];
+        const uint64_t v[4] = {t->new_ready, t->new_delayed, t->processing, t->failed};
+        static const char *const st[4] = {"new_ready", "new_delayed", "processing", "failed"};
+        for (int k = 0; k < 4; k++) {
+            evbuffer_add_printf(out, "taskpush_table_type_tasks{type=\"");
+            label_value(out, t->type);
+            evbuffer_add_printf(out, "\",state=\"%s\"} %llu\n", st[k], (unsigned long long)v[k]);
+        }
+    }
+    gauge(out, "queue_lag_seconds", "how long the oldest ready NEW task has waited (0: none waits)",
+          ts->oldest_ready_age_ms > 0 ? (double)ts->oldest_ready_age_ms / 1000.0 : 0);
+}
+
+/* The per-worker lines, one family after the other. */
+static void metrics_workers(struct evbuffer *out, const dsp_stats_snapshot *snap)
+{
+    static const char *const wnames[3] = {"worker_capacity", "worker_in_flight", "worker_completed_total"};
+    static const char *const wtypes[3] = {"gauge", "gauge", "counter"};
+    static const char *const whelp[3] = {"slots a worker offers", "tasks a worker holds",
+                                         "tasks a worker finished"};
+    for (int k = 0; k < 3; k++) {
+        family(out, wnames[k], wtypes[k], whelp[k]);
+        for (size_t i = 0; i < snap->nworker_rows; i++) {
+            const dsp_stats_worker *w = &snap->workers[i];
+            uint64_t v = k == 0 ? w->capacity : k == 1 ? w->in_flight : w->completed_total;
+            evbuffer_add_printf(out, "taskpush_%s{worker=\"", wnames[k]);
+            char *name = dsp_stats_utf8_copy(w->name);
+            label_value(out, name ? name : "");
+            free(name);
+            evbuffer_add_printf(out, "\",conn=\"%llu\"} %llu\n", (unsigned long long)w->conn_id,
+                                (unsigned long long)v);
+        }
+    }
+}
+
+void dsp_stats_metrics(const dsp_stats_snapshot *snap, struct evbuffer *out)
+{
+#define X(name, help) counter(out, #name, help, snap->tasks.name);
+    DSP_TASK_COUNTERS(X)
+#undef X
+#define X(name, help) counter(out, "connections_" #name, help, snap->conns.name);
+    DSP_CONN_COUNTERS(X)
+#undef X
+    gauge(out, "connections_open", "open connections on the worker port", (double)snap->nconns);
+    gauge(out, "workers", "connected workers (past HELLO)", (double)snap->nworkers);
+    gauge(out, "types", "task types held: registered by a worker, buffered or paused", (double)snap->ntypes);
+    gauge(out, "queue_buffered", "claimed tasks waiting in memory for a worker", (double)snap->nbuffered);
+    gauge(out, "queue_in_flight", "tasks delivered and not yet done", (double)snap->ninflight);
+    gauge(out, "db_connected", "1 while the database is reachable", snap->db_connected ? 1 : 0);
+    gauge(out, "leader", "1 while this dispatcher leads the table", snap->leader ? 1 : 0);
+    gauge(out, "epoch", "the fencing epoch of this dispatcher", (double)snap->epoch);
+    gauge(out, "uptime_seconds", "seconds since start", (double)snap->uptime_ms / 1000.0);
+    gauge(out, "paused", "1 while every type is paused", snap->paused_all ? 1 : 0);
+    gauge(out, "draining", "1 while draining", snap->draining ? 1 : 0);
+
+#define X(field, key, metric, divisor, help) scaled_counter(out, metric, help, snap->db.field, divisor);
+    DSP_DB_COUNTERS(X)
+#undef X
+    gauge(out, "db_pending_writes", "outcomes not yet written (in the loop's outbox, queued or being written)",
+          (double)snap->pending_writes);
+
+#define X(field, name, help) histogram(out, name, help, &snap->hist.field);
+    DSP_HISTOGRAMS(X)
+#undef X
+
+    metrics_workers(out, snap);
+    if (snap->table)
+        metrics_table(out, snap->table, snap->wall_ms);
+}
