@@ -398,7 +398,8 @@ static void read_cb(struct bufferevent *bev, void *arg)
             log_limited(&srv->log, &srv->peer_log, c->last_rx_ms, DSP_LOG_WARN,
                         "%s: %s frame (length %u); closing", c->addr, proto_status_text(st),
                      (unsigned)rd.body_len);
-            dsp_conn_close(c, PROTO_ERR_BAD_FRAME, st == PROTO_FRAME_TOO_BIG ? "frame too big" : "bad frame");
+            dsp_conn_close(c, PROTO_ERR_BAD_FRAME,
+                           st == PROTO_FRAME_TOO_BIG ? "frame too big" : "bad frame");
             return;
         }
         if (st == PROTO_FRAME_NEED_MORE)

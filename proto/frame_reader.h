@@ -20,10 +20,10 @@
 /* What proto_frame_next found. The values are those of enum proto_status, so that
  * proto_status_text names them ("too big", "bad", ...) in logs as before. */
 enum proto_frame_status {
-    PROTO_FRAME_WHOLE = PROTO_OK,             /* a whole frame waits: handle it */
-    PROTO_FRAME_NEED_MORE = PROTO_NEED_MORE,  /* no whole frame yet: wait for bytes */
-    PROTO_FRAME_TOO_BIG = PROTO_TOO_BIG,      /* the prefix announces more than the limit */
-    PROTO_FRAME_BAD = PROTO_BAD,              /* the prefix announces an empty body */
+    PROTO_FRAME_WHOLE = PROTO_OK,            /* a whole frame waits: handle it */
+    PROTO_FRAME_NEED_MORE = PROTO_NEED_MORE, /* no whole frame yet: wait for bytes */
+    PROTO_FRAME_TOO_BIG = PROTO_TOO_BIG,     /* the prefix announces more than the limit */
+    PROTO_FRAME_BAD = PROTO_BAD,             /* the prefix announces an empty body */
 };
 
 /* One read turn over one stream. */

@@ -100,14 +100,16 @@ static void test_split_at_every_boundary(void **state)
             proto_frame_reader_init(&rd, 16);
             for (;;) {
                 uint8_t prefix[PROTO_LEN_PREFIX] = {0};
-                memcpy(prefix, pending + off, len - off < sizeof prefix ? len - off : sizeof prefix);
+                memcpy(prefix, pending + off,
+                       len - off < sizeof prefix ? len - off : sizeof prefix);
                 int st = proto_frame_next(&rd, prefix, len - off, HELLO_MAX_BODY);
                 if (st == PROTO_FRAME_NEED_MORE)
                     break;
                 assert_int_equal(st, PROTO_FRAME_WHOLE);
                 assert_false(proto_frame_reader_spent(&rd));
                 proto_msg m;
-                assert_int_equal(proto_frame_decode(&rd, pending + off + PROTO_LEN_PREFIX, &m), PROTO_OK);
+                assert_int_equal(proto_frame_decode(&rd, pending + off + PROTO_LEN_PREFIX, &m),
+                                 PROTO_OK);
                 assert_true(got < 2);
                 types[got++] = m.type;
                 off += proto_frame_size(&rd);
@@ -130,16 +132,19 @@ static void test_two_frames_in_one_buffer(void **state)
     proto_frame_reader rd;
     proto_msg m;
     proto_frame_reader_init(&rd, 8);
-    assert_int_equal(proto_frame_next(&rd, buf, n1 + n2, PROTO_MAX_BODY_DEFAULT), PROTO_FRAME_WHOLE);
+    assert_int_equal(proto_frame_next(&rd, buf, n1 + n2, PROTO_MAX_BODY_DEFAULT),
+                     PROTO_FRAME_WHOLE);
     assert_int_equal(proto_frame_size(&rd), n1);
     assert_int_equal(proto_frame_decode(&rd, buf + PROTO_LEN_PREFIX, &m), PROTO_OK);
     assert_int_equal(m.type, PROTO_DONE);
     assert_int_equal(m.u.done.data.len, 3);
-    assert_int_equal(proto_frame_next(&rd, buf + n1, n2, PROTO_MAX_BODY_DEFAULT), PROTO_FRAME_WHOLE);
+    assert_int_equal(proto_frame_next(&rd, buf + n1, n2, PROTO_MAX_BODY_DEFAULT),
+                     PROTO_FRAME_WHOLE);
     assert_int_equal(proto_frame_size(&rd), n2);
     assert_int_equal(proto_frame_decode(&rd, buf + n1 + PROTO_LEN_PREFIX, &m), PROTO_OK);
     assert_int_equal(m.type, PROTO_HELLO);
-    assert_int_equal(proto_frame_next(&rd, buf + n1 + n2, 0, PROTO_MAX_BODY_DEFAULT), PROTO_FRAME_NEED_MORE);
+    assert_int_equal(proto_frame_next(&rd, buf + n1 + n2, 0, PROTO_MAX_BODY_DEFAULT),
+                     PROTO_FRAME_NEED_MORE);
     assert_int_equal(rd.body_len, 0);
 }
 
@@ -163,11 +168,13 @@ static void test_limit_exact_and_one_over(void **state)
     for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
         uint8_t prefix[PROTO_LEN_PREFIX];
         put32(prefix, limits[i]);
-        assert_int_equal(proto_frame_next(&rd, prefix, sizeof prefix, limits[i]), PROTO_FRAME_NEED_MORE);
+        assert_int_equal(proto_frame_next(&rd, prefix, sizeof prefix, limits[i]),
+                         PROTO_FRAME_NEED_MORE);
         assert_int_equal(rd.body_len, limits[i]);
         assert_int_equal(proto_frame_size(&rd), (size_t)limits[i] + PROTO_LEN_PREFIX);
         put32(prefix, limits[i] + 1);
-        assert_int_equal(proto_frame_next(&rd, prefix, sizeof prefix, limits[i]), PROTO_FRAME_TOO_BIG);
+        assert_int_equal(proto_frame_next(&rd, prefix, sizeof prefix, limits[i]),
+                         PROTO_FRAME_TOO_BIG);
         assert_int_equal(rd.body_len, limits[i] + 1);
     }
 }
@@ -180,13 +187,16 @@ static void test_prefix_zero_and_all_ones(void **state)
     uint8_t buf[16] = {0, 0, 0, 0, PROTO_HEARTBEAT};
     proto_frame_reader rd;
     proto_frame_reader_init(&rd, 1);
-    assert_int_equal(proto_frame_next(&rd, buf, PROTO_LEN_PREFIX, PROTO_MAX_BODY_DEFAULT), PROTO_FRAME_BAD);
+    assert_int_equal(proto_frame_next(&rd, buf, PROTO_LEN_PREFIX, PROTO_MAX_BODY_DEFAULT),
+                     PROTO_FRAME_BAD);
     assert_int_equal(rd.body_len, 0);
-    assert_int_equal(proto_frame_next(&rd, buf, sizeof buf, PROTO_MAX_BODY_DEFAULT), PROTO_FRAME_BAD);
+    assert_int_equal(proto_frame_next(&rd, buf, sizeof buf, PROTO_MAX_BODY_DEFAULT),
+                     PROTO_FRAME_BAD);
     assert_string_equal(proto_status_text(PROTO_FRAME_BAD), proto_status_text(PROTO_BAD));
 
     put32(buf, 0xFFFFFFFFu);
-    assert_int_equal(proto_frame_next(&rd, buf, sizeof buf, PROTO_MAX_BODY_DEFAULT), PROTO_FRAME_TOO_BIG);
+    assert_int_equal(proto_frame_next(&rd, buf, sizeof buf, PROTO_MAX_BODY_DEFAULT),
+                     PROTO_FRAME_TOO_BIG);
     assert_int_equal(rd.body_len, 0xFFFFFFFFu);
     assert_int_equal(proto_frame_next(&rd, buf, sizeof buf, HELLO_MAX_BODY), PROTO_FRAME_TOO_BIG);
     assert_string_equal(proto_status_text(PROTO_FRAME_TOO_BIG), proto_status_text(PROTO_TOO_BIG));
@@ -213,7 +223,8 @@ static void test_body_fails_to_decode(void **state)
         proto_frame_reader rd;
         proto_msg m;
         proto_frame_reader_init(&rd, 1);
-        assert_int_equal(proto_frame_next(&rd, frames[i].p, frames[i].n, HELLO_MAX_BODY), PROTO_FRAME_WHOLE);
+        assert_int_equal(proto_frame_next(&rd, frames[i].p, frames[i].n, HELLO_MAX_BODY),
+                         PROTO_FRAME_WHOLE);
         assert_int_equal(proto_frame_size(&rd), frames[i].n);
         assert_int_equal(proto_frame_decode(&rd, frames[i].p + PROTO_LEN_PREFIX, &m), PROTO_BAD);
     }
