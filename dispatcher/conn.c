@@ -1,6 +1,7 @@
 #include "conn.h"
 
 #include "db_sql.h"
+#include "frame_reader.h"
 #include "proto.h"
 #include "tls.h"
 
@@ -383,33 +384,34 @@ static void read_cb(struct bufferevent *bev, void *arg)
     dsp_conn *c = arg;
     dsp_server *srv = c->srv;
     struct evbuffer *in = bufferevent_get_input(bev);
+    proto_frame_reader rd;
     c->last_rx_ms = dsp_now_ms();
-    for (int budget = FRAMES_PER_EVENT; c->state != DSP_CONN_CLOSING; budget--) {
+    proto_frame_reader_init(&rd, FRAMES_PER_EVENT);
+    while (c->state != DSP_CONN_CLOSING) {
         uint8_t prefix[PROTO_LEN_PREFIX];
         size_t avail = evbuffer_get_length(in);
-        if (avail < PROTO_LEN_PREFIX)
-            break;
         evbuffer_copyout(in, prefix, sizeof prefix);
-        uint32_t body_len = 0;
         uint32_t max_body = c->state == DSP_CONN_WANT_HELLO ? PRE_HELLO_MAX_BODY : (uint32_t)srv->cfg->max_frame;
-        int st = proto_frame_check(prefix, sizeof prefix, max_body, &body_len);
+        int st = proto_frame_next(&rd, prefix, avail, max_body);
         if (st < 0) {
             srv->conn_stats.bad_frames_total++;
             log_limited(&srv->log, &srv->peer_log, c->last_rx_ms, DSP_LOG_WARN,
                         "%s: %s frame (length %u); closing", c->addr, proto_status_text(st),
-                     (unsigned)body_len);
-            dsp_conn_close(c, PROTO_ERR_BAD_FRAME, st == PROTO_TOO_BIG ? "frame too big" : "bad frame");
+                     (unsigned)rd.body_len);
+            dsp_conn_close(c, PROTO_ERR_BAD_FRAME,
+                           st == PROTO_FRAME_TOO_BIG ? "frame too big" : "bad frame");
             return;
         }
-        if (avail < PROTO_LEN_PREFIX + (size_t)body_len)
+        if (st == PROTO_FRAME_NEED_MORE)
             break;
-        if (budget == 0) {
+        if (proto_frame_reader_spent(&rd)) {
             /* come back after the other ready connections had their turn */
             srv->conn_stats.yields_total++;
             bufferevent_trigger(bev, EV_READ, BEV_OPT_DEFER_CALLBACKS);
             break;
         }
-        const uint8_t *frame = evbuffer_pullup(in, PROTO_LEN_PREFIX + (ssize_t)body_len);
+        uint32_t body_len = rd.body_len;
+        const uint8_t *frame = evbuffer_pullup(in, (ssize_t)proto_frame_size(&rd));
         /* PROTOCOL.md fixes where HELLO keeps its version in every version, so a
          * newer worker hears "version" even if the rest of its HELLO differs. */
         if (frame && c->state == DSP_CONN_WANT_HELLO && body_len >= 3 &&
@@ -420,7 +422,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
             return;
         }
         proto_msg m;
-        if (!frame || proto_msg_decode(frame + PROTO_LEN_PREFIX, body_len, &m) != PROTO_OK) {
+        if (!frame || proto_frame_decode(&rd, frame + PROTO_LEN_PREFIX, &m) != PROTO_OK) {
             srv->conn_stats.bad_frames_total++;
             log_limited(&srv->log, &srv->peer_log, c->last_rx_ms, DSP_LOG_WARN,
                         "%s: malformed frame (type %u, length %u); closing", c->addr,
@@ -430,7 +432,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
         }
         srv->conn_stats.frames_in_total++;
         bool go_on = handle_frame(c, &m);
-        evbuffer_drain(in, PROTO_LEN_PREFIX + (size_t)body_len);
+        evbuffer_drain(in, proto_frame_size(&rd));
         if (!go_on)
             return;
         c->frame_started_ms = c->last_rx_ms;
@@ -602,12 +604,8 @@ static bool conn_stalled(dsp_conn *c, int64_t now_ms, int64_t hb)
     size_t pending = evbuffer_get_length(in);
     if (pending > 0 && c->frame_started_ms > 0) {
         uint8_t prefix[PROTO_LEN_PREFIX] = {0};
-        uint32_t announced = 0;
-        if (pending >= PROTO_LEN_PREFIX) {
-            evbuffer_copyout(in, prefix, sizeof prefix);
-            announced = (uint32_t)prefix[0] << 24 | (uint32_t)prefix[1] << 16 |
-                        (uint32_t)prefix[2] << 8 | prefix[3];
-        }
+        evbuffer_copyout(in, prefix, sizeof prefix);
+        uint32_t announced = proto_frame_announced(prefix, pending);
         if (now_ms - c->frame_started_ms > 3 * hb + (int64_t)(announced / MIN_FRAME_BYTES_PER_MS)) {
             c->srv->conn_stats.stalled_total++;
             dsp_conn_close(c, PROTO_ERR_TIMEOUT, "a frame stopped arriving halfway");

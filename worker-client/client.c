@@ -17,6 +17,7 @@
  * the next host after a backoff delay that doubles with every failure.
  */
 #include "client_internal.h"
+#include "frame_reader.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -36,6 +37,16 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+
+/* taskpush.h states the library's limits without including the codec: they must be
+ * the protocol's (proto/PROTOCOL.md), or a worker could register what the wire cannot
+ * carry. */
+_Static_assert(TP_MAX_TYPES == PROTO_MAX_TYPES, "TP_MAX_TYPES is the protocol's");
+_Static_assert(TP_MAX_TYPE_LEN == PROTO_MAX_TYPE_LEN, "TP_MAX_TYPE_LEN is the protocol's");
+_Static_assert(TP_MAX_NAME_LEN == PROTO_MAX_NAME_LEN, "TP_MAX_NAME_LEN is the protocol's");
+_Static_assert(TP_MAX_TOKEN_LEN == PROTO_MAX_TOKEN_LEN, "TP_MAX_TOKEN_LEN is the protocol's");
+/* HELLO carries the capacity as a u32. */
+_Static_assert(TP_MAX_CAPACITY <= UINT32_MAX, "a capacity fits HELLO");
 
 static const char *const state_texts[TPI_STATE_COUNT] = {
     [TPI_IDLE] = "IDLE",   [TPI_CONNECTING] = "CONNECTING", [TPI_HANDSHAKE] = "HANDSHAKE",
@@ -614,10 +625,11 @@ static const tpi_type *find_type(const tp_worker *w, const uint8_t *name, size_t
     return NULL;
 }
 
-/* receive_task takes one TASK frame of body_len bytes off the input: the body
+/* receive_task takes the TASK frame rd announced off the input: the body
  * is copied once, into the task, which the payload then points into. */
-static void receive_task(tp_worker *w, struct evbuffer *in, uint32_t body_len)
+static void receive_task(tp_worker *w, struct evbuffer *in, const proto_frame_reader *rd)
 {
+    uint32_t body_len = rd->body_len;
     tp_task *t = NULL;
     proto_msg m;
     int64_t now = tpi_now_ns();
@@ -639,7 +651,7 @@ static void receive_task(tp_worker *w, struct evbuffer *in, uint32_t body_len)
     }
     evbuffer_drain(in, PROTO_LEN_PREFIX);
     if (evbuffer_remove(in, t->body, body_len) != (int)body_len ||
-        proto_msg_decode(t->body, body_len, &m) != PROTO_OK) {
+        proto_frame_decode(rd, t->body, &m) != PROTO_OK) {
         protocol_error(w, PROTO_ERR_BAD_FRAME, "malformed TASK frame of %u bytes", body_len);
         goto done;
     }
@@ -783,53 +795,56 @@ static void handle_msg(tp_worker *w, const proto_msg *m)
  * being decoded is made contiguous (evbuffer_pullup of its own length). */
 static void process_input(tp_worker *w)
 {
-    int budget = TPI_FRAMES_PER_EVENT;
+    proto_frame_reader rd;
     uint64_t gen = w->gen;
 
+    proto_frame_reader_init(&rd, TPI_FRAMES_PER_EVENT);
     while (w->bev != NULL && w->gen == gen && receiving(w)) {
         struct evbuffer *in = bufferevent_get_input(w->bev);
         size_t avail = evbuffer_get_length(in);
         const uint8_t *p;
-        uint32_t body_len = 0;
+        uint32_t body_len;
         proto_msg m;
         int rc;
 
         if (avail < PROTO_LEN_PREFIX)
             break;
-        if (budget == 0) {
+        /* Yields as soon as a prefix waits, before looking at it (the dispatcher
+         * yields only when a whole frame waits). */
+        if (proto_frame_reader_spent(&rd)) {
             TPI_COUNT(w, read_yields);
             event_active(w->more_ev, EV_TIMEOUT, 0);
             break;
         }
         p = evbuffer_pullup(in, PROTO_LEN_PREFIX);
-        rc = proto_frame_check(p, avail, w->max_body_in, &body_len);
-        if (rc == PROTO_NEED_MORE)
+        rc = proto_frame_next(&rd, p, avail, w->max_body_in);
+        body_len = rd.body_len;
+        if (rc == PROTO_FRAME_NEED_MORE)
             break;
-        if (rc != PROTO_OK) {
+        if (rc != PROTO_FRAME_WHOLE) {
             protocol_error(w, PROTO_ERR_BAD_FRAME, "frame announcing %u bytes: %s (limit %u)",
                            body_len, proto_status_text(rc), w->max_body_in);
             break;
         }
-        budget--;
         TPI_COUNT(w, frames_received);
         p = evbuffer_pullup(in, PROTO_LEN_PREFIX + 1);
         if (p[PROTO_LEN_PREFIX] == PROTO_TASK) {
-            receive_task(w, in, body_len);
+            receive_task(w, in, &rd);
             continue;
         }
-        p = evbuffer_pullup(in, (ssize_t)PROTO_LEN_PREFIX + body_len);
+        p = evbuffer_pullup(in, (ssize_t)proto_frame_size(&rd));
         if (p == NULL) {
             close_after_flush(w, TP_LOG_ERROR, "out of memory");
             break;
         }
-        if (proto_msg_decode(p + PROTO_LEN_PREFIX, body_len, &m) != PROTO_OK) {
+        if (proto_frame_decode(&rd, p + PROTO_LEN_PREFIX, &m) != PROTO_OK) {
             protocol_error(w, PROTO_ERR_BAD_FRAME, "malformed %s frame of %u bytes",
                            proto_type_name(p[PROTO_LEN_PREFIX]), body_len);
             break;
         }
         handle_msg(w, &m);
         if (w->bev != NULL && w->gen == gen)
-            evbuffer_drain(in, PROTO_LEN_PREFIX + (size_t)body_len);
+            evbuffer_drain(in, proto_frame_size(&rd));
     }
 }
 

@@ -1,7 +1,8 @@
 /* fuzz_frame.c: libFuzzer target of the frame codec.
  *
- * The input is a byte stream as a peer would send it. Frames are cut with
- * proto_frame_check and decoded with proto_msg_decode until the stream ends or
+ * The input is a byte stream as a peer would send it. Frames are cut with the
+ * read loops' frame reader (proto/frame_reader.h), which must agree with
+ * proto_frame_check, and decoded with proto_frame_decode until the stream ends or
  * framing fails (TOO_BIG, BAD, or a partial last frame). Each frame that
  * decodes is re-encoded into a heap buffer of exactly proto_msg_size bytes (so
  * that ASan sees any overflow) and must come back byte for byte, then decode
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame_reader.h"
 #include "proto.h"
 
 /* Small enough that the fuzzer reaches TOO_BIG, large enough for every head. */
@@ -172,6 +174,7 @@ static void roundtrip(const proto_msg *m, const uint8_t *frame, size_t frame_len
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     size_t off = 0;
+    proto_frame_reader rd;
     proto_msg m;
     int rc;
 
@@ -183,19 +186,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc == PROTO_OK)
         check_borrowed(&m, data, size);
 
-    /* The input as a stream of frames. */
+    /* The input as a stream of frames, cut as the read loops cut it. */
+    proto_frame_reader_init(&rd, 0);
     for (;;) {
         uint32_t body_len = 0;
         const uint8_t *body;
 
-        rc = proto_frame_check(data + off, size - off, FUZZ_MAX_BODY, &body_len);
-        check(rc == PROTO_OK || rc == PROTO_NEED_MORE || rc == PROTO_TOO_BIG || rc == PROTO_BAD);
-        if (rc != PROTO_OK)
+        rc = proto_frame_next(&rd, data + off, size - off, FUZZ_MAX_BODY);
+        check(rc == PROTO_FRAME_WHOLE || rc == PROTO_FRAME_NEED_MORE || rc == PROTO_FRAME_TOO_BIG ||
+              rc == PROTO_FRAME_BAD);
+        check(rc == proto_frame_check(data + off, size - off, FUZZ_MAX_BODY, &body_len));
+        check(rd.body_len == proto_frame_announced(data + off, size - off));
+        check(rd.body_len == (size - off < PROTO_LEN_PREFIX ? 0 : body_len));
+        if (rc != PROTO_FRAME_WHOLE)
             break; /* a peer would wait (NEED_MORE) or close the connection */
         check(body_len >= 1 && body_len <= FUZZ_MAX_BODY &&
               body_len <= size - off - PROTO_LEN_PREFIX);
+        /* one byte short of the frame, the reader waits */
+        check(proto_frame_next(&rd, data + off, proto_frame_size(&rd) - 1, FUZZ_MAX_BODY) ==
+              PROTO_FRAME_NEED_MORE);
         body = data + off + PROTO_LEN_PREFIX;
-        rc = proto_msg_decode(body, body_len, &m);
+        rc = proto_frame_decode(&rd, body, &m);
         check(rc == PROTO_OK || rc == PROTO_BAD);
         if (rc == PROTO_OK) {
             check_borrowed(&m, body, body_len);

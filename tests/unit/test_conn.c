@@ -1,0 +1,382 @@
+/* test_conn.c: the dispatcher's worker connection (dispatcher/conn.c) as a state
+ * machine. One end of a socketpair goes to dsp_conn_accept on an offline server
+ * (dsp_server_init_offline: the loop and timers, no database, no listener); the test
+ * plays the worker on the other end, runs the loop without blocking until what it
+ * waits for has happened, and checks the frames it gets back, the counters, and that
+ * the connection is closed and freed (LeakSanitizer in the ASan build). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/util.h>
+
+#include "config.h"
+#include "conn.h"
+#include "proto.h"
+#include "server.h"
+
+/* The dispatcher's limit before HELLO (conn.c): the largest HELLO body. */
+#define PRE_HELLO_MAX_BODY ((uint32_t)(PROTO_MAX_HEAD - PROTO_LEN_PREFIX))
+
+/* Loop passes a step may take: the loop never blocks, so this bounds work, not time. */
+#define MAX_PASSES 100000
+
+/* A heartbeat long enough that no timer of the connection fires during a test. */
+#define HEARTBEAT_MS 600000
+
+typedef struct fixture {
+    dsp_config cfg;
+    dsp_server srv;
+    int peer;           /* the worker's end */
+    uint8_t in[65536];  /* what the server sent */
+    size_t nin, parsed; /* bytes received; bytes already taken as frames */
+    bool eof;           /* the server closed its end */
+} fixture;
+
+static int setup(void **state)
+{
+    static char *argv[] = {"taskpushd",   "--db",  "mysql://test@localhost/test",
+                           "--log-level", "error", "--heartbeat-ms",
+                           "600000",      NULL};
+    fixture *f = calloc(1, sizeof *f);
+    char err[256];
+    int sv[2];
+    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(40000)};
+
+    assert_non_null(f);
+    unsetenv("TASKPUSH_TOKEN");
+    assert_int_equal(dsp_config_load(&f->cfg, 7, argv, stderr, err, sizeof err), DSP_CONFIG_OK);
+    assert_int_equal(f->cfg.heartbeat_ms, HEARTBEAT_MS);
+    assert_int_equal(dsp_server_init_offline(&f->srv, &f->cfg), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    peer.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    dsp_conn_accept(&f->srv, sv[0], (const struct sockaddr *)&peer,
+                    (int)sizeof peer); /* owns sv[0] */
+    assert_int_equal(f->srv.nconns, 1);
+    assert_int_equal(f->srv.conns->state, DSP_CONN_WANT_HELLO);
+    f->peer = sv[1];
+    assert_int_equal(evutil_make_socket_nonblocking(f->peer), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    close(f->peer);
+    dsp_server_free(&f->srv);
+    dsp_config_free(&f->cfg);
+    free(f);
+    return 0;
+}
+
+static void send_bytes(fixture *f, const void *p, size_t n)
+{
+    assert_int_equal(send(f->peer, p, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+static void send_msg(fixture *f, const proto_msg *m)
+{
+    uint8_t buf[4096];
+    size_t n = proto_msg_encode(m, buf, sizeof buf);
+    assert_true(n > 0);
+    send_bytes(f, buf, n);
+}
+
+static void send_hello(fixture *f, uint16_t version)
+{
+    proto_msg m = {.type = PROTO_HELLO};
+    m.u.hello.version = version;
+    m.u.hello.capacity = 2;
+    m.u.hello.name = (proto_bytes){(const uint8_t *)"w1", 2};
+    m.u.hello.ntypes = 1;
+    m.u.hello.types[0] = (proto_bytes){(const uint8_t *)"resize", 6};
+    send_msg(f, &m);
+}
+
+static void send_prefix(fixture *f, uint32_t body_len)
+{
+    const uint8_t p[PROTO_LEN_PREFIX] = {(uint8_t)(body_len >> 24), (uint8_t)(body_len >> 16),
+                                         (uint8_t)(body_len >> 8), (uint8_t)body_len};
+    send_bytes(f, p, sizeof p);
+}
+
+/* One loop pass, then whatever the server sent is taken in. */
+static void pump(fixture *f)
+{
+    event_base_loop(f->srv.base, EVLOOP_NONBLOCK);
+    while (!f->eof) {
+        ssize_t n = recv(f->peer, f->in + f->nin, sizeof f->in - f->nin, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        assert_true(n >= 0);
+        assert_true(f->nin + (size_t)n < sizeof f->in);
+        f->nin += (size_t)n;
+        f->eof = n == 0;
+    }
+}
+
+/* next_frame runs the loop until the server has sent a whole frame, and decodes it
+ * into *m (borrowing f->in). Returns false when the server closed first. */
+static bool next_frame(fixture *f, proto_msg *m)
+{
+    for (int pass = 0; pass < MAX_PASSES; pass++) {
+        uint32_t body_len = 0;
+        int st = proto_frame_check(f->in + f->parsed, f->nin - f->parsed, PROTO_MAX_BODY_DEFAULT,
+                                   &body_len);
+        assert_true(st == PROTO_OK || st == PROTO_NEED_MORE);
+        if (st == PROTO_OK) {
+            assert_int_equal(proto_msg_decode(f->in + f->parsed + PROTO_LEN_PREFIX, body_len, m),
+                             PROTO_OK);
+            f->parsed += PROTO_LEN_PREFIX + (size_t)body_len;
+            return true;
+        }
+        if (f->eof)
+            return false;
+        pump(f);
+    }
+    fail_msg("no frame and no close after %d loop passes", MAX_PASSES);
+    return false;
+}
+
+/* expect_error: the next frame is ERROR with this code and text, then the server
+ * closes the socket and frees the connection. */
+static void expect_error_and_close(fixture *f, uint16_t code, const char *text)
+{
+    proto_msg m;
+    assert_true(next_frame(f, &m));
+    assert_int_equal(m.type, PROTO_ERROR);
+    assert_int_equal(m.u.error.code, code);
+    assert_int_equal(m.u.error.message.len, strlen(text));
+    assert_memory_equal(m.u.error.message.ptr, text, strlen(text));
+    assert_false(next_frame(f, &m)); /* nothing after ERROR: closed */
+    assert_int_equal(f->srv.nconns, 0);
+    assert_null(f->srv.conns);
+    assert_int_equal(f->srv.nworkers, 0);
+}
+
+/* run_until_quiet runs the loop until the server has nothing left to do for now. */
+static void run_until_quiet(fixture *f)
+{
+    for (int pass = 0; pass < 64; pass++)
+        pump(f);
+}
+
+static void expect_welcome(fixture *f)
+{
+    proto_msg m;
+    assert_true(next_frame(f, &m));
+    assert_int_equal(m.type, PROTO_WELCOME);
+    assert_int_equal(m.u.welcome.version, PROTO_VERSION);
+    assert_int_equal(m.u.welcome.heartbeat_ms, HEARTBEAT_MS);
+    assert_int_equal(m.u.welcome.max_body, (uint32_t)f->cfg.max_frame);
+    assert_int_equal(f->srv.nworkers, 1);
+    assert_int_equal(f->srv.conns->state, DSP_CONN_ACTIVE);
+}
+
+/* HELLO, WELCOME; STOP, STOP; the worker closes: the connection is freed without an
+ * ERROR, and counted as lost (an ACTIVE connection that ended). */
+static void test_hello_stop_close(void **state)
+{
+    fixture *f = *state;
+    proto_msg m;
+    send_hello(f, PROTO_VERSION);
+    expect_welcome(f);
+    send_msg(f, &(proto_msg){.type = PROTO_STOP});
+    assert_true(next_frame(f, &m));
+    assert_int_equal(m.type, PROTO_STOP);
+    assert_false(f->srv.conns->slots.accepting);
+    assert_int_equal(shutdown(f->peer, SHUT_WR), 0);
+    assert_false(next_frame(f, &m));
+    assert_int_equal(f->srv.nconns, 0);
+    assert_int_equal(f->srv.nworkers, 0);
+    assert_int_equal(f->srv.conn_stats.accepted_total, 1);
+    assert_int_equal(f->srv.conn_stats.frames_in_total, 2);
+    assert_int_equal(f->srv.conn_stats.lost_total, 1);
+    assert_int_equal(f->srv.conn_stats.bad_frames_total, 0);
+}
+
+/* A worker that closes before HELLO gets no ERROR and is freed. */
+static void test_close_before_hello(void **state)
+{
+    fixture *f = *state;
+    proto_msg m;
+    send_bytes(f, "\0\0", 2); /* half a prefix */
+    run_until_quiet(f);
+    assert_int_equal(f->srv.nconns, 1);
+    assert_int_equal(shutdown(f->peer, SHUT_WR), 0);
+    assert_false(next_frame(f, &m));
+    assert_int_equal(f->nin, 0);
+    assert_int_equal(f->srv.nconns, 0);
+    assert_int_equal(f->srv.conn_stats.lost_total, 0);
+    assert_int_equal(f->srv.conn_stats.bad_frames_total, 0);
+}
+
+/* A zero length prefix is a bad frame. */
+static void test_zero_length_frame(void **state)
+{
+    fixture *f = *state;
+    send_prefix(f, 0);
+    expect_error_and_close(f, PROTO_ERR_BAD_FRAME, "bad frame");
+    assert_int_equal(f->srv.conn_stats.bad_frames_total, 1);
+    assert_int_equal(f->srv.conn_stats.frames_in_total, 0);
+}
+
+/* A whole frame whose body does not decode (a HELLO cut short) is a bad frame. */
+static void test_malformed_hello(void **state)
+{
+    fixture *f = *state;
+    static const uint8_t frame[] = {0, 0, 0, 5, PROTO_HELLO, 0, PROTO_VERSION, 0, 0};
+    send_bytes(f, frame, sizeof frame);
+    expect_error_and_close(f, PROTO_ERR_BAD_FRAME, "bad frame");
+    assert_int_equal(f->srv.conn_stats.bad_frames_total, 1);
+    assert_int_equal(f->srv.conn_stats.rejected_total, 0);
+}
+
+/* Before HELLO a prefix announcing the largest HELLO is waited for... */
+static void test_pre_hello_limit_waits(void **state)
+{
+    fixture *f = *state;
+    send_prefix(f, PRE_HELLO_MAX_BODY);
+    run_until_quiet(f);
+    assert_int_equal(f->nin, 0);
+    assert_int_equal(f->srv.nconns, 1);
+    assert_int_equal(f->srv.conn_stats.bad_frames_total, 0);
+}
+
+/* ...and one announcing a byte more is refused on the prefix alone. */
+static void test_pre_hello_over_limit(void **state)
+{
+    fixture *f = *state;
+    send_prefix(f, PRE_HELLO_MAX_BODY + 1);
+    expect_error_and_close(f, PROTO_ERR_BAD_FRAME, "frame too big");
+    assert_int_equal(f->srv.conn_stats.bad_frames_total, 1);
+}
+
+/* After HELLO the limit is --max-frame: a DONE larger than any HELLO is read (a late
+ * result, as no task was delivered), and a prefix beyond --max-frame is refused. */
+static void test_limit_after_hello(void **state)
+{
+    fixture *f = *state;
+    static uint8_t data[PRE_HELLO_MAX_BODY + 1000];
+    proto_msg m = {.type = PROTO_DONE};
+    send_hello(f, PROTO_VERSION);
+    expect_welcome(f);
+    m.u.done.task_id = 7;
+    m.u.done.attempt = 1;
+    m.u.done.data = (proto_bytes){data, sizeof data};
+    uint8_t *buf = malloc(proto_msg_size(&m));
+    assert_non_null(buf);
+    size_t n = proto_msg_encode(&m, buf, proto_msg_size(&m));
+    assert_true(n > PRE_HELLO_MAX_BODY + PROTO_LEN_PREFIX);
+    for (size_t off = 0; off < n;) { /* more than the socket buffer may take at once */
+        ssize_t k = send(f->peer, buf + off, n - off, MSG_NOSIGNAL);
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            pump(f);
+            continue;
+        }
+        assert_true(k > 0);
+        off += (size_t)k;
+    }
+    free(buf);
+    for (int pass = 0; pass < MAX_PASSES && f->srv.task_stats.late_results_total == 0; pass++)
+        pump(f);
+    assert_int_equal(f->srv.task_stats.late_results_total, 1);
+    assert_int_equal(f->srv.nconns, 1);
+    send_prefix(f, (uint32_t)f->cfg.max_frame + 1);
+    expect_error_and_close(f, PROTO_ERR_BAD_FRAME, "frame too big");
+    assert_int_equal(f->srv.conn_stats.bad_frames_total, 1);
+    assert_int_equal(f->srv.conn_stats.lost_total, 0);
+}
+
+/* The first frame must be HELLO. */
+static void test_first_frame_not_hello(void **state)
+{
+    fixture *f = *state;
+    send_msg(f, &(proto_msg){.type = PROTO_HEARTBEAT});
+    expect_error_and_close(f, PROTO_ERR_UNEXPECTED, "the first frame must be HELLO");
+    assert_int_equal(f->srv.conn_stats.frames_in_total, 1);
+}
+
+/* A HELLO of another version hears "version", even though it decodes. */
+static void test_hello_other_version(void **state)
+{
+    fixture *f = *state;
+    send_hello(f, PROTO_VERSION + 1);
+    expect_error_and_close(f, PROTO_ERR_VERSION, "protocol version not supported");
+    assert_int_equal(f->srv.conn_stats.rejected_total, 1);
+    assert_int_equal(f->srv.conn_stats.bad_frames_total, 0);
+}
+
+/* More frames than one read callback's budget arrive at once: all are handled, over
+ * more than one turn. */
+static void test_frame_budget_yields(void **state)
+{
+    fixture *f = *state;
+    enum { NBEATS = 300 };
+    uint8_t beats[NBEATS * 5];
+    send_hello(f, PROTO_VERSION);
+    expect_welcome(f);
+    for (int i = 0; i < NBEATS; i++)
+        memcpy(beats + 5 * i, (const uint8_t[]){0, 0, 0, 1, PROTO_HEARTBEAT}, 5);
+    send_bytes(f, beats, sizeof beats);
+    for (int pass = 0; pass < MAX_PASSES && f->srv.conn_stats.frames_in_total < 1 + NBEATS; pass++)
+        pump(f);
+    assert_int_equal(f->srv.conn_stats.frames_in_total, 1 + NBEATS);
+    assert_true(f->srv.conn_stats.yields_total >= 1);
+    assert_int_equal(f->srv.nconns, 1);
+}
+
+/* A frame that began and stopped arriving is dropped once 3 heartbeats and its
+ * announced length's worth of time have passed, not before. */
+static void test_half_frame_stalls(void **state)
+{
+    fixture *f = *state;
+    send_hello(f, PROTO_VERSION);
+    expect_welcome(f);
+    send_prefix(f, 64000);
+    send_bytes(f, "\x11\0\0", 3);
+    run_until_quiet(f);
+    dsp_conn *c = f->srv.conns;
+    assert_non_null(c);
+    assert_true(c->frame_started_ms > 0);
+    int64_t limit = c->frame_started_ms + 3 * (int64_t)HEARTBEAT_MS + 64000 / 64;
+    /* only the half frame is at stake: no silence, no heartbeat due */
+    c->last_rx_ms = c->last_tx_ms = limit;
+    dsp_conn_tick(c, limit);
+    assert_int_equal(f->srv.conn_stats.stalled_total, 0);
+    dsp_conn_tick(c, limit + 1);
+    assert_int_equal(f->srv.conn_stats.stalled_total, 1);
+    expect_error_and_close(f, PROTO_ERR_TIMEOUT, "a frame stopped arriving halfway");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_hello_stop_close, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_before_hello, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zero_length_frame, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_malformed_hello, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pre_hello_limit_waits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pre_hello_over_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_limit_after_hello, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_first_frame_not_hello, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hello_other_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_frame_budget_yields, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_half_frame_stalls, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
