@@ -10,7 +10,7 @@
 #include "config.h"
 #include "db.h"
 #include "log.h"
-#include "sched.h"
+#include "dispatch.h"
 #include "stats.h"
 #include "taskmap.h"
 

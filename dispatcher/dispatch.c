@@ -1,4 +1,4 @@
-#include "sched.h"
+#include "dispatch.h"
 
 #include "config.h"
 

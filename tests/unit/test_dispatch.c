@@ -6,7 +6,7 @@
 #include <cmocka.h>
 
 #include "config.h"
-#include "sched.h"
+#include "dispatch.h"
 
 #define N 4
 
