@@ -91,7 +91,7 @@ static void closing_write_cb(struct bufferevent *bev, void *arg)
 static void room_take(dsp_conn *c, int64_t delta)
 {
     if (c->slots.accepting && c->state == DSP_CONN_ACTIVE)
-        dsp_server_room_changed(c->srv, c, delta);
+        dsp_dispatch_room_changed(c->srv, c, delta);
 }
 
 void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why)
@@ -102,7 +102,7 @@ void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why)
         log_limited(&c->srv->log, &c->srv->peer_log, dsp_now_ms(), DSP_LOG_INFO,
                     "worker %s (%s) leaves: %s; %u deliveries taken back",
                  c->name ? c->name : "?", c->addr, why, (unsigned)c->slots.in_flight);
-        dsp_server_worker_left(c->srv, c, c->refund);
+        dsp_dispatch_worker_left(c->srv, c, c->refund);
     } else {
         log_limited(&c->srv->log, &c->srv->peer_log, dsp_now_ms(), DSP_LOG_INFO,
                     "connection %s closed before HELLO: %s", c->addr, why);
@@ -127,7 +127,7 @@ void dsp_conn_free(dsp_conn *c)
 {
     dsp_server *srv = c->srv;
     if (c->state == DSP_CONN_ACTIVE)
-        dsp_server_worker_left(srv, c, c->refund);
+        dsp_dispatch_worker_left(srv, c, c->refund);
     for (dsp_zombie *z = c->zombies, *next; z; z = next) {
         next = z->next;
         free(z);
@@ -262,7 +262,7 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
     /* Authenticated: frames up to --max-frame may come now. */
     bufferevent_setwatermark(c->bev, EV_READ, 0, (size_t)cfg->max_frame + PROTO_LEN_PREFIX + 65536);
     c->slots.accepting = !srv->draining;
-    dsp_server_worker_joined(srv, c);
+    dsp_dispatch_worker_joined(srv, c);
     if (srv->draining)
         dsp_conn_send_simple(c, PROTO_STOP);
     log_limited(&srv->log, &srv->peer_log, dsp_now_ms(), DSP_LOG_INFO,
@@ -300,7 +300,7 @@ static void slot_free(dsp_conn *c)
 {
     c->slots.in_flight--;
     room_take(c, +1);
-    dsp_server_slot_freed(c->srv, c);
+    dsp_dispatch_slot_freed(c->srv, c);
 }
 
 static dsp_task *current_delivery(dsp_conn *c, uint64_t id, uint32_t epoch, uint32_t attempt)

@@ -1,14 +1,18 @@
-/* sched.h: choosing the worker for the next task.
+/* dispatch.h: scheduling: the per-type queues of buffered tasks, the workers and
+ * free slots ("room") of each type, dispatch passes, claim pacing, and the picker
+ * that chooses the worker for the next task.
  *
- * Pure functions over an array of slot counts, so that the policy is unit
- * tested without sockets. Credit-based flow control lives here too: a worker
+ * The picker is a pure function over an array of slot counts, so that the policy is
+ * unit tested without sockets. Credit-based flow control lives here too: a worker
  * is eligible only while in_flight < capacity and it accepts tasks. */
-#ifndef TASKPUSH_DSP_SCHED_H
-#define TASKPUSH_DSP_SCHED_H
+#ifndef TASKPUSH_DSP_DISPATCH_H
+#define TASKPUSH_DSP_DISPATCH_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <event2/util.h>
 
 typedef struct dsp_sched_slots {
     uint32_t in_flight; /* deliveries not yet answered, cancelled ones included */
@@ -27,5 +31,34 @@ static inline bool dsp_sched_has_room(const dsp_sched_slots *s)
  * after *cursor. Either way *cursor moves just past the pick, so equal workers
  * take turns. O(n). */
 int dsp_sched_pick(int policy, dsp_sched_slots *const *ws, size_t n, size_t *cursor);
+
+typedef struct dsp_server dsp_server;
+typedef struct dsp_conn dsp_conn;
+typedef struct dsp_type dsp_type;
+typedef struct dsp_task dsp_task;
+
+/* The per-type queues, in ascending seq (dispatch order). */
+void dsp_dispatch_enqueue(dsp_server *srv, dsp_type *ty, dsp_task *t);
+/* Takes the head of ty's queue, which must not be empty. */
+dsp_task *dsp_dispatch_dequeue(dsp_server *srv, dsp_type *ty);
+
+/* Workers and room (conn.c calls them). */
+void dsp_dispatch_worker_joined(dsp_server *srv, dsp_conn *c);
+/* Takes back its deliveries; with refund, their attempt is not counted (a worker
+ * dropped for timing out every delivery is judged not to have run them). */
+void dsp_dispatch_worker_left(dsp_server *srv, dsp_conn *c, bool refund);
+void dsp_dispatch_slot_freed(dsp_server *srv, dsp_conn *c);
+void dsp_dispatch_room_changed(dsp_server *srv, dsp_conn *c, int64_t delta);
+/* Free slots of an accepting worker. */
+int64_t dsp_dispatch_free_slots(const dsp_conn *c);
+
+/* No task is dispatched any more (shutting down, or drained from the admin port). */
+bool dsp_dispatch_stopped(const dsp_server *srv);
+/* One dispatch pass: buffered tasks to workers with room, in dispatch order. */
+void dsp_dispatch_run(dsp_server *srv);
+/* Asks the database thread for the next claim when room and pacing allow. */
+void dsp_dispatch_claim_maybe(dsp_server *srv);
+/* srv->claim_timer's callback (arg: the server). */
+void dsp_dispatch_claim_timer_cb(evutil_socket_t fd, short what, void *arg);
 
 #endif

@@ -1,4 +1,4 @@
-/* Unit tests of the worker picker (dispatcher/sched.c). */
+/* Unit tests of the worker picker (dispatcher/dispatch.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
