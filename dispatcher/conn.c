@@ -88,12 +88,6 @@ static void closing_write_cb(struct bufferevent *bev, void *arg)
         event_active(c->free_ev, EV_TIMEOUT, 0);
 }
 
-static void room_take(dsp_conn *c, int64_t delta)
-{
-    if (c->slots.accepting && c->state == DSP_CONN_ACTIVE)
-        dsp_dispatch_room_changed(c->srv, c, delta);
-}
-
 void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why)
 {
     if (c->state == DSP_CONN_CLOSING)
@@ -270,18 +264,6 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
              (unsigned)c->slots.capacity, c->ntypes);
 }
 
-static void unlink_inflight(dsp_conn *c, dsp_task *t)
-{
-    if (t->prev)
-        t->prev->next = t->next;
-    else
-        c->inflight = t->next;
-    if (t->next)
-        t->next->prev = t->prev;
-    t->prev = t->next = NULL;
-    t->holder = NULL;
-}
-
 /* Returns true when (task_id, attempt) was a cancelled delivery of c. */
 static bool zombie_take(dsp_conn *c, uint64_t task_id, uint32_t attempt)
 {
@@ -294,13 +276,6 @@ static bool zombie_take(dsp_conn *c, uint64_t task_id, uint32_t attempt)
         }
     }
     return false;
-}
-
-static void slot_free(dsp_conn *c)
-{
-    c->slots.in_flight--;
-    room_take(c, +1);
-    dsp_dispatch_slot_freed(c->srv, c);
 }
 
 static dsp_task *current_delivery(dsp_conn *c, uint64_t id, uint32_t epoch, uint32_t attempt)
@@ -317,23 +292,20 @@ static void handle_done(dsp_conn *c, const proto_done *d)
     if (!t) {
         c->srv->task_stats.late_results_total++;
         if (zombie_take(c, d->task_id, d->attempt))
-            slot_free(c);
+            dsp_dispatch_inflight_del(c, NULL, DSP_SLOT_FREE);
         return;
     }
-    unlink_inflight(c, t);
-    c->srv->ninflight--;
+    dsp_dispatch_inflight_del(c, t, DSP_SLOT_FREE);
     c->completed_total++;
     c->timeouts_in_row = 0;
     dsp_server_task_done(c->srv, c, t, d->outcome, d->retry_after_ms, d->data.ptr, d->data.len);
-    slot_free(c);
 }
 
 static void handle_stop(dsp_conn *c)
 {
     if (!c->slots.accepting)
         return;
-    room_take(c, -((int64_t)c->slots.capacity - (int64_t)c->slots.in_flight));
-    c->slots.accepting = false;
+    dsp_dispatch_worker_stop(c->srv, c);
     /* The answer tells the worker that no TASK is on its way any more, so it
      * may close as soon as its own deliveries are answered. */
     dsp_conn_send_simple(c, PROTO_STOP);
@@ -528,17 +500,9 @@ void dsp_conn_deliver(dsp_conn *c, dsp_task *t, int64_t now_ms)
     dsp_server *srv = c->srv;
     t->attempts++;
     t->recorded = false;
-    t->holder = c;
     t->deadline_ms = now_ms + t->timeout_ms;
-    t->prev = NULL;
-    t->next = c->inflight;
-    if (c->inflight)
-        c->inflight->prev = t;
-    c->inflight = t;
-    c->slots.in_flight++;
-    room_take(c, -1);
+    dsp_dispatch_inflight_add(c, t);
     c->delivered_total++;
-    srv->ninflight++;
     srv->task_stats.dispatched_total++;
 
     proto_msg m = {.type = PROTO_TASK};
@@ -569,18 +533,14 @@ void dsp_conn_cancel(dsp_conn *c, dsp_task *t)
         z->attempt = t->attempts;
         z->next = c->zombies;
         c->zombies = z;
-    } else {
-        /* Without a record the slot could never be freed: give it back now. */
-        c->slots.in_flight--;
-        room_take(c, +1);
     }
     proto_msg m = {.type = PROTO_CANCEL};
     m.u.cancel.task_id = t->id;
     m.u.cancel.epoch = c->srv->epoch;
     m.u.cancel.attempt = t->attempts;
     conn_send_msg(c, &m);
-    unlink_inflight(c, t);
-    c->srv->ninflight--;
+    /* Without a record the slot could never be freed: give it back now. */
+    dsp_dispatch_inflight_del(c, t, z ? DSP_SLOT_KEEP : DSP_SLOT_GIVE_BACK);
 }
 
 bool dsp_conn_note_timeout(dsp_conn *c)

@@ -137,13 +137,13 @@ bool dsp_dispatch_stopped(const dsp_server *srv)
 
 /* Free slots of an accepting worker: capacity is at most --max-capacity and in_flight
  * never above it, so this is small and never negative. */
-int64_t dsp_dispatch_free_slots(const dsp_conn *c)
+static int64_t free_slots(const dsp_conn *c)
 {
     return c->slots.in_flight < c->slots.capacity ? (int64_t)c->slots.capacity - (int64_t)c->slots.in_flight
                                                   : 0;
 }
 
-void dsp_dispatch_room_changed(dsp_server *srv, dsp_conn *c, int64_t delta)
+static void room_changed(dsp_server *srv, dsp_conn *c, int64_t delta)
 {
     srv->room += (uint64_t)delta;
     for (size_t i = 0; i < c->ntypes; i++)
@@ -152,10 +152,19 @@ void dsp_dispatch_room_changed(dsp_server *srv, dsp_conn *c, int64_t delta)
         dsp_server_kick(srv);
 }
 
-void dsp_dispatch_slot_freed(dsp_server *srv, dsp_conn *c)
+/* The room counts a worker's free slots only while it accepts tasks (after WELCOME,
+ * until STOP either way). */
+static void room_take(dsp_conn *c, int64_t delta)
 {
-    (void)c;
-    dsp_server_kick(srv);
+    if (c->slots.accepting && c->state == DSP_CONN_ACTIVE)
+        room_changed(c->srv, c, delta);
+}
+
+void dsp_dispatch_worker_stop(dsp_server *srv, dsp_conn *c)
+{
+    if (c->slots.accepting)
+        room_changed(srv, c, -free_slots(c));
+    c->slots.accepting = false;
 }
 
 void dsp_dispatch_worker_joined(dsp_server *srv, dsp_conn *c)
@@ -177,7 +186,7 @@ void dsp_dispatch_worker_joined(dsp_server *srv, dsp_conn *c)
     }
     srv->nworkers++;
     if (c->slots.accepting)
-        dsp_dispatch_room_changed(srv, c, dsp_dispatch_free_slots(c));
+        room_changed(srv, c, free_slots(c));
     /* New room, maybe new types: claim soon, but at most once per --poll-ms for joins,
      * so that peers joining in a loop cannot keep the claim thread busy. */
     int64_t now = dsp_now_ms();
@@ -192,9 +201,7 @@ void dsp_dispatch_worker_joined(dsp_server *srv, dsp_conn *c)
 
 void dsp_dispatch_worker_left(dsp_server *srv, dsp_conn *c, bool refund)
 {
-    if (c->slots.accepting)
-        dsp_dispatch_room_changed(srv, c, -dsp_dispatch_free_slots(c));
-    c->slots.accepting = false;
+    dsp_dispatch_worker_stop(srv, c);
     for (size_t i = 0; i < c->ntypes; i++) {
         dsp_type *ty = c->types[i];
         for (size_t k = 0; k < ty->nworkers; k++)
@@ -206,9 +213,7 @@ void dsp_dispatch_worker_left(dsp_server *srv, dsp_conn *c, bool refund)
     srv->nworkers--;
     for (dsp_task *t = c->inflight, *next; t; t = next) {
         next = t->next;
-        t->prev = t->next = NULL;
-        t->holder = NULL;
-        srv->ninflight--;
+        dsp_dispatch_inflight_del(c, t, DSP_SLOT_KEEP); /* every slot is dropped below */
         if (refund && t->attempts > 0) {
             /* A worker that let every recent delivery time out is judged not to have run
              * these: their attempt is given back (docs/taskpushd.md, Attempts: attempts count deliveries to a
@@ -218,14 +223,49 @@ void dsp_dispatch_worker_left(dsp_server *srv, dsp_conn *c, bool refund)
         }
         dsp_server_take_back(srv, t, "worker lost");
     }
-    c->inflight = NULL;
-    c->slots.in_flight = 0;
+    c->slots.in_flight = 0; /* cancelled deliveries' slots too */
     /* Types nobody serves any more: freed now, or once their buffered tasks went back
      * (release_orphans, from the housekeeping tick). */
     for (size_t i = 0; i < c->ntypes; i++)
         dsp_server_type_release_if_unused(srv, c->types[i]);
     /* Marked ACTIVE no more by the caller; make sure a second call is harmless. */
     c->ntypes = 0;
+}
+
+/* ---- in-flight accounting ---- */
+
+void dsp_dispatch_inflight_add(dsp_conn *c, dsp_task *t)
+{
+    t->holder = c;
+    t->prev = NULL;
+    t->next = c->inflight;
+    if (c->inflight)
+        c->inflight->prev = t;
+    c->inflight = t;
+    c->slots.in_flight++;
+    room_take(c, -1);
+    c->srv->ninflight++;
+}
+
+void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot)
+{
+    if (t) {
+        if (t->prev)
+            t->prev->next = t->next;
+        else
+            c->inflight = t->next;
+        if (t->next)
+            t->next->prev = t->prev;
+        t->prev = t->next = NULL;
+        t->holder = NULL;
+        c->srv->ninflight--;
+    }
+    if (slot == DSP_SLOT_KEEP)
+        return;
+    c->slots.in_flight--;
+    room_take(c, +1);
+    if (slot == DSP_SLOT_FREE)
+        dsp_server_kick(c->srv); /* even with no room change: a pass may wait for it */
 }
 
 /* ---- dispatch ---- */

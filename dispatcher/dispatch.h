@@ -42,15 +42,28 @@ void dsp_dispatch_enqueue(dsp_server *srv, dsp_type *ty, dsp_task *t);
 /* Takes the head of ty's queue, which must not be empty. */
 dsp_task *dsp_dispatch_dequeue(dsp_server *srv, dsp_type *ty);
 
-/* Workers and room (conn.c calls them). */
+/* Workers and room. The room (free slots of accepting workers, per type and in all)
+ * is kept here, and only here. */
+/* c was welcomed: its types get it as a worker, its free slots join the room. */
 void dsp_dispatch_worker_joined(dsp_server *srv, dsp_conn *c);
 /* Takes back its deliveries; with refund, their attempt is not counted (a worker
  * dropped for timing out every delivery is judged not to have run them). */
 void dsp_dispatch_worker_left(dsp_server *srv, dsp_conn *c, bool refund);
-void dsp_dispatch_slot_freed(dsp_server *srv, dsp_conn *c);
-void dsp_dispatch_room_changed(dsp_server *srv, dsp_conn *c, int64_t delta);
-/* Free slots of an accepting worker. */
-int64_t dsp_dispatch_free_slots(const dsp_conn *c);
+/* c takes no more tasks (STOP either way, a drain): its free slots leave the room. */
+void dsp_dispatch_worker_stop(dsp_server *srv, dsp_conn *c);
+
+/* In-flight accounting: the only code that changes a worker's slots.in_flight, the
+ * room and srv->ninflight (conn.c and server.c call these two). */
+/* A delivery of t to c begins: t joins c's in-flight list and takes a slot. */
+void dsp_dispatch_inflight_add(dsp_conn *c, dsp_task *t);
+enum dsp_slot {
+    DSP_SLOT_KEEP,      /* cancelled: the slot stays taken until the worker answers */
+    DSP_SLOT_GIVE_BACK, /* the slot is free again (a cancel that could not be recorded) */
+    DSP_SLOT_FREE,      /* the worker answered: the slot is free, a dispatch pass follows */
+};
+/* A delivery ends: t (NULL: none, a cancelled delivery was answered) leaves c's
+ * in-flight list, and its slot goes as slot says. */
+void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot);
 
 /* No task is dispatched any more (shutting down, or drained from the admin port). */
 bool dsp_dispatch_stopped(const dsp_server *srv);

@@ -481,9 +481,7 @@ static void start_drain(dsp_server *srv, const char *why)
     for (dsp_conn *c = srv->conns; c; c = c->next) {
         if (c->state != DSP_CONN_ACTIVE)
             continue;
-        if (c->slots.accepting)
-            dsp_dispatch_room_changed(srv, c, -dsp_dispatch_free_slots(c));
-        c->slots.accepting = false;
+        dsp_dispatch_worker_stop(srv, c);
         dsp_conn_send_simple(c, PROTO_STOP);
     }
     for (dsp_type *ty = srv->types; ty; ty = ty->next)
