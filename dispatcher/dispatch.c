@@ -234,8 +234,22 @@ void dsp_dispatch_worker_left(dsp_server *srv, dsp_conn *c, bool refund)
 
 /* ---- in-flight accounting ---- */
 
+/* When the tick must first look at a new delivery: at its attempt's record (a
+ * millisecond early, since the tick reads two clocks), or at the end of its lease,
+ * whichever comes first. */
+static int64_t lease_first_look(const dsp_task *t)
+{
+    int64_t record = (t->delivered_us + DSP_DELIVERY_RECORD_MS * 1000) / 1000 - 1;
+    int64_t expired = t->deadline_ms + 1; /* the tick expires a lease when now > deadline */
+    return record < expired ? record : expired;
+}
+
 void dsp_dispatch_inflight_add(dsp_conn *c, dsp_task *t)
 {
+    /* Cannot fail after the dispatch pass's reservation; without a lease the task
+     * would never time out, so say so if it ever does. */
+    if (dsp_deadline_insert(&c->srv->leases, &t->lease, lease_first_look(t)) < 0)
+        log_error(&c->srv->log, "out of memory: task %llu has no lease", (unsigned long long)t->id);
     t->holder = c;
     t->prev = NULL;
     t->next = c->inflight;
@@ -259,6 +273,7 @@ void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot)
         t->prev = t->next = NULL;
         t->holder = NULL;
         c->srv->ninflight--;
+        dsp_deadline_remove(&c->srv->leases, &t->lease);
     }
     if (slot == DSP_SLOT_KEEP)
         return;
@@ -266,6 +281,18 @@ void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot)
     room_take(c, +1);
     if (slot == DSP_SLOT_FREE)
         dsp_server_kick(c->srv); /* even with no room change: a pass may wait for it */
+}
+
+dsp_task *dsp_dispatch_lease_due(dsp_server *srv, int64_t now_ms)
+{
+    int64_t at;
+    dsp_deadline_node *n = dsp_deadline_peek(&srv->leases, &at);
+    return n && at <= now_ms ? container_of(n, dsp_task, lease) : NULL;
+}
+
+void dsp_dispatch_lease_defer(dsp_server *srv, dsp_task *t, int64_t at_ms)
+{
+    dsp_deadline_update(&srv->leases, &t->lease, at_ms);
 }
 
 /* ---- dispatch ---- */
@@ -303,6 +330,11 @@ void dsp_dispatch_run(dsp_server *srv)
                       (unsigned long long)best->room);
             best->room = 0;
             continue;
+        }
+        /* The lease's place in the heap, taken before the task leaves its queue. */
+        if (dsp_deadline_reserve(&srv->leases, srv->leases.n + 1) < 0) {
+            log_error(&srv->log, "out of memory: dispatch waits");
+            break;
         }
         dsp_conn *c = container_of(best->workers[i], dsp_conn, slots);
         dsp_task *t = dsp_dispatch_dequeue(srv, best);

@@ -52,6 +52,12 @@ void dsp_dispatch_worker_left(dsp_server *srv, dsp_conn *c, bool refund);
 /* c takes no more tasks (STOP either way, a drain): its free slots leave the room. */
 void dsp_dispatch_worker_stop(dsp_server *srv, dsp_conn *c);
 
+/* A delivery still running after this long gets its attempt written to the table
+ * (DSP_WRITE_DELIVERED), so that a restart after kill -9 charges it. Shorter tasks are
+ * charged by their outcome's write alone: a record costs a row update, and most tasks
+ * end well within this. A kill -9 within this long of a delivery leaves it uncharged. */
+#define DSP_DELIVERY_RECORD_MS 1000
+
 /* In-flight accounting: the only code that changes a worker's slots.in_flight, the
  * room and srv->ninflight (conn.c and server.c call these two). */
 /* A delivery of t to c begins: t joins c's in-flight list and takes a slot. */
@@ -64,6 +70,13 @@ enum dsp_slot {
 /* A delivery ends: t (NULL: none, a cancelled delivery was answered) leaves c's
  * in-flight list, and its slot goes as slot says. */
 void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot);
+
+/* Leases: every current delivery is in srv->leases, keyed by when the housekeeping
+ * tick must look at it next (its attempt's record, or its lease's end). */
+/* The delivery the tick must look at by now_ms (the earliest first), or NULL. */
+dsp_task *dsp_dispatch_lease_due(dsp_server *srv, int64_t now_ms);
+/* The tick looked at t, still in flight: it is due again at at_ms (> now_ms). */
+void dsp_dispatch_lease_defer(dsp_server *srv, dsp_task *t, int64_t at_ms);
 
 /* No task is dispatched any more (shutting down, or drained from the admin port). */
 bool dsp_dispatch_stopped(const dsp_server *srv);

@@ -30,12 +30,6 @@
 /* The housekeeping tick: lease expiry, heartbeats and drain all run from it. */
 #define TICK_MS_MAX 50
 
-/* A delivery still running after this long gets its attempt written to the table
- * (DSP_WRITE_DELIVERED), so that a restart after kill -9 charges it. Shorter tasks are
- * charged by their outcome's write alone: a record costs a row update, and most tasks
- * end well within this. A kill -9 within this long of a delivery leaves it uncharged. */
-#define DELIVERY_RECORD_MS 1000
-
 /* Connections closed since the last trim that make trim_after_burst run. */
 #define TRIM_AFTER_CLOSED 100
 
@@ -341,6 +335,7 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
             continue;
         }
         t->id = ct->task_id;
+        dsp_deadline_node_init(&t->lease);
         t->seq = srv->next_seq++;
         t->type = ty;
         t->attempts = ct->attempts;
@@ -560,6 +555,40 @@ static void trim_after_burst(dsp_server *srv)
     }
 }
 
+/* Deliveries whose lease has expired are cancelled and taken back; those running past
+ * DSP_DELIVERY_RECORD_MS get their attempt written. Only the deliveries due are looked
+ * at: the lease heap (dispatch.c) gives them earliest first. */
+static void expire_leases(dsp_server *srv, int64_t now)
+{
+    int64_t now_us_pass = dsp_now_us();
+    dsp_task *t;
+    while ((t = dsp_dispatch_lease_due(srv, now))) {
+        dsp_conn *c = t->holder;
+        if (c->state != DSP_CONN_ACTIVE) {
+            dsp_dispatch_lease_defer(srv, t, now + 1); /* as the tick did: not yet */
+            continue;
+        }
+        if (now <= t->deadline_ms) {
+            if (!t->recorded && now_us_pass - t->delivered_us >= DSP_DELIVERY_RECORD_MS * 1000) {
+                t->recorded = true;
+                outbox_push(srv, t, DSP_WRITE_DELIVERED, 0, NULL, 0);
+                srv->task_stats.delivery_records_total++;
+            }
+            /* Recorded: next due when the lease expires. Not yet (the heap's key is in
+             * ms, the record's threshold in us): the next tick looks again. */
+            dsp_dispatch_lease_defer(srv, t, t->recorded ? t->deadline_ms + 1 : now + 1);
+            continue;
+        }
+        log_info(&srv->log, "task %llu timed out on %s (attempt %u); cancelling",
+                 (unsigned long long)t->id, c->name, (unsigned)t->attempts);
+        srv->task_stats.timed_out_total++;
+        dsp_conn_cancel(c, t);
+        dsp_server_take_back(srv, t, "timed out");
+        /* When c closes for it, its other deliveries are taken back and leave the heap. */
+        (void)dsp_conn_note_timeout(c);
+    }
+}
+
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -573,28 +602,9 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
         dsp_rates_push(&srv->rates, now, srv->task_stats.dispatched_total,
                        srv->task_stats.succeeded_total + srv->task_stats.failed_total);
     }
-    int64_t now_us_pass = dsp_now_us();
+    expire_leases(srv, now);
     for (dsp_conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
-        if (c->state == DSP_CONN_ACTIVE)
-            for (dsp_task *t = c->inflight, *tn; t; t = tn) {
-                tn = t->next;
-                if (now <= t->deadline_ms) {
-                    if (!t->recorded && now_us_pass - t->delivered_us >= DELIVERY_RECORD_MS * 1000) {
-                        t->recorded = true;
-                        outbox_push(srv, t, DSP_WRITE_DELIVERED, 0, NULL, 0);
-                        srv->task_stats.delivery_records_total++;
-                    }
-                    continue;
-                }
-                log_info(&srv->log, "task %llu timed out on %s (attempt %u); cancelling",
-                         (unsigned long long)t->id, c->name, (unsigned)t->attempts);
-                srv->task_stats.timed_out_total++;
-                dsp_conn_cancel(c, t);
-                dsp_server_take_back(srv, t, "timed out");
-                if (dsp_conn_note_timeout(c))
-                    break; /* c is closing: its other deliveries were taken back */
-            }
         dsp_conn_tick(c, now);
     }
     release_orphans(srv, now);
@@ -815,6 +825,7 @@ int dsp_server_init_offline(dsp_server *srv, const dsp_config *cfg)
 
     if (dsp_taskmap_init(&srv->tasks, 4096) < 0)
         return -1;
+    dsp_deadline_init(&srv->leases);
     srv->base = event_base_new();
     if (!srv->base) {
         log_error(&srv->log, "cannot create the event base");
@@ -923,6 +934,7 @@ void dsp_server_free(dsp_server *srv)
         free(srv->outbox[i].data);
     free(srv->outbox);
     dsp_taskmap_free(&srv->tasks);
+    dsp_deadline_free(&srv->leases);
     if (srv->base)
         event_base_free(srv->base);
 }

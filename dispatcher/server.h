@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "db.h"
+#include "deadline.h"
 #include "log.h"
 #include "dispatch.h"
 #include "stats.h"
@@ -39,6 +40,7 @@ struct dsp_task {
     bool recorded;         /* the current delivery's attempt is written (DSP_WRITE_DELIVERED) */
     dsp_conn *holder;      /* current delivery, NULL while buffered */
     int64_t deadline_ms;   /* end of the current delivery's lease */
+    dsp_deadline_node lease; /* in srv->leases while delivered: when the tick looks next */
     int64_t delivered_us;  /* monotonic time of the current delivery (execution histogram) */
     dsp_task *prev, *next; /* in the type's queue, or in the holder's in-flight list */
     size_t payload_len;
@@ -105,6 +107,7 @@ struct dsp_server {
     uint64_t room;             /* free slots over accepting workers */
     uint64_t nbuffered;
     uint64_t ninflight;        /* current deliveries (not counting cancelled ones) */
+    dsp_deadline_heap leases;  /* the current deliveries, by when the tick must look at them */
 
     uint32_t epoch;
     bool leader;
