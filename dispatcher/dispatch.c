@@ -1,6 +1,7 @@
 /* dispatch.c: scheduling, in one place: the per-type queues of buffered tasks, the
- * workers and free slots of each type, dispatch passes, claim pacing, and the picker
- * that chooses a worker (round-robin / least-loaded). Runs on the loop thread. */
+ * workers and free slots of each type, the in-flight accounting and the lease heap,
+ * dispatch passes, claim pacing, and the picker that chooses a worker (round-robin /
+ * least-loaded). Runs on the loop thread. */
 #include "dispatch.h"
 
 #include "conn.h"

@@ -1,6 +1,7 @@
 /* dispatch.h: scheduling: the per-type queues of buffered tasks, the workers and
- * free slots ("room") of each type, dispatch passes, claim pacing, and the picker
- * that chooses the worker for the next task.
+ * free slots ("room") of each type, the in-flight accounting and the leases of the
+ * deliveries, dispatch passes, claim pacing, and the picker that chooses the worker
+ * for the next task.
  *
  * The picker is a pure function over an array of slot counts, so that the policy is
  * unit tested without sockets. Credit-based flow control lives here too: a worker
