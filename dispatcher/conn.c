@@ -89,12 +89,6 @@ static void closing_write_cb(struct bufferevent *bev, void *arg)
         event_active(c->free_ev, EV_TIMEOUT, 0);
 }
 
-static void room_take(dsp_conn *c, int64_t delta)
-{
-    if (c->slots.accepting && c->state == DSP_CONN_ACTIVE)
-        dsp_server_room_changed(c->srv, c, delta);
-}
-
 void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why)
 {
     if (c->state == DSP_CONN_CLOSING)
@@ -103,7 +97,7 @@ void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why)
         log_limited(&c->srv->log, &c->srv->peer_log, dsp_now_ms(), DSP_LOG_INFO,
                     "worker %s (%s) leaves: %s; %u deliveries taken back",
                  c->name ? c->name : "?", c->addr, why, (unsigned)c->slots.in_flight);
-        dsp_server_worker_left(c->srv, c, c->refund);
+        dsp_dispatch_worker_left(c->srv, c, c->refund);
     } else {
         log_limited(&c->srv->log, &c->srv->peer_log, dsp_now_ms(), DSP_LOG_INFO,
                     "connection %s closed before HELLO: %s", c->addr, why);
@@ -128,7 +122,7 @@ void dsp_conn_free(dsp_conn *c)
 {
     dsp_server *srv = c->srv;
     if (c->state == DSP_CONN_ACTIVE)
-        dsp_server_worker_left(srv, c, c->refund);
+        dsp_dispatch_worker_left(srv, c, c->refund);
     for (dsp_zombie *z = c->zombies, *next; z; z = next) {
         next = z->next;
         free(z);
@@ -263,24 +257,12 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
     /* Authenticated: frames up to --max-frame may come now. */
     bufferevent_setwatermark(c->bev, EV_READ, 0, (size_t)cfg->max_frame + PROTO_LEN_PREFIX + 65536);
     c->slots.accepting = !srv->draining;
-    dsp_server_worker_joined(srv, c);
+    dsp_dispatch_worker_joined(srv, c);
     if (srv->draining)
         dsp_conn_send_simple(c, PROTO_STOP);
     log_limited(&srv->log, &srv->peer_log, dsp_now_ms(), DSP_LOG_INFO,
                 "worker %s (%s) joined: capacity %u, %zu type(s)", c->name, c->addr,
              (unsigned)c->slots.capacity, c->ntypes);
-}
-
-static void unlink_inflight(dsp_conn *c, dsp_task *t)
-{
-    if (t->prev)
-        t->prev->next = t->next;
-    else
-        c->inflight = t->next;
-    if (t->next)
-        t->next->prev = t->prev;
-    t->prev = t->next = NULL;
-    t->holder = NULL;
 }
 
 /* Returns true when (task_id, attempt) was a cancelled delivery of c. */
@@ -297,13 +279,6 @@ static bool zombie_take(dsp_conn *c, uint64_t task_id, uint32_t attempt)
     return false;
 }
 
-static void slot_free(dsp_conn *c)
-{
-    c->slots.in_flight--;
-    room_take(c, +1);
-    dsp_server_slot_freed(c->srv, c);
-}
-
 static dsp_task *current_delivery(dsp_conn *c, uint64_t id, uint32_t epoch, uint32_t attempt)
 {
     dsp_task *t = dsp_taskmap_get(&c->srv->tasks, id);
@@ -318,23 +293,20 @@ static void handle_done(dsp_conn *c, const proto_done *d)
     if (!t) {
         c->srv->task_stats.late_results_total++;
         if (zombie_take(c, d->task_id, d->attempt))
-            slot_free(c);
+            dsp_dispatch_inflight_del(c, NULL, DSP_SLOT_FREE);
         return;
     }
-    unlink_inflight(c, t);
-    c->srv->ninflight--;
+    dsp_dispatch_inflight_del(c, t, DSP_SLOT_FREE);
     c->completed_total++;
     c->timeouts_in_row = 0;
     dsp_server_task_done(c->srv, c, t, d->outcome, d->retry_after_ms, d->data.ptr, d->data.len);
-    slot_free(c);
 }
 
 static void handle_stop(dsp_conn *c)
 {
     if (!c->slots.accepting)
         return;
-    room_take(c, -((int64_t)c->slots.capacity - (int64_t)c->slots.in_flight));
-    c->slots.accepting = false;
+    dsp_dispatch_worker_stop(c->srv, c);
     /* The answer tells the worker that no TASK is on its way any more, so it
      * may close as soon as its own deliveries are answered. */
     dsp_conn_send_simple(c, PROTO_STOP);
@@ -530,17 +502,9 @@ void dsp_conn_deliver(dsp_conn *c, dsp_task *t, int64_t now_ms)
     dsp_server *srv = c->srv;
     t->attempts++;
     t->recorded = false;
-    t->holder = c;
     t->deadline_ms = now_ms + t->timeout_ms;
-    t->prev = NULL;
-    t->next = c->inflight;
-    if (c->inflight)
-        c->inflight->prev = t;
-    c->inflight = t;
-    c->slots.in_flight++;
-    room_take(c, -1);
+    dsp_dispatch_inflight_add(c, t);
     c->delivered_total++;
-    srv->ninflight++;
     srv->task_stats.dispatched_total++;
 
     proto_msg m = {.type = PROTO_TASK};
@@ -571,18 +535,14 @@ void dsp_conn_cancel(dsp_conn *c, dsp_task *t)
         z->attempt = t->attempts;
         z->next = c->zombies;
         c->zombies = z;
-    } else {
-        /* Without a record the slot could never be freed: give it back now. */
-        c->slots.in_flight--;
-        room_take(c, +1);
     }
     proto_msg m = {.type = PROTO_CANCEL};
     m.u.cancel.task_id = t->id;
     m.u.cancel.epoch = c->srv->epoch;
     m.u.cancel.attempt = t->attempts;
     conn_send_msg(c, &m);
-    unlink_inflight(c, t);
-    c->srv->ninflight--;
+    /* Without a record the slot could never be freed: give it back now. */
+    dsp_dispatch_inflight_del(c, t, z ? DSP_SLOT_KEEP : DSP_SLOT_GIVE_BACK);
 }
 
 bool dsp_conn_note_timeout(dsp_conn *c)

@@ -9,7 +9,7 @@
 #ifndef TASKPUSH_DSP_CONN_H
 #define TASKPUSH_DSP_CONN_H
 
-#include "sched.h"
+#include "dispatch.h"
 #include "server.h"
 
 #include <stdbool.h>

@@ -28,29 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/* A small claim waits this long for more room, so that a burst of DONEs
- * becomes one claim of hundreds of rows rather than many of a few. */
-#define GATHER_MS 2
-
 /* The housekeeping tick: lease expiry, heartbeats and drain all run from it. */
 #define TICK_MS_MAX 50
-
-/* A delivery still running after this long gets its attempt written to the table
- * (DSP_WRITE_DELIVERED), so that a restart after kill -9 charges it. Shorter tasks are
- * charged by their outcome's write alone: a record costs a row update, and most tasks
- * end well within this. A kill -9 within this long of a delivery leaves it uncharged. */
-#define DELIVERY_RECORD_MS 1000
-
-/* Types a claim asks for at most: the types with rows lately come first, idle ones
- * take turns in the rest, so that a claim's statement stays small whatever the number
- * of types workers registered. */
-#define CLAIM_MAX_TYPES 64
-#define CLAIM_COLD_SLOTS 16 /* of those, kept for types without rows lately */
-
-/* A type had rows lately when a claim returned some, or the table figures (read every
- * --table-stats-ms by the stats thread) showed ready ones, within this long. Idle types
- * (a thousand peers may name 64 each) wait their turn; a type with rows never does. */
-#define TYPE_WARM_MS 60000
 
 /* Connections closed since the last trim that make trim_after_burst run. */
 #define TRIM_AFTER_CLOSED 100
@@ -59,9 +38,7 @@
 #define ACCEPT_BACKOFF_MIN_MS 10
 #define ACCEPT_BACKOFF_MAX_MS 1000
 
-#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
-
-static int64_t now_us(void)
+int64_t dsp_now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -70,7 +47,7 @@ static int64_t now_us(void)
 
 int64_t dsp_now_ms(void)
 {
-    return now_us() / 1000;
+    return dsp_now_us() / 1000;
 }
 
 static int64_t wall_ms(void)
@@ -84,8 +61,6 @@ int64_t dsp_wall_ms(void)
 {
     return wall_ms();
 }
-
-static void claim_maybe(dsp_server *srv);
 
 void dsp_server_kick(dsp_server *srv)
 {
@@ -189,66 +164,6 @@ void dsp_server_type_release_if_unused(dsp_server *srv, dsp_type *ty)
     type_free(ty);
 }
 
-static void busy_add(dsp_server *srv, dsp_type *ty)
-{
-    ty->busy_prev = NULL;
-    ty->busy_next = srv->busy_types;
-    if (srv->busy_types)
-        srv->busy_types->busy_prev = ty;
-    srv->busy_types = ty;
-}
-
-static void busy_remove(dsp_server *srv, dsp_type *ty)
-{
-    if (ty->busy_prev)
-        ty->busy_prev->busy_next = ty->busy_next;
-    else
-        srv->busy_types = ty->busy_next;
-    if (ty->busy_next)
-        ty->busy_next->busy_prev = ty->busy_prev;
-    ty->busy_prev = ty->busy_next = NULL;
-}
-
-static void type_enqueue(dsp_server *srv, dsp_type *ty, dsp_task *t)
-{
-    if (ty->nbuffered == 0)
-        busy_add(srv, ty);
-    /* Keep ascending seq: a task taken back from a worker goes before the
-     * tasks claimed after it, usually at the head. */
-    dsp_task *after = NULL;
-    if (ty->tail && ty->tail->seq > t->seq) {
-        for (dsp_task *p = ty->head; p && p->seq < t->seq; p = p->next)
-            after = p;
-    } else {
-        after = ty->tail;
-    }
-    t->prev = after;
-    t->next = after ? after->next : ty->head;
-    if (t->next)
-        t->next->prev = t;
-    else
-        ty->tail = t;
-    if (after)
-        after->next = t;
-    else
-        ty->head = t;
-    ty->nbuffered++;
-}
-
-static dsp_task *type_dequeue(dsp_server *srv, dsp_type *ty)
-{
-    dsp_task *t = ty->head;
-    ty->head = t->next;
-    if (ty->head)
-        ty->head->prev = NULL;
-    else
-        ty->tail = NULL;
-    t->next = t->prev = NULL;
-    if (--ty->nbuffered == 0)
-        busy_remove(srv, ty);
-    return t;
-}
-
 /* ---- outcomes ---- */
 
 static void task_free(dsp_server *srv, dsp_task *t)
@@ -304,29 +219,22 @@ static void fail_task(dsp_server *srv, dsp_task *t, const char *why)
     task_free(srv, t);
 }
 
-/* A delivery was lost (worker gone, lease expired): deliver again, or fail the
- * task when that was its last attempt. */
-/* No task is dispatched any more: shutting down, or drained from the admin port.
- * Claimed tasks then go back to NEW rather than into a type's queue. */
-static bool dispatch_stopped(const dsp_server *srv)
-{
-    return srv->draining || srv->admin_draining;
-}
-
 static void release_task(dsp_server *srv, dsp_task *t);
 
-static void take_back(dsp_server *srv, dsp_task *t, const char *why)
+/* A delivery was lost (worker gone, lease expired): deliver again, or fail the
+ * task when that was its last attempt. */
+void dsp_server_take_back(dsp_server *srv, dsp_task *t, const char *why)
 {
     srv->task_stats.requeued_total++;
     if (t->attempts >= t->max_attempts) {
         fail_task(srv, t, why);
         return;
     }
-    if (dispatch_stopped(srv)) {
+    if (dsp_dispatch_stopped(srv)) {
         release_task(srv, t);
         return;
     }
-    type_enqueue(srv, t->type, t);
+    dsp_dispatch_enqueue(srv, t->type, t);
     srv->nbuffered++;
     dsp_server_kick(srv);
 }
@@ -353,7 +261,7 @@ void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t out
 {
     (void)c;
     if (t->delivered_us > 0)
-        dsp_hist_add(&srv->hist.exec, (double)(now_us() - t->delivered_us) / 1000.0);
+        dsp_hist_add(&srv->hist.exec, (double)(dsp_now_us() - t->delivered_us) / 1000.0);
     switch (outcome) {
     case PROTO_OUTCOME_SUCCESS:
         outbox_push(srv, t, DSP_WRITE_SUCCEEDED, 0, data, len);
@@ -381,269 +289,15 @@ void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t out
     }
 }
 
-/* ---- workers and room ---- */
-
-/* Free slots of an accepting worker: capacity is at most --max-capacity and in_flight
- * never above it, so this is small and never negative. */
-static int64_t free_slots(const dsp_conn *c)
-{
-    return c->slots.in_flight < c->slots.capacity ? (int64_t)c->slots.capacity - (int64_t)c->slots.in_flight
-                                                  : 0;
-}
-
-void dsp_server_room_changed(dsp_server *srv, dsp_conn *c, int64_t delta)
-{
-    srv->room += (uint64_t)delta;
-    for (size_t i = 0; i < c->ntypes; i++)
-        c->types[i]->room += (uint64_t)delta;
-    if (delta > 0)
-        dsp_server_kick(srv);
-}
-
-void dsp_server_slot_freed(dsp_server *srv, dsp_conn *c)
-{
-    (void)c;
-    dsp_server_kick(srv);
-}
-
-void dsp_server_worker_joined(dsp_server *srv, dsp_conn *c)
-{
-    for (size_t i = 0; i < c->ntypes; i++) {
-        dsp_type *ty = c->types[i];
-        if (ty->nworkers == ty->cap) {
-            size_t cap = ty->cap ? ty->cap * 2 : 4;
-            dsp_sched_slots **w = realloc(ty->workers, cap * sizeof *w);
-            if (!w) {
-                dsp_conn_close(c, PROTO_ERR_SHUTDOWN, "out of memory");
-                return;
-            }
-            ty->workers = w;
-            ty->cap = cap;
-        }
-        ty->workers[ty->nworkers++] = &c->slots;
-        ty->orphaned_ms = 0;
-    }
-    srv->nworkers++;
-    if (c->slots.accepting)
-        dsp_server_room_changed(srv, c, free_slots(c));
-    /* New room, maybe new types: claim soon, but at most once per --poll-ms for joins,
-     * so that peers joining in a loop cannot keep the claim thread busy. */
-    int64_t now = dsp_now_ms();
-    if (now - srv->join_claim_ms >= srv->cfg->poll_ms) {
-        srv->join_claim_ms = now;
-        srv->claim_not_before = 0;
-    } else if (srv->claim_not_before > srv->join_claim_ms + srv->cfg->poll_ms) {
-        srv->claim_not_before = srv->join_claim_ms + srv->cfg->poll_ms;
-    }
-    dsp_server_kick(srv);
-}
-
-void dsp_server_worker_left(dsp_server *srv, dsp_conn *c, bool refund)
-{
-    if (c->slots.accepting)
-        dsp_server_room_changed(srv, c, -free_slots(c));
-    c->slots.accepting = false;
-    for (size_t i = 0; i < c->ntypes; i++) {
-        dsp_type *ty = c->types[i];
-        for (size_t k = 0; k < ty->nworkers; k++)
-            if (ty->workers[k] == &c->slots) {
-                ty->workers[k] = ty->workers[--ty->nworkers];
-                break;
-            }
-    }
-    srv->nworkers--;
-    for (dsp_task *t = c->inflight, *next; t; t = next) {
-        next = t->next;
-        t->prev = t->next = NULL;
-        t->holder = NULL;
-        srv->ninflight--;
-        if (refund && t->attempts > 0) {
-            /* A worker that let every recent delivery time out is judged not to have run
-             * these: their attempt is given back (docs/taskpushd.md, Attempts: attempts count deliveries to a
-             * worker that could run them). */
-            t->attempts--;
-            srv->task_stats.refunded_total++;
-        }
-        take_back(srv, t, "worker lost");
-    }
-    c->inflight = NULL;
-    c->slots.in_flight = 0;
-    /* Types nobody serves any more: freed now, or once their buffered tasks went back
-     * (release_orphans, from the housekeeping tick). */
-    for (size_t i = 0; i < c->ntypes; i++)
-        dsp_server_type_release_if_unused(srv, c->types[i]);
-    /* Marked ACTIVE no more by the caller; make sure a second call is harmless. */
-    c->ntypes = 0;
-}
-
-/* ---- dispatch ---- */
-
-/* Outcomes handed to the database and not yet written. Each would run again if the
- * daemon died now, so dispatch waits while there are more than --max-unwritten: the
- * duplicates of a crash stay bounded by what is in flight plus that. */
-static bool too_many_unwritten(dsp_server *srv)
-{
-    if ((int64_t)(srv->noutbox + dsp_db_pending_writes(srv->db)) <= srv->cfg->max_unwritten)
-        return false;
-    srv->conn_stats.dispatch_throttled_total++;
-    return true;
-}
-
-static void dispatch(dsp_server *srv)
-{
-    if (!srv->busy_types || srv->room == 0 || too_many_unwritten(srv))
-        return;
-    /* One clock read per pass: the deliveries of a pass are microseconds apart. */
-    int64_t pass_us = now_us(), now = pass_us / 1000;
-    for (;;) {
-        /* The type whose head comes first in dispatch order, among types with room.
-         * Only types with buffered tasks are looked at: a pass costs the same however
-         * many idle types workers registered. */
-        dsp_type *best = NULL;
-        for (dsp_type *ty = srv->busy_types; ty; ty = ty->busy_next)
-            if (ty->room > 0 && !ty->paused && (!best || ty->head->seq < best->head->seq))
-                best = ty;
-        if (!best)
-            break;
-        int i = dsp_sched_pick(srv->cfg->scheduler, best->workers, best->nworkers, &best->cursor);
-        if (i < 0) {
-            log_error(&srv->log, "type %s counts room %llu but no worker has a free slot", best->name,
-                      (unsigned long long)best->room);
-            best->room = 0;
-            continue;
-        }
-        dsp_conn *c = container_of(best->workers[i], dsp_conn, slots);
-        dsp_task *t = type_dequeue(srv, best);
-        srv->nbuffered--;
-        t->delivered_us = pass_us;
-        dsp_conn_deliver(c, t, now);
-    }
-}
-
 static void dispatch_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     dsp_server *srv = arg;
-    if (!dispatch_stopped(srv) && !srv->paused_all)
-        dispatch(srv);
+    if (!dsp_dispatch_stopped(srv) && !srv->paused_all)
+        dsp_dispatch_run(srv);
     outbox_flush(srv);
-    claim_maybe(srv);
-}
-
-/* ---- claims ---- */
-
-static void arm_claim_timer(dsp_server *srv, int64_t at)
-{
-    int64_t d = at - dsp_now_ms();
-    if (d < 0)
-        d = 0;
-    struct timeval tv = {(time_t)(d / 1000), (suseconds_t)((d % 1000) * 1000)};
-    evtimer_add(srv->claim_timer, &tv);
-    srv->claim_timer_armed = true;
-}
-
-/* A claim asks for the workers' free slots plus --prefetch, less what is
- * buffered, so that each claim is the next stretch of dispatch order across
- * all types. Starvation is judged per type: tasks buffered for one type
- * cannot feed idle workers of another, and such a type's claim still has a
- * positive want (its room is not yet matched by buffered tasks). */
-static bool type_warm(const dsp_type *ty, int64_t now)
-{
-    return ty->rows_seen_ms > 0 && now - ty->rows_seen_ms < TYPE_WARM_MS;
-}
-
-/* A type a claim may ask for: served, not paused, with room for more. */
-static bool claim_eligible(const dsp_server *srv, const dsp_type *ty)
-{
-    return ty->nworkers > 0 && !ty->paused &&
-           (int64_t)ty->room + srv->cfg->prefetch - (int64_t)ty->nbuffered > 0;
-}
-
-static void claim_maybe(dsp_server *srv)
-{
-    if (srv->claim_outstanding || srv->claim_timer_armed || !srv->leader || dispatch_stopped(srv) ||
-        srv->paused_all)
-        return;
-    const dsp_config *cfg = srv->cfg;
-    /* Tasks buffered for a type nobody serves any more wait for the orphan sweep; they
-     * must not hold back claims for the types that do have workers. */
-    int64_t orphaned = 0;
-    for (dsp_type *ty = srv->busy_types; ty; ty = ty->busy_next)
-        if (ty->nworkers == 0)
-            orphaned += (int64_t)ty->nbuffered;
-    int64_t want = (int64_t)srv->room + cfg->prefetch - ((int64_t)srv->nbuffered - orphaned);
-    if (want <= 0)
-        return;
-    int64_t now = dsp_now_ms();
-    if (now < srv->claim_not_before) {
-        arm_claim_timer(srv, srv->claim_not_before);
-        return;
-    }
-    if (want > cfg->batch)
-        want = cfg->batch;
-    /* Claim in large batches: while every type still has tasks buffered, wait
-     * for half a prefetch of room; when some worker would run dry, wait only
-     * GATHER_MS for more room to come. */
-    int64_t low = (cfg->prefetch < cfg->batch ? cfg->prefetch : cfg->batch) / 2;
-    if (want < low) {
-        bool starving = false;
-        for (dsp_type *ty = srv->types; ty && !starving; ty = ty->next)
-            starving = ty->nworkers > 0 && !ty->paused && ty->nbuffered < ty->room;
-        if (!starving)
-            return;
-        if (srv->gather_until == 0)
-            srv->gather_until = now + GATHER_MS;
-        if (now < srv->gather_until) {
-            arm_claim_timer(srv, srv->gather_until);
-            return;
-        }
-    }
-    srv->gather_until = 0;
-
-    /* At most CLAIM_MAX_TYPES types: the warm ones (rows lately) in turn, in all but
-     * CLAIM_COLD_SLOTS places, then the cold ones in turn. Each group has its own
-     * rotor, so every type is asked for within a few claims however many there are,
-     * and a thousand idle types cannot crowd out the few that have work. */
-    const char *names[CLAIM_MAX_TYPES];
-    uint32_t limits[CLAIM_MAX_TYPES];
-    size_t count[2] = {0, 0}, take[2], start[2], seen[2] = {0, 0}, n = 0;
-    for (dsp_type *ty = srv->types; ty; ty = ty->next)
-        if (claim_eligible(srv, ty))
-            count[type_warm(ty, now)]++;
-    size_t cold_room = count[0] < CLAIM_COLD_SLOTS ? count[0] : CLAIM_COLD_SLOTS;
-    take[1] = count[1] < CLAIM_MAX_TYPES - cold_room ? count[1] : CLAIM_MAX_TYPES - cold_room;
-    take[0] = count[0] < CLAIM_MAX_TYPES - take[1] ? count[0] : CLAIM_MAX_TYPES - take[1];
-    for (int g = 0; g < 2; g++)
-        start[g] = count[g] ? srv->claim_rotor[g] % count[g] : 0;
-    for (dsp_type *ty = srv->types; ty && n < CLAIM_MAX_TYPES; ty = ty->next) {
-        if (!claim_eligible(srv, ty))
-            continue;
-        int g = type_warm(ty, now);
-        /* Is this type's index within the group's window [start, start + take)? */
-        size_t pos = (seen[g]++ + count[g] - start[g]) % count[g];
-        if (pos >= take[g])
-            continue;
-        int64_t lim = (int64_t)ty->room + cfg->prefetch - (int64_t)ty->nbuffered;
-        names[n] = ty->name;
-        limits[n++] = (uint32_t)(lim < want ? lim : want);
-    }
-    for (int g = 0; g < 2; g++)
-        srv->claim_rotor[g] = count[g] ? (start[g] + take[g]) % count[g] : 0;
-    dsp_claim_request req = {.ntypes = n, .types = names, .limits = limits, .total = (uint32_t)want};
-    if (n > 0 && dsp_db_claim(srv->db, &req) == 0) {
-        srv->claim_outstanding = true;
-        srv->claim_requested = (uint32_t)want;
-    }
-}
-
-static void claim_timer_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    dsp_server *srv = arg;
-    srv->claim_timer_armed = false;
-    claim_maybe(srv);
+    dsp_dispatch_claim_maybe(srv);
 }
 
 static void release_task(dsp_server *srv, dsp_task *t)
@@ -682,6 +336,7 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
             continue;
         }
         t->id = ct->task_id;
+        dsp_deadline_node_init(&t->lease);
         t->seq = srv->next_seq++;
         t->type = ty;
         t->attempts = ct->attempts;
@@ -692,11 +347,11 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
         t->payload_len = ct->payload_len;
         ct->payload = NULL; /* stolen */
         srv->task_stats.claimed_total++;
-        if (dispatch_stopped(srv) || !srv->leader) {
+        if (dsp_dispatch_stopped(srv) || !srv->leader) {
             release_task(srv, t);
             continue;
         }
-        type_enqueue(srv, ty, t);
+        dsp_dispatch_enqueue(srv, ty, t);
         srv->nbuffered++;
     }
     /* A type that lost its workers while the claim ran, and got nothing. */
@@ -728,7 +383,7 @@ static void forget_all_tasks(dsp_server *srv)
 {
     for (dsp_type *ty = srv->types; ty; ty = ty->next)
         while (ty->head) {
-            dsp_task *t = type_dequeue(srv, ty);
+            dsp_task *t = dsp_dispatch_dequeue(srv, ty);
             srv->nbuffered--;
             task_free(srv, t);
         }
@@ -822,14 +477,12 @@ static void start_drain(dsp_server *srv, const char *why)
     for (dsp_conn *c = srv->conns; c; c = c->next) {
         if (c->state != DSP_CONN_ACTIVE)
             continue;
-        if (c->slots.accepting)
-            dsp_server_room_changed(srv, c, -free_slots(c));
-        c->slots.accepting = false;
+        dsp_dispatch_worker_stop(srv, c);
         dsp_conn_send_simple(c, PROTO_STOP);
     }
     for (dsp_type *ty = srv->types; ty; ty = ty->next)
         while (ty->head) {
-            dsp_task *t = type_dequeue(srv, ty);
+            dsp_task *t = dsp_dispatch_dequeue(srv, ty);
             srv->nbuffered--;
             release_task(srv, t);
         }
@@ -853,7 +506,7 @@ static void release_orphans(dsp_server *srv, int64_t now)
         log_info(&srv->log, "type %s has had no worker for %lld ms: %zu buffered task(s) back to NEW",
                  ty->name, (long long)(now - ty->orphaned_ms), ty->nbuffered);
         while (ty->head) {
-            dsp_task *t = type_dequeue(srv, ty);
+            dsp_task *t = dsp_dispatch_dequeue(srv, ty);
             srv->nbuffered--;
             srv->task_stats.orphans_released_total++;
             release_task(srv, t);
@@ -903,6 +556,40 @@ static void trim_after_burst(dsp_server *srv)
     }
 }
 
+/* Deliveries whose lease has expired are cancelled and taken back; those running past
+ * DSP_DELIVERY_RECORD_MS get their attempt written. Only the deliveries due are looked
+ * at: the lease heap (dispatch.c) gives them earliest first. */
+static void expire_leases(dsp_server *srv, int64_t now)
+{
+    int64_t now_us_pass = dsp_now_us();
+    dsp_task *t;
+    while ((t = dsp_dispatch_lease_due(srv, now))) {
+        dsp_conn *c = t->holder;
+        if (c->state != DSP_CONN_ACTIVE) {
+            dsp_dispatch_lease_defer(srv, t, now + 1); /* as the tick did: not yet */
+            continue;
+        }
+        if (now <= t->deadline_ms) {
+            if (!t->recorded && now_us_pass - t->delivered_us >= DSP_DELIVERY_RECORD_MS * 1000) {
+                t->recorded = true;
+                outbox_push(srv, t, DSP_WRITE_DELIVERED, 0, NULL, 0);
+                srv->task_stats.delivery_records_total++;
+            }
+            /* Recorded: next due when the lease expires. Not yet (the heap's key is in
+             * ms, the record's threshold in us): the next tick looks again. */
+            dsp_dispatch_lease_defer(srv, t, t->recorded ? t->deadline_ms + 1 : now + 1);
+            continue;
+        }
+        log_info(&srv->log, "task %llu timed out on %s (attempt %u); cancelling",
+                 (unsigned long long)t->id, c->name, (unsigned)t->attempts);
+        srv->task_stats.timed_out_total++;
+        dsp_conn_cancel(c, t);
+        dsp_server_take_back(srv, t, "timed out");
+        /* When c closes for it, its other deliveries are taken back and leave the heap. */
+        (void)dsp_conn_note_timeout(c);
+    }
+}
+
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -916,28 +603,9 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
         dsp_rates_push(&srv->rates, now, srv->task_stats.dispatched_total,
                        srv->task_stats.succeeded_total + srv->task_stats.failed_total);
     }
-    int64_t now_us_pass = now_us();
+    expire_leases(srv, now);
     for (dsp_conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
-        if (c->state == DSP_CONN_ACTIVE)
-            for (dsp_task *t = c->inflight, *tn; t; t = tn) {
-                tn = t->next;
-                if (now <= t->deadline_ms) {
-                    if (!t->recorded && now_us_pass - t->delivered_us >= DELIVERY_RECORD_MS * 1000) {
-                        t->recorded = true;
-                        outbox_push(srv, t, DSP_WRITE_DELIVERED, 0, NULL, 0);
-                        srv->task_stats.delivery_records_total++;
-                    }
-                    continue;
-                }
-                log_info(&srv->log, "task %llu timed out on %s (attempt %u); cancelling",
-                         (unsigned long long)t->id, c->name, (unsigned)t->attempts);
-                srv->task_stats.timed_out_total++;
-                dsp_conn_cancel(c, t);
-                take_back(srv, t, "timed out");
-                if (dsp_conn_note_timeout(c))
-                    break; /* c is closing: its other deliveries were taken back */
-            }
         dsp_conn_tick(c, now);
     }
     release_orphans(srv, now);
@@ -1002,13 +670,13 @@ void dsp_server_resume(dsp_server *srv, const char *type)
 
 void dsp_server_drain(dsp_server *srv)
 {
-    if (dispatch_stopped(srv))
+    if (dsp_dispatch_stopped(srv))
         return;
     srv->admin_draining = true;
     uint64_t released = 0;
     for (dsp_type *ty = srv->types; ty; ty = ty->next)
         while (ty->head) {
-            dsp_task *t = type_dequeue(srv, ty);
+            dsp_task *t = dsp_dispatch_dequeue(srv, ty);
             srv->nbuffered--;
             release_task(srv, t);
             released++;
@@ -1158,12 +826,13 @@ int dsp_server_init_offline(dsp_server *srv, const dsp_config *cfg)
 
     if (dsp_taskmap_init(&srv->tasks, 4096) < 0)
         return -1;
+    dsp_deadline_init(&srv->leases);
     srv->base = event_base_new();
     if (!srv->base) {
         log_error(&srv->log, "cannot create the event base");
         return -1;
     }
-    srv->claim_timer = evtimer_new(srv->base, claim_timer_cb, srv);
+    srv->claim_timer = evtimer_new(srv->base, dsp_dispatch_claim_timer_cb, srv);
     srv->tick_timer = event_new(srv->base, -1, EV_PERSIST, tick_cb, srv);
     srv->dispatch_ev = event_new(srv->base, -1, 0, dispatch_cb, srv);
     srv->accept_retry_ev = evtimer_new(srv->base, accept_retry_cb, srv);
@@ -1266,6 +935,7 @@ void dsp_server_free(dsp_server *srv)
         free(srv->outbox[i].data);
     free(srv->outbox);
     dsp_taskmap_free(&srv->tasks);
+    dsp_deadline_free(&srv->leases);
     if (srv->base)
         event_base_free(srv->base);
 }

@@ -9,8 +9,9 @@
 
 #include "config.h"
 #include "db.h"
+#include "deadline.h"
 #include "log.h"
-#include "sched.h"
+#include "dispatch.h"
 #include "stats.h"
 #include "taskmap.h"
 
@@ -39,6 +40,7 @@ struct dsp_task {
     bool recorded;         /* the current delivery's attempt is written (DSP_WRITE_DELIVERED) */
     dsp_conn *holder;      /* current delivery, NULL while buffered */
     int64_t deadline_ms;   /* end of the current delivery's lease */
+    dsp_deadline_node lease; /* in srv->leases while delivered: when the tick looks next */
     int64_t delivered_us;  /* monotonic time of the current delivery (execution histogram) */
     dsp_task *prev, *next; /* in the type's queue, or in the holder's in-flight list */
     size_t payload_len;
@@ -105,6 +107,7 @@ struct dsp_server {
     uint64_t room;             /* free slots over accepting workers */
     uint64_t nbuffered;
     uint64_t ninflight;        /* current deliveries (not counting cancelled ones) */
+    dsp_deadline_heap leases;  /* the current deliveries, by when the tick must look at them */
 
     uint32_t epoch;
     bool leader;
@@ -143,6 +146,7 @@ struct dsp_server {
 };
 
 int64_t dsp_now_ms(void);
+int64_t dsp_now_us(void);
 
 /* Sets up sockets, timers and the database side. Returns 0 or -1 (logged). */
 int dsp_server_init(dsp_server *srv, const dsp_config *cfg) __attribute__((warn_unused_result));
@@ -160,15 +164,14 @@ void dsp_server_free(dsp_server *srv);
 dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t len);
 /* Frees ty when nothing holds it any more (no worker, no buffered task, not paused). */
 void dsp_server_type_release_if_unused(dsp_server *srv, dsp_type *ty);
-void dsp_server_worker_joined(dsp_server *srv, dsp_conn *c);
-/* Takes back its deliveries; with refund, their attempt is not counted (a worker
- * dropped for timing out every delivery is judged not to have run them). */
-void dsp_server_worker_left(dsp_server *srv, dsp_conn *c, bool refund);
-void dsp_server_slot_freed(dsp_server *srv, dsp_conn *c);
-void dsp_server_room_changed(dsp_server *srv, dsp_conn *c, int64_t delta);
 void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t outcome,
                           uint32_t retry_after_ms, const uint8_t *data, size_t len);
 void dsp_server_kick(dsp_server *srv); /* schedule a dispatch pass */
+
+/* Called by dispatch.c. */
+/* A delivery was lost (worker gone, lease expired): deliver again, or fail the
+ * task when that was its last attempt. */
+void dsp_server_take_back(dsp_server *srv, dsp_task *t, const char *why);
 
 /* Operator requests (admin_http.c calls them). type NULL: every type. */
 /* Returns NULL, or why a type cannot be paused (not UTF-8, --max-types reached). */

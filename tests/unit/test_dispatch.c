@@ -1,4 +1,4 @@
-/* Unit tests of the worker picker (dispatcher/sched.c). */
+/* Unit tests of the worker picker (dispatcher/dispatch.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -6,7 +6,7 @@
 #include <cmocka.h>
 
 #include "config.h"
-#include "sched.h"
+#include "dispatch.h"
 
 #define N 4
 

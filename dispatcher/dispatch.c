@@ -1,0 +1,461 @@
+/* dispatch.c: scheduling, in one place: the per-type queues of buffered tasks, the
+ * workers and free slots of each type, the in-flight accounting and the lease heap,
+ * dispatch passes, claim pacing, and the picker that chooses a worker (round-robin /
+ * least-loaded). Runs on the loop thread. */
+#include "dispatch.h"
+
+#include "conn.h"
+#include "config.h"
+#include "proto.h"
+#include "server.h"
+
+#include <event2/event.h>
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* A small claim waits this long for more room, so that a burst of DONEs
+ * becomes one claim of hundreds of rows rather than many of a few. */
+#define GATHER_MS 2
+
+/* Types a claim asks for at most: the types with rows lately come first, idle ones
+ * take turns in the rest, so that a claim's statement stays small whatever the number
+ * of types workers registered. */
+#define CLAIM_MAX_TYPES 64
+#define CLAIM_COLD_SLOTS 16 /* of those, kept for types without rows lately */
+
+/* A type had rows lately when a claim returned some, or the table figures (read every
+ * --table-stats-ms by the stats thread) showed ready ones, within this long. Idle types
+ * (a thousand peers may name 64 each) wait their turn; a type with rows never does. */
+#define TYPE_WARM_MS 60000
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* ---- the picker ---- */
+
+int dsp_sched_pick(int policy, dsp_sched_slots *const *ws, size_t n, size_t *cursor)
+{
+    if (n == 0)
+        return -1;
+    size_t start = *cursor % n;
+    int best = -1;
+    for (size_t k = 0; k < n; k++) {
+        size_t i = (start + k) % n;
+        const dsp_sched_slots *s = ws[i];
+        if (!dsp_sched_has_room(s))
+            continue;
+        if (policy == DSP_SCHED_ROUND_ROBIN) {
+            best = (int)i;
+            break;
+        }
+        if (best < 0) {
+            best = (int)i;
+            if (s->in_flight == 0)
+                break; /* nothing is less loaded than idle */
+            continue;
+        }
+        /* s->in_flight / s->capacity < b->in_flight / b->capacity, without division */
+        const dsp_sched_slots *b = ws[best];
+        if ((uint64_t)s->in_flight * b->capacity < (uint64_t)b->in_flight * s->capacity)
+            best = (int)i;
+    }
+    if (best >= 0)
+        *cursor = (size_t)best + 1;
+    return best;
+}
+
+/* ---- queues ---- */
+
+static void busy_add(dsp_server *srv, dsp_type *ty)
+{
+    ty->busy_prev = NULL;
+    ty->busy_next = srv->busy_types;
+    if (srv->busy_types)
+        srv->busy_types->busy_prev = ty;
+    srv->busy_types = ty;
+}
+
+static void busy_remove(dsp_server *srv, dsp_type *ty)
+{
+    if (ty->busy_prev)
+        ty->busy_prev->busy_next = ty->busy_next;
+    else
+        srv->busy_types = ty->busy_next;
+    if (ty->busy_next)
+        ty->busy_next->busy_prev = ty->busy_prev;
+    ty->busy_prev = ty->busy_next = NULL;
+}
+
+void dsp_dispatch_enqueue(dsp_server *srv, dsp_type *ty, dsp_task *t)
+{
+    if (ty->nbuffered == 0)
+        busy_add(srv, ty);
+    /* Keep ascending seq: a task taken back from a worker goes before the
+     * tasks claimed after it, usually at the head. */
+    dsp_task *after = NULL;
+    if (ty->tail && ty->tail->seq > t->seq) {
+        for (dsp_task *p = ty->head; p && p->seq < t->seq; p = p->next)
+            after = p;
+    } else {
+        after = ty->tail;
+    }
+    t->prev = after;
+    t->next = after ? after->next : ty->head;
+    if (t->next)
+        t->next->prev = t;
+    else
+        ty->tail = t;
+    if (after)
+        after->next = t;
+    else
+        ty->head = t;
+    ty->nbuffered++;
+}
+
+dsp_task *dsp_dispatch_dequeue(dsp_server *srv, dsp_type *ty)
+{
+    dsp_task *t = ty->head;
+    ty->head = t->next;
+    if (ty->head)
+        ty->head->prev = NULL;
+    else
+        ty->tail = NULL;
+    t->next = t->prev = NULL;
+    if (--ty->nbuffered == 0)
+        busy_remove(srv, ty);
+    return t;
+}
+
+/* No task is dispatched any more: shutting down, or drained from the admin port.
+ * Claimed tasks then go back to NEW rather than into a type's queue. */
+bool dsp_dispatch_stopped(const dsp_server *srv)
+{
+    return srv->draining || srv->admin_draining;
+}
+
+/* ---- workers and room ---- */
+
+/* Free slots of an accepting worker: capacity is at most --max-capacity and in_flight
+ * never above it, so this is small and never negative. */
+static int64_t free_slots(const dsp_conn *c)
+{
+    return c->slots.in_flight < c->slots.capacity ? (int64_t)c->slots.capacity - (int64_t)c->slots.in_flight
+                                                  : 0;
+}
+
+static void room_changed(dsp_server *srv, dsp_conn *c, int64_t delta)
+{
+    srv->room += (uint64_t)delta;
+    for (size_t i = 0; i < c->ntypes; i++)
+        c->types[i]->room += (uint64_t)delta;
+    if (delta > 0)
+        dsp_server_kick(srv);
+}
+
+/* The room counts a worker's free slots only while it accepts tasks (after WELCOME,
+ * until STOP either way). */
+static void room_take(dsp_conn *c, int64_t delta)
+{
+    if (c->slots.accepting && c->state == DSP_CONN_ACTIVE)
+        room_changed(c->srv, c, delta);
+}
+
+void dsp_dispatch_worker_stop(dsp_server *srv, dsp_conn *c)
+{
+    if (c->slots.accepting)
+        room_changed(srv, c, -free_slots(c));
+    c->slots.accepting = false;
+}
+
+void dsp_dispatch_worker_joined(dsp_server *srv, dsp_conn *c)
+{
+    for (size_t i = 0; i < c->ntypes; i++) {
+        dsp_type *ty = c->types[i];
+        if (ty->nworkers == ty->cap) {
+            size_t cap = ty->cap ? ty->cap * 2 : 4;
+            dsp_sched_slots **w = realloc(ty->workers, cap * sizeof *w);
+            if (!w) {
+                dsp_conn_close(c, PROTO_ERR_SHUTDOWN, "out of memory");
+                return;
+            }
+            ty->workers = w;
+            ty->cap = cap;
+        }
+        ty->workers[ty->nworkers++] = &c->slots;
+        ty->orphaned_ms = 0;
+    }
+    srv->nworkers++;
+    if (c->slots.accepting)
+        room_changed(srv, c, free_slots(c));
+    /* New room, maybe new types: claim soon, but at most once per --poll-ms for joins,
+     * so that peers joining in a loop cannot keep the claim thread busy. */
+    int64_t now = dsp_now_ms();
+    if (now - srv->join_claim_ms >= srv->cfg->poll_ms) {
+        srv->join_claim_ms = now;
+        srv->claim_not_before = 0;
+    } else if (srv->claim_not_before > srv->join_claim_ms + srv->cfg->poll_ms) {
+        srv->claim_not_before = srv->join_claim_ms + srv->cfg->poll_ms;
+    }
+    dsp_server_kick(srv);
+}
+
+void dsp_dispatch_worker_left(dsp_server *srv, dsp_conn *c, bool refund)
+{
+    dsp_dispatch_worker_stop(srv, c);
+    for (size_t i = 0; i < c->ntypes; i++) {
+        dsp_type *ty = c->types[i];
+        for (size_t k = 0; k < ty->nworkers; k++)
+            if (ty->workers[k] == &c->slots) {
+                ty->workers[k] = ty->workers[--ty->nworkers];
+                break;
+            }
+    }
+    srv->nworkers--;
+    for (dsp_task *t = c->inflight, *next; t; t = next) {
+        next = t->next;
+        dsp_dispatch_inflight_del(c, t, DSP_SLOT_KEEP); /* every slot is dropped below */
+        if (refund && t->attempts > 0) {
+            /* A worker that let every recent delivery time out is judged not to have run
+             * these: their attempt is given back (docs/taskpushd.md, Attempts: attempts count deliveries to a
+             * worker that could run them). */
+            t->attempts--;
+            srv->task_stats.refunded_total++;
+        }
+        dsp_server_take_back(srv, t, "worker lost");
+    }
+    c->slots.in_flight = 0; /* cancelled deliveries' slots too */
+    /* Types nobody serves any more: freed now, or once their buffered tasks went back
+     * (release_orphans, from the housekeeping tick). */
+    for (size_t i = 0; i < c->ntypes; i++)
+        dsp_server_type_release_if_unused(srv, c->types[i]);
+    /* Marked ACTIVE no more by the caller; make sure a second call is harmless. */
+    c->ntypes = 0;
+}
+
+/* ---- in-flight accounting ---- */
+
+/* When the tick must first look at a new delivery: at its attempt's record (a
+ * millisecond early, since the tick reads two clocks), or at the end of its lease,
+ * whichever comes first. */
+static int64_t lease_first_look(const dsp_task *t)
+{
+    int64_t record = (t->delivered_us + DSP_DELIVERY_RECORD_MS * 1000) / 1000 - 1;
+    int64_t expired = t->deadline_ms + 1; /* the tick expires a lease when now > deadline */
+    return record < expired ? record : expired;
+}
+
+void dsp_dispatch_inflight_add(dsp_conn *c, dsp_task *t)
+{
+    /* Cannot fail after the dispatch pass's reservation; without a lease the task
+     * would never time out, so say so if it ever does. */
+    if (dsp_deadline_insert(&c->srv->leases, &t->lease, lease_first_look(t)) < 0)
+        log_error(&c->srv->log, "out of memory: task %llu has no lease", (unsigned long long)t->id);
+    t->holder = c;
+    t->prev = NULL;
+    t->next = c->inflight;
+    if (c->inflight)
+        c->inflight->prev = t;
+    c->inflight = t;
+    c->slots.in_flight++;
+    room_take(c, -1);
+    c->srv->ninflight++;
+}
+
+void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot)
+{
+    if (t) {
+        if (t->prev)
+            t->prev->next = t->next;
+        else
+            c->inflight = t->next;
+        if (t->next)
+            t->next->prev = t->prev;
+        t->prev = t->next = NULL;
+        t->holder = NULL;
+        c->srv->ninflight--;
+        dsp_deadline_remove(&c->srv->leases, &t->lease);
+    }
+    if (slot == DSP_SLOT_KEEP)
+        return;
+    c->slots.in_flight--;
+    room_take(c, +1);
+    if (slot == DSP_SLOT_FREE)
+        dsp_server_kick(c->srv); /* even with no room change: a pass may wait for it */
+}
+
+dsp_task *dsp_dispatch_lease_due(dsp_server *srv, int64_t now_ms)
+{
+    int64_t at;
+    dsp_deadline_node *n = dsp_deadline_peek(&srv->leases, &at);
+    return n && at <= now_ms ? container_of(n, dsp_task, lease) : NULL;
+}
+
+void dsp_dispatch_lease_defer(dsp_server *srv, dsp_task *t, int64_t at_ms)
+{
+    dsp_deadline_update(&srv->leases, &t->lease, at_ms);
+}
+
+/* ---- dispatch ---- */
+
+/* Outcomes handed to the database and not yet written. Each would run again if the
+ * daemon died now, so dispatch waits while there are more than --max-unwritten: the
+ * duplicates of a crash stay bounded by what is in flight plus that. */
+static bool too_many_unwritten(dsp_server *srv)
+{
+    if ((int64_t)(srv->noutbox + dsp_db_pending_writes(srv->db)) <= srv->cfg->max_unwritten)
+        return false;
+    srv->conn_stats.dispatch_throttled_total++;
+    return true;
+}
+
+void dsp_dispatch_run(dsp_server *srv)
+{
+    if (!srv->busy_types || srv->room == 0 || too_many_unwritten(srv))
+        return;
+    /* One clock read per pass: the deliveries of a pass are microseconds apart. */
+    int64_t pass_us = dsp_now_us(), now = pass_us / 1000;
+    for (;;) {
+        /* The type whose head comes first in dispatch order, among types with room.
+         * Only types with buffered tasks are looked at: a pass costs the same however
+         * many idle types workers registered. */
+        dsp_type *best = NULL;
+        for (dsp_type *ty = srv->busy_types; ty; ty = ty->busy_next)
+            if (ty->room > 0 && !ty->paused && (!best || ty->head->seq < best->head->seq))
+                best = ty;
+        if (!best)
+            break;
+        int i = dsp_sched_pick(srv->cfg->scheduler, best->workers, best->nworkers, &best->cursor);
+        if (i < 0) {
+            log_error(&srv->log, "type %s counts room %llu but no worker has a free slot", best->name,
+                      (unsigned long long)best->room);
+            best->room = 0;
+            continue;
+        }
+        /* The lease's place in the heap, taken before the task leaves its queue. */
+        if (dsp_deadline_reserve(&srv->leases, srv->leases.n + 1) < 0) {
+            log_error(&srv->log, "out of memory: dispatch waits");
+            break;
+        }
+        dsp_conn *c = container_of(best->workers[i], dsp_conn, slots);
+        dsp_task *t = dsp_dispatch_dequeue(srv, best);
+        srv->nbuffered--;
+        t->delivered_us = pass_us;
+        dsp_conn_deliver(c, t, now);
+    }
+}
+
+/* ---- claims ---- */
+
+static void arm_claim_timer(dsp_server *srv, int64_t at)
+{
+    int64_t d = at - dsp_now_ms();
+    if (d < 0)
+        d = 0;
+    struct timeval tv = {(time_t)(d / 1000), (suseconds_t)((d % 1000) * 1000)};
+    evtimer_add(srv->claim_timer, &tv);
+    srv->claim_timer_armed = true;
+}
+
+/* A claim asks for the workers' free slots plus --prefetch, less what is
+ * buffered, so that each claim is the next stretch of dispatch order across
+ * all types. Starvation is judged per type: tasks buffered for one type
+ * cannot feed idle workers of another, and such a type's claim still has a
+ * positive want (its room is not yet matched by buffered tasks). */
+static bool type_warm(const dsp_type *ty, int64_t now)
+{
+    return ty->rows_seen_ms > 0 && now - ty->rows_seen_ms < TYPE_WARM_MS;
+}
+
+/* A type a claim may ask for: served, not paused, with room for more. */
+static bool claim_eligible(const dsp_server *srv, const dsp_type *ty)
+{
+    return ty->nworkers > 0 && !ty->paused &&
+           (int64_t)ty->room + srv->cfg->prefetch - (int64_t)ty->nbuffered > 0;
+}
+
+void dsp_dispatch_claim_maybe(dsp_server *srv)
+{
+    if (srv->claim_outstanding || srv->claim_timer_armed || !srv->leader || dsp_dispatch_stopped(srv) ||
+        srv->paused_all)
+        return;
+    const dsp_config *cfg = srv->cfg;
+    /* Tasks buffered for a type nobody serves any more wait for the orphan sweep; they
+     * must not hold back claims for the types that do have workers. */
+    int64_t orphaned = 0;
+    for (dsp_type *ty = srv->busy_types; ty; ty = ty->busy_next)
+        if (ty->nworkers == 0)
+            orphaned += (int64_t)ty->nbuffered;
+    int64_t want = (int64_t)srv->room + cfg->prefetch - ((int64_t)srv->nbuffered - orphaned);
+    if (want <= 0)
+        return;
+    int64_t now = dsp_now_ms();
+    if (now < srv->claim_not_before) {
+        arm_claim_timer(srv, srv->claim_not_before);
+        return;
+    }
+    if (want > cfg->batch)
+        want = cfg->batch;
+    /* Claim in large batches: while every type still has tasks buffered, wait
+     * for half a prefetch of room; when some worker would run dry, wait only
+     * GATHER_MS for more room to come. */
+    int64_t low = (cfg->prefetch < cfg->batch ? cfg->prefetch : cfg->batch) / 2;
+    if (want < low) {
+        bool starving = false;
+        for (dsp_type *ty = srv->types; ty && !starving; ty = ty->next)
+            starving = ty->nworkers > 0 && !ty->paused && ty->nbuffered < ty->room;
+        if (!starving)
+            return;
+        if (srv->gather_until == 0)
+            srv->gather_until = now + GATHER_MS;
+        if (now < srv->gather_until) {
+            arm_claim_timer(srv, srv->gather_until);
+            return;
+        }
+    }
+    srv->gather_until = 0;
+
+    /* At most CLAIM_MAX_TYPES types: the warm ones (rows lately) in turn, in all but
+     * CLAIM_COLD_SLOTS places, then the cold ones in turn. Each group has its own
+     * rotor, so every type is asked for within a few claims however many there are,
+     * and a thousand idle types cannot crowd out the few that have work. */
+    const char *names[CLAIM_MAX_TYPES];
+    uint32_t limits[CLAIM_MAX_TYPES];
+    size_t count[2] = {0, 0}, take[2], start[2], seen[2] = {0, 0}, n = 0;
+    for (dsp_type *ty = srv->types; ty; ty = ty->next)
+        if (claim_eligible(srv, ty))
+            count[type_warm(ty, now)]++;
+    size_t cold_room = count[0] < CLAIM_COLD_SLOTS ? count[0] : CLAIM_COLD_SLOTS;
+    take[1] = count[1] < CLAIM_MAX_TYPES - cold_room ? count[1] : CLAIM_MAX_TYPES - cold_room;
+    take[0] = count[0] < CLAIM_MAX_TYPES - take[1] ? count[0] : CLAIM_MAX_TYPES - take[1];
+    for (int g = 0; g < 2; g++)
+        start[g] = count[g] ? srv->claim_rotor[g] % count[g] : 0;
+    for (dsp_type *ty = srv->types; ty && n < CLAIM_MAX_TYPES; ty = ty->next) {
+        if (!claim_eligible(srv, ty))
+            continue;
+        int g = type_warm(ty, now);
+        /* Is this type's index within the group's window [start, start + take)? */
+        size_t pos = (seen[g]++ + count[g] - start[g]) % count[g];
+        if (pos >= take[g])
+            continue;
+        int64_t lim = (int64_t)ty->room + cfg->prefetch - (int64_t)ty->nbuffered;
+        names[n] = ty->name;
+        limits[n++] = (uint32_t)(lim < want ? lim : want);
+    }
+    for (int g = 0; g < 2; g++)
+        srv->claim_rotor[g] = count[g] ? (start[g] + take[g]) % count[g] : 0;
+    dsp_claim_request req = {.ntypes = n, .types = names, .limits = limits, .total = (uint32_t)want};
+    if (n > 0 && dsp_db_claim(srv->db, &req) == 0) {
+        srv->claim_outstanding = true;
+        srv->claim_requested = (uint32_t)want;
+    }
+}
+
+void dsp_dispatch_claim_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    dsp_server *srv = arg;
+    srv->claim_timer_armed = false;
+    dsp_dispatch_claim_maybe(srv);
+}

@@ -1,0 +1,91 @@
+/* dispatch.h: scheduling: the per-type queues of buffered tasks, the workers and
+ * free slots ("room") of each type, the in-flight accounting and the leases of the
+ * deliveries, dispatch passes, claim pacing, and the picker that chooses the worker
+ * for the next task.
+ *
+ * The picker is a pure function over an array of slot counts, so that the policy is
+ * unit tested without sockets. Credit-based flow control lives here too: a worker
+ * is eligible only while in_flight < capacity and it accepts tasks. */
+#ifndef TASKPUSH_DSP_DISPATCH_H
+#define TASKPUSH_DSP_DISPATCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/util.h>
+
+typedef struct dsp_sched_slots {
+    uint32_t in_flight; /* deliveries not yet answered, cancelled ones included */
+    uint32_t capacity;  /* from HELLO */
+    bool accepting;     /* false after STOP either way, or before WELCOME */
+} dsp_sched_slots;
+
+static inline bool dsp_sched_has_room(const dsp_sched_slots *s)
+{
+    return s->accepting && s->in_flight < s->capacity;
+}
+
+/* Picks one of ws[0..n) with room, or returns -1.
+ * round-robin: the first with room at or after *cursor;
+ * least-loaded: the lowest in_flight/capacity, ties going to the first at or
+ * after *cursor. Either way *cursor moves just past the pick, so equal workers
+ * take turns. O(n). */
+int dsp_sched_pick(int policy, dsp_sched_slots *const *ws, size_t n, size_t *cursor);
+
+typedef struct dsp_server dsp_server;
+typedef struct dsp_conn dsp_conn;
+typedef struct dsp_type dsp_type;
+typedef struct dsp_task dsp_task;
+
+/* The per-type queues, in ascending seq (dispatch order). */
+void dsp_dispatch_enqueue(dsp_server *srv, dsp_type *ty, dsp_task *t);
+/* Takes the head of ty's queue, which must not be empty. */
+dsp_task *dsp_dispatch_dequeue(dsp_server *srv, dsp_type *ty);
+
+/* Workers and room. The room (free slots of accepting workers, per type and in all)
+ * is kept here, and only here. */
+/* c was welcomed: its types get it as a worker, its free slots join the room. */
+void dsp_dispatch_worker_joined(dsp_server *srv, dsp_conn *c);
+/* Takes back its deliveries; with refund, their attempt is not counted (a worker
+ * dropped for timing out every delivery is judged not to have run them). */
+void dsp_dispatch_worker_left(dsp_server *srv, dsp_conn *c, bool refund);
+/* c takes no more tasks (STOP either way, a drain): its free slots leave the room. */
+void dsp_dispatch_worker_stop(dsp_server *srv, dsp_conn *c);
+
+/* A delivery still running after this long gets its attempt written to the table
+ * (DSP_WRITE_DELIVERED), so that a restart after kill -9 charges it. Shorter tasks are
+ * charged by their outcome's write alone: a record costs a row update, and most tasks
+ * end well within this. A kill -9 within this long of a delivery leaves it uncharged. */
+#define DSP_DELIVERY_RECORD_MS 1000
+
+/* In-flight accounting: the only code that changes a worker's slots.in_flight, the
+ * room and srv->ninflight (conn.c and server.c call these two). */
+/* A delivery of t to c begins: t joins c's in-flight list and takes a slot. */
+void dsp_dispatch_inflight_add(dsp_conn *c, dsp_task *t);
+enum dsp_slot {
+    DSP_SLOT_KEEP,      /* cancelled: the slot stays taken until the worker answers */
+    DSP_SLOT_GIVE_BACK, /* the slot is free again (a cancel that could not be recorded) */
+    DSP_SLOT_FREE,      /* the worker answered: the slot is free, a dispatch pass follows */
+};
+/* A delivery ends: t (NULL: none, a cancelled delivery was answered) leaves c's
+ * in-flight list, and its slot goes as slot says. */
+void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot);
+
+/* Leases: every current delivery is in srv->leases, keyed by when the housekeeping
+ * tick must look at it next (its attempt's record, or its lease's end). */
+/* The delivery the tick must look at by now_ms (the earliest first), or NULL. */
+dsp_task *dsp_dispatch_lease_due(dsp_server *srv, int64_t now_ms);
+/* The tick looked at t, still in flight: it is due again at at_ms (> now_ms). */
+void dsp_dispatch_lease_defer(dsp_server *srv, dsp_task *t, int64_t at_ms);
+
+/* No task is dispatched any more (shutting down, or drained from the admin port). */
+bool dsp_dispatch_stopped(const dsp_server *srv);
+/* One dispatch pass: buffered tasks to workers with room, in dispatch order. */
+void dsp_dispatch_run(dsp_server *srv);
+/* Asks the database thread for the next claim when room and pacing allow. */
+void dsp_dispatch_claim_maybe(dsp_server *srv);
+/* srv->claim_timer's callback (arg: the server). */
+void dsp_dispatch_claim_timer_cb(evutil_socket_t fd, short what, void *arg);
+
+#endif
