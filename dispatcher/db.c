@@ -219,28 +219,28 @@ struct dsp_db {
 
 /* ---- messages to the loop ---- */
 
-static void wake_loop(dsp_db *db)
+static void dsp_dbi_wake_loop(dsp_db *db)
 {
     event_active(db->wake_ev, EV_TIMEOUT, 0);
 }
 
 /* Appends m to the loop's queue; mu held. The caller wakes the loop after unlocking. */
-static void post_locked(dsp_db *db, struct msg *m)
+static void dsp_dbi_post_locked(dsp_db *db, struct msg *m)
 {
     m->next = NULL;
     *db->mtail = m;
     db->mtail = &m->next;
 }
 
-static void post(dsp_db *db, struct msg *m)
+static void dsp_dbi_post(dsp_db *db, struct msg *m)
 {
     pthread_mutex_lock(&db->mu);
-    post_locked(db, m);
+    dsp_dbi_post_locked(db, m);
     pthread_mutex_unlock(&db->mu);
-    wake_loop(db);
+    dsp_dbi_wake_loop(db);
 }
 
-static struct msg *msg_new(enum msg_kind kind)
+static struct msg *dsp_dbi_msg_new(enum msg_kind kind)
 {
     struct msg *m = calloc(1, sizeof *m);
     if (m)
@@ -317,7 +317,7 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Reachability: healthy while both connections are up. */
-static void set_conn_ok(dsp_db *db, int which, bool ok)
+static void dsp_dbi_set_conn_ok(dsp_db *db, int which, bool ok)
 {
     struct msg *m = NULL;
     bool h;
@@ -325,14 +325,14 @@ static void set_conn_ok(dsp_db *db, int which, bool ok)
     pthread_mutex_lock(&db->mu);
     db->conn_ok[which] = ok;
     h = db->conn_ok[CONN_CLAIM] && db->conn_ok[CONN_WRITE];
-    if (h != db->healthy && (m = msg_new(MSG_HEALTH)) != NULL) {
+    if (h != db->healthy && (m = dsp_dbi_msg_new(MSG_HEALTH)) != NULL) {
         db->healthy = h;
         m->connected = h;
-        post_locked(db, m);
+        dsp_dbi_post_locked(db, m);
     }
     pthread_mutex_unlock(&db->mu);
     if (m)
-        wake_loop(db);
+        dsp_dbi_wake_loop(db);
 }
 
 /* ---- one connection ---- */
@@ -362,7 +362,7 @@ static uint64_t rng_next(uint64_t *s)
 
 /* The next reconnect wait: 100 ms doubling up to 5 s, plus up to a quarter of jitter
  * so that restarted dispatchers and both threads do not knock in step. */
-static int64_t backoff_next(struct dbconn *c)
+static int64_t dsp_dbi_backoff_next(struct dbconn *c)
 {
     int64_t base = c->backoff_ms ? c->backoff_ms : BACKOFF_MIN_MS;
     int64_t cap = BACKOFF_MAX_MS * 4 / 5;
@@ -377,7 +377,7 @@ static int64_t backoff_next(struct dbconn *c)
 
 /* True when the error says the connection or the server is the problem (reconnect and
  * try again), false for an error about the statement itself. */
-static bool error_is_transient(unsigned e)
+static bool dsp_dbi_error_is_transient(unsigned e)
 {
     if (e >= 2000 && e < 3000) /* client errors: lost connection, timeouts, ... */
         return true;
@@ -401,7 +401,7 @@ static bool error_is_transient(unsigned e)
 }
 
 /* Sends one statement and discards any result. *affected gets the changed rows. */
-static int db_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affected)
+static int dsp_dbi_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affected)
 {
     dsp_db *db = c->db;
 
@@ -433,15 +433,15 @@ static int db_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affe
     return 0;
 }
 
-static int db_exec_str(struct dbconn *c, const char *sql)
+static int dsp_dbi_exec_str(struct dbconn *c, const char *sql)
 {
-    return db_exec(c, sql, strlen(sql), NULL);
+    return dsp_dbi_exec(c, sql, strlen(sql), NULL);
 }
 
 /* Runs a query whose answer is one unsigned number. Returns 0 with *out set (*isnull
  * for SQL NULL), 1 when it returned no row, -1 on error (logged unless quiet_err is
  * that error number). */
-static int db_query_u64(struct dbconn *c, const char *sql, uint64_t *out, bool *isnull,
+static int dsp_dbi_query_u64(struct dbconn *c, const char *sql, uint64_t *out, bool *isnull,
                         unsigned quiet_err)
 {
     dsp_db *db = c->db;
@@ -471,7 +471,7 @@ static int db_query_u64(struct dbconn *c, const char *sql, uint64_t *out, bool *
     return rc;
 }
 
-static void conn_close(struct dbconn *c)
+static void dsp_dbi_conn_close(struct dbconn *c)
 {
     if (c->m) {
         mysql_close(c->m);
@@ -481,7 +481,7 @@ static void conn_close(struct dbconn *c)
 
 /* Opens the connection and sets the session up; want_packet reads max_allowed_packet
  * into c->stmt_limit. Returns 0 or -1 (logged). */
-static int conn_open(struct dbconn *c, bool autocommit, bool want_packet)
+static int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
 {
     dsp_db *db = c->db;
     const dsp_db_url *u = db->opts.url;
@@ -534,7 +534,7 @@ static int conn_open(struct dbconn *c, bool autocommit, bool want_packet)
      * exactly where producers' INSERTs of new NEW rows land, so producers would wait for
      * the claim's commit. READ COMMITTED takes no gap locks: a claim never makes an
      * INSERT wait, and that is a hard requirement. */
-    if (db_exec_str(c, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED") < 0)
+    if (dsp_dbi_exec_str(c, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED") < 0)
         goto fail;
     /* A lock wait (rare: recovery against an old dispatcher's last writes) must end as a
      * server error before the client's read timeout drops the connection. */
@@ -542,13 +542,13 @@ static int conn_open(struct dbconn *c, bool autocommit, bool want_packet)
         char sql[96];
         snprintf(sql, sizeof sql, "SET SESSION innodb_lock_wait_timeout = %d, autocommit = %d",
                  c->no_lock_wait ? 0 : LOCK_WAIT_TIMEOUT_S, autocommit ? 1 : 0);
-        if (db_exec_str(c, sql) < 0)
+        if (dsp_dbi_exec_str(c, sql) < 0)
             goto fail;
     }
     /* The writes are the statements that can grow large. */
     c->stmt_limit = STMT_MARGIN;
     if (want_packet) {
-        if (db_query_u64(c, "SELECT @@max_allowed_packet", &packet, &isnull, 0) != 0)
+        if (dsp_dbi_query_u64(c, "SELECT @@max_allowed_packet", &packet, &isnull, 0) != 0)
             goto fail;
         if (packet > STMT_CAP)
             packet = STMT_CAP;
@@ -565,7 +565,7 @@ static int conn_open(struct dbconn *c, bool autocommit, bool want_packet)
     return 0;
 
 fail:
-    conn_close(c);
+    dsp_dbi_conn_close(c);
     return -1;
 }
 
@@ -586,7 +586,7 @@ void dsp_claim_reply_free(dsp_claim_reply *reply)
     free(reply);
 }
 
-static void claim_req_free(struct claim_req *r)
+static void dsp_dbi_claim_req_free(struct claim_req *r)
 {
     size_t i;
 
@@ -603,7 +603,7 @@ static void claim_req_free(struct claim_req *r)
  * failed claim. */
 static void claim_answer(dsp_db *db, struct claim_req *r, dsp_claim_reply *reply)
 {
-    struct msg *m = msg_new(MSG_CLAIM);
+    struct msg *m = dsp_dbi_msg_new(MSG_CLAIM);
 
     if (reply == NULL)
         reply = calloc(1, sizeof *reply);
@@ -612,7 +612,7 @@ static void claim_answer(dsp_db *db, struct claim_req *r, dsp_claim_reply *reply
         log_error(db->log, "out of memory answering a claim");
         free(m);
         dsp_claim_reply_free(reply);
-        claim_req_free(r);
+        dsp_dbi_claim_req_free(r);
         pthread_mutex_lock(&db->mu);
         db->claim_busy = false;
         pthread_mutex_unlock(&db->mu);
@@ -623,13 +623,13 @@ static void claim_answer(dsp_db *db, struct claim_req *r, dsp_claim_reply *reply
         reply->types = r->types;
         r->types = NULL;
     }
-    claim_req_free(r);
+    dsp_dbi_claim_req_free(r);
     m->reply = reply;
     pthread_mutex_lock(&db->mu);
-    post_locked(db, m);
+    dsp_dbi_post_locked(db, m);
     db->claim_busy = false;
     pthread_mutex_unlock(&db->mu);
-    wake_loop(db);
+    dsp_dbi_wake_loop(db);
 }
 
 static void claim_fail(dsp_db *db, struct claim_req *r)
@@ -709,16 +709,16 @@ static void claim_idle(struct claim_ctx *x, int64_t ms)
 
 static void claim_drop(struct claim_ctx *x)
 {
-    conn_close(&x->c);
+    dsp_dbi_conn_close(&x->c);
     x->have_lock = false;
     x->confirmed = false;
     x->schema_ok = false;
-    set_conn_ok(x->db, CONN_CLAIM, false);
+    dsp_dbi_set_conn_ok(x->db, CONN_CLAIM, false);
 }
 
 static int commit(struct dbconn *c)
 {
-    return db_exec(c, "COMMIT", 6, NULL);
+    return dsp_dbi_exec(c, "COMMIT", 6, NULL);
 }
 
 /* 1: the schema is one this build knows; 0: not yet (missing tables, retry later, or
@@ -728,7 +728,7 @@ static int check_schema(struct claim_ctx *x)
     dsp_db *db = x->db;
     uint64_t v;
     bool isnull;
-    int rc = db_query_u64(&x->c, DSP_CLAIM_SQL_SCHEMA_VERSION, &v, &isnull, ER_NO_SUCH_TABLE_);
+    int rc = dsp_dbi_query_u64(&x->c, DSP_CLAIM_SQL_SCHEMA_VERSION, &v, &isnull, ER_NO_SUCH_TABLE_);
 
     if (rc < 0 && x->c.err != ER_NO_SUCH_TABLE_)
         return -1;
@@ -749,11 +749,11 @@ static int check_schema(struct claim_ctx *x)
     /* Older (taskpushd --migrate upgrades it) or newer: fatal, a retry cannot mend it. */
     char text[DSP_SCHEMA_PROBLEM_MAX];
     if (dsp_schema_version_problem(v, text, sizeof text) != 0) {
-        struct msg *m = msg_new(MSG_FATAL);
+        struct msg *m = dsp_dbi_msg_new(MSG_FATAL);
         log_error(db->log, "database %s: %s", db->opts.url->dbname, text);
         if (m) {
             m->text = strdup(text);
-            post(db, m);
+            dsp_dbi_post(db, m);
         }
         x->fatal = true;
         return 0;
@@ -767,7 +767,7 @@ static int take_lock(struct claim_ctx *x)
     dsp_db *db = x->db;
     uint64_t v;
     bool isnull;
-    int rc = db_query_u64(&x->c, db->get_lock_sql.p, &v, &isnull, 0);
+    int rc = dsp_dbi_query_u64(&x->c, db->get_lock_sql.p, &v, &isnull, 0);
 
     if (rc < 0)
         return -1;
@@ -793,7 +793,7 @@ static int take_lock(struct claim_ctx *x)
 static void leadership_lost(struct claim_ctx *x)
 {
     dsp_db *db = x->db;
-    struct msg *m = msg_new(MSG_LEADER_LOST);
+    struct msg *m = dsp_dbi_msg_new(MSG_LEADER_LOST);
 
     log_error(db->log, "another dispatcher took the table after epoch %u", (unsigned)x->epoch);
     x->announced = false;
@@ -802,17 +802,17 @@ static void leadership_lost(struct claim_ctx *x)
     pthread_mutex_lock(&db->mu);
     db->accepting = false;
     if (m)
-        post_locked(db, m);
+        dsp_dbi_post_locked(db, m);
     pthread_mutex_unlock(&db->mu);
     if (m)
-        wake_loop(db);
+        dsp_dbi_wake_loop(db);
 }
 
 /* Reads the epoch counter. Returns 0 or -1. */
 static int read_meta_epoch(struct claim_ctx *x, uint64_t *out)
 {
     bool isnull;
-    int rc = db_query_u64(&x->c, "SELECT value FROM taskpush_meta WHERE name = 'epoch'", out,
+    int rc = dsp_dbi_query_u64(&x->c, "SELECT value FROM taskpush_meta WHERE name = 'epoch'", out,
                           &isnull, 0);
     if (rc == 1 || isnull)
         *out = 0;
@@ -832,7 +832,7 @@ static int release_unknown(struct claim_ctx *x)
     dsp_db_sql_release_ids(&x->sql, x->epoch, wall_ms(), x->release_ids, x->nrelease);
     if (x->sql.oom)
         return -1;
-    if (db_exec(&x->c, x->sql.p, x->sql.len, &n) < 0 || commit(&x->c) < 0)
+    if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0 || commit(&x->c) < 0)
         return -1;
     if (n)
         log_info(x->db->log, "released %" PRIu64 " row(s) of a claim whose commit was not confirmed",
@@ -852,7 +852,7 @@ static int recover(struct claim_ctx *x)
         dsp_db_sql_recover(&x->sql, x->epoch, wall_ms(), RECOVER_BATCH);
         if (x->sql.oom)
             return -1;
-        if (db_exec(&x->c, x->sql.p, x->sql.len, &n) < 0 || commit(&x->c) < 0)
+        if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0 || commit(&x->c) < 0)
             return -1;
         total += n;
     } while (n >= RECOVER_BATCH && !claim_stopping(db));
@@ -882,7 +882,7 @@ static int confirm_leadership(struct claim_ctx *x)
         }
         leadership_lost(x);
     }
-    if (db_exec(&x->c, DSP_CLAIM_SQL_EPOCH_NEXT, strlen(DSP_CLAIM_SQL_EPOCH_NEXT), &n) < 0)
+    if (dsp_dbi_exec(&x->c, DSP_CLAIM_SQL_EPOCH_NEXT, strlen(DSP_CLAIM_SQL_EPOCH_NEXT), &n) < 0)
         return -1;
     e = mysql_insert_id(x->c.m);
     if (commit(&x->c) < 0)
@@ -893,9 +893,9 @@ static int confirm_leadership(struct claim_ctx *x)
         return 0;
     }
     if (e == 0 || e > UINT32_MAX) {
-        if ((m = msg_new(MSG_FATAL)) != NULL) {
+        if ((m = dsp_dbi_msg_new(MSG_FATAL)) != NULL) {
             m->text = strdup("the epoch counter in taskpush_meta is out of range");
-            post(db, m);
+            dsp_dbi_post(db, m);
         }
         x->fatal = true;
         return 0;
@@ -911,14 +911,14 @@ static int confirm_leadership(struct claim_ctx *x)
     x->next_demote = 0;
     x->next_refresh = 0;
     atomic_store(&db->leader, true);
-    if ((m = msg_new(MSG_LEADER)) == NULL)
+    if ((m = dsp_dbi_msg_new(MSG_LEADER)) == NULL)
         return -1;
     m->epoch = x->epoch;
     pthread_mutex_lock(&db->mu);
     db->accepting = !db->stop_claims;
-    post_locked(db, m);
+    dsp_dbi_post_locked(db, m);
     pthread_mutex_unlock(&db->mu);
-    wake_loop(db);
+    dsp_dbi_wake_loop(db);
     return 1;
 }
 
@@ -1117,7 +1117,7 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
         dsp_db_sql_claim_mark(&x->sql, x->epoch, wall_ms(), ids, nkept);
         if (x->sql.oom)
             goto oom_rollback;
-        if (db_exec(&x->c, x->sql.p, x->sql.len, &affected) < 0) {
+        if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &affected) < 0) {
             db_error = true;
             goto fail;
         }
@@ -1157,7 +1157,7 @@ oom_rollback:
         mysql_free_result(res);
         res = NULL;
     }
-    if (db_exec_str(&x->c, "ROLLBACK") < 0)
+    if (dsp_dbi_exec_str(&x->c, "ROLLBACK") < 0)
         db_error = true;
     goto fail;
 oom:
@@ -1209,7 +1209,7 @@ static int sweeps(struct claim_ctx *x)
         x->next_demote = now_m + DEMOTE_EVERY_MS;
         do {
             if (dsp_claim_sql_demote(sql, sizeof sql, wall_ms(), SWEEP_LIMIT) < 0 ||
-                db_exec(&x->c, sql, strlen(sql), &n) < 0)
+                dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
                 goto fail;
             if (n)
                 refresh = true; /* new rows in the delayed lane */
@@ -1221,14 +1221,14 @@ static int sweeps(struct claim_ctx *x)
         x->last_promote = now_m;
         do {
             if (dsp_claim_sql_promote(sql, sizeof sql, wall_ms(), SWEEP_LIMIT) < 0 ||
-                db_exec(&x->c, sql, strlen(sql), &n) < 0)
+                dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
                 goto fail;
             if (n >= SWEEP_LIMIT && commit(&x->c) < 0)
                 goto fail;
         } while (n >= SWEEP_LIMIT);
     }
     if (refresh) {
-        if (db_query_u64(&x->c, "SELECT MIN(run_after) FROM task WHERE `delayed` = 1", &v, &isnull,
+        if (dsp_dbi_query_u64(&x->c, "SELECT MIN(run_after) FROM task WHERE `delayed` = 1", &v, &isnull,
                          0) < 0)
             goto fail;
         /* run_after is a signed BIGINT: the cast gives back a negative value. */
@@ -1290,7 +1290,7 @@ static int serve(struct claim_ctx *x)
     return sweeps(x);
 }
 
-static void *claim_main(void *arg)
+static void *dsp_dbi_claim_main(void *arg)
 {
     dsp_db *db = arg;
     struct claim_ctx x;
@@ -1309,12 +1309,12 @@ static void *claim_main(void *arg)
 
     while (!claim_stopping(db)) {
         if (x.c.m == NULL) {
-            if (conn_open(&x.c, false, false) < 0) {
-                set_conn_ok(db, CONN_CLAIM, false);
-                claim_idle(&x, backoff_next(&x.c));
+            if (dsp_dbi_conn_open(&x.c, false, false) < 0) {
+                dsp_dbi_set_conn_ok(db, CONN_CLAIM, false);
+                claim_idle(&x, dsp_dbi_backoff_next(&x.c));
                 continue;
             }
-            set_conn_ok(db, CONN_CLAIM, true);
+            dsp_dbi_set_conn_ok(db, CONN_CLAIM, true);
         }
         if (x.fatal) {
             claim_idle(&x, 60000); /* the loop exits on on_fatal; wait for dsp_db_stop */
@@ -1361,7 +1361,7 @@ static void *claim_main(void *arg)
     drop:
         log_warn(db->log, "claim connection: reconnecting");
         claim_drop(&x);
-        claim_idle(&x, backoff_next(&x.c));
+        claim_idle(&x, dsp_dbi_backoff_next(&x.c));
     }
 
     /* Claims stopped: hold the lock until the write thread has written everything. */
@@ -1378,13 +1378,13 @@ static void *claim_main(void *arg)
         if (x.have_lock) {
             uint64_t v;
             bool isnull;
-            if (db_query_u64(&x.c, db->release_lock_sql.p, &v, &isnull, 0) == 0)
+            if (dsp_dbi_query_u64(&x.c, db->release_lock_sql.p, &v, &isnull, 0) == 0)
                 log_debug(db->log, "released the table's lock");
         }
-        conn_close(&x.c);
+        dsp_dbi_conn_close(&x.c);
     }
     atomic_store(&db->leader, false);
-    set_conn_ok(db, CONN_CLAIM, false);
+    dsp_dbi_set_conn_ok(db, CONN_CLAIM, false);
     dsp_strbuf_free(&x.sql);
     free(x.release_ids);
     free(x.cands);
@@ -1553,7 +1553,7 @@ static int write_skip_locked(struct write_ctx *w, int kind, size_t s, size_t e,
     memset(w->busy, 0, n);
     /* The wait is 1 s here, not 0: with 0, MariaDB 10.11 fails the COMMIT of a
      * transaction whose SKIP LOCKED read passed over a locked row (error 1180). */
-    if (db_exec_str(&w->c, "SET SESSION innodb_lock_wait_timeout = 1, autocommit = 0") < 0)
+    if (dsp_dbi_exec_str(&w->c, "SET SESSION innodb_lock_wait_timeout = 1, autocommit = 0") < 0)
         return -1;
     dsp_strbuf_reset(&w->sql);
     dsp_db_sql_lock_free(&w->sql, epoch, w->rows + s, NULL, n);
@@ -1565,11 +1565,11 @@ static int write_skip_locked(struct write_ctx *w, int kind, size_t s, size_t e,
     if (m > 0) {
         dsp_strbuf_reset(&w->sql);
         dsp_db_sql_write(&w->sql, kind, epoch, wall_ms(), w->sub, m);
-        if (w->sql.oom || db_exec(&w->c, w->sql.p, w->sql.len, &affected) < 0)
+        if (w->sql.oom || dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, &affected) < 0)
             return -1;
     }
-    if (db_exec_str(&w->c, "COMMIT") < 0 ||
-        db_exec_str(&w->c, "SET SESSION innodb_lock_wait_timeout = 0, autocommit = 1") < 0)
+    if (dsp_dbi_exec_str(&w->c, "COMMIT") < 0 ||
+        dsp_dbi_exec_str(&w->c, "SET SESSION innodb_lock_wait_timeout = 0, autocommit = 1") < 0)
         return -1;
     if (m < n) {
         /* A plain read (no lock, no wait) finds which of the others are still ours. */
@@ -1668,7 +1668,7 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
                 }
                 return -1; /* try again after a pause */
             }
-            if (db_exec(&w->c, w->sql.p, w->sql.len, &affected) == 0) {
+            if (dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, &affected) == 0) {
                 rep->written[kind] += affected;
                 /* A delivery record finds no row when the outcome came first: harmless. */
                 if (kind != DSP_WRITE_DELIVERED)
@@ -1694,7 +1694,7 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
                 w->dropped++;
                 return -1; /* the server closed the connection */
             }
-            if (w->c.err == ER_NET_PACKET_TOO_LARGE_ || !error_is_transient(w->c.err)) {
+            if (w->c.err == ER_NET_PACKET_TOO_LARGE_ || !dsp_dbi_error_is_transient(w->c.err)) {
                 if (cnt > 1) {
                     log_warn(db->log, "writing %zu outcome(s) in one statement failed; writing them one by one",
                              cnt);
@@ -1760,25 +1760,25 @@ static void write_batch(struct write_ctx *w)
         if (w->c.m == NULL) {
             if (write_past_deadline(db))
                 break;
-            if (conn_open(&w->c, true, true) < 0) {
-                set_conn_ok(db, CONN_WRITE, false);
-                write_sleep(db, backoff_next(&w->c));
+            if (dsp_dbi_conn_open(&w->c, true, true) < 0) {
+                dsp_dbi_set_conn_ok(db, CONN_WRITE, false);
+                write_sleep(db, dsp_dbi_backoff_next(&w->c));
                 continue;
             }
-            set_conn_ok(db, CONN_WRITE, true);
+            dsp_dbi_set_conn_ok(db, CONN_WRITE, true);
         }
         if (write_pass(w, &rep, &left, &retry_min) < 0) {
             log_warn(db->log, "write connection: reconnecting; %zu outcome(s) to write again", left);
-            conn_close(&w->c);
-            set_conn_ok(db, CONN_WRITE, false);
+            dsp_dbi_conn_close(&w->c);
+            dsp_dbi_set_conn_ok(db, CONN_WRITE, false);
             if (write_past_deadline(db))
                 break;
-            write_sleep(db, backoff_next(&w->c));
+            write_sleep(db, dsp_dbi_backoff_next(&w->c));
         }
     }
     w->dropped += left;
     atomic_fetch_add_explicit(&db->write_batches, 1, memory_order_relaxed);
-    m = msg_new(MSG_WRITTEN);
+    m = dsp_dbi_msg_new(MSG_WRITTEN);
     pthread_mutex_lock(&db->mu);
     /* Deferred outcomes go back to the queue (they keep their data) unless the stop
      * deadline has passed; the rest are done with. */
@@ -1795,7 +1795,7 @@ static void write_batch(struct write_ctx *w)
     db->writing = 0;
     if (m) {
         m->report = rep;
-        post_locked(db, m);
+        dsp_dbi_post_locked(db, m);
     }
     if (retry_min < db->retry_due_ms) {
         db->retry_due_ms = retry_min;
@@ -1803,10 +1803,10 @@ static void write_batch(struct write_ctx *w)
     }
     pthread_mutex_unlock(&db->mu);
     if (m)
-        wake_loop(db);
+        dsp_dbi_wake_loop(db);
 }
 
-static void *write_main(void *arg)
+static void *dsp_dbi_write_main(void *arg)
 {
     dsp_db *db = arg;
     struct write_ctx w;
@@ -1846,11 +1846,11 @@ static void *write_main(void *arg)
             if (w.c.m == NULL && mono_ms() >= w.next_connect && cap) {
                 /* Connect while idle, so that on_health tells the truth early. */
                 pthread_mutex_unlock(&db->mu);
-                if (conn_open(&w.c, true, true) == 0) {
-                    set_conn_ok(db, CONN_WRITE, true);
+                if (dsp_dbi_conn_open(&w.c, true, true) == 0) {
+                    dsp_dbi_set_conn_ok(db, CONN_WRITE, true);
                 } else {
-                    set_conn_ok(db, CONN_WRITE, false);
-                    w.next_connect = mono_ms() + backoff_next(&w.c);
+                    dsp_dbi_set_conn_ok(db, CONN_WRITE, false);
+                    w.next_connect = mono_ms() + dsp_dbi_backoff_next(&w.c);
                 }
                 pthread_mutex_lock(&db->mu);
                 continue;
@@ -1895,8 +1895,8 @@ static void *write_main(void *arg)
                   "%" PRIu64 " outcome(s) not written; their rows stay PROCESSING until the next"
                   " dispatcher recovers them",
                   w.dropped);
-    conn_close(&w.c);
-    set_conn_ok(db, CONN_WRITE, false);
+    dsp_dbi_conn_close(&w.c);
+    dsp_dbi_set_conn_ok(db, CONN_WRITE, false);
     dsp_strbuf_free(&w.sql);
     free(w.batch);
     free(w.done);
@@ -1960,8 +1960,8 @@ static MYSQL_RES *db_query_res(struct dbconn *c, const char *sql, size_t len)
 
 static void stats_drop(struct stats_ctx *x)
 {
-    conn_close(&x->c);
-    x->next_connect = mono_ms() + backoff_next(&x->c);
+    dsp_dbi_conn_close(&x->c);
+    x->next_connect = mono_ms() + dsp_dbi_backoff_next(&x->c);
 }
 
 /* 0 when connected; -1 while the backoff lasts or the connection failed. With now,
@@ -1972,8 +1972,8 @@ static int stats_connect(struct stats_ctx *x, bool now)
         return 0;
     if (!now && mono_ms() < x->next_connect)
         return -1;
-    if (conn_open(&x->c, true, false) < 0) {
-        x->next_connect = mono_ms() + backoff_next(&x->c);
+    if (dsp_dbi_conn_open(&x->c, true, false) < 0) {
+        x->next_connect = mono_ms() + dsp_dbi_backoff_next(&x->c);
         return -1;
     }
     return 0;
@@ -2083,7 +2083,7 @@ static int stats_refresh(struct stats_ctx *x)
     /* 2. SUCCESSFUL, up to the cap. */
     dsp_strbuf_reset(&x->sql);
     dsp_db_sql_stats_successful(&x->sql, DSP_DB_SQL_SUCCESSFUL_CAP);
-    if (x->sql.oom || db_query_u64(&x->c, x->sql.p, &v, &isnull, 0) < 0)
+    if (x->sql.oom || dsp_dbi_query_u64(&x->c, x->sql.p, &v, &isnull, 0) < 0)
         return -1;
     w->by_state[2] = v;
     w->successful_capped = v >= DSP_DB_SQL_SUCCESSFUL_CAP;
@@ -2099,7 +2099,7 @@ static int stats_refresh(struct stats_ctx *x)
             }
     if (any) {
         dsp_db_sql_stats_oldest_end(&x->sql);
-        if (x->sql.oom || db_query_u64(&x->c, x->sql.p, &v, &isnull, 0) < 0)
+        if (x->sql.oom || dsp_dbi_query_u64(&x->c, x->sql.p, &v, &isnull, 0) < 0)
             return -1;
         if (!isnull) {
             int64_t since = (int64_t)v; /* a signed BIGINT: the cast gives it back */
@@ -2140,7 +2140,7 @@ static int stats_retention(struct stats_ctx *x)
         for (b = 0; b < RETAIN_BATCHES && !stats_stopping(db); b++) {
             dsp_strbuf_reset(&x->sql);
             dsp_db_sql_retention(&x->sql, states[k], wall_ms() - keep[k], RETAIN_BATCH);
-            if (x->sql.oom || db_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+            if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
                 if (total)
                     log_info(db->log, "retention deleted %" PRIu64 " %s row(s)", total,
                              states[k] == 2 ? "SUCCESSFUL" : "FAILED");
@@ -2162,7 +2162,7 @@ static int stats_retention(struct stats_ctx *x)
 
 static void requeue_answer(dsp_db *db, uint64_t request_id, int64_t rows)
 {
-    struct msg *m = msg_new(MSG_REQUEUED);
+    struct msg *m = dsp_dbi_msg_new(MSG_REQUEUED);
 
     if (m == NULL) {
         log_error(db->log, "out of memory answering requeue request %" PRIu64, request_id);
@@ -2170,10 +2170,10 @@ static void requeue_answer(dsp_db *db, uint64_t request_id, int64_t rows)
     }
     m->request_id = request_id;
     m->rows = rows;
-    post(db, m);
+    dsp_dbi_post(db, m);
 }
 
-static void requeue_req_free(struct requeue_req *r)
+static void dsp_dbi_requeue_req_free(struct requeue_req *r)
 {
     if (r) {
         free(r->type);
@@ -2198,7 +2198,7 @@ static void stats_requeue(struct stats_ctx *x, struct requeue_req *r)
             break;
         dsp_strbuf_reset(&x->sql);
         dsp_db_sql_requeue_failed(&x->sql, r->type, wall_ms(), REQUEUE_BATCH);
-        if (x->sql.oom || db_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+        if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
             if (!x->sql.oom)
                 stats_drop(x);
             break;
@@ -2215,7 +2215,7 @@ static void stats_requeue(struct stats_ctx *x, struct requeue_req *r)
         log_warn(db->log, "requeue of FAILED rows stopped after %" PRIu64 " row(s)", total);
 out:
     requeue_answer(db, r->request_id, rows);
-    requeue_req_free(r);
+    dsp_dbi_requeue_req_free(r);
 }
 
 /* One round: the figures (when enabled), then retention (when enabled and due: after
@@ -2238,7 +2238,7 @@ static void stats_round(struct stats_ctx *x, bool refresh, bool retain)
     }
 }
 
-static void *stats_main(void *arg)
+static void *dsp_dbi_stats_main(void *arg)
 {
     dsp_db *db = arg;
     struct stats_ctx x;
@@ -2303,9 +2303,9 @@ static void *stats_main(void *arg)
     for (; pending; pending = r) {
         r = pending->next;
         requeue_answer(db, pending->request_id, -1);
-        requeue_req_free(pending);
+        dsp_dbi_requeue_req_free(pending);
     }
-    conn_close(&x.c);
+    dsp_dbi_conn_close(&x.c);
     dsp_strbuf_free(&x.sql);
     free(x.work);
     mysql_thread_end();
@@ -2406,19 +2406,19 @@ int dsp_db_start(dsp_db *db)
 {
     if (db->started)
         return -1;
-    if (pthread_create(&db->write_thr, NULL, write_main, db) != 0) {
+    if (pthread_create(&db->write_thr, NULL, dsp_dbi_write_main, db) != 0) {
         log_error(db->log, "cannot start the write thread: %s", strerror(errno));
         return -1;
     }
     db->write_thread_ok = true;
     db->started = true;
-    if (pthread_create(&db->claim_thr, NULL, claim_main, db) != 0) {
+    if (pthread_create(&db->claim_thr, NULL, dsp_dbi_claim_main, db) != 0) {
         log_error(db->log, "cannot start the claim thread");
         dsp_db_stop(db, 0);
         return -1;
     }
     db->claim_thread_ok = true;
-    if (pthread_create(&db->stats_thr, NULL, stats_main, db) != 0) {
+    if (pthread_create(&db->stats_thr, NULL, dsp_dbi_stats_main, db) != 0) {
         log_error(db->log, "cannot start the stats thread");
         dsp_db_stop(db, 0);
         return -1;
@@ -2466,7 +2466,7 @@ int dsp_db_claim(dsp_db *db, const dsp_claim_request *req)
     if (ok)
         return 0;
 fail:
-    claim_req_free(r);
+    dsp_dbi_claim_req_free(r);
     return -1;
 }
 
@@ -2585,11 +2585,11 @@ void dsp_db_free(dsp_db *db)
     for (i = 0; i < db->qlen; i++)
         free(db->q[db->qhead + i].o.data);
     free(db->q);
-    claim_req_free(db->req);
+    dsp_dbi_claim_req_free(db->req);
     while (db->rq_head) {
         struct requeue_req *r = db->rq_head;
         db->rq_head = r->next;
-        requeue_req_free(r);
+        dsp_dbi_requeue_req_free(r);
     }
     free(db->tstats);
     for (m = db->mhead; m; m = next) {
@@ -2661,13 +2661,13 @@ int dsp_db_requeue_failed(dsp_db *db, const char *type, uint64_t request_id)
     }
     pthread_mutex_unlock(&db->mu);
     if (now) {
-        struct msg *m = msg_new(MSG_REQUEUED);
-        requeue_req_free(r);
+        struct msg *m = dsp_dbi_msg_new(MSG_REQUEUED);
+        dsp_dbi_requeue_req_free(r);
         if (m == NULL)
             return -1;
         m->request_id = request_id;
         m->rows = -1;
-        post(db, m);
+        dsp_dbi_post(db, m);
     }
     return 0;
 }
