@@ -2,6 +2,32 @@
  * table's leadership (GET_LOCK and the epoch), the recovery of rows older epochs left
  * PROCESSING, the lane sweeps (promote/demote) and the claim transactions, and answers
  * dsp_db_claim through MSG_CLAIM.
+ *
+ * The thread's life is a state machine (enum claim_state), one function per state,
+ * driven by dsp_dbi_claim_main until dsp_db_stop:
+ *
+ *   CONNECT --> SCHEMA --> LOCK --> CONFIRM --> SERVE
+ *
+ *   CONNECT  open the connection; on failure wait (backoff) and try again.
+ *   SCHEMA   read the schema version: missing tables, wait SCHEMA_RETRY_MS and read
+ *            again; known, on to LOCK (to CONFIRM when the lock is already held).
+ *   LOCK     GET_LOCK: busy, try again (and note a lost leadership); taken, on to
+ *            CONFIRM, or back to SCHEMA, lock kept, when the version read again under
+ *            the lock is not one to use (taskpushd --migrate ran meanwhile).
+ *   CONFIRM  keep the announced epoch, or take a new one and recover; then SERVE
+ *            (back to SCHEMA when taskpush_meta has no epoch row).
+ *   SERVE    claims and lane sweeps, one per step.
+ *   FATAL    a schema or epoch counter no retry mends was reported (on_fatal): wait
+ *            for dsp_db_stop. Latched: a reconnect comes back here, so the report
+ *            is made once.
+ *   DROP     a database error in any state: close, wait (backoff), CONNECT.
+ *
+ * Beside the state, two facts outlive a state: have_lock (this connection holds the
+ * lock: always in CONFIRM and SERVE) and announced (the loop was told of epoch; it
+ * survives a reconnect, so that CONFIRM can keep the epoch). Steps that move forward
+ * through the setup run back to back; dsp_db_stop is looked at after every wait.
+ * Afterwards the thread holds the lock until the write thread is done, then
+ * releases it.
  */
 #include "db_internal.h"
 
@@ -79,16 +105,27 @@ struct cand {
     unsigned long payload_len;
 };
 
+/* See the opening comment. The order matters: a step to a later state up to SERVE
+ * runs the next one at once. */
+enum claim_state {
+    CLAIM_CONNECT,
+    CLAIM_SCHEMA,
+    CLAIM_LOCK,
+    CLAIM_CONFIRM,
+    CLAIM_SERVE,
+    CLAIM_FATAL,
+    CLAIM_DROP, /* passed through at once: never the state between two steps */
+};
+
 struct claim_ctx {
     dsp_db *db;
     struct dbconn c;
-    bool schema_ok;
-    bool schema_logged;
-    bool fatal;
-    bool have_lock;
-    bool wait_logged;
-    bool confirmed;   /* lock and epoch confirmed on this connection: claims may run */
+    enum claim_state state;
+    bool fatal;       /* FATAL was entered: latched */
+    bool have_lock;   /* this connection holds the table's lock */
     bool announced;   /* on_leader was posted for epoch and no loss since */
+    bool schema_logged;
+    bool wait_logged;
     uint32_t epoch;
     dsp_strbuf sql;
     uint64_t *release_ids; /* rows of a claim whose COMMIT has an unknown outcome */
@@ -138,8 +175,6 @@ static void claim_drop(struct claim_ctx *x)
 {
     dsp_dbi_conn_close(&x->c);
     x->have_lock = false;
-    x->confirmed = false;
-    x->schema_ok = false;
     dsp_dbi_set_conn_ok(x->db, CONN_CLAIM, false);
 }
 
@@ -205,11 +240,9 @@ static int take_lock(struct claim_ctx *x)
         x->wait_logged = false;
         /* taskpushd --migrate holds this lock while it changes the schema: read the
          * version again now that nobody can change it under us. On 0 (fatal, or the
-         * tables are gone) the claim loop waits as for a busy lock. */
-        rc = check_schema(x);
-        if (rc == 0)
-            x->schema_ok = false;
-        return rc;
+         * tables are gone) claim_on_lock waits as for a busy lock, then goes back to
+         * SCHEMA with the lock kept. */
+        return check_schema(x);
     }
     if (!x->wait_logged)
         log_info(db->log, "another taskpushd holds the table; waiting");
@@ -303,7 +336,6 @@ static int confirm_leadership(struct claim_ctx *x)
         if (e == x->epoch) {
             if (release_unknown(x) < 0)
                 return -1;
-            x->confirmed = true;
             log_info(db->log, "kept the table with epoch %u", (unsigned)x->epoch);
             return 1;
         }
@@ -316,7 +348,6 @@ static int confirm_leadership(struct claim_ctx *x)
         return -1;
     if (n != 1) {
         log_warn(db->log, "taskpush_meta has no 'epoch' row; load sql/schema.sql");
-        x->schema_ok = false;
         return 0;
     }
     if (e == 0 || e > UINT32_MAX) {
@@ -332,7 +363,6 @@ static int confirm_leadership(struct claim_ctx *x)
     atomic_store(&db->epoch, x->epoch);
     if (recover(x) < 0)
         return -1;
-    x->confirmed = true;
     x->announced = true;
     x->next_due_wall = 0; /* sweep both lanes at once */
     x->next_demote = 0;
@@ -357,34 +387,44 @@ static int cand_cmp(const void *pa, const void *pb)
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
-/* Runs one claim transaction for r and answers it. Returns 0, or -1 on a database
- * error (answered with a failure; the caller reconnects). */
-static int do_claim(struct claim_ctx *x, struct claim_req *r)
+/* One claim transaction, as do_claim's steps (plan, select, merge, mark) pass it on. */
+struct claim_run {
+    struct claim_req *r;
+    const char **ptypes;    /* the types that may take rows: the SELECT's parts */
+    uint16_t *pindex;       /* per part: its index in r->types */
+    uint32_t *taken;        /* per type of r: rows kept */
+    size_t nparts;
+    uint32_t limit;         /* most rows per part */
+    MYSQL_RES *res;         /* the SELECT's rows; x->cands point into them */
+    size_t ncand, nkept;
+    uint64_t *ids;          /* the kept rows, for the mark */
+    dsp_claim_reply *reply;
+    int64_t t0;             /* the SELECT went out (monotonic, us) */
+};
+
+/* How a step of a claim ended. */
+enum claim_step_rc {
+    STEP_OK = 0,
+    STEP_FAILED,       /* answer with a failure; the connection is fine */
+    STEP_DB_ERROR,     /* answer with a failure; the caller reconnects */
+    STEP_OOM,          /* out of memory before the SELECT */
+    STEP_OOM_ROLLBACK, /* out of memory inside the transaction: roll it back */
+};
+
+/* Plans the SELECT: only types that may take rows, each asked for the largest
+ * per-type limit (capped by the total). */
+static int claim_plan(struct claim_ctx *x, struct claim_run *cr)
 {
     dsp_db *db = x->db;
-    const char **ptypes = NULL;
-    uint16_t *pindex = NULL;
-    uint32_t *taken = NULL;
-    size_t nparts = 0, ncand = 0, nkept = 0, nforeign = 0, i, p;
-    uint64_t first_foreign = 0;
-    uint32_t limit = 0;
-    dsp_claim_reply *reply = NULL;
-    uint64_t *ids = NULL;
-    MYSQL_RES *res = NULL;
-    MYSQL_ROW row;
-    int64_t t0;
-    uint64_t affected;
-    char *sel = NULL;
-    size_t cap;
-    int n, rc = -1;
-    bool db_error = false;
+    struct claim_req *r = cr->r;
+    size_t i;
 
-    ptypes = calloc(r->ntypes ? r->ntypes : 1, sizeof *ptypes);
-    pindex = calloc(r->ntypes ? r->ntypes : 1, sizeof *pindex);
-    taken = calloc(r->ntypes ? r->ntypes : 1, sizeof *taken);
-    reply = calloc(1, sizeof *reply);
-    if (!ptypes || !pindex || !taken || !reply)
-        goto oom;
+    cr->ptypes = calloc(r->ntypes ? r->ntypes : 1, sizeof *cr->ptypes);
+    cr->pindex = calloc(r->ntypes ? r->ntypes : 1, sizeof *cr->pindex);
+    cr->taken = calloc(r->ntypes ? r->ntypes : 1, sizeof *cr->taken);
+    cr->reply = calloc(1, sizeof *cr->reply);
+    if (!cr->ptypes || !cr->pindex || !cr->taken || !cr->reply)
+        return STEP_OOM;
     /* Only types that may take rows; a type name the table cannot hold has no rows. */
     for (i = 0; i < r->ntypes; i++) {
         if (r->limits[i] == 0)
@@ -394,49 +434,93 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
                      strlen(r->types[i]));
             continue;
         }
-        ptypes[nparts] = r->types[i];
-        pindex[nparts++] = (uint16_t)i;
-        if (r->limits[i] > limit)
-            limit = r->limits[i];
+        cr->ptypes[cr->nparts] = r->types[i];
+        cr->pindex[cr->nparts++] = (uint16_t)i;
+        if (r->limits[i] > cr->limit)
+            cr->limit = r->limits[i];
     }
-    if (limit > r->total)
-        limit = r->total;
-    if (nparts == 0 || limit == 0) {
-        claim_answer(db, r, reply); /* nothing to ask for: an empty success */
-        rc = 0;
-        goto out;
-    }
+    if (cr->limit > r->total)
+        cr->limit = r->total;
+    return STEP_OK;
+}
 
-    cap = dsp_claim_sql_select_bound(ptypes, nparts);
+/* The part of a row whose type is t[0..tl): p when it is p's (the usual case: the
+ * parts come one after the other), else the part found, or nparts for none. */
+static size_t claim_row_part(const struct claim_run *cr, size_t p, const char *t, size_t tl)
+{
+    size_t q;
+
+    if (p < cr->nparts && strlen(cr->ptypes[p]) == tl && memcmp(cr->ptypes[p], t, tl) == 0)
+        return p;
+    for (q = 0; q < cr->nparts; q++)
+        if (strlen(cr->ptypes[q]) == tl && memcmp(cr->ptypes[q], t, tl) == 0)
+            break;
+    return q;
+}
+
+/* Fills a candidate from a row of the SELECT (its payload points into the result). */
+static void cand_fill(struct cand *cd, MYSQL_ROW row, const unsigned long *len, uint16_t type_index)
+{
+    long long a = row[DSP_CLAIM_COL_ATTEMPTS] ? strtoll(row[DSP_CLAIM_COL_ATTEMPTS], NULL, 10) : 0;
+    long long ma = row[DSP_CLAIM_COL_MAX_ATTEMPTS]
+                       ? strtoll(row[DSP_CLAIM_COL_MAX_ATTEMPTS], NULL, 10)
+                       : 0;
+
+    cd->id = strtoull(row[DSP_CLAIM_COL_TASK_ID], NULL, 10);
+    cd->type_index = type_index;
+    cd->priority = row[DSP_CLAIM_COL_PRIORITY]
+                       ? (uint8_t)strtoul(row[DSP_CLAIM_COL_PRIORITY], NULL, 10)
+                       : 0;
+    cd->attempts = a < 0 ? 0 : a > UINT32_MAX ? UINT32_MAX : (uint32_t)a;
+    cd->max_attempts = ma < 0 ? 0 : ma > UINT32_MAX ? UINT32_MAX : (uint32_t)ma;
+    cd->timeout_ms = row[DSP_CLAIM_COL_TIMEOUT_MS]
+                         ? strtoll(row[DSP_CLAIM_COL_TIMEOUT_MS], NULL, 10)
+                         : -1;
+    cd->payload = row[DSP_CLAIM_COL_PAYLOAD];
+    cd->payload_len = row[DSP_CLAIM_COL_PAYLOAD] ? len[DSP_CLAIM_COL_PAYLOAD] : 0;
+}
+
+/* Select: runs the locking SELECT (FOR UPDATE SKIP LOCKED, one part per type) and
+ * reads its rows into x->cands, each part in dispatch order. */
+static int claim_select(struct claim_ctx *x, struct claim_run *cr)
+{
+    dsp_db *db = x->db;
+    size_t cap = dsp_claim_sql_select_bound(cr->ptypes, cr->nparts), nforeign = 0, p, q;
+    uint64_t first_foreign = 0;
+    MYSQL_ROW row;
+    char *sel;
+    int n;
+
     if ((sel = malloc(cap)) == NULL)
-        goto oom;
-    n = dsp_claim_sql_select(sel, cap, ptypes, nparts, wall_ms(), limit, NULL, NULL);
+        return STEP_OOM;
+    n = dsp_claim_sql_select(sel, cap, cr->ptypes, cr->nparts, wall_ms(), cr->limit, NULL, NULL);
     if (n < 0) {
         log_error(db->log, "cannot build the claim statement");
-        goto fail;
+        free(sel);
+        return STEP_FAILED;
     }
 
-    t0 = mono_us();
+    cr->t0 = mono_us();
     atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
     if (mysql_real_query(x->c.m, sel, (unsigned long)n) != 0 ||
-        (res = mysql_store_result(x->c.m)) == NULL) {
+        (cr->res = mysql_store_result(x->c.m)) == NULL) {
         x->c.err = mysql_errno(x->c.m);
         log_warn(db->log, "claim: %s (error %u)", x->c.err ? mysql_error(x->c.m) : "no result",
                  x->c.err);
-        db_error = true;
-        goto fail;
+        free(sel);
+        return STEP_DB_ERROR;
     }
-    if (mysql_num_fields(res) != DSP_CLAIM_COL_COUNT) {
-        log_error(db->log, "claim: %u columns, expected %d", mysql_num_fields(res),
+    free(sel);
+    if (mysql_num_fields(cr->res) != DSP_CLAIM_COL_COUNT) {
+        log_error(db->log, "claim: %u columns, expected %d", mysql_num_fields(cr->res),
                   DSP_CLAIM_COL_COUNT);
-        db_error = true;
-        goto fail;
+        return STEP_DB_ERROR;
     }
-    if (mysql_num_rows(res) > x->cands_cap) {
-        size_t want = (size_t)mysql_num_rows(res);
+    if (mysql_num_rows(cr->res) > x->cands_cap) {
+        size_t want = (size_t)mysql_num_rows(cr->res);
         struct cand *nc = realloc(x->cands, want * sizeof *nc);
         if (nc == NULL)
-            goto oom_rollback;
+            return STEP_OOM_ROLLBACK;
         x->cands = nc;
         x->cands_cap = want;
     }
@@ -444,48 +528,21 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
     /* The parts come one after the other, each in dispatch order; a row's part is the
      * one whose type it carries. */
     p = 0;
-    while ((row = mysql_fetch_row(res)) != NULL) {
-        unsigned long *len = mysql_fetch_lengths(res);
-        struct cand *cd;
-        size_t tl;
+    while ((row = mysql_fetch_row(cr->res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(cr->res);
 
         if (row[DSP_CLAIM_COL_TASK_ID] == NULL || row[DSP_CLAIM_COL_TASK_TYPE] == NULL)
             continue;
-        tl = len[DSP_CLAIM_COL_TASK_TYPE];
-        if (p >= nparts || strlen(ptypes[p]) != tl ||
-            memcmp(ptypes[p], row[DSP_CLAIM_COL_TASK_TYPE], tl) != 0) {
-            size_t q;
-            for (q = 0; q < nparts; q++)
-                if (strlen(ptypes[q]) == tl && memcmp(ptypes[q], row[DSP_CLAIM_COL_TASK_TYPE], tl) == 0)
-                    break;
-            if (q == nparts) {
-                /* Equal in SQL but not byte for byte (utf8mb4_bin pads: 'a ' = 'a'):
-                 * no worker asked for it. It stays NEW. */
-                if (nforeign++ == 0)
-                    first_foreign = strtoull(row[DSP_CLAIM_COL_TASK_ID], NULL, 10);
-                continue;
-            }
-            p = q;
+        q = claim_row_part(cr, p, row[DSP_CLAIM_COL_TASK_TYPE], len[DSP_CLAIM_COL_TASK_TYPE]);
+        if (q == cr->nparts) {
+            /* Equal in SQL but not byte for byte (utf8mb4_bin pads: 'a ' = 'a'):
+             * no worker asked for it. It stays NEW. */
+            if (nforeign++ == 0)
+                first_foreign = strtoull(row[DSP_CLAIM_COL_TASK_ID], NULL, 10);
+            continue;
         }
-        cd = &x->cands[ncand++];
-        cd->id = strtoull(row[DSP_CLAIM_COL_TASK_ID], NULL, 10);
-        cd->type_index = pindex[p];
-        cd->priority = row[DSP_CLAIM_COL_PRIORITY]
-                           ? (uint8_t)strtoul(row[DSP_CLAIM_COL_PRIORITY], NULL, 10)
-                           : 0;
-        {
-            long long a = row[DSP_CLAIM_COL_ATTEMPTS] ? strtoll(row[DSP_CLAIM_COL_ATTEMPTS], NULL, 10) : 0;
-            long long ma = row[DSP_CLAIM_COL_MAX_ATTEMPTS]
-                               ? strtoll(row[DSP_CLAIM_COL_MAX_ATTEMPTS], NULL, 10)
-                               : 0;
-            cd->attempts = a < 0 ? 0 : a > UINT32_MAX ? UINT32_MAX : (uint32_t)a;
-            cd->max_attempts = ma < 0 ? 0 : ma > UINT32_MAX ? UINT32_MAX : (uint32_t)ma;
-        }
-        cd->timeout_ms = row[DSP_CLAIM_COL_TIMEOUT_MS]
-                             ? strtoll(row[DSP_CLAIM_COL_TIMEOUT_MS], NULL, 10)
-                             : -1;
-        cd->payload = row[DSP_CLAIM_COL_PAYLOAD];
-        cd->payload_len = row[DSP_CLAIM_COL_PAYLOAD] ? len[DSP_CLAIM_COL_PAYLOAD] : 0;
+        p = q;
+        cand_fill(&x->cands[cr->ncand++], row, len, cr->pindex[p]);
     }
     if (nforeign)
         log_warn(db->log,
@@ -495,64 +552,79 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
     if (mysql_errno(x->c.m) != 0) {
         x->c.err = mysql_errno(x->c.m);
         log_warn(db->log, "claim: reading rows: %s", mysql_error(x->c.m));
-        db_error = true;
-        goto fail;
+        return STEP_DB_ERROR;
     }
+    return STEP_OK;
+}
 
-    /* Merge the types into dispatch order, then keep rows while their type and the
-     * total have room; the rest stay NEW (the COMMIT unlocks them). */
-    if (ncand > 1)
-        qsort(x->cands, ncand, sizeof *x->cands, cand_cmp);
-    for (i = 0; i < ncand && nkept < r->total; i++) {
+/* Merge: the parts into dispatch order, keeping rows while their type and the total
+ * have room (the rest stay NEW: the COMMIT unlocks them); then copies the kept rows
+ * into the reply, so that everything the reply needs is allocated before the rows
+ * change. */
+static int claim_merge(struct claim_ctx *x, struct claim_run *cr)
+{
+    struct claim_req *r = cr->r;
+    dsp_claim_reply *reply = cr->reply;
+    size_t i;
+
+    if (cr->ncand > 1)
+        qsort(x->cands, cr->ncand, sizeof *x->cands, cand_cmp);
+    for (i = 0; i < cr->ncand && cr->nkept < r->total; i++) {
         struct cand *cd = &x->cands[i];
-        if (taken[cd->type_index] >= r->limits[cd->type_index])
+        if (cr->taken[cd->type_index] >= r->limits[cd->type_index])
             continue;
-        taken[cd->type_index]++;
-        x->cands[nkept++] = *cd; /* compacts in place: nkept <= i */
+        cr->taken[cd->type_index]++;
+        x->cands[cr->nkept++] = *cd; /* compacts in place: nkept <= i */
     }
+    if (cr->nkept == 0)
+        return STEP_OK;
 
-    if (nkept > 0) {
-        /* Everything the reply needs is allocated before the rows change. */
-        reply->tasks = calloc(nkept, sizeof *reply->tasks);
-        ids = malloc(nkept * sizeof *ids);
-        if (!reply->tasks || !ids)
-            goto oom_rollback;
-        for (i = 0; i < nkept; i++) {
-            const struct cand *cd = &x->cands[i];
-            dsp_claimed_task *t = &reply->tasks[i];
-            t->task_id = cd->id;
-            t->attempts = cd->attempts;
-            t->max_attempts = cd->max_attempts;
-            t->timeout_ms = cd->timeout_ms;
-            t->priority = cd->priority;
-            t->type_index = cd->type_index;
-            t->payload_len = cd->payload_len;
-            if (cd->payload_len) {
-                if ((t->payload = malloc(cd->payload_len)) == NULL) {
-                    reply->ntasks = i;
-                    goto oom_rollback;
-                }
-                memcpy(t->payload, cd->payload, cd->payload_len);
+    reply->tasks = calloc(cr->nkept, sizeof *reply->tasks);
+    cr->ids = malloc(cr->nkept * sizeof *cr->ids);
+    if (!reply->tasks || !cr->ids)
+        return STEP_OOM_ROLLBACK;
+    for (i = 0; i < cr->nkept; i++) {
+        const struct cand *cd = &x->cands[i];
+        dsp_claimed_task *t = &reply->tasks[i];
+        t->task_id = cd->id;
+        t->attempts = cd->attempts;
+        t->max_attempts = cd->max_attempts;
+        t->timeout_ms = cd->timeout_ms;
+        t->priority = cd->priority;
+        t->type_index = cd->type_index;
+        t->payload_len = cd->payload_len;
+        if (cd->payload_len) {
+            if ((t->payload = malloc(cd->payload_len)) == NULL) {
+                reply->ntasks = i;
+                return STEP_OOM_ROLLBACK;
             }
-            ids[i] = cd->id;
+            memcpy(t->payload, cd->payload, cd->payload_len);
         }
-        reply->ntasks = nkept;
-        mysql_free_result(res);
-        res = NULL;
+        cr->ids[i] = cd->id;
+    }
+    reply->ntasks = cr->nkept;
+    return STEP_OK;
+}
 
+/* Mark: the kept rows become PROCESSING under our epoch (one UPDATE ... IN), and the
+ * transaction commits. */
+static int claim_mark(struct claim_ctx *x, struct claim_run *cr)
+{
+    dsp_db *db = x->db;
+    size_t nkept = cr->nkept;
+    uint64_t affected;
+
+    mysql_free_result(cr->res); /* the reply has its copies */
+    cr->res = NULL;
+    if (nkept > 0) {
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_claim_mark(&x->sql, x->epoch, wall_ms(), ids, nkept);
+        dsp_db_sql_claim_mark(&x->sql, x->epoch, wall_ms(), cr->ids, nkept);
         if (x->sql.oom)
-            goto oom_rollback;
-        if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &affected) < 0) {
-            db_error = true;
-            goto fail;
-        }
+            return STEP_OOM_ROLLBACK;
+        if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &affected) < 0)
+            return STEP_DB_ERROR;
         if (affected != nkept)
             log_error(db->log, "claim marked %" PRIu64 " row(s) of %zu kept", affected, nkept);
-    } else {
-        mysql_free_result(res);
-        res = NULL;
     }
     if (commit(&x->c) < 0) {
         /* The commit may have happened: after reconnecting, these rows go back to NEW
@@ -560,50 +632,91 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
         if (nkept > 0) {
             uint64_t *keep = realloc(x->release_ids, (x->nrelease + nkept) * sizeof *keep);
             if (keep) {
-                memcpy(keep + x->nrelease, ids, nkept * sizeof *ids);
+                memcpy(keep + x->nrelease, cr->ids, nkept * sizeof *cr->ids);
                 x->release_ids = keep;
                 x->nrelease += nkept;
             }
         }
-        db_error = true;
-        goto fail;
+        return STEP_DB_ERROR;
     }
-    reply->duration_us = mono_us() - t0;
-    atomic_fetch_add_explicit(&db->claims, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&db->claimed_rows, nkept, memory_order_relaxed);
-    atomic_fetch_add_explicit(&db->claim_us_total, (uint64_t)reply->duration_us,
-                              memory_order_relaxed);
-    claim_answer(db, r, reply);
-    reply = NULL;
-    rc = 0;
-    goto out;
+    return STEP_OK;
+}
 
-oom_rollback:
-    log_error(db->log, "out of memory during a claim; rolling it back");
-    if (res) {
-        mysql_free_result(res);
-        res = NULL;
+static void claim_run_free(struct claim_run *cr)
+{
+    if (cr->res)
+        mysql_free_result(cr->res);
+    dsp_claim_reply_free(cr->reply);
+    free(cr->ids);
+    free(cr->ptypes);
+    free(cr->pindex);
+    free(cr->taken);
+}
+
+/* Answers a claim that failed at step rc with a failure. Returns 0, or -1 when the
+ * connection is no longer to be trusted. */
+static int claim_run_fail(struct claim_ctx *x, struct claim_run *cr, int rc)
+{
+    dsp_db *db = x->db;
+    bool db_error = rc == STEP_DB_ERROR;
+
+    if (rc == STEP_OOM_ROLLBACK) {
+        log_error(db->log, "out of memory during a claim; rolling it back");
+        if (cr->res) {
+            mysql_free_result(cr->res);
+            cr->res = NULL;
+        }
+        if (dsp_dbi_exec_str(&x->c, "ROLLBACK") < 0)
+            db_error = true;
+    } else if (rc == STEP_OOM) {
+        log_error(db->log, "out of memory during a claim");
     }
-    if (dsp_dbi_exec_str(&x->c, "ROLLBACK") < 0)
-        db_error = true;
-    goto fail;
-oom:
-    log_error(db->log, "out of memory during a claim");
-fail:
-    if (res)
-        mysql_free_result(res);
-    res = NULL;
-    dsp_claim_reply_free(reply);
-    reply = NULL;
-    claim_fail(db, r);
-    rc = db_error ? -1 : 0;
-out:
-    free(ids);
-    free(sel);
-    free(ptypes);
-    free(pindex);
-    free(taken);
-    return rc;
+    if (cr->res)
+        mysql_free_result(cr->res);
+    cr->res = NULL;
+    dsp_claim_reply_free(cr->reply);
+    cr->reply = NULL;
+    claim_fail(db, cr->r);
+    claim_run_free(cr);
+    return db_error ? -1 : 0;
+}
+
+/* Runs one claim transaction for r and answers it: plan, select, merge, mark.
+ * Returns 0, or -1 on a database error (answered with a failure; the caller
+ * reconnects). */
+static int do_claim(struct claim_ctx *x, struct claim_req *r)
+{
+    dsp_db *db = x->db;
+    struct claim_run cr;
+    int rc;
+
+    memset(&cr, 0, sizeof cr);
+    cr.r = r;
+    rc = claim_plan(x, &cr);
+    if (rc == STEP_OK && (cr.nparts == 0 || cr.limit == 0)) {
+        claim_answer(db, r, cr.reply); /* nothing to ask for: an empty success */
+        cr.reply = NULL;
+        claim_run_free(&cr);
+        return 0;
+    }
+    if (rc == STEP_OK)
+        rc = claim_select(x, &cr);
+    if (rc == STEP_OK)
+        rc = claim_merge(x, &cr);
+    if (rc == STEP_OK)
+        rc = claim_mark(x, &cr);
+    if (rc != STEP_OK)
+        return claim_run_fail(x, &cr, rc);
+
+    cr.reply->duration_us = mono_us() - cr.t0;
+    atomic_fetch_add_explicit(&db->claims, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&db->claimed_rows, cr.nkept, memory_order_relaxed);
+    atomic_fetch_add_explicit(&db->claim_us_total, (uint64_t)cr.reply->duration_us,
+                              memory_order_relaxed);
+    claim_answer(db, r, cr.reply);
+    cr.reply = NULL;
+    claim_run_free(&cr);
+    return 0;
 }
 
 /* The lane sweeps, when due: demote at most once a second; promote when the earliest
@@ -717,81 +830,123 @@ static int serve(struct claim_ctx *x)
     return sweeps(x);
 }
 
-void *dsp_dbi_claim_main(void *arg)
+/* ---- the claim thread's states (see the opening comment) ---- */
+
+static enum claim_state claim_on_connect(struct claim_ctx *x)
 {
-    dsp_db *db = arg;
-    struct claim_ctx x;
-    struct claim_req *r;
-    uint64_t e;
-    int rc;
-
-    memset(&x, 0, sizeof x);
-    x.db = db;
-    x.c.db = db;
-    x.c.who = "claim";
-    x.c.rng = (uint64_t)mono_us() * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)&x;
-    if (x.c.rng == 0)
-        x.c.rng = 1;
-    mysql_thread_init();
-
-    while (!claim_stopping(db)) {
-        if (x.c.m == NULL) {
-            if (dsp_dbi_conn_open(&x.c, false, false) < 0) {
-                dsp_dbi_set_conn_ok(db, CONN_CLAIM, false);
-                claim_idle(&x, dsp_dbi_backoff_next(&x.c));
-                continue;
-            }
-            dsp_dbi_set_conn_ok(db, CONN_CLAIM, true);
-        }
-        if (x.fatal) {
-            claim_idle(&x, 60000); /* the loop exits on on_fatal; wait for dsp_db_stop */
-            continue;
-        }
-        if (!x.schema_ok) {
-            rc = check_schema(&x);
-            if (rc < 0)
-                goto drop;
-            if (rc == 0) {
-                claim_idle(&x, SCHEMA_RETRY_MS);
-                continue;
-            }
-            x.schema_ok = true;
-        }
-        if (!x.have_lock) {
-            rc = take_lock(&x); /* waits up to LOCK_TRY_S on the server */
-            if (rc < 0)
-                goto drop;
-            if (rc == 0) {
-                /* Lost the lock with the old connection; if the epoch moved on meanwhile,
-                 * another dispatcher took the table and recovered our rows. */
-                if (x.announced) {
-                    if (read_meta_epoch(&x, &e) < 0)
-                        goto drop;
-                    if (e != x.epoch)
-                        leadership_lost(&x);
-                }
-                claim_idle(&x, 0);
-                continue;
-            }
-        }
-        if (!x.confirmed) {
-            rc = confirm_leadership(&x);
-            if (rc < 0)
-                goto drop;
-            if (rc == 0) {
-                claim_idle(&x, SCHEMA_RETRY_MS);
-                continue;
-            }
-        }
-        if (serve(&x) == 0)
-            continue;
-    drop:
-        log_warn(db->log, "claim connection: reconnecting");
-        claim_drop(&x);
-        claim_idle(&x, dsp_dbi_backoff_next(&x.c));
+    if (dsp_dbi_conn_open(&x->c, false, false) < 0) {
+        dsp_dbi_set_conn_ok(x->db, CONN_CLAIM, false);
+        claim_idle(x, dsp_dbi_backoff_next(&x->c));
+        return CLAIM_CONNECT;
     }
+    dsp_dbi_set_conn_ok(x->db, CONN_CLAIM, true);
+    return x->fatal ? CLAIM_FATAL : CLAIM_SCHEMA;
+}
 
-    /* Claims stopped: hold the lock until the write thread has written everything. */
+static enum claim_state claim_on_schema(struct claim_ctx *x)
+{
+    int rc = check_schema(x);
+
+    if (rc < 0)
+        return CLAIM_DROP;
+    if (rc == 0) {
+        claim_idle(x, SCHEMA_RETRY_MS);
+        return x->fatal ? CLAIM_FATAL : CLAIM_SCHEMA;
+    }
+    return x->have_lock ? CLAIM_CONFIRM : CLAIM_LOCK;
+}
+
+static enum claim_state claim_on_lock(struct claim_ctx *x)
+{
+    uint64_t e;
+    int rc = take_lock(x); /* waits up to LOCK_TRY_S on the server */
+
+    if (rc < 0)
+        return CLAIM_DROP;
+    if (rc == 1)
+        return CLAIM_CONFIRM;
+    /* Lost the lock with the old connection; if the epoch moved on meanwhile,
+     * another dispatcher took the table and recovered our rows. */
+    if (x->announced) {
+        if (read_meta_epoch(x, &e) < 0)
+            return CLAIM_DROP;
+        if (e != x->epoch)
+            leadership_lost(x);
+    }
+    claim_idle(x, 0);
+    if (x->fatal)
+        return CLAIM_FATAL;
+    /* Holding the lock here means the version read again under it was not one to use. */
+    return x->have_lock ? CLAIM_SCHEMA : CLAIM_LOCK;
+}
+
+static enum claim_state claim_on_confirm(struct claim_ctx *x)
+{
+    int rc = confirm_leadership(x);
+
+    if (rc < 0)
+        return CLAIM_DROP;
+    if (rc == 0) {
+        claim_idle(x, SCHEMA_RETRY_MS);
+        return x->fatal ? CLAIM_FATAL : CLAIM_SCHEMA;
+    }
+    return CLAIM_SERVE;
+}
+
+static enum claim_state claim_on_fatal(struct claim_ctx *x)
+{
+    claim_idle(x, 60000); /* the loop exits on on_fatal; wait for dsp_db_stop */
+    return CLAIM_FATAL;
+}
+
+static enum claim_state claim_on_drop(struct claim_ctx *x)
+{
+    log_warn(x->db->log, "claim connection: reconnecting");
+    claim_drop(x);
+    claim_idle(x, dsp_dbi_backoff_next(&x->c));
+    return CLAIM_CONNECT;
+}
+
+/* Runs the current state's step and returns the next state. DROP runs at once, in
+ * the same step: the connection it closes is broken. */
+static enum claim_state claim_step(struct claim_ctx *x)
+{
+    enum claim_state next = CLAIM_DROP;
+
+    switch (x->state) {
+    case CLAIM_CONNECT:
+        next = claim_on_connect(x);
+        break;
+    case CLAIM_SCHEMA:
+        next = claim_on_schema(x);
+        break;
+    case CLAIM_LOCK:
+        next = claim_on_lock(x);
+        break;
+    case CLAIM_CONFIRM:
+        next = claim_on_confirm(x);
+        break;
+    case CLAIM_SERVE:
+        next = serve(x) == 0 ? CLAIM_SERVE : CLAIM_DROP;
+        break;
+    case CLAIM_FATAL:
+        next = claim_on_fatal(x);
+        break;
+    case CLAIM_DROP:
+        break;
+    }
+    if (next == CLAIM_DROP)
+        next = claim_on_drop(x);
+    return next;
+}
+
+/* After dsp_db_stop: hold the lock until the write thread has written everything,
+ * then let it go. */
+static void claim_finish(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    struct claim_req *r;
+
     pthread_mutex_lock(&db->mu);
     db->accepting = false;
     while (!db->claim_exit)
@@ -801,17 +956,45 @@ void *dsp_dbi_claim_main(void *arg)
     pthread_mutex_unlock(&db->mu);
     if (r)
         claim_fail(db, r);
-    if (x.c.m) {
-        if (x.have_lock) {
+    if (x->c.m) {
+        if (x->have_lock) {
             uint64_t v;
             bool isnull;
-            if (dsp_dbi_query_u64(&x.c, db->release_lock_sql.p, &v, &isnull, 0) == 0)
+            if (dsp_dbi_query_u64(&x->c, db->release_lock_sql.p, &v, &isnull, 0) == 0)
                 log_debug(db->log, "released the table's lock");
         }
-        dsp_dbi_conn_close(&x.c);
+        dsp_dbi_conn_close(&x->c);
     }
     atomic_store(&db->leader, false);
     dsp_dbi_set_conn_ok(db, CONN_CLAIM, false);
+}
+
+void *dsp_dbi_claim_main(void *arg)
+{
+    dsp_db *db = arg;
+    struct claim_ctx x;
+    enum claim_state was;
+
+    memset(&x, 0, sizeof x);
+    x.db = db;
+    x.c.db = db;
+    x.c.who = "claim";
+    x.c.rng = (uint64_t)mono_us() * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)&x;
+    if (x.c.rng == 0)
+        x.c.rng = 1;
+    x.state = CLAIM_CONNECT;
+    mysql_thread_init();
+
+    while (!claim_stopping(db)) {
+        /* Forward through the setup the steps run back to back; every other step
+         * waited, and dsp_db_stop is looked at again. */
+        do {
+            was = x.state;
+            x.state = claim_step(&x);
+        } while (x.state > was && x.state <= CLAIM_SERVE);
+    }
+
+    claim_finish(&x);
     dsp_strbuf_free(&x.sql);
     free(x.release_ids);
     free(x.cands);
