@@ -1,17 +1,21 @@
 /* db.h: taskpushd's database side.
  *
- * The event loop never calls MySQL. This module owns two threads, each with its
+ * The event loop never calls MySQL. This module owns three threads, each with its
  * own connection:
  *  - the claim thread holds the table's leadership lock (GET_LOCK) for the life
  *    of its connection, takes a new epoch, puts rows of older epochs back to NEW,
  *    moves rows between the delayed and ready lanes, and runs claim transactions;
  *  - the write thread writes outcomes in batches, a few statements per batch,
- *    each fenced by "task_state = PROCESSING AND epoch = ours".
+ *    each fenced by "task_state = PROCESSING AND epoch = ours";
+ *  - the stats thread reads the table's figures (dsp_table_stats), deletes rows past
+ *    their retention and serves the operator's requeue of FAILED rows; it takes no
+ *    part in leadership.
  * Requests go in through the thread-safe calls below; replies come back on the
  * loop thread, through callbacks run from a libevent event that the database
  * threads activate (so evthread_use_pthreads() must run before the base exists).
- * While the database is unreachable both threads reconnect with backoff and
- * report it through on_health; queued outcomes are kept, never dropped.
+ * While the database is unreachable the threads reconnect with backoff, and the
+ * claim and write connections report it through on_health; queued outcomes are
+ * kept, never dropped.
  */
 #ifndef TASKPUSH_DSP_DB_H
 #define TASKPUSH_DSP_DB_H

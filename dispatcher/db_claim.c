@@ -1,0 +1,1003 @@
+/* db_claim: the claim thread (see db_internal.h for what it shares). It owns the
+ * table's leadership (GET_LOCK and the epoch), the recovery of rows older epochs left
+ * PROCESSING, the lane sweeps (promote/demote) and the claim transactions, and answers
+ * dsp_db_claim through MSG_CLAIM.
+ *
+ * The thread's life is a state machine (enum claim_state), one function per state,
+ * driven by dsp_dbi_claim_main until dsp_db_stop:
+ *
+ *   CONNECT --> SCHEMA --> LOCK --> CONFIRM --> SERVE
+ *
+ *   CONNECT  open the connection; on failure wait (backoff) and try again.
+ *   SCHEMA   read the schema version: missing tables, wait SCHEMA_RETRY_MS and read
+ *            again; known, on to LOCK (to CONFIRM when the lock is already held).
+ *   LOCK     GET_LOCK: busy, try again (and note a lost leadership); taken, on to
+ *            CONFIRM, or back to SCHEMA, lock kept, when the version read again under
+ *            the lock is not one to use (taskpushd --migrate ran meanwhile).
+ *   CONFIRM  keep the announced epoch, or take a new one and recover; then SERVE
+ *            (back to SCHEMA when taskpush_meta has no epoch row).
+ *   SERVE    claims and lane sweeps, one per step.
+ *   FATAL    a schema or epoch counter no retry mends was reported (on_fatal): wait
+ *            for dsp_db_stop. Latched: a reconnect comes back here, so the report
+ *            is made once.
+ *   DROP     a database error in any state: close, wait (backoff), CONNECT.
+ *
+ * Beside the state, two facts outlive a state: have_lock (this connection holds the
+ * lock: always in CONFIRM and SERVE) and announced (the loop was told of epoch; it
+ * survives a reconnect, so that CONFIRM can keep the epoch). Steps that move forward
+ * through the setup run back to back; dsp_db_stop is looked at after every wait.
+ * Afterwards the thread holds the lock until the write thread is done, then
+ * releases it.
+ */
+#include "db_internal.h"
+
+#include "claim_sql.h"
+#include "migrate.h"
+
+#include <mysql.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RECOVER_BATCH 5000u   /* rows per recovery UPDATE, committed each */
+#define SWEEP_LIMIT 5000u     /* rows per promote/demote UPDATE */
+#define PROMOTE_GAP_MS 200    /* least time between two promote sweeps */
+#define DEMOTE_EVERY_MS 1000  /* demote at most this often */
+#define DUE_REFRESH_MS 5000   /* re-read MIN(run_after) of the delayed lane at least this often */
+#define SCHEMA_RETRY_MS 2000  /* while the tables are missing */
+
+/* ---- claim replies ---- */
+
+/* Posts the reply to the request r (which it consumes): reply may be NULL for a
+ * failed claim. */
+static void claim_answer(dsp_db *db, struct claim_req *r, dsp_claim_reply *reply)
+{
+    struct msg *m = dsp_dbi_msg_new(MSG_CLAIM);
+
+    if (reply == NULL)
+        reply = calloc(1, sizeof *reply);
+    if (m == NULL || reply == NULL) {
+        /* Nothing can tell the loop; it would wait for this answer forever. */
+        log_error(db->log, "out of memory answering a claim");
+        free(m);
+        dsp_claim_reply_free(reply);
+        dsp_dbi_claim_req_free(r);
+        pthread_mutex_lock(&db->mu);
+        db->claim_busy = false;
+        pthread_mutex_unlock(&db->mu);
+        return;
+    }
+    if (reply->types == NULL) {
+        reply->ntypes = r->ntypes;
+        reply->types = r->types;
+        r->types = NULL;
+    }
+    dsp_dbi_claim_req_free(r);
+    m->reply = reply;
+    pthread_mutex_lock(&db->mu);
+    dsp_dbi_post_locked(db, m);
+    db->claim_busy = false;
+    pthread_mutex_unlock(&db->mu);
+    dsp_dbi_wake_loop(db);
+}
+
+static void claim_fail(dsp_db *db, struct claim_req *r)
+{
+    dsp_claim_reply *reply = calloc(1, sizeof *reply);
+    if (reply)
+        reply->status = -1;
+    claim_answer(db, r, reply);
+}
+
+/* ---- the claim thread ---- */
+
+struct cand {
+    uint64_t id;
+    uint8_t priority;
+    uint16_t type_index;
+    uint32_t attempts, max_attempts;
+    int64_t timeout_ms;
+    const char *payload;
+    unsigned long payload_len;
+};
+
+/* See the opening comment. The order matters: a step to a later state up to SERVE
+ * runs the next one at once. */
+enum claim_state {
+    CLAIM_CONNECT,
+    CLAIM_SCHEMA,
+    CLAIM_LOCK,
+    CLAIM_CONFIRM,
+    CLAIM_SERVE,
+    CLAIM_FATAL,
+    CLAIM_DROP, /* passed through at once: never the state between two steps */
+};
+
+struct claim_ctx {
+    dsp_db *db;
+    struct dbconn c;
+    enum claim_state state;
+    bool fatal;       /* FATAL was entered: latched */
+    bool have_lock;   /* this connection holds the table's lock */
+    bool announced;   /* on_leader was posted for epoch and no loss since */
+    bool schema_logged;
+    bool wait_logged;
+    uint32_t epoch;
+    dsp_strbuf sql;
+    uint64_t *release_ids; /* rows of a claim whose COMMIT has an unknown outcome */
+    size_t nrelease;
+    int64_t next_due_wall;   /* earliest run_after of the delayed lane, as last read */
+    int64_t last_promote;    /* monotonic */
+    int64_t next_demote;     /* monotonic */
+    int64_t next_refresh;    /* monotonic */
+    struct cand *cands;
+    size_t cands_cap;
+};
+
+static bool claim_stopping(dsp_db *db)
+{
+    bool s;
+    pthread_mutex_lock(&db->mu);
+    s = db->stop_claims || db->claim_exit;
+    pthread_mutex_unlock(&db->mu);
+    return s;
+}
+
+/* Waits up to ms while not serving, answering every claim request with a failure so
+ * that the loop keeps polling. Returns early when stopping. */
+static void claim_idle(struct claim_ctx *x, int64_t ms)
+{
+    dsp_db *db = x->db;
+    int64_t until = mono_ms() + ms;
+    struct claim_req *r;
+
+    pthread_mutex_lock(&db->mu);
+    for (;;) {
+        if ((r = db->req) != NULL) {
+            db->req = NULL;
+            pthread_mutex_unlock(&db->mu);
+            claim_fail(db, r);
+            pthread_mutex_lock(&db->mu);
+            continue;
+        }
+        if (db->stop_claims || db->claim_exit || mono_ms() >= until)
+            break;
+        cond_wait_until(&db->claim_cv, &db->mu, until);
+    }
+    pthread_mutex_unlock(&db->mu);
+}
+
+static void claim_drop(struct claim_ctx *x)
+{
+    dsp_dbi_conn_close(&x->c);
+    x->have_lock = false;
+    dsp_dbi_set_conn_ok(x->db, CONN_CLAIM, false);
+}
+
+static int commit(struct dbconn *c)
+{
+    return dsp_dbi_exec(c, "COMMIT", 6, NULL);
+}
+
+/* 1: the schema is one this build knows; 0: not yet (missing tables, retry later, or
+ * fatal); -1: connection error. */
+static int check_schema(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    uint64_t v;
+    bool isnull;
+    int rc = dsp_dbi_query_u64(&x->c, DSP_CLAIM_SQL_SCHEMA_VERSION, &v, &isnull, ER_NO_SUCH_TABLE_);
+
+    if (rc < 0 && x->c.err != ER_NO_SUCH_TABLE_)
+        return -1;
+    /* End the read's transaction: it holds a metadata lock on the table until then,
+     * which would make an ALTER or DROP (and everything queued behind it) wait. */
+    if (commit(&x->c) < 0)
+        return -1;
+    if (rc != 0 || isnull) {
+        if (!x->schema_logged)
+            log_warn(db->log,
+                     "database %s has no taskpush schema (taskpush_meta.schema_version);"
+                     " load sql/schema.sql. Retrying every %d s",
+                     db->opts.url->dbname, SCHEMA_RETRY_MS / 1000);
+        x->schema_logged = true;
+        return 0;
+    }
+    x->schema_logged = false;
+    /* Older (taskpushd --migrate upgrades it) or newer: fatal, a retry cannot mend it. */
+    char text[DSP_SCHEMA_PROBLEM_MAX];
+    if (dsp_schema_version_problem(v, text, sizeof text) != 0) {
+        struct msg *m = dsp_dbi_msg_new(MSG_FATAL);
+        log_error(db->log, "database %s: %s", db->opts.url->dbname, text);
+        if (m) {
+            m->text = strdup(text);
+            dsp_dbi_post(db, m);
+        }
+        x->fatal = true;
+        return 0;
+    }
+    return 1;
+}
+
+/* 1: the lock is ours; 0: someone else holds it; -1: error. */
+static int take_lock(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    uint64_t v;
+    bool isnull;
+    int rc = dsp_dbi_query_u64(&x->c, db->get_lock_sql.p, &v, &isnull, 0);
+
+    if (rc < 0)
+        return -1;
+    if (rc == 0 && !isnull && v == 1) {
+        x->have_lock = true;
+        if (x->wait_logged)
+            log_info(db->log, "took the table's lock");
+        x->wait_logged = false;
+        /* taskpushd --migrate holds this lock while it changes the schema: read the
+         * version again now that nobody can change it under us. On 0 (fatal, or the
+         * tables are gone) claim_on_lock waits as for a busy lock, then goes back to
+         * SCHEMA with the lock kept. */
+        return check_schema(x);
+    }
+    if (!x->wait_logged)
+        log_info(db->log, "another taskpushd holds the table; waiting");
+    x->wait_logged = true;
+    return 0;
+}
+
+static void leadership_lost(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    struct msg *m = dsp_dbi_msg_new(MSG_LEADER_LOST);
+
+    log_error(db->log, "another dispatcher took the table after epoch %u", (unsigned)x->epoch);
+    x->announced = false;
+    x->nrelease = 0;
+    atomic_store(&db->leader, false);
+    pthread_mutex_lock(&db->mu);
+    db->accepting = false;
+    if (m)
+        dsp_dbi_post_locked(db, m);
+    pthread_mutex_unlock(&db->mu);
+    if (m)
+        dsp_dbi_wake_loop(db);
+}
+
+/* Reads the epoch counter. Returns 0 or -1. */
+static int read_meta_epoch(struct claim_ctx *x, uint64_t *out)
+{
+    bool isnull;
+    int rc = dsp_dbi_query_u64(&x->c, "SELECT value FROM taskpush_meta WHERE name = 'epoch'", out,
+                          &isnull, 0);
+    if (rc == 1 || isnull)
+        *out = 0;
+    /* Ends the read's transaction (and its metadata lock). */
+    return rc < 0 || commit(&x->c) < 0 ? -1 : 0;
+}
+
+/* Rows of a claim whose COMMIT failed: the commit may have happened, and the loop was
+ * told it did not. Puts them back to NEW (no attempt used) when the epoch held. */
+static int release_unknown(struct claim_ctx *x)
+{
+    uint64_t n;
+
+    if (x->nrelease == 0)
+        return 0;
+    dsp_strbuf_reset(&x->sql);
+    dsp_db_sql_release_ids(&x->sql, x->epoch, wall_ms(), x->release_ids, x->nrelease);
+    if (x->sql.oom)
+        return -1;
+    if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0 || commit(&x->c) < 0)
+        return -1;
+    if (n)
+        log_info(x->db->log, "released %" PRIu64 " row(s) of a claim whose commit was not confirmed",
+                 n);
+    x->nrelease = 0;
+    return 0;
+}
+
+/* Puts rows of older epochs back to NEW (see dsp_db_sql_recover for the attempts rule). */
+static int recover(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    uint64_t n, total = 0;
+
+    do {
+        dsp_strbuf_reset(&x->sql);
+        dsp_db_sql_recover(&x->sql, x->epoch, wall_ms(), RECOVER_BATCH);
+        if (x->sql.oom)
+            return -1;
+        if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0 || commit(&x->c) < 0)
+            return -1;
+        total += n;
+    } while (n >= RECOVER_BATCH && !claim_stopping(db));
+    if (total)
+        log_info(db->log, "recovered %" PRIu64 " row(s) left PROCESSING by earlier dispatchers",
+                 total);
+    return 0;
+}
+
+/* Makes the leadership of this connection certain: keeps the epoch when nobody took
+ * over since, else takes a new one and recovers. 1: serving; 0: retry later; -1: error. */
+static int confirm_leadership(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    uint64_t e, n;
+    struct msg *m;
+
+    if (x->announced) {
+        if (read_meta_epoch(x, &e) < 0)
+            return -1;
+        if (e == x->epoch) {
+            if (release_unknown(x) < 0)
+                return -1;
+            log_info(db->log, "kept the table with epoch %u", (unsigned)x->epoch);
+            return 1;
+        }
+        leadership_lost(x);
+    }
+    if (dsp_dbi_exec(&x->c, DSP_CLAIM_SQL_EPOCH_NEXT, strlen(DSP_CLAIM_SQL_EPOCH_NEXT), &n) < 0)
+        return -1;
+    e = mysql_insert_id(x->c.m);
+    if (commit(&x->c) < 0)
+        return -1;
+    if (n != 1) {
+        log_warn(db->log, "taskpush_meta has no 'epoch' row; load sql/schema.sql");
+        return 0;
+    }
+    if (e == 0 || e > UINT32_MAX) {
+        if ((m = dsp_dbi_msg_new(MSG_FATAL)) != NULL) {
+            m->text = strdup("the epoch counter in taskpush_meta is out of range");
+            dsp_dbi_post(db, m);
+        }
+        x->fatal = true;
+        return 0;
+    }
+    x->epoch = (uint32_t)e;
+    x->nrelease = 0;
+    atomic_store(&db->epoch, x->epoch);
+    if (recover(x) < 0)
+        return -1;
+    x->announced = true;
+    x->next_due_wall = 0; /* sweep both lanes at once */
+    x->next_demote = 0;
+    x->next_refresh = 0;
+    atomic_store(&db->leader, true);
+    if ((m = dsp_dbi_msg_new(MSG_LEADER)) == NULL)
+        return -1;
+    m->epoch = x->epoch;
+    pthread_mutex_lock(&db->mu);
+    db->accepting = !db->stop_claims;
+    dsp_dbi_post_locked(db, m);
+    pthread_mutex_unlock(&db->mu);
+    dsp_dbi_wake_loop(db);
+    return 1;
+}
+
+static int cand_cmp(const void *pa, const void *pb)
+{
+    const struct cand *a = pa, *b = pb;
+    if (a->priority != b->priority)
+        return a->priority > b->priority ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* One claim transaction, as do_claim's steps (plan, select, merge, mark) pass it on. */
+struct claim_run {
+    struct claim_req *r;
+    const char **ptypes;    /* the types that may take rows: the SELECT's parts */
+    uint16_t *pindex;       /* per part: its index in r->types */
+    uint32_t *taken;        /* per type of r: rows kept */
+    size_t nparts;
+    uint32_t limit;         /* most rows per part */
+    MYSQL_RES *res;         /* the SELECT's rows; x->cands point into them */
+    size_t ncand, nkept;
+    uint64_t *ids;          /* the kept rows, for the mark */
+    dsp_claim_reply *reply;
+    int64_t t0;             /* the SELECT went out (monotonic, us) */
+};
+
+/* How a step of a claim ended. */
+enum claim_step_rc {
+    STEP_OK = 0,
+    STEP_FAILED,       /* answer with a failure; the connection is fine */
+    STEP_DB_ERROR,     /* answer with a failure; the caller reconnects */
+    STEP_OOM,          /* out of memory before the SELECT */
+    STEP_OOM_ROLLBACK, /* out of memory inside the transaction: roll it back */
+};
+
+/* Plans the SELECT: only types that may take rows, each asked for the largest
+ * per-type limit (capped by the total). */
+static int claim_plan(struct claim_ctx *x, struct claim_run *cr)
+{
+    dsp_db *db = x->db;
+    struct claim_req *r = cr->r;
+    size_t i;
+
+    cr->ptypes = calloc(r->ntypes ? r->ntypes : 1, sizeof *cr->ptypes);
+    cr->pindex = calloc(r->ntypes ? r->ntypes : 1, sizeof *cr->pindex);
+    cr->taken = calloc(r->ntypes ? r->ntypes : 1, sizeof *cr->taken);
+    cr->reply = calloc(1, sizeof *cr->reply);
+    if (!cr->ptypes || !cr->pindex || !cr->taken || !cr->reply)
+        return STEP_OOM;
+    /* Only types that may take rows; a type name the table cannot hold has no rows. */
+    for (i = 0; i < r->ntypes; i++) {
+        if (r->limits[i] == 0)
+            continue;
+        if (strlen(r->types[i]) > DSP_CLAIM_SQL_TYPE_MAX_BYTES) {
+            log_warn(db->log, "task type of %zu bytes cannot be in the table; not claimed",
+                     strlen(r->types[i]));
+            continue;
+        }
+        cr->ptypes[cr->nparts] = r->types[i];
+        cr->pindex[cr->nparts++] = (uint16_t)i;
+        if (r->limits[i] > cr->limit)
+            cr->limit = r->limits[i];
+    }
+    if (cr->limit > r->total)
+        cr->limit = r->total;
+    return STEP_OK;
+}
+
+/* The part of a row whose type is t[0..tl): p when it is p's (the usual case: the
+ * parts come one after the other), else the part found, or nparts for none. */
+static size_t claim_row_part(const struct claim_run *cr, size_t p, const char *t, size_t tl)
+{
+    size_t q;
+
+    if (p < cr->nparts && strlen(cr->ptypes[p]) == tl && memcmp(cr->ptypes[p], t, tl) == 0)
+        return p;
+    for (q = 0; q < cr->nparts; q++)
+        if (strlen(cr->ptypes[q]) == tl && memcmp(cr->ptypes[q], t, tl) == 0)
+            break;
+    return q;
+}
+
+/* Fills a candidate from a row of the SELECT (its payload points into the result). */
+static void cand_fill(struct cand *cd, MYSQL_ROW row, const unsigned long *len, uint16_t type_index)
+{
+    long long a = row[DSP_CLAIM_COL_ATTEMPTS] ? strtoll(row[DSP_CLAIM_COL_ATTEMPTS], NULL, 10) : 0;
+    long long ma = row[DSP_CLAIM_COL_MAX_ATTEMPTS]
+                       ? strtoll(row[DSP_CLAIM_COL_MAX_ATTEMPTS], NULL, 10)
+                       : 0;
+
+    cd->id = strtoull(row[DSP_CLAIM_COL_TASK_ID], NULL, 10);
+    cd->type_index = type_index;
+    cd->priority = row[DSP_CLAIM_COL_PRIORITY]
+                       ? (uint8_t)strtoul(row[DSP_CLAIM_COL_PRIORITY], NULL, 10)
+                       : 0;
+    cd->attempts = a < 0 ? 0 : a > UINT32_MAX ? UINT32_MAX : (uint32_t)a;
+    cd->max_attempts = ma < 0 ? 0 : ma > UINT32_MAX ? UINT32_MAX : (uint32_t)ma;
+    cd->timeout_ms = row[DSP_CLAIM_COL_TIMEOUT_MS]
+                         ? strtoll(row[DSP_CLAIM_COL_TIMEOUT_MS], NULL, 10)
+                         : -1;
+    cd->payload = row[DSP_CLAIM_COL_PAYLOAD];
+    cd->payload_len = row[DSP_CLAIM_COL_PAYLOAD] ? len[DSP_CLAIM_COL_PAYLOAD] : 0;
+}
+
+/* Select: runs the locking SELECT (FOR UPDATE SKIP LOCKED, one part per type) and
+ * reads its rows into x->cands, each part in dispatch order. */
+static int claim_select(struct claim_ctx *x, struct claim_run *cr)
+{
+    dsp_db *db = x->db;
+    size_t cap = dsp_claim_sql_select_bound(cr->ptypes, cr->nparts), nforeign = 0, p, q;
+    uint64_t first_foreign = 0;
+    MYSQL_ROW row;
+    char *sel;
+    int n;
+
+    if ((sel = malloc(cap)) == NULL)
+        return STEP_OOM;
+    n = dsp_claim_sql_select(sel, cap, cr->ptypes, cr->nparts, wall_ms(), cr->limit, NULL, NULL);
+    if (n < 0) {
+        log_error(db->log, "cannot build the claim statement");
+        free(sel);
+        return STEP_FAILED;
+    }
+
+    cr->t0 = mono_us();
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(x->c.m, sel, (unsigned long)n) != 0 ||
+        (cr->res = mysql_store_result(x->c.m)) == NULL) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(db->log, "claim: %s (error %u)", x->c.err ? mysql_error(x->c.m) : "no result",
+                 x->c.err);
+        free(sel);
+        return STEP_DB_ERROR;
+    }
+    free(sel);
+    if (mysql_num_fields(cr->res) != DSP_CLAIM_COL_COUNT) {
+        log_error(db->log, "claim: %u columns, expected %d", mysql_num_fields(cr->res),
+                  DSP_CLAIM_COL_COUNT);
+        return STEP_DB_ERROR;
+    }
+    if (mysql_num_rows(cr->res) > x->cands_cap) {
+        size_t want = (size_t)mysql_num_rows(cr->res);
+        struct cand *nc = realloc(x->cands, want * sizeof *nc);
+        if (nc == NULL)
+            return STEP_OOM_ROLLBACK;
+        x->cands = nc;
+        x->cands_cap = want;
+    }
+
+    /* The parts come one after the other, each in dispatch order; a row's part is the
+     * one whose type it carries. */
+    p = 0;
+    while ((row = mysql_fetch_row(cr->res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(cr->res);
+
+        if (row[DSP_CLAIM_COL_TASK_ID] == NULL || row[DSP_CLAIM_COL_TASK_TYPE] == NULL)
+            continue;
+        q = claim_row_part(cr, p, row[DSP_CLAIM_COL_TASK_TYPE], len[DSP_CLAIM_COL_TASK_TYPE]);
+        if (q == cr->nparts) {
+            /* Equal in SQL but not byte for byte (utf8mb4_bin pads: 'a ' = 'a'):
+             * no worker asked for it. It stays NEW. */
+            if (nforeign++ == 0)
+                first_foreign = strtoull(row[DSP_CLAIM_COL_TASK_ID], NULL, 10);
+            continue;
+        }
+        p = q;
+        cand_fill(&x->cands[cr->ncand++], row, len, cr->pindex[p]);
+    }
+    if (nforeign)
+        log_warn(db->log,
+                 "claim returned %zu row(s) whose task_type is not byte for byte a type asked"
+                 " for (trailing spaces?), e.g. task %" PRIu64 "; left NEW",
+                 nforeign, first_foreign);
+    if (mysql_errno(x->c.m) != 0) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(db->log, "claim: reading rows: %s", mysql_error(x->c.m));
+        return STEP_DB_ERROR;
+    }
+    return STEP_OK;
+}
+
+/* Merge: the parts into dispatch order, keeping rows while their type and the total
+ * have room (the rest stay NEW: the COMMIT unlocks them); then copies the kept rows
+ * into the reply, so that everything the reply needs is allocated before the rows
+ * change. */
+static int claim_merge(struct claim_ctx *x, struct claim_run *cr)
+{
+    struct claim_req *r = cr->r;
+    dsp_claim_reply *reply = cr->reply;
+    size_t i;
+
+    if (cr->ncand > 1)
+        qsort(x->cands, cr->ncand, sizeof *x->cands, cand_cmp);
+    for (i = 0; i < cr->ncand && cr->nkept < r->total; i++) {
+        struct cand *cd = &x->cands[i];
+        if (cr->taken[cd->type_index] >= r->limits[cd->type_index])
+            continue;
+        cr->taken[cd->type_index]++;
+        x->cands[cr->nkept++] = *cd; /* compacts in place: nkept <= i */
+    }
+    if (cr->nkept == 0)
+        return STEP_OK;
+
+    reply->tasks = calloc(cr->nkept, sizeof *reply->tasks);
+    cr->ids = malloc(cr->nkept * sizeof *cr->ids);
+    if (!reply->tasks || !cr->ids)
+        return STEP_OOM_ROLLBACK;
+    for (i = 0; i < cr->nkept; i++) {
+        const struct cand *cd = &x->cands[i];
+        dsp_claimed_task *t = &reply->tasks[i];
+        t->task_id = cd->id;
+        t->attempts = cd->attempts;
+        t->max_attempts = cd->max_attempts;
+        t->timeout_ms = cd->timeout_ms;
+        t->priority = cd->priority;
+        t->type_index = cd->type_index;
+        t->payload_len = cd->payload_len;
+        if (cd->payload_len) {
+            if ((t->payload = malloc(cd->payload_len)) == NULL) {
+                reply->ntasks = i;
+                return STEP_OOM_ROLLBACK;
+            }
+            memcpy(t->payload, cd->payload, cd->payload_len);
+        }
+        cr->ids[i] = cd->id;
+    }
+    reply->ntasks = cr->nkept;
+    return STEP_OK;
+}
+
+/* Mark: the kept rows become PROCESSING under our epoch (one UPDATE ... IN), and the
+ * transaction commits. */
+static int claim_mark(struct claim_ctx *x, struct claim_run *cr)
+{
+    dsp_db *db = x->db;
+    size_t nkept = cr->nkept;
+    uint64_t affected;
+
+    mysql_free_result(cr->res); /* the reply has its copies */
+    cr->res = NULL;
+    if (nkept > 0) {
+        dsp_strbuf_reset(&x->sql);
+        dsp_db_sql_claim_mark(&x->sql, x->epoch, wall_ms(), cr->ids, nkept);
+        if (x->sql.oom)
+            return STEP_OOM_ROLLBACK;
+        if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &affected) < 0)
+            return STEP_DB_ERROR;
+        if (affected != nkept)
+            log_error(db->log, "claim marked %" PRIu64 " row(s) of %zu kept", affected, nkept);
+    }
+    if (commit(&x->c) < 0) {
+        /* The commit may have happened: after reconnecting, these rows go back to NEW
+         * if the epoch is still ours. */
+        if (nkept > 0) {
+            uint64_t *keep = realloc(x->release_ids, (x->nrelease + nkept) * sizeof *keep);
+            if (keep) {
+                memcpy(keep + x->nrelease, cr->ids, nkept * sizeof *cr->ids);
+                x->release_ids = keep;
+                x->nrelease += nkept;
+            }
+        }
+        return STEP_DB_ERROR;
+    }
+    return STEP_OK;
+}
+
+static void claim_run_free(struct claim_run *cr)
+{
+    if (cr->res)
+        mysql_free_result(cr->res);
+    dsp_claim_reply_free(cr->reply);
+    free(cr->ids);
+    free(cr->ptypes);
+    free(cr->pindex);
+    free(cr->taken);
+}
+
+/* Answers a claim that failed at step rc with a failure. Returns 0, or -1 when the
+ * connection is no longer to be trusted. */
+static int claim_run_fail(struct claim_ctx *x, struct claim_run *cr, int rc)
+{
+    dsp_db *db = x->db;
+    bool db_error = rc == STEP_DB_ERROR;
+
+    if (rc == STEP_OOM_ROLLBACK) {
+        log_error(db->log, "out of memory during a claim; rolling it back");
+        if (cr->res) {
+            mysql_free_result(cr->res);
+            cr->res = NULL;
+        }
+        if (dsp_dbi_exec_str(&x->c, "ROLLBACK") < 0)
+            db_error = true;
+    } else if (rc == STEP_OOM) {
+        log_error(db->log, "out of memory during a claim");
+    }
+    if (cr->res)
+        mysql_free_result(cr->res);
+    cr->res = NULL;
+    dsp_claim_reply_free(cr->reply);
+    cr->reply = NULL;
+    claim_fail(db, cr->r);
+    claim_run_free(cr);
+    return db_error ? -1 : 0;
+}
+
+/* Runs one claim transaction for r and answers it: plan, select, merge, mark.
+ * Returns 0, or -1 on a database error (answered with a failure; the caller
+ * reconnects). */
+static int do_claim(struct claim_ctx *x, struct claim_req *r)
+{
+    dsp_db *db = x->db;
+    struct claim_run cr;
+    int rc;
+
+    memset(&cr, 0, sizeof cr);
+    cr.r = r;
+    rc = claim_plan(x, &cr);
+    if (rc == STEP_OK && (cr.nparts == 0 || cr.limit == 0)) {
+        claim_answer(db, r, cr.reply); /* nothing to ask for: an empty success */
+        cr.reply = NULL;
+        claim_run_free(&cr);
+        return 0;
+    }
+    if (rc == STEP_OK)
+        rc = claim_select(x, &cr);
+    if (rc == STEP_OK)
+        rc = claim_merge(x, &cr);
+    if (rc == STEP_OK)
+        rc = claim_mark(x, &cr);
+    if (rc != STEP_OK)
+        return claim_run_fail(x, &cr, rc);
+
+    cr.reply->duration_us = mono_us() - cr.t0;
+    atomic_fetch_add_explicit(&db->claims, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&db->claimed_rows, cr.nkept, memory_order_relaxed);
+    atomic_fetch_add_explicit(&db->claim_us_total, (uint64_t)cr.reply->duration_us,
+                              memory_order_relaxed);
+    claim_answer(db, r, cr.reply);
+    cr.reply = NULL;
+    claim_run_free(&cr);
+    return 0;
+}
+
+/* The lane sweeps, when due: demote at most once a second; promote when the earliest
+ * delayed row (as last read, or as the write thread reported for retries it wrote) is
+ * due, at most every PROMOTE_GAP_MS. Returns 0 or -1 (database error). */
+static int sweeps(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    int64_t now_m = mono_ms(), now_w = wall_ms(), due, taken_due = INT64_MAX;
+    bool promote, demote, refresh;
+    uint64_t n, v;
+    bool isnull;
+    char sql[256];
+
+    pthread_mutex_lock(&db->mu);
+    due = db->retry_due_ms < x->next_due_wall ? db->retry_due_ms : x->next_due_wall;
+    promote = now_w >= due && now_m >= x->last_promote + PROMOTE_GAP_MS;
+    if (promote) {
+        /* Retries written from now on raise it again; the MIN below covers the rest. */
+        taken_due = db->retry_due_ms;
+        db->retry_due_ms = INT64_MAX;
+    }
+    pthread_mutex_unlock(&db->mu);
+    demote = now_m >= x->next_demote;
+    if (!promote && !demote)
+        return 0;
+    refresh = promote || now_m >= x->next_refresh;
+
+    if (demote) {
+        x->next_demote = now_m + DEMOTE_EVERY_MS;
+        do {
+            if (dsp_claim_sql_demote(sql, sizeof sql, wall_ms(), SWEEP_LIMIT) < 0 ||
+                dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
+                goto fail;
+            if (n)
+                refresh = true; /* new rows in the delayed lane */
+            if (n >= SWEEP_LIMIT && commit(&x->c) < 0)
+                goto fail;
+        } while (n >= SWEEP_LIMIT);
+    }
+    if (promote) {
+        x->last_promote = now_m;
+        do {
+            if (dsp_claim_sql_promote(sql, sizeof sql, wall_ms(), SWEEP_LIMIT) < 0 ||
+                dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
+                goto fail;
+            if (n >= SWEEP_LIMIT && commit(&x->c) < 0)
+                goto fail;
+        } while (n >= SWEEP_LIMIT);
+    }
+    if (refresh) {
+        if (dsp_dbi_query_u64(&x->c, "SELECT MIN(run_after) FROM task WHERE `delayed` = 1", &v, &isnull,
+                         0) < 0)
+            goto fail;
+        /* run_after is a signed BIGINT: the cast gives back a negative value. */
+        x->next_due_wall = isnull ? INT64_MAX : (int64_t)v;
+        x->next_refresh = now_m + DUE_REFRESH_MS;
+    }
+    if (commit(&x->c) < 0)
+        goto fail;
+    return 0;
+
+fail:
+    if (taken_due != INT64_MAX) {
+        pthread_mutex_lock(&db->mu);
+        if (taken_due < db->retry_due_ms)
+            db->retry_due_ms = taken_due;
+        pthread_mutex_unlock(&db->mu);
+    }
+    return -1;
+}
+
+/* Waits for a claim request or a sweep, and runs them. Returns 0, or -1 on a database
+ * error (the caller reconnects). */
+static int serve(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    struct claim_req *r = NULL;
+
+    pthread_mutex_lock(&db->mu);
+    for (;;) {
+        int64_t now_m, now_w, due, at, wake;
+
+        if (db->stop_claims || db->claim_exit)
+            break;
+        if ((r = db->req) != NULL) {
+            db->req = NULL;
+            break;
+        }
+        now_m = mono_ms();
+        now_w = wall_ms();
+        due = db->retry_due_ms < x->next_due_wall ? db->retry_due_ms : x->next_due_wall;
+        if (due == INT64_MAX)
+            at = INT64_MAX;
+        else if (due <= now_w)
+            at = now_m;
+        else
+            at = now_m + (due - now_w < 3600000 ? due - now_w : 3600000);
+        if (at < x->last_promote + PROMOTE_GAP_MS)
+            at = x->last_promote + PROMOTE_GAP_MS;
+        wake = at < x->next_demote ? at : x->next_demote;
+        if (now_m >= wake)
+            break;
+        cond_wait_until(&db->claim_cv, &db->mu, wake);
+    }
+    pthread_mutex_unlock(&db->mu);
+    if (r && do_claim(x, r) < 0)
+        return -1;
+    if (claim_stopping(db))
+        return 0;
+    return sweeps(x);
+}
+
+/* ---- the claim thread's states (see the opening comment) ---- */
+
+static enum claim_state claim_on_connect(struct claim_ctx *x)
+{
+    if (dsp_dbi_conn_open(&x->c, false, false) < 0) {
+        dsp_dbi_set_conn_ok(x->db, CONN_CLAIM, false);
+        claim_idle(x, dsp_dbi_backoff_next(&x->c));
+        return CLAIM_CONNECT;
+    }
+    dsp_dbi_set_conn_ok(x->db, CONN_CLAIM, true);
+    return x->fatal ? CLAIM_FATAL : CLAIM_SCHEMA;
+}
+
+static enum claim_state claim_on_schema(struct claim_ctx *x)
+{
+    int rc = check_schema(x);
+
+    if (rc < 0)
+        return CLAIM_DROP;
+    if (rc == 0) {
+        claim_idle(x, SCHEMA_RETRY_MS);
+        return x->fatal ? CLAIM_FATAL : CLAIM_SCHEMA;
+    }
+    return x->have_lock ? CLAIM_CONFIRM : CLAIM_LOCK;
+}
+
+static enum claim_state claim_on_lock(struct claim_ctx *x)
+{
+    uint64_t e;
+    int rc = take_lock(x); /* waits up to LOCK_TRY_S on the server */
+
+    if (rc < 0)
+        return CLAIM_DROP;
+    if (rc == 1)
+        return CLAIM_CONFIRM;
+    /* Lost the lock with the old connection; if the epoch moved on meanwhile,
+     * another dispatcher took the table and recovered our rows. */
+    if (x->announced) {
+        if (read_meta_epoch(x, &e) < 0)
+            return CLAIM_DROP;
+        if (e != x->epoch)
+            leadership_lost(x);
+    }
+    claim_idle(x, 0);
+    if (x->fatal)
+        return CLAIM_FATAL;
+    /* Holding the lock here means the version read again under it was not one to use. */
+    return x->have_lock ? CLAIM_SCHEMA : CLAIM_LOCK;
+}
+
+static enum claim_state claim_on_confirm(struct claim_ctx *x)
+{
+    int rc = confirm_leadership(x);
+
+    if (rc < 0)
+        return CLAIM_DROP;
+    if (rc == 0) {
+        claim_idle(x, SCHEMA_RETRY_MS);
+        return x->fatal ? CLAIM_FATAL : CLAIM_SCHEMA;
+    }
+    return CLAIM_SERVE;
+}
+
+static enum claim_state claim_on_fatal(struct claim_ctx *x)
+{
+    claim_idle(x, 60000); /* the loop exits on on_fatal; wait for dsp_db_stop */
+    return CLAIM_FATAL;
+}
+
+static enum claim_state claim_on_drop(struct claim_ctx *x)
+{
+    log_warn(x->db->log, "claim connection: reconnecting");
+    claim_drop(x);
+    claim_idle(x, dsp_dbi_backoff_next(&x->c));
+    return CLAIM_CONNECT;
+}
+
+/* Runs the current state's step and returns the next state. DROP runs at once, in
+ * the same step: the connection it closes is broken. */
+static enum claim_state claim_step(struct claim_ctx *x)
+{
+    enum claim_state next = CLAIM_DROP;
+
+    switch (x->state) {
+    case CLAIM_CONNECT:
+        next = claim_on_connect(x);
+        break;
+    case CLAIM_SCHEMA:
+        next = claim_on_schema(x);
+        break;
+    case CLAIM_LOCK:
+        next = claim_on_lock(x);
+        break;
+    case CLAIM_CONFIRM:
+        next = claim_on_confirm(x);
+        break;
+    case CLAIM_SERVE:
+        next = serve(x) == 0 ? CLAIM_SERVE : CLAIM_DROP;
+        break;
+    case CLAIM_FATAL:
+        next = claim_on_fatal(x);
+        break;
+    case CLAIM_DROP:
+        break;
+    }
+    if (next == CLAIM_DROP)
+        next = claim_on_drop(x);
+    return next;
+}
+
+/* After dsp_db_stop: hold the lock until the write thread has written everything,
+ * then let it go. */
+static void claim_finish(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    struct claim_req *r;
+
+    pthread_mutex_lock(&db->mu);
+    db->accepting = false;
+    while (!db->claim_exit)
+        pthread_cond_wait(&db->claim_cv, &db->mu);
+    r = db->req;
+    db->req = NULL;
+    pthread_mutex_unlock(&db->mu);
+    if (r)
+        claim_fail(db, r);
+    if (x->c.m) {
+        if (x->have_lock) {
+            uint64_t v;
+            bool isnull;
+            if (dsp_dbi_query_u64(&x->c, db->release_lock_sql.p, &v, &isnull, 0) == 0)
+                log_debug(db->log, "released the table's lock");
+        }
+        dsp_dbi_conn_close(&x->c);
+    }
+    atomic_store(&db->leader, false);
+    dsp_dbi_set_conn_ok(db, CONN_CLAIM, false);
+}
+
+void *dsp_dbi_claim_main(void *arg)
+{
+    dsp_db *db = arg;
+    struct claim_ctx x;
+    enum claim_state was;
+
+    memset(&x, 0, sizeof x);
+    x.db = db;
+    x.c.db = db;
+    x.c.who = "claim";
+    x.c.rng = (uint64_t)mono_us() * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)&x;
+    if (x.c.rng == 0)
+        x.c.rng = 1;
+    x.state = CLAIM_CONNECT;
+    mysql_thread_init();
+
+    while (!claim_stopping(db)) {
+        /* Forward through the setup the steps run back to back; every other step
+         * waited, and dsp_db_stop is looked at again. */
+        do {
+            was = x.state;
+            x.state = claim_step(&x);
+        } while (x.state > was && x.state <= CLAIM_SERVE);
+    }
+
+    claim_finish(&x);
+    dsp_strbuf_free(&x.sql);
+    free(x.release_ids);
+    free(x.cands);
+    mysql_thread_end();
+    return NULL;
+}

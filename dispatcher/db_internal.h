@@ -1,0 +1,223 @@
+/* db_internal.h: what the files of taskpushd's database side share (db.c, db_claim.c,
+ * db_write.c, db_maint.c): the private struct dsp_db, the messages to the loop, one
+ * MySQL connection and its helpers. Not installed; used by dsp_db* files only.
+ */
+#ifndef TASKPUSH_DSP_DB_INTERNAL_H
+#define TASKPUSH_DSP_DB_INTERNAL_H
+
+#include "db.h"
+
+#include "db_sql.h"
+
+#include <mysql.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+/* Server error numbers (mysqld_error.h has them, but not under the same names in every
+ * client library version). */
+#define ER_CON_COUNT_ERROR_ 1040
+#define ER_SERVER_SHUTDOWN_ 1053
+#define ER_NO_SUCH_TABLE_ 1146
+#define ER_NET_PACKET_TOO_LARGE_ 1153
+#define ER_TOO_MANY_USER_CONNECTIONS_ 1203
+#define ER_LOCK_WAIT_TIMEOUT_ 1205
+#define ER_LOCK_DEADLOCK_ 1213
+#define ER_USER_LIMIT_REACHED_ 1226
+#define ER_OPTION_PREVENTS_STATEMENT_ 1290
+#define ER_QUERY_INTERRUPTED_ 1317
+#define ER_READ_ONLY_MODE_ 1836
+#define ER_CONNECTION_KILLED_ 1927
+#define ER_CLIENT_INTERACTION_TIMEOUT_ 4031
+
+/* ---- time ---- */
+
+static inline int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static inline int64_t mono_ms(void)
+{
+    return mono_us() / 1000;
+}
+
+static inline int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits on cv (created with CLOCK_MONOTONIC) until the monotonic time until_ms. */
+static inline void cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_ms)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)(until_ms / 1000);
+    ts.tv_nsec = (long)(until_ms % 1000) * 1000000L;
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* ---- the shared state ---- */
+
+enum msg_kind {
+    MSG_LEADER,
+    MSG_LEADER_LOST,
+    MSG_CLAIM,
+    MSG_WRITTEN,
+    MSG_HEALTH,
+    MSG_FATAL,
+    MSG_REQUEUED
+};
+
+/* A message from a database thread to the loop. */
+struct msg {
+    struct msg *next;
+    enum msg_kind kind;
+    uint32_t epoch;
+    bool connected;
+    dsp_claim_reply *reply;
+    dsp_write_report report;
+    char *text;
+    uint64_t request_id; /* MSG_REQUEUED */
+    int64_t rows;        /* MSG_REQUEUED: rows moved, or -1 */
+};
+
+/* A queued dsp_db_requeue_failed. */
+struct requeue_req {
+    struct requeue_req *next;
+    char *type; /* NULL: every type */
+    uint64_t request_id;
+};
+
+/* dsp_db_claim's copy of a request. */
+struct claim_req {
+    size_t ntypes;
+    char **types;
+    uint32_t *limits;
+    uint32_t total;
+};
+
+/* A queued outcome. */
+struct wentry {
+    dsp_outcome o;
+    uint32_t epoch;    /* the epoch the loop held when it queued it: the fence */
+    int64_t queued_ms; /* monotonic */
+};
+
+enum { CONN_CLAIM = 0, CONN_WRITE = 1 };
+
+struct dsp_db {
+    dsp_db_options opts;
+    const dsp_log *log;
+    struct event *wake_ev;
+    size_t max_batch;
+    dsp_strbuf get_lock_sql;
+    dsp_strbuf release_lock_sql;
+
+    pthread_mutex_t mu;
+    pthread_cond_t claim_cv;
+    pthread_cond_t write_cv;
+    pthread_cond_t stats_cv;
+
+    /* Everything below up to the atomics is under mu. */
+    struct msg *mhead;
+    struct msg **mtail;
+
+    bool started, stopped;
+    bool claim_thread_ok, write_thread_ok;
+    pthread_t claim_thr, write_thr;
+
+    struct claim_req *req; /* posted, not yet taken by the claim thread */
+    bool claim_busy;       /* a request posted or being served */
+    bool accepting;        /* leadership announced and not lost, not stopping */
+    bool stop_claims;      /* dsp_db_stop began: no more claims or sweeps */
+    bool claim_exit;       /* the claim thread should let go of the lock and end */
+    int64_t retry_due_ms;  /* earliest run_after of RETRY rows written since the last promote */
+
+    struct wentry *q;      /* the write queue: q[qhead .. qhead + qlen) */
+    size_t qhead, qlen, qcap;
+    size_t writing;        /* taken by the write thread, not finished */
+    bool write_stop;
+    int64_t write_deadline_ms; /* monotonic */
+    bool write_exited;
+
+    bool conn_ok[2];
+    bool healthy;
+
+    /* The stats thread. */
+    bool stats_thread_ok;
+    pthread_t stats_thr;
+    bool stats_stop;             /* dsp_db_stop began */
+    bool stats_exited;           /* requests are answered at once with -1 */
+    struct requeue_req *rq_head; /* requeue requests, in order */
+    struct requeue_req **rq_tail;
+    dsp_table_stats *tstats;     /* the published figures (retention total aside) */
+
+    /* The epoch of the last on_leader delivered on the loop thread: outcomes queued
+     * after it belong to it. */
+    _Atomic uint32_t loop_epoch;
+
+    _Atomic uint64_t statements, claims, claimed_rows, claim_us_total, write_batches,
+        reconnects, retention_deleted;
+    _Atomic bool leader;
+    _Atomic uint32_t epoch;
+};
+
+/* ---- one connection ---- */
+
+struct dbconn {
+    dsp_db *db;
+    const char *who; /* "claim" or "write", for the log */
+    MYSQL *m;
+    bool ever_connected;
+    bool down_logged;     /* a failure of the current streak was logged at warn */
+    int64_t backoff_ms;   /* base of the next wait; 0 after a success */
+    uint64_t rng;
+    unsigned err;         /* mysql_errno of the last failure */
+    size_t stmt_limit;    /* the largest statement this connection may send */
+    bool no_lock_wait;    /* innodb_lock_wait_timeout = 0: a locked row fails at once */
+};
+
+/* ---- db.c: messages to the loop ---- */
+
+/* Wakes the loop thread, which delivers every queued message. */
+void dsp_dbi_wake_loop(dsp_db *db);
+/* Appends m to the loop's queue; mu held. The caller wakes the loop after unlocking. */
+void dsp_dbi_post_locked(dsp_db *db, struct msg *m);
+/* Queues m and wakes the loop; mu not held. */
+void dsp_dbi_post(dsp_db *db, struct msg *m);
+/* A zeroed message of that kind, or NULL (out of memory). */
+struct msg *dsp_dbi_msg_new(enum msg_kind kind);
+/* Reachability: healthy while both the claim and the write connection are up. */
+void dsp_dbi_set_conn_ok(dsp_db *db, int which, bool ok);
+
+/* ---- db.c: one connection ---- */
+
+int64_t dsp_dbi_backoff_next(struct dbconn *c);
+bool dsp_dbi_error_is_transient(unsigned e);
+int dsp_dbi_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affected);
+int dsp_dbi_exec_str(struct dbconn *c, const char *sql);
+int dsp_dbi_query_u64(struct dbconn *c, const char *sql, uint64_t *out, bool *isnull,
+                      unsigned quiet_err);
+void dsp_dbi_conn_close(struct dbconn *c);
+int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet);
+
+/* ---- requests ---- */
+
+void dsp_dbi_claim_req_free(struct claim_req *r);   /* db.c */
+void dsp_dbi_requeue_req_free(struct requeue_req *r); /* db_maint.c */
+
+/* ---- the threads, started by dsp_db_start with the dsp_db as arg ---- */
+
+void *dsp_dbi_claim_main(void *arg); /* db_claim.c */
+void *dsp_dbi_write_main(void *arg); /* db_write.c */
+void *dsp_dbi_stats_main(void *arg); /* db_maint.c */
+
+#endif

@@ -1,0 +1,414 @@
+/* db_maint: the stats thread (see db_internal.h for what it shares), on a third
+ * connection that takes no part in leadership: the table figures (dsp_table_stats),
+ * retention of old SUCCESSFUL/FAILED rows, and the operator's requeue of FAILED rows.
+ */
+#include "db_internal.h"
+
+#include <mysql.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the stats thread ---- */
+
+#define RETAIN_BATCH 1000u         /* rows per retention DELETE */
+#define RETAIN_BATCHES 20          /* most DELETEs per state per round: figures stay fresh */
+#define RETAIN_EVERY_MS 10000      /* least gap between retention rounds that found no more
+                                    * to delete (each reads every SUCCESSFUL/FAILED row's
+                                    * last_update_time: no index has it) */
+#define REQUEUE_BATCH 5000u        /* rows per requeue UPDATE */
+
+struct stats_ctx {
+    dsp_db *db;
+    struct dbconn c;
+    dsp_strbuf sql;
+    dsp_table_stats *work;                      /* the figures being read */
+    uint8_t lane0[DSP_TABLE_STATS_MAX_TYPES];   /* per type: priorities (bits) in the ready lane */
+    int64_t next_connect;                       /* monotonic: no connection attempt before */
+    int64_t next_retain;                        /* monotonic: no retention round before */
+    bool types_full_logged;
+};
+
+static bool stats_stopping(dsp_db *db)
+{
+    bool s;
+    pthread_mutex_lock(&db->mu);
+    s = db->stats_stop;
+    pthread_mutex_unlock(&db->mu);
+    return s;
+}
+
+/* Sends one query and stores its result; NULL on error (logged). */
+static MYSQL_RES *db_query_res(struct dbconn *c, const char *sql, size_t len)
+{
+    dsp_db *db = c->db;
+    MYSQL_RES *res;
+
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(c->m, sql, (unsigned long)len) != 0 ||
+        (res = mysql_store_result(c->m)) == NULL) {
+        c->err = mysql_errno(c->m);
+        log_warn(db->log, "%s connection: %s (error %u) in: %.160s", c->who,
+                 c->err ? mysql_error(c->m) : "no result", c->err, sql);
+        return NULL;
+    }
+    return res;
+}
+
+static void stats_drop(struct stats_ctx *x)
+{
+    dsp_dbi_conn_close(&x->c);
+    x->next_connect = mono_ms() + dsp_dbi_backoff_next(&x->c);
+}
+
+/* 0 when connected; -1 while the backoff lasts or the connection failed. With now,
+ * tries at once whatever the backoff. */
+static int stats_connect(struct stats_ctx *x, bool now)
+{
+    if (x->c.m)
+        return 0;
+    if (!now && mono_ms() < x->next_connect)
+        return -1;
+    if (dsp_dbi_conn_open(&x->c, true, false) < 0) {
+        x->next_connect = mono_ms() + dsp_dbi_backoff_next(&x->c);
+        return -1;
+    }
+    return 0;
+}
+
+static uint64_t field_u64(const char *v)
+{
+    return v ? strtoull(v, NULL, 10) : 0;
+}
+
+/* The slot of type t[0..len) in w->types, added when new; -1 when full. */
+static int stats_type_slot(struct stats_ctx *x, const char *t, size_t len)
+{
+    dsp_table_stats *w = x->work;
+    size_t i;
+
+    if (len >= sizeof w->types[0].type)
+        return -1;
+    for (i = 0; i < w->ntypes; i++)
+        if (strlen(w->types[i].type) == len && memcmp(w->types[i].type, t, len) == 0)
+            return (int)i;
+    if (w->ntypes >= DSP_TABLE_STATS_MAX_TYPES) {
+        if (!x->types_full_logged)
+            log_warn(x->db->log, "more than %d task types have rows; table figures show %d",
+                     DSP_TABLE_STATS_MAX_TYPES, DSP_TABLE_STATS_MAX_TYPES);
+        x->types_full_logged = true;
+        return -1;
+    }
+    memcpy(w->types[w->ntypes].type, t, len);
+    w->types[w->ntypes].type[len] = '\0';
+    x->lane0[w->ntypes] = 0;
+    return (int)w->ntypes++;
+}
+
+static int type_stats_cmp(const void *pa, const void *pb)
+{
+    const dsp_table_type_stats *a = pa, *b = pb;
+    return strcmp(a->type, b->type);
+}
+
+/* Reads the figures and publishes them. Returns 0 or -1 (database error). */
+static int stats_refresh(struct stats_ctx *x)
+{
+    dsp_db *db = x->db;
+    dsp_table_stats *w = x->work;
+    int64_t t0 = mono_us(), now = wall_ms();
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    uint64_t v;
+    bool isnull, any = false;
+    size_t i;
+    int p;
+
+    memset(w, 0, sizeof *w);
+    w->oldest_ready_age_ms = -1;
+
+    /* 1. NEW, PROCESSING and FAILED per (state, lane, type). */
+    dsp_strbuf_reset(&x->sql);
+    dsp_db_sql_stats_counts(&x->sql, now);
+    if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
+        return -1;
+    if (mysql_num_fields(res) != DSP_DB_SQL_COUNTS_NCOLS) {
+        log_error(db->log, "table figures: %u columns, expected %d", mysql_num_fields(res),
+                  DSP_DB_SQL_COUNTS_NCOLS);
+        mysql_free_result(res);
+        return -1;
+    }
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        uint64_t state = field_u64(row[DSP_DB_SQL_COUNTS_STATE]);
+        uint64_t lane = field_u64(row[DSP_DB_SQL_COUNTS_DELAYED]);
+        uint64_t rows = field_u64(row[DSP_DB_SQL_COUNTS_ROWS]);
+        uint64_t due = field_u64(row[DSP_DB_SQL_COUNTS_DUE]);
+        uint64_t pr[3];
+        int slot;
+
+        if (state > 3 || row[DSP_DB_SQL_COUNTS_TYPE] == NULL)
+            continue;
+        for (p = 0; p < 3; p++)
+            pr[p] = field_u64(row[DSP_DB_SQL_COUNTS_P0 + p]);
+        w->by_state[state] += rows;
+        if (state == 0)
+            for (p = 0; p < 3; p++)
+                w->new_by_priority[p] += pr[p];
+        slot = stats_type_slot(x, row[DSP_DB_SQL_COUNTS_TYPE], len[DSP_DB_SQL_COUNTS_TYPE]);
+        if (slot < 0)
+            continue;
+        switch (state) {
+        case 0:
+            w->types[slot].new_ready += due;
+            w->types[slot].new_delayed += rows - (due < rows ? due : rows);
+            if (lane == 0)
+                for (p = 0; p < 3; p++)
+                    if (pr[p])
+                        x->lane0[slot] |= (uint8_t)(1u << p);
+            break;
+        case 1:
+            w->types[slot].processing += rows;
+            break;
+        case 3:
+            w->types[slot].failed += rows;
+            break;
+        }
+    }
+    mysql_free_result(res);
+
+    /* 2. SUCCESSFUL, up to the cap. */
+    dsp_strbuf_reset(&x->sql);
+    dsp_db_sql_stats_successful(&x->sql, DSP_DB_SQL_SUCCESSFUL_CAP);
+    if (x->sql.oom || dsp_dbi_query_u64(&x->c, x->sql.p, &v, &isnull, 0) < 0)
+        return -1;
+    w->by_state[2] = v;
+    w->successful_capped = v >= DSP_DB_SQL_SUCCESSFUL_CAP;
+
+    /* 3. The oldest ready row: the head of each (type, priority) of the ready lane. */
+    dsp_strbuf_reset(&x->sql);
+    for (i = 0; i < w->ntypes; i++)
+        for (p = 2; p >= 0; p--)
+            if (x->lane0[i] & (1u << p)) {
+                dsp_db_sql_stats_oldest_part(&x->sql, !any, w->types[i].type,
+                                             strlen(w->types[i].type), p, now);
+                any = true;
+            }
+    if (any) {
+        dsp_db_sql_stats_oldest_end(&x->sql);
+        if (x->sql.oom || dsp_dbi_query_u64(&x->c, x->sql.p, &v, &isnull, 0) < 0)
+            return -1;
+        if (!isnull) {
+            int64_t since = (int64_t)v; /* a signed BIGINT: the cast gives it back */
+            w->oldest_ready_age_ms = now > since ? now - since : 0;
+        }
+    }
+
+    qsort(w->types, w->ntypes, sizeof w->types[0], type_stats_cmp);
+    w->valid = true;
+    w->refreshed_wall_ms = now;
+    w->duration_us = mono_us() - t0;
+    pthread_mutex_lock(&db->mu);
+    memcpy(db->tstats, w, sizeof *w);
+    pthread_mutex_unlock(&db->mu);
+    log_debug(db->log,
+              "table figures: NEW %" PRIu64 " PROCESSING %" PRIu64 " SUCCESSFUL %" PRIu64
+              "%s FAILED %" PRIu64 ", %zu type(s), oldest ready %" PRId64 " ms, in %" PRId64 " us",
+              w->by_state[0], w->by_state[1], w->by_state[2], w->successful_capped ? "+" : "",
+              w->by_state[3], w->ntypes, w->oldest_ready_age_ms, w->duration_us);
+    return 0;
+}
+
+/* Deletes SUCCESSFUL and FAILED rows older than their retention, at most RETAIN_BATCHES
+ * batches of each per round. Returns 0 when done, 1 when a state has more to delete,
+ * -1 on a database error. */
+static int stats_retention(struct stats_ctx *x)
+{
+    dsp_db *db = x->db;
+    static const int states[2] = {2, 3};
+    int64_t keep[2] = {db->opts.retain_succeeded_ms, db->opts.retain_failed_ms};
+    uint64_t n, total;
+    int k, b, more = 0;
+
+    for (k = 0; k < 2; k++) {
+        if (keep[k] <= 0)
+            continue;
+        total = 0;
+        for (b = 0; b < RETAIN_BATCHES && !stats_stopping(db); b++) {
+            dsp_strbuf_reset(&x->sql);
+            dsp_db_sql_retention(&x->sql, states[k], wall_ms() - keep[k], RETAIN_BATCH);
+            if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+                if (total)
+                    log_info(db->log, "retention deleted %" PRIu64 " %s row(s)", total,
+                             states[k] == 2 ? "SUCCESSFUL" : "FAILED");
+                return -1;
+            }
+            total += n;
+            atomic_fetch_add_explicit(&db->retention_deleted, n, memory_order_relaxed);
+            if (n < RETAIN_BATCH)
+                break;
+        }
+        if (b == RETAIN_BATCHES)
+            more = 1;
+        if (total)
+            log_info(db->log, "retention deleted %" PRIu64 " %s row(s)", total,
+                     states[k] == 2 ? "SUCCESSFUL" : "FAILED");
+    }
+    return more;
+}
+
+static void requeue_answer(dsp_db *db, uint64_t request_id, int64_t rows)
+{
+    struct msg *m = dsp_dbi_msg_new(MSG_REQUEUED);
+
+    if (m == NULL) {
+        log_error(db->log, "out of memory answering requeue request %" PRIu64, request_id);
+        return;
+    }
+    m->request_id = request_id;
+    m->rows = rows;
+    dsp_dbi_post(db, m);
+}
+
+void dsp_dbi_requeue_req_free(struct requeue_req *r)
+{
+    if (r) {
+        free(r->type);
+        free(r);
+    }
+}
+
+/* Moves the FAILED rows of r back to NEW, in batches, and answers. */
+static void stats_requeue(struct stats_ctx *x, struct requeue_req *r)
+{
+    dsp_db *db = x->db;
+    uint64_t n = 0, total = 0;
+    int64_t rows = -1;
+    bool done = false;
+
+    if (stats_connect(x, true) < 0) {
+        log_warn(db->log, "requeue of FAILED rows: no database connection");
+        goto out;
+    }
+    do {
+        if (stats_stopping(db))
+            break;
+        dsp_strbuf_reset(&x->sql);
+        dsp_db_sql_requeue_failed(&x->sql, r->type, wall_ms(), REQUEUE_BATCH);
+        if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+            if (!x->sql.oom)
+                stats_drop(x);
+            break;
+        }
+        total += n;
+        done = n < REQUEUE_BATCH;
+    } while (!done);
+    if (done)
+        rows = (int64_t)total;
+    if (total)
+        log_info(db->log, "requeued %" PRIu64 " FAILED row(s) of %s%s", total,
+                 r->type ? "type " : "every type", r->type ? r->type : "");
+    if (rows < 0)
+        log_warn(db->log, "requeue of FAILED rows stopped after %" PRIu64 " row(s)", total);
+out:
+    requeue_answer(db, r->request_id, rows);
+    dsp_dbi_requeue_req_free(r);
+}
+
+/* One round: the figures (when enabled), then retention (when enabled and due: after
+ * the refresh, but at most every RETAIN_EVERY_MS unless the last round left more). */
+static void stats_round(struct stats_ctx *x, bool refresh, bool retain)
+{
+    int rc;
+
+    if (stats_connect(x, false) < 0)
+        return;
+    if (refresh && stats_refresh(x) < 0) {
+        stats_drop(x);
+        return;
+    }
+    if (retain && mono_ms() >= x->next_retain) {
+        rc = stats_retention(x);
+        x->next_retain = mono_ms() + (rc == 1 ? 0 : RETAIN_EVERY_MS);
+        if (rc < 0)
+            stats_drop(x);
+    }
+}
+
+void *dsp_dbi_stats_main(void *arg)
+{
+    dsp_db *db = arg;
+    struct stats_ctx x;
+    struct requeue_req *r, *pending;
+    const dsp_db_options *o = &db->opts;
+    bool refresh = o->table_stats_ms > 0;
+    bool retain = o->retain_succeeded_ms > 0 || o->retain_failed_ms > 0;
+    int64_t period = refresh ? o->table_stats_ms : retain ? RETAIN_EVERY_MS : 0;
+    int64_t next_round = period > 0 ? mono_ms() : INT64_MAX;
+
+    memset(&x, 0, sizeof x);
+    x.db = db;
+    x.c.db = db;
+    x.c.who = "stats";
+    x.c.rng = (uint64_t)mono_us() * 0x94D049BB133111EBULL ^ (uint64_t)(uintptr_t)&x;
+    if (x.c.rng == 0)
+        x.c.rng = 1;
+    x.work = malloc(sizeof *x.work);
+    mysql_thread_init();
+    if (x.work == NULL) {
+        log_error(db->log, "stats thread: out of memory; no table figures");
+        refresh = false;
+    }
+
+    pthread_mutex_lock(&db->mu);
+    for (;;) {
+        int64_t now, at;
+
+        if (db->stats_stop)
+            break;
+        if ((r = db->rq_head) != NULL) {
+            db->rq_head = r->next;
+            if (db->rq_head == NULL)
+                db->rq_tail = &db->rq_head;
+            pthread_mutex_unlock(&db->mu);
+            stats_requeue(&x, r);
+            pthread_mutex_lock(&db->mu);
+            continue;
+        }
+        now = mono_ms();
+        at = next_round;
+        if (at != INT64_MAX && x.c.m == NULL && x.next_connect > at)
+            at = x.next_connect;
+        if (now >= at) {
+            pthread_mutex_unlock(&db->mu);
+            next_round = now + period;
+            stats_round(&x, refresh, retain);
+            pthread_mutex_lock(&db->mu);
+            continue;
+        }
+        if (at == INT64_MAX)
+            pthread_cond_wait(&db->stats_cv, &db->mu);
+        else
+            cond_wait_until(&db->stats_cv, &db->mu, at);
+    }
+    db->stats_exited = true;
+    pending = db->rq_head;
+    db->rq_head = NULL;
+    db->rq_tail = &db->rq_head;
+    pthread_mutex_unlock(&db->mu);
+
+    for (; pending; pending = r) {
+        r = pending->next;
+        requeue_answer(db, pending->request_id, -1);
+        dsp_dbi_requeue_req_free(pending);
+    }
+    dsp_dbi_conn_close(&x.c);
+    dsp_strbuf_free(&x.sql);
+    free(x.work);
+    mysql_thread_end();
+    return NULL;
+}

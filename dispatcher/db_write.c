@@ -1,0 +1,534 @@
+/* db_write: the write thread (see db_internal.h for what it shares). It owns taking
+ * batches from the write queue, writing them (one fenced UPDATE per kind, the skip-locked
+ * path when another transaction holds a row, deferring such rows), and on_written.
+ */
+#include "db_internal.h"
+
+#include <mysql.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the write thread ---- */
+
+/* An outcome of the batch, by task_id, for sorting. */
+struct wref {
+    uint64_t task_id;
+    size_t i; /* index in the batch */
+};
+
+struct write_ctx {
+    dsp_db *db;
+    struct dbconn c;
+    struct wentry *batch;
+    size_t n;
+    uint8_t *done;
+    uint8_t *isolate; /* write this outcome in a statement of its own */
+    uint8_t *defer;   /* its row is locked by another transaction: queue it again */
+    uint8_t *ours, *busy; /* scratch of write_skip_locked, per row of a statement */
+    dsp_db_sql_row *sub;  /* scratch of write_skip_locked: the rows it writes */
+    dsp_db_sql_row *rows;
+    struct wref *refs;
+    size_t *idx;
+    dsp_strbuf sql;
+    uint64_t dropped;
+    int64_t next_connect;
+};
+
+static bool write_past_deadline(dsp_db *db)
+{
+    bool past;
+    pthread_mutex_lock(&db->mu);
+    past = db->write_stop && mono_ms() >= db->write_deadline_ms;
+    pthread_mutex_unlock(&db->mu);
+    return past;
+}
+
+/* Sleeps ms, or until the stop deadline when that comes first. */
+static void write_sleep(dsp_db *db, int64_t ms)
+{
+    int64_t until = mono_ms() + ms, end;
+
+    pthread_mutex_lock(&db->mu);
+    for (;;) {
+        end = until;
+        if (db->write_stop && db->write_deadline_ms < end)
+            end = db->write_deadline_ms;
+        if (mono_ms() >= end)
+            break;
+        cond_wait_until(&db->write_cv, &db->mu, end);
+    }
+    pthread_mutex_unlock(&db->mu);
+}
+
+/* Makes each outcome's data fit its column: error texts valid UTF-8 of at most
+ * 65,535 bytes, results at most 16 MiB - 1. */
+static void write_prepare(struct write_ctx *w, size_t *left)
+{
+    dsp_db *db = w->db;
+    size_t i;
+
+    for (i = 0; i < w->n; i++) {
+        dsp_outcome *o = &w->batch[i].o;
+        if (o->data == NULL)
+            o->len = 0;
+        switch (o->kind) {
+        case DSP_WRITE_RELEASE:
+        case DSP_WRITE_DELIVERED:
+            o->len = 0; /* err_msg stays as it was */
+            break;
+        case DSP_WRITE_SUCCEEDED:
+            if (o->len > DSP_DB_RESULT_MAX) {
+                log_warn(db->log, "result of task %" PRIu64 " cut from %zu to %u bytes",
+                         o->task_id, o->len, DSP_DB_RESULT_MAX);
+                o->len = DSP_DB_RESULT_MAX;
+            }
+            break;
+        case DSP_WRITE_FAILED:
+        case DSP_WRITE_RETRY: {
+            size_t valid = o->len ? dsp_utf8_valid_prefix(o->data, o->len) : 0;
+            size_t cap;
+            uint8_t *clean;
+            if (valid == o->len && o->len <= DSP_DB_ERR_MSG_MAX)
+                break;
+            cap = o->len > DSP_DB_ERR_MSG_MAX / 3 ? DSP_DB_ERR_MSG_MAX : 3 * o->len;
+            if ((clean = malloc(cap)) != NULL) {
+                size_t nl = dsp_utf8_sanitize(o->data, o->len, clean, cap);
+                free(o->data);
+                o->data = clean;
+                o->len = nl;
+            } else {
+                o->len = dsp_utf8_cut(o->data, valid, DSP_DB_ERR_MSG_MAX);
+            }
+            break;
+        }
+        default:
+            log_error(db->log, "outcome of task %" PRIu64 " has an unknown kind %u; not written",
+                      o->task_id, (unsigned)o->kind);
+            w->done[i] = 1;
+            (*left)--;
+            w->dropped++;
+            break;
+        }
+    }
+}
+
+static int wref_cmp(const void *pa, const void *pb)
+{
+    const struct wref *a = pa, *b = pb;
+    if (a->task_id != b->task_id)
+        return a->task_id < b->task_id ? -1 : 1;
+    return a->i < b->i ? -1 : a->i > b->i;
+}
+
+/* Runs w->sql, a query of task ids, and sets mark[k] for each id found at
+ * w->rows[s + k] (rows[s..e) are sorted by task_id). Returns 0 or -1. */
+static int mark_ids(struct write_ctx *w, size_t s, size_t e, uint8_t *mark)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    atomic_fetch_add_explicit(&w->db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(w->c.m, w->sql.p, (unsigned long)w->sql.len) != 0 ||
+        (res = mysql_store_result(w->c.m)) == NULL) {
+        w->c.err = mysql_errno(w->c.m);
+        log_warn(w->db->log, "write connection: %s (error %u) in: %.160s", mysql_error(w->c.m),
+                 w->c.err, w->sql.p);
+        return -1;
+    }
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        uint64_t id = row[0] ? strtoull(row[0], NULL, 10) : 0;
+        size_t lo = s, hi = e;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (w->rows[mid].task_id < id)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < e && w->rows[lo].task_id == id)
+            mark[lo - s] = 1;
+    }
+    mysql_free_result(res);
+    return 0;
+}
+
+/* The statement for rows[s..e) met a row locked by another transaction (the write
+ * connection does not wait for locks: one long transaction must not stall every
+ * write). Locks what is free with FOR UPDATE SKIP LOCKED and writes those rows in one
+ * transaction; rows still ours but locked by someone else are deferred (queued again
+ * and written later); the rest are fenced. Returns 0, or -1 on a connection or server
+ * error (the caller reconnects and writes the batch again). */
+static int write_skip_locked(struct write_ctx *w, int kind, size_t s, size_t e,
+                             dsp_write_report *rep, size_t *left)
+{
+    uint32_t epoch = w->batch[w->idx[s]].epoch;
+    size_t n = e - s, k, m = 0;
+    uint64_t affected = 0;
+
+    memset(w->ours, 0, n);
+    memset(w->busy, 0, n);
+    /* The wait is 1 s here, not 0: with 0, MariaDB 10.11 fails the COMMIT of a
+     * transaction whose SKIP LOCKED read passed over a locked row (error 1180). */
+    if (dsp_dbi_exec_str(&w->c, "SET SESSION innodb_lock_wait_timeout = 1, autocommit = 0") < 0)
+        return -1;
+    dsp_strbuf_reset(&w->sql);
+    dsp_db_sql_lock_free(&w->sql, epoch, w->rows + s, NULL, n);
+    if (w->sql.oom || mark_ids(w, s, e, w->ours) < 0)
+        return -1;
+    for (k = 0; k < n; k++)
+        if (w->ours[k])
+            w->sub[m++] = w->rows[s + k];
+    if (m > 0) {
+        dsp_strbuf_reset(&w->sql);
+        dsp_db_sql_write(&w->sql, kind, epoch, wall_ms(), w->sub, m);
+        if (w->sql.oom || dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, &affected) < 0)
+            return -1;
+    }
+    if (dsp_dbi_exec_str(&w->c, "COMMIT") < 0 ||
+        dsp_dbi_exec_str(&w->c, "SET SESSION innodb_lock_wait_timeout = 0, autocommit = 1") < 0)
+        return -1;
+    if (m < n) {
+        /* A plain read (no lock, no wait) finds which of the others are still ours. */
+        dsp_strbuf_reset(&w->sql);
+        dsp_db_sql_still_ours(&w->sql, epoch, w->rows + s, w->ours, n);
+        if (w->sql.oom || mark_ids(w, s, e, w->busy) < 0)
+            return -1;
+    }
+    rep->written[kind] += affected;
+    for (k = 0; k < n; k++) {
+        size_t i = w->idx[s + k];
+        w->done[i] = 1;
+        if (w->busy[k]) {
+            w->defer[i] = 1;
+            rep->deferred++;
+        } else if (!w->ours[k] && kind != DSP_WRITE_DELIVERED) {
+            rep->fenced++;
+        }
+    }
+    *left -= n;
+    return 0;
+}
+
+/* One pass over the outcomes not written yet: one statement per kind (more when one
+ * would pass max_allowed_packet), one per outcome for those marked isolate. Returns 0,
+ * or -1 on an error of the connection or the server (reconnect and write again). */
+static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, int64_t *retry_min)
+{
+    /* Delivery records first: a task's outcome in the same batch then lands after its
+     * record and not before it (the record's fence would fail and it would count as
+     * fenced). */
+    static const int kind_order[DSP_WRITE_KINDS] = {DSP_WRITE_DELIVERED, DSP_WRITE_SUCCEEDED,
+                                                    DSP_WRITE_FAILED, DSP_WRITE_RETRY,
+                                                    DSP_WRITE_RELEASE};
+    dsp_db *db = w->db;
+    size_t limit = w->c.stmt_limit;
+
+    for (int ko = 0; ko < DSP_WRITE_KINDS; ko++) {
+        int kind = kind_order[ko];
+        size_t m = 0, s, e, i;
+
+        for (i = 0; i < w->n; i++) {
+            if (w->done[i] || w->batch[i].o.kind != kind)
+                continue;
+            w->refs[m].task_id = w->batch[i].o.task_id;
+            w->refs[m++].i = i;
+        }
+        /* By task_id: the two-level CASE needs it, and every statement then locks its
+         * rows in primary-key order. */
+        if (m > 1)
+            qsort(w->refs, m, sizeof *w->refs, wref_cmp);
+        for (i = 0; i < m; i++) {
+            const dsp_outcome *o = &w->batch[w->refs[i].i].o;
+            w->idx[i] = w->refs[i].i;
+            w->rows[i] = (dsp_db_sql_row){o->task_id, o->attempts, o->run_after_ms, o->data, o->len};
+        }
+        for (s = 0; s < m; s = e) {
+            size_t cost = DSP_DB_SQL_WRITE_FIXED, cnt;
+            uint64_t affected;
+
+            e = s;
+            if (w->isolate[w->idx[s]]) {
+                cost += dsp_db_sql_write_row_cost(kind, &w->rows[s]);
+                e = s + 1;
+            } else {
+                while (e < m && !w->isolate[w->idx[e]]) {
+                    size_t rc = dsp_db_sql_write_row_cost(kind, &w->rows[e]);
+                    if (e > s && cost + rc > limit)
+                        break;
+                    cost += rc;
+                    e++;
+                }
+            }
+            cnt = e - s;
+            if (cnt == 1 && cost > limit && w->rows[s].len > 0) {
+                /* One outcome larger than a statement may be: keep what fits. */
+                dsp_db_sql_row *r = &w->rows[s];
+                size_t room = limit > DSP_DB_SQL_WRITE_FIXED + 512
+                                  ? (limit - DSP_DB_SQL_WRITE_FIXED - 512) / 2
+                                  : 0;
+                size_t nl = kind == DSP_WRITE_SUCCEEDED ? room : dsp_utf8_cut(r->data, r->len, room);
+                log_warn(db->log,
+                         "%s of task %" PRIu64 " cut from %zu to %zu bytes to fit max_allowed_packet",
+                         kind == DSP_WRITE_SUCCEEDED ? "result" : "error text", r->task_id, r->len, nl);
+                r->len = nl;
+                w->batch[w->idx[s]].o.len = nl;
+            }
+            dsp_strbuf_reset(&w->sql);
+            dsp_db_sql_write(&w->sql, kind, w->batch[w->idx[s]].epoch, wall_ms(), &w->rows[s], cnt);
+            if (w->sql.oom) {
+                log_error(db->log, "out of memory building a write of %zu outcome(s)", cnt);
+                if (cnt > 1) {
+                    for (i = s; i < e; i++)
+                        w->isolate[w->idx[i]] = 1;
+                    continue;
+                }
+                return -1; /* try again after a pause */
+            }
+            if (dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, &affected) == 0) {
+                rep->written[kind] += affected;
+                /* A delivery record finds no row when the outcome came first: harmless. */
+                if (kind != DSP_WRITE_DELIVERED)
+                    rep->fenced += affected < cnt ? cnt - affected : 0;
+                for (i = s; i < e; i++) {
+                    w->done[w->idx[i]] = 1;
+                    if (kind == DSP_WRITE_RETRY && w->rows[i].run_after_ms < *retry_min)
+                        *retry_min = w->rows[i].run_after_ms;
+                }
+                *left -= cnt;
+                continue;
+            }
+            if (w->c.err == ER_LOCK_WAIT_TIMEOUT_) {
+                if (write_skip_locked(w, kind, s, e, rep, left) < 0)
+                    return -1;
+                continue;
+            }
+            if (w->c.err == ER_NET_PACKET_TOO_LARGE_ && cnt == 1) {
+                log_error(db->log, "outcome of task %" PRIu64 " is too large to write; its row stays PROCESSING",
+                          w->rows[s].task_id);
+                w->done[w->idx[s]] = 1;
+                (*left)--;
+                w->dropped++;
+                return -1; /* the server closed the connection */
+            }
+            if (w->c.err == ER_NET_PACKET_TOO_LARGE_ || !dsp_dbi_error_is_transient(w->c.err)) {
+                if (cnt > 1) {
+                    log_warn(db->log, "writing %zu outcome(s) in one statement failed; writing them one by one",
+                             cnt);
+                    for (i = s; i < e; i++)
+                        w->isolate[w->idx[i]] = 1;
+                    if (w->c.err == ER_NET_PACKET_TOO_LARGE_)
+                        return -1;
+                    continue;
+                }
+                log_error(db->log,
+                          "outcome of task %" PRIu64 " cannot be written (error %u); its row stays PROCESSING",
+                          w->rows[s].task_id, w->c.err);
+                w->done[w->idx[s]] = 1;
+                (*left)--;
+                w->dropped++;
+                continue;
+            }
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Puts one outcome back at the end of the write queue, to be written after a flush
+ * interval. Returns 0, or -1 when the queue cannot grow. Under db->mu. */
+static int write_requeue_locked(dsp_db *db, const struct wentry *e)
+{
+    if (db->qhead + db->qlen == db->qcap) {
+        if (db->qhead > 0) {
+            memmove(db->q, db->q + db->qhead, db->qlen * sizeof *db->q);
+            db->qhead = 0;
+        } else {
+            size_t cap = db->qcap ? db->qcap * 2 : 1024;
+            struct wentry *q = realloc(db->q, cap * sizeof *q);
+            if (q == NULL)
+                return -1;
+            db->q = q;
+            db->qcap = cap;
+        }
+    }
+    db->q[db->qhead + db->qlen] = *e;
+    db->q[db->qhead + db->qlen].queued_ms = mono_ms();
+    db->qlen++;
+    return 0;
+}
+
+/* Writes w->batch, reconnecting and writing again until done or past the stop
+ * deadline; reports through on_written. */
+static void write_batch(struct write_ctx *w)
+{
+    dsp_db *db = w->db;
+    dsp_write_report rep;
+    size_t left = w->n, i;
+    int64_t retry_min = INT64_MAX;
+    struct msg *m;
+
+    memset(&rep, 0, sizeof rep);
+    memset(w->done, 0, w->n);
+    memset(w->isolate, 0, w->n);
+    memset(w->defer, 0, w->n);
+    write_prepare(w, &left);
+    while (left > 0) {
+        if (w->c.m == NULL) {
+            if (write_past_deadline(db))
+                break;
+            if (dsp_dbi_conn_open(&w->c, true, true) < 0) {
+                dsp_dbi_set_conn_ok(db, CONN_WRITE, false);
+                write_sleep(db, dsp_dbi_backoff_next(&w->c));
+                continue;
+            }
+            dsp_dbi_set_conn_ok(db, CONN_WRITE, true);
+        }
+        if (write_pass(w, &rep, &left, &retry_min) < 0) {
+            log_warn(db->log, "write connection: reconnecting; %zu outcome(s) to write again", left);
+            dsp_dbi_conn_close(&w->c);
+            dsp_dbi_set_conn_ok(db, CONN_WRITE, false);
+            if (write_past_deadline(db))
+                break;
+            write_sleep(db, dsp_dbi_backoff_next(&w->c));
+        }
+    }
+    w->dropped += left;
+    atomic_fetch_add_explicit(&db->write_batches, 1, memory_order_relaxed);
+    m = dsp_dbi_msg_new(MSG_WRITTEN);
+    pthread_mutex_lock(&db->mu);
+    /* Deferred outcomes go back to the queue (they keep their data) unless the stop
+     * deadline has passed; the rest are done with. */
+    for (i = 0; i < w->n; i++) {
+        if (w->defer[i] && !(db->write_stop && mono_ms() >= db->write_deadline_ms) &&
+            write_requeue_locked(db, &w->batch[i]) == 0)
+            continue;
+        if (w->defer[i])
+            w->dropped++;
+        free(w->batch[i].o.data);
+        w->batch[i].o.data = NULL;
+    }
+    /* No longer pending by the time the loop hears of it. */
+    db->writing = 0;
+    if (m) {
+        m->report = rep;
+        dsp_dbi_post_locked(db, m);
+    }
+    if (retry_min < db->retry_due_ms) {
+        db->retry_due_ms = retry_min;
+        pthread_cond_signal(&db->claim_cv);
+    }
+    pthread_mutex_unlock(&db->mu);
+    if (m)
+        dsp_dbi_wake_loop(db);
+}
+
+void *dsp_dbi_write_main(void *arg)
+{
+    dsp_db *db = arg;
+    struct write_ctx w;
+    size_t cap = db->max_batch, k;
+    int64_t flush = db->opts.result_flush_ms > 0 ? db->opts.result_flush_ms : 0;
+
+    memset(&w, 0, sizeof w);
+    w.db = db;
+    w.c.db = db;
+    w.c.who = "write";
+    w.c.rng = (uint64_t)mono_us() * 0xBF58476D1CE4E5B9ULL ^ (uint64_t)(uintptr_t)&w;
+    if (w.c.rng == 0)
+        w.c.rng = 1;
+    w.c.no_lock_wait = true;
+    w.batch = calloc(cap, sizeof *w.batch);
+    w.done = calloc(cap, 1);
+    w.isolate = calloc(cap, 1);
+    w.defer = calloc(cap, 1);
+    w.ours = calloc(cap, 1);
+    w.busy = calloc(cap, 1);
+    w.sub = calloc(cap, sizeof *w.sub);
+    w.rows = calloc(cap, sizeof *w.rows);
+    w.idx = calloc(cap, sizeof *w.idx);
+    w.refs = calloc(cap, sizeof *w.refs);
+    mysql_thread_init();
+    if (!w.batch || !w.done || !w.isolate || !w.defer || !w.ours || !w.busy || !w.sub ||
+        !w.rows || !w.idx || !w.refs) {
+        log_error(db->log, "write thread: out of memory; outcomes will not be written");
+        cap = 0;
+    }
+
+    pthread_mutex_lock(&db->mu);
+    for (;;) {
+        if (db->qlen == 0 || cap == 0) {
+            if (db->write_stop)
+                break;
+            if (w.c.m == NULL && mono_ms() >= w.next_connect && cap) {
+                /* Connect while idle, so that on_health tells the truth early. */
+                pthread_mutex_unlock(&db->mu);
+                if (dsp_dbi_conn_open(&w.c, true, true) == 0) {
+                    dsp_dbi_set_conn_ok(db, CONN_WRITE, true);
+                } else {
+                    dsp_dbi_set_conn_ok(db, CONN_WRITE, false);
+                    w.next_connect = mono_ms() + dsp_dbi_backoff_next(&w.c);
+                }
+                pthread_mutex_lock(&db->mu);
+                continue;
+            }
+            if (w.c.m == NULL && cap)
+                cond_wait_until(&db->write_cv, &db->mu, w.next_connect);
+            else
+                pthread_cond_wait(&db->write_cv, &db->mu);
+            continue;
+        }
+        if (db->qlen < db->max_batch && !db->write_stop && flush > 0) {
+            int64_t until = db->q[db->qhead].queued_ms + flush;
+            if (mono_ms() < until) {
+                cond_wait_until(&db->write_cv, &db->mu, until);
+                continue;
+            }
+        }
+        /* One epoch per batch: the fence is per statement. */
+        for (k = 0; k < cap && k < db->qlen && db->q[db->qhead + k].epoch == db->q[db->qhead].epoch; k++)
+            ;
+        memcpy(w.batch, db->q + db->qhead, k * sizeof *w.batch);
+        db->qhead += k;
+        db->qlen -= k;
+        if (db->qlen == 0)
+            db->qhead = 0;
+        db->writing = k;
+        pthread_mutex_unlock(&db->mu);
+        w.n = k;
+        write_batch(&w); /* sets writing back to 0 */
+        pthread_mutex_lock(&db->mu);
+    }
+    /* Whatever is still queued could not be written (no memory for batches). */
+    for (k = 0; k < db->qlen; k++)
+        free(db->q[db->qhead + k].o.data);
+    w.dropped += db->qlen;
+    db->qlen = db->qhead = 0;
+    db->write_exited = true;
+    pthread_mutex_unlock(&db->mu);
+
+    if (w.dropped)
+        log_error(db->log,
+                  "%" PRIu64 " outcome(s) not written; their rows stay PROCESSING until the next"
+                  " dispatcher recovers them",
+                  w.dropped);
+    dsp_dbi_conn_close(&w.c);
+    dsp_dbi_set_conn_ok(db, CONN_WRITE, false);
+    dsp_strbuf_free(&w.sql);
+    free(w.batch);
+    free(w.done);
+    free(w.isolate);
+    free(w.defer);
+    free(w.ours);
+    free(w.busy);
+    free(w.sub);
+    free(w.rows);
+    free(w.idx);
+    free(w.refs);
+    mysql_thread_end();
+    return NULL;
+}
