@@ -768,8 +768,8 @@ static int sweeps(struct claim_ctx *x)
         } while (n >= SWEEP_LIMIT);
     }
     if (refresh) {
-        if (dsp_dbi_query_u64(&x->c, "SELECT MIN(run_after) FROM task WHERE `delayed` = 1", &v, &isnull,
-                         0) < 0)
+        if (dsp_dbi_query_u64(&x->c, "SELECT MIN(run_after) FROM task WHERE `delayed` = 1", &v,
+                              &isnull, 0) < 0)
             goto fail;
         /* run_after is a signed BIGINT: the cast gives back a negative value. */
         x->next_due_wall = isnull ? INT64_MAX : (int64_t)v;

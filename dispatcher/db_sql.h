@@ -1,7 +1,7 @@
-/* db_sql: the text of db.c's own statements (claim mark, recovery, outcome writes),
+/* db_sql: the text of the database threads' own statements (claim mark, recovery, outcome writes),
  * and the helpers that make outcome data safe to send (UTF-8 repair, caps).
  *
- * Private to db.c. Pure: no MYSQL *, no global state. The claim SELECT and the lane
+ * Private to the db*.c files. Pure: no MYSQL *, no global state. The claim SELECT and the lane
  * sweeps come from claim_sql.h; this file only adds what the write thread and the claim
  * thread need beyond them. Every value goes into the text as a number or as an X'hex'
  * literal, so nothing depends on sql_mode, the connection character set or escaping.
@@ -102,7 +102,7 @@ void dsp_db_sql_claim_mark(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const 
 void dsp_db_sql_release_ids(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const uint64_t *ids,
                             size_t n);
 
-/* The write thread's way round a row locked by another transaction (see db.c
+/* The write thread's way round a row locked by another transaction (see db_write.c
  * write_skip_locked). Both read the ids of rows[0..n) whose skip[i] is 0 (all when skip
  * is NULL) that are still PROCESSING under epoch:
  *   lock_free:  SELECT task_id ... FOR UPDATE SKIP LOCKED (locks those free to lock)
@@ -117,7 +117,7 @@ void dsp_db_sql_still_ours(dsp_strbuf *b, uint32_t epoch, const dsp_db_sql_row *
  * recorded), or FAILED when its last allowed delivery was made (see db_sql.c). */
 void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned limit);
 
-/* ---- the stats thread's statements (see db.c) ----
+/* ---- the stats thread's statements (see db_maint.c) ----
  *
  * Measured on MariaDB 10.11 (tests/integration/test_db.c checks the plans with EXPLAIN):
  * none reads a row of another state than the ones it counts, and only the oldest-ready

@@ -4,7 +4,7 @@
  * Each X(name, help) line generates a struct field and its entry in /stats and
  * /metrics, so a counter cannot be added to one and forgotten in the other.
  * Counters only grow. The task and connection counters are touched on the loop
- * thread only; the database counters belong to the database threads (db.c). */
+ * thread only; the database counters belong to the database threads (db*.c). */
 #ifndef TASKPUSH_DSP_STATS_H
 #define TASKPUSH_DSP_STATS_H
 
