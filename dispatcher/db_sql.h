@@ -1,5 +1,6 @@
-/* db_sql: the text of the database threads' own statements (claim mark, recovery, outcome writes),
- * and the helpers that make outcome data safe to send (UTF-8 repair, caps).
+/* db_sql: the text of the database threads' own statements (claim mark, recovery,
+ * outcome writes), and the helpers that make outcome data safe to send (UTF-8 repair,
+ * caps).
  *
  * Private to the db*.c files. Pure: no MYSQL *, no global state. The claim SELECT and the lane
  * sweeps come from claim_sql.h; this file only adds what the write thread and the claim
