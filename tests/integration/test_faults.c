@@ -60,6 +60,7 @@
 #include <mysql.h>
 
 #include "daemon.h"
+#include "inproc_worker.h"
 #include "proto.h"
 #include "raw.h"
 #include "rows.h"
@@ -129,9 +130,7 @@ typedef struct lworker {
     struct fx *fx;
     int index;
     tp_worker *w;
-    pthread_t thr;
-    bool running;
-    int rc;
+    tp_inproc run;
 } lworker;
 
 enum hmode {
@@ -382,18 +381,11 @@ static void lw_log(void *arg, int level, const char *msg)
     fprintf(stderr, "# worker %d [%d]: %s\n", lw->index, level, msg);
 }
 
-static void *lw_main(void *arg)
-{
-    lworker *lw = arg;
-    lw->rc = tp_worker_run(lw->w);
-    return NULL;
-}
-
 /* Starts in-process worker i: capacity cap (and as many handler threads), one type. */
 static void lw_start(struct fx *fx, int i, const char *addr, const char *type, unsigned cap)
 {
     lworker *lw = &fx->lw[i];
-    assert_false(lw->running);
+    assert_false(lw->run.running);
     lw->fx = fx;
     lw->index = i;
     tp_worker_options o;
@@ -414,28 +406,23 @@ static void lw_start(struct fx *fx, int i, const char *addr, const char *type, u
     if (!lw->w)
         fail_msg("tp_worker_new: %s", err.text);
     assert_int_equal(tp_worker_add_type(lw->w, type, handler, lw), 0);
-    assert_int_equal(pthread_create(&lw->thr, NULL, lw_main, lw), 0);
-    lw->running = true;
+    assert_int_equal(tp_inproc_start(&lw->run, lw->w), 0);
 }
 
 /* Stops worker i: gracefully, then at once if it does not end within 20 s. */
 static void lw_stop(struct fx *fx, int i)
 {
     lworker *lw = &fx->lw[i];
-    if (!lw->running)
+    if (!lw->run.running)
         return;
     tp_worker_stop(lw->w);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 20;
-    if (pthread_timedjoin_np(lw->thr, NULL, &ts) != 0) {
+    if (!tp_inproc_join_within(&lw->run, 20000)) {
         fprintf(stderr, "# worker %d did not stop gracefully; stopping it at once\n", i);
         tp_worker_stop(lw->w);
-        pthread_join(lw->thr, NULL);
+        tp_inproc_join(&lw->run);
     }
     tp_worker_free(lw->w);
     lw->w = NULL;
-    lw->running = false;
 }
 
 /* ---- worker processes (crash_worker) ---- */
@@ -1507,12 +1494,9 @@ static void test_drain_takes_back(void **state)
     WAIT_FOR(ok, json_flag(fx, 0, "draining") == 1, WAIT_MS);
     assert_true(ok);
     /* Worker 0 drops its connection (a second stop closes at once). */
-    tp_worker_stop(fx->lw[0].w);
-    tp_worker_stop(fx->lw[0].w);
-    pthread_join(fx->lw[0].thr, NULL);
+    tp_inproc_halt(&fx->lw[0].run);
     tp_worker_free(fx->lw[0].w);
     fx->lw[0].w = NULL;
-    fx->lw[0].running = false;
     note(fx, "worker 0 gone while draining; waiting for the stuck lease to expire");
     int rc = tp_daemon_stop(&fx->d[0], 0, 5000 + 15000);
     note(fx, "taskpushd exited with %d", rc);

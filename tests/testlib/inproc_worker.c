@@ -1,6 +1,8 @@
 /* inproc_worker: in-process workers and gates (see inproc_worker.h). */
 #include "inproc_worker.h"
 
+#include <time.h>
+
 static void *inproc_main(void *arg)
 {
     tp_inproc *p = arg;
@@ -25,6 +27,24 @@ int tp_inproc_join(tp_inproc *p)
     pthread_join(p->thr, NULL);
     p->running = false;
     return p->rc;
+}
+
+bool tp_inproc_join_within(tp_inproc *p, int timeout_ms)
+{
+    if (!p->running)
+        return true;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    if (pthread_timedjoin_np(p->thr, NULL, &ts) != 0)
+        return false;
+    p->running = false;
+    return true;
 }
 
 int tp_inproc_halt(tp_inproc *p)

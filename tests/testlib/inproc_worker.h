@@ -27,6 +27,10 @@ int tp_inproc_start(tp_inproc *p, tp_worker *w);
  * 0 when it was not running. Does not free the worker. */
 int tp_inproc_join(tp_inproc *p);
 
+/* tp_inproc_join, waiting at most timeout_ms: true when the thread ended (p->rc is
+ * then tp_worker_run's result, or it was not running), false when it still runs. */
+bool tp_inproc_join_within(tp_inproc *p, int timeout_ms);
+
 /* A teardown's stop: tp_worker_stop twice (the second does not wait for handlers, see
  * taskpush.h), then tp_inproc_join. 0 when it was not running. */
 int tp_inproc_halt(tp_inproc *p);

@@ -1,5 +1,4 @@
 /* wait: the tests' sleep (see wait.h). */
-#define _POSIX_C_SOURCE 200809L
 #include "wait.h"
 
 #include <errno.h>
