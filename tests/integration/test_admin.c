@@ -46,20 +46,16 @@
 #include <cmocka.h>
 
 #include "daemon.h"
+#include "inproc_worker.h"
 #include "proto.h"
+#include "raw.h"
+#include "rows.h"
 #include "taskpush.h"
 #include "testdb.h"
 
 #define WAIT_MS 60000
 #define POLL_MS 20
 #define MAX_WK 4
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
 
 /* ---- workers ---- */
 
@@ -74,8 +70,7 @@ struct wk {
     bool gated; /* handlers wait at fx->gate */
     atomic_uint_fast64_t done;
     tp_worker *w;
-    pthread_t thr;
-    bool running;
+    tp_inproc run;
 };
 
 struct fx {
@@ -85,10 +80,7 @@ struct fx {
     bool have_daemon;
     struct wk wk[MAX_WK];
     int nwk;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool gate_open;
-    int gate_waiting;
+    tp_gate gate;
     char token_path[128];
     char admin_token_path[128];
     int raw_fd; /* workers_non_utf8_name: its hand-made worker; 0 when none */
@@ -100,25 +92,10 @@ static int on_task(tp_task *t, void *arg)
 {
     struct wk *k = arg;
     (void)t;
-    if (k->gated) {
-        struct fx *fx = k->fx;
-        pthread_mutex_lock(&fx->mu);
-        fx->gate_waiting++;
-        while (!fx->gate_open)
-            pthread_cond_wait(&fx->cv, &fx->mu);
-        fx->gate_waiting--;
-        pthread_mutex_unlock(&fx->mu);
-    }
+    if (k->gated)
+        tp_gate_pass(&k->fx->gate);
     atomic_fetch_add(&k->done, 1);
     return TP_SUCCESS;
-}
-
-static void *wk_main(void *arg)
-{
-    struct wk *k = arg;
-    if (tp_worker_run(k->w) != 0)
-        fprintf(stderr, "tp_worker_run(%s) failed\n", k->name);
-    return NULL;
 }
 
 static struct wk *wk_start(struct fx *fx, const char *name, unsigned capacity, bool gated, const char *t1,
@@ -145,25 +122,8 @@ static struct wk *wk_start(struct fx *fx, const char *name, unsigned capacity, b
     assert_non_null(k->w);
     for (int i = 0; i < k->ntypes; i++)
         assert_int_equal(tp_worker_add_type(k->w, k->types[i], on_task, k), 0);
-    assert_int_equal(pthread_create(&k->thr, NULL, wk_main, k), 0);
-    k->running = true;
+    assert_int_equal(tp_inproc_start(&k->run, k->w), 0);
     return k;
-}
-
-static void gate_set(struct fx *fx, bool open)
-{
-    pthread_mutex_lock(&fx->mu);
-    fx->gate_open = open;
-    pthread_cond_broadcast(&fx->cv);
-    pthread_mutex_unlock(&fx->mu);
-}
-
-static int gate_waiting(struct fx *fx)
-{
-    pthread_mutex_lock(&fx->mu);
-    int n = fx->gate_waiting;
-    pthread_mutex_unlock(&fx->mu);
-    return n;
 }
 
 /* ---- fixture ---- */
@@ -173,8 +133,7 @@ static int fx_setup(void **state)
     struct fx *fx = calloc(1, sizeof *fx);
     if (!fx)
         return -1;
-    pthread_mutex_init(&fx->mu, NULL);
-    pthread_cond_init(&fx->cv, NULL);
+    tp_gate_init(&fx->gate, false);
     *state = fx;
     return 0;
 }
@@ -184,14 +143,11 @@ static void run_tp_mariadb(const char *cmd, const char *dir, bool apply_env);
 static int fx_teardown(void **state)
 {
     struct fx *fx = *state;
-    gate_set(fx, true);
+    tp_gate_set(&fx->gate, true);
     for (int i = 0; i < fx->nwk; i++) {
         struct wk *k = &fx->wk[i];
-        if (k->running) {
-            tp_worker_stop(k->w);
-            tp_worker_stop(k->w);
-            pthread_join(k->thr, NULL);
-        }
+        if (tp_inproc_halt(&k->run) != 0)
+            fprintf(stderr, "tp_worker_run(%s) failed\n", k->name);
         tp_worker_free(k->w);
     }
     if (fx->have_daemon) {
@@ -216,8 +172,7 @@ static int fx_teardown(void **state)
         unlink(fx->admin_token_path);
     if (fx->raw_fd > 0)
         close(fx->raw_fd);
-    pthread_mutex_destroy(&fx->mu);
-    pthread_cond_destroy(&fx->cv);
+    tp_gate_destroy(&fx->gate);
     free(fx);
     return 0;
 }
@@ -231,32 +186,21 @@ static void fx_daemon(struct fx *fx, const char *const *extra)
 
 static void insert_tasks(struct fx *fx, const char *type, int n)
 {
-    for (int i = 0; i < n; i += 100) {
-        char sql[8192];
-        size_t used = (size_t)snprintf(sql, sizeof sql, "INSERT INTO task (task_type) VALUES ");
-        for (int k = i; k < n && k < i + 100; k++)
-            used += (size_t)snprintf(sql + used, sizeof sql - used, "%s('%s')", k > i ? "," : "", type);
-        assert_true(tp_testdb_exec(&fx->db, "%s", sql) >= 0);
-    }
+    assert_true(tp_rows_insert(&fx->db, type, n, false) == 0);
 }
 
 static uint64_t count_rows(struct fx *fx, const char *type, int state)
 {
-    return tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_type = '%s' AND task_state = %d",
-                               type, state);
+    return tp_rows_count(&fx->db, type, state);
 }
 
 /* Waits until count_rows(type, state) == want. */
 static void wait_rows(struct fx *fx, const char *type, int state, uint64_t want)
 {
-    long long end = tp_mono_ms() + WAIT_MS;
     uint64_t n;
-    while ((n = count_rows(fx, type, state)) != want) {
-        if (tp_mono_ms() > end)
-            fail_msg("type %s: %llu rows in state %d, want %llu", type, (unsigned long long)n, state,
-                     (unsigned long long)want);
-        sleep_ms(POLL_MS);
-    }
+    if (!tp_rows_wait(&fx->db, type, state, want, WAIT_MS, POLL_MS, &n))
+        fail_msg("type %s: %llu rows in state %d, want %llu", type, (unsigned long long)n, state,
+                 (unsigned long long)want);
 }
 
 static void wait_stat(struct fx *fx, const char *dotted, long long want)
@@ -265,7 +209,7 @@ static void wait_stat(struct fx *fx, const char *dotted, long long want)
     while ((v = tp_daemon_stat(&fx->d, dotted)) != want) {
         if (tp_mono_ms() > end)
             fail_msg("%s is %lld, want %lld", dotted, v, want);
-        sleep_ms(POLL_MS);
+        tp_sleep_ms(POLL_MS);
     }
 }
 
@@ -361,7 +305,7 @@ static void stats_and_metrics(void **state)
     while (tp_daemon_stat(&fx->d, "table.by_state.successful") != N) {
         if (tp_mono_ms() > end)
             fail_msg("table.by_state.successful never reached %d", N);
-        sleep_ms(POLL_MS);
+        tp_sleep_ms(POLL_MS);
     }
 
     json_t *ws = tp_daemon_json(&fx->d, "/workers");
@@ -427,17 +371,8 @@ static void stats_and_metrics(void **state)
 /* A TCP connection to an IPv4 HOST:PORT, with a 10 s receive timeout. */
 static int tcp_connect(const char *hostport)
 {
-    char host[64];
-    const char *colon = strrchr(hostport, ':');
-    assert_non_null(colon);
-    snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = tp_raw_connect(hostport, 10);
     assert_true(fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
-    assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    struct timeval tv = {10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;
 }
 
@@ -539,7 +474,7 @@ static void ctl_pause_resume(void **state)
     assert_true(json_is_true(json_object_get(json_object_get(s, "paused"), "all")));
     json_decref(s);
     insert_tasks(fx, "a", 50);
-    sleep_ms(1500); /* a fair chance to (wrongly) dispatch */
+    tp_sleep_ms(1500); /* a fair chance to (wrongly) dispatch */
     assert_int_equal(tp_daemon_stat(&fx->d, "tasks.dispatched_total"), 0);
     assert_int_equal(count_rows(fx, "a", 0), 50);
     assert_int_equal(ctl(fx, out, sizeof out, "--token-file %s resume", fx->token_path), 0);
@@ -573,10 +508,10 @@ static void ctl_drain(void **state)
     insert_tasks(fx, "c", 20);
     /* Two held by the worker, the rest buffered in the dispatcher. */
     long long end = tp_mono_ms() + WAIT_MS;
-    while (gate_waiting(fx) < 2 || tp_daemon_stat(&fx->d, "queue.buffered") != 18) {
+    while (tp_gate_waiting(&fx->gate) < 2 || tp_daemon_stat(&fx->d, "queue.buffered") != 18) {
         if (tp_mono_ms() > end)
             fail_msg("never 2 held and 18 buffered");
-        sleep_ms(POLL_MS);
+        tp_sleep_ms(POLL_MS);
     }
     char out[4096];
     assert_int_equal(ctl(fx, out, sizeof out, "drain"), 0);
@@ -591,10 +526,10 @@ static void ctl_drain(void **state)
     assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state = 0 AND attempts = 0"),
                      18);
     /* The in-flight ones finish; nothing more is dispatched. */
-    gate_set(fx, true);
+    tp_gate_set(&fx->gate, true);
     wait_rows(fx, "c", 2, 2);
     wait_stat(fx, "queue.in_flight", 0);
-    sleep_ms(1000);
+    tp_sleep_ms(1000);
     assert_int_equal(tp_daemon_stat(&fx->d, "tasks.dispatched_total"), 2);
     assert_int_equal(count_rows(fx, "c", 0), 18);
     assert_true(tp_daemon_stat(&fx->d, "uptime_s") >= 0); /* still running */
@@ -622,7 +557,7 @@ static void ctl_requeue_failed(void **state)
     while (tp_daemon_stat(&fx->d, "last_requeue.rows") != 3) {
         if (tp_mono_ms() > end)
             fail_msg("last_requeue.rows never 3");
-        sleep_ms(POLL_MS);
+        tp_sleep_ms(POLL_MS);
     }
     assert_int_equal(ctl(fx, out, sizeof out, "--json requeue-failed"), 0);
     wait_rows(fx, "z", 0, 1); /* all types: z back to NEW (no worker runs it) */
@@ -761,7 +696,7 @@ static void wait_health(struct fx *fx, int want)
     while ((got = tp_http_request(fx->d.admin, "GET", "/healthz", NULL)) != want) {
         if (tp_mono_ms() > end)
             fail_msg("/healthz answers %d, want %d", got, want);
-        sleep_ms(50);
+        tp_sleep_ms(50);
     }
 }
 
@@ -1070,21 +1005,8 @@ static void workers_non_utf8_name(void **state)
     wk_start(fx, "good", 1, false, "a", NULL, NULL);
 
     static const char name[] = "bad\xff\xfename";
-    proto_msg m;
-    memset(&m, 0, sizeof m);
-    m.type = PROTO_HELLO;
-    m.u.hello.version = PROTO_VERSION;
-    m.u.hello.capacity = 1;
-    m.u.hello.name.ptr = (const uint8_t *)name;
-    m.u.hello.name.len = sizeof name - 1;
-    m.u.hello.ntypes = 1;
-    m.u.hello.types[0].ptr = (const uint8_t *)"a";
-    m.u.hello.types[0].len = 1;
-    uint8_t buf[512];
-    size_t n = proto_msg_encode(&m, buf, sizeof buf);
-    assert_true(n > 0);
     fx->raw_fd = tcp_connect(fx->d.listen);
-    assert_int_equal(send(fx->raw_fd, buf, n, MSG_NOSIGNAL), (ssize_t)n);
+    assert_int_equal(tp_raw_hello(fx->raw_fd, name, sizeof name - 1, "a"), 0);
     wait_stat(fx, "workers", 2);
 
     json_t *ws = tp_daemon_json(&fx->d, "/workers");

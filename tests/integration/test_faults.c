@@ -60,7 +60,10 @@
 #include <mysql.h>
 
 #include "daemon.h"
+#include "inproc_worker.h"
 #include "proto.h"
+#include "raw.h"
+#include "rows.h"
 #include "taskpush.h"
 #include "testdb.h"
 
@@ -70,13 +73,6 @@
 #define MAX_PROCS 3
 
 /* ---- small helpers ---- */
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
 
 static int64_t wall_ms(void)
 {
@@ -98,7 +94,7 @@ static int64_t wall_ms(void)
                 (ok) = false;                                                                  \
                 break;                                                                         \
             }                                                                                  \
-            sleep_ms(10);                                                                      \
+            tp_sleep_ms(10);                                                                      \
         }                                                                                      \
     } while (0)
 
@@ -134,9 +130,7 @@ typedef struct lworker {
     struct fx *fx;
     int index;
     tp_worker *w;
-    pthread_t thr;
-    bool running;
-    int rc;
+    tp_inproc run;
 } lworker;
 
 enum hmode {
@@ -297,7 +291,7 @@ static int handler(tp_task *task, void *arg)
 
     switch (fx->mode) {
     case MODE_SLEEP:
-        sleep_ms(fx->sleep_ms);
+        tp_sleep_ms(fx->sleep_ms);
         if (tp_task_set_result(task, "done", 4) < 0)
             outcome = TP_FAIL;
         break;
@@ -331,7 +325,7 @@ static int handler(tp_task *task, void *arg)
             /* Runs its 2 s whatever happens, so that its result comes late. */
             while (tp_mono_ms() - t0 < 2000) {
                 cancelled |= tp_task_cancelled(task) != 0;
-                sleep_ms(10);
+                tp_sleep_ms(10);
             }
             cancelled |= tp_task_cancelled(task) != 0;
             if (tp_task_set_result(task, "late result of attempt 1", 24) < 0)
@@ -344,7 +338,7 @@ static int handler(tp_task *task, void *arg)
         while (tp_mono_ms() - t0 < 2000) {
             for (int k = 0; k < 20; k++) {
                 cancelled |= tp_task_cancelled(task) != 0;
-                sleep_ms(10);
+                tp_sleep_ms(10);
             }
             extends++;
             if (tp_task_extend(task, 500) != 0)
@@ -357,7 +351,7 @@ static int handler(tp_task *task, void *arg)
     case MODE_DRAIN:
         if (strcmp(tp_task_type(task), "stuck") == 0) {
             while (!tp_task_cancelled(task) && tp_mono_ms() - t0 < 60000)
-                sleep_ms(10);
+                tp_sleep_ms(10);
             cancelled = tp_task_cancelled(task) != 0;
             if (tp_task_set_result(task, "stuck done", 10) < 0)
                 outcome = TP_FAIL;
@@ -368,7 +362,7 @@ static int handler(tp_task *task, void *arg)
             outcome = TP_FAIL;
         } else {
             while (!atomic_load(&fx->gate) && !tp_task_cancelled(task) && tp_mono_ms() - t0 < 60000)
-                sleep_ms(5);
+                tp_sleep_ms(5);
             cancelled = tp_task_cancelled(task) != 0;
             if (tp_task_set_result(task, "slow done", 9) < 0)
                 outcome = TP_FAIL;
@@ -387,18 +381,11 @@ static void lw_log(void *arg, int level, const char *msg)
     fprintf(stderr, "# worker %d [%d]: %s\n", lw->index, level, msg);
 }
 
-static void *lw_main(void *arg)
-{
-    lworker *lw = arg;
-    lw->rc = tp_worker_run(lw->w);
-    return NULL;
-}
-
 /* Starts in-process worker i: capacity cap (and as many handler threads), one type. */
 static void lw_start(struct fx *fx, int i, const char *addr, const char *type, unsigned cap)
 {
     lworker *lw = &fx->lw[i];
-    assert_false(lw->running);
+    assert_false(lw->run.running);
     lw->fx = fx;
     lw->index = i;
     tp_worker_options o;
@@ -419,28 +406,23 @@ static void lw_start(struct fx *fx, int i, const char *addr, const char *type, u
     if (!lw->w)
         fail_msg("tp_worker_new: %s", err.text);
     assert_int_equal(tp_worker_add_type(lw->w, type, handler, lw), 0);
-    assert_int_equal(pthread_create(&lw->thr, NULL, lw_main, lw), 0);
-    lw->running = true;
+    assert_int_equal(tp_inproc_start(&lw->run, lw->w), 0);
 }
 
 /* Stops worker i: gracefully, then at once if it does not end within 20 s. */
 static void lw_stop(struct fx *fx, int i)
 {
     lworker *lw = &fx->lw[i];
-    if (!lw->running)
+    if (!lw->run.running)
         return;
     tp_worker_stop(lw->w);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 20;
-    if (pthread_timedjoin_np(lw->thr, NULL, &ts) != 0) {
+    if (!tp_inproc_join_within(&lw->run, 20000)) {
         fprintf(stderr, "# worker %d did not stop gracefully; stopping it at once\n", i);
         tp_worker_stop(lw->w);
-        pthread_join(lw->thr, NULL);
+        tp_inproc_join(&lw->run);
     }
     tp_worker_free(lw->w);
     lw->w = NULL;
-    lw->running = false;
 }
 
 /* ---- worker processes (crash_worker) ---- */
@@ -492,7 +474,7 @@ static int proc_stop(struct fx *fx, int i, int sig)
             waitpid(pid, &status, 0);
             break;
         }
-        sleep_ms(10);
+        tp_sleep_ms(10);
     }
     fx->procs[i] = 0;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -562,17 +544,8 @@ static int teardown(void **state)
 
 /* ---- database helpers ---- */
 
-static uint64_t q64(struct fx *fx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static uint64_t q64(struct fx *fx, const char *fmt, ...)
-{
-    char sql[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sql, sizeof sql, fmt, ap);
-    va_end(ap);
-    return tp_testdb_query_u64(&fx->db, "%s", sql);
-}
+/* The first column of a query's first row (see tp_testdb_query_u64). */
+#define q64(fx, ...) tp_testdb_query_u64(&(fx)->db, __VA_ARGS__)
 
 static uint64_t count_where(struct fx *fx, const char *where)
 {
@@ -582,20 +555,8 @@ static uint64_t count_where(struct fx *fx, const char *where)
 /* Inserts n ready tasks of one type in a few multi-row statements. */
 static void insert_tasks(struct fx *fx, const char *type, int n)
 {
-    size_t cap = 64 + (size_t)n * 64;
-    char *sql = malloc(cap);
-    assert_non_null(sql);
-    for (int done = 0; done < n;) {
-        int chunk = n - done < 500 ? n - done : 500;
-        size_t len = (size_t)snprintf(sql, cap, "INSERT INTO task (task_type, payload) VALUES ");
-        for (int k = 0; k < chunk; k++)
-            len += (size_t)snprintf(sql + len, cap - len, "%s('%s', 'p%d')", k ? "," : "", type,
-                                    done + k);
-        if (mysql_real_query(fx->db.conn, sql, (unsigned long)len) != 0)
-            fail_msg("insert: %s", mysql_error(fx->db.conn));
-        done += chunk;
-    }
-    free(sql);
+    if (tp_rows_insert(&fx->db, type, n, true) != 0)
+        fail_msg("insert: %s", mysql_error(fx->db.conn));
 }
 
 /* Inserts one task with the given extra columns ("" or ", timeout_ms" / ", 500"); returns its id. */
@@ -725,7 +686,7 @@ static size_t watch_task(struct fx *fx, uint64_t id, row *snaps, size_t max, row
         if (tp_mono_ms() >= end)
             fail_msg("task %" PRIu64 " did not finish within %d ms (state %d, attempts %u)", id,
                      WAIT_MS, r.state, (unsigned)r.attempts);
-        sleep_ms(2);
+        tp_sleep_ms(2);
     }
 }
 
@@ -1098,7 +1059,7 @@ static void test_standby(void **state)
             break;
         if (tp_mono_ms() >= end)
             fail_msg("A did not drain its 200 tasks");
-        sleep_ms(20);
+        tp_sleep_ms(20);
     }
     assert_int_equal(b_leader_seen, 0);
     assert_int_equal(b_claims_seen, 0);
@@ -1192,7 +1153,7 @@ static void wait_new_after(struct fx *fx, uint64_t id, uint32_t k, row *r)
         if (tp_mono_ms() >= end)
             fail_msg("task %" PRIu64 " is not NEW after attempt %u (state %d attempts %u)", id,
                      (unsigned)k, r->state, (unsigned)r->attempts);
-        sleep_ms(2);
+        tp_sleep_ms(2);
     }
 }
 
@@ -1533,12 +1494,9 @@ static void test_drain_takes_back(void **state)
     WAIT_FOR(ok, json_flag(fx, 0, "draining") == 1, WAIT_MS);
     assert_true(ok);
     /* Worker 0 drops its connection (a second stop closes at once). */
-    tp_worker_stop(fx->lw[0].w);
-    tp_worker_stop(fx->lw[0].w);
-    pthread_join(fx->lw[0].thr, NULL);
+    tp_inproc_halt(&fx->lw[0].run);
     tp_worker_free(fx->lw[0].w);
     fx->lw[0].w = NULL;
-    fx->lw[0].running = false;
     note(fx, "worker 0 gone while draining; waiting for the stuck lease to expire");
     int rc = tp_daemon_stop(&fx->d[0], 0, 5000 + 15000);
     note(fx, "taskpushd exited with %d", rc);
@@ -1663,36 +1621,12 @@ typedef struct raw_peer {
 static void raw_connect_hello(struct fx *fx, raw_peer *p, const char *hostport, const char *type,
                               const char *name)
 {
-    char host[64];
-    const char *colon = strrchr(hostport, ':');
-    assert_non_null(colon);
-    snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)atoi(colon + 1));
-    assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
-    p->fd = fx->raw_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    p->fd = fx->raw_fd = tp_raw_connect(hostport, 0);
     assert_true(p->fd >= 0);
-    assert_int_equal(connect(p->fd, (struct sockaddr *)&sa, sizeof sa), 0);
     p->cap = 1 << 16;
     p->in = malloc(p->cap);
     assert_non_null(p->in);
-
-    proto_msg m;
-    memset(&m, 0, sizeof m);
-    m.type = PROTO_HELLO;
-    m.u.hello.version = PROTO_VERSION;
-    m.u.hello.capacity = 1;
-    m.u.hello.name.ptr = (const uint8_t *)name;
-    m.u.hello.name.len = strlen(name);
-    m.u.hello.ntypes = 1;
-    m.u.hello.types[0].ptr = (const uint8_t *)type;
-    m.u.hello.types[0].len = strlen(type);
-    uint8_t buf[512];
-    size_t n = proto_msg_encode(&m, buf, sizeof buf);
-    assert_true(n > 0);
-    assert_int_equal(send(p->fd, buf, n, MSG_NOSIGNAL), (ssize_t)n);
+    assert_int_equal(tp_raw_hello(p->fd, name, strlen(name), type), 0);
 }
 
 /* Reads what is there (waiting up to wait_ms for something). Returns false at EOF. */

@@ -46,6 +46,8 @@
 #include <fcntl.h>
 
 #include "daemon.h"
+#include "inproc_worker.h"
+#include "sb.h"
 #include "taskpush.h"
 #include "testdb.h"
 
@@ -60,13 +62,6 @@
 
 /* ---- small helpers ---- */
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 static void diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* A TAP diagnostic line ("# ..."), shown in the test log. */
@@ -79,42 +74,6 @@ static void diag(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stdout);
     fflush(stdout);
-}
-
-/* A growing string. */
-struct sb {
-    char *s;
-    size_t len, cap;
-};
-
-static void sb_printf(struct sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void sb_printf(struct sb *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    assert_true(n >= 0);
-    if (b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + (size_t)n + 1)
-            cap *= 2;
-        char *s = realloc(b->s, cap);
-        assert_non_null(s);
-        b->s = s;
-        b->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-static void sb_free(struct sb *b)
-{
-    free(b->s);
-    memset(b, 0, sizeof *b);
 }
 
 /* Runs a query and calls fn for every row; returns the row count or -1. */
@@ -217,40 +176,6 @@ static void runlog_add(struct runlog *l, uint64_t id, int worker, int priority, 
     pthread_mutex_unlock(&l->mu);
 }
 
-/* A door that handlers wait at until the test opens it. */
-struct gate {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool open;
-    int waiting;
-};
-
-static void gate_pass(struct gate *g)
-{
-    pthread_mutex_lock(&g->mu);
-    g->waiting++;
-    while (!g->open)
-        pthread_cond_wait(&g->cv, &g->mu);
-    g->waiting--;
-    pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_open(struct gate *g)
-{
-    pthread_mutex_lock(&g->mu);
-    g->open = true;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-}
-
-static int gate_waiting(struct gate *g)
-{
-    pthread_mutex_lock(&g->mu);
-    int n = g->waiting;
-    pthread_mutex_unlock(&g->mu);
-    return n;
-}
-
 /* ---- the fixture ---- */
 
 struct fx;
@@ -265,9 +190,7 @@ struct wk {
     unsigned sleep_us; /* each task takes this long */
     bool gated;        /* payloads starting "block" wait at fx->gate */
     tp_worker *w;
-    pthread_t thr;
-    bool running;      /* thread started and not joined */
-    int rc;            /* tp_worker_run's answer */
+    tp_inproc run;     /* run.running: thread started and not joined */
 };
 
 struct fx {
@@ -282,7 +205,7 @@ struct fx {
     int nproc;
     char ids_path[256]; /* exec_worker: the file the command appends ids to */
     struct runlog log;
-    struct gate gate;
+    tp_gate gate; /* a door that handlers wait at until the test opens it */
     bool passed;
     /* counted_by_mariadb */
     char dbuser[64];
@@ -296,8 +219,7 @@ static int fx_setup(void **state)
     if (fx == NULL)
         return -1;
     pthread_mutex_init(&fx->log.mu, NULL);
-    pthread_mutex_init(&fx->gate.mu, NULL);
-    pthread_cond_init(&fx->gate.cv, NULL);
+    tp_gate_init(&fx->gate, false);
     *state = fx;
     return 0;
 }
@@ -331,15 +253,10 @@ static int fx_teardown(void **state)
     struct fx *fx = *state;
 
     /* Let blocked handlers return, then stop the workers at once. */
-    gate_open(&fx->gate);
+    tp_gate_set(&fx->gate, true);
     for (int i = 0; i < fx->nwk; i++) {
         struct wk *k = &fx->wk[i];
-        if (k->running) {
-            tp_worker_stop(k->w);
-            tp_worker_stop(k->w);
-            pthread_join(k->thr, NULL);
-            k->running = false;
-        }
+        tp_inproc_halt(&k->run);
         tp_worker_free(k->w);
         k->w = NULL;
     }
@@ -382,8 +299,7 @@ static int fx_teardown(void **state)
         tp_testdb_drop(&fx->db);
     free(fx->log.v);
     pthread_mutex_destroy(&fx->log.mu);
-    pthread_mutex_destroy(&fx->gate.mu);
-    pthread_cond_destroy(&fx->gate.cv);
+    tp_gate_destroy(&fx->gate);
     free(fx);
     return 0;
 }
@@ -400,7 +316,7 @@ static void fx_daemon(struct fx *fx, const char *url, const char *const *extra)
     assert_int_equal(rc, 0);
     fx->have_daemon = true;
     /* tp_daemon_wait_leader, over the quick HTTP client. */
-    for (long long end = tp_mono_ms() + WAIT_MS;; sleep_ms(POLL_SLEEP_MS)) {
+    for (long long end = tp_mono_ms() + WAIT_MS;; tp_sleep_ms(POLL_SLEEP_MS)) {
         json_t *st = tp_daemon_json(&fx->d, "/stats");
         bool leader = json_is_true(json_object_get(st, "leader"));
         json_decref(st);
@@ -431,7 +347,7 @@ static int on_task(tp_task *task, void *arg)
 
     runlog_add(&k->fx->log, tp_task_id(task), k->index, tp_task_priority(task), type);
     if (k->gated && len >= 5 && memcmp(payload, "block", 5) == 0)
-        gate_pass(&k->fx->gate);
+        tp_gate_pass(&k->fx->gate);
     if (k->sleep_us) {
         struct timespec ts = {0, (long)k->sleep_us * 1000L};
         nanosleep(&ts, NULL);
@@ -451,13 +367,6 @@ static void worker_log(void *arg, int level, const char *msg)
 {
     const struct wk *k = arg;
     fprintf(stderr, "worker %s: [%d] %s\n", k->name, level, msg);
-}
-
-static void *worker_main(void *arg)
-{
-    struct wk *k = arg;
-    k->rc = tp_worker_run(k->w);
-    return NULL;
 }
 
 /* Declares a worker; types is a comma-separated list. */
@@ -502,21 +411,19 @@ static void wk_start(struct wk *k)
     assert_non_null(k->w);
     for (int i = 0; i < k->ntypes; i++)
         assert_int_equal(tp_worker_add_type(k->w, k->types[i], on_task, k), 0);
-    assert_int_equal(pthread_create(&k->thr, NULL, worker_main, k), 0);
-    k->running = true;
+    assert_int_equal(tp_inproc_start(&k->run, k->w), 0);
 }
 
 /* A graceful stop: tp_worker_run must return 0. */
 static void wk_stop(struct wk *k)
 {
-    if (!k->running)
+    if (!k->run.running)
         return;
     tp_worker_stop(k->w);
-    pthread_join(k->thr, NULL);
-    k->running = false;
-    if (k->rc != 0)
-        fprintf(stderr, "tp_worker_run(%s) returned %d\n", k->name, k->rc);
-    assert_int_equal(k->rc, 0);
+    int rc = tp_inproc_join(&k->run);
+    if (rc != 0)
+        fprintf(stderr, "tp_worker_run(%s) returned %d\n", k->name, rc);
+    assert_int_equal(rc, 0);
 }
 
 static void fx_start_workers(struct fx *fx)
@@ -528,7 +435,7 @@ static void fx_start_workers(struct fx *fx)
 static void fx_stop_workers(struct fx *fx)
 {
     for (int i = 0; i < fx->nwk; i++)
-        if (fx->wk[i].running)
+        if (fx->wk[i].run.running)
             tp_worker_stop(fx->wk[i].w);
     for (int i = 0; i < fx->nwk; i++)
         wk_stop(&fx->wk[i]);
@@ -567,7 +474,7 @@ static bool wait_sql(tp_testdb *db, uint64_t want, int timeout_ms, const char *f
     vsnprintf(sql, sizeof sql, fmt, ap);
     va_end(ap);
     uint64_t v = TP_TESTDB_U64_ERR;
-    for (long long end = tp_mono_ms() + timeout_ms;; sleep_ms(POLL_SLEEP_MS)) {
+    for (long long end = tp_mono_ms() + timeout_ms;; tp_sleep_ms(POLL_SLEEP_MS)) {
         v = tp_testdb_query_u64(db, "%s", sql);
         if (v == want)
             return true;
@@ -595,7 +502,7 @@ static void wait_finished(struct fx *fx, uint64_t n)
 static void wait_workers(struct fx *fx, size_t n)
 {
     size_t got = 0;
-    for (long long end = tp_mono_ms() + WAIT_MS; tp_mono_ms() < end; sleep_ms(POLL_SLEEP_MS)) {
+    for (long long end = tp_mono_ms() + WAIT_MS; tp_mono_ms() < end; tp_sleep_ms(POLL_SLEEP_MS)) {
         json_t *a = tp_daemon_json(&fx->d, "/workers");
         got = 0;
         for (size_t i = 0; i < json_array_size(a); i++)
@@ -635,34 +542,34 @@ static long long json_int_at(json_t *o, const char *key)
 /* ---- inserting ---- */
 
 /* Appends the VALUES tuple of row i. */
-typedef void (*row_gen)(struct sb *b, int i, void *arg);
+typedef void (*row_gen)(struct tp_sb *b, int i, void *arg);
 
 /* Inserts n rows, per_stmt rows per multi-row INSERT. */
 static void insert_rows(tp_testdb *db, const char *columns, int n, int per_stmt, row_gen gen,
                         void *arg)
 {
-    struct sb b = {0};
+    struct tp_sb b = {0};
     for (int start = 0; start < n; start += per_stmt) {
         int end = start + per_stmt < n ? start + per_stmt : n;
         b.len = 0;
-        sb_printf(&b, "INSERT INTO task (%s) VALUES ", columns);
+        tp_sb_printf(&b, "INSERT INTO task (%s) VALUES ", columns);
         for (int i = start; i < end; i++) {
             if (i > start)
-                sb_printf(&b, ",");
+                tp_sb_printf(&b, ",");
             gen(&b, i, arg);
         }
         int64_t got = tp_testdb_exec(db, "%s", b.s);
         assert_int_equal(got, end - start);
     }
-    sb_free(&b);
+    tp_sb_free(&b);
 }
 
 /* ---- 1. the flow ---- */
 
-static void flow_row(struct sb *b, int i, void *arg)
+static void flow_row(struct tp_sb *b, int i, void *arg)
 {
     (void)arg;
-    sb_printf(b, "('t%d', %d, 'flow-%d')", i % 3 + 1, (i / 3) % 3, i);
+    tp_sb_printf(b, "('t%d', %d, 'flow-%d')", i % 3 + 1, (i / 3) % 3, i);
 }
 
 static void id_type_row(void *arg, MYSQL_ROW row, const unsigned long *len)
@@ -809,16 +716,16 @@ static void test_flow_10000(void **state)
 
 /* ---- 2. the taskpush-worker binary ---- */
 
-static void exec_row(struct sb *b, int i, void *arg)
+static void exec_row(struct tp_sb *b, int i, void *arg)
 {
     (void)arg;
     /* 40 'upper' tasks, then 20 'strict' of which every fourth is bad. */
     if (i < 40)
-        sb_printf(b, "('upper', 'hello-%d')", i);
+        tp_sb_printf(b, "('upper', 'hello-%d')", i);
     else if (i % 4 == 0)
-        sb_printf(b, "('strict', 'bad-%d')", i);
+        tp_sb_printf(b, "('strict', 'bad-%d')", i);
     else
-        sb_printf(b, "('strict', 'fine-%d')", i);
+        tp_sb_printf(b, "('strict', 'fine-%d')", i);
 }
 
 static pid_t spawn_worker_bin(struct fx *fx, const char *types, const char *concurrency,
@@ -857,7 +764,7 @@ static int stop_proc(struct fx *fx, int slot)
     pid_t pid = fx->proc[slot];
     int status = 0;
     kill(pid, SIGTERM);
-    for (long long end = tp_mono_ms() + STOP_MS;; sleep_ms(10)) {
+    for (long long end = tp_mono_ms() + STOP_MS;; tp_sleep_ms(10)) {
         pid_t r = waitpid(pid, &status, WNOHANG);
         if (r == pid)
             break;
@@ -977,11 +884,11 @@ static void test_exec_worker(void **state)
 /* ---- 3. priority ---- */
 
 /* Two types, priorities LOW/NORMAL/HIGH in a pseudo-random mix. */
-static void prio_row(struct sb *b, int i, void *arg)
+static void prio_row(struct tp_sb *b, int i, void *arg)
 {
     uint32_t *x = arg;
     *x = *x * 1103515245u + 12345u;
-    sb_printf(b, "('%s', %u, 'p-%d')", (*x >> 20) & 1 ? "pa" : "pb", (*x >> 16) % 3, i);
+    tp_sb_printf(b, "('%s', %u, 'p-%d')", (*x >> 20) & 1 ? "pa" : "pb", (*x >> 16) % 3, i);
 }
 
 static void test_priority_order(void **state)
@@ -1036,10 +943,10 @@ static void test_priority_order(void **state)
 
 /* ---- 4. scheduling ---- */
 
-static void rr_row(struct sb *b, int i, void *arg)
+static void rr_row(struct tp_sb *b, int i, void *arg)
 {
     (void)arg;
-    sb_printf(b, "('rr', 'rr-%d')", i);
+    tp_sb_printf(b, "('rr', 'rr-%d')", i);
 }
 
 static void test_round_robin_share(void **state)
@@ -1093,22 +1000,22 @@ static void test_round_robin_share(void **state)
     fx->passed = true;
 }
 
-static void block_row(struct sb *b, int i, void *arg)
+static void block_row(struct tp_sb *b, int i, void *arg)
 {
     (void)arg;
-    sb_printf(b, "('sched', 'block-%d')", i);
+    tp_sb_printf(b, "('sched', 'block-%d')", i);
 }
 
 /* Inserts k tasks in one INSERT, waits until they all succeeded and writes in who[]
  * which worker ran each, in task_id order: 'S' or 'I'. */
 static void uneven_phase(struct fx *fx, int phase, int k, const struct wk *s, char *who)
 {
-    struct sb b = {0};
-    sb_printf(&b, "INSERT INTO task (task_type, payload) VALUES ");
+    struct tp_sb b = {0};
+    tp_sb_printf(&b, "INSERT INTO task (task_type, payload) VALUES ");
     for (int j = 0; j < k; j++)
-        sb_printf(&b, "%s('sched', 'free-%d-%d')", j ? ", " : "", phase, j);
+        tp_sb_printf(&b, "%s('sched', 'free-%d-%d')", j ? ", " : "", phase, j);
     assert_int_equal(tp_testdb_exec(&fx->db, "%s", b.s), k);
-    sb_free(&b);
+    tp_sb_free(&b);
     if (!wait_sql(&fx->db, (uint64_t)k, WAIT_MS,
                   "SELECT COUNT(*) FROM task WHERE payload LIKE 'free-%d-%%' AND task_state = 2",
                   phase))
@@ -1157,9 +1064,9 @@ static void uneven(struct fx *fx, const char *scheduler, int batch, char *seq1, 
     wk_start(s);
     wait_workers(fx, 1);
     insert_rows(&fx->db, "task_type, payload", 3, 3, block_row, NULL);
-    for (long long end = tp_mono_ms() + WAIT_MS; gate_waiting(&fx->gate) < 3; sleep_ms(POLL_SLEEP_MS))
+    for (long long end = tp_mono_ms() + WAIT_MS; tp_gate_waiting(&fx->gate) < 3; tp_sleep_ms(POLL_SLEEP_MS))
         if (tp_mono_ms() >= end)
-            fail_msg("S holds %d blocked tasks, expected 3", gate_waiting(&fx->gate));
+            fail_msg("S holds %d blocked tasks, expected 3", tp_gate_waiting(&fx->gate));
     wk_start(idle);
     wait_workers(fx, 2);
 
@@ -1170,9 +1077,9 @@ static void uneven(struct fx *fx, const char *scheduler, int batch, char *seq1, 
 
     for (int phase = 1; phase <= 4; phase++)
         uneven_phase(fx, phase, 1, s, seq1 + phase - 1);
-    assert_int_equal(gate_waiting(&fx->gate), 3); /* S still holds its 3 */
+    assert_int_equal(tp_gate_waiting(&fx->gate), 3); /* S still holds its 3 */
     uneven_phase(fx, 5, batch, s, seq2);
-    assert_int_equal(gate_waiting(&fx->gate), 3);
+    assert_int_equal(tp_gate_waiting(&fx->gate), 3);
 
     json_t *js = worker_json(fx, "busy-S"), *ji = worker_json(fx, "idle-I");
     assert_non_null(js);
@@ -1186,7 +1093,7 @@ static void uneven(struct fx *fx, const char *scheduler, int batch, char *seq1, 
     json_decref(js);
     json_decref(ji);
 
-    gate_open(&fx->gate);
+    tp_gate_set(&fx->gate, true);
     wait_finished(fx, (uint64_t)(3 + 4 + batch));
     fx_stop_workers(fx);
     fx_daemon_stop(fx);
@@ -1232,18 +1139,18 @@ static void test_round_robin_uneven(void **state)
 /* Rows in a scrambled order (j runs over a permutation of 0..799):
  *   200 'ghost' HIGH, 70 'REAL' HIGH                    no worker registered these
  *   30 UNICODE_TYPE NORMAL, 500 'real' NORMAL           registered */
-static void routing_row(struct sb *b, int i, void *arg)
+static void routing_row(struct tp_sb *b, int i, void *arg)
 {
     (void)arg;
     int j = (i * 7) % 800;
     if (j < 200)
-        sb_printf(b, "('ghost', 2, 'g-%d')", i);
+        tp_sb_printf(b, "('ghost', 2, 'g-%d')", i);
     else if (j < 270)
-        sb_printf(b, "('REAL', 2, 'R-%d')", i);
+        tp_sb_printf(b, "('REAL', 2, 'R-%d')", i);
     else if (j < 300)
-        sb_printf(b, "('" UNICODE_TYPE "', 1, 'u-%d')", i);
+        tp_sb_printf(b, "('" UNICODE_TYPE "', 1, 'u-%d')", i);
     else
-        sb_printf(b, "('real', 1, 'r-%d')", i);
+        tp_sb_printf(b, "('real', 1, 'r-%d')", i);
 }
 
 /* Rows whose type is byte for byte t (BINARY: no padding, no case folding). */
@@ -1274,7 +1181,7 @@ static void test_routing(void **state)
     long long claims = tp_daemon_stat(&fx->d, "db.claims_total");
     assert_true(claims >= 0);
     long long now_claims = claims;
-    for (long long end = tp_mono_ms() + WAIT_MS; now_claims < claims + 5; sleep_ms(POLL_SLEEP_MS)) {
+    for (long long end = tp_mono_ms() + WAIT_MS; now_claims < claims + 5; tp_sleep_ms(POLL_SLEEP_MS)) {
         now_claims = tp_daemon_stat(&fx->d, "db.claims_total");
         if (tp_mono_ms() >= end)
             fail_msg("the dispatcher made %lld claims in %d ms", now_claims - claims, WAIT_MS);
@@ -1309,10 +1216,10 @@ static void test_routing(void **state)
     fx->passed = true;
 }
 
-static void real_row(struct sb *b, int i, void *arg)
+static void real_row(struct tp_sb *b, int i, void *arg)
 {
     (void)arg;
-    sb_printf(b, "('real', 1, 'r-%d')", i);
+    tp_sb_printf(b, "('real', 1, 'r-%d')", i);
 }
 
 /* 'real ' (a trailing space) would be another type than 'real' for the dispatcher, but
@@ -1350,11 +1257,11 @@ static void test_padded_type_is_refused(void **state)
 #define MANY_WORKERS 5
 #define MANY_PER_WORKER 64 /* the protocol's limit per worker */
 
-static void many_row(struct sb *b, int i, void *arg)
+static void many_row(struct tp_sb *b, int i, void *arg)
 {
     (void)arg;
     /* Two tasks per type, types k000 .. k319. */
-    sb_printf(b, "('k%03d', 'many-%d')", i % (MANY_WORKERS * MANY_PER_WORKER), i);
+    tp_sb_printf(b, "('k%03d', 'many-%d')", i % (MANY_WORKERS * MANY_PER_WORKER), i);
 }
 
 /* 5 workers of 64 types each: 320 types, each with a worker. Every task must run: the
@@ -1405,11 +1312,11 @@ static void test_many_types(void **state)
 
 /* ---- a worker leaving gracefully in the middle of the flow ---- */
 
-static void leave_row(struct sb *b, int i, void *arg)
+static void leave_row(struct tp_sb *b, int i, void *arg)
 {
     (void)arg;
     /* max_attempts 1: a delivery lost on the way costs the task itself (FAILED). */
-    sb_printf(b, "('m', 1, 'm-%d')", i);
+    tp_sb_printf(b, "('m', 1, 'm-%d')", i);
 }
 
 /* tp_worker_stop() is a graceful stop: the worker sends STOP, finishes what it holds and
@@ -1442,7 +1349,7 @@ static void test_worker_leaves_mid_flow(void **state)
         wk_start(k);
         size_t base = 0;
         for (long long end = tp_mono_ms() + WAIT_MS; (base = log_count(fx, k->index)) < 100;
-             sleep_ms(1))
+             tp_sleep_ms(1))
             if (tp_mono_ms() >= end)
                 fail_msg("worker %s ran %zu tasks", name, base);
         if (tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state = 0") == 0)
@@ -1489,16 +1396,16 @@ static void test_worker_leaves_mid_flow(void **state)
 
 /* ---- a slow type and an idle worker of another type ---- */
 
-static void slow_row(struct sb *b, int i, void *arg)
+static void slow_row(struct tp_sb *b, int i, void *arg)
 {
     (void)arg;
-    sb_printf(b, "('slow', 'block-%d')", i);
+    tp_sb_printf(b, "('slow', 'block-%d')", i);
 }
 
-static void fast_row(struct sb *b, int i, void *arg)
+static void fast_row(struct tp_sb *b, int i, void *arg)
 {
     (void)arg;
-    sb_printf(b, "('fast', 'fast-%d')", i);
+    tp_sb_printf(b, "('fast', 'fast-%d')", i);
 }
 
 /* A backlog of a slow type (its only worker holds one task and does not finish it)
@@ -1523,7 +1430,7 @@ static void test_slow_type_does_not_starve_others(void **state)
     struct wk *fast = fx_worker(fx, "fast-1", "fast", 4, 4);
     slow->gated = true;
     wk_start(slow);
-    for (long long end = tp_mono_ms() + WAIT_MS; gate_waiting(&fx->gate) < 1; sleep_ms(POLL_SLEEP_MS))
+    for (long long end = tp_mono_ms() + WAIT_MS; tp_gate_waiting(&fx->gate) < 1; tp_sleep_ms(POLL_SLEEP_MS))
         if (tp_mono_ms() >= end)
             fail_msg("the slow worker got no task");
     wk_start(fast);
@@ -1541,7 +1448,7 @@ static void test_slow_type_does_not_starve_others(void **state)
          tp_json_int_at(stats, "queue.in_flight"));
     json_decref(stats);
 
-    gate_open(&fx->gate);
+    tp_gate_set(&fx->gate, true);
     wait_finished(fx, (uint64_t)(nslow + nfast));
     fx_stop_workers(fx);
     fx_daemon_stop(fx);
@@ -1718,10 +1625,10 @@ static void *producer_main(void *arg)
     return NULL;
 }
 
-static void load_row(struct sb *b, int i, void *arg)
+static void load_row(struct tp_sb *b, int i, void *arg)
 {
     (void)arg;
-    sb_printf(b, "('load', 'backlog-%d')", i);
+    tp_sb_printf(b, "('load', 'backlog-%d')", i);
 }
 
 /* The producer inserts one row at a time (autocommit, its own connection) for as long
@@ -1756,13 +1663,13 @@ static void test_producer_no_waits(void **state)
     /* Under load: the dispatcher has started claiming and delivering. */
     for (long long end = tp_mono_ms() + WAIT_MS;
          tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state = 2") < 100;
-         sleep_ms(5))
+         tp_sleep_ms(5))
         if (tp_mono_ms() >= end)
             fail_msg("the backlog does not drain");
     pthread_t thr;
     assert_int_equal(pthread_create(&thr, NULL, producer_main, &p), 0);
     uint64_t left = 1;
-    for (long long end = tp_mono_ms() + WAIT_MS; left > 0 && tp_mono_ms() < end; sleep_ms(5))
+    for (long long end = tp_mono_ms() + WAIT_MS; left > 0 && tp_mono_ms() < end; tp_sleep_ms(5))
         left = tp_testdb_query_u64(&fx->db,
                                    "SELECT COUNT(*) FROM task WHERE task_state = 0 AND task_id <= %" PRIu64,
                                    last_backlog);

@@ -54,17 +54,12 @@
 
 #include "daemon.h"
 #include "proto.h"
+#include "raw.h"
+#include "rows.h"
 #include "testdb.h"
 
 #define WAIT_MS 30000 /* the longest a condition is waited for */
 #define MAX_PEERS 160
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
 
 /* ---- raw peers ---- */
 
@@ -147,17 +142,8 @@ static long long stat_of(struct fx *fx, const char *path)
     return tp_daemon_stat(&fx->d, path);
 }
 
-static uint64_t q64(struct fx *fx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static uint64_t q64(struct fx *fx, const char *fmt, ...)
-{
-    char sql[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sql, sizeof sql, fmt, ap);
-    va_end(ap);
-    return tp_testdb_query_u64(&fx->db, "%s", sql);
-}
+/* The first column of a query's first row (see tp_testdb_query_u64). */
+#define q64(fx, ...) tp_testdb_query_u64(&(fx)->db, __VA_ARGS__)
 
 /* n tasks of type in one INSERT (MariaDB's sequence engine gives the rows). */
 static void insert_tasks(struct fx *fx, const char *type, int n, int payload_len)
@@ -171,7 +157,7 @@ static void insert_tasks(struct fx *fx, const char *type, int n, int payload_len
 
 static uint64_t count_rows(struct fx *fx, const char *type, int state)
 {
-    return q64(fx, "SELECT COUNT(*) FROM task WHERE task_type = '%s' AND task_state = %d", type, state);
+    return tp_rows_count(&fx->db, type, state);
 }
 
 /* VmRSS of the daemon in KiB. */
@@ -207,18 +193,8 @@ static peer *peer_open(struct fx *fx, int role)
     peer *p = &fx->peers[fx->npeers++];
     memset(p, 0, sizeof *p);
     p->role = role;
-    const char *hp = fx->d.listen, *colon = strrchr(hp, ':');
-    char host[64];
-    assert_non_null(colon);
-    snprintf(host, sizeof host, "%.*s", (int)(colon - hp), hp);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)atoi(colon + 1));
-    assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
-    p->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    p->fd = tp_raw_connect(fx->d.listen, 0);
     assert_true(p->fd >= 0);
-    assert_int_equal(connect(p->fd, (struct sockaddr *)&sa, sizeof sa), 0);
     p->cap = 1 << 20;
     p->in = malloc(p->cap);
     assert_non_null(p->in);
@@ -346,7 +322,7 @@ static void pump(struct fx *fx, int wait_ms)
         }
     }
     if (n == 0) {
-        sleep_ms(wait_ms);
+        tp_sleep_ms(wait_ms);
         return;
     }
     if (poll(pfd, (nfds_t)n, wait_ms) <= 0)
@@ -609,7 +585,7 @@ static void test_max_connections(void **state)
         if (PUMP_UNTIL(fx, p->welcomed || p->closed) && p->welcomed)
             ok = p;
         else
-            sleep_ms(50); /* the closes above may not have been seen yet */
+            tp_sleep_ms(50); /* the closes above may not have been seen yet */
     }
     assert_non_null(ok);
     assert_true(PUMP_UNTIL(fx, count_rows(fx, "t", 2) == 20));
@@ -671,7 +647,7 @@ static void test_accept_emfile(void **state)
     /* 100 connections that never say HELLO: the daemon runs out of descriptors. */
     for (int i = 0; i < 100; i++)
         peer_open(fx, ROLE_IDLE);
-    sleep_ms(1500); /* long enough for a spinning accept loop to log thousands of lines */
+    tp_sleep_ms(1500); /* long enough for a spinning accept loop to log thousands of lines */
     int lines = tp_daemon_log_count(&fx->d, "accept failed");
     print_message("# 'accept failed' logged %d time(s)\n", lines);
     assert_true(stat_of(fx, "connections.accept_errors_total") >= 1);
@@ -689,7 +665,7 @@ static void test_accept_emfile(void **state)
         if (PUMP_UNTIL(fx, p->welcomed || p->closed) && p->welcomed)
             ok = p;
         else
-            sleep_ms(50);
+            tp_sleep_ms(50);
     }
     assert_non_null(ok);
     assert_true(PUMP_UNTIL(fx, count_rows(fx, "t", 2) == 20));
@@ -856,7 +832,7 @@ static void test_rss_bounded(void **state)
         assert_true(PUMP_UNTIL(fx, stat_of(fx, "connections.open") == 150));
         close_peers(fx, -1);
         assert_true(PUMP_UNTIL(fx, stat_of(fx, "connections.open") == 0));
-        sleep_ms(1200); /* the housekeeping trims freed memory once a second */
+        tp_sleep_ms(1200); /* the housekeeping trims freed memory once a second */
         rss[burst] = rss_kib(fx);
     }
     print_message("# RSS %ld KiB at start; after 3 bursts of 150 connections: %ld, %ld, %ld KiB\n",

@@ -46,12 +46,6 @@ struct fx {
 
 /* ---- running taskpushd ---- */
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Runs taskpushd with the NULL-terminated args, stdout and stderr both into out (at
  * most OUT_MAX bytes, NUL-terminated). Returns its exit code, 128 + signal, or -1. */
 static int run_taskpushd(const char *const *args, char *out)
@@ -94,7 +88,7 @@ static int run_taskpushd(const char *const *args, char *out)
             status = -1;
             break;
         }
-        sleep_ms(10);
+        tp_sleep_ms(10);
     }
     fd = open(path, O_RDONLY);
     if (fd >= 0) {

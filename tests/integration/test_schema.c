@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "claim_sql.h"
+#include "sb.h"
 #include "testdb.h"
 
 /* MariaDB's ER_CONSTRAINT_FAILED and MySQL's ER_CHECK_CONSTRAINT_VIOLATED. */
@@ -193,57 +194,26 @@ static int quote_mysql(void *ctx, char *to, size_t cap, const char *from, size_t
     return (int)n + 2;
 }
 
-/* Appends to a growing statement buffer. */
-struct sb {
-    char *s;
-    size_t len, cap;
-};
-
-static void sb_printf(struct sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void sb_printf(struct sb *b, const char *fmt, ...)
-{
-    va_list ap;
-    int n;
-
-    for (;;) {
-        va_start(ap, fmt);
-        n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        assert_true(n >= 0);
-        if ((size_t)n < b->cap - b->len)
-            break;
-        b->cap = b->cap * 2 + (size_t)n + 64;
-        b->s = realloc(b->s, b->cap);
-        assert_non_null(b->s);
-    }
-    b->len += (size_t)n;
-}
-
 /* Inserts `count` rows as a producer would, in multi-row INSERTs of 1,000:
  * types[i % ntypes], priority (i * 7 + salt) % 3, the given run_after and state. */
 static void bulk_insert(tp_testdb *db, int count, const char *const *types, int ntypes,
                         int64_t run_after, int state, int salt)
 {
-    struct sb b = {NULL, 0, 0};
+    struct tp_sb b = {NULL, 0, 0};
     int i = 0;
 
-    b.cap = 64 * 1024;
-    b.s = malloc(b.cap);
-    assert_non_null(b.s);
     while (i < count) {
         int j;
 
         b.len = 0;
-        b.s[0] = '\0';
-        sb_printf(&b, "INSERT INTO task (task_type, task_priority, task_state, run_after, "
+        tp_sb_printf(&b, "INSERT INTO task (task_type, task_priority, task_state, run_after, "
                       "payload) VALUES ");
         for (j = 0; j < 1000 && i < count; j++, i++)
-            sb_printf(&b, "%s('%s', %d, %d, %lld, 'p%d')", j ? "," : "", types[i % ntypes],
+            tp_sb_printf(&b, "%s('%s', %d, %d, %lld, 'p%d')", j ? "," : "", types[i % ntypes],
                       (i * 7 + salt) % 3, state, (long long)run_after, i);
         assert_int_equal(tp_testdb_exec(db, "%s", b.s), j);
     }
-    free(b.s);
+    tp_sb_free(&b);
 }
 
 /* The ids a claim of `type` must return, by a plan that does not use claim_idx. */

@@ -49,7 +49,10 @@
 #include <cmocka.h>
 
 #include "daemon.h"
+#include "inproc_worker.h"
 #include "proto.h"
+#include "raw.h"
+#include "rows.h"
 #include "taskpush.h"
 #include "testdb.h"
 
@@ -57,13 +60,6 @@
 #define POLL_MS 20
 #define MAX_WK 6
 #define REFUSED_ATTEMPTS 3 /* connects a refused worker makes before we judge it */
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
 
 /* ---- certificates ---- */
 
@@ -152,8 +148,7 @@ static void certs_remove(struct certs *c)
 struct wk {
     char name[64];
     tp_worker *w;
-    pthread_t thr;
-    bool running;
+    tp_inproc run;
     atomic_uint_fast64_t done;
     pthread_mutex_t mu;
     char warned[512]; /* every warning the library logged, joined (cut at the end) */
@@ -197,14 +192,6 @@ static bool wk_warned(struct wk *k, const char *needle)
     return found;
 }
 
-static void *wk_main(void *arg)
-{
-    struct wk *k = arg;
-    if (tp_worker_run(k->w) != 0)
-        fprintf(stderr, "tp_worker_run(%s) failed\n", k->name);
-    return NULL;
-}
-
 struct wk_opts {
     const char *addresses; /* NULL: the daemon's worker port */
     int tls;
@@ -238,8 +225,7 @@ static struct wk *wk_start(struct fx *fx, const char *name, const char *type, st
     if (!k->w)
         fail_msg("tp_worker_new(%s): %s", name, err.text);
     assert_int_equal(tp_worker_add_type(k->w, type, on_task, k), 0);
-    assert_int_equal(pthread_create(&k->thr, NULL, wk_main, k), 0);
-    k->running = true;
+    assert_int_equal(tp_inproc_start(&k->run, k->w), 0);
     return k;
 }
 
@@ -258,7 +244,7 @@ static void wk_expect_refused(struct wk *k)
     while (wk_stats(k).connect_attempts < REFUSED_ATTEMPTS) {
         if (tp_mono_ms() > end)
             fail_msg("worker %s made fewer than %d connects", k->name, REFUSED_ATTEMPTS);
-        sleep_ms(POLL_MS);
+        tp_sleep_ms(POLL_MS);
     }
     tp_worker_stats s = wk_stats(k);
     char warned[sizeof k->warned];
@@ -290,11 +276,8 @@ static int fx_teardown(void **state)
     struct fx *fx = *state;
     for (int i = 0; i < fx->nwk; i++) {
         struct wk *k = &fx->wk[i];
-        if (k->running) {
-            tp_worker_stop(k->w);
-            tp_worker_stop(k->w);
-            pthread_join(k->thr, NULL);
-        }
+        if (tp_inproc_halt(&k->run) != 0)
+            fprintf(stderr, "tp_worker_run(%s) failed\n", k->name);
         tp_worker_free(k->w);
         pthread_mutex_destroy(&k->mu);
     }
@@ -338,28 +321,16 @@ static void fx_daemon(struct fx *fx, const char *tag, bool with_ca, const char *
 
 static void insert_tasks(struct fx *fx, const char *type, int n)
 {
-    for (int i = 0; i < n; i += 100) {
-        char sql[8192];
-        size_t used = (size_t)snprintf(sql, sizeof sql, "INSERT INTO task (task_type, payload) VALUES ");
-        for (int k = i; k < n && k < i + 100; k++)
-            used += (size_t)snprintf(sql + used, sizeof sql - used, "%s('%s', 'p%d')", k > i ? "," : "",
-                                     type, k);
-        assert_true(tp_testdb_exec(&fx->db, "%s", sql) >= 0);
-    }
+    assert_true(tp_rows_insert(&fx->db, type, n, true) == 0);
 }
 
 /* Waits until want rows of type are SUCCESSFUL. */
 static void wait_done(struct fx *fx, const char *type, uint64_t want)
 {
-    long long end = tp_mono_ms() + WAIT_MS;
     uint64_t n;
-    while ((n = tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_type = '%s' AND task_state = 2",
-                                    type)) != want) {
-        if (tp_mono_ms() > end)
-            fail_msg("type %s: %llu rows SUCCESSFUL, want %llu", type, (unsigned long long)n,
-                     (unsigned long long)want);
-        sleep_ms(POLL_MS);
-    }
+    if (!tp_rows_wait(&fx->db, type, 2, want, WAIT_MS, POLL_MS, &n))
+        fail_msg("type %s: %llu rows SUCCESSFUL, want %llu", type, (unsigned long long)n,
+                 (unsigned long long)want);
 }
 
 static void assert_daemon_alive(struct fx *fx)
@@ -434,32 +405,11 @@ static void wrong_ca_or_name(void **state)
  * Returns the bytes received. */
 static size_t plaintext_hello(const char *hostport, bool silent, uint8_t *got, size_t cap)
 {
-    char host[64];
-    const char *colon = strrchr(hostport, ':');
-    snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
-    assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = tp_raw_connect(hostport, 10);
     assert_true(fd >= 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    struct timeval tv = {10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 
-    proto_msg m;
-    memset(&m, 0, sizeof m);
-    m.type = PROTO_HELLO;
-    m.u.hello.version = PROTO_VERSION;
-    m.u.hello.capacity = 1;
-    m.u.hello.name.ptr = (const uint8_t *)"plain";
-    m.u.hello.name.len = 5;
-    m.u.hello.ntypes = 1;
-    m.u.hello.types[0].ptr = (const uint8_t *)"a";
-    m.u.hello.types[0].len = 1;
-    uint8_t buf[256];
-    size_t n = proto_msg_encode(&m, buf, sizeof buf);
-    assert_true(n > 0);
     if (!silent)
-        assert_int_equal(send(fd, buf, n, MSG_NOSIGNAL), (ssize_t)n);
+        assert_int_equal(tp_raw_hello(fd, "plain", 5, "a"), 0);
     size_t len = 0;
     for (;;) {
         ssize_t r = recv(fd, got + len, cap - len, 0);
@@ -546,7 +496,7 @@ static void client_cert_required(void **state)
     while ((ok = tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_type = 'x' AND task_state = 2 "
                                               "AND result = payload")) != 20 &&
            tp_mono_ms() < end)
-        sleep_ms(POLL_MS);
+        tp_sleep_ms(POLL_MS);
     kill(pid, SIGTERM);
     int st;
     waitpid(pid, &st, 0);
@@ -603,7 +553,7 @@ static void admin_over_tls(void **state)
             break;
         if (tp_mono_ms() > end)
             fail_msg("taskpushctl over TLS never showed a leader: %s", out);
-        sleep_ms(200);
+        tp_sleep_ms(200);
     }
     assert_int_equal(run(out, sizeof out, "%s --tls --tls-ca '%s' --admin %s stats", ctl_path(), fx->c->ca, fx->d.admin),
                      0);
@@ -628,16 +578,8 @@ static void admin_over_tls(void **state)
     uint8_t got[4096];
     /* A raw GET: the daemon closes without a byte of HTTP. */
     {
-        char host[64];
-        const char *colon = strrchr(fx->d.admin, ':');
-        snprintf(host, sizeof host, "%.*s", (int)(colon - fx->d.admin), fx->d.admin);
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
-        assert_int_equal(inet_pton(AF_INET, host, &sa.sin_addr), 1);
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        int fd = tp_raw_connect(fx->d.admin, 10);
         assert_true(fd >= 0);
-        assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-        struct timeval tv = {10, 0};
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         static const char get[] = "GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
         assert_int_equal(send(fd, get, sizeof get - 1, MSG_NOSIGNAL), (ssize_t)(sizeof get - 1));
         size_t len = 0;

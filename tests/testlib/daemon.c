@@ -14,19 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-long long tp_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 const char *tp_build_path(const char *relative)
 {
     static char path[1024];
@@ -74,7 +61,7 @@ int tp_daemon_start(tp_daemon *d, const char *db_url, const char *const *extra_a
         _exit(127);
     }
     d->pid = pid;
-    for (long long end = tp_mono_ms() + 15000; tp_mono_ms() < end; sleep_ms(20)) {
+    for (long long end = tp_mono_ms() + 15000; tp_mono_ms() < end; tp_sleep_ms(20)) {
         json_error_t err;
         json_t *o = json_load_file(d->ready_path, 0, &err);
         if (o) {
@@ -104,7 +91,7 @@ int tp_daemon_start(tp_daemon *d, const char *db_url, const char *const *extra_a
 
 int tp_daemon_wait_leader(tp_daemon *d, int timeout_ms)
 {
-    for (long long end = tp_mono_ms() + timeout_ms; tp_mono_ms() < end; sleep_ms(20)) {
+    for (long long end = tp_mono_ms() + timeout_ms; tp_mono_ms() < end; tp_sleep_ms(20)) {
         json_t *s = tp_daemon_json(d, "/stats");
         bool leader = json_is_true(json_object_get(s, "leader"));
         json_decref(s);
@@ -134,7 +121,7 @@ int tp_daemon_stop(tp_daemon *d, int sig, int timeout_ms)
             waitpid(d->pid, &status, 0);
             break;
         }
-        sleep_ms(10);
+        tp_sleep_ms(10);
     }
     d->pid = 0;
     unlink(d->ready_path);

@@ -12,6 +12,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "wait.h" /* tp_mono_ms(), tp_sleep_ms() */
+
 typedef struct tp_daemon {
     pid_t pid;
     char listen[128];    /* HOST:PORT for workers */
@@ -56,9 +58,6 @@ long long tp_json_int_at(json_t *root, const char *dotted);
 
 /* The same read from a fresh GET /stats. */
 long long tp_daemon_stat(const tp_daemon *d, const char *dotted);
-
-/* Milliseconds on a monotonic clock. */
-long long tp_mono_ms(void);
 
 
 #endif

@@ -1,0 +1,616 @@
+/* Unit tests of the SQL text builders (dispatcher/claim_sql.c and dispatcher/db_sql.c),
+ * without a database: the exact statements for representative inputs, hostile type
+ * names, the bounds the callers size their buffers by, and the growing text buffer.
+ * What the statements do on MariaDB is tested in tests/integration (test_schema, test_db). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "claim_sql.h"
+#include "db_sql.h"
+
+/* The claim's part for one type, as claim_sql.h documents it. */
+#define PART(lit, now, limit)                                                                      \
+    "(SELECT " DSP_CLAIM_SQL_COLUMNS " FROM task FORCE INDEX (claim_idx) WHERE task_state = 0 "   \
+    "AND `delayed` = 0 AND task_type = " lit " AND run_after <= " now " ORDER BY task_priority "   \
+    "DESC, task_id LIMIT " limit " FOR UPDATE SKIP LOCKED)"
+
+/* Non-overlapping occurrences of needle. By hand rather than with strstr: under ASan
+ * each strstr measures the rest of the text, which made this quadratic on the
+ * megabytes of the longest statements. */
+static size_t count_of(const char *text, const char *needle)
+{
+    size_t n = 0, tl = strlen(text), nl = strlen(needle);
+    for (size_t i = 0; i + nl <= tl; i++)
+        if (text[i] == needle[0] && memcmp(text + i, needle, nl) == 0) {
+            n++;
+            i += nl - 1;
+        }
+    return n;
+}
+
+/* ---- claim_sql ---- */
+
+static void claim_one_type(void **state)
+{
+    (void)state;
+    const char *types[] = {"resize"};
+    char buf[1024];
+    int n = dsp_claim_sql_select(buf, sizeof buf, types, 1, 1000, 5, NULL, NULL);
+    assert_string_equal(buf, PART("_utf8mb4 X'726573697A65'", "1000", "5"));
+    assert_int_equal(n, (int)strlen(buf));
+}
+
+static void claim_two_types(void **state)
+{
+    (void)state;
+    const char *types[] = {"a", "b"};
+    char buf[2048];
+    int n = dsp_claim_sql_select(buf, sizeof buf, types, 2, 0, 4294967295u, NULL, NULL);
+    assert_string_equal(buf, PART("_utf8mb4 X'61'", "0", "4294967295") " UNION ALL "
+                                 PART("_utf8mb4 X'62'", "0", "4294967295"));
+    assert_int_equal(n, (int)strlen(buf));
+}
+
+/* The text between "task_type = " and " AND run_after" of part i, decoded from hex. */
+static void literal_of_part(const char *sql, int part, char *out, size_t cap)
+{
+    const char *p = sql;
+    for (int i = 0; i <= part; i++) {
+        p = strstr(p, "task_type = ");
+        assert_non_null(p);
+        p += strlen("task_type = ");
+    }
+    const char *end = strstr(p, " AND run_after");
+    assert_non_null(end);
+    assert_memory_equal(p, "_utf8mb4 X'", 11);
+    p += 11;
+    assert_true(end[-1] == '\'');
+    size_t hex = (size_t)(end - 1 - p), o = 0;
+    assert_true(hex % 2 == 0 && hex / 2 < cap);
+    for (size_t i = 0; i < hex; i += 2) {
+        unsigned v;
+        assert_true(strchr("0123456789ABCDEF", p[i]) && strchr("0123456789ABCDEF", p[i + 1]));
+        assert_int_equal(sscanf(p + i, "%2X", &v), 1);
+        out[o++] = (char)v;
+    }
+    out[o] = '\0';
+}
+
+static void claim_hostile_types(void **state)
+{
+    (void)state;
+    const char *types[] = {"a' OR 1=1 -- ", "\\'; DROP TABLE task; --", "`x`", "\"q\"",
+                           "\xff\xfe\xc0\x80", "%s%n", " UNION ALL (SELECT 1)"};
+    size_t nt = sizeof types / sizeof types[0];
+    size_t cap = dsp_claim_sql_select_bound(types, nt);
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    int n = dsp_claim_sql_select(buf, cap, types, nt, 7, 3, NULL, NULL);
+    assert_true(n > 0 && (size_t)n < cap);
+    /* Every byte of a name is in hex: the only quotes are the literals' own. */
+    assert_int_equal(count_of(buf, "'"), 2 * nt);
+    assert_int_equal(count_of(buf, "UNION ALL"), nt - 1);
+    assert_null(strchr(buf, '\\'));
+    assert_null(strchr(buf, '"'));
+    assert_null(strstr(buf, "DROP"));
+    for (size_t i = 0; i < nt; i++) {
+        char got[64];
+        literal_of_part(buf, (int)i, got, sizeof got);
+        assert_string_equal(got, types[i]);
+    }
+    free(buf);
+}
+
+static void claim_refuses_bad_arguments(void **state)
+{
+    (void)state;
+    char name[DSP_CLAIM_SQL_TYPE_MAX_BYTES + 2];
+    memset(name, 'n', sizeof name - 1);
+    name[sizeof name - 1] = '\0'; /* one byte too long */
+    const char *ok[] = {"a"}, *with_null[] = {"a", NULL}, *too_long[] = {name};
+    char buf[4096];
+
+    memcpy(buf, "junk", 5);
+    assert_int_equal(dsp_claim_sql_select(buf, sizeof buf, ok, 0, 1, 1, NULL, NULL), -1);
+    assert_string_equal(buf, "");
+    memcpy(buf, "junk", 5);
+    assert_int_equal(dsp_claim_sql_select(buf, sizeof buf, ok, 1, 1, 0, NULL, NULL), -1);
+    assert_string_equal(buf, "");
+    memcpy(buf, "junk", 5);
+    assert_int_equal(dsp_claim_sql_select(buf, sizeof buf, ok, 1, -1, 1, NULL, NULL), -1);
+    assert_string_equal(buf, "");
+    memcpy(buf, "junk", 5);
+    assert_int_equal(dsp_claim_sql_select(buf, sizeof buf, with_null, 2, 1, 1, NULL, NULL), -1);
+    assert_string_equal(buf, "");
+    assert_int_equal(dsp_claim_sql_select(buf, sizeof buf, too_long, 1, 1, 1, NULL, NULL), -1);
+    assert_string_equal(buf, "");
+    assert_int_equal(dsp_claim_sql_select(buf, sizeof buf, NULL, 1, 1, 1, NULL, NULL), -1);
+    assert_int_equal(dsp_claim_sql_select(NULL, sizeof buf, ok, 1, 1, 1, NULL, NULL), -1);
+    assert_int_equal(dsp_claim_sql_select(buf, 0, ok, 1, 1, 1, NULL, NULL), -1);
+
+    /* The longest name the table holds is accepted. */
+    name[DSP_CLAIM_SQL_TYPE_MAX_BYTES] = '\0';
+    assert_true(dsp_claim_sql_select(buf, sizeof buf, too_long, 1, 1, 1, NULL, NULL) > 0);
+}
+
+/* Every buffer one byte short fails with ""; the exact size (text + NUL) works. */
+static void claim_exact_buffer_size(void **state)
+{
+    (void)state;
+    const char *types[] = {"thumb", "resize"};
+    char full[2048], buf[2048];
+    int n = dsp_claim_sql_select(full, sizeof full, types, 2, INT64_MAX, UINT_MAX, NULL, NULL);
+    assert_true(n > 0);
+    assert_non_null(strstr(full, "run_after <= 9223372036854775807 "));
+    for (size_t cap = 1; cap <= (size_t)n; cap++) {
+        memset(buf, 'x', sizeof buf);
+        assert_int_equal(dsp_claim_sql_select(buf, cap, types, 2, INT64_MAX, UINT_MAX, NULL, NULL), -1);
+        assert_string_equal(buf, "");
+    }
+    assert_int_equal(dsp_claim_sql_select(buf, (size_t)n + 1, types, 2, INT64_MAX, UINT_MAX, NULL, NULL),
+                     n);
+    assert_string_equal(buf, full);
+}
+
+/* A quote function that uses all DSP_CLAIM_SQL_LITERAL_MAX(len) bytes it may. */
+static int quote_widest(void *ctx, char *to, size_t cap, const char *from, size_t len)
+{
+    size_t need = DSP_CLAIM_SQL_LITERAL_MAX(len);
+    (void)from;
+    (void)ctx;
+    if (need > cap)
+        return -1;
+    memset(to, '0', need);
+    to[0] = '\'';
+    to[need - 1] = '\'';
+    return (int)need;
+}
+
+/* The most types a claim can name (--max-types at its default, each of the longest
+ * name) with the longest numbers: the bound holds, with the widest quote too. */
+static void claim_most_types_within_bound(void **state)
+{
+    (void)state;
+    enum { NT = 10000 };
+    const char **types = calloc(NT, sizeof *types);
+    char *names = malloc((size_t)NT * (DSP_CLAIM_SQL_TYPE_MAX_BYTES + 1));
+    assert_non_null(types);
+    assert_non_null(names);
+    for (size_t i = 0; i < NT; i++) {
+        char *s = names + i * (DSP_CLAIM_SQL_TYPE_MAX_BYTES + 1);
+        memset(s, 'a' + (int)(i % 26), DSP_CLAIM_SQL_TYPE_MAX_BYTES);
+        s[DSP_CLAIM_SQL_TYPE_MAX_BYTES] = '\0';
+        types[i] = s;
+    }
+    size_t cap = dsp_claim_sql_select_bound(types, NT);
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    int n = dsp_claim_sql_select(buf, cap, types, NT, INT64_MAX, UINT_MAX, NULL, NULL);
+    assert_true(n > 0 && (size_t)n < cap);
+    assert_int_equal(count_of(buf, " UNION ALL "), NT - 1);
+    n = dsp_claim_sql_select(buf, cap, types, NT, INT64_MAX, UINT_MAX, quote_widest, NULL);
+    assert_true(n > 0 && (size_t)n < cap);
+    free(buf);
+    free(names);
+    free(types);
+}
+
+static void claim_quote_hex(void **state)
+{
+    (void)state;
+    char buf[64];
+    assert_int_equal(dsp_claim_sql_quote_hex(NULL, buf, sizeof buf, "a\x00'", 3), 18);
+    assert_memory_equal(buf, "_utf8mb4 X'610027'", 18);
+    /* It needs 11 + 2 * len + 1 bytes, no NUL. */
+    assert_int_equal(dsp_claim_sql_quote_hex(NULL, buf, 14, "a", 1), 14);
+    assert_int_equal(dsp_claim_sql_quote_hex(NULL, buf, 13, "a", 1), -1);
+    assert_int_equal(dsp_claim_sql_quote_hex(NULL, buf, 12, "", 0), 12);
+    assert_memory_equal(buf, "_utf8mb4 X''", 12);
+}
+
+static void claim_sweeps(void **state)
+{
+    (void)state;
+    char buf[256];
+    assert_true(dsp_claim_sql_promote(buf, sizeof buf, 1700000000000, 500) > 0);
+    assert_string_equal(buf, "UPDATE task FORCE INDEX (delay_idx) SET `delayed` = 0 WHERE `delayed` = 1"
+                             " AND run_after <= 1700000000000 LIMIT 500");
+    assert_true(dsp_claim_sql_demote(buf, sizeof buf, 1700000000000, 500) > 0);
+    assert_string_equal(buf, "UPDATE task FORCE INDEX (delay_idx) SET `delayed` = 1 WHERE `delayed` = 0"
+                             " AND task_state = 0 AND run_after > 1700000000000 LIMIT 500");
+    assert_int_equal(dsp_claim_sql_promote(buf, sizeof buf, 1, 0), -1);
+    assert_string_equal(buf, "");
+    assert_int_equal(dsp_claim_sql_demote(buf, sizeof buf, -1, 1), -1);
+    assert_string_equal(buf, "");
+    assert_int_equal(dsp_claim_sql_promote(buf, 20, 1, 1), -1);
+    assert_int_equal(dsp_claim_sql_demote(NULL, 20, 1, 1), -1);
+}
+
+/* ---- db_sql: the write statements ---- */
+
+/* Whether a kind writes a data column (result or err_msg), as db_sql.h lists them. */
+static bool kind_has_data(int kind)
+{
+    return kind != DSP_WRITE_RELEASE && kind != DSP_WRITE_DELIVERED;
+}
+
+#define WRITE_TAIL(ids, epoch) " WHERE task_id IN (" ids ") AND task_state = 1 AND epoch = " epoch
+
+static void write_one_value_per_column(void **state)
+{
+    (void)state;
+    dsp_db_sql_row rows[3] = {{.task_id = 11, .attempts = 1},
+                              {.task_id = 12, .attempts = 1},
+                              {.task_id = 13, .attempts = 1}};
+    dsp_strbuf b = {0};
+    assert_true(dsp_db_sql_write(&b, DSP_WRITE_SUCCEEDED, 7, 5000, rows, 3));
+    assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 2, result = NULL,"
+                             " attempts = 1, last_update_time = 5000" WRITE_TAIL("11, 12, 13", "7"));
+    dsp_strbuf_reset(&b);
+    assert_true(dsp_db_sql_write(&b, DSP_WRITE_RELEASE, 7, 5000, rows, 3));
+    assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 0, `delayed` = 0,"
+                             " attempts = 1, last_update_time = 5000" WRITE_TAIL("11, 12, 13", "7"));
+    dsp_strbuf_reset(&b);
+    assert_true(dsp_db_sql_write(&b, DSP_WRITE_DELIVERED, 4294967295u, 5000, rows, 1));
+    assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 1,"
+                             " attempts = 1, last_update_time = 5000" WRITE_TAIL("11", "4294967295"));
+    assert_false(b.oom);
+    dsp_strbuf_free(&b);
+}
+
+static void write_values_that_differ(void **state)
+{
+    (void)state;
+    dsp_db_sql_row rows[2] = {
+        {.task_id = 1, .attempts = 1, .run_after_ms = 100, .data = (const uint8_t *)"e'", .len = 2},
+        {.task_id = 2, .attempts = 2, .run_after_ms = 200, .data = NULL, .len = 0}};
+    dsp_strbuf b = {0};
+    assert_true(dsp_db_sql_write(&b, DSP_WRITE_RETRY, 3, 9, rows, 2));
+    assert_string_equal(b.p,
+                        "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 0, `delayed` = 1,"
+                        " run_after = CASE task_id WHEN 1 THEN 100 WHEN 2 THEN 200 END,"
+                        " err_msg = CASE task_id WHEN 1 THEN _utf8mb4 X'6527' WHEN 2 THEN NULL END,"
+                        " attempts = CASE task_id WHEN 1 THEN 1 WHEN 2 THEN 2 END,"
+                        " last_update_time = 9" WRITE_TAIL("1, 2", "3"));
+    dsp_strbuf_reset(&b);
+    /* A result is bytes: no character set introducer. */
+    rows[1] = rows[0];
+    rows[1].task_id = 2;
+    assert_true(dsp_db_sql_write(&b, DSP_WRITE_SUCCEEDED, 3, 9, rows, 2));
+    assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 2, result = X'6527',"
+                             " attempts = 1, last_update_time = 9" WRITE_TAIL("1, 2", "3"));
+    dsp_strbuf_reset(&b);
+    assert_true(dsp_db_sql_write(&b, DSP_WRITE_FAILED, 3, 9, rows, 1));
+    assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 3,"
+                             " err_msg = _utf8mb4 X'6527', attempts = 1, last_update_time = 9"
+                             WRITE_TAIL("1", "3"));
+    dsp_strbuf_free(&b);
+}
+
+static void write_refuses_nothing_and_bad_kinds(void **state)
+{
+    (void)state;
+    dsp_db_sql_row row = {.task_id = 1, .attempts = 1};
+    dsp_strbuf b = {0};
+    assert_false(dsp_db_sql_write(&b, DSP_WRITE_SUCCEEDED, 1, 1, &row, 0));
+    assert_false(dsp_db_sql_write(&b, -1, 1, 1, &row, 1));
+    assert_false(dsp_db_sql_write(&b, DSP_WRITE_KINDS, 1, 1, &row, 1));
+    assert_int_equal(b.len, 0);
+    assert_null(b.p);
+}
+
+/* Beyond DSP_DB_SQL_FLAT_CASE_MAX sorted rows the CASE has two levels of about sqrt(n)
+ * groups; unsorted rows keep one flat CASE. */
+static void write_two_level_case(void **state)
+{
+    (void)state;
+    enum { N = 100 };
+    dsp_db_sql_row rows[N];
+    dsp_strbuf b = {0};
+    for (size_t i = 0; i < N; i++)
+        rows[i] = (dsp_db_sql_row){.task_id = i + 1, .attempts = (uint32_t)i};
+    assert_true(dsp_db_sql_write(&b, DSP_WRITE_RELEASE, 1, 1, rows, N));
+    assert_non_null(strstr(b.p, " attempts = CASE WHEN task_id <= 10 THEN CASE task_id WHEN 1 THEN 0 "));
+    assert_int_equal(count_of(b.p, "WHEN task_id <= "), 9);
+    assert_int_equal(count_of(b.p, " ELSE CASE task_id WHEN 91 THEN 90 "), 1);
+    assert_int_equal(count_of(b.p, " THEN "), 9 + N);
+    dsp_strbuf_reset(&b);
+
+    rows[0].task_id = 1000; /* no longer sorted */
+    assert_true(dsp_db_sql_write(&b, DSP_WRITE_RELEASE, 1, 1, rows, N));
+    assert_non_null(strstr(b.p, " attempts = CASE task_id WHEN 1000 THEN 0 WHEN 2 THEN 1 "));
+    assert_int_equal(count_of(b.p, "WHEN task_id <= "), 0);
+    assert_int_equal(count_of(b.p, " THEN "), N);
+
+    /* Exactly DSP_DB_SQL_FLAT_CASE_MAX sorted rows: still flat. */
+    rows[0].task_id = 1;
+    dsp_strbuf_reset(&b);
+    assert_true(dsp_db_sql_write(&b, DSP_WRITE_RELEASE, 1, 1, rows, DSP_DB_SQL_FLAT_CASE_MAX));
+    assert_int_equal(count_of(b.p, "WHEN task_id <= "), 0);
+    dsp_strbuf_reset(&b);
+    assert_true(dsp_db_sql_write(&b, DSP_WRITE_RELEASE, 1, 1, rows, DSP_DB_SQL_FLAT_CASE_MAX + 1));
+    assert_true(count_of(b.p, "WHEN task_id <= ") > 0);
+    dsp_strbuf_free(&b);
+}
+
+/* The longest batch (--batch at its most, 10,000 rows) of every kind, every column
+ * different, the largest numbers: the statement stays within the fixed part plus the
+ * sum of dsp_db_sql_write_row_cost(), which the write thread sizes statements by. */
+static void write_longest_batch_within_cost(void **state)
+{
+    (void)state;
+    enum { N = 10000 };
+    static const uint8_t text[] = "an error text of some length, differing by row";
+    dsp_db_sql_row *rows = calloc(N, sizeof *rows);
+    assert_non_null(rows);
+    for (size_t i = 0; i < N; i++) {
+        rows[i].task_id = UINT64_MAX - N + i;
+        rows[i].attempts = UINT32_MAX - (uint32_t)i;
+        rows[i].run_after_ms = INT64_MIN + (int64_t)i;
+        rows[i].data = text;
+        rows[i].len = i % (sizeof text);
+    }
+    for (int kind = 0; kind < DSP_WRITE_KINDS; kind++) {
+        for (int sorted = 0; sorted < 2; sorted++) {
+            if (!sorted) { /* swap the first two: one flat CASE of N arms */
+                dsp_db_sql_row t = rows[0];
+                rows[0] = rows[1];
+                rows[1] = t;
+            }
+            dsp_strbuf b = {0};
+            size_t cost = DSP_DB_SQL_WRITE_FIXED;
+            for (size_t i = 0; i < N; i++)
+                cost += dsp_db_sql_write_row_cost(kind, &rows[i]);
+            assert_true(dsp_db_sql_write(&b, kind, UINT32_MAX, INT64_MAX, rows, N));
+            assert_false(b.oom);
+            assert_int_equal(strlen(b.p), b.len);
+            assert_true(b.len <= cost);
+            assert_int_equal(count_of(b.p, " THEN "),
+                             (size_t)N * (kind == DSP_WRITE_RETRY ? 3 : kind_has_data(kind) ? 2 : 1) +
+                                 (sorted ? 99 * (kind == DSP_WRITE_RETRY ? 3 : kind_has_data(kind) ? 2 : 1)
+                                         : 0));
+            assert_non_null(strstr(b.p, " AND task_state = 1 AND epoch = 4294967295"));
+            dsp_strbuf_free(&b);
+            if (!sorted) {
+                dsp_db_sql_row t = rows[0];
+                rows[0] = rows[1];
+                rows[1] = t;
+            }
+        }
+    }
+    free(rows);
+}
+
+/* ---- db_sql: the other statements ---- */
+
+static void claim_mark_and_release(void **state)
+{
+    (void)state;
+    const uint64_t ids[] = {5, 3, UINT64_MAX};
+    dsp_strbuf b = {0};
+    dsp_db_sql_claim_mark(&b, 2, 77, ids, 3);
+    assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 1, epoch = 2,"
+                             " last_update_time = 77 WHERE task_id IN (5, 3, 18446744073709551615)");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_release_ids(&b, 2, 77, ids, 1);
+    assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 0,"
+                             " last_update_time = 77" WRITE_TAIL("5", "2"));
+    dsp_strbuf_free(&b);
+}
+
+static void lock_free_and_still_ours(void **state)
+{
+    (void)state;
+    dsp_db_sql_row rows[3] = {{.task_id = 1}, {.task_id = 2}, {.task_id = 3}};
+    const uint8_t skip[3] = {1, 0, 0};
+    dsp_strbuf b = {0};
+    dsp_db_sql_lock_free(&b, 9, rows, skip, 3);
+    assert_string_equal(b.p, "SELECT task_id FROM task FORCE INDEX (PRIMARY) WHERE task_id IN (2, 3)"
+                             " AND task_state = 1 AND epoch = 9 FOR UPDATE SKIP LOCKED");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_still_ours(&b, 9, rows, NULL, 3);
+    assert_string_equal(b.p, "SELECT task_id FROM task FORCE INDEX (PRIMARY) WHERE task_id IN"
+                             " (1, 2, 3) AND task_state = 1 AND epoch = 9");
+    dsp_strbuf_free(&b);
+}
+
+static void recover_and_stats(void **state)
+{
+    (void)state;
+    dsp_strbuf b = {0};
+    dsp_db_sql_recover(&b, 4, 123, 1000);
+    assert_string_equal(b.p, "UPDATE task FORCE INDEX (claim_idx) SET task_state = IF(attempts >="
+                             " max_attempts, 3, 0), `delayed` = 0, err_msg = IF(attempts >= max_attempts,"
+                             " 'the dispatcher stopped during the last attempt', err_msg),"
+                             " last_update_time = 123 WHERE task_state = 1 AND epoch < 4 LIMIT 1000");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_stats_counts(&b, 55);
+    assert_string_equal(b.p, "SELECT task_state, `delayed`, task_type, COUNT(*), SUM(run_after <= 55),"
+                             " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)"
+                             " FROM task FORCE INDEX (claim_idx) WHERE task_state IN (0, 1, 3)"
+                             " GROUP BY task_state, `delayed`, task_type");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_stats_successful(&b, DSP_DB_SQL_SUCCESSFUL_CAP);
+    assert_string_equal(b.p, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
+                             " WHERE task_state = 2 LIMIT 1000000) x");
+    dsp_strbuf_free(&b);
+}
+
+#define OLDEST(lit, prio)                                                                          \
+    "(SELECT GREATEST(insert_time, run_after) g FROM task FORCE INDEX (claim_idx) WHERE "          \
+    "task_state = 0 AND `delayed` = 0 AND task_type = " lit " AND task_priority = " prio          \
+    " AND run_after <= 8 ORDER BY task_id LIMIT 1)"
+
+static void stats_oldest(void **state)
+{
+    (void)state;
+    dsp_strbuf b = {0};
+    dsp_db_sql_stats_oldest_part(&b, true, "a'", 2, 2, 8);
+    dsp_db_sql_stats_oldest_part(&b, false, "", 0, 0, 8);
+    dsp_db_sql_stats_oldest_end(&b);
+    assert_string_equal(b.p, "SELECT MIN(g) FROM (" OLDEST("_utf8mb4 X'6127'", "2") " UNION ALL "
+                             OLDEST("''", "0") ") u");
+    dsp_strbuf_free(&b);
+}
+
+static void retention_and_requeue(void **state)
+{
+    (void)state;
+    dsp_strbuf b = {0};
+    dsp_db_sql_retention(&b, 2, 1000, 500);
+    assert_string_equal(b.p, "DELETE FROM task WHERE task_state = 2 AND last_update_time < 1000 LIMIT 500");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_retention(&b, 3, -5, 1);
+    assert_string_equal(b.p, "DELETE FROM task WHERE task_state = 3 AND last_update_time < -5 LIMIT 1");
+    dsp_strbuf_reset(&b);
+    for (int s = -1; s < 5; s++)
+        if (s != 2 && s != 3)
+            dsp_db_sql_retention(&b, s, 1, 1);
+    assert_int_equal(b.len, 0);
+
+#define REQUEUE_HEAD                                                                               \
+    "UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0, `delayed` = 0,"        \
+    " run_after = 0, last_update_time = 6 WHERE task_state = 3"
+    dsp_db_sql_requeue_failed(&b, NULL, 6, 100);
+    assert_string_equal(b.p, REQUEUE_HEAD " LIMIT 100");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_requeue_failed(&b, "", 6, 100);
+    assert_string_equal(b.p, REQUEUE_HEAD " AND task_type = '' LIMIT 100");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_requeue_failed(&b, "x' OR '1'='1", 6, 100);
+    assert_string_equal(b.p, REQUEUE_HEAD " AND task_type = _utf8mb4 X'7827204F52202731273D2731' LIMIT 100");
+    dsp_strbuf_free(&b);
+}
+
+/* ---- the text buffer ---- */
+
+static void strbuf_grows_and_keeps_text(void **state)
+{
+    (void)state;
+    dsp_strbuf b = {0};
+    char want[5000];
+    for (size_t i = 0; i < sizeof want - 1; i++) {
+        want[i] = (char)('a' + i % 26);
+        dsp_strbuf_put(&b, &want[i], 1);
+        assert_true(b.cap > b.len);
+        assert_int_equal(b.cap & (b.cap - 1), 0); /* 256, doubled */
+    }
+    want[sizeof want - 1] = '\0';
+    assert_int_equal(b.len, sizeof want - 1);
+    assert_string_equal(b.p, want);
+    assert_int_equal(b.cap, 8192);
+
+    /* printf longer than its 128-byte stack buffer. */
+    dsp_strbuf_reset(&b);
+    assert_int_equal(b.cap, 8192); /* reset keeps the memory */
+    assert_string_equal(b.p, "");
+    dsp_strbuf_printf(&b, "%s|%0300d|%s", "head", 7, "tail");
+    assert_int_equal(b.len, 4 + 1 + 300 + 1 + 4);
+    assert_memory_equal(b.p + 5 + 299, "7|tail", 7);
+    dsp_strbuf_free(&b);
+    assert_null(b.p);
+    assert_int_equal(b.cap, 0);
+
+    /* A first reserve takes 256 bytes, or the next power of two above the need. */
+    assert_true(dsp_strbuf_reserve(&b, 1));
+    assert_int_equal(b.cap, 256);
+    assert_true(dsp_strbuf_reserve(&b, 256));
+    assert_int_equal(b.cap, 512);
+    dsp_strbuf_free(&b);
+}
+
+static void strbuf_oom_sticks(void **state)
+{
+    (void)state;
+    dsp_strbuf b = {0};
+    dsp_strbuf_puts(&b, "abc");
+    assert_false(dsp_strbuf_reserve(&b, SIZE_MAX - 2));
+    assert_true(b.oom);
+    dsp_strbuf_puts(&b, "def");
+    dsp_strbuf_printf(&b, "%d", 1);
+    dsp_strbuf_put_hex(&b, (const uint8_t *)"x", 1, true);
+    assert_int_equal(b.len, 3);
+    assert_string_equal(b.p, "abc");
+    assert_false(dsp_strbuf_reserve(&b, 1));
+    dsp_strbuf_reset(&b); /* clears it */
+    assert_false(b.oom);
+    dsp_strbuf_put_hex(&b, (const uint8_t *)"x", SIZE_MAX / 2, false); /* too long to double */
+    assert_true(b.oom);
+    dsp_strbuf_free(&b);
+}
+
+static void strbuf_hex(void **state)
+{
+    (void)state;
+    dsp_strbuf b = {0};
+    dsp_strbuf_put_hex(&b, NULL, 0, true);
+    dsp_strbuf_puts(&b, " ");
+    dsp_strbuf_put_hex(&b, (const uint8_t *)"\x00\xff", 2, false);
+    dsp_strbuf_puts(&b, " ");
+    dsp_strbuf_put_hex(&b, (const uint8_t *)"\x00\xff", 2, true);
+    assert_string_equal(b.p, "NULL X'00FF' _utf8mb4 X'00FF'");
+    dsp_strbuf_free(&b);
+}
+
+/* ---- UTF-8 repair of outcome texts ---- */
+
+static void utf8_helpers(void **state)
+{
+    (void)state;
+    const uint8_t good[] = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";   /* a é € 😀 */
+    const uint8_t bad[] = "a\xc0\xaf" "b\xed\xa0\x80" "c\xf4\x90\x80\x80"; /* overlong, surrogate, >U+10FFFF */
+    uint8_t out[64];
+
+    assert_int_equal(dsp_utf8_valid_prefix(good, sizeof good - 1), sizeof good - 1);
+    assert_int_equal(dsp_utf8_valid_prefix(bad, sizeof bad - 1), 1);
+    assert_int_equal(dsp_utf8_valid_prefix(good, 2), 1); /* a cut sequence is not valid */
+
+    size_t n = dsp_utf8_sanitize(bad, sizeof bad - 1, out, sizeof out);
+    assert_int_equal(n, dsp_utf8_valid_prefix(out, n));
+    assert_int_equal(n, 3 + 9 * 3); /* a, b, c and nine U+FFFD */
+    assert_memory_equal(out, "a\xef\xbf\xbd", 4);
+    /* Stops before a character that does not fit. */
+    assert_int_equal(dsp_utf8_sanitize(bad, sizeof bad - 1, out, 3), 1);
+
+    assert_int_equal(dsp_utf8_cut(good, sizeof good - 1, 100), sizeof good - 1);
+    assert_int_equal(dsp_utf8_cut(good, sizeof good - 1, 2), 1);
+    assert_int_equal(dsp_utf8_cut(good, sizeof good - 1, 3), 3);
+    assert_int_equal(dsp_utf8_cut(good, sizeof good - 1, 9), 6);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(claim_one_type),
+        cmocka_unit_test(claim_two_types),
+        cmocka_unit_test(claim_hostile_types),
+        cmocka_unit_test(claim_refuses_bad_arguments),
+        cmocka_unit_test(claim_exact_buffer_size),
+        cmocka_unit_test(claim_most_types_within_bound),
+        cmocka_unit_test(claim_quote_hex),
+        cmocka_unit_test(claim_sweeps),
+        cmocka_unit_test(write_one_value_per_column),
+        cmocka_unit_test(write_values_that_differ),
+        cmocka_unit_test(write_refuses_nothing_and_bad_kinds),
+        cmocka_unit_test(write_two_level_case),
+        cmocka_unit_test(write_longest_batch_within_cost),
+        cmocka_unit_test(claim_mark_and_release),
+        cmocka_unit_test(lock_free_and_still_ours),
+        cmocka_unit_test(recover_and_stats),
+        cmocka_unit_test(stats_oldest),
+        cmocka_unit_test(retention_and_requeue),
+        cmocka_unit_test(strbuf_grows_and_keeps_text),
+        cmocka_unit_test(strbuf_oom_sticks),
+        cmocka_unit_test(strbuf_hex),
+        cmocka_unit_test(utf8_helpers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
