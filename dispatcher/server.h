@@ -164,6 +164,10 @@ void dsp_server_free(dsp_server *srv);
 dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t len);
 /* Frees ty when nothing holds it any more (no worker, no buffered task, not paused). */
 void dsp_server_type_release_if_unused(dsp_server *srv, dsp_type *ty);
+/* The type named name[0..len), or NULL when there is none (types.c). */
+dsp_type *dsp_server_type_find(const dsp_server *srv, const uint8_t *name, size_t len);
+/* Frees every type and the index (at dsp_server_free). */
+void dsp_server_types_free(dsp_server *srv);
 void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t outcome,
                           uint32_t retry_after_ms, const uint8_t *data, size_t len);
 void dsp_server_kick(dsp_server *srv); /* schedule a dispatch pass */

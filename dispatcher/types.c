@@ -1,0 +1,118 @@
+/* types.c: the task types the dispatcher knows, interned once and found by a hash of
+ * the name (a type lives while a worker serves it, tasks of it are buffered, or an
+ * operator paused it). The per-type queues themselves are dispatch.c's. */
+#include "server.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* FNV-1a: names are short, and peers choose them, so the index also caps each
+ * bucket's length by growing with the number of types (a peer can make collisions
+ * cost it, not others, only as far as --max-types allows). */
+static uint32_t type_hash(const uint8_t *name, size_t len)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ name[i]) * 16777619u;
+    return h;
+}
+
+/* Doubles the index when it holds more types than buckets. Returns 0 or -1. */
+static int type_index_grow(dsp_server *srv)
+{
+    size_t n = srv->type_nbuckets ? srv->type_nbuckets * 2 : 64;
+    dsp_type **b = calloc(n, sizeof *b);
+    if (!b)
+        return -1;
+    for (dsp_type *t = srv->types; t; t = t->next) {
+        t->hnext = b[t->hash & (n - 1)];
+        b[t->hash & (n - 1)] = t;
+    }
+    free(srv->type_buckets);
+    srv->type_buckets = b;
+    srv->type_nbuckets = n;
+    return 0;
+}
+
+static dsp_type *type_find(const dsp_server *srv, const uint8_t *name, size_t len, uint32_t h)
+{
+    if (srv->type_nbuckets)
+        for (dsp_type *t = srv->type_buckets[h & (srv->type_nbuckets - 1)]; t; t = t->hnext)
+            if (t->hash == h && t->len == len && memcmp(t->name, name, len) == 0)
+                return t;
+    return NULL;
+}
+
+dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t len)
+{
+    uint32_t h = type_hash(name, len);
+    dsp_type *found = type_find(srv, name, len, h);
+    if (found)
+        return found;
+    if (srv->ntypes >= srv->type_nbuckets && type_index_grow(srv) < 0)
+        return NULL;
+    dsp_type *t = calloc(1, sizeof *t);
+    if (!t || !(t->name = malloc(len + 1))) {
+        free(t);
+        return NULL;
+    }
+    /* The length is the name's: HELLO refuses NUL bytes, but never trust strlen here. */
+    memcpy(t->name, name, len);
+    t->name[len] = '\0';
+    t->len = len;
+    t->hash = h;
+    dsp_type **bucket = &srv->type_buckets[h & (srv->type_nbuckets - 1)];
+    t->hnext = *bucket;
+    *bucket = t;
+    t->next = srv->types;
+    if (srv->types)
+        srv->types->prev = t;
+    srv->types = t;
+    srv->ntypes++;
+    return t;
+}
+
+static void type_free(dsp_type *t)
+{
+    free(t->workers);
+    free(t->name);
+    free(t);
+}
+
+void dsp_server_type_release_if_unused(dsp_server *srv, dsp_type *ty)
+{
+    if (ty->nworkers > 0 || ty->nbuffered > 0 || ty->paused)
+        return;
+    for (dsp_type **p = &srv->type_buckets[ty->hash & (srv->type_nbuckets - 1)]; *p; p = &(*p)->hnext)
+        if (*p == ty) {
+            *p = ty->hnext;
+            break;
+        }
+    if (ty->prev)
+        ty->prev->next = ty->next;
+    else
+        srv->types = ty->next;
+    if (ty->next)
+        ty->next->prev = ty->prev;
+    srv->ntypes--;
+    type_free(ty);
+}
+
+dsp_type *dsp_server_type_find(const dsp_server *srv, const uint8_t *name, size_t len)
+{
+    return type_find(srv, name, len, type_hash(name, len));
+}
+
+void dsp_server_types_free(dsp_server *srv)
+{
+    for (dsp_type *t = srv->types, *next; t; t = next) {
+        next = t->next;
+        type_free(t);
+    }
+    srv->types = NULL;
+    free(srv->type_buckets);
+    srv->type_buckets = NULL;
+    srv->type_nbuckets = 0;
+    srv->ntypes = 0;
+}
