@@ -134,12 +134,7 @@ struct dsp_server {
     bool paused_all;           /* POST /pause: nothing claimed or dispatched */
     bool admin_draining;       /* POST /drain: no claims, buffered tasks released; /resume ends it */
     uint64_t next_request_id;
-    struct {
-        uint64_t id;           /* 0: none asked yet */
-        char type[257];        /* "" for every type */
-        bool done;
-        int64_t rows;          /* when done: rows moved, or -1 on failure */
-    } last_requeue;
+    dsp_requeue_status last_requeue;
     dsp_rates rates;
     int64_t last_rate_sample_ms;
     dsp_histograms hist;

@@ -19,10 +19,6 @@ static const char *const priority_names[3] = {"low", "normal", "high"};
 
 static const unsigned rate_windows_s[DSP_STATS_RATE_WINDOWS] = {1, 10, 60};
 
-_Static_assert(sizeof((dsp_stats_snapshot *)0)->last_requeue.type ==
-                   sizeof((dsp_server *)0)->last_requeue.type,
-               "the snapshot copies the whole requeue type");
-
 /* ---- the snapshot ---- */
 
 /* The types an operator paused, by name (borrowed). */
@@ -92,10 +88,7 @@ void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
         dsp_rates_get(&srv->rates, rate_windows_s[i], &snap->dispatched_per_s[i],
                       &snap->completed_per_s[i]);
 
-    snap->last_requeue.id = srv->last_requeue.id;
-    memcpy(snap->last_requeue.type, srv->last_requeue.type, sizeof snap->last_requeue.type);
-    snap->last_requeue.done = srv->last_requeue.done;
-    snap->last_requeue.rows = srv->last_requeue.rows;
+    snap->last_requeue = srv->last_requeue;
 
     snap->table = malloc(sizeof *snap->table);
     if (snap->table)

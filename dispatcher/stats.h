@@ -179,6 +179,14 @@ typedef struct dsp_stats_worker {
  * side at one moment on the loop thread. The borrowed strings (the settings,
  * type and worker names) stay valid until the loop runs again, so a snapshot is
  * used within the callback that filled it. */
+/* The last POST /requeue-failed, as /stats shows it. */
+typedef struct dsp_requeue_status {
+    uint64_t id;    /* 0: none asked yet */
+    char type[257]; /* "" for every type */
+    bool done;
+    int64_t rows;   /* when done: rows moved, or -1 on failure */
+} dsp_requeue_status;
+
 typedef struct dsp_stats_snapshot {
     int64_t uptime_ms;
     int64_t wall_ms;                /* the wall clock when taken (age of the table figures) */
@@ -200,12 +208,7 @@ typedef struct dsp_stats_snapshot {
     dsp_histograms hist;
     double dispatched_per_s[DSP_STATS_RATE_WINDOWS];
     double completed_per_s[DSP_STATS_RATE_WINDOWS];
-    struct {
-        uint64_t id;                /* 0: none asked yet */
-        char type[257];             /* "" for every type */
-        bool done;
-        int64_t rows;               /* when done: rows moved, or -1 on failure */
-    } last_requeue;
+    dsp_requeue_status last_requeue;
     struct dsp_table_stats *table;  /* malloc'd; NULL when out of memory */
     dsp_stats_worker *workers;      /* malloc'd */
     size_t nworker_rows;
