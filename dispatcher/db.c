@@ -229,7 +229,8 @@ bool dsp_dbi_error_is_transient(unsigned e)
 
 bool dsp_dbi_error_is_config(unsigned e)
 {
-    return e == ER_ACCESS_DENIED_ERROR_ || e == ER_DBACCESS_DENIED_ERROR_ || e == ER_BAD_DB_ERROR_;
+    return e == ER_ACCESS_DENIED_ERROR_ || e == ER_ACCESS_DENIED_NO_PASSWORD_ERROR_ ||
+           e == ER_DBACCESS_DENIED_ERROR_ || e == ER_BAD_DB_ERROR_;
 }
 
 /* Sends one statement and discards any result. *affected gets the changed rows. */
