@@ -29,6 +29,7 @@ typedef struct ctl_reply {
     int status; /* HTTP status, -1 when no answer */
     char *body;
     char why[320]; /* with no answer: the TLS failure, when there was one */
+    struct event_base *base; /* the request's loop, ended by reply_cb */
 } ctl_reply;
 
 /* Where and how to reach the admin port. */
@@ -42,6 +43,9 @@ typedef struct ctl_target {
 static void reply_cb(struct evhttp_request *req, void *arg)
 {
     ctl_reply *r = arg;
+    /* The answer is complete (or the request failed): end the loop now. The connection
+     * is kept alive and would hold event_base_dispatch until its timeout. */
+    event_base_loopbreak(r->base);
     if (!req || evhttp_request_get_response_code(req) <= 0)
         return;
     r->status = evhttp_request_get_response_code(req);
@@ -54,36 +58,71 @@ static void reply_cb(struct evhttp_request *req, void *arg)
 }
 
 /* Splits [http://|https://]HOST:PORT[/] (HOST may be [v6]); https:// turns TLS on.
- * Returns 0 or -1. */
-static int parse_admin(const char *admin, ctl_target *t, bool *tls)
+ * Returns 0, or -1 with what is wrong in why (a path, a scheme, a port, a host). */
+static int parse_admin(const char *admin, ctl_target *t, bool *tls, char *why, size_t whylen)
 {
-    const char *p = admin;
+    const char *p = admin, *scheme = strstr(admin, "://");
     if (strncmp(p, "https://", 8) == 0) {
         *tls = true;
         p += 8;
     } else if (strncmp(p, "http://", 7) == 0) {
         p += 7;
+    } else if (scheme) {
+        snprintf(why, whylen, "unknown scheme '%.*s://' (http:// or https:// only)",
+                 (int)(scheme - admin < 32 ? scheme - admin : 32), admin);
+        return -1;
     }
-    size_t n = strlen(p);
-    if (n > 0 && p[n - 1] == '/')
-        n--;
-    const char *colon = NULL;
-    for (size_t i = n; i > 0 && !colon; i--)
-        if (p[i - 1] == ':')
-            colon = p + i - 1;
-    const char *h = p;
-    size_t hl = colon ? (size_t)(colon - p) : 0;
-    bool bracketed = hl >= 2 && h[0] == '[' && h[hl - 1] == ']';
-    if (bracketed) {
+    /* Only the port is asked for: a path, query or user name would be dropped silently. */
+    size_t n = strcspn(p, "/?#@");
+    if (p[n] == '@') {
+        snprintf(why, whylen, "a user name is not taken (give HOST:PORT)");
+        return -1;
+    }
+    if (p[n] && strcmp(p + n, "/") != 0) {
+        snprintf(why, whylen, "a path or query ('%.64s') is not taken (give HOST:PORT)", p + n);
+        return -1;
+    }
+    const char *h = p, *colon = NULL;
+    size_t hl;
+    if (h[0] == '[') { /* [v6]:PORT */
+        const char *rb = memchr(h, ']', n);
+        if (!rb || rb + 1 == p + n || rb[1] != ':') {
+            snprintf(why, whylen, "no port after the IPv6 address (give [ADDR]:PORT)");
+            return -1;
+        }
+        colon = rb + 1;
         h++;
-        hl -= 2;
+        hl = (size_t)(rb - h);
+    } else {
+        colon = memchr(h, ':', n);
+        hl = colon ? (size_t)(colon - h) : n;
+        if (colon && memchr(colon + 1, ':', (size_t)(p + n - colon - 1))) {
+            snprintf(why, whylen, "write an IPv6 address as [ADDR]:PORT");
+            return -1;
+        }
     }
-    if (!colon || hl == 0 || hl >= sizeof t->host || (!bracketed && memchr(h, ':', hl)))
+    if (hl == 0) {
+        snprintf(why, whylen, "the host is empty");
         return -1;
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || end != p + n || port < 1 || port > 65535)
+    }
+    if (hl >= sizeof t->host || strcspn(h, " \t") < hl) {
+        snprintf(why, whylen, "the host is too long or has white space");
         return -1;
+    }
+    if (!colon) {
+        snprintf(why, whylen, "no port (give HOST:PORT)");
+        return -1;
+    }
+    /* Digits only: strtol would also take "+80" or " 80". */
+    const char *ps = colon + 1;
+    size_t pl = (size_t)(p + n - ps);
+    long port = 0;
+    for (size_t i = 0; i < pl && port <= 65535; i++)
+        port = ps[i] >= '0' && ps[i] <= '9' ? port * 10 + (ps[i] - '0') : 65536;
+    if (pl == 0 || port < 1 || port > 65535) {
+        snprintf(why, whylen, "the port '%.*s' is not a number from 1 to 65535", (int)(pl < 16 ? pl : 16), ps);
+        return -1;
+    }
     memcpy(t->host, h, hl);
     t->host[hl] = '\0';
     t->port = (unsigned short)port;
@@ -94,10 +133,11 @@ static ctl_reply http_request(const ctl_target *t, enum evhttp_cmd_type method, 
                               const char *token)
 {
     ctl_reply r = {.status = -1};
-    struct event_base *base = event_base_new();
+    struct event_base *base = r.base = event_base_new();
     struct bufferevent *bev = NULL;
     if (base && t->tls && !(bev = dsp_tls_connect_bev_new(base, t->tls, t->host))) {
         event_base_free(base);
+        r.base = NULL;
         snprintf(r.why, sizeof r.why, "cannot set up TLS for %s", t->host);
         return r;
     }
@@ -106,7 +146,10 @@ static ctl_reply http_request(const ctl_target *t, enum evhttp_cmd_type method, 
     struct evhttp_request *req = conn ? evhttp_request_new(reply_cb, &r) : NULL;
     if (req) {
         evhttp_connection_set_timeout(conn, 5);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Host", t->host);
+        /* An IPv6 host goes in brackets, or taskpushd cannot read it (it checks Host). */
+        char host[300];
+        snprintf(host, sizeof host, strchr(t->host, ':') ? "[%s]:%u" : "%s:%u", t->host, t->port);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Host", host);
         /* taskpushd refuses a POST a browser could send cross-origin without asking. */
         if (method == EVHTTP_REQ_POST)
             evhttp_add_header(evhttp_request_get_output_headers(req), "X-Taskpush-Admin", "1");
@@ -128,6 +171,7 @@ static ctl_reply http_request(const ctl_target *t, enum evhttp_cmd_type method, 
         evhttp_connection_free(conn);
     if (base)
         event_base_free(base);
+    r.base = NULL;
     return r;
 }
 
@@ -440,9 +484,9 @@ int main(int argc, char **argv)
         return 2;
     }
     ctl_target target = {.admin = admin};
-    if (parse_admin(admin, &target, &tls) < 0) {
-        fprintf(stderr, "taskpushctl: --admin '%s' is not [http[s]://]HOST:PORT\nTry 'taskpushctl --help'.\n",
-                admin);
+    char why[160];
+    if (parse_admin(admin, &target, &tls, why, sizeof why) < 0) {
+        fprintf(stderr, "taskpushctl: --admin '%s': %s\nTry 'taskpushctl --help'.\n", admin, why);
         return 2;
     }
     if (tls_ca && !tls) {

@@ -391,7 +391,7 @@ static struct bufferevent *tls_bev_cb(struct event_base *base, void *arg)
     return dsp_tls_http_bev_new(base, srv->tls->admin);
 }
 
-static bool loopback_addr(const struct sockaddr_storage *ss)
+bool dsp_addr_is_loopback(const struct sockaddr_storage *ss)
 {
     if (ss->ss_family == AF_INET)
         return ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24 == 127;
@@ -433,7 +433,7 @@ int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
     socklen_t sl = sizeof ss;
     memset(&ss, 0, sizeof ss);
     getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl);
-    srv->admin_loopback = loopback_addr(&ss);
+    srv->admin_loopback = dsp_addr_is_loopback(&ss);
     unsigned real = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                              : ntohs(((struct sockaddr_in *)&ss)->sin_port);
     snprintf(bound, boundlen, "%s:%u", host, real);

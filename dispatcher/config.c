@@ -116,30 +116,55 @@ static void usage(FILE *out)
             "upgrade the schema (sql/migrations), then exit");
 }
 
-int dsp_hostport_parse(const char *s, char *host, size_t hostlen, unsigned *port)
+/* Writes why (when wanted) and fails: dsp_hostport_split's one exit for a bad address. */
+static int hostport_bad(char *why, size_t whylen, const char *text)
 {
+    if (why && whylen)
+        snprintf(why, whylen, "%s", text);
+    return -1;
+}
+
+int dsp_hostport_split(const char *s, char *host, size_t hostlen, unsigned *port, char *why,
+                       size_t whylen)
+{
+    if (strstr(s, "://"))
+        return hostport_bad(why, whylen, "no scheme such as http:// (give HOST:PORT)");
+    if (s[strcspn(s, "/?#@")])
+        return hostport_bad(why, whylen, "no path or user name (give HOST:PORT)");
     const char *colon = strrchr(s, ':');
-    if (!colon || colon == s)
-        return -1;
+    if (!colon)
+        return hostport_bad(why, whylen, "no port (give HOST:PORT)");
     const char *h = s;
     size_t hl = (size_t)(colon - s);
     if (h[0] == '[') { /* [v6]:port */
-        if (hl < 3 || h[hl - 1] != ']')
-            return -1;
+        if (hl < 2 || h[hl - 1] != ']' || memchr(h + 1, ']', hl - 2))
+            return hostport_bad(why, whylen, "an IPv6 address is written [ADDR]:PORT");
         h++;
         hl -= 2;
+    } else if (memchr(h, ':', hl)) {
+        return hostport_bad(why, whylen, "write an IPv6 address as [ADDR]:PORT");
     }
-    if (hl + 1 > hostlen)
-        return -1;
-    char *end;
-    errno = 0;
-    long p = strtol(colon + 1, &end, 10);
-    if (errno || *end || end == colon + 1 || p < 0 || p > 65535)
-        return -1;
+    if (hl == 0)
+        return hostport_bad(why, whylen, "the host is empty");
+    if (hl + 1 > hostlen || strcspn(h, " \t\r\n") < hl)
+        return hostport_bad(why, whylen, "the host is too long or has white space");
+    /* Digits only: strtol would also take "+80" or " 80". */
+    const char *ps = colon + 1;
+    size_t pl = strlen(ps);
+    unsigned long p = 0;
+    for (size_t i = 0; i < pl && p <= 65535; i++)
+        p = ps[i] >= '0' && ps[i] <= '9' ? p * 10 + (unsigned long)(ps[i] - '0') : 65536;
+    if (pl == 0 || p > 65535)
+        return hostport_bad(why, whylen, "the port is not a number from 0 to 65535");
     memcpy(host, h, hl);
     host[hl] = '\0';
     *port = (unsigned)p;
     return 0;
+}
+
+int dsp_hostport_parse(const char *s, char *host, size_t hostlen, unsigned *port)
+{
+    return dsp_hostport_split(s, host, hostlen, port, NULL, 0);
 }
 
 static char *dup_range(const char *s, size_t n)
@@ -281,8 +306,9 @@ static int set_value(dsp_config *cfg, const opt_def *o, const char *val, char *e
         if (o->kind == OPT_HOSTPORT) {
             char host[256];
             unsigned port;
-            if (dsp_hostport_parse(val, host, sizeof host, &port) < 0) {
-                snprintf(err, errlen, "--%s: '%s' is not HOST:PORT", o->name, val);
+            char why[96];
+            if (dsp_hostport_split(val, host, sizeof host, &port, why, sizeof why) < 0) {
+                snprintf(err, errlen, "--%s '%s': %s", o->name, val, why);
                 return -1;
             }
         }

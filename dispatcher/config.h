@@ -89,8 +89,13 @@ void dsp_db_url_clear(dsp_db_url *u);
  * "90s"); a bare number is milliseconds; "0" or "keep" is 0. Returns 0 or -1. */
 int dsp_duration_parse(const char *s, int64_t *ms);
 
-/* Splits "HOST:PORT" (HOST may be [v6]); returns 0 or -1. host is caller's buffer. */
+/* Splits "HOST:PORT" (HOST may be [v6], PORT 0..65535); returns 0 or -1. host is
+ * caller's buffer. */
 int dsp_hostport_parse(const char *s, char *host, size_t hostlen, unsigned *port);
+/* The same, and on -1 says in why (when not NULL) what is wrong: a scheme, a path, no
+ * port, a port out of range, an empty host, an IPv6 address without brackets. */
+int dsp_hostport_split(const char *s, char *host, size_t hostlen, unsigned *port, char *why,
+                       size_t whylen);
 
 /* Calls emit(arg, key, value-as-text) for every setting, for /stats and logs;
  * secrets are shown as "(set)". */

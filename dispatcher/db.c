@@ -227,6 +227,12 @@ bool dsp_dbi_error_is_transient(unsigned e)
     return e >= 1152 && e <= 1161; /* ER_NET_* */
 }
 
+bool dsp_dbi_error_is_config(unsigned e)
+{
+    return e == ER_ACCESS_DENIED_ERROR_ || e == ER_ACCESS_DENIED_NO_PASSWORD_ERROR_ ||
+           e == ER_DBACCESS_DENIED_ERROR_ || e == ER_BAD_DB_ERROR_;
+}
+
 /* Sends one statement and discards any result. *affected gets the changed rows. */
 int dsp_dbi_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affected)
 {
@@ -344,7 +350,12 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
     }
     if (mysql_real_connect(m, u->host, u->user, u->password, u->dbname, port, sock, 0) == NULL) {
         c->err = mysql_errno(m);
-        if (!c->down_logged)
+        snprintf(c->errtext, sizeof c->errtext, "%s", mysql_error(m));
+        /* At the first connect, the claim thread makes a configuration error fatal
+         * (db_claim.c): "retrying" would mislead. */
+        if (!c->ever_connected && dsp_dbi_error_is_config(c->err))
+            log_debug(db->log, "%s connection: %s (error %u)", c->who, mysql_error(m), c->err);
+        else if (!c->down_logged)
             log_warn(db->log, "%s connection to %s: %s (error %u); retrying with backoff", c->who,
                      u->host ? u->host : "(default)", mysql_error(m), c->err);
         else

@@ -8,7 +8,9 @@
  *
  *   CONNECT --> SCHEMA --> LOCK --> CONFIRM --> SERVE
  *
- *   CONNECT  open the connection; on failure wait (backoff) and try again.
+ *   CONNECT  open the connection; on failure wait (backoff) and try again, except
+ *            when the very first connect is refused for the login or the database
+ *            (a wrong --db, not an outage): that is FATAL.
  *   SCHEMA   read the schema version: missing tables, wait SCHEMA_RETRY_MS and read
  *            again; known, on to LOCK (to CONFIRM when the lock is already held).
  *   LOCK     GET_LOCK: busy, try again (and note a lost leadership); taken, on to
@@ -17,7 +19,7 @@
  *   CONFIRM  keep the announced epoch, or take a new one and recover; then SERVE
  *            (back to SCHEMA when taskpush_meta has no epoch row).
  *   SERVE    claims and lane sweeps, one per step.
- *   FATAL    a schema or epoch counter no retry mends was reported (on_fatal): wait
+ *   FATAL    a schema, epoch counter or --db no retry mends was reported (on_fatal): wait
  *            for dsp_db_stop. Latched: a reconnect comes back here, so the report
  *            is made once.
  *   DROP     a database error in any state: close, wait (backoff), CONNECT.
@@ -832,10 +834,34 @@ static int serve(struct claim_ctx *x)
 
 /* ---- the claim thread's states (see the opening comment) ---- */
 
+/* The first connect was refused for the login or the database: posts MSG_FATAL (the
+ * loop logs it and exits 1). Later, the same errors are retried: a password being
+ * rotated, or a database being restored, must not stop a running dispatcher. */
+static enum claim_state claim_config_error(struct claim_ctx *x)
+{
+    const dsp_db_url *u = x->db->opts.url;
+    struct msg *m = dsp_dbi_msg_new(MSG_FATAL);
+    char text[640];
+
+    snprintf(text, sizeof text, "database %s on %s refused taskpushd: %s (MySQL error %u): %s",
+             u->dbname, u->host ? u->host : "(default)", x->c.errtext, x->c.err,
+             x->c.err == ER_BAD_DB_ERROR_ ? "check DBNAME of --db, or create the database and load sql/schema.sql"
+             : x->c.err == ER_DBACCESS_DENIED_ERROR_ ? "grant the user access to the database, or check --db"
+                                                      : "check the user and password of --db (or TASKPUSH_DB_PASSWORD)");
+    if (m) {
+        m->text = strdup(text);
+        dsp_dbi_post(x->db, m);
+    }
+    x->fatal = true;
+    return CLAIM_FATAL;
+}
+
 static enum claim_state claim_on_connect(struct claim_ctx *x)
 {
     if (dsp_dbi_conn_open(&x->c, false, false) < 0) {
         dsp_dbi_set_conn_ok(x->db, CONN_CLAIM, false);
+        if (!x->c.ever_connected && dsp_dbi_error_is_config(x->c.err))
+            return claim_config_error(x);
         claim_idle(x, dsp_dbi_backoff_next(&x->c));
         return CLAIM_CONNECT;
     }

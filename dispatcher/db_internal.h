@@ -21,6 +21,10 @@
 /* Server error numbers (mysqld_error.h has them, but not under the same names in every
  * client library version). */
 #define ER_CON_COUNT_ERROR_ 1040
+#define ER_DBACCESS_DENIED_ERROR_ 1044
+#define ER_ACCESS_DENIED_ERROR_ 1045
+#define ER_BAD_DB_ERROR_ 1049
+#define ER_ACCESS_DENIED_NO_PASSWORD_ERROR_ 1698 /* a socket-authenticated login refused */
 #define ER_SERVER_SHUTDOWN_ 1053
 #define ER_NO_SUCH_TABLE_ 1146
 #define ER_NET_PACKET_TOO_LARGE_ 1153
@@ -181,6 +185,7 @@ struct dbconn {
     int64_t backoff_ms;   /* base of the next wait; 0 after a success */
     uint64_t rng;
     unsigned err;         /* mysql_errno of the last failure */
+    char errtext[256];    /* mysql_error of the last failed connect */
     size_t stmt_limit;    /* the largest statement this connection may send */
     bool no_lock_wait;    /* innodb_lock_wait_timeout = 0: a locked row fails at once */
 };
@@ -202,6 +207,8 @@ void dsp_dbi_set_conn_ok(dsp_db *db, int which, bool ok);
 
 int64_t dsp_dbi_backoff_next(struct dbconn *c);
 bool dsp_dbi_error_is_transient(unsigned e);
+/* True for a refused login or an unknown database: --db is wrong, a retry cannot mend it. */
+bool dsp_dbi_error_is_config(unsigned e);
 int dsp_dbi_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affected);
 int dsp_dbi_exec_str(struct dbconn *c, const char *sql);
 int dsp_dbi_query_u64(struct dbconn *c, const char *sql, uint64_t *out, bool *isnull,

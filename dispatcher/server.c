@@ -704,6 +704,30 @@ static int bind_listener(dsp_server *srv, char *bound, size_t boundlen)
     return 0;
 }
 
+/* One WARN line when a port is reachable beyond loopback and nothing authenticates
+ * there: workers without --token-file take tasks; admin POSTs without
+ * --admin-token-file or --token-file pause, drain and requeue. */
+static void warn_open_ports(dsp_server *srv, const char *listen, const char *admin)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    memset(&ss, 0, sizeof ss);
+    getsockname(evconnlistener_get_fd(srv->listener), (struct sockaddr *)&ss, &sl);
+    bool open_workers = !dsp_addr_is_loopback(&ss) && !srv->cfg->token;
+    bool open_admin = !srv->admin_loopback && !srv->cfg->token && !srv->cfg->admin_token;
+    /* The worker token protects both ports: it is the one to name when both are open. */
+    if (open_workers && open_admin)
+        log_warn(&srv->log, "the worker port %s and the admin port %s listen beyond loopback without a token: "
+                 "anyone who reaches them can take tasks, pause, drain and requeue; set --token-file",
+                 listen, admin);
+    else if (open_workers)
+        log_warn(&srv->log, "the worker port %s listens beyond loopback without a token: anyone who reaches it "
+                 "can take tasks; set --token-file", listen);
+    else if (open_admin)
+        log_warn(&srv->log, "the admin port %s listens beyond loopback without a token: anyone who reaches it "
+                 "can pause, drain and requeue; set --admin-token-file", admin);
+}
+
 static int write_ready_file(dsp_server *srv, const char *listen, const char *admin)
 {
     const char *path = srv->cfg->ready_file;
@@ -775,6 +799,7 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         return -1;
     log_info(&srv->log, "taskpushd %s: workers on %s, admin on %s%s, scheduler %s", TASKPUSH_VERSION,
              listen, admin, srv->tls ? " (both TLS)" : "", dsp_sched_policy_name(cfg->scheduler));
+    warn_open_ports(srv, listen, admin);
 
     dsp_db_options o = {
         .url = &cfg->db_url,

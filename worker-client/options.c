@@ -177,6 +177,21 @@ static int parse_one(const char *s, size_t len, tpi_addr *a, tp_error *err)
     size_t hlen;
     const char *colon;
 
+    /* Say what is wrong with the usual mistakes, before the split below misreads them. */
+    for (size_t i = 0; i + 2 < len; i++) {
+        if (s[i] == ':' && s[i + 1] == '/' && s[i + 2] == '/') {
+            tpi_error_set(err, rc, "address '%.*s': no scheme such as http:// (give HOST:PORT)",
+                          (int)len, s);
+            goto done;
+        }
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == '/' || s[i] == '?' || s[i] == '#' || s[i] == '@') {
+            tpi_error_set(err, rc, "address '%.*s': no path or user name (give HOST:PORT)",
+                          (int)len, s);
+            goto done;
+        }
+    }
     if (len > 0 && s[0] == '[') {
         const char *close = memchr(s, ']', len);
 
@@ -196,7 +211,7 @@ static int parse_one(const char *s, size_t len, tpi_addr *a, tp_error *err)
             }
         }
         if (colon == NULL) {
-            tpi_error_set(err, rc, "address '%.*s': expected HOST:PORT", (int)len, s);
+            tpi_error_set(err, rc, "address '%.*s': no port (give HOST:PORT)", (int)len, s);
             goto done;
         }
         host = s;
@@ -207,12 +222,16 @@ static int parse_one(const char *s, size_t len, tpi_addr *a, tp_error *err)
             goto done;
         }
     }
-    if (hlen == 0 || hlen >= sizeof(a->host) || memchr(host, '\0', hlen) != NULL) {
+    if (hlen == 0) {
+        tpi_error_set(err, rc, "address '%.*s': the host is empty", (int)len, s);
+        goto done;
+    }
+    if (hlen >= sizeof(a->host) || memchr(host, '\0', hlen) != NULL) {
         tpi_error_set(err, rc, "address '%.*s': bad host", (int)len, s);
         goto done;
     }
     if (parse_port(colon + 1, (size_t)(s + len - colon - 1), a->port) < 0) {
-        tpi_error_set(err, rc, "address '%.*s': port must be 1..65535", (int)len, s);
+        tpi_error_set(err, rc, "address '%.*s': the port must be a number from 1 to 65535", (int)len, s);
         goto done;
     }
     memcpy(a->host, host, hlen);

@@ -222,6 +222,40 @@ static void test_addr_parse_invalid(void **state)
 }
 
 
+/* Each usual mistake is named, not reported as another one (an http:// URL was
+ * once answered "write an IPv6 address as [ADDR]:PORT"). */
+static void test_addr_parse_reasons(void **state)
+{
+    static const struct {
+        const char *in, *says;
+    } cases[] = {
+        {"http://127.0.0.1:7070", "no scheme such as http://"},
+        {"tcp://h:1", "no scheme"},
+        {"127.0.0.1:7070/x", "no path"},
+        {"u@h:1", "user name"},
+        {"127.0.0.1:99999", "port must be a number from 1 to 65535"},
+        {"h:0", "from 1 to 65535"},
+        {":7070", "the host is empty"},
+        {"[]:7070", "the host is empty"},
+        {"::1:7070", "write an IPv6 address as [ADDR]:PORT"},
+        {"host", "no port"},
+        {"[::1]", "expected [IPV6]:PORT"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        tpi_addr *a = NULL;
+        size_t n = 0;
+        tp_error err = {0, ""};
+
+        assert_int_equal(tpi_addr_parse(cases[i].in, &a, &n, &err), TP_EINVAL);
+        assert_null(a);
+        if (strstr(err.text, cases[i].says) == NULL)
+            fail_msg("'%s' gave \"%s\", not \"%s\"", cases[i].in, err.text, cases[i].says);
+    }
+}
+
+
 static void test_add_type_and_run_checks(void **state)
 {
     tp_worker *w = new_worker("127.0.0.1:1", 1, 0);
@@ -322,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_options_tls),
         cmocka_unit_test(test_addr_parse_valid),
         cmocka_unit_test(test_addr_parse_invalid),
+        cmocka_unit_test(test_addr_parse_reasons),
         cmocka_unit_test(test_add_type_and_run_checks),
         cmocka_unit_test(test_strerror_and_version),
         cmocka_unit_test(test_backoff),

@@ -125,6 +125,50 @@ static void test_bad_flags_are_refused(void **state)
     dsp_config_free(&c);
 }
 
+/* HOST:PORT of --listen and --admin: what is taken, and what each refusal says. */
+static void test_hostport_rules(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *host;
+        unsigned port;
+    } good[] = {
+        {"127.0.0.1:7070", "127.0.0.1", 7070}, {"[::1]:0", "::1", 0},
+        {"0.0.0.0:65535", "0.0.0.0", 65535},   {"db-1.example:08", "db-1.example", 8},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        char host[64];
+        unsigned port = 1;
+        assert_int_equal(dsp_hostport_split(good[i].in, host, sizeof host, &port, NULL, 0), 0);
+        assert_string_equal(host, good[i].host);
+        assert_int_equal(port, good[i].port);
+    }
+    static const struct {
+        const char *in, *says;
+    } bad[] = {
+        {"http://127.0.0.1:7070", "no scheme"},  {"127.0.0.1:7070/x", "no path"},
+        {"127.0.0.1:99999", "0 to 65535"},       {"127.0.0.1:+80", "0 to 65535"},
+        {"127.0.0.1:", "0 to 65535"},            {":7070", "the host is empty"},
+        {"[]:7070", "the host is empty"},        {"::1:7070", "write an IPv6 address as [ADDR]:PORT"},
+        {"[::1]", "[ADDR]:PORT"},                {"7070", "no port"},
+        {"a b:1", "white space"},                {"u@h:1", "user name"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char host[64], why[96] = "";
+        unsigned port;
+        assert_int_equal(dsp_hostport_split(bad[i].in, host, sizeof host, &port, why, sizeof why), -1);
+        if (!strstr(why, bad[i].says))
+            fail_msg("'%s' gave \"%s\", not \"%s\"", bad[i].in, why, bad[i].says);
+    }
+    /* As a flag: the flag, the value and the reason in one line. */
+    dsp_config c;
+    char err[256] = "";
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--admin", "http://127.0.0.1:7071", NULL),
+                     DSP_CONFIG_BAD);
+    assert_string_equal(err, "--admin 'http://127.0.0.1:7071': no scheme such as http:// (give HOST:PORT)");
+    dsp_config_free(&c);
+}
+
 static void test_help_and_version_exit_zero(void **state)
 {
     (void)state;
@@ -404,6 +448,7 @@ int main(void)
         cmocka_unit_test_setup(test_defaults_match_spec, setup),
         cmocka_unit_test_setup(test_db_is_required, setup),
         cmocka_unit_test_setup(test_bad_flags_are_refused, setup),
+        cmocka_unit_test_setup(test_hostport_rules, setup),
         cmocka_unit_test_setup(test_migrate_flag, setup),
         cmocka_unit_test_setup(test_help_and_version_exit_zero, setup),
         cmocka_unit_test_setup(test_flags_override_config_file_and_env, setup),

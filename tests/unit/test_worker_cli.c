@@ -92,6 +92,33 @@ static void test_worker_cli(void **state)
     }
 }
 
+/* A malformed --connect exits 2 and says what is wrong with it. */
+static void test_worker_cli_connect_messages(void **state)
+{
+    static const struct {
+        const char *arg, *says;
+    } cases[] = {
+        {"http://127.0.0.1:7070", "no scheme such as http://"},
+        {"127.0.0.1:99999", "the port must be a number from 1 to 65535"},
+        {"127.0.0.1:7070/tasks", "no path"},
+        {":7070", "the host is empty"},
+        {"::1:7070", "write an IPv6 address as [ADDR]:PORT"},
+    };
+    tpw_exec_res res;
+    char args[256];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(args, sizeof(args), "--connect '%s' --type a --exec true", cases[i].arg);
+        run_cli(args, &res);
+        if (WEXITSTATUS(res.status) != 2 || strstr(res.err, cases[i].says) == NULL)
+            fail_msg("--connect '%s' exited %d with \"%s\"", cases[i].arg, WEXITSTATUS(res.status),
+                     res.err);
+        assert_non_null(strstr(res.err, cases[i].arg)); /* the address is quoted back */
+        tpw_exec_res_free(&res);
+    }
+}
+
 /* The script the program runs: its first input line picks the behaviour. */
 static const char worker_script[] =
     "read what rest; case $what in "
@@ -362,6 +389,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_worker_cli),
+        cmocka_unit_test(test_worker_cli_connect_messages),
         cmocka_unit_test_teardown(test_worker_program_tasks, kill_spawned),
         cmocka_unit_test_teardown(test_worker_program_sigterm_finishes, kill_spawned),
         cmocka_unit_test_teardown(test_worker_program_token, kill_spawned),
