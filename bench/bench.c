@@ -295,9 +295,9 @@ static void print_header(const bench_opts *o, MYSQL *admin)
     char *s = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!o->json_only) {
         json_t *sv = json_object_get(h, "server");
-        printf("# taskpush-bench %s on %s (%ld cpus, %s)\n", date, un.nodename,
+        printf("- taskpush-bench %s on %s (%ld cpus, %s)\n", date, un.nodename,
                sysconf(_SC_NPROCESSORS_ONLN), cpu);
-        printf("# server %s, innodb_flush_log_at_trx_commit=%s, innodb_buffer_pool_size=%s\n",
+        printf("- server %s, innodb_flush_log_at_trx_commit=%s, innodb_buffer_pool_size=%s\n",
                json_string_value(json_object_get(sv, "version")),
                json_string_value(json_object_get(sv, "innodb_flush_log_at_trx_commit")),
                json_string_value(json_object_get(sv, "innodb_buffer_pool_size")));
