@@ -178,6 +178,29 @@ static int db_from_env(bench_dbconf *c)
     return 0;
 }
 
+/* What was not given on the command line: the full comparison, or --quick's. */
+static void apply_defaults(bench_opts *o, bool quick, bool set_k, bool set_n, bool set_np,
+                           bool set_r)
+{
+    if (o->ndesigns == 0)
+        for (size_t i = 0; i < bench_ndesigns; i++)
+            o->designs[o->ndesigns++] = &bench_designs[i];
+    if (!set_k) {
+        static const unsigned def_k[] = {4, 16, 64, 256}, quick_k[] = {4, 64};
+        const unsigned *ks = quick ? quick_k : def_k;
+        o->nks = quick ? 2 : 4;
+        memcpy(o->ks, ks, (size_t)o->nks * sizeof *ks);
+    }
+    if (!set_n)
+        o->n = quick ? QUICK_N : DEFAULT_N;
+    if (!set_np)
+        o->n_poll = quick ? QUICK_N_POLL : DEFAULT_N_POLL;
+    if (o->n_poll > o->n)
+        o->n_poll = o->n;
+    if (!set_r)
+        o->repeat = quick ? 1 : 3;
+}
+
 /* Parses argv into o. Returns 0, or the exit status (2 for a bad flag, 0 for --help)
  * plus one as a negative number, to keep 0 meaning "go on". */
 static int parse_flags(int argc, char **argv, bench_opts *o)
@@ -240,23 +263,7 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
     }
     if (optind < argc)
         return -bad_flag("unexpected argument '%s'", argv[optind]) - 1;
-    if (o->ndesigns == 0)
-        for (size_t i = 0; i < bench_ndesigns; i++)
-            o->designs[o->ndesigns++] = &bench_designs[i];
-    if (!set_k) {
-        static const unsigned def_k[] = {4, 16, 64, 256}, quick_k[] = {4, 64};
-        const unsigned *ks = quick ? quick_k : def_k;
-        o->nks = quick ? 2 : 4;
-        memcpy(o->ks, ks, (size_t)o->nks * sizeof *ks);
-    }
-    if (!set_n)
-        o->n = quick ? QUICK_N : DEFAULT_N;
-    if (!set_np)
-        o->n_poll = quick ? QUICK_N_POLL : DEFAULT_N_POLL;
-    if (o->n_poll > o->n)
-        o->n_poll = o->n;
-    if (!set_r)
-        o->repeat = quick ? 1 : 3;
+    apply_defaults(o, quick, set_k, set_n, set_np, set_r);
     if (!have_db && db_from_env(&o->db) < 0)
         return -bad_flag("%s", "no --db and no TASKPUSH_TEST_MYSQL_{HOST,PORT,USER} "
                                "(eval \"$(scripts/tp-mariadb start DIR)\" sets them)") - 1;
@@ -431,6 +438,22 @@ static void print_table(const bench_opts *o, const bench_run *runs, size_t nruns
            o->flat ? "1024/K per worker" : "per worker as --capacity");
 }
 
+/* K polling clients need K connections at once (plus the bench's and taskpushd's):
+ * say so before the first run fails on a server's default of 151. */
+static void warn_connections(const bench_opts *o, MYSQL *admin)
+{
+    uint64_t max_conn;
+    unsigned kmax = 0;
+    bool polling = false;
+    for (int i = 0; i < o->ndesigns; i++)
+        polling |= o->designs[i]->polling;
+    for (int j = 0; j < o->nks; j++)
+        kmax = o->ks[j] > kmax ? o->ks[j] : kmax;
+    if (polling && bench_db_u64(admin, "SELECT @@max_connections", &max_conn) == 0 && kmax + 16 > max_conn)
+        fprintf(stderr, "taskpush-bench: warning: the server allows %" PRIu64
+                " connections; K=%u polling clients need %u\n", max_conn, kmax, kmax + 16);
+}
+
 int main(int argc, char **argv)
 {
     bench_opts o;
@@ -446,6 +469,7 @@ int main(int argc, char **argv)
     if (ctx.admin == NULL)
         return 1;
     ctx.db_pid = bench_db_pid(ctx.admin);
+    warn_connections(&o, ctx.admin);
     print_header(&o, ctx.admin);
 
     size_t cap = (size_t)o.repeat * (size_t)o.nks * (size_t)o.ndesigns, nruns = 0;

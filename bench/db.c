@@ -48,8 +48,8 @@ int bench_db_exec(MYSQL *m, const char *sql)
         mysql_free_result(res);
     else if (mysql_field_count(m) != 0)
         return -1;
-    my_ulonglong n = mysql_affected_rows(m);
-    return n == (my_ulonglong)-1 ? 0 : (int)(n > INT32_MAX ? INT32_MAX : n);
+    uint64_t n = (uint64_t)mysql_affected_rows(m);
+    return n == UINT64_MAX ? 0 : (int)(n > INT32_MAX ? INT32_MAX : n);
 }
 
 int bench_db_u64(MYSQL *m, const char *sql, uint64_t *out)
