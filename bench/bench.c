@@ -330,7 +330,7 @@ static void print_run(const bench_run *r)
     json_object_set_new(o, "k", json_integer(r->k));
     json_object_set_new(o, "n", json_integer((json_int_t)r->n));
     json_object_set_new(o, "capacity", r->capacity ? json_integer(r->capacity) : json_null());
-    json_object_set_new(o, "round", json_integer(r->repeat));
+    json_object_set_new(o, "round", json_integer(r->round));
     json_object_set_new(o, "seconds", json_real(r->seconds));
     json_object_set_new(o, "tasks_per_s", json_real(r->seconds > 0 ? (double)r->n / r->seconds : 0));
     json_object_set_new(o, "statements_per_task", json_real((double)r->statements / (double)r->n));
@@ -363,7 +363,7 @@ static void run_one(bench_ctx *ctx, const bench_design *d, unsigned k, unsigned 
     r->design = d->name;
     r->k = d->single ? 1 : k;
     r->n = d->polling ? o->n_poll : o->n;
-    r->repeat = round;
+    r->round = round;
     r->db_cpu_s = r->tpd_cpu_s = -1;
     r->tpd_rss_kb = -1;
     r->daemon_succeeded = r->daemon_failed = -1;

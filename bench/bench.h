@@ -87,7 +87,7 @@ typedef struct bench_run {
     unsigned k;
     uint64_t n;
     unsigned capacity;     /* taskpush only, else 0 */
-    unsigned repeat;       /* 1-based index of the interleaved round */
+    unsigned round;        /* 1-based index of the interleaved round */
     double seconds;
     uint64_t statements, lock_waits, handler_reads, cas_misses;
     bool has_latency;
