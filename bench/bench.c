@@ -1,0 +1,501 @@
+/* bench.c: taskpush-bench's main(): the flags, the designs table, the interleaved
+ * rounds of runs, one JSON line per run and the Markdown table of medians at the
+ * end. Exit status: 0 when every run verified, 1 when one did not (or a run could
+ * not be set up), 2 for a bad flag. */
+#include "bench.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+const bench_design bench_designs[] = {
+    {"cas", bench_drain_poll, true, false, 1, true, false, NULL},
+    {"cas-backoff", bench_drain_poll, true, false, 1, true, true, NULL},
+    {"skiplocked-1", bench_drain_poll, true, false, 1, false, false, NULL},
+    {"skiplocked-10", bench_drain_poll, true, false, 10, false, false, NULL},
+    {"ceiling", bench_drain_poll, false, true, 1000, false, false, NULL},
+    {"taskpush-rr", bench_drain_taskpush, false, false, 0, false, false, "round-robin"},
+    {"taskpush-ll", bench_drain_taskpush, false, false, 0, false, false, "least-loaded"},
+};
+const size_t bench_ndesigns = sizeof bench_designs / sizeof bench_designs[0];
+
+#define DEFAULT_N 200000u
+#define DEFAULT_N_POLL 10000u
+#define QUICK_N 2000u
+#define QUICK_N_POLL 400u
+
+enum { OPT_DB = 1000, OPT_DESIGN, OPT_K, OPT_N, OPT_N_POLL, OPT_REPEAT, OPT_CAPACITY, OPT_FLAT,
+       OPT_TASKPUSHD, OPT_QUICK, OPT_JSON_ONLY, OPT_SABOTAGE, OPT_HELP };
+
+static const struct option long_opts[] = {
+    {"db", required_argument, NULL, OPT_DB},
+    {"design", required_argument, NULL, OPT_DESIGN},
+    {"k", required_argument, NULL, OPT_K},
+    {"n", required_argument, NULL, OPT_N},
+    {"n-poll", required_argument, NULL, OPT_N_POLL},
+    {"repeat", required_argument, NULL, OPT_REPEAT},
+    {"capacity", required_argument, NULL, OPT_CAPACITY},
+    {"flat", no_argument, NULL, OPT_FLAT},
+    {"taskpushd", required_argument, NULL, OPT_TASKPUSHD},
+    {"quick", no_argument, NULL, OPT_QUICK},
+    {"json-only", no_argument, NULL, OPT_JSON_ONLY},
+    {"sabotage", no_argument, NULL, OPT_SABOTAGE}, /* hidden: for the verification test */
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: taskpush-bench [options]\n"
+        "Drains N preloaded tasks with each design and prints one JSON line per run\n"
+        "and a Markdown table of medians (see bench/README.md).\n"
+        "  --db URL          mysql://USER[:PASSWORD]@HOST[:PORT]/DBNAME; DBNAME is a scratch\n"
+        "                    database, dropped and re-created for every run (default: the\n"
+        "                    TASKPUSH_TEST_MYSQL_* environment of scripts/tp-mariadb, database\n"
+        "                    taskpush_bench_PID)\n"
+        "  --design LIST     comma-separated, from: cas, cas-backoff, skiplocked-1,\n"
+        "                    skiplocked-10, ceiling, taskpush-rr, taskpush-ll (default all)\n"
+        "  --k LIST          clients or workers, comma-separated (default 4,16,64,256)\n"
+        "  --n N             tasks per run for taskpush and the ceiling (default %u)\n"
+        "  --n-poll N        tasks per run for the polling designs (default %u, at most N)\n"
+        "  --repeat R        interleaved rounds; each figure is the median (default 3)\n"
+        "  --capacity C      taskpush: capacity of each worker (default 16)\n"
+        "  --flat            taskpush: total capacity %u at every K (capacity %u/K)\n"
+        "  --taskpushd PATH  the taskpushd to run (default: the one built or installed\n"
+        "                    next to taskpush-bench)\n"
+        "  --quick           N=%u (%u polling), K=4,64, repeat 1: a check, not a figure\n"
+        "  --json-only       print only the JSON lines\n"
+        "  --help            this text\n",
+        DEFAULT_N, DEFAULT_N_POLL, BENCH_FLAT_SLOTS, BENCH_FLAT_SLOTS, QUICK_N, QUICK_N_POLL);
+}
+
+static int bad_flag(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "taskpush-bench: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(taskpush-bench --help lists the flags)\n");
+    return 2;
+}
+
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char *end;
+    if (s[0] < '0' || s[0] > '9')
+        return -1;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_designs(const char *arg, bench_opts *o)
+{
+    char buf[256];
+    if (strlen(arg) >= sizeof buf)
+        return -1;
+    strcpy(buf, arg);
+    o->ndesigns = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        size_t i = 0;
+        while (i < bench_ndesigns && strcmp(bench_designs[i].name, tok) != 0)
+            i++;
+        if (i == bench_ndesigns || o->ndesigns == (int)(sizeof o->designs / sizeof o->designs[0]))
+            return -1;
+        o->designs[o->ndesigns++] = &bench_designs[i];
+    }
+    return o->ndesigns > 0 ? 0 : -1;
+}
+
+static int parse_ks(const char *arg, bench_opts *o)
+{
+    char buf[256];
+    if (strlen(arg) >= sizeof buf)
+        return -1;
+    strcpy(buf, arg);
+    o->nks = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        uint64_t v;
+        if (o->nks == BENCH_MAX_LIST || parse_u64(tok, 1, BENCH_MAX_K, &v) < 0)
+            return -1;
+        o->ks[o->nks++] = (unsigned)v;
+    }
+    return o->nks > 0 ? 0 : -1;
+}
+
+/* The taskpushd next to this program: the build tree's dispatcher/ or the same bin/. */
+static void default_taskpushd(char *out, size_t cap)
+{
+    char self[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    snprintf(out, cap, "taskpushd"); /* last resort: $PATH */
+    if (len <= 0)
+        return;
+    self[len] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash == NULL)
+        return;
+    *slash = '\0';
+    char cand[PATH_MAX + 64];
+    snprintf(cand, sizeof cand, "%s/../dispatcher/taskpushd", self);
+    if (access(cand, X_OK) == 0 && strlen(cand) < cap) {
+        snprintf(out, cap, "%s", cand);
+        return;
+    }
+    snprintf(cand, sizeof cand, "%s/taskpushd", self);
+    if (access(cand, X_OK) == 0 && strlen(cand) < cap)
+        snprintf(out, cap, "%s", cand);
+}
+
+static int db_from_env(bench_dbconf *c)
+{
+    const char *host = getenv("TASKPUSH_TEST_MYSQL_HOST");
+    const char *port = getenv("TASKPUSH_TEST_MYSQL_PORT");
+    const char *user = getenv("TASKPUSH_TEST_MYSQL_USER");
+    const char *pw = getenv("TASKPUSH_TEST_MYSQL_PASSWORD");
+    uint64_t p;
+
+    memset(c, 0, sizeof *c);
+    if (!host || !port || !user || parse_u64(port, 1, 65535, &p) < 0 ||
+        strlen(host) >= sizeof c->host || strlen(user) >= sizeof c->user ||
+        (pw && strlen(pw) >= sizeof c->password))
+        return -1;
+    strcpy(c->host, host);
+    strcpy(c->user, user);
+    if (pw)
+        strcpy(c->password, pw);
+    c->port = (unsigned)p;
+    snprintf(c->dbname, sizeof c->dbname, "taskpush_bench_%d", (int)getpid());
+    return 0;
+}
+
+/* What was not given on the command line: the full comparison, or --quick's. */
+static void apply_defaults(bench_opts *o, bool quick, bool set_k, bool set_n, bool set_np,
+                           bool set_r)
+{
+    if (o->ndesigns == 0)
+        for (size_t i = 0; i < bench_ndesigns; i++)
+            o->designs[o->ndesigns++] = &bench_designs[i];
+    if (!set_k) {
+        static const unsigned def_k[] = {4, 16, 64, 256}, quick_k[] = {4, 64};
+        const unsigned *ks = quick ? quick_k : def_k;
+        o->nks = quick ? 2 : 4;
+        memcpy(o->ks, ks, (size_t)o->nks * sizeof *ks);
+    }
+    if (!set_n)
+        o->n = quick ? QUICK_N : DEFAULT_N;
+    if (!set_np)
+        o->n_poll = quick ? QUICK_N_POLL : DEFAULT_N_POLL;
+    if (o->n_poll > o->n)
+        o->n_poll = o->n;
+    if (!set_r)
+        o->repeat = quick ? 1 : 3;
+}
+
+/* Parses argv into o. Returns 0, or the exit status (2 for a bad flag, 0 for --help)
+ * plus one as a negative number, to keep 0 meaning "go on". */
+static int parse_flags(int argc, char **argv, bench_opts *o)
+{
+    bool have_db = false, set_n = false, set_np = false, set_k = false, set_r = false;
+    bool quick = false;
+    uint64_t v;
+    char err[160];
+
+    memset(o, 0, sizeof *o);
+    o->capacity = 16;
+    default_taskpushd(o->taskpushd, sizeof o->taskpushd);
+    int c;
+    while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_DB:
+            if (bench_parse_url(optarg, &o->db, err, sizeof err) < 0)
+                return -bad_flag("%s", err) - 1;
+            have_db = true;
+            break;
+        case OPT_DESIGN:
+            if (parse_designs(optarg, o) < 0)
+                return -bad_flag("--design: unknown design in '%s'", optarg) - 1;
+            break;
+        case OPT_K:
+            if (parse_ks(optarg, o) < 0)
+                return -bad_flag("--k: want up to 16 numbers 1..4096, got '%s'", optarg) - 1;
+            set_k = true;
+            break;
+        case OPT_N:
+        case OPT_N_POLL:
+            if (parse_u64(optarg, 1, BENCH_MAX_N, &v) < 0)
+                return -bad_flag("--n/--n-poll: want 1..100000000, got '%s'", optarg) - 1;
+            *(c == OPT_N ? &o->n : &o->n_poll) = v;
+            *(c == OPT_N ? &set_n : &set_np) = true;
+            break;
+        case OPT_REPEAT:
+            if (parse_u64(optarg, 1, 99, &v) < 0)
+                return -bad_flag("--repeat: want 1..99, got '%s'", optarg) - 1;
+            o->repeat = (unsigned)v;
+            set_r = true;
+            break;
+        case OPT_CAPACITY:
+            if (parse_u64(optarg, 1, 65536, &v) < 0)
+                return -bad_flag("--capacity: want 1..65536, got '%s'", optarg) - 1;
+            o->capacity = (unsigned)v;
+            break;
+        case OPT_FLAT: o->flat = true; break;
+        case OPT_TASKPUSHD:
+            if (strlen(optarg) == 0 || strlen(optarg) >= sizeof o->taskpushd)
+                return -bad_flag("--taskpushd: bad path '%s'", optarg) - 1;
+            strcpy(o->taskpushd, optarg);
+            break;
+        case OPT_QUICK: quick = true; break;
+        case OPT_JSON_ONLY: o->json_only = true; break;
+        case OPT_SABOTAGE: o->sabotage = true; break;
+        case OPT_HELP: usage(stdout); return -1;
+        default: return -bad_flag("%s", "bad flag") - 1;
+        }
+    }
+    if (optind < argc)
+        return -bad_flag("unexpected argument '%s'", argv[optind]) - 1;
+    apply_defaults(o, quick, set_k, set_n, set_np, set_r);
+    if (!have_db && db_from_env(&o->db) < 0)
+        return -bad_flag("%s", "no --db and no TASKPUSH_TEST_MYSQL_{HOST,PORT,USER} "
+                               "(eval \"$(scripts/tp-mariadb start DIR)\" sets them)") - 1;
+    return 0;
+}
+
+/* The header: where and with what the figures were taken. */
+static void print_header(const bench_opts *o, MYSQL *admin)
+{
+    struct utsname un;
+    char cpu[256] = "unknown", line[512], date[64];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "model name : %255[^\n]", cpu) == 1)
+            break;
+    if (f)
+        fclose(f);
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    if (uname(&un) != 0)
+        strcpy(un.nodename, "unknown");
+
+    json_t *h = json_object();
+    json_object_set_new(h, "kind", json_string("settings"));
+    json_object_set_new(h, "date", json_string(date));
+    json_object_set_new(h, "host", json_string(un.nodename));
+    json_object_set_new(h, "cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
+    json_object_set_new(h, "cpu", json_string(cpu));
+    json_object_set_new(h, "server", bench_db_settings(admin));
+    json_object_set_new(h, "n", json_integer((json_int_t)o->n));
+    json_object_set_new(h, "n_poll", json_integer((json_int_t)o->n_poll));
+    json_object_set_new(h, "repeat", json_integer(o->repeat));
+    json_object_set_new(h, "capacity", o->flat ? json_string("flat") : json_integer(o->capacity));
+    json_object_set_new(h, "taskpushd", json_string(o->taskpushd));
+    char *s = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!o->json_only) {
+        json_t *sv = json_object_get(h, "server");
+        printf("- taskpush-bench %s on %s (%ld cpus, %s)\n", date, un.nodename,
+               sysconf(_SC_NPROCESSORS_ONLN), cpu);
+        printf("- server %s, innodb_flush_log_at_trx_commit=%s, innodb_buffer_pool_size=%s\n",
+               json_string_value(json_object_get(sv, "version")),
+               json_string_value(json_object_get(sv, "innodb_flush_log_at_trx_commit")),
+               json_string_value(json_object_get(sv, "innodb_buffer_pool_size")));
+    }
+    if (s)
+        printf("%s\n", s);
+    free(s);
+    json_decref(h);
+    fflush(stdout);
+}
+
+static json_t *num_or_null(double v, bool known)
+{
+    return known ? json_real(v) : json_null();
+}
+
+static void print_run(const bench_run *r)
+{
+    double per_k = r->n ? 1000.0 / (double)r->n : 0;
+    json_t *o = json_object();
+    json_object_set_new(o, "kind", json_string("run"));
+    json_object_set_new(o, "design", json_string(r->design));
+    json_object_set_new(o, "k", json_integer(r->k));
+    json_object_set_new(o, "n", json_integer((json_int_t)r->n));
+    json_object_set_new(o, "capacity", r->capacity ? json_integer(r->capacity) : json_null());
+    json_object_set_new(o, "round", json_integer(r->round));
+    json_object_set_new(o, "seconds", json_real(r->seconds));
+    json_object_set_new(o, "tasks_per_s", json_real(r->seconds > 0 ? (double)r->n / r->seconds : 0));
+    json_object_set_new(o, "statements_per_task", json_real((double)r->statements / (double)r->n));
+    json_object_set_new(o, "row_lock_waits", json_integer((json_int_t)r->lock_waits));
+    json_object_set_new(o, "handler_reads_per_task", json_real((double)r->handler_reads / (double)r->n));
+    json_object_set_new(o, "cas_misses", json_integer((json_int_t)r->cas_misses));
+    json_object_set_new(o, "claim_p50_ms", num_or_null(r->p50_ms, r->has_latency));
+    json_object_set_new(o, "claim_p99_ms", num_or_null(r->p99_ms, r->has_latency));
+    json_object_set_new(o, "mariadbd_cpu_s_per_1000", num_or_null(r->db_cpu_s * per_k, r->db_cpu_s >= 0));
+    json_object_set_new(o, "taskpushd_cpu_s_per_1000",
+                        num_or_null(r->tpd_cpu_s * per_k, r->tpd_cpu_s >= 0));
+    json_object_set_new(o, "taskpushd_peak_rss_kb",
+                        r->tpd_rss_kb >= 0 ? json_integer(r->tpd_rss_kb) : json_null());
+    json_object_set_new(o, "verified", json_boolean(r->verified));
+    if (!r->verified)
+        json_object_set_new(o, "why", json_string(r->why));
+    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+    if (s)
+        printf("%s\n", s);
+    free(s);
+    json_decref(o);
+    fflush(stdout);
+}
+
+/* One run: fresh table, drain, (sabotage), verify. Fills r. */
+static void run_one(bench_ctx *ctx, const bench_design *d, unsigned k, unsigned round, bench_run *r)
+{
+    const bench_opts *o = ctx->o;
+    memset(r, 0, sizeof *r);
+    r->design = d->name;
+    r->k = d->single ? 1 : k;
+    r->n = d->polling ? o->n_poll : o->n;
+    r->round = round;
+    r->db_cpu_s = r->tpd_cpu_s = -1;
+    r->tpd_rss_kb = -1;
+    r->daemon_succeeded = r->daemon_failed = -1;
+    if (d->drain == bench_drain_taskpush)
+        r->capacity = o->flat ? (BENCH_FLAT_SLOTS / k ? BENCH_FLAT_SLOTS / k : 1) : o->capacity;
+    if (bench_tally_init(&ctx->tally, r->n) < 0) {
+        snprintf(r->why, sizeof r->why, "out of memory");
+        return;
+    }
+    if (!o->json_only)
+        fprintf(stderr, "taskpush-bench: round %u: %s K=%u N=%" PRIu64 "\n", round, d->name, r->k, r->n);
+    if (bench_db_reset(&o->db, ctx->admin, r->n) < 0) {
+        snprintf(r->why, sizeof r->why, "could not prepare the table: %s", mysql_error(ctx->admin));
+    } else {
+        d->drain(ctx, d, r->k, r);
+        if (o->sabotage && bench_sabotage(ctx) < 0)
+            fprintf(stderr, "taskpush-bench: --sabotage could not change a row\n");
+        bench_verify(ctx, r);
+    }
+    if (!r->verified)
+        fprintf(stderr, "taskpush-bench: %s K=%u: VERIFICATION FAILED: %s\n", d->name, r->k, r->why);
+    bench_tally_free(&ctx->tally);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median tasks/s of the verified runs of (design, k); 0 when none. */
+static double median_rate(const bench_run *runs, size_t nruns, const char *design, unsigned k)
+{
+    double v[100];
+    size_t n = 0;
+    for (size_t i = 0; i < nruns && n < 100; i++)
+        if (runs[i].verified && strcmp(runs[i].design, design) == 0 && runs[i].k == k &&
+            runs[i].seconds > 0)
+            v[n++] = (double)runs[i].n / runs[i].seconds;
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void print_table(const bench_opts *o, const bench_run *runs, size_t nruns)
+{
+    printf("\n| design |");
+    for (int j = 0; j < o->nks; j++)
+        printf(" K=%u |", o->ks[j]);
+    printf("\n|---|");
+    for (int j = 0; j < o->nks; j++)
+        printf("---|");
+    printf("\n");
+    for (int i = 0; i < o->ndesigns; i++) {
+        const bench_design *d = o->designs[i];
+        printf("| %s%s |", d->name, d->single ? " (1 connection)" : "");
+        for (int j = 0; j < o->nks; j++) {
+            double rate = median_rate(runs, nruns, d->name, d->single ? 1 : o->ks[j]);
+            double cas = median_rate(runs, nruns, "cas", o->ks[j]);
+            if (rate <= 0)
+                printf(" failed |");
+            else if (cas > 0)
+                printf(" %.0f (%.2f× cas) |", rate, rate / cas);
+            else
+                printf(" %.0f |", rate);
+        }
+        printf("\n");
+    }
+    printf("\nMedian tasks/s of %u round(s), verified runs only; N=%" PRIu64 " (polling designs %"
+           PRIu64 "), taskpush capacity %s.\n", o->repeat, o->n, o->n_poll,
+           o->flat ? "1024/K per worker" : "per worker as --capacity");
+}
+
+/* K polling clients need K connections at once (plus the bench's and taskpushd's):
+ * say so before the first run fails on a server's default of 151. */
+static void warn_connections(const bench_opts *o, MYSQL *admin)
+{
+    uint64_t max_conn;
+    unsigned kmax = 0;
+    bool polling = false;
+    for (int i = 0; i < o->ndesigns; i++)
+        polling |= o->designs[i]->polling;
+    for (int j = 0; j < o->nks; j++)
+        kmax = o->ks[j] > kmax ? o->ks[j] : kmax;
+    if (polling && bench_db_u64(admin, "SELECT @@max_connections", &max_conn) == 0 && kmax + 16 > max_conn)
+        fprintf(stderr, "taskpush-bench: warning: the server allows %" PRIu64
+                " connections; K=%u polling clients need %u\n", max_conn, kmax, kmax + 16);
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts o;
+    bench_ctx ctx;
+    int rc = parse_flags(argc, argv, &o);
+    if (rc < 0)
+        return -rc - 1;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.o = &o;
+    if (mysql_library_init(0, NULL, NULL) != 0)
+        return 1;
+    ctx.admin = bench_db_connect(&o.db, NULL);
+    if (ctx.admin == NULL)
+        return 1;
+    ctx.db_pid = bench_db_pid(ctx.admin);
+    warn_connections(&o, ctx.admin);
+    print_header(&o, ctx.admin);
+
+    size_t cap = (size_t)o.repeat * (size_t)o.nks * (size_t)o.ndesigns, nruns = 0;
+    bench_run *runs = calloc(cap, sizeof *runs);
+    if (runs == NULL)
+        return 1;
+    int failed = 0;
+    /* Rounds outermost: each figure's runs are spread over the whole period. */
+    for (unsigned round = 1; round <= o.repeat; round++)
+        for (int j = 0; j < o.nks; j++)
+            for (int i = 0; i < o.ndesigns; i++) {
+                const bench_design *d = o.designs[i];
+                if (d->single && j > 0)
+                    continue; /* K does not apply: once per round */
+                bench_run *r = &runs[nruns++];
+                run_one(&ctx, d, o.ks[j], round, r);
+                print_run(r);
+                failed += !r->verified;
+            }
+    if (!o.json_only)
+        print_table(&o, runs, nruns);
+    bench_db_drop(ctx.admin, &o.db);
+    mysql_close(ctx.admin);
+    free(runs);
+    mysql_library_end();
+    if (failed)
+        fprintf(stderr, "taskpush-bench: %d run(s) failed verification\n", failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,166 @@
+/* bench.h: the internals shared by the files of taskpush-bench (bench/).
+ *
+ * bench.c owns main(), the flags, the run loop and the output; db.c the MySQL
+ * connections, the fresh table of each run and the server's settings;
+ * server_status.c what is measured around a drain (SHOW GLOBAL STATUS deltas, CPU
+ * and RSS from /proc, the admin port's /stats); verify.c the exactly-once check;
+ * designs_poll.c the polling designs and the ceiling; design_taskpush.c taskpushd
+ * with workers on libtaskpush. A design is one entry of a table (bench_designs[]):
+ * a name, a drain function and its parameters. */
+#ifndef TASKPUSH_BENCH_H
+#define TASKPUSH_BENCH_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+#include <mysql.h>
+
+#define BENCH_MAX_K 4096u          /* threads and connections of one run */
+#define BENCH_MAX_N 100000000ull   /* rows of one run */
+#define BENCH_MAX_LIST 16          /* entries of --k */
+#define BENCH_FLAT_SLOTS 1024u     /* total capacity kept by --flat */
+#define BENCH_WHY_LEN 256
+
+/* Where the database server is. */
+typedef struct bench_dbconf {
+    char host[256];
+    char user[128];
+    char password[128];
+    unsigned port;
+    char dbname[65]; /* the scratch database, dropped and re-created for every run */
+} bench_dbconf;
+
+struct bench_design;
+
+/* The flags, after parsing. */
+typedef struct bench_opts {
+    bench_dbconf db;
+    const struct bench_design *designs[16];
+    int ndesigns;
+    unsigned ks[BENCH_MAX_LIST];
+    int nks;
+    uint64_t n;       /* rows for taskpush and the ceiling */
+    uint64_t n_poll;  /* rows for the polling designs */
+    unsigned repeat;
+    unsigned capacity;
+    bool flat;
+    bool json_only;
+    bool sabotage;    /* hidden: breaks a row after the drain, for the test */
+    char taskpushd[1024];
+} bench_opts;
+
+/* Claim latencies of one thread (microseconds), merged after the run. */
+typedef struct bench_lat {
+    double *v;
+    size_t n, cap;
+} bench_lat;
+
+/* What the threads of one run count; shared, hence atomics. */
+typedef struct bench_tally {
+    uint64_t n;                /* rows preloaded: ids 1..n */
+    _Atomic uint64_t *seen;    /* one bit per id */
+    _Atomic uint64_t calls;    /* handler (no-op) runs */
+    _Atomic uint64_t dups;     /* ids run more than once */
+    _Atomic uint64_t strays;   /* ids outside 1..n */
+    _Atomic uint64_t misses;   /* CAS updates that matched no row */
+    _Atomic int failed;        /* a design thread hit an error; why holds the first */
+    char why[BENCH_WHY_LEN - 64];
+} bench_tally;
+
+/* Snapshot of the counters read around a drain. */
+typedef struct bench_snap {
+    double t;              /* monotonic seconds */
+    uint64_t statements;   /* sum of the Com_* counters listed in server_status.c */
+    uint64_t lock_waits;   /* Innodb_row_lock_waits */
+    uint64_t handler_reads;    /* sum of Handler_read_* (Innodb_rows_read is gone in MariaDB 10.11) */
+    double db_cpu;         /* mariadbd utime+stime seconds, < 0 unknown */
+    double tpd_cpu;        /* taskpushd's, < 0 unknown */
+} bench_snap;
+
+/* One run's figures: one JSON line. */
+typedef struct bench_run {
+    const char *design;
+    unsigned k;
+    uint64_t n;
+    unsigned capacity;     /* taskpush only, else 0 */
+    unsigned round;        /* 1-based index of the interleaved round */
+    double seconds;
+    uint64_t statements, lock_waits, handler_reads, cas_misses;
+    bool has_latency;
+    double p50_ms, p99_ms;
+    double db_cpu_s, tpd_cpu_s;   /* < 0: unknown */
+    long tpd_rss_kb;              /* < 0: unknown */
+    long long daemon_succeeded;   /* taskpush: /stats tasks.succeeded_total, else -1 */
+    long long daemon_failed;
+    bool verified;
+    char why[BENCH_WHY_LEN];
+} bench_run;
+
+/* Everything a design needs. */
+typedef struct bench_ctx {
+    const bench_opts *o;
+    MYSQL *admin;        /* the main thread's connection, on the scratch database */
+    pid_t db_pid;        /* mariadbd, for /proc; 0 unknown */
+    bench_tally tally;
+    unsigned serial;     /* names taskpushd's ready and log files apart */
+} bench_ctx;
+
+typedef int (*bench_drain_fn)(bench_ctx *ctx, const struct bench_design *d, unsigned k,
+                              bench_run *r);
+
+typedef struct bench_design {
+    const char *name;
+    bench_drain_fn drain;
+    bool polling;       /* uses --n-poll and reports claim latency */
+    bool single;        /* one connection whatever K: run once per round, k = 1 */
+    unsigned batch;     /* rows per claim (polling designs) */
+    bool cas;           /* CAS claim instead of SKIP LOCKED */
+    bool backoff;       /* sleep 1-10 ms after a CAS miss */
+    const char *scheduler; /* taskpush */
+} bench_design;
+
+extern const bench_design bench_designs[];
+extern const size_t bench_ndesigns;
+
+/* db.c */
+MYSQL *bench_db_connect(const bench_dbconf *c, const char *dbname);
+int bench_db_exec(MYSQL *m, const char *sql);   /* affected rows >= 0, or -1 */
+int bench_db_u64(MYSQL *m, const char *sql, uint64_t *out);
+int bench_db_reset(const bench_dbconf *c, MYSQL *admin, uint64_t n);
+int bench_db_drop(MYSQL *admin, const bench_dbconf *c);
+void bench_db_url(const bench_dbconf *c, char *out, size_t cap);
+json_t *bench_db_settings(MYSQL *m);
+pid_t bench_db_pid(MYSQL *m);
+int bench_parse_url(const char *url, bench_dbconf *c, char *err, size_t errcap);
+
+/* server_status.c */
+int bench_snap_take(bench_ctx *ctx, pid_t tpd_pid, bench_snap *s);
+void bench_snap_delta(const bench_snap *a, const bench_snap *b, bench_run *r);
+double bench_now(void);
+double bench_proc_cpu(pid_t pid);  /* seconds, < 0 unknown */
+long bench_proc_hwm_kb(pid_t pid); /* VmHWM, < 0 unknown */
+json_t *bench_http_json(const char *hostport, const char *path);
+long long bench_json_int(json_t *root, const char *dotted);
+
+/* verify.c */
+int bench_tally_init(bench_tally *t, uint64_t n);
+void bench_tally_free(bench_tally *t);
+void bench_tally_ran(bench_tally *t, uint64_t id);
+void bench_tally_fail(bench_tally *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void bench_verify(bench_ctx *ctx, bench_run *r);
+int bench_sabotage(bench_ctx *ctx);
+
+/* designs_poll.c, design_taskpush.c */
+int bench_drain_poll(bench_ctx *ctx, const bench_design *d, unsigned k, bench_run *r);
+int bench_drain_taskpush(bench_ctx *ctx, const bench_design *d, unsigned k, bench_run *r);
+
+/* latency helpers (designs_poll.c) */
+int bench_lat_add(bench_lat *l, double us);
+void bench_lat_free(bench_lat *l);
+double bench_lat_pct(bench_lat *l, double p); /* sorts; ms */
+
+#endif

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# run.sh: the whole comparison from a fresh clone. Builds if needed, starts a private
+# MariaDB (scripts/tp-mariadb) in a temporary directory, runs taskpush-bench with the
+# arguments given (none: every design at K=4,16,64,256, median of 3), writes
+#   bench/results/DATE-HOST.jsonl   the JSON lines (settings, then one per run)
+#   bench/results/DATE-HOST.md      the command, the header and the table
+#   bench/results/DATE-HOST.png/.svg  tasks/s against K (when python3-matplotlib is there)
+# and stops the server. Exits with taskpush-bench's status (1: a run failed verification).
+#   bench/run.sh                               the full comparison
+#   bench/run.sh --design taskpush-ll --k 64   one design at one K
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${TASKPUSH_BUILD_DIR:-$root/build}
+cd "$root"
+
+if [ ! -f "$build/build.ninja" ]; then
+  meson setup "$build" >/dev/null
+fi
+ninja -C "$build" -j2 bench/taskpush-bench dispatcher/taskpushd >/dev/null
+
+dbdir=$(mktemp -d "${TMPDIR:-/tmp}/taskpush-bench-db.XXXXXX")
+cleanup() {
+  scripts/tp-mariadb stop "$dbdir" >/dev/null 2>&1 || true
+  rm -rf "$dbdir"
+}
+trap cleanup EXIT
+eval "$(scripts/tp-mariadb start "$dbdir")"
+
+mkdir -p bench/results
+out=bench/results/$(date -u +%Y-%m-%d-%H%M)-$(hostname -s)
+status=0
+"$build/bench/taskpush-bench" "$@" >"$out.log" || status=$?
+grep '^{' "$out.log" >"$out.jsonl" || true
+{
+  echo "# taskpush-bench, $(date -u +%Y-%m-%d) on $(hostname -s)"
+  echo
+  echo "Command: \`bench/run.sh${*:+ $*}\` (exit status $status)"
+  echo
+  grep -v '^{' "$out.log" || true
+} >"$out.md"
+rm -f "$out.log"
+cat "$out.md"
+
+if python3 -c 'import matplotlib' 2>/dev/null; then
+  python3 bench/plot.py "$out.jsonl" "$out"
+  echo "run.sh: wrote $out.jsonl, $out.md, $out.png and $out.svg"
+else
+  echo "run.sh: no plot: python3-matplotlib is not installed (apt install python3-matplotlib)"
+  echo "run.sh: wrote $out.jsonl and $out.md"
+fi
+exit "$status"
