@@ -14,6 +14,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TASKPUSH_BUILD_DIR:-$root/build}
 cd "$root"
 
+# A fresh clone on a bare machine: what building and the plot need (apt-get, as the
+# test command does; nothing when everything is there).
+scripts/install-deps.sh --bench
+
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" >/dev/null
 fi
@@ -42,11 +46,17 @@ grep '^{' "$out.log" >"$out.jsonl" || true
 rm -f "$out.log"
 cat "$out.md"
 
-if python3 -c 'import matplotlib' 2>/dev/null; then
-  python3 bench/plot.py "$out.jsonl" "$out"
+# Debian's python3-matplotlib is for /usr/bin/python3, which another python3 on the
+# PATH (pyenv, a venv) may hide.
+plotter=""
+for py in python3 /usr/bin/python3; do
+  if "$py" -c 'import matplotlib' 2>/dev/null; then plotter=$py; break; fi
+done
+if [ -n "$plotter" ]; then
+  "$plotter" bench/plot.py "$out.jsonl" "$out"
   echo "run.sh: wrote $out.jsonl, $out.md, $out.png and $out.svg"
 else
-  echo "run.sh: no plot: python3-matplotlib is not installed (apt install python3-matplotlib)"
+  echo "run.sh: no plot: python3-matplotlib is not installed (scripts/install-deps.sh --bench)"
   echo "run.sh: wrote $out.jsonl and $out.md"
 fi
 exit "$status"

@@ -8,6 +8,7 @@ set -euo pipefail
 #   scripts/install-deps.sh --test   also what the tests need (clang's fuzzer
 #                                    runtime, Chromium for the dashboard test,
 #                                    promtool from prometheus)
+#   scripts/install-deps.sh --bench  also what bench/run.sh needs (matplotlib for the plot)
 packages=(
   gcc meson ninja-build pkg-config python3
   libevent-dev default-libmysqlclient-dev libjansson-dev libcmocka-dev
@@ -16,8 +17,9 @@ packages=(
 )
 case "${1:-}" in
   --test) packages+=(clang libclang-rt-14-dev chromium chromium-driver python3-selenium prometheus) ;;
+  --bench) packages+=(python3-matplotlib) ;;
   "") ;;
-  *) echo "install-deps.sh: unknown argument '$1' (only --test)" >&2; exit 2 ;;
+  *) echo "install-deps.sh: unknown argument '$1' (--test or --bench)" >&2; exit 2 ;;
 esac
 if [ "${TASKPUSH_EXTRA_PACKAGES:-}" ]; then
   read -r -a extra <<<"$TASKPUSH_EXTRA_PACKAGES"
