@@ -185,5 +185,10 @@ void dsp_server_drain(dsp_server *srv);
 /* Returns the request id (> 0), or 0 when it could not be queued. */
 uint64_t dsp_server_requeue_failed(dsp_server *srv, const char *type);
 int64_t dsp_wall_ms(void);
+/* An operator's cancel of a task this dispatcher holds: a buffered one leaves its
+ * queue, a delivered one gets a CANCEL frame (its slot stays taken until the worker
+ * answers); either way its row becomes FAILED "cancelled" through the fenced write
+ * path, and t is freed. Returns what it was: "buffered" or "running". */
+const char *dsp_server_cancel_held(dsp_server *srv, dsp_task *t);
 
 #endif
