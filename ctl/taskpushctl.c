@@ -399,6 +399,13 @@ static const char *fmt_time(json_t *ms, char *buf, size_t cap)
     return buf;
 }
 
+/* A string of the answer, "?" when absent (the answer is the dispatcher's, not ours). */
+static const char *text(json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "?";
+}
+
 static const char *priority_name(long long p)
 {
     return p == 0 ? "LOW" : p == 1 ? "NORMAL" : p == 2 ? "HIGH" : "?";
@@ -410,8 +417,8 @@ static void print_task(json_t *o)
     const char *err = json_string_value(json_object_get(o, "err_msg"));
     json_t *held = json_object_get(o, "dispatcher");
     printf("task        %lld\n", num(o, "task_id"));
-    printf("type        %s\n", json_string_value(json_object_get(o, "type")));
-    printf("state       %s\n", json_string_value(json_object_get(o, "state")));
+    printf("type        %s\n", text(o, "type"));
+    printf("state       %s\n", text(o, "state"));
     printf("priority    %s\n", priority_name(num(o, "priority")));
     printf("attempts    %lld of %lld\n", num(o, "attempts"), num(o, "max_attempts"));
     printf("inserted    %s\n", fmt_time(json_object_get(o, "insert_time_ms"), t1, sizeof t1));
@@ -426,8 +433,8 @@ static void print_task(json_t *o)
     const char *hs = json_string_value(json_object_get(held, "state"));
     if (hs && strcmp(hs, "running") == 0)
         printf("held        running on worker %s (%s) since %s, attempt %lld\n",
-               json_string_value(json_object_get(held, "worker")),
-               json_string_value(json_object_get(held, "addr")),
+               text(held, "worker"),
+               text(held, "addr"),
                fmt_time(json_object_get(held, "since_ms"), t1, sizeof t1), num(held, "attempt"));
     else if (hs)
         printf("held        buffered in the dispatcher, not yet on a worker\n");
@@ -449,7 +456,7 @@ static void print_failed(json_t *list)
         const char *err = json_string_value(json_object_get(r, "err_msg"));
         char att[32];
         snprintf(att, sizeof att, "%lld/%lld", num(r, "attempts"), num(r, "max_attempts"));
-        printf("%-12lld %-20s %8s  %-27s  %.*s\n", num(r, "task_id"), json_string_value(json_object_get(r, "type")),
+        printf("%-12lld %-20s %8s  %-27s  %.*s\n", num(r, "task_id"), text(r, "type"),
                att, fmt_time(json_object_get(r, "last_update_time_ms"), t1, sizeof t1),
                err ? (int)strcspn(err, "\r\n") : 1, err ? err : "-");
     }

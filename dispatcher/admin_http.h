@@ -31,9 +31,9 @@ void dsp_admin_retry_cb(struct evhttp_request *req, void *srv);
 void dsp_admin_cancel_cb(struct evhttp_request *req, void *srv);
 /* The database side's answer to one of them (dsp_db_callbacks.on_taskop). */
 void dsp_admin_taskop_answer(void *srv, struct dsp_taskop *op);
-/* Whether POST /pause or /resume may name type without force: a worker registered it
- * and it is still held (workers, buffered tasks, a pause), or the table figures
- * have rows of it. */
+/* Whether POST /pause or /resume may name type without force: the dispatcher holds it
+ * (workers, buffered tasks, a pause), a worker registered it since the start, or the
+ * table figures have NEW, PROCESSING or FAILED rows of it. */
 bool dsp_admin_type_known(struct dsp_server *srv, const char *type);
 
 #endif

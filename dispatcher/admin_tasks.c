@@ -261,8 +261,7 @@ void dsp_admin_taskop_answer(void *arg, dsp_taskop *op)
 
 bool dsp_admin_type_known(dsp_server *srv, const char *type)
 {
-    size_t len = strlen(type);
-    if (dsp_server_type_find(srv, (const uint8_t *)type, len))
+    if (dsp_server_type_find(srv, (const uint8_t *)type, strlen(type)) || dsp_server_type_ever_registered(srv, type))
         return true;
     dsp_table_stats *ts = malloc(sizeof *ts);
     bool known = false;

@@ -20,7 +20,8 @@
  *                     FAILED "cancelled" and stays so; the slot comes back
  *   cancel_finished   SUCCESSFUL -> 409; taskpushctl exits 1
  *   pause_unknown     pause/resume of a type nobody registered: 404, with force 200; a type
- *                     a worker registered or the table has rows of: 200; taskpushctl --force
+ *                     a worker registers, registered (gone since) or the table has rows of:
+ *                     200; taskpushctl --force
  *   post_protections  the new POSTs need the token (401) and POST (405 for GET)
  */
 #include <errno.h>
@@ -669,6 +670,23 @@ static void pause_unknown(void **state)
     assert_int_equal(tp_http_request(fx->d.admin, "POST", "/pause?type=thumbnial&force=1", NULL), 200);
     assert_int_equal(tp_http_request(fx->d.admin, "POST", "/resume?type=thumbnial&force=1", NULL), 200);
     assert_int_equal(tp_http_request(fx->d.admin, "POST", "/pause?type=%FF%FE", NULL), 400);
+    /* A type whose worker has gone (the type freed) is still known by name. */
+    struct wk *g = wk_start(fx, "gone-w", 1, "gonetype", false, false);
+    end = tp_mono_ms() + WAIT_MS;
+    while (tp_daemon_stat(&fx->d, "types") != 2) {
+        if (tp_mono_ms() > end)
+            fail_msg("the second worker never registered");
+        tp_sleep_ms(POLL_MS);
+    }
+    assert_int_equal(tp_inproc_halt(&g->run), 0);
+    end = tp_mono_ms() + WAIT_MS;
+    while (tp_daemon_stat(&fx->d, "types") != 1) {
+        if (tp_mono_ms() > end)
+            fail_msg("the gone worker's type was never freed");
+        tp_sleep_ms(POLL_MS);
+    }
+    assert_int_equal(tp_http_request(fx->d.admin, "POST", "/pause?type=gonetype", NULL), 200);
+    assert_int_equal(tp_http_request(fx->d.admin, "POST", "/resume?type=gonetype", NULL), 200);
     /* A type the table has rows of (no worker): known once the figures show it. */
     insert_row(fx, "task_type", "'tableonly'");
     end = tp_mono_ms() + WAIT_MS;
