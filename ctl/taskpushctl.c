@@ -2,7 +2,10 @@
  *
  *   taskpushctl [--admin HOST:PORT] [--json] stats|workers|health
  *   taskpushctl [--admin HOST:PORT] [--json] [--admin-token-file PATH | --token-file PATH]
- *               [--type T] pause|resume|drain|requeue-failed
+ *               [--type T [--force]] pause|resume|drain|requeue-failed
+ *   taskpushctl [--admin HOST:PORT] [--json] show ID | failed [--type T] [--limit N]
+ *   taskpushctl [--admin HOST:PORT] [--json] [--admin-token-file PATH | --token-file PATH]
+ *               retry ID | cancel ID
  *   --admin also takes http://HOST:PORT, and https://HOST:PORT, which, like
  *   --tls, speaks TLS (verified against --tls-ca or the system's CAs).
  *
@@ -24,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct ctl_reply {
     int status; /* HTTP status, -1 when no answer */
@@ -317,9 +321,16 @@ static void usage(FILE *out)
                  "  resume    undo pause (all types, or --type T); also ends a drain\n"
                  "  drain     stop claiming, put buffered tasks back to NEW, let in-flight\n"
                  "            tasks finish; the dispatcher keeps running until resume\n"
-                 "  requeue-failed   move FAILED rows (all, or of --type T) back to NEW\n\n"
+                 "  requeue-failed   move FAILED rows (all, or of --type T) back to NEW\n"
+                 "  show ID   one task: state, attempts, times, err_msg, result size, its worker\n"
+                 "  failed    the newest FAILED tasks with their err_msg (--type T, --limit N)\n"
+                 "  retry ID  a FAILED task back to NEW with attempts 0\n"
+                 "  cancel ID a NEW, buffered or running task becomes FAILED \"cancelled\"\n\n"
                  "Options:\n"
-                 "  --type T            only task type T (pause, resume, requeue-failed)\n"
+                 "  --type T            only task type T (pause, resume, requeue-failed, failed)\n"
+                 "  --limit N           failed: at most N tasks, 1 to 1000 (default 20)\n"
+                 "  --force             pause/resume --type T: even a type no worker registered\n"
+                 "                      and the table has no rows of\n"
                  "  --admin-token-file PATH\n"
                  "                      bearer token for pause/resume/drain/requeue-failed\n"
                  "                      (default: TASKPUSH_ADMIN_TOKEN)\n"
@@ -341,8 +352,10 @@ static void no_answer(const ctl_target *t, const ctl_reply *r)
     fprintf(stderr, "taskpushctl: no answer from %s%s%s\n", t->admin, r->why[0] ? ": " : "", r->why);
 }
 
+static void print_task_action(const char *cmd, json_t *o);
+
 static int run_post(const ctl_target *t, const char *cmd, const char *path, const char *type,
-                    const char *admin_token_file, const char *token_file, bool as_json)
+                    const char *admin_token_file, const char *token_file, bool as_json, bool force)
 {
     const char *admin = t->admin;
     /* As taskpushd: the admin token when given, else the workers'; flags before the
@@ -360,7 +373,8 @@ static int run_post(const ctl_target *t, const char *cmd, const char *path, cons
     }
     char url[1024];
     char *enc = type ? evhttp_encode_uri(type) : NULL;
-    snprintf(url, sizeof url, "%s%s%s", path, enc ? "?type=" : "", enc ? enc : "");
+    snprintf(url, sizeof url, "%s%s%s%s", path, enc ? "?type=" : "", enc ? enc : "",
+             force ? (enc ? "&force=1" : "?force=1") : "");
     free(enc);
     ctl_reply r = http_request(t, EVHTTP_REQ_POST, url, token);
     free(token);
@@ -388,7 +402,9 @@ static int run_post(const ctl_target *t, const char *cmd, const char *path, cons
             fprintf(stderr, "taskpushctl: %s answered %d to %s\n", admin, r.status, cmd);
     } else {
         rc = 0;
-        if (strcmp(cmd, "requeue-failed") == 0) {
+        if (strcmp(cmd, "retry") == 0 || strcmp(cmd, "cancel") == 0) {
+            print_task_action(cmd, o);
+        } else if (strcmp(cmd, "requeue-failed") == 0) {
             printf("requeue of FAILED%s%s tasks accepted as request %lld; 'taskpushctl stats' shows its result\n",
                    type ? " " : "", type ? type : "", num(o, "request_id"));
         } else if (strcmp(cmd, "drain") == 0) {
@@ -404,17 +420,210 @@ static int run_post(const ctl_target *t, const char *cmd, const char *path, cons
     return rc;
 }
 
+/* ---- task-level commands: show, failed, retry, cancel ---- */
+
+static bool task_command(const char *cmd)
+{
+    return strcmp(cmd, "show") == 0 || strcmp(cmd, "failed") == 0 || strcmp(cmd, "retry") == 0 ||
+           strcmp(cmd, "cancel") == 0;
+}
+
+/* A time in ms since the epoch as "YYYY-MM-DD HH:MM:SS.mmm UTC" (or "-" for none). */
+static const char *fmt_time(json_t *ms, char *buf, size_t cap)
+{
+    long long v = (long long)json_integer_value(ms);
+    struct tm tm;
+    time_t sec = (time_t)(v / 1000);
+    if (!json_is_integer(ms) || v <= 0 || !gmtime_r(&sec, &tm)) {
+        snprintf(buf, cap, "-");
+        return buf;
+    }
+    size_t n = strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm);
+    snprintf(buf + n, cap - n, ".%03lld UTC", v % 1000);
+    return buf;
+}
+
+/* A string of the answer, "?" when absent (the answer is the dispatcher's, not ours). */
+static const char *text(json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "?";
+}
+
+static const char *priority_name(long long p)
+{
+    return p == 0 ? "LOW" : p == 1 ? "NORMAL" : p == 2 ? "HIGH" : "?";
+}
+
+static void print_task(json_t *o)
+{
+    char t1[64];
+    const char *err = json_string_value(json_object_get(o, "err_msg"));
+    json_t *held = json_object_get(o, "dispatcher");
+    printf("task        %lld\n", num(o, "task_id"));
+    printf("type        %s\n", text(o, "type"));
+    printf("state       %s\n", text(o, "state"));
+    printf("priority    %s\n", priority_name(num(o, "priority")));
+    printf("attempts    %lld of %lld\n", num(o, "attempts"), num(o, "max_attempts"));
+    printf("inserted    %s\n", fmt_time(json_object_get(o, "insert_time_ms"), t1, sizeof t1));
+    printf("updated     %s\n", fmt_time(json_object_get(o, "last_update_time_ms"), t1, sizeof t1));
+    printf("run after   %s\n", fmt_time(json_object_get(o, "run_after_ms"), t1, sizeof t1));
+    if (json_is_integer(json_object_get(o, "timeout_ms")))
+        printf("timeout     %lld ms\n", num(o, "timeout_ms"));
+    else
+        printf("timeout     the dispatcher's default\n");
+    printf("err_msg     %s\n", err ? err : "-");
+    printf("result      %lld bytes\n", num(o, "result_bytes"));
+    const char *hs = json_string_value(json_object_get(held, "state"));
+    if (hs && strcmp(hs, "running") == 0)
+        printf("held        running on worker %s (%s) since %s, attempt %lld\n",
+               text(held, "worker"),
+               text(held, "addr"),
+               fmt_time(json_object_get(held, "since_ms"), t1, sizeof t1), num(held, "attempt"));
+    else if (hs)
+        printf("held        buffered in the dispatcher, not yet on a worker\n");
+    else
+        printf("held        not held by this dispatcher\n");
+}
+
+static void print_failed(json_t *list)
+{
+    size_t i;
+    json_t *r;
+    char t1[64];
+    if (json_array_size(list) == 0) {
+        printf("(no FAILED task)\n");
+        return;
+    }
+    printf("%-12s %-20s %8s  %-27s  %s\n", "TASK", "TYPE", "ATTEMPTS", "FAILED AT", "ERROR");
+    json_array_foreach(list, i, r) {
+        const char *err = json_string_value(json_object_get(r, "err_msg"));
+        char att[32];
+        snprintf(att, sizeof att, "%lld/%lld", num(r, "attempts"), num(r, "max_attempts"));
+        printf("%-12lld %-20s %8s  %-27s  %.*s\n", num(r, "task_id"), text(r, "type"),
+               att, fmt_time(json_object_get(r, "last_update_time_ms"), t1, sizeof t1),
+               err ? (int)strcspn(err, "\r\n") : 1, err ? err : "-");
+    }
+}
+
+static void print_task_action(const char *cmd, json_t *o)
+{
+    const char *was = json_string_value(json_object_get(o, "cancelled"));
+    const char *worker = json_string_value(json_object_get(o, "worker"));
+    if (strcmp(cmd, "retry") == 0)
+        printf("task %lld: back to NEW, attempts 0\n", num(o, "task_id"));
+    else if (was && strcmp(was, "running") == 0)
+        printf("task %lld: cancelled; its worker %s was told to stop; FAILED \"cancelled\"\n",
+               num(o, "task_id"), worker ? worker : "?");
+    else
+        printf("task %lld: cancelled (%s); FAILED \"cancelled\"\n", num(o, "task_id"),
+               was && strcmp(was, "buffered") == 0 ? "was buffered in the dispatcher" : "was NEW");
+}
+
+/* GET path and print the answer with print (or as it is with --json). */
+static int run_task_get(const ctl_target *t, const char *path, bool as_json, void (*print)(json_t *))
+{
+    ctl_reply r = http_request(t, EVHTTP_REQ_GET, path, NULL);
+    int rc = 1;
+    json_t *o = r.status == 200 && r.body ? json_loads(r.body, 0, NULL) : NULL;
+    if (r.status < 0) {
+        no_answer(t, &r);
+    } else if (r.status != 200 || !o) {
+        if (r.body && *r.body && !o)
+            fprintf(stderr, "taskpushctl: %.*s\n", (int)strcspn(r.body, "\r\n"), r.body);
+        else
+            fprintf(stderr, "taskpushctl: %s answered %d\n", t->admin, r.status);
+    } else {
+        if (as_json)
+            printf("%s", r.body);
+        else
+            print(o);
+        rc = 0;
+    }
+    json_decref(o);
+    free(r.body);
+    return rc;
+}
+
+/* The task-level commands, from their arguments (args[0] the command) to the exit status. */
+static int task_main(int nargs, char **args, const char *admin, bool tls, const char *tls_ca,
+                     const char *type, const char *limit, bool force, const char *admin_token_file,
+                     const char *token_file, bool as_json)
+{
+    const char *cmd = args[0];
+    bool failed = strcmp(cmd, "failed") == 0;
+    if (nargs != (failed ? 1 : 2)) {
+        fprintf(stderr, "taskpushctl: usage: %s\nTry 'taskpushctl --help'.\n",
+                failed ? "failed [--type T] [--limit N]" : strcmp(cmd, "show") == 0 ? "show ID"
+                : strcmp(cmd, "retry") == 0 ? "retry ID" : "cancel ID");
+        return 2;
+    }
+    const char *id = failed ? NULL : args[1];
+    if (id && (strspn(id, "0123456789") != strlen(id) || strlen(id) > 20 || strspn(id, "0") == strlen(id))) {
+        fprintf(stderr, "taskpushctl: '%s' is not a task id (1 to 18446744073709551615)\n", id);
+        return 2;
+    }
+    char *end = NULL;
+    long long lim = limit ? strtoll(limit, &end, 10) : 20;
+    if (limit && (end == limit || *end || lim < 1 || lim > 1000 || !failed)) {
+        fprintf(stderr, "taskpushctl: %s\n", failed ? "--limit must be 1 to 1000" : "--limit goes with failed only");
+        return 2;
+    }
+    if ((type && !failed) || force) {
+        fprintf(stderr, "taskpushctl: %s\n", force ? "--force goes with pause and resume only"
+                                                   : "--type goes with failed (and pause, resume, requeue-failed)");
+        return 2;
+    }
+    if (type && (!*type || strlen(type) > 256)) {
+        fprintf(stderr, "taskpushctl: --type must be 1 to 256 bytes\n");
+        return 2;
+    }
+    ctl_target target = {.admin = admin};
+    char why[160];
+    if (parse_admin(admin, &target, &tls, why, sizeof why) < 0) {
+        fprintf(stderr, "taskpushctl: --admin '%s': %s\nTry 'taskpushctl --help'.\n", admin, why);
+        return 2;
+    }
+    if (tls_ca && !tls) {
+        fprintf(stderr, "taskpushctl: --tls-ca goes with --tls or an https:// --admin\n");
+        return 2;
+    }
+    char err[512], path[1024];
+    if (tls && !(target.tls = dsp_tls_client_ctx_new(tls_ca, err, sizeof err))) {
+        fprintf(stderr, "taskpushctl: %s\n", err);
+        return 2;
+    }
+    int rc;
+    if (failed) {
+        char *enc = type ? evhttp_encode_uri(type) : NULL;
+        snprintf(path, sizeof path, "/failed?limit=%lld%s%s", lim, enc ? "&type=" : "", enc ? enc : "");
+        free(enc);
+        rc = run_task_get(&target, path, as_json, print_failed);
+    } else if (strcmp(cmd, "show") == 0) {
+        snprintf(path, sizeof path, "/task?id=%s", id);
+        rc = run_task_get(&target, path, as_json, print_task);
+    } else {
+        snprintf(path, sizeof path, "/%s?id=%s", cmd, id);
+        rc = run_post(&target, cmd, path, NULL, admin_token_file, token_file, as_json, false);
+    }
+    dsp_tls_ctx_free(target.tls);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *admin = getenv("TASKPUSH_ADMIN") ? getenv("TASKPUSH_ADMIN") : "127.0.0.1:7071";
     bool as_json = false, tls = false;
     const char *type = NULL, *token_file = NULL, *admin_token_file = NULL, *tls_ca = NULL;
+    const char *limit = NULL; /* failed --limit */
+    bool force = false;       /* pause/resume --force */
     static const struct option longopts[] = {
         {"admin", required_argument, NULL, 'a'}, {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},        {"version", no_argument, NULL, 'V'},
         {"type", required_argument, NULL, 't'},  {"token-file", required_argument, NULL, 'k'},
         {"tls", no_argument, NULL, 's'},         {"tls-ca", required_argument, NULL, 'C'},
         {"admin-token-file", required_argument, NULL, 'K'},
+        {"limit", required_argument, NULL, 'L'}, {"force", no_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -442,6 +651,12 @@ int main(int argc, char **argv)
         case 'K':
             admin_token_file = optarg;
             break;
+        case 'L':
+            limit = optarg;
+            break;
+        case 'F':
+            force = true;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -455,6 +670,17 @@ int main(int argc, char **argv)
             fprintf(stderr, "taskpushctl: unknown option '%s'\nTry 'taskpushctl --help'.\n", argv[optind - 1]);
             return 2;
         }
+    }
+    if (optind < argc && task_command(argv[optind]))
+        return task_main(argc - optind, argv + optind, admin, tls, tls_ca, type, limit, force,
+                         admin_token_file, token_file, as_json);
+    if (limit) {
+        fprintf(stderr, "taskpushctl: --limit goes with failed only\n");
+        return 2;
+    }
+    if (force && (!type || (strcmp(argv[argc - 1], "pause") != 0 && strcmp(argv[argc - 1], "resume") != 0))) {
+        fprintf(stderr, "taskpushctl: --force goes with pause --type T and resume --type T only\n");
+        return 2;
     }
     if (optind != argc - 1) {
         fprintf(stderr, "taskpushctl: %s\nTry 'taskpushctl --help'.\n",
@@ -501,7 +727,7 @@ int main(int argc, char **argv)
         }
     }
     if (post) {
-        int prc = run_post(&target, cmd, post, type, admin_token_file, token_file, as_json);
+        int prc = run_post(&target, cmd, post, type, admin_token_file, token_file, as_json, force);
         dsp_tls_ctx_free(target.tls);
         return prc;
     }

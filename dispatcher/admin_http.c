@@ -1,9 +1,11 @@
-/* admin_http.c: the admin port on evhttp, on the dispatcher's own loop.
- * Every handler answers from memory; nothing here touches the database. */
+/* admin_http.c: the admin port on evhttp, on the dispatcher's own loop: routes, the
+ * Host check, the protections of the POSTs. Every handler here answers from memory;
+ * the task-level requests, which ask the database side, are in admin_tasks.c. */
 #include "admin_http.h"
 
 #include "conn.h"
 #include "dashboard.h"
+#include "db_sql.h"
 #include "server.h"
 #include "stats.h"
 #include "tls.h"
@@ -248,12 +250,43 @@ static json_t *state_json(const dsp_server *srv)
                      srv->draining || srv->admin_draining);
 }
 
+/* True when the query string has force=1 (or force=true). */
+static bool query_force(struct evhttp_request *req)
+{
+    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    struct evkeyvalq params;
+    memset(&params, 0, sizeof params);
+    params.tqh_last = &params.tqh_first;
+    if (!q || evhttp_parse_query_str(q, &params) != 0)
+        return false;
+    const char *f = evhttp_find_header(&params, "force");
+    bool force = f && (strcmp(f, "1") == 0 || strcmp(f, "true") == 0);
+    evhttp_clear_headers(&params);
+    return force;
+}
+
+/* A type no worker registered and the table does not know is likely a typo: 404
+ * unless ?force=1. Returns false after answering. */
+static bool type_allowed(struct evhttp_request *req, dsp_server *srv, const char *type)
+{
+    if (!type || query_force(req) || dsp_admin_type_known(srv, type))
+        return true;
+    if (dsp_utf8_valid_prefix((const uint8_t *)type, strlen(type)) != strlen(type)) {
+        send_error_text(req, HTTP_BADREQUEST, "a task type must be UTF-8");
+        return false;
+    }
+    send_error_text(req, HTTP_NOTFOUND,
+                    "no worker registered this type and the table has no rows of it; add force=1 to name it anyway");
+    return false;
+}
+
 static void pause_cb(struct evhttp_request *req, void *arg)
 {
     dsp_server *srv = arg;
     char buf[300];
     const char *type;
-    if (!post_allowed(req, srv) || query_type(req, buf, sizeof buf, &type) < 0)
+    if (!post_allowed(req, srv) || query_type(req, buf, sizeof buf, &type) < 0 ||
+        !type_allowed(req, srv, type))
         return;
     const char *why = dsp_server_pause(srv, type);
     if (why) {
@@ -268,7 +301,8 @@ static void resume_cb(struct evhttp_request *req, void *arg)
     dsp_server *srv = arg;
     char buf[300];
     const char *type;
-    if (!post_allowed(req, srv) || query_type(req, buf, sizeof buf, &type) < 0)
+    if (!post_allowed(req, srv) || query_type(req, buf, sizeof buf, &type) < 0 ||
+        !type_allowed(req, srv, type))
         return;
     dsp_server_resume(srv, type);
     send_json(req, state_json(srv));
@@ -299,6 +333,28 @@ static void requeue_cb(struct evhttp_request *req, void *arg)
     }
     send_json_status(req, 202, "Accepted",
                      json_pack("{s:b, s:I, s:s?}", "ok", 1, "request_id", (json_int_t)id, "type", type));
+}
+
+/* ---- for admin_tasks.c ---- */
+
+bool dsp_admin_only_get(struct evhttp_request *req)
+{
+    return only_get(req);
+}
+
+bool dsp_admin_post_allowed(struct evhttp_request *req, dsp_server *srv)
+{
+    return post_allowed(req, srv);
+}
+
+void dsp_admin_send_error(struct evhttp_request *req, int code, const char *text)
+{
+    send_error_text(req, code, text);
+}
+
+void dsp_admin_send_json(struct evhttp_request *req, int code, json_t *body)
+{
+    send_json_status(req, code, code == HTTP_OK ? "OK" : "Accepted", body);
 }
 
 /* ---- every request: the Host check, then its handler ---- */
@@ -363,6 +419,8 @@ static const struct {
     {"/pause", pause_cb},       {"/resume", resume_cb},
     {"/drain", drain_cb},       {"/requeue-failed", requeue_cb},
     {"/", dsp_dashboard_serve}, {"/index.html", dsp_dashboard_serve},
+    {"/task", dsp_admin_task_cb},     {"/failed", dsp_admin_failed_cb},
+    {"/retry", dsp_admin_retry_cb},   {"/cancel", dsp_admin_cancel_cb},
 };
 
 /* Every request comes here (no per-path evhttp callbacks), so that none skips

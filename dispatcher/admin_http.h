@@ -6,7 +6,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 struct dsp_server;
+struct dsp_taskop;
+struct evhttp_request;
 struct sockaddr_storage;
 
 /* Binds the admin port; writes "HOST:PORT" as bound into bound. */
@@ -15,5 +19,24 @@ int dsp_admin_init(struct dsp_server *srv, char *bound, size_t boundlen) __attri
 int dsp_admin_http_new(struct dsp_server *srv) __attribute__((warn_unused_result));
 /* True for 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104 (a socket bound beyond loopback is false). */
 bool dsp_addr_is_loopback(const struct sockaddr_storage *ss);
+
+/* For admin_tasks.c: the answers and checks of admin_http.c. */
+bool dsp_admin_only_get(struct evhttp_request *req);
+/* The protections of a POST (docs/admin.md); false after answering the refusal. */
+bool dsp_admin_post_allowed(struct evhttp_request *req, struct dsp_server *srv);
+void dsp_admin_send_error(struct evhttp_request *req, int code, const char *text);
+void dsp_admin_send_json(struct evhttp_request *req, int code, json_t *body); /* takes body */
+
+/* admin_tasks.c: GET /task, GET /failed, POST /retry, POST /cancel. */
+void dsp_admin_task_cb(struct evhttp_request *req, void *srv);
+void dsp_admin_failed_cb(struct evhttp_request *req, void *srv);
+void dsp_admin_retry_cb(struct evhttp_request *req, void *srv);
+void dsp_admin_cancel_cb(struct evhttp_request *req, void *srv);
+/* The database side's answer to one of them (dsp_db_callbacks.on_taskop). */
+void dsp_admin_taskop_answer(void *srv, struct dsp_taskop *op);
+/* Whether POST /pause or /resume may name type without force: the dispatcher holds it
+ * (workers, buffered tasks, a pause), a worker registered it since the start, or the
+ * table figures have NEW, PROCESSING or FAILED rows of it. */
+bool dsp_admin_type_known(struct dsp_server *srv, const char *type);
 
 #endif

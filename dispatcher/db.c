@@ -92,6 +92,7 @@ static void msg_free(struct msg *m)
 {
     if (m->reply)
         dsp_claim_reply_free(m->reply);
+    dsp_taskop_free(m->op);
     free(m->text);
     free(m);
 }
@@ -133,6 +134,13 @@ static void deliver(dsp_db *db, struct msg *m)
     case MSG_REQUEUED:
         if (cb->on_requeued)
             cb->on_requeued(arg, m->request_id, m->rows);
+        break;
+    case MSG_TASKOP:
+        if (cb->on_taskop) {
+            dsp_taskop *op = m->op;
+            m->op = NULL; /* the callee owns it */
+            cb->on_taskop(arg, op);
+        }
         break;
     }
 }
@@ -472,6 +480,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     db->max_batch = opts->max_write_batch ? opts->max_write_batch : 1;
     db->mtail = &db->mhead;
     db->rq_tail = &db->rq_head;
+    db->top_tail = &db->top_head;
     db->retry_due_ms = INT64_MAX;
     db->tstats = calloc(1, sizeof *db->tstats);
     if (db->tstats)
@@ -716,6 +725,12 @@ void dsp_db_free(dsp_db *db)
         db->rq_head = r->next;
         dsp_dbi_requeue_req_free(r);
     }
+    while (db->top_head) {
+        struct taskop_req *r = db->top_head;
+        db->top_head = r->next;
+        dsp_taskop_free(r->op);
+        free(r);
+    }
     free(db->tstats);
     for (m = db->mhead; m; m = next) {
         next = m->next;
@@ -792,5 +807,37 @@ int dsp_db_requeue_failed(dsp_db *db, const char *type, uint64_t request_id)
         m->rows = -1;
         dsp_dbi_post(db, m);
     }
+    return 0;
+}
+
+void dsp_taskop_free(dsp_taskop *op)
+{
+    if (op) {
+        free(op->type);
+        json_decref(op->answer);
+        free(op);
+    }
+}
+
+int dsp_db_taskop(dsp_db *db, dsp_taskop *op)
+{
+    if (db == NULL)
+        return -1;
+    struct taskop_req *r = calloc(1, sizeof *r);
+    bool gone;
+
+    if (r == NULL)
+        return -1;
+    r->op = op;
+    pthread_mutex_lock(&db->mu);
+    gone = db->stats_exited || db->stats_stop;
+    if (!gone) {
+        *db->top_tail = r;
+        db->top_tail = &r->next;
+        pthread_cond_signal(&db->stats_cv);
+    }
+    pthread_mutex_unlock(&db->mu);
+    if (gone)
+        dsp_dbi_taskop_fail(db, r);
     return 0;
 }

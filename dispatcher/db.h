@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <jansson.h>
 
 struct event_base;
 typedef struct dsp_db dsp_db;
@@ -112,6 +113,35 @@ typedef struct dsp_table_stats {
     uint64_t retention_deleted_total; /* rows deleted by retention since start */
 } dsp_table_stats;
 
+/* A task-level operator request (docs/admin.md: GET /task, GET /failed, POST /retry,
+ * POST /cancel), run by the stats thread: each statement by primary key, or an index
+ * range with a LIMIT. */
+enum dsp_taskop_kind {
+    DSP_TASKOP_SHOW,   /* the row of task_id */
+    DSP_TASKOP_FAILED, /* the latest FAILED rows (of type, or all), at most limit */
+    DSP_TASKOP_RETRY,  /* FAILED -> NEW, attempts 0, err_msg NULL, due now */
+    DSP_TASKOP_CANCEL, /* NEW -> FAILED "cancelled" (a row no dispatcher holds) */
+};
+enum dsp_taskop_status {
+    DSP_TASKOP_OK = 0,
+    DSP_TASKOP_NOT_FOUND = 1, /* no row of task_id */
+    DSP_TASKOP_CONFLICT = 2,  /* the row is not in the state the request needs (state says) */
+    DSP_TASKOP_ERROR = 3,     /* no database connection, or the statement failed */
+};
+#define DSP_TASKOP_LIMIT_MAX 1000   /* most rows of one DSP_TASKOP_FAILED */
+#define DSP_TASKOP_ERR_LIST_MAX 1000 /* err_msg bytes per row in a DSP_TASKOP_FAILED list */
+typedef struct dsp_taskop {
+    int kind;            /* enum dsp_taskop_kind */
+    uint64_t task_id;    /* SHOW, RETRY, CANCEL */
+    char *type;          /* FAILED: NULL for every type; owned */
+    unsigned limit;      /* FAILED: 1 .. DSP_TASKOP_LIMIT_MAX */
+    void *ctx;           /* the caller's (the HTTP request), given back untouched */
+    /* The answer, filled by the stats thread. */
+    int status;          /* enum dsp_taskop_status */
+    int state;           /* the row's task_state (SHOW; RETRY and CANCEL on a conflict) */
+    json_t *answer;      /* SHOW: the row as an object; FAILED: an array of rows */
+} dsp_taskop;
+
 typedef struct dsp_db_callbacks {
     /* Leadership taken: epoch is new and larger than every earlier one, and no
      * row of an older epoch is PROCESSING any more. Claims may start. */
@@ -129,6 +159,8 @@ typedef struct dsp_db_callbacks {
     /* Something no retry can mend (e.g. a schema version this build does not
      * know): the daemon should log it and exit. */
     void (*on_fatal)(void *arg, const char *message);
+    /* The answer to dsp_db_taskop; the callee owns op (dsp_taskop_free). */
+    void (*on_taskop)(void *arg, struct dsp_taskop *op);
 } dsp_db_callbacks;
 
 typedef struct dsp_db_options {
@@ -193,6 +225,12 @@ void dsp_db_table_stats_get(dsp_db *db, dsp_table_stats *out);
  * on_requeued with request_id. Returns 0, or -1 (out of memory). */
 int dsp_db_requeue_failed(dsp_db *db, const char *type, uint64_t request_id)
     __attribute__((warn_unused_result));
+
+/* Queues op for the stats thread, which takes ownership of it; the answer comes to
+ * on_taskop (also when the thread has stopped: status DSP_TASKOP_ERROR). Returns 0, or
+ * -1 (no database side: op stays the caller's). */
+int dsp_db_taskop(dsp_db *db, dsp_taskop *op) __attribute__((warn_unused_result));
+void dsp_taskop_free(dsp_taskop *op);
 
 /* The table's leadership lock is the user lock 'taskpush.<dbname>', cut to the
  * DSP_DB_LOCK_NAME_MAX bytes MySQL allows. Writes it to out (NUL-terminated) and returns

@@ -77,7 +77,8 @@ enum msg_kind {
     MSG_WRITTEN,
     MSG_HEALTH,
     MSG_FATAL,
-    MSG_REQUEUED
+    MSG_REQUEUED,
+    MSG_TASKOP
 };
 
 /* A message from a database thread to the loop. */
@@ -91,6 +92,13 @@ struct msg {
     char *text;
     uint64_t request_id; /* MSG_REQUEUED */
     int64_t rows;        /* MSG_REQUEUED: rows moved, or -1 */
+    dsp_taskop *op;      /* MSG_TASKOP: the request with its answer */
+};
+
+/* A queued dsp_db_taskop. */
+struct taskop_req {
+    struct taskop_req *next;
+    dsp_taskop *op;
 };
 
 /* A queued dsp_db_requeue_failed. */
@@ -162,6 +170,8 @@ struct dsp_db {
     bool stats_exited;           /* requests are answered at once with -1 */
     struct requeue_req *rq_head; /* requeue requests, in order */
     struct requeue_req **rq_tail;
+    struct taskop_req *top_head; /* task-level requests, in order (before requeues) */
+    struct taskop_req **top_tail;
     dsp_table_stats *tstats;     /* the published figures (retention total aside) */
 
     /* The epoch of the last on_leader delivered on the loop thread: outcomes queued
@@ -220,6 +230,8 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet);
 
 void dsp_dbi_claim_req_free(struct claim_req *r);   /* db.c */
 void dsp_dbi_requeue_req_free(struct requeue_req *r); /* db_maint.c */
+/* Answers op with DSP_TASKOP_ERROR (the stats thread is gone); frees r. */
+void dsp_dbi_taskop_fail(dsp_db *db, struct taskop_req *r); /* db_maint.c */
 
 /* ---- the threads, started by dsp_db_start with the dsp_db as arg ---- */
 

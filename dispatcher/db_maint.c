@@ -1,6 +1,7 @@
 /* db_maint: the stats thread (see db_internal.h for what it shares), on a third
  * connection that takes no part in leadership: the table figures (dsp_table_stats),
- * retention of old SUCCESSFUL/FAILED rows, and the operator's requeue of FAILED rows.
+ * retention of old SUCCESSFUL/FAILED rows, the operator's requeue of FAILED rows, and
+ * the task-level requests (show, failed, retry, cancel: dsp_taskop).
  */
 #include "db_internal.h"
 
@@ -21,6 +22,7 @@
                                     * to delete (each reads every SUCCESSFUL/FAILED row's
                                     * last_update_time: no index has it) */
 #define REQUEUE_BATCH 5000u        /* rows per requeue UPDATE */
+#define FAILED_TYPES_MAX 256u      /* types (per lane) one GET /failed merges */
 
 struct stats_ctx {
     dsp_db *db;
@@ -319,6 +321,247 @@ out:
     dsp_dbi_requeue_req_free(r);
 }
 
+/* ---- task-level requests (dsp_taskop) ---- */
+
+static const char *const state_names[4] = {"NEW", "PROCESSING", "SUCCESSFUL", "FAILED"};
+
+static json_t *col_int(const char *v)
+{
+    return v ? json_integer((json_int_t)strtoll(v, NULL, 10)) : json_null();
+}
+
+/* Table text as a JSON string: bytes that are not UTF-8 become U+FFFD. */
+static json_t *col_text(const char *v)
+{
+    if (v == NULL)
+        return json_null();
+    char *clean = dsp_stats_utf8_copy(v);
+    json_t *j = clean ? json_string(clean) : NULL;
+    free(clean);
+    return j ? j : json_null();
+}
+
+static json_t *col_state(const char *v)
+{
+    uint64_t st = field_u64(v);
+    return st < 4 ? json_string(state_names[st]) : json_integer((json_int_t)st);
+}
+
+static MYSQL_RES *taskop_query(struct stats_ctx *x)
+{
+    if (x->sql.oom)
+        return NULL;
+    MYSQL_RES *res = db_query_res(&x->c, x->sql.p, x->sql.len);
+    if (res == NULL)
+        stats_drop(x);
+    return res;
+}
+
+/* SHOW: the row as an object. */
+static void taskop_show(struct stats_ctx *x, dsp_taskop *op)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    dsp_strbuf_reset(&x->sql);
+    dsp_db_sql_task_show(&x->sql, op->task_id);
+    if ((res = taskop_query(x)) == NULL)
+        return;
+    if (mysql_num_fields(res) != DSP_DB_SQL_SHOW_NCOLS) {
+        mysql_free_result(res);
+        return;
+    }
+    if ((row = mysql_fetch_row(res)) == NULL) {
+        op->status = DSP_TASKOP_NOT_FOUND;
+    } else {
+        op->state = (int)field_u64(row[DSP_DB_SQL_SHOW_STATE]);
+        op->answer = json_object();
+        json_t *o = op->answer;
+        json_object_set_new(o, "task_id", col_int(row[DSP_DB_SQL_SHOW_ID]));
+        json_object_set_new(o, "type", col_text(row[DSP_DB_SQL_SHOW_TYPE]));
+        json_object_set_new(o, "state", col_state(row[DSP_DB_SQL_SHOW_STATE]));
+        json_object_set_new(o, "priority", col_int(row[DSP_DB_SQL_SHOW_PRIORITY]));
+        json_object_set_new(o, "attempts", col_int(row[DSP_DB_SQL_SHOW_ATTEMPTS]));
+        json_object_set_new(o, "max_attempts", col_int(row[DSP_DB_SQL_SHOW_MAX_ATTEMPTS]));
+        json_object_set_new(o, "insert_time_ms", col_int(row[DSP_DB_SQL_SHOW_INSERT_TIME]));
+        json_object_set_new(o, "last_update_time_ms", col_int(row[DSP_DB_SQL_SHOW_UPDATE_TIME]));
+        json_object_set_new(o, "run_after_ms", col_int(row[DSP_DB_SQL_SHOW_RUN_AFTER]));
+        json_object_set_new(o, "timeout_ms", col_int(row[DSP_DB_SQL_SHOW_TIMEOUT]));
+        json_object_set_new(o, "err_msg", col_text(row[DSP_DB_SQL_SHOW_ERR_MSG]));
+        json_object_set_new(o, "result_bytes", col_int(row[DSP_DB_SQL_SHOW_RESULT_LEN]));
+        json_object_set_new(o, "payload_bytes", col_int(row[DSP_DB_SQL_SHOW_PAYLOAD_LEN]));
+        json_object_set_new(o, "epoch", col_int(row[DSP_DB_SQL_SHOW_EPOCH]));
+        json_object_set_new(o, "delayed", json_boolean(field_u64(row[DSP_DB_SQL_SHOW_DELAYED]) != 0));
+        op->status = DSP_TASKOP_OK;
+    }
+    mysql_free_result(res);
+}
+
+/* FAILED, step 1: the types with FAILED rows in lane, one index dive each, at most
+ * max; each is added to parts as 3 parts (one per priority). Returns how many types, or
+ * -1 on a database error. */
+static int failed_types(struct stats_ctx *x, int lane, unsigned max, unsigned limit, dsp_strbuf *parts)
+{
+    char prev[257];
+    size_t prev_len = 0;
+    unsigned n = 0;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    while (n < max) {
+        dsp_strbuf_reset(&x->sql);
+        dsp_db_sql_failed_next_type(&x->sql, lane, n ? prev : NULL, prev_len);
+        if ((res = taskop_query(x)) == NULL)
+            return -1;
+        row = mysql_num_fields(res) == 1 ? mysql_fetch_row(res) : NULL;
+        unsigned long *len = row ? mysql_fetch_lengths(res) : NULL;
+        bool found = row && row[0] && len[0] < sizeof prev;
+        if (found) {
+            memcpy(prev, row[0], len[0]);
+            prev[len[0]] = '\0';
+            prev_len = len[0];
+        }
+        mysql_free_result(res);
+        if (!found)
+            break;
+        for (int p = 2; p >= 0; p--)
+            dsp_db_sql_failed_part(parts, parts->len == 0, lane, prev, prev_len, p, limit,
+                                   DSP_TASKOP_ERR_LIST_MAX);
+        n++;
+    }
+    if (n == max)
+        log_warn(x->db->log, "failed list: FAILED rows of more than %u types; the list covers %u", max, max);
+    return (int)n;
+}
+
+/* FAILED: the newest rows of each (lane, type, priority), merged newest first. The cost
+ * is bounded by the types with FAILED rows (one index dive each, at most
+ * FAILED_TYPES_MAX) and 3 x limit index entries per type, never by the FAILED rows in
+ * all. */
+static void taskop_failed(struct stats_ctx *x, dsp_taskop *op)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    dsp_strbuf parts = {0};
+    int n = 0;
+
+    for (int lane = 0; lane < 2 && n >= 0; lane++) {
+        if (op->type) {
+            for (int p = 2; p >= 0; p--)
+                dsp_db_sql_failed_part(&parts, parts.len == 0, lane, op->type, strlen(op->type), p,
+                                       op->limit, DSP_TASKOP_ERR_LIST_MAX);
+        } else {
+            n = failed_types(x, lane, FAILED_TYPES_MAX, op->limit, &parts);
+        }
+    }
+    op->answer = json_array();
+    if (n < 0 || parts.len == 0) {
+        op->status = n < 0 ? DSP_TASKOP_ERROR : DSP_TASKOP_OK;
+        dsp_strbuf_free(&parts);
+        return;
+    }
+    dsp_db_sql_failed_end(&parts, op->limit);
+    dsp_strbuf_reset(&x->sql);
+    dsp_strbuf_put(&x->sql, parts.p, parts.len);
+    if (parts.oom)
+        x->sql.oom = true;
+    dsp_strbuf_free(&parts);
+    if ((res = taskop_query(x)) == NULL)
+        return;
+    while (mysql_num_fields(res) == 7 && (row = mysql_fetch_row(res)) != NULL)
+        json_array_append_new(op->answer,
+                              json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "task_id",
+                                        (json_int_t)field_u64(row[0]), "type", col_text(row[1]),
+                                        "priority", col_int(row[2]), "attempts", col_int(row[3]),
+                                        "max_attempts", col_int(row[4]), "last_update_time_ms",
+                                        col_int(row[5]), "err_msg", col_text(row[6])));
+    mysql_free_result(res);
+    op->status = DSP_TASKOP_OK;
+}
+
+/* RETRY and CANCEL: one UPDATE by primary key guarded by the state it needs; when it
+ * changed nothing, the row's state says why (no row, or another state). */
+static void taskop_update(struct stats_ctx *x, dsp_taskop *op)
+{
+    uint64_t n = 0, v;
+    bool isnull;
+    int rc;
+
+    dsp_strbuf_reset(&x->sql);
+    if (op->kind == DSP_TASKOP_RETRY)
+        dsp_db_sql_task_retry(&x->sql, op->task_id, wall_ms());
+    else
+        dsp_db_sql_task_cancel(&x->sql, op->task_id, wall_ms());
+    if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+        if (!x->sql.oom)
+            stats_drop(x);
+        return;
+    }
+    if (n > 0) {
+        op->status = DSP_TASKOP_OK;
+        op->state = op->kind == DSP_TASKOP_RETRY ? 0 : 3;
+        log_info(x->db->log, "task %" PRIu64 ": %s by the operator", op->task_id,
+                 op->kind == DSP_TASKOP_RETRY ? "FAILED back to NEW" : "NEW cancelled");
+        return;
+    }
+    dsp_strbuf_reset(&x->sql);
+    dsp_db_sql_task_state(&x->sql, op->task_id);
+    if (x->sql.oom || (rc = dsp_dbi_query_u64(&x->c, x->sql.p, &v, &isnull, 0)) < 0) {
+        if (!x->sql.oom)
+            stats_drop(x);
+        return;
+    }
+    op->status = rc == 1 ? DSP_TASKOP_NOT_FOUND : DSP_TASKOP_CONFLICT;
+    op->state = (int)v;
+}
+
+static void taskop_post(dsp_db *db, dsp_taskop *op)
+{
+    struct msg *m = dsp_dbi_msg_new(MSG_TASKOP);
+
+    if (m == NULL) {
+        /* The HTTP request stays unanswered until evhttp's timeout closes it. */
+        log_error(db->log, "out of memory answering a task request");
+        dsp_taskop_free(op);
+        return;
+    }
+    m->op = op;
+    dsp_dbi_post(db, m);
+}
+
+void dsp_dbi_taskop_fail(dsp_db *db, struct taskop_req *r)
+{
+    r->op->status = DSP_TASKOP_ERROR;
+    taskop_post(db, r->op);
+    free(r);
+}
+
+static void stats_taskop(struct stats_ctx *x, struct taskop_req *r)
+{
+    dsp_taskop *op = r->op;
+
+    free(r);
+    op->status = DSP_TASKOP_ERROR;
+    if (stats_connect(x, true) == 0) {
+        switch (op->kind) {
+        case DSP_TASKOP_SHOW:
+            taskop_show(x, op);
+            break;
+        case DSP_TASKOP_FAILED:
+            taskop_failed(x, op);
+            break;
+        default:
+            taskop_update(x, op);
+            break;
+        }
+    }
+    if (op->status == DSP_TASKOP_ERROR) {
+        json_decref(op->answer);
+        op->answer = NULL;
+    }
+    taskop_post(x->db, op);
+}
+
 /* One round: the figures (when enabled), then retention (when enabled and due: after
  * the refresh, but at most every RETAIN_EVERY_MS unless the last round left more). */
 static void stats_round(struct stats_ctx *x, bool refresh, bool retain)
@@ -344,6 +587,7 @@ void *dsp_dbi_stats_main(void *arg)
     dsp_db *db = arg;
     struct stats_ctx x;
     struct requeue_req *r, *pending;
+    struct taskop_req *tr, *tpending;
     const dsp_db_options *o = &db->opts;
     bool refresh = o->table_stats_ms > 0;
     bool retain = o->retain_succeeded_ms > 0 || o->retain_failed_ms > 0;
@@ -370,6 +614,15 @@ void *dsp_dbi_stats_main(void *arg)
 
         if (db->stats_stop)
             break;
+        if ((tr = db->top_head) != NULL) {
+            db->top_head = tr->next;
+            if (db->top_head == NULL)
+                db->top_tail = &db->top_head;
+            pthread_mutex_unlock(&db->mu);
+            stats_taskop(&x, tr);
+            pthread_mutex_lock(&db->mu);
+            continue;
+        }
         if ((r = db->rq_head) != NULL) {
             db->rq_head = r->next;
             if (db->rq_head == NULL)
@@ -399,8 +652,15 @@ void *dsp_dbi_stats_main(void *arg)
     pending = db->rq_head;
     db->rq_head = NULL;
     db->rq_tail = &db->rq_head;
+    tpending = db->top_head;
+    db->top_head = NULL;
+    db->top_tail = &db->top_head;
     pthread_mutex_unlock(&db->mu);
 
+    for (; tpending; tpending = tr) {
+        tr = tpending->next;
+        dsp_dbi_taskop_fail(db, tpending);
+    }
     for (; pending; pending = r) {
         r = pending->next;
         requeue_answer(db, pending->request_id, -1);

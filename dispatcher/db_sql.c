@@ -500,3 +500,75 @@ void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, 
     }
     dsp_strbuf_printf(b, " LIMIT %u", limit);
 }
+
+/* ---- task-level operator requests ---- */
+
+void dsp_db_sql_task_show(dsp_strbuf *b, uint64_t task_id)
+{
+    dsp_strbuf_printf(b,
+                      "SELECT task_id, task_type, task_state, task_priority, attempts, max_attempts,"
+                      " insert_time, last_update_time, run_after, timeout_ms, err_msg,"
+                      " LENGTH(result), LENGTH(payload), epoch, `delayed`"
+                      " FROM task WHERE task_id = %" PRIu64,
+                      task_id);
+}
+
+void dsp_db_sql_task_state(dsp_strbuf *b, uint64_t task_id)
+{
+    dsp_strbuf_printf(b, "SELECT task_state FROM task WHERE task_id = %" PRIu64, task_id);
+}
+
+static void put_type(dsp_strbuf *b, const char *type, size_t len)
+{
+    if (len == 0)
+        dsp_strbuf_puts(b, "''"); /* put_hex writes NULL for no bytes */
+    else
+        dsp_strbuf_put_hex(b, (const uint8_t *)type, len, true);
+}
+
+void dsp_db_sql_failed_next_type(dsp_strbuf *b, int lane, const char *after, size_t after_len)
+{
+    dsp_strbuf_printf(b,
+                      "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx)"
+                      " WHERE task_state = 3 AND `delayed` = %d",
+                      lane);
+    if (after) {
+        dsp_strbuf_puts(b, " AND task_type > ");
+        put_type(b, after, after_len);
+    }
+}
+
+void dsp_db_sql_failed_part(dsp_strbuf *b, bool first, int lane, const char *type, size_t type_len,
+                            int priority, unsigned limit, unsigned err_max)
+{
+    dsp_strbuf_puts(b, first ? "SELECT * FROM (" : " UNION ALL ");
+    dsp_strbuf_printf(b,
+                      "(SELECT task_id, task_type, task_priority, attempts, max_attempts,"
+                      " last_update_time, LEFT(err_msg, %u) FROM task FORCE INDEX (claim_idx)"
+                      " WHERE task_state = 3 AND `delayed` = %d AND task_type = ",
+                      err_max, lane);
+    put_type(b, type, type_len);
+    dsp_strbuf_printf(b, " AND task_priority = %d ORDER BY task_id DESC LIMIT %u)", priority, limit);
+}
+
+void dsp_db_sql_failed_end(dsp_strbuf *b, unsigned limit)
+{
+    dsp_strbuf_printf(b, ") u ORDER BY task_id DESC LIMIT %u", limit);
+}
+
+void dsp_db_sql_task_retry(dsp_strbuf *b, uint64_t task_id, int64_t now_ms)
+{
+    dsp_strbuf_printf(b,
+                      "UPDATE task SET task_state = 0, attempts = 0, err_msg = NULL, `delayed` = 0,"
+                      " run_after = %" PRId64 ", last_update_time = %" PRId64
+                      " WHERE task_id = %" PRIu64 " AND task_state = 3",
+                      now_ms, now_ms, task_id);
+}
+
+void dsp_db_sql_task_cancel(dsp_strbuf *b, uint64_t task_id, int64_t now_ms)
+{
+    dsp_strbuf_printf(b,
+                      "UPDATE task SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
+                      " last_update_time = %" PRId64 " WHERE task_id = %" PRIu64 " AND task_state = 0",
+                      now_ms, task_id);
+}

@@ -180,4 +180,41 @@ void dsp_db_sql_retention(dsp_strbuf *b, int state, int64_t before_ms, unsigned 
  *   WHERE task_state = 3 [AND task_type = _utf8mb4 X'..'] LIMIT limit */
 void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, unsigned limit);
 
+/* ---- task-level operator requests (db_maint.c), one row by primary key or a bounded
+ * range of claim_idx ---- */
+
+/* GET /task: the row of task_id, columns DSP_DB_SQL_SHOW_* in that order. */
+enum {
+    DSP_DB_SQL_SHOW_ID, DSP_DB_SQL_SHOW_TYPE, DSP_DB_SQL_SHOW_STATE, DSP_DB_SQL_SHOW_PRIORITY,
+    DSP_DB_SQL_SHOW_ATTEMPTS, DSP_DB_SQL_SHOW_MAX_ATTEMPTS, DSP_DB_SQL_SHOW_INSERT_TIME,
+    DSP_DB_SQL_SHOW_UPDATE_TIME, DSP_DB_SQL_SHOW_RUN_AFTER, DSP_DB_SQL_SHOW_TIMEOUT,
+    DSP_DB_SQL_SHOW_ERR_MSG, DSP_DB_SQL_SHOW_RESULT_LEN, DSP_DB_SQL_SHOW_PAYLOAD_LEN,
+    DSP_DB_SQL_SHOW_EPOCH, DSP_DB_SQL_SHOW_DELAYED, DSP_DB_SQL_SHOW_NCOLS
+};
+void dsp_db_sql_task_show(dsp_strbuf *b, uint64_t task_id);
+/* The state of task_id alone: SELECT task_state FROM task WHERE task_id = N. */
+void dsp_db_sql_task_state(dsp_strbuf *b, uint64_t task_id);
+
+/* GET /failed, step 1 (for every type): the next type after `after` (the first when
+ * after is NULL) that has FAILED rows in lane `lane`, one index dive of claim_idx:
+ *   SELECT MIN(task_type) FROM task WHERE task_state = 3 AND `delayed` = L
+ *     [AND task_type > X]
+ * (MariaDB does not choose a loose index scan for a GROUP BY here: it would read every
+ * FAILED row's index entry.) */
+void dsp_db_sql_failed_next_type(dsp_strbuf *b, int lane, const char *after, size_t after_len);
+/* Step 2: one part per (lane, type, priority) (first: the first part), each the newest
+ * limit FAILED rows of its group (a backward range of claim_idx, no sort), then _end merges them newest
+ * first: columns task_id, task_type, task_priority, attempts, max_attempts,
+ * last_update_time, LEFT(err_msg, err_max). */
+void dsp_db_sql_failed_part(dsp_strbuf *b, bool first, int lane, const char *type, size_t type_len,
+                            int priority, unsigned limit, unsigned err_max);
+void dsp_db_sql_failed_end(dsp_strbuf *b, unsigned limit);
+
+/* POST /retry: FAILED -> NEW, ready and due at now_ms, attempts 0, err_msg NULL. */
+void dsp_db_sql_task_retry(dsp_strbuf *b, uint64_t task_id, int64_t now_ms);
+/* POST /cancel of a NEW row (no dispatcher holds it): FAILED, err_msg 'cancelled'. A
+ * claim racing it has the row locked; once it commits the row is PROCESSING and this
+ * changes nothing. */
+void dsp_db_sql_task_cancel(dsp_strbuf *b, uint64_t task_id, int64_t now_ms);
+
 #endif

@@ -127,6 +127,22 @@ dsp_task *dsp_dispatch_dequeue(dsp_server *srv, dsp_type *ty)
     return t;
 }
 
+void dsp_dispatch_unlink(dsp_server *srv, dsp_task *t)
+{
+    dsp_type *ty = t->type;
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        ty->head = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    else
+        ty->tail = t->prev;
+    t->next = t->prev = NULL;
+    if (--ty->nbuffered == 0)
+        busy_remove(srv, ty);
+}
+
 /* No task is dispatched any more: shutting down, or drained from the admin port.
  * Claimed tasks then go back to NEW rather than into a type's queue. */
 bool dsp_dispatch_stopped(const dsp_server *srv)

@@ -42,6 +42,8 @@ typedef struct dsp_task dsp_task;
 void dsp_dispatch_enqueue(dsp_server *srv, dsp_type *ty, dsp_task *t);
 /* Takes the head of ty's queue, which must not be empty. */
 dsp_task *dsp_dispatch_dequeue(dsp_server *srv, dsp_type *ty);
+/* Takes t out of its type's queue, wherever it is (an operator's cancel). */
+void dsp_dispatch_unlink(dsp_server *srv, dsp_task *t);
 
 /* Workers and room. The room (free slots of accepting workers, per type and in all)
  * is kept here, and only here. */

@@ -605,6 +605,28 @@ uint64_t dsp_server_requeue_failed(dsp_server *srv, const char *type)
     return id;
 }
 
+const char *dsp_server_cancel_held(dsp_server *srv, dsp_task *t)
+{
+    static const char msg[] = "cancelled";
+    const char *was = t->holder ? "running" : "buffered";
+    dsp_type *ty = t->type;
+    if (t->holder) {
+        log_info(&srv->log, "task %llu cancelled by the operator on %s (attempt %u)",
+                 (unsigned long long)t->id, t->holder->name, (unsigned)t->attempts);
+        dsp_conn_cancel(t->holder, t);
+    } else {
+        log_info(&srv->log, "task %llu cancelled by the operator while buffered", (unsigned long long)t->id);
+        dsp_dispatch_unlink(srv, t);
+        srv->nbuffered--;
+    }
+    outbox_push(srv, t, DSP_WRITE_FAILED, 0, msg, sizeof msg - 1);
+    srv->task_stats.failed_total++;
+    task_free(srv, t);
+    dsp_server_type_release_if_unused(srv, ty);
+    dsp_server_kick(srv); /* the outbox is flushed by the next pass */
+    return was;
+}
+
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
@@ -810,7 +832,8 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         .table_stats_ms = cfg->table_stats_ms,
         .retain_succeeded_ms = cfg->retain_finished_ms,
         .retain_failed_ms = cfg->retain_failed_ms,
-        .cb = {on_leader, on_leader_lost, on_claim, on_written, on_health, on_requeued, on_fatal},
+        .cb = {on_leader, on_leader_lost, on_claim, on_written, on_health, on_requeued, on_fatal,
+               dsp_admin_taskop_answer},
         .cb_arg = srv,
     };
     srv->db = dsp_db_new(&o);

@@ -95,6 +95,8 @@ struct dsp_server {
     dsp_type **type_buckets;   /* the type index, by hash of the name: interning is O(1) */
     size_t type_nbuckets;      /* a power of two, or 0 before the first type */
     dsp_type *busy_types;      /* the types with nbuffered > 0 */
+    char **gone_names;         /* types a worker registered, freed since (types.c) */
+    size_t ngone_names;
     size_t claim_rotor[2];     /* where the next claim starts among cold [0] and warm [1]
                                 * types (see claim_maybe) */
     int64_t table_seen_ms;     /* the last table figures read for rows_seen_ms */
@@ -161,6 +163,10 @@ dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t le
 void dsp_server_type_release_if_unused(dsp_server *srv, dsp_type *ty);
 /* The type named name[0..len), or NULL when there is none (types.c). */
 dsp_type *dsp_server_type_find(const dsp_server *srv, const uint8_t *name, size_t len);
+/* Whether a worker registered a type of this name since the start (it may be gone now);
+ * remembers at most DSP_GONE_NAMES_MAX freed names (types.c). */
+#define DSP_GONE_NAMES_MAX 1024
+bool dsp_server_type_ever_registered(const dsp_server *srv, const char *name);
 /* Frees every type and the index (at dsp_server_free). */
 void dsp_server_types_free(dsp_server *srv);
 void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t outcome,
@@ -180,5 +186,10 @@ void dsp_server_drain(dsp_server *srv);
 /* Returns the request id (> 0), or 0 when it could not be queued. */
 uint64_t dsp_server_requeue_failed(dsp_server *srv, const char *type);
 int64_t dsp_wall_ms(void);
+/* An operator's cancel of a task this dispatcher holds: a buffered one leaves its
+ * queue, a delivered one gets a CANCEL frame (its slot stays taken until the worker
+ * answers); either way its row becomes FAILED "cancelled" through the fenced write
+ * path, and t is freed. Returns what it was: "buffered" or "running". */
+const char *dsp_server_cancel_held(dsp_server *srv, dsp_task *t);
 
 #endif

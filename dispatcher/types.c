@@ -1,6 +1,7 @@
 /* types.c: the task types the dispatcher knows, interned once and found by a hash of
  * the name (a type lives while a worker serves it, tasks of it are buffered, or an
- * operator paused it). The per-type queues themselves are dispatch.c's. */
+ * operator paused it), and the names of registered types that were freed since. The
+ * per-type queues themselves are dispatch.c's. */
 #include "server.h"
 
 #include <stdint.h>
@@ -80,6 +81,33 @@ static void type_free(dsp_type *t)
     free(t);
 }
 
+/* A type a worker registered (its workers array was ever grown) is remembered by name
+ * when freed, so that POST /pause can tell a type whose workers are away from a typo.
+ * Bounded: once DSP_GONE_NAMES_MAX names are kept, no more are (and none is searched
+ * for, so a peer churning names costs nothing more). */
+static void remember_gone(dsp_server *srv, const dsp_type *ty)
+{
+    if (ty->cap == 0 || srv->ngone_names >= DSP_GONE_NAMES_MAX ||
+        dsp_server_type_ever_registered(srv, ty->name))
+        return;
+    if (!srv->gone_names && !(srv->gone_names = calloc(DSP_GONE_NAMES_MAX, sizeof *srv->gone_names)))
+        return;
+    char *copy = strdup(ty->name);
+    if (copy)
+        srv->gone_names[srv->ngone_names++] = copy;
+}
+
+bool dsp_server_type_ever_registered(const dsp_server *srv, const char *name)
+{
+    const dsp_type *ty = dsp_server_type_find(srv, (const uint8_t *)name, strlen(name));
+    if (ty && ty->cap > 0)
+        return true;
+    for (size_t i = 0; i < srv->ngone_names; i++)
+        if (strcmp(srv->gone_names[i], name) == 0)
+            return true;
+    return false;
+}
+
 void dsp_server_type_release_if_unused(dsp_server *srv, dsp_type *ty)
 {
     if (ty->nworkers > 0 || ty->nbuffered > 0 || ty->paused)
@@ -96,6 +124,7 @@ void dsp_server_type_release_if_unused(dsp_server *srv, dsp_type *ty)
     if (ty->next)
         ty->next->prev = ty->prev;
     srv->ntypes--;
+    remember_gone(srv, ty);
     type_free(ty);
 }
 
@@ -115,4 +144,9 @@ void dsp_server_types_free(dsp_server *srv)
     srv->type_buckets = NULL;
     srv->type_nbuckets = 0;
     srv->ntypes = 0;
+    for (size_t i = 0; i < srv->ngone_names; i++)
+        free(srv->gone_names[i]);
+    free(srv->gone_names);
+    srv->gone_names = NULL;
+    srv->ngone_names = 0;
 }

@@ -852,10 +852,10 @@ static void test_admin_pause_types_bounded(void **state)
     /* Each paused name is kept until resumed: without a cap, POSTs would grow memory. */
     char path[64];
     for (int i = 0; i < 5; i++) {
-        snprintf(path, sizeof path, "/pause?type=p%d", i);
+        snprintf(path, sizeof path, "/pause?type=p%d&force=1", i); /* no worker has them */
         assert_int_equal(tp_http_request(fx->d.admin, "POST", path, NULL), 200);
     }
-    assert_int_equal(tp_http_request(fx->d.admin, "POST", "/pause?type=one-too-many", NULL), 400);
+    assert_int_equal(tp_http_request(fx->d.admin, "POST", "/pause?type=one-too-many&force=1", NULL), 400);
     assert_int_equal(tp_http_request(fx->d.admin, "POST", "/pause?type=%FF%FE", NULL), 400);
     assert_int_equal(stat_of(fx, "types"), 5);
     /* Resumed, they are freed. */

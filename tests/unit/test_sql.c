@@ -490,6 +490,48 @@ static void retention_and_requeue(void **state)
     dsp_strbuf_free(&b);
 }
 
+/* The task-level requests: by primary key, or claim_idx ranges with a LIMIT; a type
+ * only as a hex literal. */
+static void task_requests(void **state)
+{
+    (void)state;
+    dsp_strbuf b = {0};
+    dsp_db_sql_task_show(&b, 18446744073709551615ULL);
+    assert_non_null(strstr(b.p, " FROM task WHERE task_id = 18446744073709551615"));
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_task_state(&b, 7);
+    assert_string_equal(b.p, "SELECT task_state FROM task WHERE task_id = 7");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_task_retry(&b, 7, 1000);
+    assert_string_equal(b.p, "UPDATE task SET task_state = 0, attempts = 0, err_msg = NULL, `delayed` = 0,"
+                             " run_after = 1000, last_update_time = 1000 WHERE task_id = 7 AND task_state = 3");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_task_cancel(&b, 7, 1000);
+    assert_string_equal(b.p, "UPDATE task SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
+                             " last_update_time = 1000 WHERE task_id = 7 AND task_state = 0");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_failed_next_type(&b, 0, NULL, 0);
+    assert_string_equal(b.p, "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx)"
+                             " WHERE task_state = 3 AND `delayed` = 0");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_failed_next_type(&b, 1, "x'", 2);
+    assert_string_equal(b.p, "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx)"
+                             " WHERE task_state = 3 AND `delayed` = 1 AND task_type > _utf8mb4 X'7827'");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_failed_part(&b, true, 0, "a", 1, 2, 20, 1000);
+    dsp_db_sql_failed_part(&b, false, 1, "", 0, 0, 20, 1000);
+    dsp_db_sql_failed_end(&b, 20);
+    assert_string_equal(
+        b.p, "SELECT * FROM ((SELECT task_id, task_type, task_priority, attempts, max_attempts,"
+             " last_update_time, LEFT(err_msg, 1000) FROM task FORCE INDEX (claim_idx)"
+             " WHERE task_state = 3 AND `delayed` = 0 AND task_type = _utf8mb4 X'61' AND task_priority = 2"
+             " ORDER BY task_id DESC LIMIT 20) UNION ALL (SELECT task_id, task_type, task_priority,"
+             " attempts, max_attempts, last_update_time, LEFT(err_msg, 1000) FROM task FORCE INDEX"
+             " (claim_idx) WHERE task_state = 3 AND `delayed` = 1 AND task_type = '' AND task_priority = 0"
+             " ORDER BY task_id DESC LIMIT 20)) u ORDER BY task_id DESC LIMIT 20");
+    dsp_strbuf_free(&b);
+}
+
 /* ---- the text buffer ---- */
 
 static void strbuf_grows_and_keeps_text(void **state)
@@ -590,6 +632,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(claim_one_type),
+        cmocka_unit_test(task_requests),
         cmocka_unit_test(claim_two_types),
         cmocka_unit_test(claim_hostile_types),
         cmocka_unit_test(claim_refuses_bad_arguments),

@@ -1,0 +1,275 @@
+/* admin_tasks.c: the task-level requests of the admin port (docs/admin.md): GET /task
+ * (one task: its row, and where this dispatcher holds it), GET /failed (the newest
+ * FAILED rows), POST /retry (FAILED back to NEW) and POST /cancel. The rows are read
+ * and changed by the stats thread (dsp_db_taskop); the HTTP request is answered when
+ * its answer comes back to the loop (dsp_admin_taskop_answer). A task this dispatcher
+ * holds is cancelled here, in memory, and its row written by the fenced write path. */
+#include "admin_http.h"
+
+#include "conn.h"
+#include "db_sql.h"
+#include "server.h"
+
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LIMIT_DEFAULT 20u
+
+static const char *const state_names[4] = {"NEW", "PROCESSING", "SUCCESSFUL", "FAILED"};
+
+static const char *state_name(int state)
+{
+    return state >= 0 && state < 4 ? state_names[state] : "unknown";
+}
+
+/* ---- the query string ---- */
+
+/* Parses the query string into params (empty when none); -1 after a 400. */
+static int query_parse(struct evhttp_request *req, struct evkeyvalq *params)
+{
+    memset(params, 0, sizeof *params); /* TAILQ_INIT */
+    params->tqh_last = &params->tqh_first;
+    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    if (q && *q && evhttp_parse_query_str(q, params) != 0) {
+        dsp_admin_send_error(req, HTTP_BADREQUEST, "bad query string");
+        return -1;
+    }
+    return 0;
+}
+
+/* Decimal digits only, at most max; no sign, no blanks. -1 when not. */
+static int parse_decimal(const char *s, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (!s || !*s || strlen(s) > 20)
+        return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (max - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* ?id=N, 1 .. 2^64-1 (task_id is a BIGINT UNSIGNED). -1 after a 400. */
+static int param_id(struct evhttp_request *req, struct evkeyvalq *params, uint64_t *id)
+{
+    if (parse_decimal(evhttp_find_header(params, "id"), UINT64_MAX, id) < 0 || *id == 0) {
+        dsp_admin_send_error(req, HTTP_BADREQUEST, "id must be a task id: 1 to 18446744073709551615");
+        return -1;
+    }
+    return 0;
+}
+
+/* The request's task id from its query string, or -1 after a 400. */
+static int request_id(struct evhttp_request *req, uint64_t *id)
+{
+    struct evkeyvalq params;
+    if (query_parse(req, &params) < 0)
+        return -1;
+    int rc = param_id(req, &params, id);
+    evhttp_clear_headers(&params);
+    return rc;
+}
+
+/* ---- requests to the database side ---- */
+
+static dsp_taskop *taskop_new(struct evhttp_request *req, int kind, uint64_t id)
+{
+    dsp_taskop *op = calloc(1, sizeof *op);
+    if (!op) {
+        dsp_admin_send_error(req, HTTP_INTERNAL, "out of memory");
+        return NULL;
+    }
+    op->kind = kind;
+    op->task_id = id;
+    op->ctx = req;
+    return op;
+}
+
+static void taskop_submit(dsp_server *srv, struct evhttp_request *req, dsp_taskop *op)
+{
+    if (dsp_db_taskop(srv->db, op) < 0) {
+        dsp_taskop_free(op);
+        dsp_admin_send_error(req, 503, "the database side is not available");
+    }
+}
+
+void dsp_admin_task_cb(struct evhttp_request *req, void *arg)
+{
+    uint64_t id;
+    dsp_taskop *op;
+    if (!dsp_admin_only_get(req) || request_id(req, &id) < 0 || !(op = taskop_new(req, DSP_TASKOP_SHOW, id)))
+        return;
+    taskop_submit(arg, req, op);
+}
+
+void dsp_admin_failed_cb(struct evhttp_request *req, void *arg)
+{
+    struct evkeyvalq params;
+    if (!dsp_admin_only_get(req) || query_parse(req, &params) < 0)
+        return;
+    const char *type = evhttp_find_header(&params, "type");
+    const char *lim = evhttp_find_header(&params, "limit");
+    uint64_t limit = LIMIT_DEFAULT;
+    const char *bad = NULL;
+    if (lim && (parse_decimal(lim, DSP_TASKOP_LIMIT_MAX, &limit) < 0 || limit == 0))
+        bad = "limit must be 1 to 1000";
+    else if (type && (!*type || strlen(type) > 256))
+        bad = "type must be 1 to 256 bytes";
+    else if (type && dsp_utf8_valid_prefix((const uint8_t *)type, strlen(type)) != strlen(type))
+        bad = "a task type must be UTF-8";
+    dsp_taskop *op = NULL;
+    if (bad)
+        dsp_admin_send_error(req, HTTP_BADREQUEST, bad);
+    else if ((op = taskop_new(req, DSP_TASKOP_FAILED, 0)) != NULL) {
+        op->limit = (unsigned)limit;
+        if (type && !(op->type = strdup(type))) {
+            dsp_taskop_free(op);
+            op = NULL;
+            dsp_admin_send_error(req, HTTP_INTERNAL, "out of memory");
+        }
+    }
+    evhttp_clear_headers(&params);
+    if (op)
+        taskop_submit(arg, req, op);
+}
+
+void dsp_admin_retry_cb(struct evhttp_request *req, void *arg)
+{
+    uint64_t id;
+    dsp_taskop *op;
+    if (!dsp_admin_post_allowed(req, arg) || request_id(req, &id) < 0 ||
+        !(op = taskop_new(req, DSP_TASKOP_RETRY, id)))
+        return;
+    taskop_submit(arg, req, op);
+}
+
+static void answer_cancelled(struct evhttp_request *req, uint64_t id, const char *was, const char *worker)
+{
+    json_t *o = json_pack("{s:b, s:I, s:s, s:s}", "ok", 1, "task_id", (json_int_t)id, "state", "FAILED",
+                          "cancelled", was);
+    if (o && worker)
+        json_object_set_new(o, "worker", json_string(worker));
+    dsp_admin_send_json(req, HTTP_OK, o);
+}
+
+/* A task this dispatcher holds is cancelled in memory: answers and returns true. */
+static bool cancel_held(dsp_server *srv, struct evhttp_request *req, uint64_t id)
+{
+    dsp_task *t = dsp_taskmap_get(&srv->tasks, id);
+    if (!t)
+        return false;
+    char worker[256] = "";
+    if (t->holder)
+        snprintf(worker, sizeof worker, "%s", t->holder->name ? t->holder->name : "");
+    char *clean = worker[0] ? dsp_stats_utf8_copy(worker) : NULL;
+    const char *was = dsp_server_cancel_held(srv, t);
+    answer_cancelled(req, id, was, clean);
+    free(clean);
+    return true;
+}
+
+void dsp_admin_cancel_cb(struct evhttp_request *req, void *arg)
+{
+    dsp_server *srv = arg;
+    uint64_t id;
+    dsp_taskop *op;
+    if (!dsp_admin_post_allowed(req, srv) || request_id(req, &id) < 0 || cancel_held(srv, req, id) ||
+        !(op = taskop_new(req, DSP_TASKOP_CANCEL, id)))
+        return;
+    taskop_submit(srv, req, op);
+}
+
+/* ---- answers ---- */
+
+/* Where this dispatcher holds task id now: null (not held), buffered, or running on a
+ * worker since a wall-clock time. */
+static json_t *held_json(dsp_server *srv, uint64_t id)
+{
+    dsp_task *t = dsp_taskmap_get(&srv->tasks, id);
+    if (!t)
+        return json_null();
+    if (!t->holder)
+        return json_pack("{s:s}", "state", "buffered");
+    char *name = dsp_stats_utf8_copy(t->holder->name ? t->holder->name : "");
+    int64_t since = dsp_wall_ms() - (dsp_now_us() - t->delivered_us) / 1000;
+    json_t *o = json_pack("{s:s, s:s?, s:s, s:I, s:I}", "state", "running", "worker", name, "addr",
+                          t->holder->addr, "since_ms", (json_int_t)since, "attempt", (json_int_t)t->attempts);
+    free(name);
+    return o;
+}
+
+static void answer_conflict(struct evhttp_request *req, const dsp_taskop *op, const char *want)
+{
+    char text[200];
+    snprintf(text, sizeof text, "task %llu is %s, not %s", (unsigned long long)op->task_id,
+             state_name(op->state), want);
+    dsp_admin_send_error(req, 409, text);
+}
+
+void dsp_admin_taskop_answer(void *arg, dsp_taskop *op)
+{
+    dsp_server *srv = arg;
+    struct evhttp_request *req = op->ctx;
+    char text[200];
+
+    if (op->status == DSP_TASKOP_ERROR) {
+        dsp_admin_send_error(req, 503, "the database did not answer; try again");
+    } else if (op->status == DSP_TASKOP_NOT_FOUND) {
+        snprintf(text, sizeof text, "no task %llu", (unsigned long long)op->task_id);
+        dsp_admin_send_error(req, HTTP_NOTFOUND, text);
+    } else if (op->kind == DSP_TASKOP_SHOW) {
+        json_object_set_new(op->answer, "dispatcher", held_json(srv, op->task_id));
+        dsp_admin_send_json(req, HTTP_OK, json_incref(op->answer));
+    } else if (op->kind == DSP_TASKOP_FAILED) {
+        dsp_admin_send_json(req, HTTP_OK, json_incref(op->answer));
+    } else if (op->kind == DSP_TASKOP_RETRY) {
+        if (op->status == DSP_TASKOP_CONFLICT) {
+            answer_conflict(req, op, "FAILED");
+        } else {
+            srv->claim_not_before = 0; /* a row is ready: claim without waiting for the poll */
+            dsp_server_kick(srv);
+            dsp_admin_send_json(req, HTTP_OK,
+                                json_pack("{s:b, s:I, s:s}", "ok", 1, "task_id", (json_int_t)op->task_id,
+                                          "state", "NEW"));
+        }
+    } else if (op->status == DSP_TASKOP_OK) {
+        answer_cancelled(req, op->task_id, "new", NULL);
+    } else if (op->state == 1 && cancel_held(srv, req, op->task_id)) {
+        /* Claimed by this dispatcher while the UPDATE ran: cancelled in memory. */
+    } else if (op->state == 1) {
+        snprintf(text, sizeof text,
+                 "task %llu is PROCESSING but not held by this dispatcher (claimed by another, or "
+                 "its outcome is being written); try again",
+                 (unsigned long long)op->task_id);
+        dsp_admin_send_error(req, 409, text);
+    } else {
+        answer_conflict(req, op, "NEW or PROCESSING");
+    }
+    dsp_taskop_free(op);
+}
+
+bool dsp_admin_type_known(dsp_server *srv, const char *type)
+{
+    if (dsp_server_type_find(srv, (const uint8_t *)type, strlen(type)) || dsp_server_type_ever_registered(srv, type))
+        return true;
+    dsp_table_stats *ts = malloc(sizeof *ts);
+    bool known = false;
+    if (!ts)
+        return true; /* cannot tell: do not refuse */
+    dsp_db_table_stats_get(srv->db, ts);
+    for (size_t i = 0; ts->valid && i < ts->ntypes && !known; i++)
+        known = strcmp(ts->types[i].type, type) == 0;
+    free(ts);
+    return known;
+}
