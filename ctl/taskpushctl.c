@@ -545,6 +545,27 @@ static int run_task_get(const ctl_target *t, const char *path, bool as_json, voi
     return rc;
 }
 
+/* Fills t from --admin, --tls and --tls-ca (an https:// address implies --tls).
+ * Returns 0, or -1 after saying what is wrong (the caller exits 2). */
+static int target_open(ctl_target *t, const char *admin, bool tls, const char *tls_ca)
+{
+    char why[160];
+    if (parse_admin(admin, t, &tls, why, sizeof why) < 0) {
+        fprintf(stderr, "taskpushctl: --admin '%s': %s\nTry 'taskpushctl --help'.\n", admin, why);
+        return -1;
+    }
+    if (tls_ca && !tls) {
+        fprintf(stderr, "taskpushctl: --tls-ca goes with --tls or an https:// --admin\n");
+        return -1;
+    }
+    char err[512];
+    if (tls && !(t->tls = dsp_tls_client_ctx_new(tls_ca, err, sizeof err))) {
+        fprintf(stderr, "taskpushctl: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
 /* The task-level commands, from their arguments (args[0] the command) to the exit status. */
 static int task_main(int nargs, char **args, const char *admin, bool tls, const char *tls_ca,
                      const char *type, const char *limit, bool force, const char *admin_token_file,
@@ -579,20 +600,9 @@ static int task_main(int nargs, char **args, const char *admin, bool tls, const 
         return 2;
     }
     ctl_target target = {.admin = admin};
-    char why[160];
-    if (parse_admin(admin, &target, &tls, why, sizeof why) < 0) {
-        fprintf(stderr, "taskpushctl: --admin '%s': %s\nTry 'taskpushctl --help'.\n", admin, why);
+    if (target_open(&target, admin, tls, tls_ca) < 0)
         return 2;
-    }
-    if (tls_ca && !tls) {
-        fprintf(stderr, "taskpushctl: --tls-ca goes with --tls or an https:// --admin\n");
-        return 2;
-    }
-    char err[512], path[1024];
-    if (tls && !(target.tls = dsp_tls_client_ctx_new(tls_ca, err, sizeof err))) {
-        fprintf(stderr, "taskpushctl: %s\n", err);
-        return 2;
-    }
+    char path[1024];
     int rc;
     if (failed) {
         char *enc = type ? evhttp_encode_uri(type) : NULL;
@@ -710,22 +720,8 @@ int main(int argc, char **argv)
         return 2;
     }
     ctl_target target = {.admin = admin};
-    char why[160];
-    if (parse_admin(admin, &target, &tls, why, sizeof why) < 0) {
-        fprintf(stderr, "taskpushctl: --admin '%s': %s\nTry 'taskpushctl --help'.\n", admin, why);
+    if (target_open(&target, admin, tls, tls_ca) < 0)
         return 2;
-    }
-    if (tls_ca && !tls) {
-        fprintf(stderr, "taskpushctl: --tls-ca goes with --tls or an https:// --admin\n");
-        return 2;
-    }
-    if (tls) {
-        char err[512];
-        if (!(target.tls = dsp_tls_client_ctx_new(tls_ca, err, sizeof err))) {
-            fprintf(stderr, "taskpushctl: %s\n", err);
-            return 2;
-        }
-    }
     if (post) {
         int prc = run_post(&target, cmd, post, type, admin_token_file, token_file, as_json, force);
         dsp_tls_ctx_free(target.tls);
