@@ -494,6 +494,6 @@ int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
     srv->admin_loopback = dsp_addr_is_loopback(&ss);
     unsigned real = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                              : ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    snprintf(bound, boundlen, "%s:%u", host, real);
+    dsp_hostport_format(bound, boundlen, host, real);
     return 0;
 }

@@ -167,6 +167,12 @@ int dsp_hostport_parse(const char *s, char *host, size_t hostlen, unsigned *port
     return dsp_hostport_split(s, host, hostlen, port, NULL, 0);
 }
 
+void dsp_hostport_format(char *out, size_t outlen, const char *host, unsigned port)
+{
+    bool v6 = strchr(host, ':') != NULL;
+    snprintf(out, outlen, "%s%s%s:%u", v6 ? "[" : "", host, v6 ? "]" : "", port);
+}
+
 static char *dup_range(const char *s, size_t n)
 {
     char *d = malloc(n + 1);

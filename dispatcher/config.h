@@ -96,6 +96,9 @@ int dsp_hostport_parse(const char *s, char *host, size_t hostlen, unsigned *port
  * port, a port out of range, an empty host, an IPv6 address without brackets. */
 int dsp_hostport_split(const char *s, char *host, size_t hostlen, unsigned *port, char *why,
                        size_t whylen);
+/* Writes "HOST:PORT", with an IPv6 host in brackets ("[::1]:7070"), so that what the
+ * daemon prints (ready file, log) is an address its flags and clients take back. */
+void dsp_hostport_format(char *out, size_t outlen, const char *host, unsigned port);
 
 /* Calls emit(arg, key, value-as-text) for every setting, for /stats and logs;
  * secrets are shown as "(set)". */

@@ -722,7 +722,7 @@ static int bind_listener(dsp_server *srv, char *bound, size_t boundlen)
     getsockname(evconnlistener_get_fd(srv->listener), (struct sockaddr *)&ss, &sl);
     unsigned real_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                                   : ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    snprintf(bound, boundlen, "%s:%u", host, real_port);
+    dsp_hostport_format(bound, boundlen, host, real_port);
     return 0;
 }
 

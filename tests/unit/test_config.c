@@ -125,6 +125,23 @@ static void test_bad_flags_are_refused(void **state)
     dsp_config_free(&c);
 }
 
+/* What the daemon prints for a bound address is an address its flags take back. */
+static void test_hostport_format(void **state)
+{
+    (void)state;
+    char out[64], host[48];
+    unsigned port;
+    dsp_hostport_format(out, sizeof out, "127.0.0.1", 7070);
+    assert_string_equal(out, "127.0.0.1:7070");
+    dsp_hostport_format(out, sizeof out, "::1", 7070);
+    assert_string_equal(out, "[::1]:7070");
+    assert_int_equal(dsp_hostport_parse(out, host, sizeof host, &port), 0);
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, 7070);
+    dsp_hostport_format(out, sizeof out, "localhost", 0);
+    assert_string_equal(out, "localhost:0");
+}
+
 /* HOST:PORT of --listen and --admin: what is taken, and what each refusal says. */
 static void test_hostport_rules(void **state)
 {
@@ -449,6 +466,7 @@ int main(void)
         cmocka_unit_test_setup(test_db_is_required, setup),
         cmocka_unit_test_setup(test_bad_flags_are_refused, setup),
         cmocka_unit_test_setup(test_hostport_rules, setup),
+        cmocka_unit_test(test_hostport_format),
         cmocka_unit_test_setup(test_migrate_flag, setup),
         cmocka_unit_test_setup(test_help_and_version_exit_zero, setup),
         cmocka_unit_test_setup(test_flags_override_config_file_and_env, setup),
