@@ -55,6 +55,9 @@ struct dsp_conn {
     int64_t frame_started_ms;  /* when the bytes now waiting in the input began, or the last
                                 * whole frame after them: a half frame must complete in time */
     int64_t out_progress_ms;   /* the output was last empty or drained by the peer then */
+    bool direct_write;         /* plaintext: conn.c writes the socket itself (conn_flush) */
+    bool flush_queued;         /* on the server's flush list */
+    dsp_conn *flush_next;
     dsp_conn *prev, *next;  /* the server's list */
 };
 
@@ -82,6 +85,9 @@ void dsp_conn_tick(dsp_conn *c, int64_t now_ms);
  * worker is dropped and its other deliveries are taken back uncharged. Returns true
  * when c is closing. */
 bool dsp_conn_note_timeout(dsp_conn *c);
+
+/* The server's flush_ev: writes every connection given output in this loop pass. */
+void dsp_conn_flush_cb(evutil_socket_t fd, short what, void *arg);
 
 /* Frees at once, without flushing (shutdown). */
 void dsp_conn_free(dsp_conn *c);

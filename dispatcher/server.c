@@ -786,8 +786,10 @@ int dsp_server_init_offline(dsp_server *srv, const dsp_config *cfg)
     srv->claim_timer = evtimer_new(srv->base, dsp_dispatch_claim_timer_cb, srv);
     srv->tick_timer = event_new(srv->base, -1, EV_PERSIST, tick_cb, srv);
     srv->dispatch_ev = event_new(srv->base, -1, 0, dispatch_cb, srv);
+    srv->flush_ev = event_new(srv->base, -1, 0, dsp_conn_flush_cb, srv);
     srv->accept_retry_ev = evtimer_new(srv->base, accept_retry_cb, srv);
-    if (!srv->claim_timer || !srv->tick_timer || !srv->dispatch_ev || !srv->accept_retry_ev)
+    if (!srv->claim_timer || !srv->tick_timer || !srv->dispatch_ev || !srv->flush_ev ||
+        !srv->accept_retry_ev)
         return -1;
     int64_t tick = cfg->heartbeat_ms / 4;
     if (tick > TICK_MS_MAX)
@@ -877,6 +879,8 @@ void dsp_server_free(dsp_server *srv)
         event_free(srv->tick_timer);
     if (srv->dispatch_ev)
         event_free(srv->dispatch_ev);
+    if (srv->flush_ev)
+        event_free(srv->flush_ev);
     if (srv->accept_retry_ev)
         event_free(srv->accept_retry_ev);
     dsp_server_types_free(srv);

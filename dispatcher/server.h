@@ -83,6 +83,8 @@ struct dsp_server {
     struct event *claim_timer;
     struct event *tick_timer;  /* housekeeping: leases, heartbeats, drain */
     struct event *dispatch_ev; /* activated when slots or tasks appear; runs once per loop pass */
+    struct event *flush_ev;    /* writes the output of flush_head's connections (conn.c) */
+    dsp_conn *flush_head;      /* plaintext connections with output added this loop pass */
     struct event *signal_evs[3];
 
     dsp_conn *conns;           /* every connection, HELLO done or not */

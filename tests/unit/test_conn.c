@@ -20,6 +20,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/util.h>
 
@@ -363,6 +365,49 @@ static void test_half_frame_stalls(void **state)
     expect_error_and_close(f, PROTO_ERR_TIMEOUT, "a frame stopped arriving halfway");
 }
 
+/* A plaintext connection writes its socket itself in the loop pass that produced the
+ * output (conn.c, conn_flush): one pass after a frame is queued, the peer has it and
+ * the bufferevent's write event is off. When the socket takes only part of the output,
+ * the write event carries the rest, in order, and goes off again once it is written. */
+static void test_direct_write_and_rest(void **state)
+{
+    fixture *f = *state;
+    send_hello(f, PROTO_VERSION);
+    expect_welcome(f);
+    dsp_conn *c = f->srv.conns;
+    struct bufferevent *bev = c->bev;
+    assert_true(c->direct_write);
+    assert_int_equal(bufferevent_get_enabled(bev) & EV_WRITE, 0);
+
+    dsp_conn_send_simple(c, PROTO_HEARTBEAT);
+    size_t before = f->nin;
+    pump(f);
+    assert_int_equal(f->nin - before, PROTO_LEN_PREFIX + 1);
+    assert_int_equal(evbuffer_get_length(bufferevent_get_output(bev)), 0);
+    assert_int_equal(bufferevent_get_enabled(bev) & EV_WRITE, 0);
+
+    /* More than a small send buffer takes at once: 8,000 heartbeats, 40,000 bytes. */
+    int small = 4096;
+    assert_int_equal(setsockopt(bufferevent_getfd(bev), SOL_SOCKET, SO_SNDBUF, &small,
+                                sizeof small), 0);
+    enum { NFRAMES = 8000 };
+    for (int i = 0; i < NFRAMES; i++)
+        dsp_conn_send_simple(c, PROTO_HEARTBEAT);
+    event_base_loop(f->srv.base, EVLOOP_NONBLOCK);
+    assert_true(evbuffer_get_length(bufferevent_get_output(bev)) > 0);
+    assert_true(bufferevent_get_enabled(bev) & EV_WRITE);
+    before = f->nin;
+    for (int pass = 0; pass < MAX_PASSES && f->nin - before < NFRAMES * 5; pass++)
+        pump(f);
+    assert_int_equal(f->nin - before, NFRAMES * 5);
+    for (size_t i = before; i < f->nin; i += 5)
+        assert_memory_equal(f->in + i, "\0\0\0\1\3", 5);
+    pump(f); /* the write callback has seen the output empty */
+    assert_int_equal(evbuffer_get_length(bufferevent_get_output(bev)), 0);
+    assert_int_equal(bufferevent_get_enabled(bev) & EV_WRITE, 0);
+    assert_int_equal(f->srv.nconns, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -377,6 +422,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hello_other_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_frame_budget_yields, setup, teardown),
         cmocka_unit_test_setup_teardown(test_half_frame_stalls, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_direct_write_and_rest, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
