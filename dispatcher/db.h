@@ -1,9 +1,11 @@
 /* db.h: taskpushd's database side.
  *
- * The event loop never calls MySQL. This module owns three threads, each with its
+ * The event loop never calls MySQL. This module owns four threads, each with its
  * own connection:
- *  - the claim thread holds the table's leadership lock (GET_LOCK) for the life
- *    of its connection, takes a new epoch, puts rows of older epochs back to NEW,
+ *  - the lease thread holds the table's leadership lease (db_lease.c): takes it over
+ *    once it expired, renews it, gives it up when a renewal did not come in time;
+ *  - the claim thread, while the lease is held, holds the table's lock (GET_LOCK),
+ *    takes a new epoch, puts rows of older epochs back to NEW,
  *    moves rows between the delayed and ready lanes, and runs claim transactions;
  *  - the write thread writes outcomes in batches, a few statements per batch,
  *    each fenced by "task_state = PROCESSING AND epoch = ours";

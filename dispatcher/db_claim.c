@@ -1033,7 +1033,21 @@ static enum claim_state claim_on_drop(struct claim_ctx *x)
  * committed late (after the recovery at takeover) must not stay stranded. */
 static enum claim_state claim_recover_again(struct claim_ctx *x)
 {
+    uint64_t id;
+    bool isnull;
+    int rc;
+
     x->next_recover = mono_ms() + RECOVER_EVERY_MS;
+    /* A plain read first: the UPDATE's locks would meet the write thread's. */
+    dsp_strbuf_reset(&x->sql);
+    dsp_db_sql_recover_probe(&x->sql, x->epoch);
+    if (x->sql.oom)
+        return CLAIM_SERVE;
+    rc = dsp_dbi_query_u64(&x->c, x->sql.p, &id, &isnull, 0);
+    if (rc < 0 || commit(&x->c) < 0)
+        return CLAIM_DROP;
+    if (rc == 1)
+        return CLAIM_SERVE;
     return recover(x) < 0 ? CLAIM_DROP : CLAIM_SERVE;
 }
 
