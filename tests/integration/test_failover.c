@@ -9,7 +9,13 @@
  *      expiry can end its leadership): the other leads, work resumes there.
  *   3. SIGCONT of the frozen one: it reports leader false, writes nothing (no row
  *      carries its epoch but those it had finished before it froze, and none changed
- *      since), claims nothing; the other keeps leading. Every row ends SUCCESSFUL.
+ *      since), claims nothing; the other keeps leading.
+ *   4. The standby restarts with its database connections through a TCP proxy, the
+ *      leader stops (SIGTERM: it gives the lease back, the standby leads); the old
+ *      leader comes back as a standby; then the proxy holds every byte (a network cut
+ *      that leaves the connections open): the cut-off leader steps down on its own
+ *      clock, the standby leads, work resumes; after the cut heals it stays a standby.
+ *   Every row ends SUCCESSFUL.
  *
  * Takeover times are printed, with the default flags (a 1,000 ms lease renewed every
  * 250 ms); they are compared only with a generous bound (TAKEOVER_BOUND_MS), never with
@@ -33,6 +39,7 @@
 #include <jansson.h>
 #include <mysql.h>
 
+#include "../chaos/chaos_net.h" /* the partition proxy */
 #include "daemon.h"
 #include "inproc_worker.h"
 #include "rows.h"
@@ -61,6 +68,7 @@ struct fx {
     lworker lw[2];
     _Atomic long executions;
     long long t0;
+    chaos_proxy *proxy;
 };
 
 static void note(const struct fx *fx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -144,6 +152,7 @@ static int teardown(void **state)
         if (fx->lw[i].w)
             tp_worker_free(fx->lw[i].w);
     }
+    chaos_proxy_stop(fx->proxy);
     if (fx->have_db)
         tp_testdb_drop(&fx->db);
     free(fx);
@@ -210,10 +219,70 @@ static void wait_some(struct fx *fx, uint64_t n)
     }
 }
 
-static void start_daemon(struct fx *fx, int k, const char *listen, const char *admin)
+static void start_daemon_on(struct fx *fx, int k, const char *url, const char *listen, const char *admin)
 {
     const char *extra[] = {"--listen", listen, "--admin", admin, NULL};
-    assert_int_equal(tp_daemon_start(&fx->d[k], fx->db.url, listen ? extra : NULL), 0);
+    assert_int_equal(tp_daemon_start(&fx->d[k], url, listen ? extra : NULL), 0);
+}
+
+static void start_daemon(struct fx *fx, int k, const char *listen, const char *admin)
+{
+    start_daemon_on(fx, k, fx->db.url, listen, admin);
+}
+
+/* Restarts daemon k on the same ports (its worker reconnects), with url for --db. */
+static void restart_daemon(struct fx *fx, int k, const char *url)
+{
+    char listen[128], admin[128];
+    snprintf(listen, sizeof listen, "%s", fx->d[k].listen);
+    snprintf(admin, sizeof admin, "%s", fx->d[k].admin);
+    if (fx->d[k].pid > 0)
+        assert_int_equal(tp_daemon_stop(&fx->d[k], SIGTERM, 15000), 0);
+    start_daemon_on(fx, k, url, listen, admin);
+    long long end = tp_mono_ms() + 20000;
+    while (tp_daemon_stat(&fx->d[k], "workers") != 1 && tp_mono_ms() < end)
+        tp_sleep_ms(20);
+}
+
+/* Phase 4: the leader cut off from the database (see the opening comment). L is the
+ * standby now, S the leader; done after 3 batches. */
+static void cut_off_leader(struct fx *fx, int L, int S)
+{
+    char up[64], via[64], url[600];
+    long long t;
+
+    if (strcmp(fx->db.host, "127.0.0.1") != 0)
+        fail_msg("the proxy needs the test server on 127.0.0.1 (TASKPUSH_TEST_MYSQL_HOST is %s)", fx->db.host);
+    snprintf(up, sizeof up, "127.0.0.1:%u", fx->db.port);
+    fx->proxy = chaos_proxy_start(up, via, sizeof via);
+    assert_non_null(fx->proxy);
+    snprintf(url, sizeof url, "mysql://%s@%s/%s", fx->db.user, via, fx->db.name);
+    restart_daemon(fx, L, url);
+    assert_int_equal(leader_of(fx, L), 0);
+    t = tp_mono_ms();
+    assert_int_equal(tp_daemon_stop(&fx->d[S], SIGTERM, 15000), 0);
+    long long handover = wait_leader(fx, L, 1, t, "SIGTERM of the leader: the standby leads after");
+    restart_daemon(fx, S, fx->db.url);
+    assert_int_equal(leader_of(fx, S), 0);
+    uint64_t el = (uint64_t)tp_daemon_stat(&fx->d[L], "epoch");
+
+    insert_batch(fx);
+    wait_some(fx, 3 * BATCH + BATCH / 4);
+    t = tp_mono_ms();
+    chaos_proxy_hold(fx->proxy, true);
+    long long down = wait_leader(fx, L, 0, t, "database cut off: the leader reports leader false after");
+    long long took = wait_leader(fx, S, 1, t, "database cut off: the standby leads after");
+    assert_true((uint64_t)tp_daemon_stat(&fx->d[S], "epoch") > el);
+    assert_int_equal(q64(fx, "SELECT COUNT(*) FROM task WHERE task_state = 1 AND epoch = %" PRIu64, el), 0);
+    wait_successful(fx, 4 * BATCH, "with the old leader cut off, the new one drained the batch");
+    chaos_proxy_hold(fx->proxy, false);
+    tp_sleep_ms(1500);
+    assert_int_equal(leader_of(fx, L), 0);
+    assert_int_equal(leader_of(fx, S), 1);
+    assert_int_equal(q64(fx, "SELECT COUNT(*) FROM task WHERE epoch = %" PRIu64 " AND task_state <> 2", el), 0);
+    note(fx, "clean handover: %lld ms; database cut off: leader false after %lld ms, standby leads"
+             " after %lld ms",
+         handover, down, took);
 }
 
 static void test_failover(void **state)
@@ -311,15 +380,17 @@ static void test_failover(void **state)
     /* The lease row names the leader's epoch. */
     assert_int_equal(q64(fx, "SELECT value FROM taskpush_meta WHERE name = 'lease' AND holder <> 0"), es);
 
+    cut_off_leader(fx, L, S);
+
     /* Every row SUCCESSFUL, each with one attempt at least, none left anywhere else. */
-    assert_int_equal(q64(fx, "SELECT COUNT(*) FROM task"), 3 * BATCH);
+    assert_int_equal(q64(fx, "SELECT COUNT(*) FROM task"), 4 * BATCH);
     assert_int_equal(q64(fx, "SELECT COUNT(*) FROM task WHERE task_state = 2 AND attempts >= 1"
                              " AND result = 'done'"),
-                     3 * BATCH);
+                     4 * BATCH);
     note(fx, "takeover after kill -9: %lld ms; after SIGSTOP: %lld ms; thawed leader stepped down"
              " after %lld ms; %ld executions for %d tasks (default flags: 1,000 ms lease, 250 ms"
              " renewals; the target, 2,000 ms, is not asserted)",
-         took1, took2, took3, (long)atomic_load(&fx->executions), 3 * BATCH);
+         took1, took2, took3, (long)atomic_load(&fx->executions), 4 * BATCH);
     assert_int_equal(tp_daemon_stop(&fx->d[0], SIGTERM, 15000), 0);
     assert_int_equal(tp_daemon_stop(&fx->d[1], SIGTERM, 15000), 0);
 }
