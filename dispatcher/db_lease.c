@@ -39,6 +39,7 @@
 #define ER_NO_SUCH_THREAD_ 1094
 #define ER_KILL_DENIED_ 1095
 #define ER_BAD_FIELD_ 1054
+#define COL_MAX 136            /* a column read back: conns is at most 128 bytes */
 
 /* The database's clock in ms since 1970 (the lease connection's time zone is UTC, so
  * UNIX_TIMESTAMP(NOW(3)) is exact across daylight-saving changes). */
@@ -212,7 +213,7 @@ bool dsp_db_lease_valid(dsp_db *db)
 
 /* Runs sql and copies the first row's first ncols columns (NULL: empty) into out, each at
  * most cap bytes with its NUL. 0: a row; 1: no row; -1: error (logged unless quiet). */
-static int query_row(struct dbconn *c, const char *sql, char (*out)[64], unsigned ncols,
+static int query_row(struct dbconn *c, const char *sql, char (*out)[COL_MAX], unsigned ncols,
                      unsigned quiet)
 {
     MYSQL_RES *res;
@@ -233,8 +234,8 @@ static int query_row(struct dbconn *c, const char *sql, char (*out)[64], unsigne
         rc = 0;
         for (unsigned i = 0; i < ncols; i++) {
             size_t n = row[i] ? len[i] : 0;
-            if (n > 63)
-                n = 63;
+            if (n > COL_MAX - 1)
+                n = COL_MAX - 1; /* conns fits: VARCHAR(128) */
             memcpy(out[i], row[i] ? row[i] : "", n);
             out[i][n] = '\0';
         }
@@ -259,7 +260,7 @@ static int64_t parse_i64(const char *s)
  * after a restart, so an id recorded before one names somebody else. */
 static int read_boot(struct lease_ctx *x)
 {
-    char v[2][64], now[1][64];
+    char v[2][COL_MAX], now[1][COL_MAX];
     int64_t up, t;
 
     if (query_row(&x->c, "SHOW GLOBAL STATUS LIKE 'Uptime'", v, 2, 0) != 0 ||
@@ -298,7 +299,7 @@ static void kill_old(struct lease_ctx *x, const char *conns)
     uint64_t mine[LEASE_NCONN];
     const char *p = conns;
     int n = 0;
-    char sql[160], killed[128] = "", row[1][64];
+    char sql[160], killed[128] = "", row[1][COL_MAX];
     size_t kl = 0;
 
     while (n < 1 + LEASE_NCONN && *p) {
@@ -361,7 +362,7 @@ static void kill_old(struct lease_ctx *x, const char *conns)
 static int lease_acquire(struct lease_ctx *x)
 {
     dsp_db *db = x->db;
-    char row[4][64], conns[128], sql[512];
+    char row[4][COL_MAX], conns[128], sql[512];
     uint64_t ids[LEASE_NCONN], old, found;
     int64_t exp, now, t0;
     int rc = query_row(&x->c, "SELECT holder, expires_ms, conns, " DB_NOW_MS
