@@ -210,8 +210,11 @@ static double real(json_t *o, const char *key)
 static void print_stats(json_t *s)
 {
     json_t *t = json_object_get(s, "tasks"), *q = json_object_get(s, "queue");
-    printf("database    %s%s\n", json_is_true(json_object_get(s, "db_connected")) ? "reachable" : "UNREACHABLE",
-           json_is_true(json_object_get(s, "leader")) ? ", leading the table" : ", waiting for the table");
+    printf("database    %s", json_is_true(json_object_get(s, "db_connected")) ? "reachable" : "UNREACHABLE");
+    if (json_is_true(json_object_get(s, "leader")))
+        printf(", leading the table with epoch %lld\n", num(s, "epoch"));
+    else
+        printf(", waiting for the table\n");
     printf("uptime      %lld s\n", num(s, "uptime_s"));
     printf("scheduler   %s\n", json_string_value(json_object_get(s, "scheduler")));
     printf("workers     %lld\n", num(s, "workers"));

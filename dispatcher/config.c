@@ -72,6 +72,10 @@ static const opt_def option_table[] = {
      "delete FAILED rows older than this; keep = never"},
     {"table-stats-ms", OPT_INT, F(table_stats_ms), "2000", 100, 3600000, "N",
      "how often the table-side figures (counts, queue lag) are read"},
+    {"lease-ms", OPT_INT, F(lease_ms), "1000", 100, 600000, "N",
+     "the leadership lease: a standby takes over this long after the leader's last renewal"},
+    {"lease-renew-ms", OPT_INT, F(lease_renew_ms), "250", 10, 300000, "N",
+     "how often the leader renews its lease (at most half of --lease-ms)"},
     {"ready-file", OPT_STRING, F(ready_file), NULL, 0, 0, "PATH",
      "write {pid, listen, admin} as JSON here once the ports are open (for scripts)"},
     {"token-file", OPT_STRING, F(token_file), NULL, 0, 0, "PATH",
@@ -581,6 +585,12 @@ int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err
     }
     if (check_tls(cfg, err, errlen) < 0)
         goto done;
+    /* At least two renewals per lease, so that one slow statement costs no leadership. */
+    if (cfg->lease_renew_ms * 2 > cfg->lease_ms) {
+        snprintf(err, errlen, "--lease-renew-ms %lld must be at most half of --lease-ms %lld",
+                 (long long)cfg->lease_renew_ms, (long long)cfg->lease_ms);
+        goto done;
+    }
     if (cfg->admin_token_file) {
         if (read_token("admin-token-file", cfg->admin_token_file, &cfg->admin_token, err,
                        errlen) < 0)

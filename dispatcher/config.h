@@ -51,6 +51,8 @@ typedef struct dsp_config {
     int64_t retain_finished_ms; /* delete SUCCESSFUL rows older than this; 0 keeps all */
     int64_t retain_failed_ms;   /* delete FAILED rows older than this; 0 keeps all */
     int64_t table_stats_ms;     /* refresh interval of the table-side figures */
+    int64_t lease_ms;           /* the leadership lease: a standby takes over after it */
+    int64_t lease_renew_ms;     /* how often the leader renews the lease */
     char *ready_file;  /* written once the ports listen: {"pid","listen","admin"} */
     char *tls_cert;    /* PEM: with tls_key, both ports speak TLS only */
     char *tls_key;

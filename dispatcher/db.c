@@ -326,7 +326,8 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
 {
     dsp_db *db = c->db;
     const dsp_db_url *u = db->opts.url;
-    unsigned int connect_to = CONNECT_TIMEOUT_S, rw_to = RW_TIMEOUT_S, proto;
+    unsigned int connect_to = CONNECT_TIMEOUT_S, rw_to = c->rw_timeout_s ? c->rw_timeout_s : RW_TIMEOUT_S,
+                 proto;
     unsigned port = 0;
     const char *sock = NULL;
     uint64_t packet;
@@ -356,7 +357,8 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
         sock = u->socket;
         mysql_options(m, MYSQL_OPT_PROTOCOL, &proto);
     }
-    if (mysql_real_connect(m, u->host, u->user, u->password, u->dbname, port, sock, 0) == NULL) {
+    if (mysql_real_connect(m, u->host, u->user, u->password, u->dbname, port, sock, c->client_flag) ==
+        NULL) {
         c->err = mysql_errno(m);
         snprintf(c->errtext, sizeof c->errtext, "%s", mysql_error(m));
         /* At the first connect, the claim thread makes a configuration error fatal
@@ -408,6 +410,7 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
     c->ever_connected = true;
     c->down_logged = false;
     c->backoff_ms = 0;
+    dsp_dbi_lease_conn_opened(c); /* recorded in the lease before it acts as leader */
     return 0;
 
 fail:
@@ -515,8 +518,11 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     dsp_strbuf_puts(&db->release_lock_sql, ")");
 
     db->wake_ev = event_new(opts->base, -1, 0, wake_cb, db);
+    int lease_ok = dsp_dbi_lease_init(db) == 0;
     if (!mu_ok || !cv1 || !cv2 || !cv3 || db->wake_ev == NULL || db->get_lock_sql.oom ||
-        db->release_lock_sql.oom || nl == 0 || db->tstats == NULL) {
+        db->release_lock_sql.oom || nl == 0 || db->tstats == NULL || !lease_ok) {
+        if (lease_ok)
+            dsp_dbi_lease_destroy(db);
         if (db->wake_ev)
             event_free(db->wake_ev);
         dsp_strbuf_free(&db->get_lock_sql);
@@ -552,6 +558,12 @@ int dsp_db_start(dsp_db *db)
         return -1;
     }
     db->claim_thread_ok = true;
+    if (pthread_create(&db->lease.thr, NULL, dsp_dbi_lease_main, db) != 0) {
+        log_error(db->log, "cannot start the lease thread");
+        dsp_db_stop(db, 0);
+        return -1;
+    }
+    db->lease.thread_ok = true;
     if (pthread_create(&db->stats_thr, NULL, dsp_dbi_stats_main, db) != 0) {
         log_error(db->log, "cannot start the stats thread");
         dsp_db_stop(db, 0);
@@ -698,6 +710,14 @@ void dsp_db_stop(dsp_db *db, int64_t deadline_ms)
     if (db->claim_thread_ok)
         pthread_join(db->claim_thr, NULL);
     db->claim_thread_ok = false;
+    /* The lease goes last: the writes and the lock's release happened under it. */
+    pthread_mutex_lock(&db->mu);
+    db->lease.stop = true;
+    pthread_cond_broadcast(&db->lease.cv);
+    pthread_mutex_unlock(&db->mu);
+    if (db->lease.thread_ok)
+        pthread_join(db->lease.thr, NULL);
+    db->lease.thread_ok = false;
     /* It ends after its current statement; requests still queued are answered -1. */
     if (db->stats_thread_ok)
         pthread_join(db->stats_thr, NULL);
@@ -742,6 +762,7 @@ void dsp_db_free(dsp_db *db)
     pthread_cond_destroy(&db->claim_cv);
     pthread_cond_destroy(&db->write_cv);
     pthread_cond_destroy(&db->stats_cv);
+    dsp_dbi_lease_destroy(db);
     pthread_mutex_destroy(&db->mu);
     free(db);
 }

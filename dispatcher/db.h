@@ -1,9 +1,11 @@
 /* db.h: taskpushd's database side.
  *
- * The event loop never calls MySQL. This module owns three threads, each with its
+ * The event loop never calls MySQL. This module owns four threads, each with its
  * own connection:
- *  - the claim thread holds the table's leadership lock (GET_LOCK) for the life
- *    of its connection, takes a new epoch, puts rows of older epochs back to NEW,
+ *  - the lease thread holds the table's leadership lease (db_lease.c): takes it over
+ *    once it expired, renews it, gives it up when a renewal did not come in time;
+ *  - the claim thread, while the lease is held, holds the table's lock (GET_LOCK),
+ *    takes a new epoch, puts rows of older epochs back to NEW,
  *    moves rows between the delayed and ready lanes, and runs claim transactions;
  *  - the write thread writes outcomes in batches, a few statements per batch,
  *    each fenced by "task_state = PROCESSING AND epoch = ours";
@@ -172,6 +174,8 @@ typedef struct dsp_db_options {
     int64_t table_stats_ms;     /* refresh interval of dsp_table_stats; 0: never */
     int64_t retain_succeeded_ms; /* delete SUCCESSFUL rows older than this; 0: keep all */
     int64_t retain_failed_ms;    /* the same for FAILED rows; 0: keep all */
+    int64_t lease_ms;            /* the leadership lease's length; 0: 1000 */
+    int64_t lease_renew_ms;      /* how often the leader renews it; 0: 250 */
     dsp_db_callbacks cb;
     void *cb_arg;
 } dsp_db_options;
@@ -216,6 +220,14 @@ void dsp_db_stop(dsp_db *db, int64_t deadline_ms);
 void dsp_db_free(dsp_db *db);
 
 void dsp_db_counters_get(dsp_db *db, dsp_db_counters *out);
+
+/* Called by the loop's tick: gives the leadership up when the lease was not renewed in
+ * time on this process's monotonic clock, even while the lease thread is stuck in a
+ * statement (on_leader_lost follows). Accepts NULL. */
+void dsp_db_lease_check(dsp_db *db);
+/* Whether the lease is held and not past on the monotonic clock (true for NULL): /stats
+ * says leader only then, also in the moment between a thaw and the tick that steps down. */
+bool dsp_db_lease_valid(dsp_db *db);
 
 /* Copies the latest table figures (thread-safe; cheap: no query). */
 void dsp_db_table_stats_get(dsp_db *db, dsp_table_stats *out);

@@ -6,19 +6,24 @@
  * The thread's life is a state machine (enum claim_state), one function per state,
  * driven by dsp_dbi_claim_main until dsp_db_stop:
  *
- *   CONNECT --> SCHEMA --> LOCK --> CONFIRM --> SERVE
+ *   CONNECT --> SCHEMA --> LEASE --> LOCK --> CONFIRM --> SERVE
  *
  *   CONNECT  open the connection; on failure wait (backoff) and try again, except
  *            when the very first connect is refused for the login or the database
  *            (a wrong --db, not an outage): that is FATAL.
  *   SCHEMA   read the schema version: missing tables, wait SCHEMA_RETRY_MS and read
  *            again; known, on to LOCK (to CONFIRM when the lock is already held).
- *   LOCK     GET_LOCK: busy, try again (and note a lost leadership); taken, on to
+ *   LEASE    wait until the lease thread holds the table's lease (db_lease.c) and has
+ *            recorded this connection in it (a standby taking over KILLs what the
+ *            lease names, which frees the lock); a leadership whose lease is gone ends.
+ *   LOCK     GET_LOCK: busy, back to LEASE (and note a lost leadership); taken, on to
  *            CONFIRM, or back to SCHEMA, lock kept, when the version read again under
  *            the lock is not one to use (taskpushd --migrate ran meanwhile).
  *   CONFIRM  keep the announced epoch, or take a new one and recover; then SERVE
  *            (back to SCHEMA when taskpush_meta has no epoch row).
- *   SERVE    claims and lane sweeps, one per step.
+ *   SERVE    claims and lane sweeps, one per step; every RECOVER_EVERY_MS, recovery
+ *            again (rows a stale leader committed late). Once the lease is gone (or
+ *            ran out on the monotonic clock): step down, release the lock, LEASE.
  *   FATAL    a schema, epoch counter or --db no retry mends was reported (on_fatal): wait
  *            for dsp_db_stop. Latched: a reconnect comes back here, so the report
  *            is made once.
@@ -51,6 +56,7 @@
 #define DEMOTE_EVERY_MS 1000  /* demote at most this often */
 #define DUE_REFRESH_MS 5000   /* re-read MIN(run_after) of the delayed lane at least this often */
 #define SCHEMA_RETRY_MS 2000  /* while the tables are missing */
+#define RECOVER_EVERY_MS 1000 /* recovery while leading: rows of older epochs */
 
 /* ---- claim replies ---- */
 
@@ -112,6 +118,7 @@ struct cand {
 enum claim_state {
     CLAIM_CONNECT,
     CLAIM_SCHEMA,
+    CLAIM_LEASE,
     CLAIM_LOCK,
     CLAIM_CONFIRM,
     CLAIM_SERVE,
@@ -129,6 +136,9 @@ struct claim_ctx {
     bool schema_logged;
     bool wait_logged;
     uint32_t epoch;
+    uint64_t lease_gen;      /* the lease generation this thread serves (db_lease.c) */
+    uint64_t announced_gen;  /* the one epoch was announced under */
+    int64_t next_recover;    /* monotonic */
     dsp_strbuf sql;
     uint64_t *release_ids; /* rows of a claim whose COMMIT has an unknown outcome */
     size_t nrelease;
@@ -255,19 +265,11 @@ static int take_lock(struct claim_ctx *x)
 static void leadership_lost(struct claim_ctx *x)
 {
     dsp_db *db = x->db;
-    struct msg *m = dsp_dbi_msg_new(MSG_LEADER_LOST);
 
     log_error(db->log, "another dispatcher took the table after epoch %u", (unsigned)x->epoch);
     x->announced = false;
     x->nrelease = 0;
-    atomic_store(&db->leader, false);
-    pthread_mutex_lock(&db->mu);
-    db->accepting = false;
-    if (m)
-        dsp_dbi_post_locked(db, m);
-    pthread_mutex_unlock(&db->mu);
-    if (m)
-        dsp_dbi_wake_loop(db);
+    dsp_dbi_leadership_end(db); /* on_leader_lost once, whoever ends it first */
 }
 
 /* Reads the epoch counter. Returns 0 or -1. */
@@ -332,6 +334,12 @@ static int confirm_leadership(struct claim_ctx *x)
     uint64_t e, n;
     struct msg *m;
 
+    if (x->announced && x->announced_gen != x->lease_gen) {
+        /* The lease was lost and taken again meanwhile: the loop dropped everything. */
+        x->announced = false;
+        x->nrelease = 0;
+        dsp_dbi_leadership_end(db);
+    }
     if (x->announced) {
         if (read_meta_epoch(x, &e) < 0)
             return -1;
@@ -366,6 +374,8 @@ static int confirm_leadership(struct claim_ctx *x)
     if (recover(x) < 0)
         return -1;
     x->announced = true;
+    x->announced_gen = x->lease_gen;
+    x->next_recover = mono_ms() + RECOVER_EVERY_MS;
     x->next_due_wall = 0; /* sweep both lanes at once */
     x->next_demote = 0;
     x->next_refresh = 0;
@@ -791,6 +801,13 @@ fail:
     return -1;
 }
 
+/* Whether this thread may still act as the leader of epoch (db_lease.c's gate). */
+static bool claim_may_lead(struct claim_ctx *x)
+{
+    uint64_t id = x->c.m ? (uint64_t)mysql_thread_id(x->c.m) : 0;
+    return dsp_dbi_lease_gate(x->db, LEASE_CONN_CLAIM, id, x->lease_gen, x->epoch) == 0;
+}
+
 /* Waits for a claim request or a sweep, and runs them. Returns 0, or -1 on a database
  * error (the caller reconnects). */
 static int serve(struct claim_ctx *x)
@@ -820,11 +837,18 @@ static int serve(struct claim_ctx *x)
         if (at < x->last_promote + PROMOTE_GAP_MS)
             at = x->last_promote + PROMOTE_GAP_MS;
         wake = at < x->next_demote ? at : x->next_demote;
-        if (now_m >= wake)
+        if (now_m >= wake || !db->lease.held)
             break;
         cond_wait_until(&db->claim_cv, &db->mu, wake);
     }
     pthread_mutex_unlock(&db->mu);
+    /* Leadership (db_lease.c): a leader whose lease is gone claims and sweeps nothing;
+     * claim_step steps down. */
+    if (!claim_may_lead(x)) {
+        if (r)
+            claim_fail(db, r);
+        return 0;
+    }
     if (r && do_claim(x, r) < 0)
         return -1;
     if (claim_stopping(db))
@@ -879,7 +903,74 @@ static enum claim_state claim_on_schema(struct claim_ctx *x)
         claim_idle(x, SCHEMA_RETRY_MS);
         return x->fatal ? CLAIM_FATAL : CLAIM_SCHEMA;
     }
-    return x->have_lock ? CLAIM_CONFIRM : CLAIM_LOCK;
+    return x->have_lock ? CLAIM_CONFIRM : CLAIM_LEASE;
+}
+
+/* claim_idle until the lease is held with connection id recorded in it (the lease
+ * thread signals claim_cv then), or ms passed. */
+static void lease_idle(struct claim_ctx *x, uint64_t id, int64_t ms)
+{
+    dsp_db *db = x->db;
+    int64_t until = mono_ms() + ms;
+    struct claim_req *r;
+
+    pthread_mutex_lock(&db->mu);
+    for (;;) {
+        if ((r = db->req) != NULL) {
+            db->req = NULL;
+            pthread_mutex_unlock(&db->mu);
+            claim_fail(db, r);
+            pthread_mutex_lock(&db->mu);
+            continue;
+        }
+        if (db->stop_claims || db->claim_exit || mono_ms() >= until ||
+            (db->lease.held && db->lease.recorded[LEASE_CONN_CLAIM] == id))
+            break;
+        cond_wait_until(&db->claim_cv, &db->mu, until);
+    }
+    pthread_mutex_unlock(&db->mu);
+}
+
+/* Waits for the lease (see the opening comment). */
+static enum claim_state claim_on_lease(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    uint64_t id = x->c.m ? (uint64_t)mysql_thread_id(x->c.m) : 0;
+    int g;
+
+    dsp_dbi_lease_want(db, true);
+    g = dsp_dbi_lease_gate(db, LEASE_CONN_CLAIM, id, 0, 0);
+    if (g == 0) {
+        x->lease_gen = dsp_dbi_lease_gen(db);
+        return CLAIM_LOCK;
+    }
+    if (g < 0 && x->announced) {
+        x->announced = false;
+        x->nrelease = 0;
+        dsp_dbi_leadership_end(db);
+    }
+    lease_idle(x, id, 1000);
+    return x->fatal ? CLAIM_FATAL : CLAIM_LEASE;
+}
+
+/* The lease is gone: stop leading and let the lock go (a standby needs it), then wait
+ * for the lease again. */
+static enum claim_state claim_step_down(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    uint64_t v;
+    bool isnull;
+
+    x->announced = false;
+    x->nrelease = 0; /* whoever leads next recovers them */
+    dsp_dbi_leadership_end(db);
+    if (x->have_lock) {
+        if (dsp_dbi_query_u64(&x->c, db->release_lock_sql.p, &v, &isnull, 0) < 0 || commit(&x->c) < 0)
+            return CLAIM_DROP; /* closing the connection lets the lock go too */
+        x->have_lock = false;
+        log_info(db->log, "released the table's lock");
+    }
+    return CLAIM_LEASE;
 }
 
 static enum claim_state claim_on_lock(struct claim_ctx *x)
@@ -903,12 +994,17 @@ static enum claim_state claim_on_lock(struct claim_ctx *x)
     if (x->fatal)
         return CLAIM_FATAL;
     /* Holding the lock here means the version read again under it was not one to use. */
-    return x->have_lock ? CLAIM_SCHEMA : CLAIM_LOCK;
+    return x->have_lock ? CLAIM_SCHEMA : CLAIM_LEASE;
 }
 
 static enum claim_state claim_on_confirm(struct claim_ctx *x)
 {
-    int rc = confirm_leadership(x);
+    int rc;
+
+    if (dsp_dbi_lease_gate(x->db, LEASE_CONN_CLAIM, x->c.m ? (uint64_t)mysql_thread_id(x->c.m) : 0,
+                           x->lease_gen, 0) < 0)
+        return claim_step_down(x);
+    rc = confirm_leadership(x);
 
     if (rc < 0)
         return CLAIM_DROP;
@@ -933,6 +1029,28 @@ static enum claim_state claim_on_drop(struct claim_ctx *x)
     return CLAIM_CONNECT;
 }
 
+/* Recovery while leading: rows PROCESSING under an older epoch that a stale leader
+ * committed late (after the recovery at takeover) must not stay stranded. */
+static enum claim_state claim_recover_again(struct claim_ctx *x)
+{
+    uint64_t id;
+    bool isnull;
+    int rc;
+
+    x->next_recover = mono_ms() + RECOVER_EVERY_MS;
+    /* A plain read first: the UPDATE's locks would meet the write thread's. */
+    dsp_strbuf_reset(&x->sql);
+    dsp_db_sql_recover_probe(&x->sql, x->epoch);
+    if (x->sql.oom)
+        return CLAIM_SERVE;
+    rc = dsp_dbi_query_u64(&x->c, x->sql.p, &id, &isnull, 0);
+    if (rc < 0 || commit(&x->c) < 0)
+        return CLAIM_DROP;
+    if (rc == 1)
+        return CLAIM_SERVE;
+    return recover(x) < 0 ? CLAIM_DROP : CLAIM_SERVE;
+}
+
 /* Runs the current state's step and returns the next state. DROP runs at once, in
  * the same step: the connection it closes is broken. */
 static enum claim_state claim_step(struct claim_ctx *x)
@@ -946,6 +1064,9 @@ static enum claim_state claim_step(struct claim_ctx *x)
     case CLAIM_SCHEMA:
         next = claim_on_schema(x);
         break;
+    case CLAIM_LEASE:
+        next = claim_on_lease(x);
+        break;
     case CLAIM_LOCK:
         next = claim_on_lock(x);
         break;
@@ -953,7 +1074,12 @@ static enum claim_state claim_step(struct claim_ctx *x)
         next = claim_on_confirm(x);
         break;
     case CLAIM_SERVE:
-        next = serve(x) == 0 ? CLAIM_SERVE : CLAIM_DROP;
+        if (!claim_may_lead(x))
+            next = claim_step_down(x);
+        else if (mono_ms() >= x->next_recover)
+            next = claim_recover_again(x);
+        else
+            next = serve(x) == 0 ? CLAIM_SERVE : CLAIM_DROP;
         break;
     case CLAIM_FATAL:
         next = claim_on_fatal(x);

@@ -125,6 +125,25 @@ struct wentry {
 
 enum { CONN_CLAIM = 0, CONN_WRITE = 1 };
 
+/* The connections the lease records (db_lease.c), so that a standby taking over can KILL
+ * them; a connection's slot comes from its dbconn.who. */
+enum { LEASE_CONN_CLAIM = 0, LEASE_CONN_WRITE, LEASE_CONN_LEASE, LEASE_CONN_STATS, LEASE_NCONN };
+
+/* The table's lease as this process knows it (db_lease.c); under dsp_db.mu. */
+struct dsp_lease {
+    bool held;              /* acquired and not given up (valid_until may still pass) */
+    bool wanted;            /* the claim thread waits for it: the schema is one to use */
+    bool stop;              /* dsp_db_stop: give the lease back and end */
+    bool renew_now;         /* a connection waits to be recorded */
+    uint64_t gen;           /* acquisitions so far; a claim thread serves one */
+    int64_t valid_until;    /* monotonic ms: past it, nothing may act as leader */
+    uint64_t conn[LEASE_NCONN];     /* the connections' ids now (0: none) */
+    uint64_t recorded[LEASE_NCONN]; /* the ids the lease row holds */
+    pthread_cond_t cv;
+    pthread_t thr;
+    bool thread_ok;
+};
+
 struct dsp_db {
     dsp_db_options opts;
     const dsp_log *log;
@@ -163,6 +182,8 @@ struct dsp_db {
     bool conn_ok[2];
     bool healthy;
 
+    struct dsp_lease lease; /* db_lease.c */
+
     /* The stats thread. */
     bool stats_thread_ok;
     pthread_t stats_thr;
@@ -198,6 +219,8 @@ struct dbconn {
     char errtext[256];    /* mysql_error of the last failed connect */
     size_t stmt_limit;    /* the largest statement this connection may send */
     bool no_lock_wait;    /* innodb_lock_wait_timeout = 0: a locked row fails at once */
+    unsigned long client_flag; /* mysql_real_connect's: CLIENT_FOUND_ROWS for the lease */
+    unsigned rw_timeout_s;     /* read and write timeout; 0: the default */
 };
 
 /* ---- db.c: messages to the loop ---- */
@@ -225,6 +248,26 @@ int dsp_dbi_query_u64(struct dbconn *c, const char *sql, uint64_t *out, bool *is
                       unsigned quiet_err);
 void dsp_dbi_conn_close(struct dbconn *c);
 int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet);
+
+/* ---- db_lease.c: the table's lease ---- */
+
+/* Notes c's connection id for the lease (dsp_dbi_conn_open calls it). */
+void dsp_dbi_lease_conn_opened(struct dbconn *c);
+/* May the thread owning connection slot (LEASE_CONN_*) act as the leader now? gen 0 or
+ * the lease generation it serves; epoch 0 or the epoch it acts for (then the claim
+ * thread must have announced it). 0: yes; 1: not yet (its connection is not recorded in
+ * the lease row yet; a renewal is asked for); -1: no (not leading, or the lease ran out
+ * on this process's monotonic clock, or another generation or epoch). */
+int dsp_dbi_lease_gate(dsp_db *db, int slot, uint64_t conn_id, uint64_t gen, uint32_t epoch);
+/* The generation of the lease held now, or 0 when not held. */
+uint64_t dsp_dbi_lease_gen(dsp_db *db);
+/* The claim thread waits for the lease (true) or no longer (false). */
+void dsp_dbi_lease_want(dsp_db *db, bool want);
+/* Leadership ends (leader false, claims refused, on_leader_lost once); mu not held. */
+void dsp_dbi_leadership_end(dsp_db *db);
+void *dsp_dbi_lease_main(void *arg);
+int dsp_dbi_lease_init(dsp_db *db);
+void dsp_dbi_lease_destroy(dsp_db *db);
 
 /* ---- requests ---- */
 

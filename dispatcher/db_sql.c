@@ -432,6 +432,14 @@ void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned 
                       now_ms, epoch, limit);
 }
 
+void dsp_db_sql_recover_probe(dsp_strbuf *b, uint32_t epoch)
+{
+    dsp_strbuf_printf(b,
+                      "SELECT task_id FROM task FORCE INDEX (claim_idx)"
+                      " WHERE task_state = 1 AND epoch < %" PRIu32 " LIMIT 1",
+                      epoch);
+}
+
 /* ---- the stats thread ---- */
 
 void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms)

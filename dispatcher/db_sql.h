@@ -117,6 +117,10 @@ void dsp_db_sql_still_ours(dsp_strbuf *b, uint32_t epoch, const dsp_db_sql_row *
  * goes back to NEW (ready) with its attempts unchanged (they count the deliveries
  * recorded), or FAILED when its last allowed delivery was made (see db_sql.c). */
 void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned limit);
+/* Appends a plain read (no lock) that finds whether any row is PROCESSING under an epoch
+ * older than epoch: the leader's periodic recovery runs its locking UPDATE only then, so
+ * that in the steady state it never takes a lock the write thread would meet. */
+void dsp_db_sql_recover_probe(dsp_strbuf *b, uint32_t epoch);
 
 /* ---- the stats thread's statements (see db_maint.c) ----
  *

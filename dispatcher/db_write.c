@@ -388,6 +388,21 @@ static void write_batch(struct write_ctx *w)
             }
             dsp_dbi_set_conn_ok(db, CONN_WRITE, true);
         }
+        /* Leadership (db_lease.c): only the leader of the batch's epoch writes, on a
+         * connection the lease has recorded; a deposed leader drops its outcomes. */
+        int gate = dsp_dbi_lease_gate(db, LEASE_CONN_WRITE, (uint64_t)mysql_thread_id(w->c.m), 0,
+                                      w->batch[0].epoch);
+        if (gate < 0) {
+            rep.fenced += left;
+            left = 0;
+            break;
+        }
+        if (gate > 0) {
+            if (write_past_deadline(db))
+                break;
+            write_sleep(db, 5); /* the lease thread records the connection */
+            continue;
+        }
         if (write_pass(w, &rep, &left, &retry_min) < 0) {
             log_warn(db->log, "write connection: reconnecting; %zu outcome(s) to write again", left);
             dsp_dbi_conn_close(&w->c);

@@ -303,9 +303,10 @@ static void forget_all_tasks(dsp_server *srv)
 static void on_leader_lost(void *arg)
 {
     dsp_server *srv = arg;
-    log_error(&srv->log, "lost the table to another dispatcher; dropping every claimed task");
+    log_error(&srv->log, "no longer leading the table; dropping every claimed task");
     srv->leader = false;
-    forget_all_tasks(srv);
+    forget_all_tasks(srv); /* the CANCELs name the deliveries' epoch */
+    srv->epoch = 0;        /* /stats: no epoch while not leading */
 }
 
 static void on_written(void *arg, const dsp_write_report *r)
@@ -508,6 +509,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
         dsp_rates_push(&srv->rates, now, srv->task_stats.dispatched_total,
                        srv->task_stats.succeeded_total + srv->task_stats.failed_total);
     }
+    dsp_db_lease_check(srv->db); /* a leader whose lease ran out steps down now */
     expire_leases(srv, now);
     for (dsp_conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
@@ -834,6 +836,8 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         .table_stats_ms = cfg->table_stats_ms,
         .retain_succeeded_ms = cfg->retain_finished_ms,
         .retain_failed_ms = cfg->retain_failed_ms,
+        .lease_ms = cfg->lease_ms,
+        .lease_renew_ms = cfg->lease_renew_ms,
         .cb = {on_leader, on_leader_lost, on_claim, on_written, on_health, on_requeued, on_fatal,
                dsp_admin_taskop_answer},
         .cb_arg = srv,

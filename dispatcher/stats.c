@@ -64,8 +64,8 @@ void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
     snap->cfg = srv->cfg;
     snap->scheduler = dsp_sched_policy_name(srv->cfg->scheduler);
     snap->db_connected = srv->db_connected;
-    snap->leader = srv->leader;
-    snap->epoch = srv->epoch;
+    snap->leader = srv->leader && dsp_db_lease_valid(srv->db);
+    snap->epoch = srv->leader && !snap->leader ? 0 : srv->epoch; /* on_leader_lost zeroes it too */
     snap->nconns = srv->nconns;
     snap->nworkers = srv->nworkers;
     snap->ntypes = srv->ntypes;

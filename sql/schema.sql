@@ -1,6 +1,6 @@
 -- taskpush schema. This is the one file a user runs on a new database:
 --     mariadb DBNAME < sql/schema.sql
--- It creates the current version (schema_version 2) directly. On an existing database it
+-- It creates the current version (schema_version 3) directly. On an existing database it
 -- changes nothing (see "Safe to run twice"), so it never upgrades one: that is what the
 -- migrations do. To upgrade, stop every taskpushd on the database, then run
 --     taskpushd --db URL --migrate
@@ -97,10 +97,19 @@ CREATE TABLE IF NOT EXISTS task (
 --          one with
 --          UPDATE taskpush_meta SET value = LAST_INSERT_ID(value + 1) WHERE name = 'epoch'
 --          and reads it back with SELECT LAST_INSERT_ID() (or mysql_insert_id()).
+--   lease: the table's leadership (version 3, sql/migrations/003-leadership-lease.sql):
+--          value the holder's epoch, holder a random number its taskpushd drew (0:
+--          nobody), expires_ms the end of the lease on the database's clock (ms since
+--          1970), conns "B C W L S": the server's start (s since 1970) and the holder's
+--          claim, write, lease and stats connection ids, for a standby to KILL. The
+--          other rows leave these three columns at their defaults.
 CREATE TABLE IF NOT EXISTS taskpush_meta (
     name  VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     value BIGINT UNSIGNED NOT NULL,
+    holder BIGINT UNSIGNED NOT NULL DEFAULT 0,
+    expires_ms BIGINT NOT NULL DEFAULT 0,
+    conns VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
     PRIMARY KEY (name)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
-INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 2), ('epoch', 0);
+INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 3), ('epoch', 0), ('lease', 0);

@@ -1021,13 +1021,17 @@ static void test_write_survives_lost_connection(void **state)
     start_leader(fx, 5, 2000);
     WAIT_UNTIL(fx, fx->rec[0].connected, WAIT_MS);
     dsp_claim_reply_free(claim1(fx, "a", 10));
-    /* The write connection: the one of this database that is neither ours nor the
-     * lock holder. */
-    wid = tp_testdb_query_u64(&fx->tdb,
-                              "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = '%s'"
-                              " AND ID <> CONNECTION_ID() AND ID <> IS_USED_LOCK('taskpush.%s')",
-                              fx->tdb.name, fx->tdb.name);
-    assert_true(wid != TP_TESTDB_U64_ERR);
+    /* The write connection, as the lease records it ("B C W L S", docs/schema.md). */
+#define WRITE_CONN_SQL "SELECT SUBSTRING_INDEX(SUBSTRING_INDEX(conns, ' ', 3), ' ', -1) FROM taskpush_meta" \
+                       " WHERE name = 'lease'"
+    WAIT_UNTIL(fx, (wid = tp_testdb_query_u64(&fx->tdb, WRITE_CONN_SQL)) != 0 && wid != TP_TESTDB_U64_ERR,
+               WAIT_MS);
+#undef WRITE_CONN_SQL
+    assert_true(wid != TP_TESTDB_U64_ERR && wid != 0);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb,
+                                         "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %" PRIu64
+                                         " AND DB = '%s'", wid, fx->tdb.name),
+                     1);
     assert_int_equal(tp_testdb_exec(&fx->tdb, "KILL CONNECTION %" PRIu64, wid), 0);
 
     outcome(&o[0], x, DSP_WRITE_SUCCEEDED, 1, 0, "ok", 2);
@@ -1193,6 +1197,57 @@ static void test_leader_lost_when_epoch_moves(void **state)
      * delivery was recorded), so no attempt is charged. */
     assert_int_equal(col_u64(fx, x, "task_state"), 0);
     assert_int_equal(col_u64(fx, x, "attempts"), 0);
+}
+
+/* The lease (db_lease.c): the row names the leader, its epoch and its connections; when
+ * another holder takes the row, the leader steps down at its next renewal, claims are
+ * refused and outcomes of its epoch are fenced; when that lease expires, it takes the
+ * lease back with a new epoch and recovers its old rows. */
+static void test_lease_lost_then_taken_back(void **state)
+{
+    struct fx *fx = *state;
+    dsp_outcome o[1];
+    dsp_db_counters c;
+    uint64_t x = ins(fx, "task_type", "'a'");
+    const char *types[1] = {"a"};
+    uint32_t limits[1] = {1};
+    dsp_claim_request req = {1, types, limits, 1};
+
+    uint32_t e = start_leader(fx, 5, 2000);
+    dsp_claim_reply_free(claim1(fx, "a", 10));
+    WAIT_UNTIL(fx, tp_testdb_query_u64(&fx->tdb, "SELECT value FROM taskpush_meta WHERE name = 'lease'") == e,
+               WAIT_MS);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT value FROM taskpush_meta WHERE name = 'lease'"), e);
+    /* The claim connection (the lock's holder) is among the recorded ones. */
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb,
+                                         "SELECT LOCATE(CONCAT(' ', IS_USED_LOCK('taskpush.%s'), ' '),"
+                                         " CONCAT(conns, ' ')) > 0 FROM taskpush_meta WHERE name = 'lease'",
+                                         fx->tdb.name),
+                     1);
+
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "UPDATE taskpush_meta SET holder = 42, conns = '',"
+                                              " expires_ms = UNIX_TIMESTAMP(NOW(3)) * 1000 + 2500"
+                                              " WHERE name = 'lease'"),
+                     1);
+    WAIT_UNTIL(fx, fx->rec[0].nlost > 0, WAIT_MS);
+    assert_int_equal(fx->rec[0].nlost, 1);
+    dsp_db_counters_get(fx->db[0], &c);
+    assert_false(c.leader);
+    assert_false(dsp_db_lease_valid(fx->db[0]));
+    assert_int_equal(dsp_db_claim(fx->db[0], &req), -1);
+    outcome(&o[0], x, DSP_WRITE_SUCCEEDED, 1, 0, "late", 4);
+    write_wait(fx, o, 1);
+    assert_int_equal(fx->rec[0].fenced, 1);
+    assert_int_equal(fx->rec[0].written[DSP_WRITE_SUCCEEDED], 0);
+    assert_int_equal(col_u64(fx, x, "task_state"), 1);
+
+    WAIT_UNTIL(fx, fx->rec[0].nleader > 1, WAIT_MS);
+    assert_int_equal(fx->rec[0].nleader, 2);
+    assert_true(fx->rec[0].epochs[1] > e);
+    assert_string_equal(fx->rec[0].events, "LXL");
+    assert_int_equal(col_u64(fx, x, "task_state"), 0);
+    assert_int_equal(col_u64(fx, x, "attempts"), 0);
+    assert_true(dsp_db_lease_valid(fx->db[0]));
 }
 
 /* ---- the stats thread: table figures, retention, requeue ---- */
@@ -1602,6 +1657,7 @@ int main(void)
         T(test_stop_writes_everything),
         T(test_reconnect_keeps_epoch),
         T(test_leader_lost_when_epoch_moves),
+        T(test_lease_lost_then_taken_back),
         T(test_table_stats_figures),
         T(test_table_stats_refresh_follows_rows),
         T(test_table_stats_plans),

@@ -370,7 +370,7 @@ static void test_migrate_v1_with_rows(void **state)
 
     assert_int_equal(migrate(db, out), 0);
     assert_int_equal(count_lines_with(out, "schema 1 -> 2: row value checks\n"), 1);
-    assert_int_equal(version(db), 2);
+    assert_int_equal(version(db), 3);
     assert_int_equal(tp_testdb_query_u64(db, "SELECT value FROM taskpush_meta WHERE name = 'epoch'"),
                      7);
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task"), rows_before);
@@ -412,7 +412,7 @@ static void test_migrate_v1_with_rows(void **state)
     assert_int_equal(migrate(db, out), 0);
     assert_non_null(strstr(out, "nothing to do"));
     assert_int_equal(count_lines_with(out, "->"), 0);
-    assert_int_equal(version(db), 2);
+    assert_int_equal(version(db), 3);
     assert_int_equal(fingerprint(db, "1"), all_after);
 
     /* The upgraded database is one taskpushd runs on. */
@@ -445,6 +445,19 @@ static void test_migration_file_rerun_by_hand(void **state)
                                              " DATABASE()"),
                      8);
     assert_v2_checks(db);
+
+    /* Then 003 by hand, twice: the lease row and its columns, version 3, the epoch kept. */
+    snprintf(path, sizeof path, "%s/sql/migrations/003-leadership-lease.sql", root ? root : ".");
+    assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 5 WHERE name = 'epoch'"), 1);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(tp_testdb_load_file(db->conn, path), 0);
+        assert_int_equal(version(db), 3);
+    }
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM taskpush_meta WHERE name = 'lease'"
+                                             " AND value = 0 AND holder = 0 AND expires_ms = 0"
+                                             " AND conns = ''"),
+                     1);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT value FROM taskpush_meta WHERE name = 'epoch'"), 5);
 }
 
 /* Some of the new constraints added by hand: the migration stops with the server's
@@ -468,7 +481,7 @@ static void test_migrate_stops_on_partial_constraints(void **state)
 
     assert_int_equal(tp_testdb_exec(db, "ALTER TABLE task DROP CONSTRAINT run_after_min"), 0);
     assert_int_equal(migrate(db, out), 0);
-    assert_int_equal(version(db), 2);
+    assert_int_equal(version(db), 3);
 }
 
 /* (c) taskpushd on a version 1 database: exits 1, names --migrate, touches nothing. */
@@ -488,7 +501,7 @@ static void test_old_schema_refused(void **state)
     before = fingerprint(db, "1");
 
     assert_int_equal(serve(db, out), 1);
-    assert_non_null(strstr(out, "schema version 1 is older than this taskpushd (2)"));
+    assert_non_null(strstr(out, "schema version 1 is older than this taskpushd (3)"));
     assert_non_null(strstr(out, "taskpushd --db ... --migrate"));
     /* It never led: no epoch taken, the PROCESSING row not recovered. */
     assert_int_equal(tp_testdb_query_u64(db, "SELECT value FROM taskpush_meta WHERE name = 'epoch'"),
@@ -509,10 +522,10 @@ static void test_newer_schema_refused(void **state)
                                         " 'schema_version'"),
                      1);
     assert_int_equal(serve(db, out), 1);
-    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (2):"
+    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (3):"
                                 " upgrade taskpushd"));
     assert_int_equal(migrate(db, out), 1);
-    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (2)"));
+    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (3)"));
     assert_int_equal(version(db), 99);
 }
 
@@ -591,7 +604,7 @@ static void test_migrate_refuses_while_led(void **state)
                      1);
     mysql_close(holder);
     assert_int_equal(migrate(db, out), 0);
-    assert_int_equal(version(db), 2);
+    assert_int_equal(version(db), 3);
 
     /* A real leader. */
     assert_int_equal(tp_daemon_start(&fx->d, db->url, NULL), 0);

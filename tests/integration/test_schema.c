@@ -594,7 +594,7 @@ static void test_schema_rerun_keeps_rows(void **ctx)
                      epoch);
     assert_int_equal(tp_testdb_query_u64(db, DSP_CLAIM_SQL_SCHEMA_VERSION),
                      DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
-    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM taskpush_meta"), 2);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM taskpush_meta"), 3); /* version, epoch, lease */
     /* The unique key is still there. */
     assert_int_equal(exec_expect_error(db->conn, "INSERT INTO task (dedup_key) VALUES ('k1')"),
                      ERR_DUP_ENTRY);

@@ -106,7 +106,7 @@ static void test_bad_flags_are_refused(void **state)
     static const char *const cases[][2] = {
         {"--scheduler", "random"}, {"--batch", "0"},          {"--batch", "12x"},
         {"--poll-ms", "-5"},       {"--log-level", "verbose"}, {"--listen", "7070"},
-        {"--heartbeat-ms", ""},
+        {"--heartbeat-ms", ""},    {"--lease-ms", "99"},       {"--lease-renew-ms", "9"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dsp_config c;
@@ -122,6 +122,29 @@ static void test_bad_flags_are_refused(void **state)
     assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--frobnicate", NULL),
                      DSP_CONFIG_BAD);
     assert_non_null(strstr(err, "frobnicate"));
+    dsp_config_free(&c);
+}
+
+/* The lease flags: defaults (takeover well within 2 s), and renewals at most half a lease. */
+static void test_lease_flags(void **state)
+{
+    (void)state;
+    dsp_config c;
+    char err[256] = "";
+
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", NULL), DSP_CONFIG_OK);
+    assert_int_equal(c.lease_ms, 1000);
+    assert_int_equal(c.lease_renew_ms, 250);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--lease-ms", "400",
+                          "--lease-renew-ms", "200", NULL),
+                     DSP_CONFIG_OK);
+    assert_int_equal(c.lease_ms, 400);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--lease-ms", "400",
+                          "--lease-renew-ms", "201", NULL),
+                     DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "--lease-renew-ms 201 must be at most half of --lease-ms 400"));
     dsp_config_free(&c);
 }
 
@@ -467,6 +490,7 @@ int main(void)
         cmocka_unit_test_setup(test_bad_flags_are_refused, setup),
         cmocka_unit_test_setup(test_hostport_rules, setup),
         cmocka_unit_test(test_hostport_format),
+        cmocka_unit_test_setup(test_lease_flags, setup),
         cmocka_unit_test_setup(test_migrate_flag, setup),
         cmocka_unit_test_setup(test_help_and_version_exit_zero, setup),
         cmocka_unit_test_setup(test_flags_override_config_file_and_env, setup),

@@ -432,6 +432,10 @@ static void recover_and_stats(void **state)
                              " 'the dispatcher stopped during the last attempt', err_msg),"
                              " last_update_time = 123 WHERE task_state = 1 AND epoch < 4 LIMIT 1000");
     dsp_strbuf_reset(&b);
+    dsp_db_sql_recover_probe(&b, 4);
+    assert_string_equal(b.p, "SELECT task_id FROM task FORCE INDEX (claim_idx)"
+                             " WHERE task_state = 1 AND epoch < 4 LIMIT 1");
+    dsp_strbuf_reset(&b);
     dsp_db_sql_stats_counts(&b, 55);
     assert_string_equal(b.p, "SELECT task_state, `delayed`, task_type, COUNT(*), SUM(run_after <= 55),"
                              " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)"
