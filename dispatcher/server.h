@@ -54,8 +54,10 @@ struct dsp_task {
 struct dsp_type {
     char *name;
     size_t len;
-    dsp_task *head, *tail;    /* buffered tasks, ascending seq */
+    dsp_task *head[DSP_PRIORITIES], *tail[DSP_PRIORITIES]; /* buffered tasks by priority,
+                               * each list in ascending seq (dispatch.c) */
     size_t nbuffered;
+    dsp_pace pace;            /* deliveries of this type answered per second */
     dsp_sched_slots **workers; /* &conn->slots of every registered worker */
     size_t nworkers, cap;
     size_t cursor;            /* rotation point of the scheduler */
@@ -108,6 +110,7 @@ struct dsp_server {
     uint64_t next_seq;
     uint64_t room;             /* free slots over accepting workers */
     uint64_t nbuffered;
+    dsp_pace pace;             /* deliveries answered per second, all types */
     uint64_t ninflight;        /* current deliveries (not counting cancelled ones) */
     dsp_deadline_heap leases;  /* the current deliveries, by when the tick must look at them */
 
