@@ -397,7 +397,8 @@ double dsp_pace_rate(dsp_pace *p, int64_t now_ms)
     if (dt < DSP_PACE_SAMPLE_MS)
         return p->per_s;
     double inst = (double)p->count * 1000.0 / (double)dt;
-    double w = dt >= DSP_PACE_TAU_MS ? 1.0 : (double)dt / DSP_PACE_TAU_MS;
+    int64_t tau = inst > p->per_s ? DSP_PACE_TAU_UP_MS : DSP_PACE_TAU_DOWN_MS;
+    double w = dt >= tau ? 1.0 : (double)dt / (double)tau;
     p->per_s += (inst - p->per_s) * w;
     p->count = 0;
     p->since_ms = now_ms;
@@ -455,19 +456,34 @@ static bool type_warm(const dsp_type *ty, int64_t now)
     return ty->rows_seen_ms > 0 && now - ty->rows_seen_ms < TYPE_WARM_MS;
 }
 
-/* The type's ahead: its rate over the horizon, at least DSP_AHEAD_FLOOR, so that a type
- * with no rate yet (a cold start, workers busy with long tasks) still claims a batch. */
-static uint64_t type_ahead(dsp_type *ty, int64_t now, const dsp_config *cfg)
+void dsp_dispatch_claim_answered(dsp_server *srv, int64_t now_ms)
 {
-    return dsp_claim_ahead(dsp_pace_rate(&ty->pace, now), cfg->prefetch_ms, DSP_AHEAD_FLOOR, cfg->prefetch);
+    double d = (double)(now_ms > srv->claim_sent_ms ? now_ms - srv->claim_sent_ms : 0);
+    srv->claim_ms = srv->claim_ms > 0 ? srv->claim_ms + (d - srv->claim_ms) / 4 : d;
 }
 
-/* What a claim may ask for ty: 0 unless served and not paused. */
-static uint64_t type_want(dsp_type *ty, int64_t now, const dsp_config *cfg, uint64_t cap)
+/* The horizon the ahead covers: --prefetch-ms plus two claims' round trips, those
+ * counted up to --prefetch-ms / 2 each (a stalled database must not inflate the
+ * buffer), so at most twice --prefetch-ms; 0 (no pacing) with --prefetch-ms 0. */
+static int64_t ahead_horizon(const dsp_server *srv)
+{
+    int64_t h = srv->cfg->prefetch_ms;
+    if (h <= 0)
+        return 0;
+    int64_t rt = srv->claim_ms < (double)(h / 2) ? (int64_t)srv->claim_ms : h / 2;
+    return h + 2 * rt;
+}
+
+/* What a claim may ask for ty: 0 unless served and not paused. Its ahead is its rate
+ * over the horizon, at least DSP_AHEAD_FLOOR, so that a type with no rate yet (a cold
+ * start, workers busy with long tasks) still claims a batch. */
+static uint64_t type_want(dsp_type *ty, int64_t now, const dsp_server *srv, uint64_t cap)
 {
     if (ty->nworkers == 0 || ty->paused)
         return 0;
-    return dsp_claim_budget(ty->room, type_ahead(ty, now, cfg), ty->nbuffered, cap);
+    uint64_t ahead = dsp_claim_ahead(dsp_pace_rate(&ty->pace, now), ahead_horizon(srv), DSP_AHEAD_FLOOR,
+                                     srv->cfg->prefetch);
+    return dsp_claim_budget(ty->room, ahead, ty->nbuffered, cap);
 }
 
 void dsp_dispatch_claim_maybe(dsp_server *srv)
@@ -483,7 +499,7 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
         if (ty->nworkers == 0)
             orphaned += ty->nbuffered;
     int64_t now = dsp_now_ms();
-    uint64_t ahead = dsp_claim_ahead(dsp_pace_rate(&srv->pace, now), cfg->prefetch_ms, DSP_AHEAD_FLOOR,
+    uint64_t ahead = dsp_claim_ahead(dsp_pace_rate(&srv->pace, now), ahead_horizon(srv), DSP_AHEAD_FLOOR,
                                      cfg->prefetch);
     /* --batch bounds the total, so the figures below stay far from any overflow. */
     uint64_t held = srv->nbuffered > orphaned ? srv->nbuffered - orphaned : 0;
@@ -521,7 +537,7 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     uint32_t limits[CLAIM_MAX_TYPES];
     size_t count[2] = {0, 0}, take[2], start[2], seen[2] = {0, 0}, n = 0;
     for (dsp_type *ty = srv->types; ty; ty = ty->next)
-        if (type_want(ty, now, cfg, (uint64_t)want) > 0)
+        if (type_want(ty, now, srv, (uint64_t)want) > 0)
             count[type_warm(ty, now)]++;
     size_t cold_room = count[0] < CLAIM_COLD_SLOTS ? count[0] : CLAIM_COLD_SLOTS;
     take[1] = count[1] < CLAIM_MAX_TYPES - cold_room ? count[1] : CLAIM_MAX_TYPES - cold_room;
@@ -529,7 +545,7 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     for (int g = 0; g < 2; g++)
         start[g] = count[g] ? srv->claim_rotor[g] % count[g] : 0;
     for (dsp_type *ty = srv->types; ty && n < CLAIM_MAX_TYPES; ty = ty->next) {
-        uint64_t lim = type_want(ty, now, cfg, (uint64_t)want);
+        uint64_t lim = type_want(ty, now, srv, (uint64_t)want);
         if (lim == 0)
             continue;
         int g = type_warm(ty, now);
@@ -546,6 +562,7 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     if (n > 0 && dsp_db_claim(srv->db, &req) == 0) {
         srv->claim_outstanding = true;
         srv->claim_requested = (uint32_t)want;
+        srv->claim_sent_ms = now;
     }
 }
 

@@ -56,11 +56,15 @@ void dsp_dispatch_unlink(dsp_server *srv, dsp_task *t);
 /* How much is claimed ahead of the workers (docs/taskpushd.md, "Priorities and the
  * buffer"): per type, and for the whole dispatcher, an EWMA of the deliveries answered
  * per second; a claim asks for the free slots plus what that rate finishes in
- * --prefetch-ms, at least DSP_AHEAD_FLOOR (a cold start still claims a batch) and at
- * most --prefetch, less what is buffered. */
+ * --prefetch-ms and two claims' round trips (so that what is buffered when a claim is
+ * asked outlasts it), at least DSP_AHEAD_FLOOR (a cold start still claims a batch) and
+ * at most --prefetch, less what is buffered. Were the ahead to run out while a claim is
+ * out, the workers would idle, the rate fall, and the ahead with it: the round trips and
+ * a rate that falls slower than it rises keep that from feeding on itself. */
 #define DSP_AHEAD_FLOOR 32
-#define DSP_PACE_SAMPLE_MS 10 /* shortest interval folded into the average */
-#define DSP_PACE_TAU_MS 250   /* an interval this long (or longer) replaces the average */
+#define DSP_PACE_SAMPLE_MS 10       /* shortest interval folded into the average */
+#define DSP_PACE_TAU_UP_MS 250      /* a rising rate: an interval this long replaces it */
+#define DSP_PACE_TAU_DOWN_MS 1000   /* a falling one, more slowly */
 typedef struct dsp_pace {
     double per_s;     /* completions per second, averaged */
     uint64_t count;   /* completions since since_ms, not yet folded in */
@@ -123,6 +127,9 @@ bool dsp_dispatch_stopped(const dsp_server *srv);
 void dsp_dispatch_run(dsp_server *srv);
 /* Asks the database thread for the next claim when room and pacing allow. */
 void dsp_dispatch_claim_maybe(dsp_server *srv);
+/* The outstanding claim was answered at now_ms (server.c's on_claim): its round trip
+ * joins the average the ahead covers. */
+void dsp_dispatch_claim_answered(dsp_server *srv, int64_t now_ms);
 /* srv->claim_timer's callback (arg: the server). */
 void dsp_dispatch_claim_timer_cb(evutil_socket_t fd, short what, void *arg);
 

@@ -217,6 +217,7 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
     dsp_server *srv = arg;
     srv->claim_outstanding = false;
     int64_t now = dsp_now_ms();
+    dsp_dispatch_claim_answered(srv, now);
     if (reply->status < 0) {
         srv->claim_not_before = now + srv->cfg->poll_ms;
         dsp_claim_reply_free(reply);

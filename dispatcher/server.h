@@ -120,6 +120,8 @@ struct dsp_server {
     bool claim_outstanding;
     bool claim_timer_armed;
     uint32_t claim_requested;  /* total asked of the outstanding claim */
+    int64_t claim_sent_ms;     /* when the outstanding claim was asked */
+    double claim_ms;           /* claims' round trips, averaged (the ahead covers two) */
     int64_t claim_not_before;  /* earliest time of the next claim (poll back-off) */
     int64_t join_claim_ms;     /* the last claim hastened by a worker joining */
     int64_t gather_until;      /* a small claim waits until then for more room */

@@ -3,7 +3,7 @@
  * and the buffer").
  *
  * Real components only: the private MariaDB of scripts/tp-mariadb, the taskpushd of the
- * build tree with its default --prefetch (1000) and --prefetch-ms (100), and two
+ * build tree with its default --prefetch (1000) and --prefetch-ms (250), and two
  * in-process libtaskpush workers over TCP whose handlers record the order they start in
  * and sleep SLEEP_MS. No timing is asserted: the bounds below count tasks.
  *
@@ -17,8 +17,9 @@
  *
  * The bounds. The workers' total capacity is C = CAPACITY; they finish at most
  * R = C * 1000 / SLEEP_MS tasks a second, so the ahead a claim adds to the free slots is
- * about R * 100 ms, or the floor of 32 when that is less; AHEAD_MAX allows twice the
- * former (the average follows bursts). A claim asks for the free slots plus the ahead
+ * about R times a horizon of at most 500 ms (--prefetch-ms and two claims' round trips
+ * of at most half of it each), or the floor of 32 when that is less; AHEAD_MAX allows
+ * twice the former (the average follows bursts). A claim asks for the free slots plus the ahead
  * less what is buffered, and one claim is outstanding at a time, so buffered tasks plus
  * one claim in flight never exceed C + AHEAD_MAX. The LOW
  * and NORMAL tasks that can start after the HIGH row is inserted and before it are those
@@ -52,12 +53,12 @@
 #define NWORKERS 2
 #define WORKER_CAPACITY 2
 #define CAPACITY (NWORKERS * WORKER_CAPACITY)
-#define SLEEP_MS 20
+#define SLEEP_MS 40
 #define N_NORMAL 800
 #define N_LOW 400
-/* Twice R over --prefetch-ms (100 ms), and at least the ahead's floor (32,
+/* Twice R over the longest horizon (500 ms), and at least the ahead's floor (32,
  * DSP_AHEAD_FLOOR in dispatcher/dispatch.h). */
-#define AHEAD_RATE (2 * (CAPACITY * 1000 / SLEEP_MS) * 100 / 1000)
+#define AHEAD_RATE (2 * (CAPACITY * 1000 / SLEEP_MS) * 500 / 1000)
 #define AHEAD_MAX (AHEAD_RATE > 32 ? AHEAD_RATE : 32)
 #define BUFFER_BOUND (CAPACITY + AHEAD_MAX)
 #define START_BOUND (2 * CAPACITY + AHEAD_MAX)

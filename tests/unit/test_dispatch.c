@@ -353,10 +353,15 @@ static void test_pace_averages_completions(void **state)
         dsp_pace_note(&p);
     /* Within DSP_PACE_SAMPLE_MS nothing is folded in. */
     assert_true(dsp_pace_rate(&p, 1000 + DSP_PACE_SAMPLE_MS - 1) == 0.0);
-    /* 100 in DSP_PACE_TAU_MS (250 ms): 400/s replaces the average. */
-    assert_true(fabs(dsp_pace_rate(&p, 1000 + DSP_PACE_TAU_MS) - 400.0) < 1e-9);
-    /* Half a time constant of nothing: half-way to 0. */
-    assert_true(fabs(dsp_pace_rate(&p, 1000 + DSP_PACE_TAU_MS * 3 / 2) - 200.0) < 1e-9);
+    /* 100 in DSP_PACE_TAU_UP_MS (250 ms): a rising 400/s replaces the average. */
+    assert_true(fabs(dsp_pace_rate(&p, 1000 + DSP_PACE_TAU_UP_MS) - 400.0) < 1e-9);
+    /* A quarter of the falling time constant with nothing: a quarter of the way to 0. */
+    int64_t at = 1000 + DSP_PACE_TAU_UP_MS + DSP_PACE_TAU_DOWN_MS / 4;
+    assert_true(fabs(dsp_pace_rate(&p, at) - 300.0) < 1e-9);
+    /* 100 in half the rising constant (800/s): half-way up from 300, 550. */
+    for (int i = 0; i < 100; i++)
+        dsp_pace_note(&p);
+    assert_true(fabs(dsp_pace_rate(&p, at + DSP_PACE_TAU_UP_MS / 2) - 550.0) < 1e-9);
     /* A long idle: 0. */
     assert_true(dsp_pace_rate(&p, 1000000) == 0.0);
     /* A clock going back restarts the interval without a negative rate. */
