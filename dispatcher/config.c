@@ -40,6 +40,8 @@ static const opt_def option_table[] = {
      "default execution limit of a task"},
     {"prefetch", OPT_INT, F(prefetch), "1000", 0, 1000000, "N",
      "claimed tasks kept ready beyond the workers' free slots"},
+    {"prefetch-ms", OPT_INT, F(prefetch_ms), "250", 0, 60000, "N",
+     "claim ahead about what the workers finish in this long, within --prefetch; 0: all of --prefetch"},
     {"heartbeat-ms", OPT_INT, F(heartbeat_ms), "1000", 10, 3600000, "N",
      "heartbeat interval; a peer silent for 3 intervals is lost"},
     {"shutdown-grace-ms", OPT_INT, F(shutdown_grace_ms), "10000", 0, 3600000, "N",

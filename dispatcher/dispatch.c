@@ -1,7 +1,8 @@
-/* dispatch.c: scheduling, in one place: the per-type queues of buffered tasks, the
- * workers and free slots of each type, the in-flight accounting and the lease heap,
- * dispatch passes, claim pacing, and the picker that chooses a worker (round-robin /
- * least-loaded). Runs on the loop thread. */
+/* dispatch.c: scheduling, in one place: the per-type priority queues of buffered tasks,
+ * the workers and free slots of each type, the in-flight accounting and the lease heap,
+ * dispatch passes, claim pacing (the budget: free slots plus what the workers finish in
+ * --prefetch-ms), and the picker that chooses a worker (round-robin / least-loaded).
+ * Runs on the loop thread. */
 #include "dispatch.h"
 
 #include "conn.h"
@@ -87,60 +88,70 @@ static void busy_remove(dsp_server *srv, dsp_type *ty)
     ty->busy_prev = ty->busy_next = NULL;
 }
 
+/* The list a task waits in: its priority, a larger value from the table as HIGH. */
+static unsigned prio_of(const dsp_task *t)
+{
+    return t->priority < DSP_PRIORITIES ? t->priority : DSP_PRIORITIES - 1;
+}
+
 void dsp_dispatch_enqueue(dsp_server *srv, dsp_type *ty, dsp_task *t)
 {
     if (ty->nbuffered == 0)
         busy_add(srv, ty);
-    /* Keep ascending seq: a task taken back from a worker goes before the
-     * tasks claimed after it, usually at the head. */
-    dsp_task *after = NULL;
-    if (ty->tail && ty->tail->seq > t->seq) {
-        for (dsp_task *p = ty->head; p && p->seq < t->seq; p = p->next)
-            after = p;
-    } else {
-        after = ty->tail;
+    unsigned p = prio_of(t);
+    /* Keep ascending seq. A claimed task has the highest seq yet: the tail. A task taken
+     * back from a worker was claimed before every task of its priority still buffered
+     * except those taken back before it, which sit at the head: the walk stops within
+     * them. */
+    dsp_task *after = ty->tail[p];
+    if (after && after->seq > t->seq) {
+        after = NULL;
+        for (dsp_task *q = ty->head[p]; q && q->seq < t->seq; q = q->next)
+            after = q;
     }
     t->prev = after;
-    t->next = after ? after->next : ty->head;
+    t->next = after ? after->next : ty->head[p];
     if (t->next)
         t->next->prev = t;
     else
-        ty->tail = t;
+        ty->tail[p] = t;
     if (after)
         after->next = t;
     else
-        ty->head = t;
+        ty->head[p] = t;
     ty->nbuffered++;
 }
 
-dsp_task *dsp_dispatch_dequeue(dsp_server *srv, dsp_type *ty)
+dsp_task *dsp_dispatch_peek(const dsp_type *ty)
 {
-    dsp_task *t = ty->head;
-    ty->head = t->next;
-    if (ty->head)
-        ty->head->prev = NULL;
-    else
-        ty->tail = NULL;
-    t->next = t->prev = NULL;
-    if (--ty->nbuffered == 0)
-        busy_remove(srv, ty);
-    return t;
+    for (unsigned p = DSP_PRIORITIES; p-- > 0;)
+        if (ty->head[p])
+            return ty->head[p];
+    return NULL;
 }
 
 void dsp_dispatch_unlink(dsp_server *srv, dsp_task *t)
 {
     dsp_type *ty = t->type;
+    unsigned p = prio_of(t);
     if (t->prev)
         t->prev->next = t->next;
     else
-        ty->head = t->next;
+        ty->head[p] = t->next;
     if (t->next)
         t->next->prev = t->prev;
     else
-        ty->tail = t->prev;
+        ty->tail[p] = t->prev;
     t->next = t->prev = NULL;
     if (--ty->nbuffered == 0)
         busy_remove(srv, ty);
+}
+
+dsp_task *dsp_dispatch_dequeue(dsp_server *srv, dsp_type *ty)
+{
+    dsp_task *t = dsp_dispatch_peek(ty);
+    dsp_dispatch_unlink(srv, t);
+    return t;
 }
 
 /* No task is dispatched any more: shutting down, or drained from the admin port.
@@ -291,6 +302,10 @@ void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot)
         t->holder = NULL;
         c->srv->ninflight--;
         dsp_deadline_remove(&c->srv->leases, &t->lease);
+        if (slot == DSP_SLOT_FREE) { /* answered: the pace of claims follows these */
+            dsp_pace_note(&t->type->pace);
+            dsp_pace_note(&c->srv->pace);
+        }
     }
     if (slot == DSP_SLOT_KEEP)
         return;
@@ -332,13 +347,21 @@ void dsp_dispatch_run(dsp_server *srv)
     /* One clock read per pass: the deliveries of a pass are microseconds apart. */
     int64_t pass_us = dsp_now_us(), now = pass_us / 1000;
     for (;;) {
-        /* The type whose head comes first in dispatch order, among types with room.
+        /* The type whose next task comes first (the highest priority, then the lowest
+         * seq), among types with room.
          * Only types with buffered tasks are looked at: a pass costs the same however
          * many idle types workers registered. */
         dsp_type *best = NULL;
-        for (dsp_type *ty = srv->busy_types; ty; ty = ty->busy_next)
-            if (ty->room > 0 && !ty->paused && (!best || ty->head->seq < best->head->seq))
+        const dsp_task *bt = NULL;
+        for (dsp_type *ty = srv->busy_types; ty; ty = ty->busy_next) {
+            if (ty->room == 0 || ty->paused)
+                continue;
+            const dsp_task *h = dsp_dispatch_peek(ty);
+            if (!bt || prio_of(h) > prio_of(bt) || (prio_of(h) == prio_of(bt) && h->seq < bt->seq)) {
                 best = ty;
+                bt = h;
+            }
+        }
         if (!best)
             break;
         int i = dsp_sched_pick(srv->cfg->scheduler, best->workers, best->nworkers, &best->cursor);
@@ -361,6 +384,55 @@ void dsp_dispatch_run(dsp_server *srv)
     }
 }
 
+/* ---- the claim budget ---- */
+
+double dsp_pace_rate(dsp_pace *p, int64_t now_ms)
+{
+    if (p->since_ms == 0 || now_ms < p->since_ms) {
+        p->since_ms = now_ms;
+        p->count = 0;
+        return p->per_s;
+    }
+    int64_t dt = now_ms - p->since_ms;
+    if (dt < DSP_PACE_SAMPLE_MS)
+        return p->per_s;
+    double inst = (double)p->count * 1000.0 / (double)dt;
+    int64_t tau = inst > p->per_s ? DSP_PACE_TAU_UP_MS : DSP_PACE_TAU_DOWN_MS;
+    double w = dt >= tau ? 1.0 : (double)dt / (double)tau;
+    p->per_s += (inst - p->per_s) * w;
+    p->count = 0;
+    p->since_ms = now_ms;
+    return p->per_s;
+}
+
+uint64_t dsp_claim_ahead(double per_s, int64_t horizon_ms, uint64_t least, int64_t prefetch)
+{
+    if (prefetch <= 0)
+        return 0;
+    uint64_t cap = (uint64_t)prefetch;
+    if (horizon_ms <= 0)
+        return cap;
+    if (least > cap)
+        least = cap;
+    double x = per_s * ((double)horizon_ms / 1000.0);
+    if (!(x > (double)least)) /* NaN and negative rates too */
+        return least;
+    if (x >= (double)cap) /* before the conversion: a double beyond 2^64 is no integer */
+        return cap;
+    return (uint64_t)x;
+}
+
+uint64_t dsp_claim_budget(uint64_t room, uint64_t ahead, uint64_t held, uint64_t cap)
+{
+    uint64_t want = room + ahead;
+    if (want < room)
+        want = UINT64_MAX;
+    if (want <= held)
+        return 0;
+    want -= held;
+    return want < cap ? want : cap;
+}
+
 /* ---- claims ---- */
 
 static void arm_claim_timer(dsp_server *srv, int64_t at)
@@ -373,21 +445,45 @@ static void arm_claim_timer(dsp_server *srv, int64_t at)
     srv->claim_timer_armed = true;
 }
 
-/* A claim asks for the workers' free slots plus --prefetch, less what is
- * buffered, so that each claim is the next stretch of dispatch order across
- * all types. Starvation is judged per type: tasks buffered for one type
- * cannot feed idle workers of another, and such a type's claim still has a
- * positive want (its room is not yet matched by buffered tasks). */
+/* A claim asks, per type, for the workers' free slots plus what they finish in
+ * --prefetch-ms (the type's ahead), less what is buffered, so that each claim is the
+ * next stretch of dispatch order and a row is PROCESSING only briefly before it runs.
+ * Starvation is judged per type: tasks buffered for one type cannot feed idle workers
+ * of another, and such a type's claim still has a positive want (its room is not yet
+ * matched by buffered tasks). */
 static bool type_warm(const dsp_type *ty, int64_t now)
 {
     return ty->rows_seen_ms > 0 && now - ty->rows_seen_ms < TYPE_WARM_MS;
 }
 
-/* A type a claim may ask for: served, not paused, with room for more. */
-static bool claim_eligible(const dsp_server *srv, const dsp_type *ty)
+void dsp_dispatch_claim_answered(dsp_server *srv, int64_t now_ms)
 {
-    return ty->nworkers > 0 && !ty->paused &&
-           (int64_t)ty->room + srv->cfg->prefetch - (int64_t)ty->nbuffered > 0;
+    double d = (double)(now_ms > srv->claim_sent_ms ? now_ms - srv->claim_sent_ms : 0);
+    srv->claim_ms = srv->claim_ms > 0 ? srv->claim_ms + (d - srv->claim_ms) / 4 : d;
+}
+
+/* The horizon the ahead covers: --prefetch-ms plus two claims' round trips, those
+ * counted up to --prefetch-ms / 2 each (a stalled database must not inflate the
+ * buffer), so at most twice --prefetch-ms; 0 (no pacing) with --prefetch-ms 0. */
+static int64_t ahead_horizon(const dsp_server *srv)
+{
+    int64_t h = srv->cfg->prefetch_ms;
+    if (h <= 0)
+        return 0;
+    int64_t rt = srv->claim_ms < (double)(h / 2) ? (int64_t)srv->claim_ms : h / 2;
+    return h + 2 * rt;
+}
+
+/* What a claim may ask for ty: 0 unless served and not paused. Its ahead is its rate
+ * over the horizon, at least DSP_AHEAD_FLOOR, so that a type with no rate yet (a cold
+ * start, workers busy with long tasks) still claims a batch. */
+static uint64_t type_want(dsp_type *ty, int64_t now, const dsp_server *srv, uint64_t cap)
+{
+    if (ty->nworkers == 0 || ty->paused)
+        return 0;
+    uint64_t ahead = dsp_claim_ahead(dsp_pace_rate(&ty->pace, now), ahead_horizon(srv), DSP_AHEAD_FLOOR,
+                                     srv->cfg->prefetch);
+    return dsp_claim_budget(ty->room, ahead, ty->nbuffered, cap);
 }
 
 void dsp_dispatch_claim_maybe(dsp_server *srv)
@@ -398,24 +494,26 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     const dsp_config *cfg = srv->cfg;
     /* Tasks buffered for a type nobody serves any more wait for the orphan sweep; they
      * must not hold back claims for the types that do have workers. */
-    int64_t orphaned = 0;
+    uint64_t orphaned = 0;
     for (dsp_type *ty = srv->busy_types; ty; ty = ty->busy_next)
         if (ty->nworkers == 0)
-            orphaned += (int64_t)ty->nbuffered;
-    int64_t want = (int64_t)srv->room + cfg->prefetch - ((int64_t)srv->nbuffered - orphaned);
+            orphaned += ty->nbuffered;
+    int64_t now = dsp_now_ms();
+    uint64_t ahead = dsp_claim_ahead(dsp_pace_rate(&srv->pace, now), ahead_horizon(srv), DSP_AHEAD_FLOOR,
+                                     cfg->prefetch);
+    /* --batch bounds the total, so the figures below stay far from any overflow. */
+    uint64_t held = srv->nbuffered > orphaned ? srv->nbuffered - orphaned : 0;
+    int64_t want = (int64_t)dsp_claim_budget(srv->room, ahead, held, (uint64_t)cfg->batch);
     if (want <= 0)
         return;
-    int64_t now = dsp_now_ms();
     if (now < srv->claim_not_before) {
         arm_claim_timer(srv, srv->claim_not_before);
         return;
     }
-    if (want > cfg->batch)
-        want = cfg->batch;
     /* Claim in large batches: while every type still has tasks buffered, wait
-     * for half a prefetch of room; when some worker would run dry, wait only
+     * for half the ahead of room; when some worker would run dry, wait only
      * GATHER_MS for more room to come. */
-    int64_t low = (cfg->prefetch < cfg->batch ? cfg->prefetch : cfg->batch) / 2;
+    int64_t low = (int64_t)(ahead < (uint64_t)cfg->batch ? ahead : (uint64_t)cfg->batch) / 2;
     if (want < low) {
         bool starving = false;
         for (dsp_type *ty = srv->types; ty && !starving; ty = ty->next)
@@ -439,7 +537,7 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     uint32_t limits[CLAIM_MAX_TYPES];
     size_t count[2] = {0, 0}, take[2], start[2], seen[2] = {0, 0}, n = 0;
     for (dsp_type *ty = srv->types; ty; ty = ty->next)
-        if (claim_eligible(srv, ty))
+        if (type_want(ty, now, srv, (uint64_t)want) > 0)
             count[type_warm(ty, now)]++;
     size_t cold_room = count[0] < CLAIM_COLD_SLOTS ? count[0] : CLAIM_COLD_SLOTS;
     take[1] = count[1] < CLAIM_MAX_TYPES - cold_room ? count[1] : CLAIM_MAX_TYPES - cold_room;
@@ -447,16 +545,16 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     for (int g = 0; g < 2; g++)
         start[g] = count[g] ? srv->claim_rotor[g] % count[g] : 0;
     for (dsp_type *ty = srv->types; ty && n < CLAIM_MAX_TYPES; ty = ty->next) {
-        if (!claim_eligible(srv, ty))
+        uint64_t lim = type_want(ty, now, srv, (uint64_t)want);
+        if (lim == 0)
             continue;
         int g = type_warm(ty, now);
         /* Is this type's index within the group's window [start, start + take)? */
         size_t pos = (seen[g]++ + count[g] - start[g]) % count[g];
         if (pos >= take[g])
             continue;
-        int64_t lim = (int64_t)ty->room + cfg->prefetch - (int64_t)ty->nbuffered;
         names[n] = ty->name;
-        limits[n++] = (uint32_t)(lim < want ? lim : want);
+        limits[n++] = (uint32_t)lim; /* at most want, at most --batch */
     }
     for (int g = 0; g < 2; g++)
         srv->claim_rotor[g] = count[g] ? (start[g] + take[g]) % count[g] : 0;
@@ -464,6 +562,7 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     if (n > 0 && dsp_db_claim(srv->db, &req) == 0) {
         srv->claim_outstanding = true;
         srv->claim_requested = (uint32_t)want;
+        srv->claim_sent_ms = now;
     }
 }
 

@@ -38,12 +38,52 @@ typedef struct dsp_conn dsp_conn;
 typedef struct dsp_type dsp_type;
 typedef struct dsp_task dsp_task;
 
-/* The per-type queues, in ascending seq (dispatch order). */
+/* The per-type queues: one FIFO list per priority (LOW 0, NORMAL 1, HIGH 2; a larger
+ * value from the table counts as HIGH), each in ascending seq. A type's next task is the
+ * head of its highest non-empty list, so a HIGH task claimed after a thousand NORMAL
+ * ones still goes out next (docs/taskpushd.md, "Priorities and the buffer"). */
+#define DSP_PRIORITIES 3
+/* t joins the tail of its priority's list: O(1), except a task taken back from a worker,
+ * which goes back to its place by seq among the few taken back before it (at the head). */
 void dsp_dispatch_enqueue(dsp_server *srv, dsp_type *ty, dsp_task *t);
-/* Takes the head of ty's queue, which must not be empty. */
+/* Takes ty's next task (highest priority, then lowest seq); ty must have one. O(1). */
 dsp_task *dsp_dispatch_dequeue(dsp_server *srv, dsp_type *ty);
-/* Takes t out of its type's queue, wherever it is (an operator's cancel). */
+/* ty's next task without taking it, or NULL when none is buffered. O(1). */
+dsp_task *dsp_dispatch_peek(const dsp_type *ty);
+/* Takes t out of its type's queue, wherever it is (an operator's cancel). O(1). */
 void dsp_dispatch_unlink(dsp_server *srv, dsp_task *t);
+
+/* How much is claimed ahead of the workers (docs/taskpushd.md, "Priorities and the
+ * buffer"): per type, and for the whole dispatcher, an EWMA of the deliveries answered
+ * per second; a claim asks for the free slots plus what that rate finishes in
+ * --prefetch-ms and two claims' round trips (so that what is buffered when a claim is
+ * asked outlasts it), at least DSP_AHEAD_FLOOR (a cold start still claims a batch) and
+ * at most --prefetch, less what is buffered. Were the ahead to run out while a claim is
+ * out, the workers would idle, the rate fall, and the ahead with it: the round trips and
+ * a rate that falls slower than it rises keep that from feeding on itself. */
+#define DSP_AHEAD_FLOOR 32
+#define DSP_PACE_SAMPLE_MS 10       /* shortest interval folded into the average */
+#define DSP_PACE_TAU_UP_MS 250      /* a rising rate: an interval this long replaces it */
+#define DSP_PACE_TAU_DOWN_MS 1000   /* a falling one, more slowly */
+typedef struct dsp_pace {
+    double per_s;     /* completions per second, averaged */
+    uint64_t count;   /* completions since since_ms, not yet folded in */
+    int64_t since_ms; /* 0: never read */
+} dsp_pace;
+static inline void dsp_pace_note(dsp_pace *p)
+{
+    p->count++;
+}
+/* The average at now_ms, folding in the completions counted since the last fold once
+ * DSP_PACE_SAMPLE_MS have passed. */
+double dsp_pace_rate(dsp_pace *p, int64_t now_ms);
+/* Tasks to hold ahead of the free slots: per_s * horizon_ms, within [min(least,
+ * prefetch), prefetch]; prefetch itself when horizon_ms <= 0 (pacing off), 0 when
+ * prefetch <= 0. Any per_s (NaN, infinite, negative) gives a value in that range. */
+uint64_t dsp_claim_ahead(double per_s, int64_t horizon_ms, uint64_t least, int64_t prefetch);
+/* What a claim may ask for: room + ahead - held, 0 when held covers it, at most cap.
+ * Unsigned and saturating: no capacity a peer announces can wrap it. */
+uint64_t dsp_claim_budget(uint64_t room, uint64_t ahead, uint64_t held, uint64_t cap);
 
 /* Workers and room. The room (free slots of accepting workers, per type and in all)
  * is kept here, and only here. */
@@ -87,6 +127,9 @@ bool dsp_dispatch_stopped(const dsp_server *srv);
 void dsp_dispatch_run(dsp_server *srv);
 /* Asks the database thread for the next claim when room and pacing allow. */
 void dsp_dispatch_claim_maybe(dsp_server *srv);
+/* The outstanding claim was answered at now_ms (server.c's on_claim): its round trip
+ * joins the average the ahead covers. */
+void dsp_dispatch_claim_answered(dsp_server *srv, int64_t now_ms);
 /* srv->claim_timer's callback (arg: the server). */
 void dsp_dispatch_claim_timer_cb(evutil_socket_t fd, short what, void *arg);
 

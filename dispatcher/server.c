@@ -217,6 +217,7 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
     dsp_server *srv = arg;
     srv->claim_outstanding = false;
     int64_t now = dsp_now_ms();
+    dsp_dispatch_claim_answered(srv, now);
     if (reply->status < 0) {
         srv->claim_not_before = now + srv->cfg->poll_ms;
         dsp_claim_reply_free(reply);
@@ -287,7 +288,7 @@ static void on_leader(void *arg, uint32_t epoch)
 static void forget_all_tasks(dsp_server *srv)
 {
     for (dsp_type *ty = srv->types; ty; ty = ty->next)
-        while (ty->head) {
+        while (ty->nbuffered > 0) {
             dsp_task *t = dsp_dispatch_dequeue(srv, ty);
             srv->nbuffered--;
             task_free(srv, t);
@@ -387,7 +388,7 @@ static void start_drain(dsp_server *srv, const char *why)
         dsp_conn_send_simple(c, PROTO_STOP);
     }
     for (dsp_type *ty = srv->types; ty; ty = ty->next)
-        while (ty->head) {
+        while (ty->nbuffered > 0) {
             dsp_task *t = dsp_dispatch_dequeue(srv, ty);
             srv->nbuffered--;
             release_task(srv, t);
@@ -411,7 +412,7 @@ static void release_orphans(dsp_server *srv, int64_t now)
             continue;
         log_info(&srv->log, "type %s has had no worker for %lld ms: %zu buffered task(s) back to NEW",
                  ty->name, (long long)(now - ty->orphaned_ms), ty->nbuffered);
-        while (ty->head) {
+        while (ty->nbuffered > 0) {
             dsp_task *t = dsp_dispatch_dequeue(srv, ty);
             srv->nbuffered--;
             srv->task_stats.orphans_released_total++;
@@ -582,7 +583,7 @@ void dsp_server_drain(dsp_server *srv)
     srv->admin_draining = true;
     uint64_t released = 0;
     for (dsp_type *ty = srv->types; ty; ty = ty->next)
-        while (ty->head) {
+        while (ty->nbuffered > 0) {
             dsp_task *t = dsp_dispatch_dequeue(srv, ty);
             srv->nbuffered--;
             release_task(srv, t);

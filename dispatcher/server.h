@@ -54,8 +54,10 @@ struct dsp_task {
 struct dsp_type {
     char *name;
     size_t len;
-    dsp_task *head, *tail;    /* buffered tasks, ascending seq */
+    dsp_task *head[DSP_PRIORITIES], *tail[DSP_PRIORITIES]; /* buffered tasks by priority,
+                               * each list in ascending seq (dispatch.c) */
     size_t nbuffered;
+    dsp_pace pace;            /* deliveries of this type answered per second */
     dsp_sched_slots **workers; /* &conn->slots of every registered worker */
     size_t nworkers, cap;
     size_t cursor;            /* rotation point of the scheduler */
@@ -110,6 +112,7 @@ struct dsp_server {
     uint64_t next_seq;
     uint64_t room;             /* free slots over accepting workers */
     uint64_t nbuffered;
+    dsp_pace pace;             /* deliveries answered per second, all types */
     uint64_t ninflight;        /* current deliveries (not counting cancelled ones) */
     dsp_deadline_heap leases;  /* the current deliveries, by when the tick must look at them */
 
@@ -119,6 +122,8 @@ struct dsp_server {
     bool claim_outstanding;
     bool claim_timer_armed;
     uint32_t claim_requested;  /* total asked of the outstanding claim */
+    int64_t claim_sent_ms;     /* when the outstanding claim was asked */
+    double claim_ms;           /* claims' round trips, averaged (the ahead covers two) */
     int64_t claim_not_before;  /* earliest time of the next claim (poll back-off) */
     int64_t join_claim_ms;     /* the last claim hastened by a worker joining */
     int64_t gather_until;      /* a small claim waits until then for more room */

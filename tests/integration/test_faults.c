@@ -1393,7 +1393,9 @@ static void test_graceful_drain(void **state)
     db_create(fx, "faults_drain");
     char grace[16];
     snprintf(grace, sizeof grace, "%d", D_GRACE_MS);
-    const char *extra[] = {"--shutdown-grace-ms", grace, NULL};
+    /* --prefetch-ms 0: the whole --prefetch ahead, so that every slow task is buffered
+     * while the workers are held (with no completion the pace would claim 32 ahead). */
+    const char *extra[] = {"--shutdown-grace-ms", grace, "--prefetch-ms", "0", NULL};
     start_daemon(fx, 0, extra);
     fx->mode = MODE_DRAIN;
     lw_start(fx, 0, fx->d[0].listen, "slow", 2);

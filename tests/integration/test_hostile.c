@@ -709,7 +709,7 @@ static void test_orphaned_type(void **state)
 {
     struct fx *fx = *state;
     const char *args[] = {"--heartbeat-ms", "300", "--poll-ms", "20", "--orphan-grace-ms", "500",
-                          "--prefetch", "1000", NULL};
+                          "--prefetch", "1000", "--prefetch-ms", "0", NULL};
     start(fx, "hostile_orphan", args);
     insert_tasks(fx, "x", 1000, 10);
     peer *x = peer_open(fx, ROLE_IDLE); /* takes a task, never answers, then leaves */

@@ -1,12 +1,18 @@
-/* Unit tests of the worker picker (dispatcher/dispatch.c). */
+/* Unit tests of dispatcher/dispatch.c: the worker picker, the per-type priority queues
+ * (order, take-backs, unlink) and the claim budget's arithmetic (bounded, saturating). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <float.h>
+#include <math.h>
 #include <cmocka.h>
 
 #include "config.h"
 #include "dispatch.h"
+#include "server.h"
 
 #define N 4
 
@@ -133,6 +139,237 @@ static void test_least_loaded_spreads_evenly(void **state)
         assert_int_equal(slots[i].in_flight, 2);
 }
 
+
+/* ---- the per-type priority queues ---- */
+
+#define QN 64
+
+static dsp_server qsrv;
+static dsp_type qty;
+static dsp_task qtasks[QN];
+
+static int qsetup(void **state)
+{
+    (void)state;
+    memset(&qsrv, 0, sizeof qsrv);
+    memset(&qty, 0, sizeof qty);
+    memset(qtasks, 0, sizeof qtasks);
+    return 0;
+}
+
+/* Task i with priority prio, claimed as the seq-th task. */
+static dsp_task *qtask(int i, uint8_t prio, uint64_t seq)
+{
+    dsp_task *t = &qtasks[i];
+    t->id = (uint64_t)i + 1;
+    t->priority = prio;
+    t->seq = seq;
+    t->type = &qty;
+    return t;
+}
+
+static void test_queue_high_claimed_later_goes_first(void **state)
+{
+    (void)state;
+    /* A thousand-task buffer in small: NORMAL and LOW first, then one HIGH. */
+    uint64_t seq = 0;
+    for (int i = 0; i < 40; i++)
+        dsp_dispatch_enqueue(&qsrv, &qty, qtask(i, (uint8_t)(i % 2), seq++));
+    assert_ptr_equal(qsrv.busy_types, &qty);
+    dsp_dispatch_enqueue(&qsrv, &qty, qtask(40, 2, seq++));
+    assert_int_equal(qty.nbuffered, 41);
+    assert_ptr_equal(dsp_dispatch_peek(&qty), &qtasks[40]);
+    assert_ptr_equal(dsp_dispatch_dequeue(&qsrv, &qty), &qtasks[40]);
+    /* Then every NORMAL in claim order (FIFO), then every LOW. */
+    for (int want = 1; want < 40; want += 2)
+        assert_ptr_equal(dsp_dispatch_dequeue(&qsrv, &qty), &qtasks[want]);
+    for (int want = 0; want < 40; want += 2)
+        assert_ptr_equal(dsp_dispatch_dequeue(&qsrv, &qty), &qtasks[want]);
+    assert_int_equal(qty.nbuffered, 0);
+    assert_null(dsp_dispatch_peek(&qty));
+    assert_null(qsrv.busy_types);
+    for (int p = 0; p < DSP_PRIORITIES; p++)
+        assert_true(qty.head[p] == NULL && qty.tail[p] == NULL);
+}
+
+static void test_queue_priority_from_table_above_high_is_high(void **state)
+{
+    (void)state;
+    dsp_dispatch_enqueue(&qsrv, &qty, qtask(0, 2, 1));
+    dsp_dispatch_enqueue(&qsrv, &qty, qtask(1, 255, 2)); /* a hostile column value */
+    dsp_dispatch_enqueue(&qsrv, &qty, qtask(2, 1, 3));
+    assert_ptr_equal(qty.tail[2], &qtasks[1]);
+    assert_ptr_equal(dsp_dispatch_dequeue(&qsrv, &qty), &qtasks[0]);
+    assert_ptr_equal(dsp_dispatch_dequeue(&qsrv, &qty), &qtasks[1]);
+    assert_ptr_equal(dsp_dispatch_dequeue(&qsrv, &qty), &qtasks[2]);
+}
+
+static void test_queue_taken_back_goes_back_in_seq_order(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 6; i++)
+        dsp_dispatch_enqueue(&qsrv, &qty, qtask(i, 1, (uint64_t)i + 10));
+    /* Delivered: 10, 11, 12; taken back out of order: 12, then 10, then 11. */
+    dsp_task *a = dsp_dispatch_dequeue(&qsrv, &qty);
+    dsp_task *b = dsp_dispatch_dequeue(&qsrv, &qty);
+    dsp_task *c = dsp_dispatch_dequeue(&qsrv, &qty);
+    dsp_dispatch_enqueue(&qsrv, &qty, c);
+    dsp_dispatch_enqueue(&qsrv, &qty, a);
+    dsp_dispatch_enqueue(&qsrv, &qty, b);
+    /* A later claim's task goes to the tail. */
+    dsp_dispatch_enqueue(&qsrv, &qty, qtask(6, 1, 100));
+    uint64_t last = 0;
+    for (int i = 0; i < 7; i++) {
+        dsp_task *t = dsp_dispatch_dequeue(&qsrv, &qty);
+        assert_true(t->seq > last);
+        last = t->seq;
+    }
+    assert_int_equal(last, 100);
+    assert_int_equal(qty.nbuffered, 0);
+}
+
+static void test_queue_unlink_anywhere(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 9; i++)
+        dsp_dispatch_enqueue(&qsrv, &qty, qtask(i, (uint8_t)(i / 3), (uint64_t)i));
+    /* The head, a middle and the tail of lists, and a whole list (HIGH: 6, 7, 8). */
+    dsp_dispatch_unlink(&qsrv, &qtasks[0]);
+    dsp_dispatch_unlink(&qsrv, &qtasks[4]);
+    dsp_dispatch_unlink(&qsrv, &qtasks[5]);
+    dsp_dispatch_unlink(&qsrv, &qtasks[7]);
+    dsp_dispatch_unlink(&qsrv, &qtasks[6]);
+    dsp_dispatch_unlink(&qsrv, &qtasks[8]);
+    assert_null(qty.head[2]);
+    assert_null(qty.tail[2]);
+    assert_int_equal(qty.nbuffered, 3);
+    assert_ptr_equal(dsp_dispatch_dequeue(&qsrv, &qty), &qtasks[3]);
+    assert_ptr_equal(dsp_dispatch_dequeue(&qsrv, &qty), &qtasks[1]);
+    dsp_dispatch_unlink(&qsrv, &qtasks[2]);
+    assert_int_equal(qty.nbuffered, 0);
+    assert_null(qsrv.busy_types);
+    assert_null(dsp_dispatch_peek(&qty));
+}
+
+/* Random enqueues, dequeues and unlinks against a plain model: the next task is always
+ * the buffered one of highest priority, then lowest seq. */
+static void test_queue_matches_model(void **state)
+{
+    (void)state;
+    bool in[QN] = {false};
+    uint32_t x = 12345;
+    uint64_t seq = 1;
+    for (int step = 0; step < 20000; step++) {
+        x = x * 1103515245u + 12345u;
+        int i = (int)((x >> 16) % QN);
+        int op = (int)((x >> 8) % 3);
+        if (!in[i] && op < 2) {
+            dsp_dispatch_enqueue(&qsrv, &qty, qtask(i, (uint8_t)((x >> 4) % 3), seq++));
+            in[i] = true;
+        } else if (in[i] && op == 2) {
+            dsp_dispatch_unlink(&qsrv, &qtasks[i]);
+            in[i] = false;
+        } else if (qty.nbuffered > 0) {
+            int best = -1;
+            for (int k = 0; k < QN; k++)
+                if (in[k] && (best < 0 || qtasks[k].priority > qtasks[best].priority ||
+                              (qtasks[k].priority == qtasks[best].priority &&
+                               qtasks[k].seq < qtasks[best].seq)))
+                    best = k;
+            assert_ptr_equal(dsp_dispatch_dequeue(&qsrv, &qty), &qtasks[best]);
+            in[best] = false;
+        }
+        size_t n = 0;
+        for (int k = 0; k < QN; k++)
+            n += in[k];
+        assert_int_equal(qty.nbuffered, n);
+        assert_true((qsrv.busy_types == &qty) == (n > 0));
+    }
+}
+
+/* ---- the claim budget ---- */
+
+static void test_budget_is_room_plus_ahead_less_held(void **state)
+{
+    (void)state;
+    assert_int_equal(dsp_claim_budget(4, 40, 10, 1000), 34);
+    assert_int_equal(dsp_claim_budget(4, 40, 44, 1000), 0);
+    assert_int_equal(dsp_claim_budget(4, 40, 500, 1000), 0); /* more held than wanted */
+    assert_int_equal(dsp_claim_budget(4, 40, 0, 10), 10);    /* --batch */
+    assert_int_equal(dsp_claim_budget(0, 0, 0, 1000), 0);
+    assert_int_equal(dsp_claim_budget(4, 40, 0, 0), 0);
+}
+
+static void test_budget_saturates_with_hostile_capacities(void **state)
+{
+    (void)state;
+    /* Room summed over a million workers of capacity 65536, or any wrapped figure: the
+     * sum saturates instead of wrapping to a small number, and the cap bounds it. */
+    assert_int_equal(dsp_claim_budget(UINT64_MAX, UINT64_MAX, 0, 1000), 1000);
+    assert_int_equal(dsp_claim_budget(UINT64_MAX, 1, 5, 10000), 10000);
+    assert_int_equal(dsp_claim_budget(UINT64_MAX - 3, 1000, UINT64_MAX, 10000), 0);
+    assert_int_equal(dsp_claim_budget(65536ull * 1000000ull, 1000000, 0, UINT64_MAX),
+                     65536ull * 1000000ull + 1000000);
+    assert_int_equal(dsp_claim_budget(1, UINT64_MAX, UINT64_MAX - 1, UINT64_MAX), 1);
+}
+
+static void test_ahead_follows_rate_within_floor_and_prefetch(void **state)
+{
+    (void)state;
+    /* 400 tasks/s over 100 ms: 40. */
+    assert_int_equal(dsp_claim_ahead(400.0, 100, 32, 1000), 40);
+    /* A cold start: the floor. */
+    assert_int_equal(dsp_claim_ahead(0.0, 100, 32, 1000), 32);
+    /* 33,000 tasks/s: --prefetch bounds it. */
+    assert_int_equal(dsp_claim_ahead(33000.0, 100, 32, 1000), 1000);
+    /* --prefetch-ms 0: all of --prefetch; --prefetch 0: nothing ahead. */
+    assert_int_equal(dsp_claim_ahead(0.0, 0, 32, 1000), 1000);
+    assert_int_equal(dsp_claim_ahead(5000.0, 100, 32, 0), 0);
+    assert_int_equal(dsp_claim_ahead(5000.0, 100, 32, -7), 0);
+    /* A floor above --prefetch is cut to it. */
+    assert_int_equal(dsp_claim_ahead(0.0, 100, 32, 10), 10);
+}
+
+static void test_ahead_is_bounded_for_any_rate(void **state)
+{
+    (void)state;
+    const double odd[] = {NAN, -NAN, INFINITY, -INFINITY, -1.0, 1e300, -1e300, 1e-300, DBL_MAX};
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        uint64_t a = dsp_claim_ahead(odd[i], 60000, 32, 1000000);
+        assert_in_range(a, 32, 1000000);
+        a = dsp_claim_ahead(odd[i], INT64_MAX, UINT64_MAX, 1000);
+        assert_int_equal(a, 1000);
+    }
+    assert_int_equal(dsp_claim_ahead(INFINITY, 100, 1, 1000), 1000);
+    assert_int_equal(dsp_claim_ahead(NAN, 100, 1, 1000), 1);
+}
+
+static void test_pace_averages_completions(void **state)
+{
+    (void)state;
+    dsp_pace p = {0};
+    assert_true(dsp_pace_rate(&p, 1000) == 0.0); /* the first read starts the clock */
+    for (int i = 0; i < 100; i++)
+        dsp_pace_note(&p);
+    /* Within DSP_PACE_SAMPLE_MS nothing is folded in. */
+    assert_true(dsp_pace_rate(&p, 1000 + DSP_PACE_SAMPLE_MS - 1) == 0.0);
+    /* 100 in DSP_PACE_TAU_UP_MS (250 ms): a rising 400/s replaces the average. */
+    assert_true(fabs(dsp_pace_rate(&p, 1000 + DSP_PACE_TAU_UP_MS) - 400.0) < 1e-9);
+    /* A quarter of the falling time constant with nothing: a quarter of the way to 0. */
+    int64_t at = 1000 + DSP_PACE_TAU_UP_MS + DSP_PACE_TAU_DOWN_MS / 4;
+    assert_true(fabs(dsp_pace_rate(&p, at) - 300.0) < 1e-9);
+    /* 100 in half the rising constant (800/s): half-way up from 300, 550. */
+    for (int i = 0; i < 100; i++)
+        dsp_pace_note(&p);
+    assert_true(fabs(dsp_pace_rate(&p, at + DSP_PACE_TAU_UP_MS / 2) - 550.0) < 1e-9);
+    /* A long idle: 0. */
+    assert_true(dsp_pace_rate(&p, 1000000) == 0.0);
+    /* A clock going back restarts the interval without a negative rate. */
+    dsp_pace_note(&p);
+    assert_true(dsp_pace_rate(&p, 5) == 0.0);
+    assert_int_equal(p.count, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -145,6 +382,16 @@ int main(void)
         cmocka_unit_test_setup(test_workers_not_accepting_are_skipped, setup),
         cmocka_unit_test_setup(test_credit_never_exceeds_capacity, setup),
         cmocka_unit_test_setup(test_least_loaded_spreads_evenly, setup),
+        cmocka_unit_test_setup(test_queue_high_claimed_later_goes_first, qsetup),
+        cmocka_unit_test_setup(test_queue_priority_from_table_above_high_is_high, qsetup),
+        cmocka_unit_test_setup(test_queue_taken_back_goes_back_in_seq_order, qsetup),
+        cmocka_unit_test_setup(test_queue_unlink_anywhere, qsetup),
+        cmocka_unit_test_setup(test_queue_matches_model, qsetup),
+        cmocka_unit_test(test_budget_is_room_plus_ahead_less_held),
+        cmocka_unit_test(test_budget_saturates_with_hostile_capacities),
+        cmocka_unit_test(test_ahead_follows_rate_within_floor_and_prefetch),
+        cmocka_unit_test(test_ahead_is_bounded_for_any_rate),
+        cmocka_unit_test(test_pace_averages_completions),
     };
     return cmocka_run_group_tests_name("sched", tests, NULL, NULL);
 }
