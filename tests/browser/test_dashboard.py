@@ -55,7 +55,7 @@ CHECKS = [
     "headline figures show lastStats",
     "FAILED tile equals the table's count of FAILED rows",
     "worker rows are exactly the workers of /workers, with their capacity",
-    "type rows: 'orphan' (ready rows, no worker) shows 'no worker' in red; served types show their workers",
+    "type rows: 'orphan' (ready rows, no worker) shows 'no worker' in red, and the queue lag names it",
     "failures list shows each failed task with its error and a retry button",
     "a POST without the token: the page says 401 and nothing changes",
     "with the token: Pause shows the type paused, its button resumes it",
@@ -463,6 +463,12 @@ def main():
             problems.append("resize %r" % (resize,))
         if not flaky_row or flaky_row["cells"][5] != str(NFLAKY) or flaky_row["cells"][7] == "no worker":
             problems.append("flaky (no ready row: no alarm) %r" % (flaky_row,))
+        # Once the served backlog is gone, the queue lag is the orphan rows', and says so.
+        try:
+            wait_for("the lag's note", lambda: js(driver,
+                "return document.getElementById('f-lag-note').textContent") == "type orphan has no worker", 40, 0.5)
+        except TimeoutError as e:
+            problems.append(str(e))
         tap.result(not problems, "; ".join(problems))
 
         # 13. the failures list
