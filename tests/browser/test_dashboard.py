@@ -37,7 +37,8 @@ NTASKS = 3000
 NFLAKY = 5         # tasks of type "flaky": their worker fails each at once
 NORPHAN = 3        # tasks of type "orphan": no worker serves it
 WORKER_CMD = "sleep 0.02; cat"
-FLAKY_CMD = 'echo "flaky: cannot open /data/$TASKPUSH_TASK_ID" >&2; exit 65'
+# Its error carries markup: the page must show it as text.
+FLAKY_CMD = 'echo "flaky: cannot open /data/$TASKPUSH_TASK_ID <img src=/x><b>bold</b>" >&2; exit 65'
 TOKEN = "dash-admin-token-0123456789"
 RED = "rgb(176, 0, 32)"  # #b00020, the page's colour for what is wrong
 CHROMIUM = os.environ.get("TASKPUSH_CHROMIUM", "/usr/bin/chromium")
@@ -55,8 +56,8 @@ CHECKS = [
     "headline figures show lastStats",
     "FAILED tile equals the table's count of FAILED rows",
     "worker rows are exactly the workers of /workers, with their capacity",
-    "type rows: 'orphan' (ready rows, no worker) shows 'no worker' in red, and the queue lag names it",
-    "failures list shows each failed task with its error and a retry button",
+    "/stats by_type adds up; 'orphan' (ready rows, no worker) shows 'no worker' in red, the lag names it",
+    "failures list shows each failed task with its error (markup as text) and a retry button",
     "a POST without the token: the page says 401 and nothing changes",
     "with the token: Pause shows the type paused, its button resumes it",
     "failures screenshot written",
@@ -448,13 +449,17 @@ def main():
         tap.result(got_rows == want_rows and shown_caps and sorted(names) == [r[0] for r in want_rows],
                    "rows %r, /workers %r" % ([(r["key"], r["cells"]) for r in rows], want_rows))
 
-        # 12. type rows; columns: type, ready, delayed, buffered, in flight, failed,
+        # 12. /stats by_type adds up to the queue; type rows; columns: type, ready, delayed, buffered, in flight, failed,
         # oldest ready, workers, state, action
         orphan = wait_for("the orphan row", lambda: row_of(js(driver, PAGE_STATE)["typeRows"], "orphan"), 10)
         page = js(driver, PAGE_STATE)
         resize = row_of(page["typeRows"], "resize")
         flaky_row = row_of(page["typeRows"], "flaky")
         problems = []
+        fresh = get_json(admin, "/stats")
+        for key, total in (("buffered", fresh["queue"]["buffered"]), ("in_flight", fresh["queue"]["in_flight"])):
+            if sum(t[key] for t in fresh["by_type"]) != total:
+                problems.append("by_type %s %r, queue %d" % (key, fresh["by_type"], total))
         if orphan["cells"][7] != "no worker" or orphan["colors"][7] != RED or orphan["attrs"]["noWorker"] != "true":
             problems.append("orphan %r %r" % (orphan["cells"], orphan["colors"]))
         if orphan["cells"][1] != str(NORPHAN) or orphan["cells"][6] in ("–", ""):
@@ -482,8 +487,12 @@ def main():
         if [int(r["key"]) for r in frows] != ids:
             problems.append("ids %r, table %r" % ([r["key"] for r in frows], ids))
         for r in frows:
-            if "flaky: cannot open /data/%s" % r["key"] not in r["cells"][4] or r["buttons"] != ["Retry"]:
+            if ("flaky: cannot open /data/%s <img src=/x><b>bold</b>" % r["key"] not in r["cells"][4]
+                    or r["buttons"] != ["Retry"]):
                 problems.append("row %r" % r)
+        markup = js(driver, "return document.querySelectorAll('#failures-body img, #failures-body b').length")
+        if markup:
+            problems.append("%d elements made of an error's text" % markup)
         tap.result(not problems, "; ".join(problems))
 
         # 14. a POST without the token
