@@ -56,14 +56,16 @@ static int64_t table_figure(bool valid, uint64_t v)
     return v > INT64_MAX ? INT64_MAX : (int64_t)v;
 }
 
-void dsp_history_record(dsp_history *h, int64_t now_ms, int64_t wall_ms, const dsp_history_input *in)
+void dsp_history_record(dsp_history *h, int64_t now_ms, int64_t wall_ms,
+                        const dsp_history_input *in)
 {
     if (!h->ring)
         return;
     bool first = h->n == 0;
     dsp_history_sample s = {
         .wall_ms = wall_ms,
-        .interval_ms = first || now_ms < h->last_mono_ms ? 0 : clamp32((uint64_t)(now_ms - h->last_mono_ms)),
+        .interval_ms =
+            first || now_ms < h->last_mono_ms ? 0 : clamp32((uint64_t)(now_ms - h->last_mono_ms)),
         /* The first sample counts what happened before it: nothing to compare with. */
         .succeeded = first ? 0 : growth(in->succeeded_total, h->last_succeeded),
         .failed = first ? 0 : growth(in->failed_total, h->last_failed),
@@ -139,11 +141,12 @@ json_t *dsp_history_json(const dsp_history *h, int64_t wall_now_ms)
         return NULL;
     for (size_t i = 0; i < h->n; i++) {
         const dsp_history_sample *s = dsp_history_at(h, i);
-        json_t *js = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "t", (json_int_t)s->wall_ms,
-                               "dt", (json_int_t)s->interval_ms, "succeeded", (json_int_t)s->succeeded,
-                               "failed", (json_int_t)s->failed, "dispatched", (json_int_t)s->dispatched,
-                               "buffered", (json_int_t)s->buffered, "in_flight", (json_int_t)s->in_flight,
-                               "workers", (json_int_t)s->workers);
+        json_t *js =
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "t", (json_int_t)s->wall_ms, "dt",
+                      (json_int_t)s->interval_ms, "succeeded", (json_int_t)s->succeeded, "failed",
+                      (json_int_t)s->failed, "dispatched", (json_int_t)s->dispatched, "buffered",
+                      (json_int_t)s->buffered, "in_flight", (json_int_t)s->in_flight, "workers",
+                      (json_int_t)s->workers);
         if (!js || json_array_append_new(samples, js) != 0) {
             json_decref(o);
             return NULL;
@@ -153,7 +156,8 @@ json_t *dsp_history_json(const dsp_history *h, int64_t wall_now_ms)
         json_object_set_new(js, "table_failed", table_value(s->table_failed));
         /* null: figures not read yet; -1: read, and no ready row waits. */
         json_object_set_new(js, "oldest_ready_age_ms",
-                            s->table_new < 0 ? json_null() : json_integer((json_int_t)s->oldest_ready_age_ms));
+                            s->table_new < 0 ? json_null()
+                                             : json_integer((json_int_t)s->oldest_ready_age_ms));
     }
     return o;
 }

@@ -18,8 +18,8 @@
 /* The counters and gauges a sample is made from, as the loop sees them. */
 typedef struct dsp_history_input {
     uint64_t succeeded_total, failed_total, dispatched_total; /* counters since start */
-    uint64_t buffered, in_flight, workers;                     /* gauges now */
-    bool table_valid;          /* the table figures below were read at least once */
+    uint64_t buffered, in_flight, workers;                    /* gauges now */
+    bool table_valid; /* the table figures below were read at least once */
     uint64_t table_new, table_ready, table_failed;
     int64_t oldest_ready_age_ms; /* -1: no ready row waits */
 } dsp_history_input;
@@ -28,8 +28,8 @@ typedef struct dsp_history_input {
  * their value when taken. Counts and gauges stop at UINT32_MAX (per 5 s, beyond any
  * real figure). The table figures are -1 while they were never read. */
 typedef struct dsp_history_sample {
-    int64_t wall_ms;      /* when taken, ms since 1970 (UTC) */
-    uint32_t interval_ms; /* since the previous sample; 0 for the first */
+    int64_t wall_ms;                        /* when taken, ms since 1970 (UTC) */
+    uint32_t interval_ms;                   /* since the previous sample; 0 for the first */
     uint32_t succeeded, failed, dispatched; /* during the interval */
     uint32_t buffered, in_flight, workers;
     int64_t table_new, table_ready, table_failed;
@@ -39,9 +39,9 @@ typedef struct dsp_history_sample {
 typedef struct dsp_history {
     dsp_history_sample *ring; /* capacity entries, allocated once */
     size_t capacity;
-    size_t head;              /* index of the newest sample */
-    size_t n;                 /* samples held, at most capacity */
-    int64_t last_mono_ms;     /* monotonic time of the newest sample */
+    size_t head;                                           /* index of the newest sample */
+    size_t n;                                              /* samples held, at most capacity */
+    int64_t last_mono_ms;                                  /* monotonic time of the newest sample */
     uint64_t last_succeeded, last_failed, last_dispatched; /* the counters then */
 } dsp_history;
 
@@ -54,7 +54,8 @@ void dsp_history_free(dsp_history *h);
 bool dsp_history_due(const dsp_history *h, int64_t now_ms);
 /* Records a sample taken now (monotonic now_ms, wall clock wall_ms), overwriting the
  * oldest once the ring is full. */
-void dsp_history_record(dsp_history *h, int64_t now_ms, int64_t wall_ms, const dsp_history_input *in);
+void dsp_history_record(dsp_history *h, int64_t now_ms, int64_t wall_ms,
+                        const dsp_history_input *in);
 /* The i-th sample held, 0 the oldest; NULL when i >= the count held. */
 const dsp_history_sample *dsp_history_at(const dsp_history *h, size_t i);
 

@@ -59,7 +59,9 @@ static void fill_workers(dsp_stats_snapshot *snap, const dsp_server *srv)
 
 static int type_ptr_cmp(const void *a, const void *b)
 {
-    const dsp_type *x = *(const dsp_type *const *)a, *y = *(const dsp_type *const *)b;
+    /* As integers: < between pointers to different objects is undefined. */
+    uintptr_t x = (uintptr_t)*(const dsp_type *const *)a;
+    uintptr_t y = (uintptr_t)*(const dsp_type *const *)b;
     return x < y ? -1 : x > y;
 }
 

@@ -19,9 +19,13 @@
 
 static dsp_history_input input(uint64_t done)
 {
-    return (dsp_history_input){.succeeded_total = done, .failed_total = done / 10,
-                               .dispatched_total = 2 * done, .buffered = 7, .in_flight = 3,
-                               .workers = 2, .oldest_ready_age_ms = -1};
+    return (dsp_history_input){.succeeded_total = done,
+                               .failed_total = done / 10,
+                               .dispatched_total = 2 * done,
+                               .buffered = 7,
+                               .in_flight = 3,
+                               .workers = 2,
+                               .oldest_ready_age_ms = -1};
 }
 
 static void test_bounds_and_wrap(void **state)
@@ -37,7 +41,8 @@ static void test_bounds_and_wrap(void **state)
         dsp_history_input in = input((uint64_t)i * 100);
         assert_true(dsp_history_due(&h, (int64_t)i * DSP_HISTORY_PERIOD_MS));
         dsp_history_record(&h, (int64_t)i * DSP_HISTORY_PERIOD_MS, 1000000 + i, &in);
-        assert_false(dsp_history_due(&h, (int64_t)i * DSP_HISTORY_PERIOD_MS + DSP_HISTORY_PERIOD_MS - 1));
+        assert_false(
+            dsp_history_due(&h, (int64_t)i * DSP_HISTORY_PERIOD_MS + DSP_HISTORY_PERIOD_MS - 1));
         assert_int_equal(h.n, i + 1 < 5 ? i + 1 : 5);
     }
     assert_int_equal(h.capacity, 5);
@@ -79,7 +84,7 @@ static void test_counts_and_clamps(void **state)
     assert_int_equal(s->failed, 0);
 
     in.succeeded_total = 500 + (uint64_t)UINT32_MAX + 10; /* more than a sample holds */
-    in.failed_total = 10;                                  /* went back: counted as 0 */
+    in.failed_total = 10;                                 /* went back: counted as 0 */
     in.buffered = UINT64_MAX;
     in.table_valid = true;
     in.table_new = 40;
