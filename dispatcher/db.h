@@ -100,6 +100,7 @@ typedef struct dsp_table_type_stats {
     uint64_t new_delayed; /* NEW, waiting for run_after */
     uint64_t processing;
     uint64_t failed;
+    int64_t oldest_ready_age_ms; /* as oldest_ready_age_ms below, for this type */
 } dsp_table_type_stats;
 
 typedef struct dsp_table_stats {

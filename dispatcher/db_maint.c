@@ -107,6 +107,7 @@ static int stats_type_slot(struct stats_ctx *x, const char *t, size_t len)
     }
     memcpy(w->types[w->ntypes].type, t, len);
     w->types[w->ntypes].type[len] = '\0';
+    w->types[w->ntypes].oldest_ready_age_ms = -1;
     x->lane0[w->ntypes] = 0;
     return (int)w->ntypes++;
 }
@@ -191,7 +192,8 @@ static int stats_refresh(struct stats_ctx *x)
     w->by_state[2] = v;
     w->successful_capped = v >= DSP_DB_SQL_SUCCESSFUL_CAP;
 
-    /* 3. The oldest ready row: the head of each (type, priority) of the ready lane. */
+    /* 3. The oldest ready row of each type: the head of each (type, priority) of the
+     * ready lane. */
     dsp_strbuf_reset(&x->sql);
     for (i = 0; i < w->ntypes; i++)
         for (p = 2; p >= 0; p--)
@@ -202,12 +204,21 @@ static int stats_refresh(struct stats_ctx *x)
             }
     if (any) {
         dsp_db_sql_stats_oldest_end(&x->sql);
-        if (x->sql.oom || dsp_dbi_query_u64(&x->c, x->sql.p, &v, &isnull, 0) < 0)
+        if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
             return -1;
-        if (!isnull) {
-            int64_t since = (int64_t)v; /* a signed BIGINT: the cast gives it back */
-            w->oldest_ready_age_ms = now > since ? now - since : 0;
+        while ((row = mysql_fetch_row(res)) != NULL) {
+            unsigned long *len = mysql_fetch_lengths(res);
+            if (mysql_num_fields(res) != 2 || row[0] == NULL || row[1] == NULL)
+                continue;
+            int64_t since = strtoll(row[1], NULL, 10);
+            int64_t age = now > since ? now - since : 0;
+            int slot = stats_type_slot(x, row[0], len[0]);
+            if (slot >= 0)
+                w->types[slot].oldest_ready_age_ms = age;
+            if (age > w->oldest_ready_age_ms)
+                w->oldest_ready_age_ms = age;
         }
+        mysql_free_result(res);
     }
 
     qsort(w->types, w->ntypes, sizeof w->types[0], type_stats_cmp);

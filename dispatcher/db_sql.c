@@ -464,8 +464,8 @@ void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap)
 void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, bool first, const char *type, size_t type_len,
                                   int priority, int64_t now_ms)
 {
-    dsp_strbuf_puts(b, first ? "SELECT MIN(g) FROM (" : " UNION ALL ");
-    dsp_strbuf_puts(b, "(SELECT GREATEST(insert_time, run_after) g FROM task FORCE INDEX (claim_idx)"
+    dsp_strbuf_puts(b, first ? "SELECT t, MIN(g) FROM (" : " UNION ALL ");
+    dsp_strbuf_puts(b, "(SELECT task_type t, GREATEST(insert_time, run_after) g FROM task FORCE INDEX (claim_idx)"
                        " WHERE task_state = 0 AND `delayed` = 0 AND task_type = ");
     if (type_len == 0)
         dsp_strbuf_puts(b, "''"); /* put_hex writes NULL for no bytes */
@@ -479,7 +479,7 @@ void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, bool first, const char *type, s
 
 void dsp_db_sql_stats_oldest_end(dsp_strbuf *b)
 {
-    dsp_strbuf_puts(b, ") u");
+    dsp_strbuf_puts(b, ") u GROUP BY t");
 }
 
 void dsp_db_sql_retention(dsp_strbuf *b, int state, int64_t before_ms, unsigned limit)

@@ -157,13 +157,13 @@ void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms);
 #define DSP_DB_SQL_SUCCESSFUL_CAP 1000000u
 void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap);
 
-/* The time the oldest ready NEW row became due, over the head (smallest task_id) of each
- * (type, priority) group of the ready lane:
- *   SELECT MIN(g) FROM (
- *     (SELECT GREATEST(insert_time, run_after) g FROM task FORCE INDEX (claim_idx)
+/* The time the oldest ready NEW row of each type became due, over the head (smallest
+ * task_id) of each (type, priority) group of the ready lane, one row per type:
+ *   SELECT t, MIN(g) FROM (
+ *     (SELECT task_type t, GREATEST(insert_time, run_after) g FROM task FORCE INDEX (claim_idx)
  *      WHERE task_state = 0 AND `delayed` = 0 AND task_type = T AND task_priority = P
  *        AND run_after <= now_ms ORDER BY task_id LIMIT 1)
- *     UNION ALL ...) u
+ *     UNION ALL ...) u GROUP BY t
  * Each part is a ref on four parts of claim_idx in index order, run_after checked by
  * index condition pushdown, one row read. Call _part once per group (first = true for
  * the first), then _end. */

@@ -511,6 +511,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
                        srv->task_stats.succeeded_total + srv->task_stats.failed_total);
     }
     dsp_db_lease_check(srv->db); /* a leader whose lease ran out steps down now */
+    dsp_history_tick(srv, now);
     expire_leases(srv, now);
     for (dsp_conn *c = srv->conns, *next; c; c = next) {
         next = c->next;
@@ -778,7 +779,8 @@ int dsp_server_init_offline(dsp_server *srv, const dsp_config *cfg)
     srv->started_ms = dsp_now_ms();
     srv->claim_not_before = 0;
 
-    if (dsp_taskmap_init(&srv->tasks, 4096) < 0)
+    if (dsp_taskmap_init(&srv->tasks, 4096) < 0 ||
+        dsp_history_init(&srv->history, DSP_HISTORY_SAMPLES) < 0)
         return -1;
     dsp_deadline_init(&srv->leases);
     srv->base = event_base_new();
@@ -894,6 +896,7 @@ void dsp_server_free(dsp_server *srv)
     free(srv->outbox);
     dsp_taskmap_free(&srv->tasks);
     dsp_deadline_free(&srv->leases);
+    dsp_history_free(&srv->history);
     if (srv->base)
         event_base_free(srv->base);
 }

@@ -12,6 +12,7 @@
 #include "deadline.h"
 #include "log.h"
 #include "dispatch.h"
+#include "history.h"
 #include "stats.h"
 #include "taskmap.h"
 
@@ -147,6 +148,7 @@ struct dsp_server {
     dsp_rates rates;
     int64_t last_rate_sample_ms;
     dsp_histograms hist;
+    dsp_history history;       /* GET /history: the last hour, sampled by the tick (history.c) */
 };
 
 int64_t dsp_now_ms(void);

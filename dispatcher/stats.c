@@ -57,6 +57,46 @@ static void fill_workers(dsp_stats_snapshot *snap, const dsp_server *srv)
     }
 }
 
+static int type_ptr_cmp(const void *a, const void *b)
+{
+    /* As integers: < between pointers to different objects is undefined. */
+    uintptr_t x = (uintptr_t)*(const dsp_type *const *)a;
+    uintptr_t y = (uintptr_t)*(const dsp_type *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The types held, with their workers, buffered and in-flight tasks (the in-flight
+ * ones counted over the workers' delivery lists, each type found by bsearch). */
+static void fill_types(dsp_stats_snapshot *snap, const dsp_server *srv)
+{
+    size_t n = srv->ntypes < DSP_STATS_TYPES_MAX ? srv->ntypes : DSP_STATS_TYPES_MAX;
+    snap->held_types = n ? calloc(n, sizeof *snap->held_types) : NULL;
+    const dsp_type **by_ptr = n ? malloc(n * sizeof *by_ptr) : NULL;
+    if (!snap->held_types || !by_ptr) {
+        free(by_ptr);
+        return;
+    }
+    size_t k = 0;
+    for (const dsp_type *ty = srv->types; ty && k < n; ty = ty->next)
+        by_ptr[k++] = ty;
+    snap->held_types_cut = k < srv->ntypes;
+    qsort(by_ptr, k, sizeof *by_ptr, type_ptr_cmp);
+    for (size_t i = 0; i < k; i++)
+        snap->held_types[i] = (dsp_stats_type){.name = by_ptr[i]->name,
+                                               .workers = by_ptr[i]->nworkers,
+                                               .buffered = by_ptr[i]->nbuffered,
+                                               .paused = by_ptr[i]->paused};
+    for (const dsp_conn *c = srv->conns; c; c = c->next)
+        for (const dsp_task *t = c->inflight; t; t = t->next) {
+            const dsp_type *key = t->type;
+            const dsp_type **hit = bsearch(&key, by_ptr, k, sizeof *by_ptr, type_ptr_cmp);
+            if (hit)
+                snap->held_types[hit - by_ptr].in_flight++;
+        }
+    snap->nheld_types = k;
+    free(by_ptr);
+}
+
 void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
 {
     memset(snap, 0, sizeof *snap);
@@ -97,6 +137,7 @@ void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
     snap->wall_ms = dsp_wall_ms();
     fill_paused(snap, srv);
     fill_workers(snap, srv);
+    fill_types(snap, srv);
 }
 
 void dsp_stats_snapshot_clear(dsp_stats_snapshot *snap)
@@ -104,6 +145,7 @@ void dsp_stats_snapshot_clear(dsp_stats_snapshot *snap)
     free(snap->table);
     free(snap->paused_types);
     free(snap->workers);
+    free(snap->held_types);
     memset(snap, 0, sizeof *snap);
 }
 
@@ -136,10 +178,11 @@ static json_t *table_json(const dsp_table_stats *ts, int64_t wall_ms)
     json_t *types = json_array();
     for (size_t i = 0; i < ts->ntypes && i < DSP_TABLE_STATS_MAX_TYPES; i++) {
         const dsp_table_type_stats *t = &ts->types[i];
-        json_array_append_new(types, json_pack("{s:s, s:I, s:I, s:I, s:I}", "type", t->type, "new_ready",
+        json_array_append_new(types, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "type", t->type, "new_ready",
                                                (json_int_t)t->new_ready, "new_delayed",
                                                (json_int_t)t->new_delayed, "processing",
-                                               (json_int_t)t->processing, "failed", (json_int_t)t->failed));
+                                               (json_int_t)t->processing, "failed", (json_int_t)t->failed,
+                                               "oldest_ready_age_ms", (json_int_t)t->oldest_ready_age_ms));
     }
     int64_t age = ts->valid ? wall_ms - ts->refreshed_wall_ms : -1;
     return json_pack("{s:b, s:I, s:I, s:o, s:b, s:o, s:I, s:o, s:I}", "valid", ts->valid, "age_ms",
@@ -155,6 +198,20 @@ static json_t *paused_json(const dsp_stats_snapshot *snap)
     for (size_t i = 0; i < snap->npaused_types; i++)
         json_array_append_new(types, json_string(snap->paused_types[i]));
     return json_pack("{s:b, s:o}", "all", snap->paused_all, "types", types);
+}
+
+static json_t *held_types_json(const dsp_stats_snapshot *snap)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < snap->nheld_types; i++) {
+        const dsp_stats_type *t = &snap->held_types[i];
+        char *name = dsp_stats_utf8_copy(t->name);
+        json_array_append_new(a, json_pack("{s:s?, s:I, s:I, s:I, s:b}", "type", name, "workers",
+                                           (json_int_t)t->workers, "buffered", (json_int_t)t->buffered,
+                                           "in_flight", (json_int_t)t->in_flight, "paused", t->paused));
+        free(name);
+    }
+    return a;
 }
 
 static json_t *requeue_json(const dsp_stats_snapshot *snap)
@@ -211,6 +268,8 @@ json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
     json_object_set_new(o, "rates", rates_json(snap));
     json_object_set_new(o, "table", table);
     json_object_set_new(o, "last_requeue", requeue_json(snap));
+    json_object_set_new(o, "by_type", held_types_json(snap));
+    json_object_set_new(o, "by_type_cut", json_boolean(snap->held_types_cut));
     return o;
 }
 

@@ -187,6 +187,15 @@ typedef struct dsp_requeue_status {
     int64_t rows;   /* when done: rows moved, or -1 on failure */
 } dsp_requeue_status;
 
+/* One task type the dispatcher holds (a worker registered it, tasks of it are
+ * buffered, or it is paused), for the "by_type" array of /stats. */
+#define DSP_STATS_TYPES_MAX 256
+typedef struct dsp_stats_type {
+    const char *name; /* borrowed */
+    uint64_t workers, buffered, in_flight;
+    bool paused;
+} dsp_stats_type;
+
 typedef struct dsp_stats_snapshot {
     int64_t uptime_ms;
     int64_t wall_ms;                /* the wall clock when taken (age of the table figures) */
@@ -212,6 +221,9 @@ typedef struct dsp_stats_snapshot {
     struct dsp_table_stats *table;  /* malloc'd; NULL when out of memory */
     dsp_stats_worker *workers;      /* malloc'd */
     size_t nworker_rows;
+    dsp_stats_type *held_types;     /* malloc'd; at most DSP_STATS_TYPES_MAX */
+    size_t nheld_types;
+    bool held_types_cut;            /* more types are held than listed */
 } dsp_stats_snapshot;
 
 /* Fills snap from srv; call dsp_stats_snapshot_clear after. When out of memory

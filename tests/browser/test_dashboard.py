@@ -3,9 +3,14 @@
 
 Creates its own database on the private MariaDB of scripts/tp-mariadb (environment
 TASKPUSH_TEST_MYSQL_*), loads the schema and a few thousand tasks, starts the real
-taskpushd and two real taskpush-worker processes, opens http://ADMIN/ in Debian's
-Chromium through selenium and checks what the page shows against /stats and
-/workers. Writes a screenshot to $TASKPUSH_BUILD_ROOT/dashboard.png. Prints TAP.
+taskpushd (with an admin token) and real taskpush-worker processes: two that succeed,
+one whose tasks fail at once (then stopped), and none for a type "orphan" with rows
+waiting. Once the dispatcher has some history, opens http://ADMIN/ in Debian's
+Chromium through selenium and checks what the page shows against /history, /stats,
+/workers and the table, then acts through the page (pause, resume, retry; a POST
+without the token first) and checks the outcome in /stats and the table. Writes
+screenshots to $TASKPUSH_BUILD_ROOT/dashboard.png and dashboard-failures.png. Prints
+TAP.
 
 Needs: chromium, chromium-driver, python3-selenium (scripts/install-deps.sh).
 """
@@ -29,23 +34,38 @@ for _p in ("/usr/lib/python3/dist-packages",):
         sys.path.append(_p)
 
 NTASKS = 3000
+NFLAKY = 5         # tasks of type "flaky": their worker fails each at once
+NORPHAN = 3        # tasks of type "orphan": no worker serves it
 WORKER_CMD = "sleep 0.02; cat"
+# Its error carries markup: the page must show it as text.
+FLAKY_CMD = 'echo "flaky: cannot open /data/$TASKPUSH_TASK_ID <img src=/x><b>bold</b>" >&2; exit 65'
+TOKEN = "dash-admin-token-0123456789"
+RED = "rgb(176, 0, 32)"  # #b00020, the page's colour for what is wrong
 CHROMIUM = os.environ.get("TASKPUSH_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("TASKPUSH_CHROMEDRIVER", "/usr/bin/chromedriver")
 
 CHECKS = [
     "database created, schema and tasks loaded",
-    "taskpushd ready and both workers connected",
+    "taskpushd ready; flaky tasks FAILED, their worker stopped; two workers connected",
     "GET / answers the page with its headers; POST / is refused",
-    "page loads in headless Chromium and starts polling",
+    "GET /history holds samples of the flow, oldest first",
+    "page loads; its first drawing shows /history's points before any poll",
     "throughput series has >= 3 points, some > 0",
     "latest depth point is buffered + in_flight of the page's lastStats",
     "page's succeeded_total <= a fresh /stats, and close",
     "headline figures show lastStats",
+    "FAILED tile equals the table's count of FAILED rows",
     "worker rows are exactly the workers of /workers, with their capacity",
+    "/stats by_type adds up; 'orphan' (ready rows, no worker) shows 'no worker' in red, the lag names it",
+    "failures list shows each failed task with its error (markup as text) and a retry button",
+    "a POST without the token: the page says 401 and nothing changes",
+    "with the token: Pause shows the type paused, its button resumes it",
+    "failures screenshot written",
+    "Retry puts the failed task back to NEW in the table",
     "the page requested nothing but the admin port",
-    "no error in the browser console",
+    "no error in the browser console but the 401 provoked",
     "screenshot written",
+    "POST /drain: the page shows the drain",
     "dispatcher down: page says 'no answer' and keeps polling",
 ]
 
@@ -113,10 +133,15 @@ class Db:
         rows = []
         for i in range(ntasks):
             rows.append("('%s', %d, '{\"n\":%d}')" % ("resize" if i % 3 == 0 else "default", i % 3, i))
+        rows += ["('flaky', 1, '{\"f\":%d}')" % i for i in range(NFLAKY)]
+        rows += ["('orphan', 1, '{\"o\":%d}')" % i for i in range(NORPHAN)]
         for k in range(0, len(rows), 1000):
             self.run("INSERT INTO task (task_type, task_priority, payload) VALUES " +
                      ",".join(rows[k:k + 1000]), db=self.name)
-        return int(self.run("SELECT COUNT(*) FROM task WHERE task_state = 0", db=self.name).strip())
+        return self.count("task_state = 0")
+
+    def count(self, where):
+        return int(self.run("SELECT COUNT(*) FROM task WHERE " + where, db=self.name).strip())
 
     def drop(self):
         self.run("DROP DATABASE IF EXISTS `%s`" % self.name)
@@ -129,6 +154,19 @@ def http_get(url, timeout=5):
 
 def get_json(admin, path):
     return json.loads(http_get("http://%s%s" % (admin, path))[2])
+
+
+def post(admin, path, token=None):
+    """A POST as taskpushctl sends it; returns (status, body)."""
+    headers = {"X-Taskpush-Admin": "1"}
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    req = urllib.request.Request("http://%s%s" % (admin, path), data=b"", method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
 
 
 def wait_for(what, fn, timeout, step=0.2):
@@ -183,6 +221,55 @@ def start_browser(tmp):
     return driver
 
 
+def js(driver, script, *args):
+    return driver.execute_script(script, *args)
+
+
+# The page's state in one read: series, figures, rows of each table.
+PAGE_STATE = """
+var d = window.taskpushDashboard;
+function rows(sel, attr) {
+  return Array.prototype.map.call(document.querySelectorAll(sel), function (r) {
+    return {key: r.getAttribute(attr), attrs: {paused: r.getAttribute('data-paused'),
+            noWorker: r.getAttribute('data-no-worker'), capacity: r.getAttribute('data-capacity')},
+            cells: Array.prototype.map.call(r.cells, function (c) { return c.textContent; }),
+            colors: Array.prototype.map.call(r.cells, function (c) { return getComputedStyle(c).color; }),
+            buttons: Array.prototype.map.call(r.querySelectorAll('button'), function (b) { return b.textContent; })};
+  });
+}
+return {depth: d.depth, stats: d.lastStats, workers: d.lastWorkers, polls: d.polls, errors: d.errors,
+        figs: Array.prototype.map.call(document.querySelectorAll('#headline .value'),
+          function (e) { return [e.id, e.getAttribute('data-value'), e.textContent]; }),
+        workerRows: rows('tr[data-worker-name]', 'data-worker-name'),
+        typeRows: rows('#types-body tr', 'data-type'),
+        failureRows: rows('#failures-body tr', 'data-task-id'),
+        msg: document.getElementById('action-msg').textContent,
+        msgColor: getComputedStyle(document.getElementById('action-msg')).color,
+        state: document.getElementById('state').textContent,
+        stateAttrs: [document.getElementById('state').getAttribute('data-draining'),
+                     document.getElementById('state').getAttribute('data-paused-types')]};
+"""
+
+
+def click(driver, selector, label):
+    """Clicks the button labelled label in the row selector, in one script (the rows
+    are redrawn every second: a found element may be gone by the time of a click)."""
+    return js(driver, """
+      var r = document.querySelector(arguments[0]), label = arguments[1];
+      var b = r && Array.prototype.find.call(r.querySelectorAll('button'),
+                                             function (x) { return x.textContent === label; });
+      if (!b) return false;
+      b.click();
+      return true;""", selector, label)
+
+
+def row_of(rows, key):
+    for r in rows:
+        if r["key"] == key:
+            return r
+    return None
+
+
 def main():
     build = os.environ.get("TASKPUSH_BUILD_ROOT") or os.getcwd()
     source = os.environ.get("TASKPUSH_SOURCE_ROOT") or os.path.join(os.path.dirname(__file__), "..", "..")
@@ -198,15 +285,20 @@ def main():
         db = Db()
         n = db.create(os.path.join(source, "sql", "schema.sql"), NTASKS)
         created = True
-        tap.result(n == NTASKS, "%d NEW tasks in %s" % (n, db.name))
+        tap.result(n == NTASKS + NFLAKY + NORPHAN, "%d NEW tasks in %s" % (n, db.name))
 
-        # 2. taskpushd and two workers
+        # 2. taskpushd (with an admin token, table figures every 500 ms) and workers
         ready = os.path.join(tmp, "ready.json")
         dlog = os.path.join(tmp, "taskpushd.log")
+        token_file = os.path.join(tmp, "admin-token")
+        with open(token_file, "w") as f:
+            f.write(TOKEN + "\n")
+        os.chmod(token_file, 0o600)
         daemon = subprocess.Popen(
             [os.path.join(build, "dispatcher", "taskpushd"),
              "--db", "mysql://%s@%s:%s/%s" % (db.user, db.host, db.port, db.name),
-             "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--ready-file", ready],
+             "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--ready-file", ready,
+             "--admin-token-file", token_file, "--table-stats-ms", "500"],
             stdout=open(dlog, "w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             info = wait_for("the ready file", lambda: os.path.exists(ready) and json.load(open(ready)), 30)
@@ -217,18 +309,22 @@ def main():
         base = "http://%s/" % admin
         wait_for("leadership", lambda: get_json(admin, "/stats").get("db_connected"), 30)
 
-        # The browser first, so that the charts also show the start of the flow.
-        driver = start_browser(tmp)
+        def start_worker(name, types, conc, cmd):
+            wlog = open(os.path.join(tmp, name + ".log"), "w")
+            return subprocess.Popen(
+                [os.path.join(build, "worker-client", "taskpush-worker"), "--connect", listen,
+                 "--type", types, "--concurrency", str(conc), "--name", name, "--exec", cmd,
+                 "--log-level", "warn"],
+                stdout=wlog, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
         names = ["dash-worker-a", "dash-worker-b"]
-        specs = [(names[0], "default,resize", 3), (names[1], "default", 2)]
-        for name, types, conc in specs:
-            wlog = open(os.path.join(tmp, name + ".log"), "w")
-            workers.append(subprocess.Popen(
-                [os.path.join(build, "worker-client", "taskpush-worker"), "--connect", listen,
-                 "--type", types, "--concurrency", str(conc), "--name", name, "--exec", WORKER_CMD,
-                 "--log-level", "warn"],
-                stdout=wlog, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        flaky = start_worker("dash-flaky", "flaky", 1, FLAKY_CMD)
+        workers.append(flaky)
+        for name, types, conc in [(names[0], "default,resize", 3), (names[1], "default", 2)]:
+            workers.append(start_worker(name, types, conc, WORKER_CMD))
+        # Every flaky task FAILED, then its worker goes, so that a retried one stays NEW.
+        wait_for("the flaky tasks to fail", lambda: db.count("task_type = 'flaky' AND task_state = 3") == NFLAKY, 30)
+        stop_process(flaky)
         wk = wait_for("two workers", lambda: (lambda w: w if len(w) == 2 else None)(get_json(admin, "/workers")), 30)
         tap.result(sorted(w["name"] for w in wk) == sorted(names), "admin %s, workers %s" % (admin, [w["name"] for w in wk]))
 
@@ -247,6 +343,8 @@ def main():
             problems.append("CSP %r" % csp)
         if b"window.taskpushDashboard" not in body:
             problems.append("not the dashboard page")
+        if b"innerHTML" in body:
+            problems.append("the page uses innerHTML")
         if http_get("http://%s/index.html" % admin)[2] != body:
             problems.append("/index.html differs from /")
         try:
@@ -257,38 +355,61 @@ def main():
                 problems.append("POST / gave %d, not 405" % e.code)
         tap.result(not problems, "; ".join(problems))
 
-        # 4. Chromium
-        driver.get(base)
-        polls = wait_for("the page to poll", lambda: driver.execute_script(
-            "var d = window.taskpushDashboard; return d && d.lastStats && d.lastWorkers ? d.polls : 0"), 20)
-        tap.result(driver.title == "taskpushd" and polls >= 1, "title %r, polls %r" % (driver.title, polls))
+        # 4. the dispatcher's history: a sample every 5 s; wait for 3 with work done
+        def history_ready():
+            hs = get_json(admin, "/history")
+            s = hs["samples"]
+            return hs if len(s) >= 3 and any(x["succeeded"] > 0 for x in s) else None
+        hist = wait_for("3 history samples", history_ready, 40, 0.5)
+        samples = hist["samples"]
+        ts = [x["t"] for x in samples]
+        problems = []
+        if hist["interval_ms"] != 5000 or hist["capacity"] != 720:
+            problems.append("interval %r capacity %r" % (hist["interval_ms"], hist["capacity"]))
+        if ts != sorted(ts) or len(set(ts)) != len(ts) or not ts[-1] <= hist["now_ms"]:
+            problems.append("times %r, now %r" % (ts, hist["now_ms"]))
+        if samples[0]["dt"] != 0 or not all(x["dt"] > 0 for x in samples[1:]):
+            problems.append("intervals %r" % [x["dt"] for x in samples])
+        if sum(x["succeeded"] for x in samples) > get_json(admin, "/stats")["tasks"]["succeeded_total"]:
+            problems.append("more succeeded in the history than since start")
+        if max(x["workers"] for x in samples) < 2 or max(x["workers"] for x in samples) > 3:
+            problems.append("workers %r" % [x["workers"] for x in samples])
+        if samples[-1]["table_failed"] not in (None, NFLAKY) or samples[-1]["table_new"] is None:
+            problems.append("table figures of the last sample %r" % samples[-1])
+        tap.result(not problems, "; ".join(problems) or "%d samples" % len(samples))
 
-        # 5. throughput: wait (bounded) for several points while the tasks flow
+        # 5. Chromium: the first drawing, from /history alone
+        driver = start_browser(tmp)
+        driver.get(base)
+        fp = wait_for("the first drawing", lambda: js(driver, "return window.taskpushDashboard.firstPaint"), 20)
+        polls = wait_for("the page to poll", lambda: js(driver,
+            "var d = window.taskpushDashboard; return d && d.lastStats && d.lastWorkers ? d.polls : 0"), 20)
+        tap.result(driver.title == "taskpushd" and polls >= 1 and fp["polls"] == 0 and
+                   fp["samples"] >= len(samples) and fp["drawn"]["throughput"] >= fp["samples"] - 1 and
+                   fp["drawn"]["depth"] >= fp["samples"],
+                   "title %r, first drawing %r, /history had %d samples" % (driver.title, fp, len(samples)))
+
+        # 6. throughput: the history's points and the live ones
         def enough():
-            d = driver.execute_script("return window.taskpushDashboard.throughput")
+            d = js(driver, "return window.taskpushDashboard.throughput")
             return d if len(d) >= 8 and sum(1 for p in d if p[1] > 0) >= 3 else None
         try:
-            tp = wait_for("throughput points", enough, 60, 0.5)
+            tp = wait_for("throughput points", enough, 30, 0.5)
         except TimeoutError as e:
-            tp = driver.execute_script("return window.taskpushDashboard.throughput")
+            tp = js(driver, "return window.taskpushDashboard.throughput")
             tap.diag(str(e))
         positive = [p for p in tp if p[1] > 0]
         tap.result(len(tp) >= 3 and len(positive) >= 1,
                    "%d points, %d > 0, max %.1f/s" % (len(tp), len(positive), max([p[1] for p in tp] or [0])))
 
-        # Read the page's state and /stats and /workers right after.
-        page = driver.execute_script(
-            "var d = window.taskpushDashboard; return {depth: d.depth, stats: d.lastStats, "
-            "workers: d.lastWorkers, polls: d.polls, errors: d.errors, "
-            "figs: Array.prototype.map.call(document.querySelectorAll('#headline .value'), "
-            "function (e) { return [e.id, e.getAttribute('data-value'), e.textContent]; }), "
-            "rows: Array.prototype.map.call(document.querySelectorAll('tr[data-worker-name]'), "
-            "function (r) { return [r.getAttribute('data-worker-name'), r.getAttribute('data-capacity'), "
-            "r.cells[3].textContent]; })}")
+        # The FAILED rows are counted by the table figures (every 500 ms here).
+        wait_for("the FAILED tile", lambda: js(driver,
+            "return document.getElementById('f-failed').getAttribute('data-value')") == str(NFLAKY), 15)
+        page = js(driver, PAGE_STATE)
         fresh = get_json(admin, "/stats")
         fresh_workers = get_json(admin, "/workers")
 
-        # 6. depth
+        # 7. depth
         st = page["stats"]
         want = st["queue"]["buffered"] + st["queue"]["in_flight"]
         got = page["depth"][-1][1] if page["depth"] else None
@@ -296,18 +417,18 @@ def main():
                    "latest depth %r, lastStats buffered+in_flight %r (fresh /stats: %r)" %
                    (got, want, fresh["queue"]["buffered"] + fresh["queue"]["in_flight"]))
 
-        # 7. the page's counters against a /stats fetched right after
+        # 8. the page's counters against a /stats fetched right after
         ps, fs = st["tasks"]["succeeded_total"], fresh["tasks"]["succeeded_total"]
         rate = max([p[1] for p in tp] or [0])
         tolerance = max(100, int(rate * 5))
         tap.result(ps <= fs and fs - ps <= tolerance,
                    "page %d, fresh %d, tolerance %d" % (ps, fs, tolerance))
 
-        # 8. headline figures
+        # 9. headline figures
         figs = {i: (v, t) for i, v, t in page["figs"]}
         problems = []
         for fid, want_v in (("f-succeeded", st["tasks"]["succeeded_total"]),
-                            ("f-failed", st["tasks"]["failed_total"]),
+                            ("f-failed", st["table"]["by_state"]["failed"]),
                             ("f-workers", st["workers"])):
             if figs.get(fid, (None,))[0] != str(want_v):
                 problems.append("%s shows %r, lastStats %r" % (fid, figs.get(fid), want_v))
@@ -315,42 +436,150 @@ def main():
             problems.append("f-db %r" % (figs.get("f-db"),))
         tap.result(not problems, "; ".join(problems))
 
-        # 9. worker table
-        rows = page["rows"]
-        want_rows = sorted((w["name"], str(w["capacity"])) for w in fresh_workers)
-        got_rows = sorted((r[0], r[1]) for r in rows)
-        shown_caps = all(r[2].replace("\u2009", "") == r[1] for r in rows)
-        tap.result(got_rows == want_rows and shown_caps and sorted(names) == [r[0] for r in want_rows],
-                   "rows %r, /workers %r" % (rows, want_rows))
+        # 10. FAILED counted by the table, not since start
+        table_failed = db.count("task_state = 3")
+        tap.result(figs["f-failed"][0] == str(table_failed) == str(NFLAKY) and figs["f-failed"][1] == str(NFLAKY),
+                   "tile %r, table %d" % (figs["f-failed"], table_failed))
 
-        # 10. requests only to the admin port
-        entries = driver.execute_script(
+        # 11. worker table
+        rows = page["workerRows"]
+        want_rows = sorted((w["name"], str(w["capacity"])) for w in fresh_workers)
+        got_rows = sorted((r["key"], r["attrs"]["capacity"]) for r in rows)
+        shown_caps = all(r["cells"][3].replace("\u2009", "") == r["attrs"]["capacity"] for r in rows)
+        tap.result(got_rows == want_rows and shown_caps and sorted(names) == [r[0] for r in want_rows],
+                   "rows %r, /workers %r" % ([(r["key"], r["cells"]) for r in rows], want_rows))
+
+        # 12. /stats by_type adds up to the queue; type rows; columns: type, ready, delayed, buffered, in flight, failed,
+        # oldest ready, workers, state, action
+        orphan = wait_for("the orphan row", lambda: row_of(js(driver, PAGE_STATE)["typeRows"], "orphan"), 10)
+        page = js(driver, PAGE_STATE)
+        resize = row_of(page["typeRows"], "resize")
+        flaky_row = row_of(page["typeRows"], "flaky")
+        problems = []
+        fresh = get_json(admin, "/stats")
+        for key, total in (("buffered", fresh["queue"]["buffered"]), ("in_flight", fresh["queue"]["in_flight"])):
+            if sum(t[key] for t in fresh["by_type"]) != total:
+                problems.append("by_type %s %r, queue %d" % (key, fresh["by_type"], total))
+        if orphan["cells"][7] != "no worker" or orphan["colors"][7] != RED or orphan["attrs"]["noWorker"] != "true":
+            problems.append("orphan %r %r" % (orphan["cells"], orphan["colors"]))
+        if orphan["cells"][1] != str(NORPHAN) or orphan["cells"][6] in ("–", ""):
+            problems.append("orphan ready/oldest %r" % orphan["cells"])
+        if not resize or resize["cells"][7] != "1" or resize["colors"][7] == RED or resize["buttons"] != ["Pause"]:
+            problems.append("resize %r" % (resize,))
+        if not flaky_row or flaky_row["cells"][5] != str(NFLAKY) or flaky_row["cells"][7] == "no worker":
+            problems.append("flaky (no ready row: no alarm) %r" % (flaky_row,))
+        # Once the served backlog is gone, the queue lag is the orphan rows', and says so.
+        try:
+            wait_for("the lag's note", lambda: js(driver,
+                "return document.getElementById('f-lag-note').textContent") == "type orphan has no worker", 40, 0.5)
+        except TimeoutError as e:
+            problems.append(str(e))
+        tap.result(not problems, "; ".join(problems))
+
+        # 13. the failures list
+        def failures_listed():
+            fr = js(driver, PAGE_STATE)["failureRows"]
+            return fr if len(fr) == NFLAKY else None
+        frows = wait_for("the failures list", failures_listed, 15)
+        ids = [int(r) for r in db.run("SELECT task_id FROM task WHERE task_state = 3 ORDER BY task_id DESC",
+                                      db=db.name).split()]
+        problems = []
+        if [int(r["key"]) for r in frows] != ids:
+            problems.append("ids %r, table %r" % ([r["key"] for r in frows], ids))
+        for r in frows:
+            if ("flaky: cannot open /data/%s <img src=/x><b>bold</b>" % r["key"] not in r["cells"][4]
+                    or r["buttons"] != ["Retry"]):
+                problems.append("row %r" % r)
+        markup = js(driver, "return document.querySelectorAll('#failures-body img, #failures-body b').length")
+        if markup:
+            problems.append("%d elements made of an error's text" % markup)
+        tap.result(not problems, "; ".join(problems))
+
+        # 14. a POST without the token
+        js(driver, "window.sessionStorage.removeItem('taskpush.adminToken')")
+        click(driver, 'tr[data-type="resize"]', "Pause")
+        msg = wait_for("the 401 message", lambda: (lambda p: p if "401" in p["msg"] else None)(js(driver, PAGE_STATE)), 10)
+        tap.result("admin token" in msg["msg"] and msg["msgColor"] == RED and
+                   get_json(admin, "/stats")["paused"]["types"] == [],
+                   "message %r in %s" % (msg["msg"], msg["msgColor"]))
+
+        # 15. with the token: pause, then resume from the row's button
+        tok = driver.find_element("id", "token")
+        tok.send_keys(TOKEN)
+        driver.find_element("id", "token-save").click()
+        problems = []
+        stored = js(driver, "return [window.sessionStorage.getItem('taskpush.adminToken'), "
+                            "window.localStorage.length, document.cookie]")
+        if stored != [TOKEN, 0, ""]:
+            problems.append("token kept as %r" % (stored,))
+        click(driver, 'tr[data-type="resize"]', "Pause")
+        p1 = wait_for("resize paused on the page", lambda: (lambda p: p if (row_of(p["typeRows"], "resize") or {})
+                      .get("attrs", {}).get("paused") == "true" else None)(js(driver, PAGE_STATE)), 10)
+        r1 = row_of(p1["typeRows"], "resize")
+        if get_json(admin, "/stats")["paused"]["types"] != ["resize"]:
+            problems.append("/stats paused %r" % get_json(admin, "/stats")["paused"])
+        if r1["cells"][8] != "paused" or r1["buttons"] != ["Resume"] or "resize" not in p1["state"]:
+            problems.append("row %r, state %r" % (r1["cells"], p1["state"]))
+        click(driver, 'tr[data-type="resize"]', "Resume")
+        wait_for("resize running on the page", lambda: (lambda p: p if (row_of(p["typeRows"], "resize") or {})
+                 .get("attrs", {}).get("paused") == "false" else None)(js(driver, PAGE_STATE)), 10)
+        if get_json(admin, "/stats")["paused"]["types"] != []:
+            problems.append("still paused after Resume: %r" % get_json(admin, "/stats")["paused"])
+        tap.result(not problems, "; ".join(problems))
+
+        # 16. the failures, on screen
+        js(driver, "document.getElementById('types').scrollIntoView()")
+        time.sleep(0.3)
+        shot2 = os.path.join(build, "dashboard-failures.png")
+        ok = driver.save_screenshot(shot2)
+        tap.result(ok and os.path.getsize(shot2) > 10000, shot2)
+        js(driver, "window.scrollTo(0, 0)")
+
+        # 17. retry the newest failure from the page
+        target = ids[0]
+        click(driver, 'tr[data-task-id="%d"]' % target, "Retry")
+        state = wait_for("task %d NEW" % target, lambda: (lambda r: r if r == "0\t0" else None)(
+            db.run("SELECT task_state, attempts FROM task WHERE task_id = %d" % target, db=db.name).strip()), 10)
+        gone = wait_for("the list without it", lambda: (lambda p: p if row_of(p["failureRows"], str(target)) is None
+                        else None)(js(driver, PAGE_STATE)), 15)
+        tap.result(state == "0\t0" and "back to NEW" in gone["msg"],
+                   "row state, attempts %r; message %r" % (state, gone["msg"]))
+
+        # 18. requests only to the admin port
+        entries = js(driver,
             "return performance.getEntriesByType('navigation').concat("
             "performance.getEntriesByType('resource')).map(function (e) { return e.name; })")
         foreign = [u for u in entries if urlsplit(u).netloc != admin or urlsplit(u).scheme != "http"]
         paths = sorted(set(urlsplit(u).path for u in entries))
-        tap.result(len(entries) >= 3 and not foreign,
+        tap.result(len(entries) >= 3 and not foreign and "/history" in paths and "/failed" in paths,
                    "%d requests, paths %s, foreign %s" % (len(entries), paths, foreign[:5]))
 
-        # 11. console
+        # 19. console: the one 401 this test provoked is logged by Chromium; nothing else
         logs = driver.get_log("browser")
-        bad = [e for e in logs if e.get("level") in ("SEVERE", "WARNING")]
+        bad = [e for e in logs if e.get("level") in ("SEVERE", "WARNING") and
+               not ("/pause" in e.get("message", "") and "401" in e.get("message", ""))]
+        page = js(driver, PAGE_STATE)
         tap.result(not bad and not page["errors"], "console: %s; page errors: %s" % (bad[:5], page["errors"]))
 
-        # 12. screenshot while the tasks flow
-        time.sleep(2)
+        # 20. screenshot while the tasks flow
         shot = os.path.join(build, "dashboard.png")
         ok = driver.save_screenshot(shot)
         tap.result(ok and os.path.getsize(shot) > 10000, shot)
 
-        # 13. dispatcher down
-        polls_before = driver.execute_script("return window.taskpushDashboard.polls")
+        # 21. drain
+        code, _ = post(admin, "/drain", TOKEN)
+        drained = wait_for("the drain on the page", lambda: (lambda p: p if p["stateAttrs"][0] == "true"
+                           else None)(js(driver, PAGE_STATE)), 10)
+        tap.result(code == 200 and "draining" in drained["state"], "POST /drain %d, state %r" % (code, drained["state"]))
+
+        # 22. dispatcher down
+        polls_before = js(driver, "return window.taskpushDashboard.polls")
         stop_process(daemon)
         try:
             text = wait_for("'no answer'", lambda: (lambda s: s if "no answer" in s else None)(
                 driver.find_element("id", "status").text), 15)
             time.sleep(2.5)
-            d = driver.execute_script(
+            d = js(driver,
                 "var d = window.taskpushDashboard; return {polls: d.polls, up: d.up, failures: d.failures, "
                 "db: document.getElementById('f-db').textContent}")
             tap.result(d["polls"] >= polls_before + 2 and not d["up"] and d["failures"] >= 2

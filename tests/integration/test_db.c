@@ -1500,6 +1500,14 @@ static void test_table_stats_plans(void **state)
                          tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 0"
                                                        " AND task_type = 't3' AND run_after > %" PRId64, now));
         assert_true(st->oldest_ready_age_ms >= 60000);
+        /* Each type's oldest ready row, and the overall one is the largest of them. */
+        int64_t most = -1;
+        for (size_t i = 0; i < st->ntypes; i++) {
+            assert_true(st->types[i].oldest_ready_age_ms >= 60000);
+            if (st->types[i].oldest_ready_age_ms > most)
+                most = st->types[i].oldest_ready_age_ms;
+        }
+        assert_int_equal(most, st->oldest_ready_age_ms);
         free(st);
     }
 }

@@ -222,7 +222,7 @@ static void test_stats_shape(void **state)
     static const char *const keys[] = {"uptime_s", "db_connected", "leader", "epoch", "scheduler",
                                        "workers", "draining", "tasks", "queue", "connections", "db",
                                        "settings", "shutting_down", "types", "paused", "rates",
-                                       "table", "last_requeue"};
+                                       "table", "last_requeue", "by_type", "by_type_cut"};
     size_t i = 0;
     const char *key;
     json_t *val;
@@ -284,7 +284,11 @@ static void test_lists_and_table(void **state)
     ts->ntypes = 1;
     strcpy(ts->types[0].type, "mail");
     ts->types[0].failed = 40;
+    ts->types[0].oldest_ready_age_ms = 2000;
     ts->oldest_ready_age_ms = 2000;
+    dsp_stats_type held[1] = {{.name = "mail\xff", .workers = 2, .buffered = 5, .in_flight = 3, .paused = true}};
+    fx->snap.held_types = held;
+    fx->snap.nheld_types = 1;
     fx->snap.table = ts;
     build_views(fx);
 
@@ -300,6 +304,12 @@ static void test_lists_and_table(void **state)
     assert_member(table, "age_ms", 1500);
     assert_member(json_object_get(table, "by_state"), "successful", 77);
     assert_member(json_array_get(json_object_get(table, "types"), 0), "failed", 40);
+    assert_member(json_array_get(json_object_get(table, "types"), 0), "oldest_ready_age_ms", 2000);
+    text = json_dumps(json_object_get(fx->json, "by_type"), JSON_COMPACT);
+    assert_non_null(text);
+    assert_string_equal(text, "[{\"type\":\"mail\xef\xbf\xbd\",\"workers\":2,\"buffered\":5,"
+                              "\"in_flight\":3,\"paused\":true}]");
+    free(text);
 
     assert_line(fx->metrics, "taskpush_worker_capacity{worker=\"w\\\"1\\\\\",conn=\"4\"} 8");
     assert_line(fx->metrics, "taskpush_worker_in_flight{worker=\"w\\\"1\\\\\",conn=\"4\"} 3");
@@ -311,6 +321,7 @@ static void test_lists_and_table(void **state)
     /* The snapshot's lists were the test's: nothing to free but the table. */
     fx->snap.paused_types = NULL;
     fx->snap.workers = NULL;
+    fx->snap.held_types = NULL;
 }
 
 /* dsp_stats_snapshot_fill copies every counter from the server (here an offline
@@ -355,6 +366,10 @@ static void test_fill_from_server(void **state)
     assert_int_equal(snap.npaused_types, 1);
     assert_string_equal(snap.paused_types[0], "resize");
     assert_int_equal(snap.nworker_rows, 0);
+    assert_int_equal(snap.nheld_types, 1); /* the paused type */
+    assert_string_equal(snap.held_types[0].name, "resize");
+    assert_true(snap.held_types[0].paused);
+    assert_int_equal(snap.held_types[0].workers + snap.held_types[0].in_flight, 0);
     assert_int_equal(snap.last_requeue.id, 2);
     assert_string_equal(snap.last_requeue.type, "resize");
     assert_non_null(snap.table);
