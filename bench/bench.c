@@ -49,7 +49,7 @@ static const char *const mode_names[] = {"drain", "stream", "latency", "connecti
 enum { OPT_DB = 1000, OPT_DESIGN, OPT_K, OPT_N, OPT_N_POLL, OPT_REPEAT, OPT_CAPACITY, OPT_FLAT,
        OPT_TASKPUSHD, OPT_QUICK, OPT_JSON_ONLY, OPT_SABOTAGE, OPT_HELP, OPT_MODE, OPT_PRODUCERS,
        OPT_ROWS_PER_INSERT, OPT_SECONDS, OPT_INTERVAL_MS, OPT_POLL_MS, OPT_CONNECTIONS,
-       OPT_BACKLOG_ROWS };
+       OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG };
 
 static const struct option long_opts[] = {
     {"db", required_argument, NULL, OPT_DB},
@@ -73,6 +73,7 @@ static const struct option long_opts[] = {
     {"poll-ms", required_argument, NULL, OPT_POLL_MS},
     {"connections", required_argument, NULL, OPT_CONNECTIONS},
     {"backlog-rows", required_argument, NULL, OPT_BACKLOG_ROWS},
+    {"taskpushd-arg", required_argument, NULL, OPT_TASKPUSHD_ARG},
     {NULL, 0, NULL, 0},
 };
 
@@ -96,6 +97,8 @@ static void usage(FILE *f)
         "  --flat            taskpush: total capacity %u at every K (capacity %u/K)\n"
         "  --taskpushd PATH  the taskpushd to run (default: the one built or installed\n"
         "                    next to taskpush-bench)\n"
+        "  --taskpushd-arg A one more argument for every taskpushd started, e.g.\n"
+        "                    --taskpushd-arg=--table-stats-ms=60000 (up to %d)\n"
         "  --quick           N=%u (%u polling), K=4,64, repeat 1: a check, not a figure\n"
         "  --json-only       print only the JSON lines\n"
         "  --help            this text\n"
@@ -113,8 +116,8 @@ static void usage(FILE *f)
         "  --connections C   connections: idle workers (default %u)\n"
         "  --backlog-rows N  backlog: NEW rows waiting (default %u)\n"
         "  --quick           with a mode: K=%u, P=%u, %u s, %u connections, %u rows, N=%u\n",
-        DEFAULT_N, DEFAULT_N_POLL, BENCH_FLAT_SLOTS, BENCH_FLAT_SLOTS, QUICK_N, QUICK_N_POLL,
-        MODE_K, DEFAULT_PRODUCERS, DEFAULT_SECONDS, DEFAULT_INTERVAL_MS, DEFAULT_CONNECTIONS,
+        DEFAULT_N, DEFAULT_N_POLL, BENCH_FLAT_SLOTS, BENCH_FLAT_SLOTS, BENCH_MAX_TPD_ARGS, QUICK_N,
+        QUICK_N_POLL, MODE_K, DEFAULT_PRODUCERS, DEFAULT_SECONDS, DEFAULT_INTERVAL_MS, DEFAULT_CONNECTIONS,
         DEFAULT_BACKLOG, QUICK_MODE_K, QUICK_PRODUCERS, QUICK_SECONDS, QUICK_CONNECTIONS,
         QUICK_BACKLOG, QUICK_N);
 }
@@ -339,6 +342,11 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
                 return -bad_flag("--taskpushd: bad path '%s'", optarg) - 1;
             strcpy(o->taskpushd, optarg);
             break;
+        case OPT_TASKPUSHD_ARG:
+            if (o->ntaskpushd_args == BENCH_MAX_TPD_ARGS || optarg[0] == '\0')
+                return -bad_flag("--taskpushd-arg: at most 8, none empty ('%s')", optarg) - 1;
+            o->taskpushd_args[o->ntaskpushd_args++] = optarg;
+            break;
         case OPT_QUICK: quick = true; break;
         case OPT_JSON_ONLY: o->json_only = true; break;
         case OPT_SABOTAGE: o->sabotage = true; break;
@@ -426,6 +434,10 @@ static void print_header(const bench_opts *o, MYSQL *admin)
     json_object_set_new(h, "repeat", json_integer(o->repeat));
     json_object_set_new(h, "capacity", o->flat ? json_string("flat") : json_integer(o->capacity));
     json_object_set_new(h, "taskpushd", json_string(o->taskpushd));
+    json_t *targs = json_array();
+    for (int i = 0; i < o->ntaskpushd_args; i++)
+        json_array_append_new(targs, json_string(o->taskpushd_args[i]));
+    json_object_set_new(h, "taskpushd_args", targs);
     char *s = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!o->json_only) {
         json_t *sv = json_object_get(h, "server");

@@ -30,6 +30,7 @@
 #define BENCH_MAX_LIST 16          /* entries of --k */
 #define BENCH_FLAT_SLOTS 1024u     /* total capacity kept by --flat */
 #define BENCH_WHY_LEN 256
+#define BENCH_MAX_TPD_ARGS 8       /* --taskpushd-arg */
 
 /* Where the database server is. */
 typedef struct bench_dbconf {
@@ -66,6 +67,8 @@ typedef struct bench_opts {
     bool json_only;
     bool sabotage;    /* hidden: breaks a row after the drain, for the test */
     char taskpushd[1024];
+    const char *taskpushd_args[BENCH_MAX_TPD_ARGS]; /* --taskpushd-arg, from argv */
+    int ntaskpushd_args;
     /* The modes beyond the drain (modes.c). */
     bench_mode mode;
     bool quick;
@@ -222,6 +225,8 @@ int bench_mode_connections(bench_ctx *ctx, json_t *rows);
 int bench_mode_backlog(bench_ctx *ctx, json_t *rows);
 void bench_mode_emit(json_t *line);        /* prints one JSON line, takes the reference */
 void bench_mode_row(json_t *rows, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* statements, handler reads, lock waits and CPU of a window, per task of n */
+void bench_mode_server_figures(json_t *j, const bench_run *r, uint64_t n);
 long bench_proc_rss_kb(pid_t pid);         /* VmRSS, < 0 unknown */
 int bench_wait_workers(const bench_daemon *dp, long long want, double timeout_s);
 int bench_verify_subset(bench_ctx *ctx, uint64_t rows, char *why, size_t cap);

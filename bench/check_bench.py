@@ -13,7 +13,7 @@ private MariaDB of scripts/tp-mariadb (TASKPUSH_TEST_MYSQL_* in the environment)
             every field, verified exactly-once, the figures sane (no timing asserted).
   modes-sabotage
             each mode's verification fails, and the exit status is 1, when a row is
-            changed behind its back."""
+            changed behind its back; --taskpushd-arg reaches taskpushd."""
 import json
 import subprocess
 import sys
@@ -94,7 +94,8 @@ def flags(prog):
                       (["--seconds", "0"], "--seconds"), (["--interval-ms", "x"], "--interval-ms"),
                       (["--poll-ms", "10,0"], "--poll-ms"),
                       (["--connections", "100001"], "--connections"),
-                      (["--backlog-rows", "0"], "--backlog-rows")):
+                      (["--backlog-rows", "0"], "--backlog-rows"),
+                      (["--taskpushd-arg", ""], "--taskpushd-arg")):
         p = subprocess.run([prog] + bad, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, timeout=30)
         check(p.returncode == 2 and word in p.stderr,
@@ -115,10 +116,12 @@ MODE_FIELDS = {
                 "early", "idle_statements_per_s", "idle_mariadbd_cpu", "target_p99_ms"],
     "connections": ["idle_workers", "active_workers", "n", "seconds", "tasks_per_s",
                     "taskpushd_rss_kb_idle_connected", "taskpushd_rss_kb_after",
-                    "taskpushd_peak_rss_kb", "workers_seen", "idle_lost", "target_peak_rss_kb"],
+                    "taskpushd_peak_rss_kb", "workers_seen", "idle_lost", "target_peak_rss_kb",
+                    "statements_per_task", "handler_reads_per_task", "mariadbd_cpu_s_per_1000"],
     "backlog": ["backlog_rows", "slice", "workers", "load_seconds", "seconds", "tasks_per_s",
                 "buffered_while_waiting", "taskpushd_rss_kb_waiting", "taskpushd_rss_kb_after",
-                "taskpushd_peak_rss_kb", "target_peak_rss_kb"],
+                "taskpushd_peak_rss_kb", "target_peak_rss_kb", "statements_per_task",
+                "handler_reads_per_task", "mariadbd_cpu_s_per_1000"],
 }
 
 
@@ -215,6 +218,10 @@ def modes_sabotage(prog):
         check(rc == 1, "%s --sabotage exits 1 (got %d)" % (mode, rc))
         check(len(res) == 1 and res[0].get("verified") is False and res[0].get("why"),
               "%s: verification failed and says why (%s)" % (mode, res and res[0].get("why")))
+    # --taskpushd-arg reaches taskpushd: one it refuses fails the result.
+    rc, res = mode_lines(prog, "connections", ["--taskpushd-arg=--no-such-flag"])
+    check(rc == 1 and len(res) == 1 and "did not start" in res[0].get("why", ""),
+          "--taskpushd-arg is passed to taskpushd (%s)" % (res and res[0].get("why")))
 
 
 if __name__ == "__main__":

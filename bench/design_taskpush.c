@@ -79,7 +79,7 @@ void bench_daemon_dump_log(const bench_daemon *dp)
 }
 
 /* Starts taskpushd with its default flags plus extra (NULL-terminated, may be NULL)
- * and waits for its ready file and its leadership. It inherits this process's
+ * and the --taskpushd-arg flags, and waits for its ready file and its leadership. It inherits this process's
  * descriptor limit, which the modes raise before (and it raises its own to fit
  * --max-connections). */
 int bench_daemon_start(bench_ctx *ctx, const char *const *extra, bench_daemon *dp)
@@ -98,6 +98,9 @@ int bench_daemon_start(bench_ctx *ctx, const char *const *extra, bench_daemon *d
     size_t argc = 9;
     for (size_t i = 0; extra && extra[i] && argc < sizeof argv / sizeof argv[0] - 1; i++)
         argv[argc++] = extra[i];
+    /* The user's last, so that they win over the mode's. */
+    for (int i = 0; i < ctx->o->ntaskpushd_args && argc < sizeof argv / sizeof argv[0] - 1; i++)
+        argv[argc++] = ctx->o->taskpushd_args[i];
     argv[argc] = NULL;
     pid_t pid = fork();
     if (pid < 0)

@@ -291,6 +291,7 @@ int bench_mode_connections(bench_ctx *ctx, json_t *rows)
     json_object_set_new(j, "taskpushd_rss_kb_idle_connected", jkb(sr.rss_before_kb));
     json_object_set_new(j, "taskpushd_rss_kb_after", jkb(sr.rss_after_kb));
     json_object_set_new(j, "taskpushd_peak_rss_kb", jkb(sr.peak_kb));
+    bench_mode_server_figures(j, &r, r.n);
     json_object_set_new(j, "workers_seen", json_integer(sr.workers_seen));
     json_object_set_new(j, "idle_lost", json_integer((json_int_t)atomic_load(&is.lost)));
     json_object_set_new(j, "target_peak_rss_kb", json_integer(MB_100_KB));
@@ -412,6 +413,7 @@ int bench_mode_backlog(bench_ctx *ctx, json_t *rows)
     json_object_set_new(j, "load_seconds", json_real(sr.load_s));
     json_object_set_new(j, "seconds", json_real(r.seconds));
     json_object_set_new(j, "tasks_per_s", json_real(rate));
+    bench_mode_server_figures(j, &r, r.n);
     json_object_set_new(j, "buffered_while_waiting", json_integer(sr.buffered));
     json_object_set_new(j, "taskpushd_rss_kb_waiting", jkb(sr.rss_before_kb));
     json_object_set_new(j, "taskpushd_rss_kb_after", jkb(sr.rss_after_kb));

@@ -43,6 +43,18 @@ void bench_mode_row(json_t *rows, const char *fmt, ...)
     json_array_append_new(rows, json_string(buf));
 }
 
+void bench_mode_server_figures(json_t *j, const bench_run *r, uint64_t n)
+{
+    double per = n ? 1.0 / (double)n : 0;
+    json_object_set_new(j, "statements_per_task", json_real((double)r->statements * per));
+    json_object_set_new(j, "handler_reads_per_task", json_real((double)r->handler_reads * per));
+    json_object_set_new(j, "row_lock_waits", json_integer((json_int_t)r->lock_waits));
+    json_object_set_new(j, "mariadbd_cpu_s_per_1000",
+                        r->db_cpu_s >= 0 ? json_real(r->db_cpu_s * 1000 * per) : json_null());
+    json_object_set_new(j, "taskpushd_cpu_s_per_1000",
+                        r->tpd_cpu_s >= 0 ? json_real(r->tpd_cpu_s * 1000 * per) : json_null());
+}
+
 int bench_wait_workers(const bench_daemon *dp, long long want, double timeout_s)
 {
     for (double end = bench_now() + timeout_s; bench_now() < end; bench_sleep_ms(20)) {
