@@ -243,6 +243,8 @@ done:
     idle_close(is);
     if (dp.pid > 0)
         bench_daemon_stop(&dp, SIGTERM, 20);
+    if (dp.log[0] && !atomic_load(&ctx->tally.failed))
+        unlink(dp.log); /* kept when something failed */
 }
 
 static json_t *jkb(long kb)
@@ -374,6 +376,8 @@ static void backlog_run(bench_ctx *ctx, uint64_t slice, scale_result *sr, bench_
 done:
     if (dp.pid > 0)
         bench_daemon_stop(&dp, SIGTERM, 60);
+    if (dp.log[0] && !atomic_load(&ctx->tally.failed))
+        unlink(dp.log); /* kept when something failed */
     if (ws)
         bench_workers_stop(ws, k);
     free(ws);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Rows one stream window may insert: the tally's bitmap (12.5 MB, untouched pages
  * stay unmapped) and ids 1..cap. */
@@ -186,6 +187,8 @@ done:
     free(ws);
     if (dp.pid > 0)
         bench_daemon_stop(&dp, SIGTERM, 20);
+    if (dp.log[0] && !atomic_load(&ctx->tally.failed))
+        unlink(dp.log); /* kept when something failed */
     r->n = inserted;
     return rc;
 }
@@ -380,6 +383,8 @@ done:
     bench_workers_stop(ws, LATENCY_WORKERS);
     if (dp.pid > 0)
         bench_daemon_stop(&dp, SIGTERM, 20);
+    if (dp.log[0] && !atomic_load(&ctx->tally.failed))
+        unlink(dp.log); /* kept when something failed */
 }
 
 static void latency_figures(const latency_state *ls, const double *commit, latency_result *lr)
