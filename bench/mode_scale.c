@@ -103,10 +103,11 @@ static int idle_open(idle_set *is, const char *listen, bench_tally *t)
     char host[128], port[16];
     const char *colon = strrchr(listen, ':');
     size_t hl = colon ? (size_t)(colon - listen) : 0;
-    if (colon == NULL || hl >= sizeof host || strlen(colon + 1) >= sizeof port)
+    bool v6 = listen[0] == '[';
+    if (colon == NULL || hl >= sizeof host || hl < 1u + 2u * v6 || strlen(colon + 1) >= sizeof port)
         return -1;
-    memcpy(host, listen + (listen[0] == '['), hl - 2 * (listen[0] == '['));
-    host[hl - 2 * (listen[0] == '[')] = '\0';
+    memcpy(host, listen + v6, hl - 2u * v6);
+    host[hl - 2u * v6] = '\0';
     strcpy(port, colon + 1);
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
     if (getaddrinfo(host, port, &hints, &ai) != 0 || ai == NULL) {
