@@ -1,6 +1,6 @@
 /* bench.c: taskpush-bench's main(): the flags, the designs table, the interleaved
  * rounds of runs, one JSON line per run and the Markdown table of medians at the
- * end. Exit status: 0 when every run verified, 1 when one did not (or a run could
+ * end; --mode other than drain hands over to modes.c. Exit status: 0 when every run verified, 1 when one did not (or a run could
  * not be set up), 2 for a bad flag. */
 #include "bench.h"
 
@@ -30,9 +30,26 @@ const size_t bench_ndesigns = sizeof bench_designs / sizeof bench_designs[0];
 #define DEFAULT_N_POLL 10000u
 #define QUICK_N 2000u
 #define QUICK_N_POLL 400u
+/* The modes beyond the drain: full size, and --quick's. */
+#define MODE_K 64u
+#define QUICK_MODE_K 16u
+#define DEFAULT_PRODUCERS 4u
+#define QUICK_PRODUCERS 2u
+#define DEFAULT_SECONDS 10u
+#define QUICK_SECONDS 2u
+#define DEFAULT_INTERVAL_MS 20u
+#define DEFAULT_CONNECTIONS 10000u
+#define QUICK_CONNECTIONS 200u
+#define MAX_CONNECTIONS 100000u
+#define DEFAULT_BACKLOG 10000000u
+#define QUICK_BACKLOG 20000u
+
+static const char *const mode_names[] = {"drain", "stream", "latency", "connections", "backlog"};
 
 enum { OPT_DB = 1000, OPT_DESIGN, OPT_K, OPT_N, OPT_N_POLL, OPT_REPEAT, OPT_CAPACITY, OPT_FLAT,
-       OPT_TASKPUSHD, OPT_QUICK, OPT_JSON_ONLY, OPT_SABOTAGE, OPT_HELP };
+       OPT_TASKPUSHD, OPT_QUICK, OPT_JSON_ONLY, OPT_SABOTAGE, OPT_HELP, OPT_MODE, OPT_PRODUCERS,
+       OPT_ROWS_PER_INSERT, OPT_SECONDS, OPT_INTERVAL_MS, OPT_POLL_MS, OPT_CONNECTIONS,
+       OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG };
 
 static const struct option long_opts[] = {
     {"db", required_argument, NULL, OPT_DB},
@@ -48,6 +65,15 @@ static const struct option long_opts[] = {
     {"json-only", no_argument, NULL, OPT_JSON_ONLY},
     {"sabotage", no_argument, NULL, OPT_SABOTAGE}, /* hidden: for the verification test */
     {"help", no_argument, NULL, OPT_HELP},
+    {"mode", required_argument, NULL, OPT_MODE},
+    {"producers", required_argument, NULL, OPT_PRODUCERS},
+    {"rows-per-insert", required_argument, NULL, OPT_ROWS_PER_INSERT},
+    {"seconds", required_argument, NULL, OPT_SECONDS},
+    {"interval-ms", required_argument, NULL, OPT_INTERVAL_MS},
+    {"poll-ms", required_argument, NULL, OPT_POLL_MS},
+    {"connections", required_argument, NULL, OPT_CONNECTIONS},
+    {"backlog-rows", required_argument, NULL, OPT_BACKLOG_ROWS},
+    {"taskpushd-arg", required_argument, NULL, OPT_TASKPUSHD_ARG},
     {NULL, 0, NULL, 0},
 };
 
@@ -71,10 +97,29 @@ static void usage(FILE *f)
         "  --flat            taskpush: total capacity %u at every K (capacity %u/K)\n"
         "  --taskpushd PATH  the taskpushd to run (default: the one built or installed\n"
         "                    next to taskpush-bench)\n"
+        "  --taskpushd-arg A one more argument for every taskpushd started, e.g.\n"
+        "                    --taskpushd-arg=--table-stats-ms=60000 (up to %d)\n"
         "  --quick           N=%u (%u polling), K=4,64, repeat 1: a check, not a figure\n"
         "  --json-only       print only the JSON lines\n"
-        "  --help            this text\n",
-        DEFAULT_N, DEFAULT_N_POLL, BENCH_FLAT_SLOTS, BENCH_FLAT_SLOTS, QUICK_N, QUICK_N_POLL);
+        "  --help            this text\n"
+        "Modes (--mode; the flags above apply to drain unless named below):\n"
+        "  --mode M          drain (default), stream, latency, connections or backlog\n"
+        "  --k K             stream, connections, backlog: active workers (default %u)\n"
+        "  --capacity C      their capacity (default 16)\n"
+        "  --n N             connections: tasks drained; backlog: the slice drained\n"
+        "                    (default 200000)\n"
+        "  --producers P     stream: producer connections (default %u)\n"
+        "  --rows-per-insert LIST  stream: rows per INSERT, one run each (default 1,10)\n"
+        "  --seconds S       stream: each window; latency: inserting (default %u)\n"
+        "  --interval-ms MS  latency: one task every MS (default %u)\n"
+        "  --poll-ms LIST    latency: taskpushd --poll-ms, one run each (default 100,10)\n"
+        "  --connections C   connections: idle workers (default %u)\n"
+        "  --backlog-rows N  backlog: NEW rows waiting (default %u)\n"
+        "  --quick           with a mode: K=%u, P=%u, %u s, %u connections, %u rows, N=%u\n",
+        DEFAULT_N, DEFAULT_N_POLL, BENCH_FLAT_SLOTS, BENCH_FLAT_SLOTS, BENCH_MAX_TPD_ARGS, QUICK_N,
+        QUICK_N_POLL, MODE_K, DEFAULT_PRODUCERS, DEFAULT_SECONDS, DEFAULT_INTERVAL_MS, DEFAULT_CONNECTIONS,
+        DEFAULT_BACKLOG, QUICK_MODE_K, QUICK_PRODUCERS, QUICK_SECONDS, QUICK_CONNECTIONS,
+        QUICK_BACKLOG, QUICK_N);
 }
 
 static int bad_flag(const char *fmt, const char *arg)
@@ -116,20 +161,31 @@ static int parse_designs(const char *arg, bench_opts *o)
     return o->ndesigns > 0 ? 0 : -1;
 }
 
-static int parse_ks(const char *arg, bench_opts *o)
+/* A comma-separated list of up to BENCH_MAX_LIST numbers in [min, max]. */
+static int parse_list(const char *arg, unsigned min, unsigned max, unsigned *out, int *nout)
 {
     char buf[256];
     if (strlen(arg) >= sizeof buf)
         return -1;
     strcpy(buf, arg);
-    o->nks = 0;
+    *nout = 0;
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         uint64_t v;
-        if (o->nks == BENCH_MAX_LIST || parse_u64(tok, 1, BENCH_MAX_K, &v) < 0)
+        if (*nout == BENCH_MAX_LIST || parse_u64(tok, min, max, &v) < 0)
             return -1;
-        o->ks[o->nks++] = (unsigned)v;
+        out[(*nout)++] = (unsigned)v;
     }
-    return o->nks > 0 ? 0 : -1;
+    return *nout > 0 ? 0 : -1;
+}
+
+static int parse_mode(const char *arg, bench_opts *o)
+{
+    for (size_t i = 0; i < sizeof mode_names / sizeof mode_names[0]; i++)
+        if (strcmp(arg, mode_names[i]) == 0) {
+            o->mode = (bench_mode)i;
+            return 0;
+        }
+    return -1;
 }
 
 /* The taskpushd next to this program: the build tree's dispatcher/ or the same bin/. */
@@ -199,6 +255,38 @@ static void apply_defaults(bench_opts *o, bool quick, bool set_k, bool set_n, bo
         o->n_poll = o->n;
     if (!set_r)
         o->repeat = quick ? 1 : 3;
+    o->quick = quick;
+}
+
+/* The modes' sizes that were not given. */
+static void apply_mode_defaults(bench_opts *o, bool quick, bool set_k, bool set_n)
+{
+    if (!set_k) {
+        o->ks[0] = quick ? QUICK_MODE_K : MODE_K;
+        o->nks = 1;
+    }
+    if (!set_n)
+        o->n = quick ? QUICK_N : DEFAULT_N;
+    if (o->producers == 0)
+        o->producers = quick ? QUICK_PRODUCERS : DEFAULT_PRODUCERS;
+    if (o->nrows_per_insert == 0) {
+        o->rows_per_insert[0] = 1;
+        o->rows_per_insert[1] = 10;
+        o->nrows_per_insert = 2;
+    }
+    if (o->seconds == 0)
+        o->seconds = quick ? QUICK_SECONDS : DEFAULT_SECONDS;
+    if (o->interval_ms == 0)
+        o->interval_ms = DEFAULT_INTERVAL_MS;
+    if (o->npoll_ms == 0) {
+        o->poll_ms[0] = 100;
+        o->poll_ms[1] = 10;
+        o->npoll_ms = 2;
+    }
+    if (o->connections == 0)
+        o->connections = quick ? QUICK_CONNECTIONS : DEFAULT_CONNECTIONS;
+    if (o->backlog_rows == 0)
+        o->backlog_rows = quick ? QUICK_BACKLOG : DEFAULT_BACKLOG;
 }
 
 /* Parses argv into o. Returns 0, or the exit status (2 for a bad flag, 0 for --help)
@@ -226,7 +314,7 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
                 return -bad_flag("--design: unknown design in '%s'", optarg) - 1;
             break;
         case OPT_K:
-            if (parse_ks(optarg, o) < 0)
+            if (parse_list(optarg, 1, BENCH_MAX_K, o->ks, &o->nks) < 0)
                 return -bad_flag("--k: want up to 16 numbers 1..4096, got '%s'", optarg) - 1;
             set_k = true;
             break;
@@ -254,16 +342,62 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
                 return -bad_flag("--taskpushd: bad path '%s'", optarg) - 1;
             strcpy(o->taskpushd, optarg);
             break;
+        case OPT_TASKPUSHD_ARG:
+            if (o->ntaskpushd_args == BENCH_MAX_TPD_ARGS || optarg[0] == '\0')
+                return -bad_flag("--taskpushd-arg: at most 8, none empty ('%s')", optarg) - 1;
+            o->taskpushd_args[o->ntaskpushd_args++] = optarg;
+            break;
         case OPT_QUICK: quick = true; break;
         case OPT_JSON_ONLY: o->json_only = true; break;
         case OPT_SABOTAGE: o->sabotage = true; break;
         case OPT_HELP: usage(stdout); return -1;
+        case OPT_MODE:
+            if (parse_mode(optarg, o) < 0)
+                return -bad_flag("--mode: want drain, stream, latency, connections or backlog, "
+                                 "got '%s'", optarg) - 1;
+            break;
+        case OPT_PRODUCERS:
+            if (parse_u64(optarg, 1, 1024, &v) < 0)
+                return -bad_flag("--producers: want 1..1024, got '%s'", optarg) - 1;
+            o->producers = (unsigned)v;
+            break;
+        case OPT_ROWS_PER_INSERT:
+            if (parse_list(optarg, 1, 10000, o->rows_per_insert, &o->nrows_per_insert) < 0)
+                return -bad_flag("--rows-per-insert: want up to 16 numbers 1..10000, got '%s'",
+                                 optarg) - 1;
+            break;
+        case OPT_SECONDS:
+            if (parse_u64(optarg, 1, 3600, &v) < 0)
+                return -bad_flag("--seconds: want 1..3600, got '%s'", optarg) - 1;
+            o->seconds = (unsigned)v;
+            break;
+        case OPT_INTERVAL_MS:
+            if (parse_u64(optarg, 1, 60000, &v) < 0)
+                return -bad_flag("--interval-ms: want 1..60000, got '%s'", optarg) - 1;
+            o->interval_ms = (unsigned)v;
+            break;
+        case OPT_POLL_MS:
+            if (parse_list(optarg, 1, 3600000, o->poll_ms, &o->npoll_ms) < 0)
+                return -bad_flag("--poll-ms: want up to 16 numbers 1..3600000, got '%s'", optarg) - 1;
+            break;
+        case OPT_CONNECTIONS:
+            if (parse_u64(optarg, 1, MAX_CONNECTIONS, &v) < 0)
+                return -bad_flag("--connections: want 1..100000, got '%s'", optarg) - 1;
+            o->connections = (unsigned)v;
+            break;
+        case OPT_BACKLOG_ROWS:
+            if (parse_u64(optarg, 1, BENCH_MAX_N, &v) < 0)
+                return -bad_flag("--backlog-rows: want 1..100000000, got '%s'", optarg) - 1;
+            o->backlog_rows = v;
+            break;
         default: return -bad_flag("%s", "bad flag") - 1;
         }
     }
     if (optind < argc)
         return -bad_flag("unexpected argument '%s'", argv[optind]) - 1;
     apply_defaults(o, quick, set_k, set_n, set_np, set_r);
+    if (o->mode != BENCH_MODE_DRAIN)
+        apply_mode_defaults(o, quick, set_k, set_n);
     if (!have_db && db_from_env(&o->db) < 0)
         return -bad_flag("%s", "no --db and no TASKPUSH_TEST_MYSQL_{HOST,PORT,USER} "
                                "(eval \"$(scripts/tp-mariadb start DIR)\" sets them)") - 1;
@@ -289,6 +423,7 @@ static void print_header(const bench_opts *o, MYSQL *admin)
 
     json_t *h = json_object();
     json_object_set_new(h, "kind", json_string("settings"));
+    json_object_set_new(h, "mode", json_string(mode_names[o->mode]));
     json_object_set_new(h, "date", json_string(date));
     json_object_set_new(h, "host", json_string(un.nodename));
     json_object_set_new(h, "cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
@@ -299,6 +434,10 @@ static void print_header(const bench_opts *o, MYSQL *admin)
     json_object_set_new(h, "repeat", json_integer(o->repeat));
     json_object_set_new(h, "capacity", o->flat ? json_string("flat") : json_integer(o->capacity));
     json_object_set_new(h, "taskpushd", json_string(o->taskpushd));
+    json_t *targs = json_array();
+    for (int i = 0; i < o->ntaskpushd_args; i++)
+        json_array_append_new(targs, json_string(o->taskpushd_args[i]));
+    json_object_set_new(h, "taskpushd_args", targs);
     char *s = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!o->json_only) {
         json_t *sv = json_object_get(h, "server");
@@ -469,8 +608,18 @@ int main(int argc, char **argv)
     if (ctx.admin == NULL)
         return 1;
     ctx.db_pid = bench_db_pid(ctx.admin);
-    warn_connections(&o, ctx.admin);
+    if (o.mode == BENCH_MODE_DRAIN)
+        warn_connections(&o, ctx.admin);
     print_header(&o, ctx.admin);
+    if (o.mode != BENCH_MODE_DRAIN) {
+        int failed = bench_modes_main(&ctx);
+        bench_db_drop(ctx.admin, &o.db);
+        mysql_close(ctx.admin);
+        mysql_library_end();
+        if (failed)
+            fprintf(stderr, "taskpush-bench: %d result(s) failed verification\n", failed);
+        return failed ? 1 : 0;
+    }
 
     size_t cap = (size_t)o.repeat * (size_t)o.nks * (size_t)o.ndesigns, nruns = 0;
     bench_run *runs = calloc(cap, sizeof *runs);

@@ -6,7 +6,10 @@
  * and RSS from /proc, the admin port's /stats); verify.c the exactly-once check;
  * designs_poll.c the polling designs and the ceiling; design_taskpush.c taskpushd
  * with workers on libtaskpush. A design is one entry of a table (bench_designs[]):
- * a name, a drain function and its parameters. */
+ * a name, a drain function and its parameters. The modes beyond the drain (--mode):
+ * modes.c runs them and prints their lines, mode_stream.c the stream and latency
+ * modes (producers inserting while taskpush drains), mode_scale.c the connections
+ * and backlog modes (taskpushd's memory with many workers or many waiting rows). */
 #ifndef TASKPUSH_BENCH_H
 #define TASKPUSH_BENCH_H
 
@@ -18,12 +21,16 @@
 
 #include <jansson.h>
 #include <mysql.h>
+#include <pthread.h>
+
+#include "taskpush.h"
 
 #define BENCH_MAX_K 4096u          /* threads and connections of one run */
 #define BENCH_MAX_N 100000000ull   /* rows of one run */
 #define BENCH_MAX_LIST 16          /* entries of --k */
 #define BENCH_FLAT_SLOTS 1024u     /* total capacity kept by --flat */
 #define BENCH_WHY_LEN 256
+#define BENCH_MAX_TPD_ARGS 8       /* --taskpushd-arg */
 
 /* Where the database server is. */
 typedef struct bench_dbconf {
@@ -35,6 +42,15 @@ typedef struct bench_dbconf {
 } bench_dbconf;
 
 struct bench_design;
+
+/* --mode */
+typedef enum bench_mode {
+    BENCH_MODE_DRAIN = 0,
+    BENCH_MODE_STREAM,
+    BENCH_MODE_LATENCY,
+    BENCH_MODE_CONNECTIONS,
+    BENCH_MODE_BACKLOG,
+} bench_mode;
 
 /* The flags, after parsing. */
 typedef struct bench_opts {
@@ -51,6 +67,20 @@ typedef struct bench_opts {
     bool json_only;
     bool sabotage;    /* hidden: breaks a row after the drain, for the test */
     char taskpushd[1024];
+    const char *taskpushd_args[BENCH_MAX_TPD_ARGS]; /* --taskpushd-arg, from argv */
+    int ntaskpushd_args;
+    /* The modes beyond the drain (modes.c). */
+    bench_mode mode;
+    bool quick;
+    unsigned producers;           /* stream */
+    unsigned rows_per_insert[BENCH_MAX_LIST];
+    int nrows_per_insert;
+    unsigned seconds;             /* stream, latency */
+    unsigned interval_ms;         /* latency */
+    unsigned poll_ms[BENCH_MAX_LIST];
+    int npoll_ms;
+    unsigned connections;         /* connections: idle workers */
+    uint64_t backlog_rows;        /* backlog */
 } bench_opts;
 
 /* Claim latencies of one thread (microseconds), merged after the run. */
@@ -126,6 +156,23 @@ typedef struct bench_design {
 extern const bench_design bench_designs[];
 extern const size_t bench_ndesigns;
 
+/* A taskpushd child process and its loopback addresses (design_taskpush.c). */
+typedef struct bench_daemon {
+    pid_t pid;
+    char listen[128];
+    char admin[128];
+    char ready[256];
+    char log[256];
+} bench_daemon;
+
+/* One libtaskpush worker on its own thread. */
+typedef struct bench_worker {
+    tp_worker *w;
+    pthread_t thr;
+    bool running;
+    int rc;
+} bench_worker;
+
 /* db.c */
 MYSQL *bench_db_connect(const bench_dbconf *c, const char *dbname);
 int bench_db_exec(MYSQL *m, const char *sql);   /* affected rows >= 0, or -1 */
@@ -157,6 +204,32 @@ int bench_sabotage(bench_ctx *ctx);
 /* designs_poll.c, design_taskpush.c */
 int bench_drain_poll(bench_ctx *ctx, const bench_design *d, unsigned k, bench_run *r);
 int bench_drain_taskpush(bench_ctx *ctx, const bench_design *d, unsigned k, bench_run *r);
+void bench_sleep_ms(unsigned ms);
+int bench_daemon_start(bench_ctx *ctx, const char *const *extra, bench_daemon *dp);
+void bench_daemon_stop(bench_daemon *dp, int sig, double timeout_s);
+void bench_daemon_dump_log(const bench_daemon *dp);
+/* fn NULL: the no-op handler that records the id in t. */
+int bench_workers_make(bench_worker *ws, unsigned k, unsigned capacity, const char *addr,
+                       tp_handler fn, void *arg, bench_tally *t);
+int bench_workers_start(bench_worker *ws, unsigned k, bench_tally *t);
+void bench_workers_stop(bench_worker *ws, unsigned k);
+int bench_wait_drained(bench_ctx *ctx, const bench_daemon *dp, bench_run *r);
+
+/* modes.c, mode_stream.c, mode_scale.c: each mode function prints its JSON lines,
+ * adds one Markdown row per result to rows (a JSON array of strings) and returns
+ * the number of results that failed verification (or could not run). */
+int bench_modes_main(bench_ctx *ctx);
+int bench_mode_stream(bench_ctx *ctx, json_t *rows);
+int bench_mode_latency(bench_ctx *ctx, json_t *rows);
+int bench_mode_connections(bench_ctx *ctx, json_t *rows);
+int bench_mode_backlog(bench_ctx *ctx, json_t *rows);
+void bench_mode_emit(json_t *line);        /* prints one JSON line, takes the reference */
+void bench_mode_row(json_t *rows, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* statements, handler reads, lock waits and CPU of a window, per task of n */
+void bench_mode_server_figures(json_t *j, const bench_run *r, uint64_t n);
+long bench_proc_rss_kb(pid_t pid);         /* VmRSS, < 0 unknown */
+int bench_wait_workers(const bench_daemon *dp, long long want, double timeout_s);
+int bench_verify_subset(bench_ctx *ctx, uint64_t rows, char *why, size_t cap);
 
 /* latency helpers (designs_poll.c) */
 int bench_lat_add(bench_lat *l, double us);

@@ -7,8 +7,16 @@ private MariaDB of scripts/tp-mariadb (TASKPUSH_TEST_MYSQL_* in the environment)
             figures every line must carry.
   sabotage  with --sabotage (a row set to FAILED after each drain) every run says
             verified false with a reason, and the exit status is 1.
-  flags     bad flags exit 2 with a message; --help exits 0."""
+  flags     bad flags exit 2 with a message; --help exits 0.
+  stream, latency, connections, backlog
+            --mode M --quick --json-only exits 0 and prints one line per result with
+            every field, verified exactly-once, the figures sane (no timing asserted).
+  modes-sabotage
+            each mode's verification fails, and the exit status is 1, when a row is
+            changed behind its back; --taskpushd-arg reaches taskpushd."""
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -82,7 +90,14 @@ def flags(prog):
                       (["--repeat", "0"], "--repeat"), (["--capacity", "70000"], "--capacity"),
                       (["--db", "postgres://x@y/z"], "mysql://"),
                       (["--db", "mysql://u@h:99999/d"], "port"),
-                      (["--bogus"], "bogus"), (["extra"], "extra")):
+                      (["--bogus"], "bogus"), (["extra"], "extra"),
+                      (["--mode", "nope"], "--mode"), (["--producers", "0"], "--producers"),
+                      (["--rows-per-insert", "1,0"], "--rows-per-insert"),
+                      (["--seconds", "0"], "--seconds"), (["--interval-ms", "x"], "--interval-ms"),
+                      (["--poll-ms", "10,0"], "--poll-ms"),
+                      (["--connections", "100001"], "--connections"),
+                      (["--backlog-rows", "0"], "--backlog-rows"),
+                      (["--taskpushd-arg", ""], "--taskpushd-arg")):
         p = subprocess.run([prog] + bad, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, timeout=30)
         check(p.returncode == 2 and word in p.stderr,
@@ -93,8 +108,132 @@ def flags(prog):
           "--help exits 0 and lists the flags (not the hidden one)")
 
 
+MODE_FIELDS = {
+    "stream": ["rows_per_insert", "producers", "workers", "seconds", "n",
+               "producer_rows_per_s_alone", "alone_before", "alone_after",
+               "producer_rows_per_s_with_taskpush", "ratio", "completed_per_s",
+               "row_lock_waits", "row_lock_waits_alone", "tail_seconds",
+               "statements_per_task", "taskpushd_peak_rss_kb"],
+    "latency": ["poll_ms", "interval_ms", "n", "p50_ms", "p99_ms", "max_ms", "sent_p99_ms",
+                "early", "idle_statements_per_s", "idle_mariadbd_cpu", "target_p99_ms"],
+    "connections": ["idle_workers", "active_workers", "n", "seconds", "tasks_per_s",
+                    "taskpushd_rss_kb_idle_connected", "taskpushd_rss_kb_after",
+                    "taskpushd_peak_rss_kb", "workers_seen", "idle_lost", "target_peak_rss_kb",
+                    "statements_per_task", "handler_reads_per_task", "mariadbd_cpu_s_per_1000"],
+    "backlog": ["backlog_rows", "slice", "workers", "load_seconds", "seconds", "tasks_per_s",
+                "buffered_while_waiting", "taskpushd_rss_kb_waiting", "taskpushd_rss_kb_after",
+                "taskpushd_peak_rss_kb", "target_peak_rss_kb", "statements_per_task",
+                "handler_reads_per_task", "mariadbd_cpu_s_per_1000"],
+}
+
+
+def mode_lines(prog, mode, extra=()):
+    rc, lines, _ = run(prog, ["--mode", mode, "--quick", "--json-only"] + list(extra))
+    settings = [l for l in lines if l.get("kind") == "settings"]
+    check(len(settings) == 1 and settings[0].get("mode") == mode,
+          "%s: one settings line naming the mode" % mode)
+    return rc, [l for l in lines if l.get("kind") == mode]
+
+
+def mode_common(mode, r, name):
+    check(all(f in r for f in MODE_FIELDS[mode]), name + ": every field present (missing %s)"
+          % [f for f in MODE_FIELDS[mode] if f not in r])
+    check(r.get("verified") is True, name + ": verified (%s)" % r.get("why", ""))
+    check(isinstance(r.get("met"), bool), name + ": says whether the target is met")
+
+
+def stream(prog):
+    rc, res = mode_lines(prog, "stream")
+    check(rc == 0, "stream exits 0 (got %d)" % rc)
+    check(sorted(r.get("rows_per_insert") for r in res) == [1, 10],
+          "one line for 1 and for 10 rows per INSERT")
+    for r in res:
+        name = "stream R=%s" % r.get("rows_per_insert")
+        mode_common("stream", r, name)
+        check(r.get("producers") == 2 and r.get("workers") == 16, name + ": quick P=2, K=16")
+        check(r.get("n", 0) > 0 and r["n"] % r.get("rows_per_insert", 1) == 0,
+              name + ": rows inserted, whole INSERTs (%s)" % r.get("n"))
+        for f in ("producer_rows_per_s_alone", "producer_rows_per_s_with_taskpush",
+                  "completed_per_s"):
+            check((r.get(f) or 0) > 0, name + ": %s > 0" % f)
+        a, w, ratio = (r.get("producer_rows_per_s_alone"), r.get("producer_rows_per_s_with_taskpush"),
+                       r.get("ratio"))
+        check(a and w and ratio and abs(ratio - w / a) < 1e-3 * ratio, name + ": ratio = with / alone")
+        check(r.get("met") == (ratio >= 0.95 and r.get("row_lock_waits") == 0),
+              name + ": met follows the target")
+
+
+def latency(prog):
+    rc, res = mode_lines(prog, "latency")
+    check(rc == 0, "latency exits 0 (got %d)" % rc)
+    check(sorted(r.get("poll_ms") for r in res) == [10, 100], "one line for --poll-ms 100 and 10")
+    for r in res:
+        name = "latency poll-ms %s" % r.get("poll_ms")
+        mode_common("latency", r, name)
+        check(r.get("n") == 100, name + ": 2 s at one task per 20 ms is 100 tasks")
+        p50, p99, mx = r.get("p50_ms", -1), r.get("p99_ms", -1), r.get("max_ms", -1)
+        check(0 <= p50 <= p99 <= mx, name + ": 0 <= p50 <= p99 <= max (%s %s %s)" % (p50, p99, mx))
+        check(r.get("sent_p99_ms", -1) >= 0, name + ": the payload's send time was read back")
+        check((r.get("idle_statements_per_s") or 0) > 0,
+              name + ": the server counted taskpushd's idle polls")
+        check(r.get("target_p99_ms") == r.get("poll_ms") + 5, name + ": target poll-ms + 5")
+
+
+def connections(prog):
+    rc, res = mode_lines(prog, "connections")
+    check(rc == 0, "connections exits 0 (got %d)" % rc)
+    check(len(res) == 1, "one connections line")
+    for r in res:
+        mode_common("connections", r, "connections")
+        check(r.get("idle_workers") == 200 and r.get("active_workers") == 16 and r.get("n") == 2000,
+              "connections: quick sizes 200 idle, 16 active, N=2000")
+        check(r.get("idle_lost") == 0 and r.get("workers_seen") == 216,
+              "connections: every idle worker stayed (taskpushd counts %s)" % r.get("workers_seen"))
+        rss = [r.get(f) for f in ("taskpushd_rss_kb_idle_connected", "taskpushd_rss_kb_after",
+                                  "taskpushd_peak_rss_kb")]
+        check(all(isinstance(v, int) and v > 0 for v in rss) and rss[2] >= max(rss[:2]),
+              "connections: RSS figures read, peak >= the others (%s)" % rss)
+        check(r.get("tasks_per_s", 0) > 0, "connections: tasks/s > 0")
+
+
+def backlog(prog):
+    rc, res = mode_lines(prog, "backlog")
+    check(rc == 0, "backlog exits 0 (got %d)" % rc)
+    check(len(res) == 1, "one backlog line")
+    for r in res:
+        mode_common("backlog", r, "backlog")
+        check(r.get("backlog_rows") == 20000, "backlog: quick size 20,000 rows")
+        check(2000 <= r.get("slice", 0) < 20000, "backlog: a slice of 2,000 or a few more drained (%s)"
+              % r.get("slice"))
+        check(r.get("buffered_while_waiting", -1) >= 0, "backlog: /stats read while waiting")
+        rss = [r.get(f) for f in ("taskpushd_rss_kb_waiting", "taskpushd_rss_kb_after",
+                                  "taskpushd_peak_rss_kb")]
+        check(all(isinstance(v, int) and v > 0 for v in rss) and rss[2] >= max(rss[:2]),
+              "backlog: RSS figures read, peak >= the others (%s)" % rss)
+
+
+def modes_sabotage(prog):
+    for mode, extra in (("stream", ["--rows-per-insert", "10", "--seconds", "1"]),
+                        ("latency", ["--poll-ms", "10", "--seconds", "1"]),
+                        ("connections", []), ("backlog", [])):
+        rc, res = mode_lines(prog, mode, ["--sabotage"] + extra)
+        check(rc == 1, "%s --sabotage exits 1 (got %d)" % (mode, rc))
+        check(len(res) == 1 and res[0].get("verified") is False and res[0].get("why"),
+              "%s: verification failed and says why (%s)" % (mode, res and res[0].get("why")))
+    # --taskpushd-arg reaches taskpushd: one it refuses fails the result.
+    rc, res = mode_lines(prog, "connections", ["--taskpushd-arg=--no-such-flag"])
+    check(rc == 1 and len(res) == 1 and "did not start" in res[0].get("why", ""),
+          "--taskpushd-arg is passed to taskpushd (%s)" % (res and res[0].get("why")))
+    # The bench keeps a failed taskpushd's log for the user; this failure was wanted.
+    m = re.search(r"\(log: ([^)]+\.log)\)", res[0].get("why", "") if res else "")
+    if m and os.path.basename(m.group(1)).startswith("taskpush-bench-"):
+        os.remove(m.group(1))
+
+
 if __name__ == "__main__":
-    {"quick": quick, "sabotage": sabotage, "flags": flags}[sys.argv[2]](sys.argv[1])
+    {"quick": quick, "sabotage": sabotage, "flags": flags, "stream": stream, "latency": latency,
+     "connections": connections, "backlog": backlog,
+     "modes-sabotage": modes_sabotage}[sys.argv[2]](sys.argv[1])
     if failures:
         print("%d check(s) failed" % len(failures))
         sys.exit(1)

@@ -135,7 +135,7 @@ int bench_db_reset(const bench_dbconf *c, MYSQL *admin, uint64_t n)
     if (exec_multi(admin, bench_schema_sql) < 0)
         goto err;
     step = "preload";
-    if (preload(admin, n) < 0)
+    if (n > 0 && preload(admin, n) < 0) /* seq_1_to_0 would count down: 1, 0 */
         goto err;
     return 0;
 err:

@@ -25,22 +25,7 @@
 #define STALL_TIMEOUT_S 60.0
 #define STOP_TIMEOUT_S 20.0
 
-typedef struct daemon_proc {
-    pid_t pid;
-    char listen[128];
-    char admin[128];
-    char ready[256];
-    char log[256];
-} daemon_proc;
-
-typedef struct bench_worker {
-    tp_worker *w;
-    pthread_t thr;
-    bool running;
-    int rc;
-} bench_worker;
-
-static void sleep_ms(unsigned ms)
+void bench_sleep_ms(unsigned ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -61,7 +46,7 @@ static void *worker_main(void *arg)
 }
 
 /* Sends sig, waits up to timeout_s, then SIGKILL. */
-static void daemon_stop(daemon_proc *dp, int sig, double timeout_s)
+void bench_daemon_stop(bench_daemon *dp, int sig, double timeout_s)
 {
     if (dp->pid <= 0)
         return;
@@ -75,13 +60,13 @@ static void daemon_stop(daemon_proc *dp, int sig, double timeout_s)
             waitpid(dp->pid, &status, 0);
             break;
         }
-        sleep_ms(10);
+        bench_sleep_ms(10);
     }
     dp->pid = 0;
     unlink(dp->ready);
 }
 
-static void daemon_dump_log(const daemon_proc *dp)
+void bench_daemon_dump_log(const bench_daemon *dp)
 {
     FILE *f = fopen(dp->log, "r");
     char line[1024];
@@ -93,10 +78,14 @@ static void daemon_dump_log(const daemon_proc *dp)
     fclose(f);
 }
 
-/* Starts taskpushd and waits for its ready file and its leadership. */
-static int daemon_start(bench_ctx *ctx, const bench_design *d, daemon_proc *dp, unsigned serial)
+/* Starts taskpushd with its default flags plus extra (NULL-terminated, may be NULL)
+ * and the --taskpushd-arg flags, and waits for its ready file and its leadership. It inherits this process's
+ * descriptor limit, which the modes raise before (and it raises its own to fit
+ * --max-connections). */
+int bench_daemon_start(bench_ctx *ctx, const char *const *extra, bench_daemon *dp)
 {
     char url[700];
+    unsigned serial = ctx->serial++;
     const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 
     memset(dp, 0, sizeof *dp);
@@ -104,9 +93,15 @@ static int daemon_start(bench_ctx *ctx, const bench_design *d, daemon_proc *dp, 
     snprintf(dp->log, sizeof dp->log, "%s/taskpush-bench-%d-%u.log", tmp, (int)getpid(), serial);
     unlink(dp->ready);
     bench_db_url(&ctx->o->db, url, sizeof url);
-    const char *argv[] = {ctx->o->taskpushd, "--db", url, "--listen", "127.0.0.1:0",
-                          "--admin", "127.0.0.1:0", "--ready-file", dp->ready,
-                          "--scheduler", d->scheduler, NULL};
+    const char *argv[24] = {ctx->o->taskpushd, "--db", url, "--listen", "127.0.0.1:0",
+                            "--admin", "127.0.0.1:0", "--ready-file", dp->ready};
+    size_t argc = 9;
+    for (size_t i = 0; extra && extra[i] && argc < sizeof argv / sizeof argv[0] - 1; i++)
+        argv[argc++] = extra[i];
+    /* The user's last, so that they win over the mode's. */
+    for (int i = 0; i < ctx->o->ntaskpushd_args && argc < sizeof argv / sizeof argv[0] - 1; i++)
+        argv[argc++] = ctx->o->taskpushd_args[i];
+    argv[argc] = NULL;
     pid_t pid = fork();
     if (pid < 0)
         return -1;
@@ -121,7 +116,7 @@ static int daemon_start(bench_ctx *ctx, const bench_design *d, daemon_proc *dp, 
         _exit(127);
     }
     dp->pid = pid;
-    for (double end = bench_now() + READY_TIMEOUT_S; bench_now() < end; sleep_ms(20)) {
+    for (double end = bench_now() + READY_TIMEOUT_S; bench_now() < end; bench_sleep_ms(20)) {
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
             dp->pid = 0;
@@ -145,13 +140,13 @@ static int daemon_start(bench_ctx *ctx, const bench_design *d, daemon_proc *dp, 
             return 0;
     }
     bench_tally_fail(&ctx->tally, "taskpushd did not start (log: %s)", dp->log);
-    daemon_dump_log(dp);
-    daemon_stop(dp, SIGKILL, 5);
+    bench_daemon_dump_log(dp);
+    bench_daemon_stop(dp, SIGKILL, 5);
     return -1;
 }
 
-static int workers_make(bench_worker *ws, unsigned k, unsigned capacity, const char *addr,
-                        bench_tally *t)
+int bench_workers_make(bench_worker *ws, unsigned k, unsigned capacity, const char *addr,
+                       tp_handler fn, void *arg, bench_tally *t)
 {
     for (unsigned i = 0; i < k; i++) {
         tp_worker_options opts;
@@ -168,7 +163,7 @@ static int workers_make(bench_worker *ws, unsigned k, unsigned capacity, const c
             bench_tally_fail(t, "tp_worker_new: %s", err.text);
             return -1;
         }
-        if (tp_worker_add_type(ws[i].w, "default", noop_handler, t) != 0) {
+        if (tp_worker_add_type(ws[i].w, "default", fn ? fn : noop_handler, fn ? arg : t) != 0) {
             bench_tally_fail(t, "tp_worker_add_type failed");
             return -1;
         }
@@ -176,7 +171,19 @@ static int workers_make(bench_worker *ws, unsigned k, unsigned capacity, const c
     return 0;
 }
 
-static void workers_stop(bench_worker *ws, unsigned k)
+int bench_workers_start(bench_worker *ws, unsigned k, bench_tally *t)
+{
+    for (unsigned i = 0; i < k; i++) {
+        if (pthread_create(&ws[i].thr, NULL, worker_main, &ws[i]) != 0) {
+            bench_tally_fail(t, "cannot start worker thread %u", i);
+            return -1;
+        }
+        ws[i].running = true;
+    }
+    return 0;
+}
+
+void bench_workers_stop(bench_worker *ws, unsigned k)
 {
     for (unsigned i = 0; i < k; i++)
         if (ws[i].running)
@@ -191,7 +198,7 @@ static void workers_stop(bench_worker *ws, unsigned k)
 
 /* Waits until the handlers ran N times and taskpushd has written every outcome.
  * Only the handler count and the admin port are polled: no SQL in the window. */
-static int wait_drained(bench_ctx *ctx, const daemon_proc *dp, bench_run *r)
+int bench_wait_drained(bench_ctx *ctx, const bench_daemon *dp, bench_run *r)
 {
     bench_tally *t = &ctx->tally;
     uint64_t last = 0;
@@ -214,9 +221,9 @@ static int wait_drained(bench_ctx *ctx, const daemon_proc *dp, bench_run *r)
                 last = (uint64_t)(ok + failed);
                 progress = bench_now();
             }
-            sleep_ms(5);
+            bench_sleep_ms(5);
         } else {
-            sleep_ms(2);
+            bench_sleep_ms(2);
         }
         if (atomic_load(&t->failed))
             return -1;
@@ -231,26 +238,22 @@ static int wait_drained(bench_ctx *ctx, const daemon_proc *dp, bench_run *r)
 
 int bench_drain_taskpush(bench_ctx *ctx, const bench_design *d, unsigned k, bench_run *r)
 {
-    daemon_proc dp;
+    bench_daemon dp;
     bench_snap a, b;
     int rc = -1;
     bench_worker *ws = calloc(k, sizeof *ws);
 
     if (ws == NULL)
         return -1;
-    if (daemon_start(ctx, d, &dp, ctx->serial++) < 0)
+    const char *const extra[] = {"--scheduler", d->scheduler, NULL};
+    if (bench_daemon_start(ctx, extra, &dp) < 0)
         goto done;
-    if (workers_make(ws, k, r->capacity, dp.listen, &ctx->tally) < 0 ||
+    if (bench_workers_make(ws, k, r->capacity, dp.listen, NULL, NULL, &ctx->tally) < 0 ||
         bench_snap_take(ctx, dp.pid, &a) < 0)
         goto done;
-    for (unsigned i = 0; i < k; i++) {
-        if (pthread_create(&ws[i].thr, NULL, worker_main, &ws[i]) != 0) {
-            bench_tally_fail(&ctx->tally, "cannot start worker thread %u", i);
-            goto done;
-        }
-        ws[i].running = true;
-    }
-    if (wait_drained(ctx, &dp, r) < 0 || bench_snap_take(ctx, dp.pid, &b) < 0)
+    if (bench_workers_start(ws, k, &ctx->tally) < 0)
+        goto done;
+    if (bench_wait_drained(ctx, &dp, r) < 0 || bench_snap_take(ctx, dp.pid, &b) < 0)
         goto done;
     bench_snap_delta(&a, &b, r);
     r->tpd_rss_kb = bench_proc_hwm_kb(dp.pid);
@@ -260,10 +263,10 @@ int bench_drain_taskpush(bench_ctx *ctx, const bench_design *d, unsigned k, benc
     json_decref(s);
     rc = 0;
 done:
-    workers_stop(ws, k);
+    bench_workers_stop(ws, k);
     free(ws);
     if (dp.pid > 0) {
-        daemon_stop(&dp, SIGTERM, STOP_TIMEOUT_S);
+        bench_daemon_stop(&dp, SIGTERM, STOP_TIMEOUT_S);
         if (rc == 0)
             unlink(dp.log);
     }

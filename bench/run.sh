@@ -8,7 +8,17 @@
 # and stops the server. Exits with taskpush-bench's status (1: a run failed verification).
 #   bench/run.sh                               the full comparison
 #   bench/run.sh --design taskpush-ll --k 64   one design at one K
+#   bench/run.sh --modes [FLAGS]               the stream, latency, connections and backlog
+#                                              modes in turn (FLAGS go to each, e.g. --quick),
+#                                              into bench/results/DATE-HOST-modes.{jsonl,md}
+#   bench/run.sh --mode latency --poll-ms 10   one mode
 set -euo pipefail
+
+modes=""
+if [ "${1:-}" = "--modes" ]; then
+  shift
+  modes="stream latency connections backlog"
+fi
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TASKPUSH_BUILD_DIR:-$root/build}
@@ -34,7 +44,18 @@ eval "$(scripts/tp-mariadb start "$dbdir")"
 mkdir -p bench/results
 out=bench/results/$(date -u +%Y-%m-%d-%H%M)-$(hostname -s)
 status=0
-"$build/bench/taskpush-bench" "$@" >"$out.log" || status=$?
+if [ -n "$modes" ]; then
+  # One bench per mode, each on the same server; the connections mode needs a raised
+  # descriptor limit, which the bench sets itself from the hard limit.
+  out=$out-modes
+  : >"$out.log"
+  for m in $modes; do
+    "$build/bench/taskpush-bench" --mode "$m" "$@" >>"$out.log" || status=1
+  done
+  set -- --modes "$@"
+else
+  "$build/bench/taskpush-bench" "$@" >"$out.log" || status=$?
+fi
 grep '^{' "$out.log" >"$out.jsonl" || true
 {
   echo "# taskpush-bench, $(date -u +%Y-%m-%d) on $(hostname -s)"
@@ -45,6 +66,11 @@ grep '^{' "$out.log" >"$out.jsonl" || true
 } >"$out.md"
 rm -f "$out.log"
 cat "$out.md"
+# The plot is of the drain's tasks/s against K; the modes print tables only.
+if [ -n "$modes" ] || ! grep -q '"mode":"drain"' "$out.jsonl"; then
+  echo "run.sh: wrote $out.jsonl and $out.md (no plot for the modes)"
+  exit "$status"
+fi
 
 # Debian's python3-matplotlib is for /usr/bin/python3, which another python3 on the
 # PATH (pyenv, a venv) may hide.

@@ -55,21 +55,33 @@ double bench_proc_cpu(pid_t pid)
     return hz > 0 ? (double)(ut + st) / (double)hz : -1;
 }
 
-long bench_proc_hwm_kb(pid_t pid)
+/* One "Key: N kB" line of /proc/PID/status; < 0 unknown. */
+static long proc_status_kb(pid_t pid, const char *key)
 {
-    char path[64], line[256];
+    char path[64], line[256], fmt[48];
     long kb = -1;
     if (pid <= 0)
         return -1;
     snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    snprintf(fmt, sizeof fmt, "%s: %%ld kB", key);
     FILE *f = fopen(path, "r");
     if (f == NULL)
         return -1;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+        if (sscanf(line, fmt, &kb) == 1)
             break;
     fclose(f);
     return kb;
+}
+
+long bench_proc_hwm_kb(pid_t pid)
+{
+    return proc_status_kb(pid, "VmHWM");
+}
+
+long bench_proc_rss_kb(pid_t pid)
+{
+    return proc_status_kb(pid, "VmRSS");
 }
 
 int bench_snap_take(bench_ctx *ctx, pid_t tpd_pid, bench_snap *s)

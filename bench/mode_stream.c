@@ -1,0 +1,475 @@
+/* mode_stream.c: the modes where rows arrive while taskpush runs.
+ *
+ * stream: P producer connections INSERT (R rows per statement) as fast as they can for
+ * S seconds, alone on a fresh table (the producers' own rate), then on another fresh
+ * table while taskpushd and K workers drain, then alone again (a shared machine drifts:
+ * the own rate is the mean of the windows before and after); the ratio of the rates is the
+ * producers' cost of taskpush, and the Innodb_row_lock_waits delta of the second window
+ * says whether a producer ever waited for a claim. Everything inserted is then drained
+ * and verified exactly-once.
+ *
+ * latency: an idle taskpushd (--poll-ms from the list) and 4 workers; first the idle
+ * statement rate on the empty table, then one task every --interval-ms for S seconds,
+ * its payload the time its INSERT was sent. Reported: the time from the INSERT's
+ * commit (its autocommit OK back at the producer) to the handler's start. */
+#include "bench.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Rows one stream window may insert: the tally's bitmap (12.5 MB, untouched pages
+ * stay unmapped) and ids 1..cap. */
+#define STREAM_CAP BENCH_MAX_N
+#define LATENCY_WORKERS 4u
+#define LATENCY_CAPACITY 16u
+#define WORKERS_TIMEOUT_S 30.0
+
+typedef struct producer {
+    MYSQL *m;
+    const char *sql;
+    unsigned rows;
+    double end;
+    _Atomic uint64_t *total;
+    bench_tally *t;
+    pthread_t thr;
+} producer;
+
+static void *producer_main(void *arg)
+{
+    producer *p = arg;
+    while (bench_now() < p->end && !atomic_load(&p->t->failed)) {
+        if (atomic_load(p->total) + p->rows > STREAM_CAP)
+            break;
+        int n = bench_db_exec(p->m, p->sql);
+        if (n != (int)p->rows) {
+            bench_tally_fail(p->t, "producer INSERT: %s", mysql_error(p->m));
+            break;
+        }
+        atomic_fetch_add(p->total, (uint64_t)n);
+    }
+    return NULL;
+}
+
+/* One INSERT of rows rows, priorities 0, 1, 2 in turn. */
+static char *insert_sql(unsigned rows)
+{
+    size_t cap = 64 + (size_t)rows * 4;
+    char *sql = malloc(cap);
+    if (sql == NULL)
+        return NULL;
+    size_t len = (size_t)snprintf(sql, cap, "INSERT INTO task (task_priority) VALUES ");
+    for (unsigned i = 0; i < rows; i++)
+        len += (size_t)snprintf(sql + len, cap - len, "%s(%u)", i ? "," : "", i % 3);
+    return sql;
+}
+
+/* P producers for seconds s on the scratch database; returns rows inserted per
+ * second of wall time (connections open before the clock starts), < 0 on failure. */
+static double run_producers(bench_ctx *ctx, unsigned np, unsigned rows, unsigned s,
+                            uint64_t *inserted)
+{
+    const bench_opts *o = ctx->o;
+    producer *ps = calloc(np, sizeof *ps);
+    char *sql = insert_sql(rows);
+    _Atomic uint64_t total = 0;
+    unsigned started = 0;
+    double rate = -1, t0 = 0;
+
+    if (ps == NULL || sql == NULL)
+        goto done;
+    for (unsigned i = 0; i < np; i++)
+        if ((ps[i].m = bench_db_connect(&o->db, o->db.dbname)) == NULL) {
+            bench_tally_fail(&ctx->tally, "producer %u cannot connect", i);
+            goto done;
+        }
+    t0 = bench_now();
+    for (unsigned i = 0; i < np; i++, started++) {
+        ps[i] = (producer){ps[i].m, sql, rows, t0 + s, &total, &ctx->tally, 0};
+        if (pthread_create(&ps[i].thr, NULL, producer_main, &ps[i]) != 0) {
+            bench_tally_fail(&ctx->tally, "cannot start producer thread %u", i);
+            break;
+        }
+    }
+done:
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(ps[i].thr, NULL);
+    if (started == np && !atomic_load(&ctx->tally.failed))
+        rate = (double)atomic_load(&total) / (bench_now() - t0);
+    *inserted = atomic_load(&total);
+    for (unsigned i = 0; ps && i < np; i++)
+        if (ps[i].m)
+            mysql_close(ps[i].m);
+    free(ps);
+    free(sql);
+    return rate;
+}
+
+typedef struct stream_result {
+    double alone, with, completed, tail;
+    double alone_before, alone_after;
+    uint64_t waits_alone, inserted_alone;
+    long long succeeded_in_window;
+} stream_result;
+
+/* The producers alone on a fresh table: their own rate. */
+static int stream_alone(bench_ctx *ctx, unsigned rows, stream_result *sr, double *rate)
+{
+    const bench_opts *o = ctx->o;
+    bench_snap a, b;
+    bench_run r;
+    uint64_t count;
+
+    memset(&r, 0, sizeof r);
+    if (bench_db_reset(&o->db, ctx->admin, 0) < 0 || bench_tally_init(&ctx->tally, 1) < 0 ||
+        bench_snap_take(ctx, 0, &a) < 0)
+        return -1;
+    *rate = run_producers(ctx, o->producers, rows, o->seconds, &sr->inserted_alone);
+    int rc = *rate > 0 && bench_snap_take(ctx, 0, &b) == 0 &&
+                     bench_db_u64(ctx->admin, "SELECT COUNT(*) FROM task", &count) == 0 &&
+                     count == sr->inserted_alone ? 0 : -1;
+    if (rc == 0) {
+        bench_snap_delta(&a, &b, &r);
+        sr->waits_alone += r.lock_waits;
+    }
+    bench_tally_free(&ctx->tally);
+    return rc;
+}
+
+/* The same producers while taskpushd and K workers drain, then the tail. Fills r
+ * (n = rows inserted) for bench_verify. */
+static int stream_with(bench_ctx *ctx, unsigned rows, stream_result *sr, bench_run *r)
+{
+    const bench_opts *o = ctx->o;
+    unsigned k = o->ks[0];
+    bench_daemon dp = {0};
+    bench_snap a, b;
+    uint64_t inserted = 0;
+    int rc = -1;
+    bench_worker *ws = calloc(k, sizeof *ws);
+
+    if (ws == NULL || bench_daemon_start(ctx, NULL, &dp) < 0)
+        goto done;
+    if (bench_workers_make(ws, k, o->capacity, dp.listen, NULL, NULL, &ctx->tally) < 0 ||
+        bench_workers_start(ws, k, &ctx->tally) < 0)
+        goto done;
+    if (bench_wait_workers(&dp, k, WORKERS_TIMEOUT_S) < 0) {
+        bench_tally_fail(&ctx->tally, "the %u workers did not connect", k);
+        goto done;
+    }
+    if (bench_snap_take(ctx, dp.pid, &a) < 0)
+        goto done;
+    sr->with = run_producers(ctx, o->producers, rows, o->seconds, &inserted);
+    double t_end = bench_now();
+    json_t *s = bench_http_json(dp.admin, "/stats");
+    sr->succeeded_in_window = bench_json_int(s, "tasks.succeeded_total");
+    json_decref(s);
+    if (sr->with <= 0 || bench_snap_take(ctx, dp.pid, &b) < 0)
+        goto done;
+    bench_snap_delta(&a, &b, r); /* the window: its lock waits and statements */
+    sr->completed = (double)sr->succeeded_in_window / r->seconds;
+    r->n = inserted;
+    if (inserted == 0 || bench_wait_drained(ctx, &dp, r) < 0)
+        goto done;
+    sr->tail = bench_now() - t_end;
+    r->tpd_rss_kb = bench_proc_hwm_kb(dp.pid);
+    s = bench_http_json(dp.admin, "/stats");
+    r->daemon_succeeded = bench_json_int(s, "tasks.succeeded_total");
+    r->daemon_failed = bench_json_int(s, "tasks.failed_total");
+    json_decref(s);
+    rc = 0;
+done:
+    if (ws)
+        bench_workers_stop(ws, k);
+    free(ws);
+    if (dp.pid > 0)
+        bench_daemon_stop(&dp, SIGTERM, 20);
+    if (dp.log[0] && !atomic_load(&ctx->tally.failed))
+        unlink(dp.log); /* kept when something failed */
+    r->n = inserted;
+    return rc;
+}
+
+static json_t *jnum(double v)
+{
+    return v >= 0 ? json_real(v) : json_null();
+}
+
+int bench_mode_stream(bench_ctx *ctx, json_t *rows)
+{
+    const bench_opts *o = ctx->o;
+    int failed = 0;
+
+    for (int i = 0; i < o->nrows_per_insert; i++) {
+        unsigned rpi = o->rows_per_insert[i];
+        stream_result sr = {-1, -1, -1, -1, -1, -1, 0, 0, -1};
+        bench_run r;
+        memset(&r, 0, sizeof r);
+        r.tpd_rss_kb = -1;
+        r.daemon_succeeded = r.daemon_failed = -1;
+        if (!o->json_only)
+            fprintf(stderr, "taskpush-bench: stream: %u producers x %u rows per INSERT, %u s\n",
+                    o->producers, rpi, o->seconds);
+        if (stream_alone(ctx, rpi, &sr, &sr.alone_before) < 0) {
+            snprintf(r.why, sizeof r.why, "producers alone failed: %s", ctx->tally.why);
+        } else if (bench_db_reset(&o->db, ctx->admin, 0) < 0 ||
+                   bench_tally_init(&ctx->tally, STREAM_CAP) < 0) {
+            snprintf(r.why, sizeof r.why, "could not prepare the table");
+        } else {
+            stream_with(ctx, rpi, &sr, &r);
+            if (o->sabotage)
+                bench_sabotage(ctx);
+            bench_verify(ctx, &r);
+            bench_tally_free(&ctx->tally);
+            if (r.verified && stream_alone(ctx, rpi, &sr, &sr.alone_after) < 0) {
+                r.verified = false;
+                snprintf(r.why, sizeof r.why, "producers alone failed: %s", ctx->tally.why);
+            }
+            if (sr.alone_after > 0)
+                sr.alone = (sr.alone_before + sr.alone_after) / 2;
+        }
+        double ratio = sr.alone > 0 && sr.with > 0 ? sr.with / sr.alone : -1;
+        bool met = r.verified && ratio >= 0.95 && r.lock_waits == 0;
+        json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "kind", "stream", "rows_per_insert",
+                              (json_int_t)rpi, "producers", (json_int_t)o->producers, "workers",
+                              (json_int_t)o->ks[0], "seconds", (json_int_t)o->seconds, "n",
+                              (json_int_t)r.n);
+        json_object_set_new(j, "producer_rows_per_s_alone", jnum(sr.alone));
+        json_object_set_new(j, "alone_before", jnum(sr.alone_before));
+        json_object_set_new(j, "alone_after", jnum(sr.alone_after));
+        json_object_set_new(j, "producer_rows_per_s_with_taskpush", jnum(sr.with));
+        json_object_set_new(j, "ratio", jnum(ratio));
+        json_object_set_new(j, "completed_per_s", jnum(sr.completed));
+        json_object_set_new(j, "row_lock_waits", json_integer((json_int_t)r.lock_waits));
+        json_object_set_new(j, "row_lock_waits_alone", json_integer((json_int_t)sr.waits_alone));
+        json_object_set_new(j, "tail_seconds", jnum(sr.tail));
+        json_object_set_new(j, "statements_per_task",
+                            jnum(r.n ? (double)r.statements / (double)r.n : -1));
+        json_object_set_new(j, "taskpushd_peak_rss_kb",
+                            r.tpd_rss_kb >= 0 ? json_integer(r.tpd_rss_kb) : json_null());
+        json_object_set_new(j, "target", json_string("ratio >= 0.95 and 0 row-lock waits"));
+        json_object_set_new(j, "met", json_boolean(met));
+        json_object_set_new(j, "verified", json_boolean(r.verified));
+        if (!r.verified)
+            json_object_set_new(j, "why", json_string(r.why));
+        bench_mode_emit(j);
+        bench_mode_row(rows, "| %u | %u | %u | %.0f | %.0f | %.2f | %.0f | %" PRIu64 " | %.1f | %s | %s |",
+                       rpi, o->producers, o->ks[0], sr.alone, sr.with, ratio, sr.completed,
+                       r.lock_waits, sr.tail, met ? "met" : "not met", r.verified ? "yes" : r.why);
+        if (!r.verified)
+            fprintf(stderr, "taskpush-bench: stream R=%u: VERIFICATION FAILED: %s\n", rpi, r.why);
+        failed += !r.verified;
+    }
+    return failed;
+}
+
+/* What the latency handler records: when each id's handler started, and the send
+ * time its payload carried. Indexed by id, written once per id by one worker thread,
+ * read after the workers are joined. */
+typedef struct latency_state {
+    bench_tally *t;
+    uint64_t count;
+    double *start, *sent;
+} latency_state;
+
+static int latency_handler(tp_task *task, void *arg)
+{
+    latency_state *ls = arg;
+    double now = bench_now();
+    uint64_t id = tp_task_id(task);
+    size_t len;
+    const char *p = tp_task_payload(task, &len);
+    char buf[32];
+
+    bench_tally_ran(ls->t, id);
+    if (id >= 1 && id <= ls->count) {
+        ls->start[id] = now;
+        /* The payload is ours, but it crossed the table: bounded and checked. */
+        if (p && len > 0 && len < sizeof buf) {
+            memcpy(buf, p, len);
+            buf[len] = '\0';
+            char *end;
+            double us = strtod(buf, &end);
+            if (*end == '\0' && us > 0)
+                ls->sent[id] = us / 1e6;
+        }
+    }
+    return TP_SUCCESS;
+}
+
+/* One task every interval for the window; commit[id] = when its INSERT returned. */
+static int latency_produce(bench_ctx *ctx, latency_state *ls, double *commit)
+{
+    const bench_opts *o = ctx->o;
+    MYSQL *m = bench_db_connect(&o->db, o->db.dbname);
+    char sql[128];
+    int rc = 0;
+
+    if (m == NULL)
+        return -1;
+    double t0 = bench_now();
+    for (uint64_t i = 0; i < ls->count && rc == 0; i++) {
+        double at = t0 + (double)i * o->interval_ms / 1000.0, now = bench_now();
+        if (at > now)
+            bench_sleep_ms((unsigned)((at - now) * 1000.0));
+        double sent = bench_now();
+        snprintf(sql, sizeof sql, "INSERT INTO task (task_priority, payload) VALUES (1, '%.0f')",
+                 sent * 1e6);
+        if (bench_db_exec(m, sql) != 1) {
+            bench_tally_fail(ls->t, "latency INSERT: %s", mysql_error(m));
+            rc = -1;
+            break;
+        }
+        double done = bench_now();
+        uint64_t id = (uint64_t)mysql_insert_id(m);
+        if (id < 1 || id > ls->count) {
+            bench_tally_fail(ls->t, "INSERT made id %" PRIu64 ", expected 1..%" PRIu64, id, ls->count);
+            rc = -1;
+        } else {
+            commit[id] = done;
+        }
+    }
+    mysql_close(m);
+    return rc;
+}
+
+typedef struct latency_result {
+    double idle_stmts, idle_db_cpu, p50, p99, max, sent_p99;
+    uint64_t early; /* handler started before the INSERT's OK came back */
+} latency_result;
+
+/* Idle statement rate with the empty table, then the tasks. */
+static void latency_one(bench_ctx *ctx, unsigned poll_ms, latency_state *ls, double *commit,
+                        latency_result *lr, bench_run *r)
+{
+    const bench_opts *o = ctx->o;
+    char poll[16];
+    bench_daemon dp = {0};
+    bench_worker ws[LATENCY_WORKERS];
+    bench_snap a, b;
+    unsigned idle_ms = o->quick ? 1000 : 5000;
+
+    memset(ws, 0, sizeof ws);
+    snprintf(poll, sizeof poll, "%u", poll_ms);
+    const char *const extra[] = {"--poll-ms", poll, NULL};
+    if (bench_daemon_start(ctx, extra, &dp) < 0)
+        goto done;
+    if (bench_workers_make(ws, LATENCY_WORKERS, LATENCY_CAPACITY, dp.listen, latency_handler, ls,
+                           ls->t) < 0 ||
+        bench_workers_start(ws, LATENCY_WORKERS, ls->t) < 0 ||
+        bench_wait_workers(&dp, LATENCY_WORKERS, WORKERS_TIMEOUT_S) < 0) {
+        bench_tally_fail(ls->t, "the latency workers did not connect");
+        goto done;
+    }
+    bench_sleep_ms(idle_ms / 2); /* past the start's own statements */
+    if (bench_snap_take(ctx, dp.pid, &a) < 0)
+        goto done;
+    bench_sleep_ms(idle_ms);
+    if (bench_snap_take(ctx, dp.pid, &b) < 0)
+        goto done;
+    bench_snap_delta(&a, &b, r);
+    lr->idle_stmts = (double)r->statements / r->seconds;
+    lr->idle_db_cpu = r->db_cpu_s >= 0 ? r->db_cpu_s / r->seconds : -1;
+    if (latency_produce(ctx, ls, commit) < 0 || bench_wait_drained(ctx, &dp, r) < 0)
+        goto done;
+    json_t *s = bench_http_json(dp.admin, "/stats");
+    r->daemon_succeeded = bench_json_int(s, "tasks.succeeded_total");
+    r->daemon_failed = bench_json_int(s, "tasks.failed_total");
+    json_decref(s);
+done:
+    bench_workers_stop(ws, LATENCY_WORKERS);
+    if (dp.pid > 0)
+        bench_daemon_stop(&dp, SIGTERM, 20);
+    if (dp.log[0] && !atomic_load(&ctx->tally.failed))
+        unlink(dp.log); /* kept when something failed */
+}
+
+static void latency_figures(const latency_state *ls, const double *commit, latency_result *lr)
+{
+    bench_lat l = {0}, ls_sent = {0};
+    for (uint64_t id = 1; id <= ls->count; id++) {
+        if (ls->start[id] <= 0 || commit[id] <= 0)
+            continue;
+        double d = ls->start[id] - commit[id];
+        if (d < 0) { /* claimed between the commit and its OK reaching the producer */
+            lr->early++;
+            d = 0;
+        }
+        bench_lat_add(&l, d * 1e6);
+        if (ls->sent[id] > 0)
+            bench_lat_add(&ls_sent, (ls->start[id] - ls->sent[id]) * 1e6);
+    }
+    lr->p50 = bench_lat_pct(&l, 50);
+    lr->p99 = bench_lat_pct(&l, 99);
+    lr->max = bench_lat_pct(&l, 100);
+    lr->sent_p99 = bench_lat_pct(&ls_sent, 99);
+    bench_lat_free(&l);
+    bench_lat_free(&ls_sent);
+}
+
+int bench_mode_latency(bench_ctx *ctx, json_t *rows)
+{
+    const bench_opts *o = ctx->o;
+    uint64_t count = (uint64_t)o->seconds * 1000u / o->interval_ms;
+    int failed = 0;
+
+    if (count == 0)
+        count = 1;
+    for (int i = 0; i < o->npoll_ms; i++) {
+        unsigned poll_ms = o->poll_ms[i];
+        latency_result lr = {-1, -1, 0, 0, 0, 0, 0};
+        latency_state ls = {&ctx->tally, count, calloc(count + 1, sizeof(double)),
+                            calloc(count + 1, sizeof(double))};
+        double *commit = calloc(count + 1, sizeof(double));
+        bench_run r;
+        memset(&r, 0, sizeof r);
+        r.n = count;
+        r.daemon_succeeded = r.daemon_failed = -1;
+        if (!o->json_only)
+            fprintf(stderr, "taskpush-bench: latency: --poll-ms %u, %" PRIu64 " tasks every %u ms\n",
+                    poll_ms, count, o->interval_ms);
+        if (!ls.start || !ls.sent || !commit || bench_tally_init(&ctx->tally, count) < 0) {
+            snprintf(r.why, sizeof r.why, "out of memory");
+        } else if (bench_db_reset(&o->db, ctx->admin, 0) < 0) {
+            snprintf(r.why, sizeof r.why, "could not prepare the table");
+            bench_tally_free(&ctx->tally);
+        } else {
+            latency_one(ctx, poll_ms, &ls, commit, &lr, &r);
+            if (o->sabotage)
+                bench_sabotage(ctx);
+            bench_verify(ctx, &r);
+            bench_tally_free(&ctx->tally);
+            latency_figures(&ls, commit, &lr);
+        }
+        bool met = r.verified && lr.p99 <= poll_ms + 5.0;
+        json_t *j = json_pack("{s:s,s:I,s:I,s:I}", "kind", "latency", "poll_ms", (json_int_t)poll_ms,
+                              "interval_ms", (json_int_t)o->interval_ms, "n", (json_int_t)count);
+        json_object_set_new(j, "p50_ms", json_real(lr.p50));
+        json_object_set_new(j, "p99_ms", json_real(lr.p99));
+        json_object_set_new(j, "max_ms", json_real(lr.max));
+        json_object_set_new(j, "sent_p99_ms", json_real(lr.sent_p99));
+        json_object_set_new(j, "early", json_integer((json_int_t)lr.early));
+        json_object_set_new(j, "idle_statements_per_s", jnum(lr.idle_stmts));
+        json_object_set_new(j, "idle_mariadbd_cpu", jnum(lr.idle_db_cpu));
+        json_object_set_new(j, "target_p99_ms", json_real(poll_ms + 5.0));
+        json_object_set_new(j, "met", json_boolean(met));
+        json_object_set_new(j, "verified", json_boolean(r.verified));
+        if (!r.verified)
+            json_object_set_new(j, "why", json_string(r.why));
+        bench_mode_emit(j);
+        bench_mode_row(rows, "| %u | %" PRIu64 " | %.1f | %.1f | %.1f | %.1f | %s | %s |", poll_ms,
+                       count, lr.p50, lr.p99, lr.max, lr.idle_stmts, met ? "met" : "not met",
+                       r.verified ? "yes" : r.why);
+        if (!r.verified)
+            fprintf(stderr, "taskpush-bench: latency --poll-ms %u: VERIFICATION FAILED: %s\n",
+                    poll_ms, r.why);
+        failed += !r.verified;
+        free(ls.start);
+        free(ls.sent);
+        free(commit);
+    }
+    return failed;
+}
