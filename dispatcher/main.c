@@ -1,6 +1,7 @@
 /* taskpushd: wiring only. Settings come from config.c, the loop from server.c. */
 #include "config.h"
 #include "migrate.h"
+#include "notify.h"
 #include "server.h"
 
 #include <event2/thread.h>
@@ -52,8 +53,10 @@ int main(int argc, char **argv)
         status = dsp_migrate_run(&cfg.db_url, stdout, stderr);
     } else {
         dsp_server srv;
-        if (dsp_server_init(&srv, &cfg) == 0)
+        if (dsp_server_init(&srv, &cfg) == 0) {
+            dsp_notify("READY=1"); /* both ports are open (and the ready file written) */
             status = dsp_server_run(&srv);
+        }
         dsp_server_free(&srv);
     }
     mysql_library_end();

@@ -3,6 +3,7 @@
 #include "admin_http.h"
 #include "conn.h"
 #include "db_sql.h"
+#include "notify.h"
 #include "proto.h"
 #include "tls.h"
 
@@ -376,6 +377,7 @@ static void start_drain(dsp_server *srv, const char *why)
     if (srv->draining)
         return;
     srv->draining = true;
+    dsp_notify("STOPPING=1");
     srv->drain_deadline_ms = dsp_now_ms() + srv->cfg->shutdown_grace_ms;
     log_info(&srv->log, "%s: draining (%llu in flight, grace %lld ms)", why,
              (unsigned long long)srv->ninflight, (long long)srv->cfg->shutdown_grace_ms);

@@ -7,19 +7,23 @@ set -euo pipefail
 #   scripts/install-deps.sh          what building and running needs
 #   scripts/install-deps.sh --test   also what the tests need (clang's fuzzer
 #                                    runtime, Chromium for the dashboard test,
-#                                    promtool from prometheus)
+#                                    promtool from prometheus; for tests/install:
+#                                    systemd-analyze, man, groff, and the packaging tools)
 #   scripts/install-deps.sh --bench  also what bench/run.sh needs (matplotlib for the plot)
+#   scripts/install-deps.sh --package  also what scripts/package.sh needs (debhelper, lintian)
 packages=(
   gcc meson ninja-build pkg-config python3
   libevent-dev default-libmysqlclient-dev libjansson-dev libcmocka-dev
-  libssl-dev openssl
+  libssl-dev openssl libsystemd-dev
   mariadb-server-core mariadb-client-core
 )
 case "${1:-}" in
-  --test) packages+=(clang libclang-rt-14-dev chromium chromium-driver python3-selenium prometheus) ;;
+  --test) packages+=(clang libclang-rt-14-dev chromium chromium-driver python3-selenium prometheus
+                  systemd man-db groff-base bsdextrautils debhelper dpkg-dev build-essential lintian fakeroot) ;;
   --bench) packages+=(python3-matplotlib) ;;
+  --package) packages+=(debhelper dpkg-dev build-essential lintian fakeroot man-db) ;;
   "") ;;
-  *) echo "install-deps.sh: unknown argument '$1' (--test or --bench)" >&2; exit 2 ;;
+  *) echo "install-deps.sh: unknown argument '$1' (--test, --bench or --package)" >&2; exit 2 ;;
 esac
 if [ "${TASKPUSH_EXTRA_PACKAGES:-}" ]; then
   read -r -a extra <<<"$TASKPUSH_EXTRA_PACKAGES"
