@@ -105,6 +105,7 @@ struct cand {
     int64_t timeout_ms;
     const char *payload;
     unsigned long payload_len;
+    bool locked; /* returned by the lock read */
 };
 
 /* See the opening comment. The order matters: a step to a later state up to SERVE
@@ -397,11 +398,19 @@ struct claim_run {
     uint32_t *taken;        /* per type of r: rows kept */
     size_t nparts;
     uint32_t limit;         /* most rows per part */
-    MYSQL_RES *res;         /* the SELECT's rows; x->cands point into them */
+    MYSQL_RES *res;         /* the lock read's rows; x->cands' payloads point into them */
     size_t ncand, nkept;
-    uint64_t *ids;          /* the kept rows, for the mark */
+    uint64_t *ids;          /* the kept rows: for the lock read, then for the mark */
+    struct idpos *byid;     /* the kept rows by id, to find a locked row's candidate */
     dsp_claim_reply *reply;
+    int64_t now_ms;         /* wall clock of the claim: run_after <= now_ms */
     int64_t t0;             /* the SELECT went out (monotonic, us) */
+};
+
+/* A kept candidate by id (claim_lock). */
+struct idpos {
+    uint64_t id;
+    size_t pos; /* in x->cands */
 };
 
 /* How a step of a claim ended. */
@@ -460,30 +469,19 @@ static size_t claim_row_part(const struct claim_run *cr, size_t p, const char *t
     return q;
 }
 
-/* Fills a candidate from a row of the SELECT (its payload points into the result). */
-static void cand_fill(struct cand *cd, MYSQL_ROW row, const unsigned long *len, uint16_t type_index)
+/* Fills a candidate from a row of the candidates' read; the rest comes with the lock. */
+static void cand_fill(struct cand *cd, MYSQL_ROW row, uint16_t type_index)
 {
-    long long a = row[DSP_CLAIM_COL_ATTEMPTS] ? strtoll(row[DSP_CLAIM_COL_ATTEMPTS], NULL, 10) : 0;
-    long long ma = row[DSP_CLAIM_COL_MAX_ATTEMPTS]
-                       ? strtoll(row[DSP_CLAIM_COL_MAX_ATTEMPTS], NULL, 10)
-                       : 0;
-
+    memset(cd, 0, sizeof *cd);
     cd->id = strtoull(row[DSP_CLAIM_COL_TASK_ID], NULL, 10);
     cd->type_index = type_index;
     cd->priority = row[DSP_CLAIM_COL_PRIORITY]
                        ? (uint8_t)strtoul(row[DSP_CLAIM_COL_PRIORITY], NULL, 10)
                        : 0;
-    cd->attempts = a < 0 ? 0 : a > UINT32_MAX ? UINT32_MAX : (uint32_t)a;
-    cd->max_attempts = ma < 0 ? 0 : ma > UINT32_MAX ? UINT32_MAX : (uint32_t)ma;
-    cd->timeout_ms = row[DSP_CLAIM_COL_TIMEOUT_MS]
-                         ? strtoll(row[DSP_CLAIM_COL_TIMEOUT_MS], NULL, 10)
-                         : -1;
-    cd->payload = row[DSP_CLAIM_COL_PAYLOAD];
-    cd->payload_len = row[DSP_CLAIM_COL_PAYLOAD] ? len[DSP_CLAIM_COL_PAYLOAD] : 0;
 }
 
-/* Select: runs the locking SELECT (FOR UPDATE SKIP LOCKED, one part per type) and
- * reads its rows into x->cands, each part in dispatch order. */
+/* Select: reads the candidates (one part per type, a consistent read of claim_idx
+ * alone: see dsp_claim_sql_candidates) into x->cands, each part in dispatch order. */
 static int claim_select(struct claim_ctx *x, struct claim_run *cr)
 {
     dsp_db *db = x->db;
@@ -495,7 +493,8 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
 
     if ((sel = malloc(cap)) == NULL)
         return STEP_OOM;
-    n = dsp_claim_sql_select(sel, cap, cr->ptypes, cr->nparts, wall_ms(), cr->limit, NULL, NULL);
+    n = dsp_claim_sql_candidates(sel, cap, cr->ptypes, cr->nparts, cr->now_ms, cr->limit, NULL,
+                                 NULL);
     if (n < 0) {
         log_error(db->log, "cannot build the claim statement");
         free(sel);
@@ -513,9 +512,9 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
         return STEP_DB_ERROR;
     }
     free(sel);
-    if (mysql_num_fields(cr->res) != DSP_CLAIM_COL_COUNT) {
+    if (mysql_num_fields(cr->res) != DSP_CLAIM_SQL_CAND_COL_COUNT) {
         log_error(db->log, "claim: %u columns, expected %d", mysql_num_fields(cr->res),
-                  DSP_CLAIM_COL_COUNT);
+                  DSP_CLAIM_SQL_CAND_COL_COUNT);
         return STEP_DB_ERROR;
     }
     if (mysql_num_rows(cr->res) > x->cands_cap) {
@@ -544,7 +543,7 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
             continue;
         }
         p = q;
-        cand_fill(&x->cands[cr->ncand++], row, len, cr->pindex[p]);
+        cand_fill(&x->cands[cr->ncand++], row, cr->pindex[p]);
     }
     if (nforeign)
         log_warn(db->log,
@@ -560,15 +559,14 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
 }
 
 /* Merge: the parts into dispatch order, keeping rows while their type and the total
- * have room (the rest stay NEW: the COMMIT unlocks them); then copies the kept rows
- * into the reply, so that everything the reply needs is allocated before the rows
- * change. */
+ * have room (the rest are not locked: they stay NEW). */
 static int claim_merge(struct claim_ctx *x, struct claim_run *cr)
 {
     struct claim_req *r = cr->r;
-    dsp_claim_reply *reply = cr->reply;
     size_t i;
 
+    mysql_free_result(cr->res); /* the candidates hold no pointer into it */
+    cr->res = NULL;
     if (cr->ncand > 1)
         qsort(x->cands, cr->ncand, sizeof *x->cands, cand_cmp);
     for (i = 0; i < cr->ncand && cr->nkept < r->total; i++) {
@@ -578,12 +576,113 @@ static int claim_merge(struct claim_ctx *x, struct claim_run *cr)
         cr->taken[cd->type_index]++;
         x->cands[cr->nkept++] = *cd; /* compacts in place: nkept <= i */
     }
+    return STEP_OK;
+}
+
+static int idpos_cmp(const void *pa, const void *pb)
+{
+    const struct idpos *a = pa, *b = pb;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* The candidate whose id is id, or NULL. */
+static struct cand *claim_find(struct claim_ctx *x, const struct claim_run *cr, uint64_t id)
+{
+    size_t lo = 0, hi = cr->nkept;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cr->byid[mid].id == id)
+            return &x->cands[cr->byid[mid].pos];
+        if (cr->byid[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* Lock: locks the kept candidates by primary key (FOR UPDATE SKIP LOCKED, the state
+ * read again under the lock) and reads the rest of each row. A candidate not returned
+ * (changed since the candidates' read, or locked by another transaction) is dropped
+ * from the claim; the others keep their dispatch order. */
+static int claim_lock(struct claim_ctx *x, struct claim_run *cr)
+{
+    dsp_db *db = x->db;
+    MYSQL_ROW row;
+    size_t i, n = 0;
+
+    cr->ids = malloc(cr->nkept * sizeof *cr->ids);
+    cr->byid = malloc(cr->nkept * sizeof *cr->byid);
+    if (!cr->ids || !cr->byid)
+        return STEP_OOM_ROLLBACK;
+    for (i = 0; i < cr->nkept; i++) {
+        cr->ids[i] = x->cands[i].id;
+        cr->byid[i] = (struct idpos){x->cands[i].id, i};
+    }
+    qsort(cr->byid, cr->nkept, sizeof *cr->byid, idpos_cmp);
+
+    dsp_strbuf_reset(&x->sql);
+    dsp_db_sql_claim_lock(&x->sql, cr->now_ms, cr->ids, cr->nkept);
+    if (x->sql.oom)
+        return STEP_OOM_ROLLBACK;
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
+        (cr->res = mysql_store_result(x->c.m)) == NULL) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(db->log, "claim: locking: %s (error %u)",
+                 x->c.err ? mysql_error(x->c.m) : "no result", x->c.err);
+        return STEP_DB_ERROR;
+    }
+    if (mysql_num_fields(cr->res) != DSP_DB_SQL_LOCK_NCOLS) {
+        log_error(db->log, "claim: locking: %u columns, expected %d", mysql_num_fields(cr->res),
+                  DSP_DB_SQL_LOCK_NCOLS);
+        return STEP_DB_ERROR;
+    }
+    while ((row = mysql_fetch_row(cr->res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(cr->res);
+        struct cand *cd;
+        long long a, ma;
+
+        if (row[DSP_DB_SQL_LOCK_ID] == NULL ||
+            (cd = claim_find(x, cr, strtoull(row[DSP_DB_SQL_LOCK_ID], NULL, 10))) == NULL ||
+            cd->locked)
+            continue; /* not asked for: cannot happen, and it stays unmarked */
+        a = row[DSP_DB_SQL_LOCK_ATTEMPTS] ? strtoll(row[DSP_DB_SQL_LOCK_ATTEMPTS], NULL, 10) : 0;
+        ma = row[DSP_DB_SQL_LOCK_MAX_ATTEMPTS]
+                 ? strtoll(row[DSP_DB_SQL_LOCK_MAX_ATTEMPTS], NULL, 10)
+                 : 0;
+        cd->attempts = a < 0 ? 0 : a > UINT32_MAX ? UINT32_MAX : (uint32_t)a;
+        cd->max_attempts = ma < 0 ? 0 : ma > UINT32_MAX ? UINT32_MAX : (uint32_t)ma;
+        cd->timeout_ms = row[DSP_DB_SQL_LOCK_TIMEOUT_MS]
+                             ? strtoll(row[DSP_DB_SQL_LOCK_TIMEOUT_MS], NULL, 10)
+                             : -1;
+        cd->payload = row[DSP_DB_SQL_LOCK_PAYLOAD];
+        cd->payload_len = row[DSP_DB_SQL_LOCK_PAYLOAD] ? len[DSP_DB_SQL_LOCK_PAYLOAD] : 0;
+        cd->locked = true;
+    }
+    if (mysql_errno(x->c.m) != 0) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(db->log, "claim: locking: reading rows: %s", mysql_error(x->c.m));
+        return STEP_DB_ERROR;
+    }
+    for (i = 0; i < cr->nkept; i++)
+        if (x->cands[i].locked)
+            x->cands[n++] = x->cands[i]; /* keeps dispatch order */
+    cr->nkept = n;
+    return STEP_OK;
+}
+
+/* Copy: the locked rows into the reply (payloads copied out of the result), so that
+ * everything the reply needs is allocated before the rows change. */
+static int claim_copy(struct claim_ctx *x, struct claim_run *cr)
+{
+    dsp_claim_reply *reply = cr->reply;
+    size_t i;
+
     if (cr->nkept == 0)
         return STEP_OK;
-
-    reply->tasks = calloc(cr->nkept, sizeof *reply->tasks);
-    cr->ids = malloc(cr->nkept * sizeof *cr->ids);
-    if (!reply->tasks || !cr->ids)
+    if ((reply->tasks = calloc(cr->nkept, sizeof *reply->tasks)) == NULL)
         return STEP_OOM_ROLLBACK;
     for (i = 0; i < cr->nkept; i++) {
         const struct cand *cd = &x->cands[i];
@@ -650,6 +749,7 @@ static void claim_run_free(struct claim_run *cr)
         mysql_free_result(cr->res);
     dsp_claim_reply_free(cr->reply);
     free(cr->ids);
+    free(cr->byid);
     free(cr->ptypes);
     free(cr->pindex);
     free(cr->taken);
@@ -694,6 +794,7 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
 
     memset(&cr, 0, sizeof cr);
     cr.r = r;
+    cr.now_ms = wall_ms();
     rc = claim_plan(x, &cr);
     if (rc == STEP_OK && (cr.nparts == 0 || cr.limit == 0)) {
         claim_answer(db, r, cr.reply); /* nothing to ask for: an empty success */
@@ -705,6 +806,10 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
         rc = claim_select(x, &cr);
     if (rc == STEP_OK)
         rc = claim_merge(x, &cr);
+    if (rc == STEP_OK && cr.nkept > 0)
+        rc = claim_lock(x, &cr);
+    if (rc == STEP_OK)
+        rc = claim_copy(x, &cr);
     if (rc == STEP_OK)
         rc = claim_mark(x, &cr);
     if (rc != STEP_OK)
