@@ -1040,6 +1040,95 @@ static void test_write_survives_lost_connection(void **state)
     assert_true(fx->rec[0].nhealth_down >= 1);
 }
 
+/* The first n ids of type a's ready rows in dispatch order, read by the test. */
+static size_t ready_order(struct fx *fx, uint64_t *ids, size_t n)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    size_t k = 0;
+    char sql[256];
+
+    snprintf(sql, sizeof sql,
+             "SELECT task_id FROM task IGNORE INDEX (claim_idx) WHERE task_state = 0 AND"
+             " task_type = 'a' ORDER BY task_priority DESC, task_id LIMIT %zu", n);
+    assert_int_equal(mysql_query(fx->tdb.conn, sql), 0);
+    res = mysql_store_result(fx->tdb.conn);
+    assert_non_null(res);
+    while ((row = mysql_fetch_row(res)) != NULL && k < n)
+        ids[k++] = strtoull(row[0], NULL, 10);
+    mysql_free_result(res);
+    return k;
+}
+
+static uint64_t db_connections(struct fx *fx)
+{
+    return tp_testdb_query_u64(&fx->tdb,
+                               "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = '%s'"
+                               " AND ID <> CONNECTION_ID()",
+                               fx->tdb.name);
+}
+
+/* A large claim is split: the claim helper locks and marks its second half on a
+ * connection of its own (opened at the first large claim). The reply is still exactly
+ * the head of dispatch order, every row with its payload; and when the epoch moved on
+ * behind the dispatcher's back, the helper's fence makes it claim nothing. */
+static void test_claim_split_with_helper(void **state)
+{
+    struct fx *fx = *state;
+    static uint64_t want[1000];
+    char buf[64];
+    uint64_t before;
+    size_t i;
+
+    ins_many(fx, 3000, "task_type, task_priority, payload",
+             "'a', (a.d + b.d * 3 + c.d) % 3, CONCAT('p-', a.d, b.d, c.d, d.d, e.d)");
+    uint32_t e = start_leader(fx, 5, 2000);
+    before = db_connections(fx);
+
+    /* The first large claim runs whole and wakes the helper, which connects. */
+    dsp_claim_reply *rep = claim1(fx, "a", 500);
+    assert_int_equal(rep->ntasks, 500);
+    dsp_claim_reply_free(rep);
+    WAIT_UNTIL(fx, db_connections(fx) == before + 1, WAIT_MS);
+    assert_int_equal(db_connections(fx), before + 1);
+
+    assert_int_equal(ready_order(fx, want, 1000), 1000);
+    rep = claim1(fx, "a", 1000);
+    assert_int_equal(rep->ntasks, 1000);
+    for (i = 0; i < 1000; i++) {
+        const dsp_claimed_task *t = &rep->tasks[i];
+        assert_int_equal(t->task_id, want[i]);
+        assert_int_equal(t->max_attempts, 3);
+        if (i % 97 == 0 || i == 999) {
+            long n = query_str(fx, buf, sizeof buf, "SELECT payload FROM task WHERE task_id = %" PRIu64,
+                               t->task_id);
+            assert_true(n > 2);
+            assert_int_equal(t->payload_len, (size_t)n);
+            assert_memory_equal(t->payload, buf, (size_t)n);
+        }
+    }
+    dsp_claim_reply_free(rep);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb,
+                                         "SELECT COUNT(*) FROM task WHERE task_state = 1 AND epoch = %u", e),
+                     1500);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 1"), 1500);
+
+    /* Another epoch behind the leader's back: the first half (this connection holds the
+     * table's lock) is claimed, the helper's half stays NEW. */
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "UPDATE taskpush_meta SET value = value + 1"
+                                              " WHERE name = 'epoch'"),
+                     1);
+    assert_int_equal(ready_order(fx, want, 400), 400);
+    rep = claim1(fx, "a", 400);
+    assert_int_equal(rep->ntasks, 200);
+    for (i = 0; i < 200; i++)
+        assert_int_equal(rep->tasks[i].task_id, want[i]);
+    dsp_claim_reply_free(rep);
+    for (i = 200; i < 400; i++)
+        assert_int_equal(col_u64(fx, want[i], "task_state"), 0);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 1"), 1700);
+}
+
 /* ---- lanes ---- */
 
 static void test_retry_is_promoted_when_due(void **state)
@@ -1589,6 +1678,7 @@ int main(void)
         T(test_claim_skips_locked_rows),
         T(test_claim_leaves_padded_type),
         T(test_claim_rules),
+        T(test_claim_split_with_helper),
         T(test_write_succeeded),
         T(test_write_failed_retry_release),
         T(test_write_per_row_values),
