@@ -1129,6 +1129,59 @@ static void test_claim_split_with_helper(void **state)
     assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 1"), 1700);
 }
 
+/* The helper's connection is killed between two claims: the next large claim still
+ * returns the head of dispatch order (its first half at least), no row is left
+ * PROCESSING without having been returned, and the helper reconnects by itself. */
+static void test_claim_helper_connection_killed(void **state)
+{
+    struct fx *fx = *state;
+    static uint64_t want[1000];
+    uint64_t before, helper, returned = 0;
+    size_t i;
+
+    ins_many(fx, 3000, "task_type, task_priority", "'a', (a.d + c.d) % 3");
+    uint32_t e = start_leader(fx, 5, 2000);
+    before = db_connections(fx);
+    dsp_claim_reply *rep = claim1(fx, "a", 500);
+    returned += rep->ntasks;
+    dsp_claim_reply_free(rep);
+    WAIT_UNTIL(fx, db_connections(fx) == before + 1, WAIT_MS);
+    assert_int_equal(db_connections(fx), before + 1);
+    /* The helper connects last: the newest connection of this database but ours. */
+    helper = tp_testdb_query_u64(&fx->tdb,
+                                 "SELECT MAX(ID) FROM information_schema.PROCESSLIST WHERE DB = '%s'"
+                                 " AND ID <> CONNECTION_ID()",
+                                 fx->tdb.name);
+    assert_true(helper != TP_TESTDB_U64_ERR);
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "KILL CONNECTION %" PRIu64, helper), 0);
+
+    assert_int_equal(ready_order(fx, want, 1000), 1000);
+    rep = claim1(fx, "a", 1000);
+    assert_true(rep->ntasks >= 500);
+    for (i = 0; i < rep->ntasks; i++)
+        assert_int_equal(rep->tasks[i].task_id, want[i]);
+    returned += rep->ntasks;
+    dsp_claim_reply_free(rep);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 1"),
+                     returned);
+
+    /* Back again: a large claim is whole and in order once more. */
+    WAIT_UNTIL(fx, db_connections(fx) == before + 1, WAIT_MS);
+    assert_int_equal(db_connections(fx), before + 1);
+    assert_int_equal(ready_order(fx, want, 1000), 1000);
+    rep = claim1(fx, "a", 1000);
+    assert_int_equal(rep->ntasks, 1000);
+    for (i = 0; i < 1000; i++)
+        assert_int_equal(rep->tasks[i].task_id, want[i]);
+    returned += rep->ntasks;
+    dsp_claim_reply_free(rep);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb,
+                                         "SELECT COUNT(*) FROM task WHERE task_state = 1 AND epoch = %u", e),
+                     returned);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 1"),
+                     returned);
+}
+
 /* ---- lanes ---- */
 
 static void test_retry_is_promoted_when_due(void **state)
@@ -1679,6 +1732,7 @@ int main(void)
         T(test_claim_leaves_padded_type),
         T(test_claim_rules),
         T(test_claim_split_with_helper),
+        T(test_claim_helper_connection_killed),
         T(test_write_succeeded),
         T(test_write_failed_retry_release),
         T(test_write_per_row_values),
