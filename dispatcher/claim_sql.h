@@ -92,7 +92,11 @@ typedef int (*dsp_claim_sql_quote_fn)(void *ctx, char *to, size_t cap, const cha
 DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_quote_hex(void *ctx, char *to, size_t cap,
                                                    const char *from, size_t len);
 
-/* Builds the claim of up to `limit` ready tasks of each type in types[0..ntypes):
+/* Builds the one-statement claim of up to `limit` ready tasks of each type in
+ * types[0..ntypes). taskpushd no longer runs it: it reads dsp_claim_sql_candidates() and
+ * locks by primary key, which under load costs a fraction of this locking scan. It stays
+ * as the claim a poller of this schema would write; tests/integration/test_schema.c
+ * checks claim_idx's plan and SKIP LOCKED against it:
  *
  *   (SELECT <DSP_CLAIM_SQL_COLUMNS> FROM task FORCE INDEX (claim_idx)
  *     WHERE task_state = 0 AND `delayed` = 0 AND task_type = <T1> AND run_after <= now_ms
