@@ -40,6 +40,8 @@ static const opt_def option_table[] = {
      "default execution limit of a task"},
     {"prefetch", OPT_INT, F(prefetch), "1000", 0, 1000000, "N",
      "claimed tasks kept ready beyond the workers' free slots"},
+    {"claim-split", OPT_INT, F(claim_split), "400", 0, 10000, "N",
+     "a claim of N rows or more is split over two connections; 0: never"},
     {"heartbeat-ms", OPT_INT, F(heartbeat_ms), "1000", 10, 3600000, "N",
      "heartbeat interval; a peer silent for 3 intervals is lost"},
     {"shutdown-grace-ms", OPT_INT, F(shutdown_grace_ms), "10000", 0, 3600000, "N",

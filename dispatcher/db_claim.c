@@ -52,9 +52,6 @@
 #define DEMOTE_EVERY_MS 1000  /* demote at most this often */
 #define DUE_REFRESH_MS 5000   /* re-read MIN(run_after) of the delayed lane at least this often */
 #define SCHEMA_RETRY_MS 2000  /* while the tables are missing */
-/* A claim keeping at least twice this many rows is split: the claim helper locks and
- * marks the second half on its own connection while this thread does the first. */
-#define HALF_MIN_ROWS 200u
 
 /* ---- claim replies ---- */
 
@@ -647,7 +644,9 @@ static int claim_index(struct claim_ctx *x, struct claim_run *cr)
     }
     qsort(cr->byid, cr->nkept, sizeof *cr->byid, idpos_cmp);
     cr->nmine = cr->nkept;
-    if (cr->nkept >= 2 * HALF_MIN_ROWS) {
+    /* A large claim is split (--claim-split): the claim helper locks and marks the
+     * second half on its own connection while this thread does the first. */
+    if (x->db->opts.claim_split > 0 && cr->nkept >= x->db->opts.claim_split && cr->nkept >= 2) {
         size_t half = cr->nkept / 2;
         if (dsp_dbi_half_post(x->half, cr->ids + half, cr->nkept - half, x->epoch, cr->now_ms)) {
             cr->nmine = half;
@@ -1202,7 +1201,7 @@ void *dsp_dbi_claim_main(void *arg)
         x.c.rng = 1;
     x.state = CLAIM_CONNECT;
     mysql_thread_init();
-    if ((x.half = dsp_dbi_half_start(db)) == NULL)
+    if (db->opts.claim_split > 0 && (x.half = dsp_dbi_half_start(db)) == NULL)
         log_warn(db->log, "cannot start the claim helper; every claim runs on one connection");
 
     while (!claim_stopping(db)) {

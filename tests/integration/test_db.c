@@ -67,6 +67,7 @@ struct fx {
     MYSQL *other; /* a second connection of the test, closed by teardown */
     /* The stats thread's options for the next start_db. */
     int64_t table_stats_ms, retain_succeeded_ms, retain_failed_ms;
+    bool no_split; /* --claim-split 0 for the next start_db (else 400, the default) */
 };
 
 /* ---- helpers ---- */
@@ -247,6 +248,7 @@ static dsp_db *start_db(struct fx *fx, int i, int64_t flush_ms, size_t batch)
         .result_flush_ms = flush_ms,
         .max_write_batch = batch,
         .table_stats_ms = fx->table_stats_ms,
+        .claim_split = fx->no_split ? 0 : 400,
         .retain_succeeded_ms = fx->retain_succeeded_ms,
         .retain_failed_ms = fx->retain_failed_ms,
         .cb =
@@ -1182,6 +1184,32 @@ static void test_claim_helper_connection_killed(void **state)
                      returned);
 }
 
+/* --claim-split 0: a large claim runs whole on the claim connection, in dispatch order,
+ * and no helper connection is ever opened. */
+static void test_claim_split_off(void **state)
+{
+    struct fx *fx = *state;
+    static uint64_t want[1000];
+    uint64_t before;
+    size_t i;
+
+    ins_many(fx, 2000, "task_type, task_priority", "'a', (b.d + d.d) % 3");
+    fx->no_split = true;
+    start_leader(fx, 5, 2000);
+    before = db_connections(fx);
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(ready_order(fx, want, 1000), 1000);
+        dsp_claim_reply *rep = claim1(fx, "a", 1000);
+        assert_int_equal(rep->ntasks, 1000);
+        for (i = 0; i < 1000; i++)
+            assert_int_equal(rep->tasks[i].task_id, want[i]);
+        dsp_claim_reply_free(rep);
+    }
+    run_for(fx, 300);
+    assert_int_equal(db_connections(fx), before);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 1"), 2000);
+}
+
 /* ---- lanes ---- */
 
 static void test_retry_is_promoted_when_due(void **state)
@@ -1733,6 +1761,7 @@ int main(void)
         T(test_claim_rules),
         T(test_claim_split_with_helper),
         T(test_claim_helper_connection_killed),
+        T(test_claim_split_off),
         T(test_write_succeeded),
         T(test_write_failed_retry_release),
         T(test_write_per_row_values),
