@@ -100,9 +100,11 @@ size_t dsp_claim_sql_select_bound(const char *const *types, size_t ntypes)
     return total;
 }
 
-int dsp_claim_sql_select(char *buf, size_t cap, const char *const *types, size_t ntypes,
-                         int64_t now_ms, unsigned limit, dsp_claim_sql_quote_fn quote,
-                         void *quote_ctx)
+/* The UNION ALL of one part per type, each selecting `columns` and ending with `tail`
+ * after its LIMIT (dsp_claim_sql_select and dsp_claim_sql_candidates). */
+static int claim_union(char *buf, size_t cap, const char *columns, const char *tail,
+                       const char *const *types, size_t ntypes, int64_t now_ms, unsigned limit,
+                       dsp_claim_sql_quote_fn quote, void *quote_ctx)
 {
     struct sqlbuf b = {buf, cap, 0, 0};
     size_t i;
@@ -124,8 +126,8 @@ int dsp_claim_sql_select(char *buf, size_t cap, const char *const *types, size_t
         }
         if (i > 0)
             sqlbuf_puts(&b, " UNION ALL ");
-        sqlbuf_puts(&b, "(SELECT " DSP_CLAIM_SQL_COLUMNS " FROM task FORCE INDEX (claim_idx)"
-                        " WHERE task_state = 0 AND `delayed` = 0 AND task_type = ");
+        sqlbuf_printf(&b, "(SELECT %s FROM task FORCE INDEX (claim_idx)"
+                          " WHERE task_state = 0 AND `delayed` = 0 AND task_type = ", columns);
         if (b.bad)
             break;
         /* The literal goes straight into the buffer; one byte stays for the NUL. */
@@ -137,10 +139,26 @@ int dsp_claim_sql_select(char *buf, size_t cap, const char *const *types, size_t
         b.len += (size_t)q;
         sqlbuf_printf(&b,
                       " AND run_after <= %" PRId64
-                      " ORDER BY task_priority DESC, task_id LIMIT %u FOR UPDATE SKIP LOCKED)",
-                      now_ms, limit);
+                      " ORDER BY task_priority DESC, task_id LIMIT %u%s)",
+                      now_ms, limit, tail);
     }
     return sqlbuf_finish(&b);
+}
+
+int dsp_claim_sql_select(char *buf, size_t cap, const char *const *types, size_t ntypes,
+                         int64_t now_ms, unsigned limit, dsp_claim_sql_quote_fn quote,
+                         void *quote_ctx)
+{
+    return claim_union(buf, cap, DSP_CLAIM_SQL_COLUMNS, " FOR UPDATE SKIP LOCKED", types, ntypes,
+                       now_ms, limit, quote, quote_ctx);
+}
+
+int dsp_claim_sql_candidates(char *buf, size_t cap, const char *const *types, size_t ntypes,
+                             int64_t now_ms, unsigned limit, dsp_claim_sql_quote_fn quote,
+                             void *quote_ctx)
+{
+    return claim_union(buf, cap, DSP_CLAIM_SQL_CAND_COLUMNS, "", types, ntypes, now_ms, limit,
+                       quote, quote_ctx);
 }
 
 int dsp_claim_sql_promote(char *buf, size_t cap, int64_t now_ms, unsigned limit)

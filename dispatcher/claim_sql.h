@@ -45,6 +45,11 @@ enum dsp_claim_col {
     DSP_CLAIM_COL_COUNT
 };
 
+/* The columns of a claim's candidates (dsp_claim_sql_candidates), all in claim_idx, in
+ * this order: task_id, task_type, task_priority (the first three of a claim's row). */
+#define DSP_CLAIM_SQL_CAND_COLUMNS "task_id, task_type, task_priority"
+#define DSP_CLAIM_SQL_CAND_COL_COUNT 3
+
 /* Longest task_type the table holds (VARCHAR(64) characters; in bytes up to 4 times). */
 #define DSP_CLAIM_SQL_TYPE_MAX_BYTES 256
 
@@ -87,7 +92,11 @@ typedef int (*dsp_claim_sql_quote_fn)(void *ctx, char *to, size_t cap, const cha
 DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_quote_hex(void *ctx, char *to, size_t cap,
                                                    const char *from, size_t len);
 
-/* Builds the claim of up to `limit` ready tasks of each type in types[0..ntypes):
+/* Builds the one-statement claim of up to `limit` ready tasks of each type in
+ * types[0..ntypes). taskpushd no longer runs it: it reads dsp_claim_sql_candidates() and
+ * locks by primary key, which under load costs a fraction of this locking scan. It stays
+ * as the claim a poller of this schema would write; tests/integration/test_schema.c
+ * checks claim_idx's plan and SKIP LOCKED against it:
  *
  *   (SELECT <DSP_CLAIM_SQL_COLUMNS> FROM task FORCE INDEX (claim_idx)
  *     WHERE task_state = 0 AND `delayed` = 0 AND task_type = <T1> AND run_after <= now_ms
@@ -105,6 +114,20 @@ DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_quote_hex(void *ctx, char *to, size_t c
 DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_select(char *buf, size_t cap, const char *const *types,
                                                 size_t ntypes, int64_t now_ms, unsigned limit,
                                                 dsp_claim_sql_quote_fn quote, void *quote_ctx);
+
+/* The claim's candidates: the same parts as dsp_claim_sql_select() with the columns
+ * DSP_CLAIM_SQL_CAND_COLUMNS and no FOR UPDATE SKIP LOCKED, so a consistent read of
+ * claim_idx alone (a covering index read: no row is looked up, nothing is locked).
+ * taskpushd's claim runs this, keeps the rows it wants, then locks those by primary key
+ * (dsp_db_sql_claim_lock): a locking read of a secondary index costs InnoDB an implicit
+ * lock check of every entry it passes (a clustered lookup while the index pages are
+ * being changed by other transactions), which made the one-statement claim several
+ * times slower under load than the same read without locks. Same arguments and
+ * returns as dsp_claim_sql_select(), and the same bound. */
+DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_candidates(char *buf, size_t cap,
+                                                    const char *const *types, size_t ntypes,
+                                                    int64_t now_ms, unsigned limit,
+                                                    dsp_claim_sql_quote_fn quote, void *quote_ctx);
 
 /* A buffer size always large enough for dsp_claim_sql_select() on these types (with any
  * quote function obeying DSP_CLAIM_SQL_LITERAL_MAX). */

@@ -173,6 +173,7 @@ typedef struct dsp_db_options {
     int64_t result_flush_ms;    /* longest an outcome waits to be batched with others */
     size_t max_write_batch;     /* most outcomes per statement */
     int64_t table_stats_ms;     /* refresh interval of dsp_table_stats; 0: never */
+    uint32_t claim_split;       /* claims keeping this many rows (>= 2) use the helper; 0: never */
     int64_t retain_succeeded_ms; /* delete SUCCESSFUL rows older than this; 0: keep all */
     int64_t retain_failed_ms;    /* the same for FAILED rows; 0: keep all */
     int64_t lease_ms;            /* the leadership lease's length; 0: 1000 */

@@ -39,6 +39,7 @@
 #include "db_internal.h"
 
 #include "claim_sql.h"
+#include "db_claim_half.h"
 #include "migrate.h"
 
 #include <mysql.h>
@@ -111,6 +112,7 @@ struct cand {
     int64_t timeout_ms;
     const char *payload;
     unsigned long payload_len;
+    bool locked; /* returned by the lock read */
 };
 
 /* See the opening comment. The order matters: a step to a later state up to SERVE
@@ -148,6 +150,7 @@ struct claim_ctx {
     int64_t next_refresh;    /* monotonic */
     struct cand *cands;
     size_t cands_cap;
+    dsp_claim_half *half; /* NULL: every claim runs whole here */
 };
 
 static bool claim_stopping(dsp_db *db)
@@ -407,11 +410,23 @@ struct claim_run {
     uint32_t *taken;        /* per type of r: rows kept */
     size_t nparts;
     uint32_t limit;         /* most rows per part */
-    MYSQL_RES *res;         /* the SELECT's rows; x->cands point into them */
+    MYSQL_RES *res;         /* the lock read's rows; x->cands' payloads point into them */
     size_t ncand, nkept;
-    uint64_t *ids;          /* the kept rows, for the mark */
+    uint64_t *ids;          /* the kept rows, in dispatch order */
+    struct idpos *byid;     /* the kept rows by id, to find a locked row's candidate */
+    size_t nmine;           /* ids[0..nmine) are locked here, the rest by the helper */
+    bool half_posted;       /* the helper has ids[nmine..nkept) and was not waited for */
+    uint64_t *mark;         /* the rows locked here, for the mark */
+    size_t nmark;
     dsp_claim_reply *reply;
+    int64_t now_ms;         /* wall clock of the claim: run_after <= now_ms */
     int64_t t0;             /* the SELECT went out (monotonic, us) */
+};
+
+/* A kept candidate by id (claim_lock). */
+struct idpos {
+    uint64_t id;
+    size_t pos; /* in x->cands */
 };
 
 /* How a step of a claim ended. */
@@ -470,30 +485,19 @@ static size_t claim_row_part(const struct claim_run *cr, size_t p, const char *t
     return q;
 }
 
-/* Fills a candidate from a row of the SELECT (its payload points into the result). */
-static void cand_fill(struct cand *cd, MYSQL_ROW row, const unsigned long *len, uint16_t type_index)
+/* Fills a candidate from a row of the candidates' read; the rest comes with the lock. */
+static void cand_fill(struct cand *cd, MYSQL_ROW row, uint16_t type_index)
 {
-    long long a = row[DSP_CLAIM_COL_ATTEMPTS] ? strtoll(row[DSP_CLAIM_COL_ATTEMPTS], NULL, 10) : 0;
-    long long ma = row[DSP_CLAIM_COL_MAX_ATTEMPTS]
-                       ? strtoll(row[DSP_CLAIM_COL_MAX_ATTEMPTS], NULL, 10)
-                       : 0;
-
+    memset(cd, 0, sizeof *cd);
     cd->id = strtoull(row[DSP_CLAIM_COL_TASK_ID], NULL, 10);
     cd->type_index = type_index;
     cd->priority = row[DSP_CLAIM_COL_PRIORITY]
                        ? (uint8_t)strtoul(row[DSP_CLAIM_COL_PRIORITY], NULL, 10)
                        : 0;
-    cd->attempts = a < 0 ? 0 : a > UINT32_MAX ? UINT32_MAX : (uint32_t)a;
-    cd->max_attempts = ma < 0 ? 0 : ma > UINT32_MAX ? UINT32_MAX : (uint32_t)ma;
-    cd->timeout_ms = row[DSP_CLAIM_COL_TIMEOUT_MS]
-                         ? strtoll(row[DSP_CLAIM_COL_TIMEOUT_MS], NULL, 10)
-                         : -1;
-    cd->payload = row[DSP_CLAIM_COL_PAYLOAD];
-    cd->payload_len = row[DSP_CLAIM_COL_PAYLOAD] ? len[DSP_CLAIM_COL_PAYLOAD] : 0;
 }
 
-/* Select: runs the locking SELECT (FOR UPDATE SKIP LOCKED, one part per type) and
- * reads its rows into x->cands, each part in dispatch order. */
+/* Select: reads the candidates (one part per type, a consistent read of claim_idx
+ * alone: see dsp_claim_sql_candidates) into x->cands, each part in dispatch order. */
 static int claim_select(struct claim_ctx *x, struct claim_run *cr)
 {
     dsp_db *db = x->db;
@@ -505,7 +509,8 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
 
     if ((sel = malloc(cap)) == NULL)
         return STEP_OOM;
-    n = dsp_claim_sql_select(sel, cap, cr->ptypes, cr->nparts, wall_ms(), cr->limit, NULL, NULL);
+    n = dsp_claim_sql_candidates(sel, cap, cr->ptypes, cr->nparts, cr->now_ms, cr->limit, NULL,
+                                 NULL);
     if (n < 0) {
         log_error(db->log, "cannot build the claim statement");
         free(sel);
@@ -523,9 +528,9 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
         return STEP_DB_ERROR;
     }
     free(sel);
-    if (mysql_num_fields(cr->res) != DSP_CLAIM_COL_COUNT) {
+    if (mysql_num_fields(cr->res) != DSP_CLAIM_SQL_CAND_COL_COUNT) {
         log_error(db->log, "claim: %u columns, expected %d", mysql_num_fields(cr->res),
-                  DSP_CLAIM_COL_COUNT);
+                  DSP_CLAIM_SQL_CAND_COL_COUNT);
         return STEP_DB_ERROR;
     }
     if (mysql_num_rows(cr->res) > x->cands_cap) {
@@ -554,7 +559,7 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
             continue;
         }
         p = q;
-        cand_fill(&x->cands[cr->ncand++], row, len, cr->pindex[p]);
+        cand_fill(&x->cands[cr->ncand++], row, cr->pindex[p]);
     }
     if (nforeign)
         log_warn(db->log,
@@ -570,15 +575,14 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
 }
 
 /* Merge: the parts into dispatch order, keeping rows while their type and the total
- * have room (the rest stay NEW: the COMMIT unlocks them); then copies the kept rows
- * into the reply, so that everything the reply needs is allocated before the rows
- * change. */
+ * have room (the rest are not locked: they stay NEW). */
 static int claim_merge(struct claim_ctx *x, struct claim_run *cr)
 {
     struct claim_req *r = cr->r;
-    dsp_claim_reply *reply = cr->reply;
     size_t i;
 
+    mysql_free_result(cr->res); /* the candidates hold no pointer into it */
+    cr->res = NULL;
     if (cr->ncand > 1)
         qsort(x->cands, cr->ncand, sizeof *x->cands, cand_cmp);
     for (i = 0; i < cr->ncand && cr->nkept < r->total; i++) {
@@ -588,16 +592,155 @@ static int claim_merge(struct claim_ctx *x, struct claim_run *cr)
         cr->taken[cd->type_index]++;
         x->cands[cr->nkept++] = *cd; /* compacts in place: nkept <= i */
     }
-    if (cr->nkept == 0)
-        return STEP_OK;
+    return STEP_OK;
+}
 
-    reply->tasks = calloc(cr->nkept, sizeof *reply->tasks);
+static int idpos_cmp(const void *pa, const void *pb)
+{
+    const struct idpos *a = pa, *b = pb;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+/* The candidate whose id is id, or NULL. */
+static struct cand *claim_find(struct claim_ctx *x, const struct claim_run *cr, uint64_t id)
+{
+    size_t lo = 0, hi = cr->nkept;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cr->byid[mid].id == id)
+            return &x->cands[cr->byid[mid].pos];
+        if (cr->byid[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* Adds ids to the rows put back to NEW at the next step (release_unknown): rows whose
+ * claim may have committed while the loop was told nothing of them. */
+static void claim_release_later(struct claim_ctx *x, const uint64_t *ids, size_t n)
+{
+    uint64_t *keep;
+
+    if (n == 0)
+        return;
+    keep = realloc(x->release_ids, (x->nrelease + n) * sizeof *keep);
+    if (keep == NULL) {
+        /* Left PROCESSING under this epoch: the next leader recovers them. */
+        log_error(x->db->log, "out of memory: %zu claimed row(s) stay PROCESSING", n);
+        return;
+    }
+    memcpy(keep + x->nrelease, ids, n * sizeof *ids);
+    x->release_ids = keep;
+    x->nrelease += n;
+}
+
+/* Index: the kept rows' ids in dispatch order, and by id; then hands the second half
+ * to the helper when the claim is large and the helper free. */
+static int claim_index(struct claim_ctx *x, struct claim_run *cr)
+{
+    size_t i;
+
     cr->ids = malloc(cr->nkept * sizeof *cr->ids);
-    if (!reply->tasks || !cr->ids)
+    cr->byid = malloc(cr->nkept * sizeof *cr->byid);
+    cr->mark = malloc(cr->nkept * sizeof *cr->mark);
+    if (!cr->ids || !cr->byid || !cr->mark)
         return STEP_OOM_ROLLBACK;
     for (i = 0; i < cr->nkept; i++) {
+        cr->ids[i] = x->cands[i].id;
+        cr->byid[i] = (struct idpos){x->cands[i].id, i};
+    }
+    qsort(cr->byid, cr->nkept, sizeof *cr->byid, idpos_cmp);
+    cr->nmine = cr->nkept;
+    /* A large claim is split (--claim-split): the claim helper locks and marks the
+     * second half on its own connection while this thread does the first. */
+    if (x->db->opts.claim_split > 0 && cr->nkept >= x->db->opts.claim_split && cr->nkept >= 2) {
+        size_t half = cr->nkept / 2;
+        if (dsp_dbi_half_post(x->half, cr->ids + half, cr->nkept - half, x->epoch, cr->now_ms)) {
+            cr->nmine = half;
+            cr->half_posted = true;
+        }
+    }
+    return STEP_OK;
+}
+
+/* Marks the candidates whose rows res returned (a lock read's result) as locked, with
+ * the rest of each row; payloads point into res. A row that names no candidate cannot
+ * happen; it would be left out. */
+static void claim_fill(struct claim_ctx *x, const struct claim_run *cr, MYSQL_RES *res)
+{
+    MYSQL_ROW row;
+
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        struct cand *cd;
+        long long a, ma;
+
+        if (row[DSP_DB_SQL_LOCK_ID] == NULL ||
+            (cd = claim_find(x, cr, strtoull(row[DSP_DB_SQL_LOCK_ID], NULL, 10))) == NULL ||
+            cd->locked)
+            continue;
+        a = row[DSP_DB_SQL_LOCK_ATTEMPTS] ? strtoll(row[DSP_DB_SQL_LOCK_ATTEMPTS], NULL, 10) : 0;
+        ma = row[DSP_DB_SQL_LOCK_MAX_ATTEMPTS]
+                 ? strtoll(row[DSP_DB_SQL_LOCK_MAX_ATTEMPTS], NULL, 10)
+                 : 0;
+        cd->attempts = a < 0 ? 0 : a > UINT32_MAX ? UINT32_MAX : (uint32_t)a;
+        cd->max_attempts = ma < 0 ? 0 : ma > UINT32_MAX ? UINT32_MAX : (uint32_t)ma;
+        cd->timeout_ms = row[DSP_DB_SQL_LOCK_TIMEOUT_MS]
+                             ? strtoll(row[DSP_DB_SQL_LOCK_TIMEOUT_MS], NULL, 10)
+                             : -1;
+        cd->payload = row[DSP_DB_SQL_LOCK_PAYLOAD];
+        cd->payload_len = row[DSP_DB_SQL_LOCK_PAYLOAD] ? len[DSP_DB_SQL_LOCK_PAYLOAD] : 0;
+        cd->locked = true;
+    }
+}
+
+/* Lock: locks this thread's share of the kept rows by primary key (FOR UPDATE SKIP
+ * LOCKED, the state read again under the lock) and reads the rest of each row. A
+ * candidate not returned (changed since the candidates' read, or locked by another
+ * transaction) is left out of the claim. */
+static int claim_lock(struct claim_ctx *x, struct claim_run *cr)
+{
+    dsp_db *db = x->db;
+
+    dsp_strbuf_reset(&x->sql);
+    dsp_db_sql_claim_lock(&x->sql, cr->now_ms, cr->ids, cr->nmine);
+    if (x->sql.oom)
+        return STEP_OOM_ROLLBACK;
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
+        (cr->res = mysql_store_result(x->c.m)) == NULL) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(db->log, "claim: locking: %s (error %u)",
+                 x->c.err ? mysql_error(x->c.m) : "no result", x->c.err);
+        return STEP_DB_ERROR;
+    }
+    if (mysql_num_fields(cr->res) != DSP_DB_SQL_LOCK_NCOLS) {
+        log_error(db->log, "claim: locking: %u columns, expected %d", mysql_num_fields(cr->res),
+                  DSP_DB_SQL_LOCK_NCOLS);
+        return STEP_DB_ERROR;
+    }
+    claim_fill(x, cr, cr->res);
+    return STEP_OK;
+}
+
+/* Copy: the locked rows among cands[from..to) into the reply, in dispatch order, their
+ * payloads copied out of the result. The reply has room for every kept row. */
+static int claim_copy(struct claim_ctx *x, struct claim_run *cr, size_t from, size_t to)
+{
+    dsp_claim_reply *reply = cr->reply;
+    size_t i;
+
+    if (reply->tasks == NULL && (reply->tasks = calloc(cr->nkept, sizeof *reply->tasks)) == NULL)
+        return STEP_OOM_ROLLBACK;
+    for (i = from; i < to; i++) {
         const struct cand *cd = &x->cands[i];
-        dsp_claimed_task *t = &reply->tasks[i];
+        dsp_claimed_task *t = &reply->tasks[reply->ntasks];
+
+        if (!cd->locked)
+            continue;
         t->task_id = cd->id;
         t->attempts = cd->attempts;
         t->max_attempts = cd->max_attempts;
@@ -606,52 +749,79 @@ static int claim_merge(struct claim_ctx *x, struct claim_run *cr)
         t->type_index = cd->type_index;
         t->payload_len = cd->payload_len;
         if (cd->payload_len) {
-            if ((t->payload = malloc(cd->payload_len)) == NULL) {
-                reply->ntasks = i;
+            if ((t->payload = malloc(cd->payload_len)) == NULL)
                 return STEP_OOM_ROLLBACK;
-            }
             memcpy(t->payload, cd->payload, cd->payload_len);
         }
-        cr->ids[i] = cd->id;
+        reply->ntasks++;
     }
-    reply->ntasks = cr->nkept;
     return STEP_OK;
 }
 
-/* Mark: the kept rows become PROCESSING under our epoch (one UPDATE ... IN), and the
- * transaction commits. */
+/* Mark: the rows locked here become PROCESSING under our epoch (one UPDATE ... IN), and
+ * the transaction commits. Everything the reply needs of them is copied already. */
 static int claim_mark(struct claim_ctx *x, struct claim_run *cr)
 {
     dsp_db *db = x->db;
-    size_t nkept = cr->nkept;
     uint64_t affected;
+    size_t i;
 
     mysql_free_result(cr->res); /* the reply has its copies */
     cr->res = NULL;
-    if (nkept > 0) {
+    for (i = 0; i < cr->nmine; i++)
+        if (x->cands[i].locked)
+            cr->mark[cr->nmark++] = x->cands[i].id;
+    if (cr->nmark > 0) {
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_claim_mark(&x->sql, x->epoch, wall_ms(), cr->ids, nkept);
+        dsp_db_sql_claim_mark(&x->sql, x->epoch, wall_ms(), cr->mark, cr->nmark);
         if (x->sql.oom)
             return STEP_OOM_ROLLBACK;
         if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &affected) < 0)
             return STEP_DB_ERROR;
-        if (affected != nkept)
-            log_error(db->log, "claim marked %" PRIu64 " row(s) of %zu kept", affected, nkept);
+        if (affected != cr->nmark)
+            log_error(db->log, "claim marked %" PRIu64 " row(s) of %zu kept", affected, cr->nmark);
     }
     if (commit(&x->c) < 0) {
         /* The commit may have happened: after reconnecting, these rows go back to NEW
          * if the epoch is still ours. */
-        if (nkept > 0) {
-            uint64_t *keep = realloc(x->release_ids, (x->nrelease + nkept) * sizeof *keep);
-            if (keep) {
-                memcpy(keep + x->nrelease, cr->ids, nkept * sizeof *cr->ids);
-                x->release_ids = keep;
-                x->nrelease += nkept;
-            }
-        }
+        claim_release_later(x, cr->mark, cr->nmark);
         return STEP_DB_ERROR;
     }
     return STEP_OK;
+}
+
+/* Waits for the helper's half. With `keep`, its rows join the reply after ours;
+ * without (this claim failed), or when they cannot be copied, the rows it may have
+ * marked go back to NEW at the next step. */
+static void claim_join(struct claim_ctx *x, struct claim_run *cr, bool keep)
+{
+    MYSQL_RES *res;
+    uint64_t *ids;
+    size_t n, was;
+    int rc;
+
+    if (!cr->half_posted)
+        return;
+    cr->half_posted = false;
+    rc = dsp_dbi_half_wait(x->half, &res, &ids, &n);
+    if (rc == DSP_HALF_CLAIMED && keep) {
+        was = cr->reply->ntasks;
+        claim_fill(x, cr, res);
+        if (claim_copy(x, cr, cr->nmine, cr->nkept) != STEP_OK) {
+            log_error(x->db->log, "out of memory copying a claim's second half; releasing it");
+            for (size_t i = was; i < cr->reply->ntasks; i++) {
+                free(cr->reply->tasks[i].payload);
+                cr->reply->tasks[i].payload = NULL;
+            }
+            cr->reply->ntasks = was;
+            keep = false;
+        }
+    }
+    if (rc != DSP_HALF_NONE && !keep)
+        claim_release_later(x, ids, n);
+    if (res)
+        mysql_free_result(res);
+    free(ids);
 }
 
 static void claim_run_free(struct claim_run *cr)
@@ -660,6 +830,8 @@ static void claim_run_free(struct claim_run *cr)
         mysql_free_result(cr->res);
     dsp_claim_reply_free(cr->reply);
     free(cr->ids);
+    free(cr->byid);
+    free(cr->mark);
     free(cr->ptypes);
     free(cr->pindex);
     free(cr->taken);
@@ -672,6 +844,7 @@ static int claim_run_fail(struct claim_ctx *x, struct claim_run *cr, int rc)
     dsp_db *db = x->db;
     bool db_error = rc == STEP_DB_ERROR;
 
+    claim_join(x, cr, false);
     if (rc == STEP_OOM_ROLLBACK) {
         log_error(db->log, "out of memory during a claim; rolling it back");
         if (cr->res) {
@@ -693,7 +866,9 @@ static int claim_run_fail(struct claim_ctx *x, struct claim_run *cr, int rc)
     return db_error ? -1 : 0;
 }
 
-/* Runs one claim transaction for r and answers it: plan, select, merge, mark.
+/* Runs one claim transaction for r and answers it: plan, select, merge, then index
+ * (maybe handing the second half to the helper), lock, copy and mark our half, and
+ * join the helper's.
  * Returns 0, or -1 on a database error (answered with a failure; the caller
  * reconnects). */
 static int do_claim(struct claim_ctx *x, struct claim_req *r)
@@ -704,6 +879,7 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
 
     memset(&cr, 0, sizeof cr);
     cr.r = r;
+    cr.now_ms = wall_ms();
     rc = claim_plan(x, &cr);
     if (rc == STEP_OK && (cr.nparts == 0 || cr.limit == 0)) {
         claim_answer(db, r, cr.reply); /* nothing to ask for: an empty success */
@@ -715,14 +891,22 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
         rc = claim_select(x, &cr);
     if (rc == STEP_OK)
         rc = claim_merge(x, &cr);
+    if (rc == STEP_OK && cr.nkept > 0) {
+        rc = claim_index(x, &cr);
+        if (rc == STEP_OK)
+            rc = claim_lock(x, &cr);
+        if (rc == STEP_OK)
+            rc = claim_copy(x, &cr, 0, cr.nmine);
+    }
     if (rc == STEP_OK)
         rc = claim_mark(x, &cr);
     if (rc != STEP_OK)
         return claim_run_fail(x, &cr, rc);
+    claim_join(x, &cr, true);
 
     cr.reply->duration_us = mono_us() - cr.t0;
     atomic_fetch_add_explicit(&db->claims, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&db->claimed_rows, cr.nkept, memory_order_relaxed);
+    atomic_fetch_add_explicit(&db->claimed_rows, cr.reply->ntasks, memory_order_relaxed);
     atomic_fetch_add_explicit(&db->claim_us_total, (uint64_t)cr.reply->duration_us,
                               memory_order_relaxed);
     claim_answer(db, r, cr.reply);
@@ -848,6 +1032,13 @@ static int serve(struct claim_ctx *x)
         if (r)
             claim_fail(db, r);
         return 0;
+    }
+    /* Rows of a claim the loop was not told of (the helper's half of a failed claim, or
+     * an unconfirmed commit of the helper's) go back to NEW before the next claim. */
+    if (x->nrelease > 0 && release_unknown(x) < 0) {
+        if (r)
+            claim_fail(db, r);
+        return -1;
     }
     if (r && do_claim(x, r) < 0)
         return -1;
@@ -1136,6 +1327,8 @@ void *dsp_dbi_claim_main(void *arg)
         x.c.rng = 1;
     x.state = CLAIM_CONNECT;
     mysql_thread_init();
+    if (db->opts.claim_split > 0 && (x.half = dsp_dbi_half_start(db)) == NULL)
+        log_warn(db->log, "cannot start the claim helper; every claim runs on one connection");
 
     while (!claim_stopping(db)) {
         /* Forward through the setup the steps run back to back; every other step
@@ -1146,6 +1339,7 @@ void *dsp_dbi_claim_main(void *arg)
         } while (x.state > was && x.state <= CLAIM_SERVE);
     }
 
+    dsp_dbi_half_stop(x.half);
     claim_finish(&x);
     dsp_strbuf_free(&x.sql);
     free(x.release_ids);

@@ -127,7 +127,10 @@ enum { CONN_CLAIM = 0, CONN_WRITE = 1 };
 
 /* The connections the lease records (db_lease.c), so that a standby taking over can KILL
  * them; a connection's slot comes from its dbconn.who. */
-enum { LEASE_CONN_CLAIM = 0, LEASE_CONN_WRITE, LEASE_CONN_LEASE, LEASE_CONN_STATS, LEASE_NCONN };
+/* The connections the lease records, so that a dispatcher taking over KILLs them all:
+ * any of them may hold row locks (the claim helper's too, db_claim_half.c). */
+enum { LEASE_CONN_CLAIM = 0, LEASE_CONN_WRITE, LEASE_CONN_LEASE, LEASE_CONN_STATS,
+       LEASE_CONN_HELPER, LEASE_NCONN };
 
 /* The table's lease as this process knows it (db_lease.c); under dsp_db.mu. */
 struct dsp_lease {

@@ -45,7 +45,8 @@
  * UNIX_TIMESTAMP(NOW(3)) is exact across daylight-saving changes). */
 #define DB_NOW_MS "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
 
-static const char *const slot_names[LEASE_NCONN] = {"claim", "write", "lease", "stats"};
+static const char *const slot_names[LEASE_NCONN] = {"claim", "write", "lease", "stats",
+                                                     "claim helper"};
 
 struct lease_ctx {
     dsp_db *db;
@@ -286,8 +287,9 @@ static int lease_connect(struct lease_ctx *x)
 /* The conns column: the server's start, then the id of each connection. */
 static void conns_text(struct lease_ctx *x, const uint64_t *ids, char *out, size_t cap)
 {
-    snprintf(out, cap, "%" PRId64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64, x->boot_s,
-             ids[0], ids[1], ids[2], ids[3]);
+    _Static_assert(LEASE_NCONN == 5, "conns_text writes five ids");
+    snprintf(out, cap, "%" PRId64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64,
+             x->boot_s, ids[0], ids[1], ids[2], ids[3], ids[4]);
 }
 
 /* KILLs the old holder's connections recorded in conns (the table's text: hostile),

@@ -377,6 +377,17 @@ bool dsp_db_sql_write(dsp_strbuf *b, int kind, uint32_t epoch, int64_t now_ms,
     return true;
 }
 
+void dsp_db_sql_claim_lock(dsp_strbuf *b, int64_t now_ms, const uint64_t *ids, size_t n)
+{
+    dsp_strbuf_puts(b, "SELECT task_id, attempts, max_attempts, timeout_ms, payload"
+                       " FROM task FORCE INDEX (PRIMARY)");
+    put_id_list(b, ids, NULL, n);
+    dsp_strbuf_printf(b,
+                      " AND task_state = 0 AND `delayed` = 0 AND run_after <= %" PRId64
+                      " FOR UPDATE SKIP LOCKED",
+                      now_ms);
+}
+
 void dsp_db_sql_claim_mark(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const uint64_t *ids,
                            size_t n)
 {

@@ -90,6 +90,26 @@ size_t dsp_db_sql_write_row_cost(int kind, const dsp_db_sql_row *row);
 bool dsp_db_sql_write(dsp_strbuf *b, int kind, uint32_t epoch, int64_t now_ms,
                       const dsp_db_sql_row *rows, size_t n);
 
+/* Appends the claim's lock of the candidates it kept (see dsp_claim_sql_candidates),
+ * by primary key, reading what the dispatcher needs of each:
+ *   SELECT task_id, attempts, max_attempts, timeout_ms, payload
+ *     FROM task FORCE INDEX (PRIMARY) WHERE task_id IN (...) AND task_state = 0
+ *     AND `delayed` = 0 AND run_after <= now_ms FOR UPDATE SKIP LOCKED
+ * The state is read again under the lock: a row changed since the candidates' read
+ * (cancelled, say) or locked by another transaction is not returned and stays as it is.
+ * Rows come in primary-key order, not in the order of ids. */
+void dsp_db_sql_claim_lock(dsp_strbuf *b, int64_t now_ms, const uint64_t *ids, size_t n);
+
+/* The columns of dsp_db_sql_claim_lock's rows. */
+enum {
+    DSP_DB_SQL_LOCK_ID = 0,
+    DSP_DB_SQL_LOCK_ATTEMPTS,
+    DSP_DB_SQL_LOCK_MAX_ATTEMPTS,
+    DSP_DB_SQL_LOCK_TIMEOUT_MS,
+    DSP_DB_SQL_LOCK_PAYLOAD,
+    DSP_DB_SQL_LOCK_NCOLS
+};
+
 /* Appends the claim's mark of exactly the kept rows:
  *   UPDATE task FORCE INDEX (PRIMARY) SET task_state = 1, epoch = E,
  *     last_update_time = now_ms WHERE task_id IN (...) */

@@ -839,6 +839,7 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         .result_flush_ms = cfg->result_flush_ms,
         .max_write_batch = 2000,
         .table_stats_ms = cfg->table_stats_ms,
+        .claim_split = (uint32_t)cfg->claim_split,
         .retain_succeeded_ms = cfg->retain_finished_ms,
         .retain_failed_ms = cfg->retain_failed_ms,
         .lease_ms = cfg->lease_ms,

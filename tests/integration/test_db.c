@@ -67,6 +67,7 @@ struct fx {
     MYSQL *other; /* a second connection of the test, closed by teardown */
     /* The stats thread's options for the next start_db. */
     int64_t table_stats_ms, retain_succeeded_ms, retain_failed_ms;
+    bool no_split; /* --claim-split 0 for the next start_db (else 400, the default) */
 };
 
 /* ---- helpers ---- */
@@ -247,6 +248,7 @@ static dsp_db *start_db(struct fx *fx, int i, int64_t flush_ms, size_t batch)
         .result_flush_ms = flush_ms,
         .max_write_batch = batch,
         .table_stats_ms = fx->table_stats_ms,
+        .claim_split = fx->no_split ? 0 : 400,
         .retain_succeeded_ms = fx->retain_succeeded_ms,
         .retain_failed_ms = fx->retain_failed_ms,
         .cb =
@@ -1044,6 +1046,174 @@ static void test_write_survives_lost_connection(void **state)
     assert_true(fx->rec[0].nhealth_down >= 1);
 }
 
+/* The first n ids of type a's ready rows in dispatch order, read by the test. */
+static size_t ready_order(struct fx *fx, uint64_t *ids, size_t n)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    size_t k = 0;
+    char sql[256];
+
+    snprintf(sql, sizeof sql,
+             "SELECT task_id FROM task IGNORE INDEX (claim_idx) WHERE task_state = 0 AND"
+             " task_type = 'a' ORDER BY task_priority DESC, task_id LIMIT %zu", n);
+    assert_int_equal(mysql_query(fx->tdb.conn, sql), 0);
+    res = mysql_store_result(fx->tdb.conn);
+    assert_non_null(res);
+    while ((row = mysql_fetch_row(res)) != NULL && k < n)
+        ids[k++] = strtoull(row[0], NULL, 10);
+    mysql_free_result(res);
+    return k;
+}
+
+static uint64_t db_connections(struct fx *fx)
+{
+    return tp_testdb_query_u64(&fx->tdb,
+                               "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = '%s'"
+                               " AND ID <> CONNECTION_ID()",
+                               fx->tdb.name);
+}
+
+/* A large claim is split: the claim helper locks and marks its second half on a
+ * connection of its own (opened at the first large claim). The reply is still exactly
+ * the head of dispatch order, every row with its payload; and when the epoch moved on
+ * behind the dispatcher's back, the helper's fence makes it claim nothing. */
+static void test_claim_split_with_helper(void **state)
+{
+    struct fx *fx = *state;
+    static uint64_t want[1000];
+    char buf[64];
+    uint64_t before;
+    size_t i;
+
+    ins_many(fx, 3000, "task_type, task_priority, payload",
+             "'a', (a.d + b.d * 3 + c.d) % 3, CONCAT('p-', a.d, b.d, c.d, d.d, e.d)");
+    uint32_t e = start_leader(fx, 5, 2000);
+    before = db_connections(fx);
+
+    /* The first large claim runs whole and wakes the helper, which connects. */
+    dsp_claim_reply *rep = claim1(fx, "a", 500);
+    assert_int_equal(rep->ntasks, 500);
+    dsp_claim_reply_free(rep);
+    WAIT_UNTIL(fx, db_connections(fx) == before + 1, WAIT_MS);
+    assert_int_equal(db_connections(fx), before + 1);
+
+    assert_int_equal(ready_order(fx, want, 1000), 1000);
+    rep = claim1(fx, "a", 1000);
+    assert_int_equal(rep->ntasks, 1000);
+    for (i = 0; i < 1000; i++) {
+        const dsp_claimed_task *t = &rep->tasks[i];
+        assert_int_equal(t->task_id, want[i]);
+        assert_int_equal(t->max_attempts, 3);
+        if (i % 97 == 0 || i == 999) {
+            long n = query_str(fx, buf, sizeof buf, "SELECT payload FROM task WHERE task_id = %" PRIu64,
+                               t->task_id);
+            assert_true(n > 2);
+            assert_int_equal(t->payload_len, (size_t)n);
+            assert_memory_equal(t->payload, buf, (size_t)n);
+        }
+    }
+    dsp_claim_reply_free(rep);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb,
+                                         "SELECT COUNT(*) FROM task WHERE task_state = 1 AND epoch = %u", e),
+                     1500);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 1"), 1500);
+
+    /* Another epoch behind the leader's back: the first half (this connection holds the
+     * table's lock) is claimed, the helper's half stays NEW. */
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "UPDATE taskpush_meta SET value = value + 1"
+                                              " WHERE name = 'epoch'"),
+                     1);
+    assert_int_equal(ready_order(fx, want, 400), 400);
+    rep = claim1(fx, "a", 400);
+    assert_int_equal(rep->ntasks, 200);
+    for (i = 0; i < 200; i++)
+        assert_int_equal(rep->tasks[i].task_id, want[i]);
+    dsp_claim_reply_free(rep);
+    for (i = 200; i < 400; i++)
+        assert_int_equal(col_u64(fx, want[i], "task_state"), 0);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 1"), 1700);
+}
+
+/* The helper's connection is killed between two claims: the next large claim still
+ * returns the head of dispatch order (its first half at least), no row is left
+ * PROCESSING without having been returned, and the helper reconnects by itself. */
+static void test_claim_helper_connection_killed(void **state)
+{
+    struct fx *fx = *state;
+    static uint64_t want[1000];
+    uint64_t before, helper, returned = 0;
+    size_t i;
+
+    ins_many(fx, 3000, "task_type, task_priority", "'a', (a.d + c.d) % 3");
+    uint32_t e = start_leader(fx, 5, 2000);
+    before = db_connections(fx);
+    dsp_claim_reply *rep = claim1(fx, "a", 500);
+    returned += rep->ntasks;
+    dsp_claim_reply_free(rep);
+    WAIT_UNTIL(fx, db_connections(fx) == before + 1, WAIT_MS);
+    assert_int_equal(db_connections(fx), before + 1);
+    /* The helper connects last: the newest connection of this database but ours. */
+    helper = tp_testdb_query_u64(&fx->tdb,
+                                 "SELECT MAX(ID) FROM information_schema.PROCESSLIST WHERE DB = '%s'"
+                                 " AND ID <> CONNECTION_ID()",
+                                 fx->tdb.name);
+    assert_true(helper != TP_TESTDB_U64_ERR);
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "KILL CONNECTION %" PRIu64, helper), 0);
+
+    assert_int_equal(ready_order(fx, want, 1000), 1000);
+    rep = claim1(fx, "a", 1000);
+    assert_true(rep->ntasks >= 500);
+    for (i = 0; i < rep->ntasks; i++)
+        assert_int_equal(rep->tasks[i].task_id, want[i]);
+    returned += rep->ntasks;
+    dsp_claim_reply_free(rep);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 1"),
+                     returned);
+
+    /* Back again: a large claim is whole and in order once more. */
+    WAIT_UNTIL(fx, db_connections(fx) == before + 1, WAIT_MS);
+    assert_int_equal(db_connections(fx), before + 1);
+    assert_int_equal(ready_order(fx, want, 1000), 1000);
+    rep = claim1(fx, "a", 1000);
+    assert_int_equal(rep->ntasks, 1000);
+    for (i = 0; i < 1000; i++)
+        assert_int_equal(rep->tasks[i].task_id, want[i]);
+    returned += rep->ntasks;
+    dsp_claim_reply_free(rep);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb,
+                                         "SELECT COUNT(*) FROM task WHERE task_state = 1 AND epoch = %u", e),
+                     returned);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 1"),
+                     returned);
+}
+
+/* --claim-split 0: a large claim runs whole on the claim connection, in dispatch order,
+ * and no helper connection is ever opened. */
+static void test_claim_split_off(void **state)
+{
+    struct fx *fx = *state;
+    static uint64_t want[1000];
+    uint64_t before;
+    size_t i;
+
+    ins_many(fx, 2000, "task_type, task_priority", "'a', (b.d + d.d) % 3");
+    fx->no_split = true;
+    start_leader(fx, 5, 2000);
+    before = db_connections(fx);
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(ready_order(fx, want, 1000), 1000);
+        dsp_claim_reply *rep = claim1(fx, "a", 1000);
+        assert_int_equal(rep->ntasks, 1000);
+        for (i = 0; i < 1000; i++)
+            assert_int_equal(rep->tasks[i].task_id, want[i]);
+        dsp_claim_reply_free(rep);
+    }
+    run_for(fx, 300);
+    assert_int_equal(db_connections(fx), before);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 1"), 2000);
+}
+
 /* ---- lanes ---- */
 
 static void test_retry_is_promoted_when_due(void **state)
@@ -1652,6 +1822,9 @@ int main(void)
         T(test_claim_skips_locked_rows),
         T(test_claim_leaves_padded_type),
         T(test_claim_rules),
+        T(test_claim_split_with_helper),
+        T(test_claim_helper_connection_killed),
+        T(test_claim_split_off),
         T(test_write_succeeded),
         T(test_write_failed_retry_release),
         T(test_write_per_row_values),

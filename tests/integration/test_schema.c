@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "claim_sql.h"
+#include "db_sql.h"
 #include "sb.h"
 #include "testdb.h"
 
@@ -1107,6 +1108,76 @@ static void test_concurrent_claims_disjoint(void **ctx)
     mysql_close(other);
 }
 
+/* taskpushd's claim: the candidates are a covering read of claim_idx in dispatch order,
+ * locking nothing; the lock read by primary key skips a row another transaction holds
+ * and one no longer NEW. */
+static void test_claim_candidates_then_lock(void **ctx)
+{
+    struct state *st = *ctx;
+    tp_testdb *db = &st->big;
+    const char *const one[] = {"resize"};
+    size_t cap = dsp_claim_sql_select_bound(one, 1) + 32;
+    char *sql = malloc(cap);
+    uint64_t *want, *cand, *locked, *rest;
+    dsp_strbuf lock = {0};
+    MYSQL *other = tp_testdb_connect(db);
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    long nc, nl, i;
+
+    assert_non_null(sql);
+    assert_non_null(other);
+    memcpy(sql, "EXPLAIN ", 8);
+    assert_true(dsp_claim_sql_candidates(sql + 8, cap - 8, one, 1, st->big_now_ms, CLAIM_N, NULL,
+                                         NULL) > 0);
+    assert_int_equal(mysql_query(db->conn, sql), 0);
+    res = mysql_store_result(db->conn);
+    assert_non_null(res);
+    row = mysql_fetch_row(res);
+    assert_non_null(row);
+    /* id, select_type, table, type, possible_keys, key, key_len, ref, rows, Extra */
+    printf("# candidates: key=%s Extra=%s\n", row[5] ? row[5] : "NULL", row[9] ? row[9] : "");
+    assert_string_equal(row[5], "claim_idx");
+    assert_non_null(strstr(row[9], "Using index"));
+    assert_null(strstr(row[9], "filesort"));
+    mysql_free_result(res);
+
+    assert_int_equal(expected_order(db, "resize", st->big_now_ms, CLAIM_N, &want), CLAIM_N);
+    nc = query_ids(db->conn, sql + 8, &cand);
+    assert_int_equal(nc, CLAIM_N);
+    assert_memory_equal(cand, want, CLAIM_N * sizeof *want);
+
+    /* Another transaction holds the first; the second is no longer NEW. */
+    assert_int_equal(tp_testdb_exec_conn(other, "START TRANSACTION"), 0);
+    assert_true(tp_testdb_exec_conn(other, "SELECT task_id FROM task WHERE task_id = %" PRIu64
+                                                " FOR UPDATE", want[0]) >= 0);
+    assert_int_equal(tp_testdb_exec(db, "START TRANSACTION"), 0);
+    assert_int_equal(tp_testdb_exec(db, "UPDATE task SET task_state = 3 WHERE task_id = %" PRIu64,
+                                    want[1]),
+                     1);
+    dsp_db_sql_claim_lock(&lock, st->big_now_ms, cand, (size_t)nc);
+    assert_false(lock.oom);
+    nl = query_ids(db->conn, lock.p, &locked);
+    assert_int_equal(nl, CLAIM_N - 2);
+    for (i = 0; i < nl; i++)
+        assert_true(locked[i] != want[0] && locked[i] != want[1]);
+    /* The locks are taken: the other connection skips every row locked here, and gets
+     * only the one it holds itself. */
+    nl = query_ids(other, lock.p, &rest);
+    assert_int_equal(nl, 1);
+    assert_int_equal(rest[0], want[0]);
+    assert_int_equal(tp_testdb_exec(db, "ROLLBACK"), 0);
+    assert_int_equal(tp_testdb_exec_conn(other, "ROLLBACK"), 0);
+
+    free(rest);
+    free(locked);
+    free(cand);
+    free(want);
+    dsp_strbuf_free(&lock);
+    free(sql);
+    mysql_close(other);
+}
+
 /* The sweeps read delay_idx as a range, not the table. */
 static void test_sweep_plans(void **ctx)
 {
@@ -1167,6 +1238,7 @@ int main(void)
         cmocka_unit_test(test_claim_reads_few_index_entries),
         cmocka_unit_test(test_claim_skips_locked_rows),
         cmocka_unit_test(test_concurrent_claims_disjoint),
+        cmocka_unit_test(test_claim_candidates_then_lock),
         cmocka_unit_test(test_sweep_plans),
     };
 #undef SMALL

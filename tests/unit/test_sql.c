@@ -48,6 +48,29 @@ static void claim_one_type(void **state)
     assert_int_equal(n, (int)strlen(buf));
 }
 
+/* The candidates: the same parts, covering columns, no lock. */
+static void claim_candidates(void **state)
+{
+    (void)state;
+    const char *types[] = {"a", "b"};
+    char buf[2048];
+    int n = dsp_claim_sql_candidates(buf, sizeof buf, types, 2, 1000, 7, NULL, NULL);
+#define CAND(lit)                                                                                  \
+    "(SELECT task_id, task_type, task_priority FROM task FORCE INDEX (claim_idx) WHERE "          \
+    "task_state = 0 AND `delayed` = 0 AND task_type = " lit " AND run_after <= 1000 ORDER BY "    \
+    "task_priority DESC, task_id LIMIT 7)"
+    assert_string_equal(buf, CAND("_utf8mb4 X'61'") " UNION ALL " CAND("_utf8mb4 X'62'"));
+#undef CAND
+    assert_int_equal(n, (int)strlen(buf));
+    assert_null(strstr(buf, "FOR UPDATE"));
+    /* Never longer than the locking claim: the same bound serves. */
+    assert_true((size_t)n < dsp_claim_sql_select_bound(types, 2));
+    assert_int_equal(dsp_claim_sql_candidates(buf, sizeof buf, types, 0, 1, 1, NULL, NULL), -1);
+    assert_int_equal(dsp_claim_sql_candidates(buf, sizeof buf, types, 1, 1, 0, NULL, NULL), -1);
+    assert_int_equal(dsp_claim_sql_candidates(buf, (size_t)n, types, 2, 1000, 7, NULL, NULL), -1);
+    assert_string_equal(buf, "");
+}
+
 static void claim_two_types(void **state)
 {
     (void)state;
@@ -400,6 +423,12 @@ static void claim_mark_and_release(void **state)
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 1, epoch = 2,"
                              " last_update_time = 77 WHERE task_id IN (5, 3, 18446744073709551615)");
     dsp_strbuf_reset(&b);
+    dsp_db_sql_claim_lock(&b, 77, ids, 3);
+    assert_string_equal(b.p, "SELECT task_id, attempts, max_attempts, timeout_ms, payload FROM task"
+                             " FORCE INDEX (PRIMARY) WHERE task_id IN (5, 3, 18446744073709551615)"
+                             " AND task_state = 0 AND `delayed` = 0 AND run_after <= 77"
+                             " FOR UPDATE SKIP LOCKED");
+    dsp_strbuf_reset(&b);
     dsp_db_sql_release_ids(&b, 2, 77, ids, 1);
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 0,"
                              " last_update_time = 77" WRITE_TAIL("5", "2"));
@@ -638,6 +667,7 @@ int main(void)
         cmocka_unit_test(claim_one_type),
         cmocka_unit_test(task_requests),
         cmocka_unit_test(claim_two_types),
+        cmocka_unit_test(claim_candidates),
         cmocka_unit_test(claim_hostile_types),
         cmocka_unit_test(claim_refuses_bad_arguments),
         cmocka_unit_test(claim_exact_buffer_size),
