@@ -357,7 +357,10 @@ static void put_row(dsp_strbuf *b, const dsp_submit_item *it, int64_t now)
     dsp_strbuf_puts(b, "(");
     dsp_strbuf_put_hex(b, it->type, it->type_len, true);
     dsp_strbuf_printf(b, ",%u,", (unsigned)it->priority);
-    dsp_strbuf_put_hex(b, it->payload, it->payload_len, false);
+    if (it->payload_len > 0)
+        dsp_strbuf_put_hex(b, it->payload, it->payload_len, false);
+    else
+        dsp_strbuf_puts(b, "''"); /* an empty payload, as given: not NULL */
     if (it->max_attempts)
         dsp_strbuf_printf(b, ",%u,", (unsigned)it->max_attempts);
     else

@@ -251,6 +251,11 @@ static void dedup(void **state)
     assert_true(r[2].task_id == id);
     assert_int_equal(q64(fx, "SELECT COUNT(*) FROM task"), 2);
     assert_int_equal(q64(fx, "SELECT COUNT(*) FROM task WHERE dedup_key = 'fresh' AND payload = 'a'"), 1);
+    /* An empty payload is stored empty, not NULL. */
+    tp_submit_task empty = task_of("mail", "");
+    assert_int_equal(tp_submit(p, &empty, 1, 0, SUBMIT_TIMEOUT_MS, r, &err), 0);
+    assert_int_equal(q64(fx, "SELECT COUNT(*) FROM task WHERE task_id = %" PRIu64 " AND payload = ''",
+                         r[0].task_id), 1);
     assert_int_equal(tp_daemon_stat(&fx->d, "db.submit_duplicates_total"), 3);
     fx->passed = true;
 }
