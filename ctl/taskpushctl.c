@@ -651,10 +651,19 @@ int main(int argc, char **argv)
         {"limit", required_argument, NULL, 'L'}, {"force", no_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
-    /* submit has options of its own (ctl_submit.c): the command decides. */
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "submit") == 0)
+    /* submit has options of its own (ctl_submit.c): the command decides. A value such
+     * as `--type submit` is not the command. */
+    static const char *const valued[] = {"--admin", "--type", "--token-file", "--tls-ca",
+                                         "--admin-token-file", "--limit", "--worker",
+                                         "--priority", "--dedup-key", "--delay-ms",
+                                         "--max-attempts", "--timeout-ms", "--wait-ms"};
+    for (int i = 1; i < argc; i++) {
+        bool is_value = false;
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+            is_value |= strcmp(argv[i - 1], valued[k]) == 0;
+        if (!is_value && strcmp(argv[i], "submit") == 0)
             return ctl_submit_main(argc, argv);
+    }
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
