@@ -6,12 +6,14 @@
  *   taskpushctl [--admin HOST:PORT] [--json] show ID | failed [--type T] [--limit N]
  *   taskpushctl [--admin HOST:PORT] [--json] [--admin-token-file PATH | --token-file PATH]
  *               retry ID | cancel ID
+ *   taskpushctl [--worker HOST:PORT] submit --type T ... < payload   (ctl_submit.c)
  *   --admin also takes http://HOST:PORT, and https://HOST:PORT, which, like
  *   --tls, speaks TLS (verified against --tls-ca or the system's CAs).
  *
  * Exit status: 0 when the dispatcher answered (for health: answered healthy;
  * for a request: accepted it), 1 when it is unhealthy, refused or did not
  * answer, 2 for a bad command line. */
+#include "ctl_submit.h"
 #include "tls.h"
 
 #include <event2/buffer.h>
@@ -328,7 +330,9 @@ static void usage(FILE *out)
                  "  show ID   one task: state, attempts, times, err_msg, result size, its worker\n"
                  "  failed    the newest FAILED tasks with their err_msg (--type T, --limit N)\n"
                  "  retry ID  a FAILED task back to NEW with attempts 0\n"
-                 "  cancel ID a NEW, buffered or running task becomes FAILED \"cancelled\"\n\n"
+                 "  cancel ID a NEW, buffered or running task becomes FAILED \"cancelled\"\n"
+                 "  submit    insert one task through the worker port; the payload is standard\n"
+                 "            input; prints its id, or \"duplicate ID\" (see below)\n\n"
                  "Options:\n"
                  "  --type T            only task type T (pause, resume, requeue-failed, failed)\n"
                  "  --limit N           failed: at most N tasks, 1 to 1000 (default 20)\n"
@@ -345,6 +349,17 @@ static void usage(FILE *out)
                  "  --tls-ca PEM        trust this CA for the dispatcher's certificate\n"
                  "                      (default: the system's CAs); the certificate must name HOST\n"
                  "  --json              print the dispatcher's JSON as it is (for scripts)\n"
+                 "submit options:\n"
+                 "  --worker HOST:PORT  the worker port (default 127.0.0.1:7070, or TASKPUSH_WORKER);\n"
+                 "                      --token-file is then the workers' token, --tls its TLS\n"
+                 "  --type T            the task type (required)\n"
+                 "  --priority P        0 low, 1 normal (default), 2 high\n"
+                 "  --dedup-key K       idempotency key: while a row has it, answered \"duplicate ID\"\n"
+                 "  --delay-ms N        not run before N ms from now\n"
+                 "  --max-attempts N    1 to 1000 (default: the table's, 3)\n"
+                 "  --timeout-ms N      the lease of one attempt (default: the dispatcher's)\n"
+                 "  --wait              also wait for the final state; print it and the result\n"
+                 "  --wait-ms N         give up after N ms (default 30000)\n"
                  "  -h, --help          show this help\n"
                  "  --version           show the version\n");
 }
@@ -639,6 +654,19 @@ int main(int argc, char **argv)
         {"limit", required_argument, NULL, 'L'}, {"force", no_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
+    /* submit has options of its own (ctl_submit.c): the command decides. A value such
+     * as `--type submit` is not the command. */
+    static const char *const valued[] = {"--admin", "--type", "--token-file", "--tls-ca",
+                                         "--admin-token-file", "--limit", "--worker",
+                                         "--priority", "--dedup-key", "--delay-ms",
+                                         "--max-attempts", "--timeout-ms", "--wait-ms"};
+    for (int i = 1; i < argc; i++) {
+        bool is_value = false;
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+            is_value |= strcmp(argv[i - 1], valued[k]) == 0;
+        if (!is_value && strcmp(argv[i], "submit") == 0)
+            return ctl_submit_main(argc, argv);
+    }
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {

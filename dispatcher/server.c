@@ -845,7 +845,7 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         .lease_ms = cfg->lease_ms,
         .lease_renew_ms = cfg->lease_renew_ms,
         .cb = {on_leader, on_leader_lost, on_claim, on_written, on_health, on_requeued, on_fatal,
-               dsp_admin_taskop_answer},
+               dsp_admin_taskop_answer, dsp_conn_on_submitted, dsp_conn_on_outcome},
         .cb_arg = srv,
     };
     srv->db = dsp_db_new(&o);

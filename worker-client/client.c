@@ -176,6 +176,7 @@ static void release(tp_worker *w)
     }
     w->held = NULL;
     set_in_flight(w, 0);
+    tpi_submit_conn_lost(w);
     w->established = 0;
     w->peer_stopped = 0;
     w->stop_sent = 0;
@@ -314,7 +315,7 @@ static void protocol_error(tp_worker *w, uint16_t code, const char *fmt, ...)
  * does not answer gets one heartbeat interval. */
 static void check_drained(tp_worker *w)
 {
-    if (w->state != TPI_DRAINING || w->in_flight != 0)
+    if (w->state != TPI_DRAINING || w->in_flight != 0 || tpi_submit_unanswered(w))
         return;
     if (w->peer_stopped) {
         close_after_flush(w, TP_LOG_INFO, w->stopping ? "worker stopped" : "dispatcher sent STOP");
@@ -333,7 +334,7 @@ static void on_stop_wait(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (w->state == TPI_DRAINING && w->in_flight == 0)
+    if (w->state == TPI_DRAINING && w->in_flight == 0 && !tpi_submit_unanswered(w))
         close_after_flush(w, TP_LOG_INFO, "worker stopped (STOP not answered)");
 }
 
@@ -354,8 +355,9 @@ static void send_hello(tp_worker *w)
     uint8_t *buf = NULL;
     size_t size;
 
-    h->version = PROTO_VERSION;
-    h->capacity = w->opts.capacity;
+    h->version = w->hello_version;
+    /* No type: a producer-only client (version 2), which takes no task. */
+    h->capacity = w->ntypes > 0 ? w->opts.capacity : 0;
     h->name.ptr = (const uint8_t *)w->name;
     h->name.len = strlen(w->name);
     if (w->token != NULL) {
@@ -613,6 +615,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
         done = t->next;
         finish_task(w, t);
     }
+    tpi_submit_flush(w);
 }
 
 /* ---- receiving ---- */
@@ -703,12 +706,13 @@ static void on_welcome(tp_worker *w, const proto_welcome *wm)
     size_t head;
     proto_msg probe = {.type = PROTO_DONE};
 
-    if (wm->version != PROTO_VERSION) {
+    if (wm->version != w->hello_version) {
         protocol_error(w, PROTO_ERR_VERSION,
                        "dispatcher speaks protocol version %u, this worker version %u", wm->version,
-                       PROTO_VERSION);
+                       w->hello_version);
         return;
     }
+    w->session_version = wm->version;
     w->heartbeat_ms = wm->heartbeat_ms;
     w->max_body_out = wm->max_body > 0 ? wm->max_body : PROTO_MAX_BODY_DEFAULT;
     w->max_body_in = w->max_body_out;
@@ -729,6 +733,7 @@ static void on_welcome(tp_worker *w, const proto_welcome *wm)
 
         event_add(w->hb_ev, &tv);
     }
+    tpi_submit_flush(w); /* what waited for a connection */
 }
 
 static void on_cancel(tp_worker *w, const proto_cancel *c)
@@ -766,7 +771,29 @@ static void handle_msg(tp_worker *w, const proto_msg *m)
         break;
     case PROTO_HEARTBEAT:
         break; /* last_rx_ns was updated when the bytes arrived */
+    case PROTO_SUBMITTED:
+    case PROTO_OUTCOME:
+        if (w->session_version < 2) {
+            protocol_error(w, PROTO_ERR_UNEXPECTED, "%s in a version-1 session", proto_type_name(m->type));
+            break;
+        }
+        if (m->type == PROTO_OUTCOME) {
+            tpi_submit_on_outcome(w, &m->u.outcome);
+            break;
+        }
+        tpi_submit_on_submitted(w, &m->u.submitted);
+        check_drained(w);
+        break;
     case PROTO_ERROR:
+        /* A dispatcher older than protocol version 2 refuses our HELLO: a worker speaks
+         * version 1 to it from the next attempt on (and cannot submit); a producer-only
+         * client has nothing to say in version 1. */
+        if (w->state == TPI_HANDSHAKE && m->u.error.code == PROTO_ERR_VERSION &&
+            w->hello_version > PROTO_VERSION_MIN && w->ntypes > 0) {
+            w->hello_version = PROTO_VERSION_MIN;
+            tpi_log(w, TP_LOG_INFO, "the dispatcher does not speak protocol version %u; using %u",
+                    PROTO_VERSION, PROTO_VERSION_MIN);
+        }
         snprintf(why, sizeof(why), "dispatcher sent ERROR %u: %.*s", m->u.error.code,
                  (int)(m->u.error.message.len > 150 ? 150 : m->u.error.message.len),
                  (const char *)m->u.error.message.ptr);
@@ -1015,7 +1042,7 @@ tp_worker *tp_worker_new(const tp_worker_options *opts, tp_error *err)
         goto done;
     }
     if (pthread_mutex_init(&w->job_mu, NULL) != 0 || pthread_mutex_init(&w->done_mu, NULL) != 0 ||
-        pthread_cond_init(&w->job_cv, NULL) != 0) {
+        pthread_cond_init(&w->job_cv, NULL) != 0 || tpi_submit_init(w) != 0) {
         tpi_error_set(err, TP_ESYS, "cannot initialise a mutex");
         goto done;
     }
@@ -1099,6 +1126,7 @@ void tp_worker_free(tp_worker *w)
     pthread_mutex_destroy(&w->job_mu);
     pthread_mutex_destroy(&w->done_mu);
     pthread_cond_destroy(&w->job_cv);
+    tpi_submit_destroy(w);
     free(w->addresses);
     free(w->name);
     free(w->token);
@@ -1185,7 +1213,7 @@ int tp_worker_run(tp_worker *w)
     tp_task *done;
     tp_task *ext;
 
-    if (w == NULL || w->ntypes == 0)
+    if (w == NULL)
         goto out;
     rc = TP_EBUSY;
     if (!atomic_compare_exchange_strong(&w->running, &expected, 1))
@@ -1233,6 +1261,7 @@ int tp_worker_run(tp_worker *w)
      * error exit may leave a connection and tasks behind. */
     release(w);
     drop_addrinfo(w);
+    tpi_submit_fail_all(w, "the worker stopped");
     tpi_pool_join(w);
     tpi_done_take(w, &done, &ext);
     while (done != NULL) {

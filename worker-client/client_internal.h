@@ -138,6 +138,26 @@ struct tp_task {
     uint8_t body[];                    /* [const] the TASK body, then a NUL byte */
 };
 
+/* One tp_submit() call. The caller and the I/O thread share it; whoever is last frees
+ * it: the caller once `done`, the I/O thread when the caller gave up (`abandoned`). */
+typedef struct tpi_submit {
+    struct tpi_submit *next; /* [sub] the queue, then [io] the pending or sent list */
+    uint8_t *frame;          /* [const] the SUBMIT frame; request_id is set by [io] */
+    size_t frame_len;        /* [const] */
+    size_t ntasks;           /* [const] */
+    int wait;                /* [const] TP_SUBMIT_WAIT */
+    uint32_t request_id;     /* [io] */
+    uint64_t gen;            /* [io] the connection it was sent on */
+    /* [sub] below */
+    tp_submit_result *results; /* the caller's array */
+    int done;                /* the answer is complete: the caller may return */
+    int abandoned;           /* the caller returned (timeout): the I/O thread frees it */
+    int acked;               /* SUBMITTED OK came; outcomes_left OUTCOMEs still due */
+    size_t outcomes_left;
+    int rc;
+    char text[TP_ERROR_TEXT_LEN];
+} tpi_submit;
+
 struct tp_worker {
     /* Configuration, fixed while running. */
     tp_worker_options opts; /* string fields point to the copies below */
@@ -213,6 +233,18 @@ struct tp_worker {
     tp_task *done_tail; /* [done] */
     tp_task *ext_head;  /* [done] tasks with an EXTEND to send */
     int wake_pending;   /* [done] wake_fd was written and not yet read */
+
+    /* Submissions (submit.c). */
+    pthread_mutex_t sub_mu;
+    pthread_cond_t sub_cv;    /* CLOCK_MONOTONIC; broadcast when one is done */
+    tpi_submit *sub_head;     /* [sub] from tp_submit(), not yet taken by the I/O thread */
+    tpi_submit **sub_tail;    /* [sub] */
+    tpi_submit *sub_pending;  /* [io] taken, waiting for a connection of version 2 */
+    tpi_submit *sub_sent;     /* [io] sent, waiting for SUBMITTED or OUTCOMEs */
+    uint32_t next_request_id; /* [io] */
+    uint16_t hello_version;   /* [io] the version the next HELLO speaks (2, or 1 after an
+                               * old dispatcher refused 2) */
+    uint16_t session_version; /* [io] the version of the current WELCOME */
 };
 
 /* ---- options.c ---- */
@@ -303,6 +335,23 @@ void tpi_done_take(tp_worker *w, tp_task **done, tp_task **ext);
 
 /* Frees a task and its outcome. */
 void tpi_task_free(tp_task *t);
+
+/* ---- submit.c ---- */
+
+/* Sets up / tears down the submission state (tp_worker_new / tp_worker_free). */
+int tpi_submit_init(tp_worker *w);
+void tpi_submit_destroy(tp_worker *w);
+/* Takes the queue and sends what a version-2 session can carry. [io] */
+void tpi_submit_flush(tp_worker *w);
+/* A SUBMITTED or OUTCOME frame. [io] */
+void tpi_submit_on_submitted(tp_worker *w, const proto_submitted *s);
+void tpi_submit_on_outcome(tp_worker *w, const proto_outcome_msg *o);
+/* The connection closed: what was sent gets TP_EGONE. [io] */
+void tpi_submit_conn_lost(tp_worker *w);
+/* tp_worker_run() ends: everything queued or pending gets TP_EGONE. [io] */
+void tpi_submit_fail_all(tp_worker *w, const char *why);
+/* Sent submissions still waiting for SUBMITTED (a drain waits for them). [io] */
+int tpi_submit_unanswered(const tp_worker *w);
 
 /* ---- client.c, for task.c ---- */
 

@@ -28,6 +28,8 @@ static const char *const error_texts[] = {
     [-TP_ERANGE] = "limit exceeded",
     [-TP_ETOOBIG] = "larger than the dispatcher accepts",
     [-TP_EGONE] = "delivery cancelled or connection lost",
+    [-TP_EUNAVAIL] = "dispatcher cannot take it now",
+    [-TP_ETIMEDOUT] = "timed out",
 };
 
 const char *tp_strerror(int code)

@@ -69,6 +69,9 @@ enum tp_errcode {
     TP_ERANGE = -6,  /**< a count or length exceeds its limit */
     TP_ETOOBIG = -7, /**< a result larger than the dispatcher accepts */
     TP_EGONE = -8,   /**< the delivery was cancelled or its connection lost */
+    TP_EUNAVAIL = -9,   /**< the dispatcher cannot take a submission now (not leading,
+                             database down, protocol version 1): nothing was committed */
+    TP_ETIMEDOUT = -10, /**< no answer within the time allowed */
 };
 
 /** What a handler returns: the outcome of one delivery. */
@@ -268,8 +271,9 @@ TP_API int tp_worker_add_type(tp_worker *w, const char *type, tp_handler fn,
  * killing the process. Before returning, a SIGPIPE left pending in the calling
  * thread is consumed (sigtimedwait) and the previous mask is restored.
  *
- * @param w the worker, with at least one type registered
- * @return 0 after tp_worker_stop(); TP_EINVAL (no type registered), TP_EBUSY
+ * @param w the worker; with no type registered it is a producer-only client (it
+ *          connects and serves tp_submit(), and receives no task)
+ * @return 0 after tp_worker_stop(); TP_EINVAL (w is NULL), TP_EBUSY
  *         (already running), TP_ENOMEM or TP_ESYS when the event loop or the
  *         threads cannot be set up. Never fails because of the network.
  * Thread-safety: one tp_worker_run() per worker at a time; different workers
@@ -419,6 +423,96 @@ TP_API int tp_task_extend(tp_task *task, uint32_t ms) TP_WARN_UNUSED;
  * between handlers, since the I/O thread is busy running the handler.
  */
 TP_API int tp_task_cancelled(const tp_task *task);
+
+/* ---- Submitting tasks through the dispatcher (protocol version 2) ---- */
+
+#define TP_MAX_SUBMIT_TASKS 1000u  /**< tasks in one tp_submit() */
+#define TP_MAX_DEDUP_KEY_LEN 191u  /**< bytes of a dedup_key (VARBINARY(191)) */
+#define TP_MAX_PAYLOAD_LEN 16777215u /**< bytes of a payload (MEDIUMBLOB) */
+#define TP_MAX_ATTEMPTS 1000u      /**< largest max_attempts */
+
+/** tp_submit() flag: wait for each inserted task's final state (its OUTCOME). */
+#define TP_SUBMIT_WAIT 1u
+
+/** Final states of a task, as the table's task_state. */
+#define TP_TASK_SUCCESSFUL 2
+#define TP_TASK_FAILED 3
+
+/**
+ * One task to submit. Initialise with tp_submit_task_init(); the pointers are
+ * borrowed for the duration of tp_submit() only.
+ */
+typedef struct tp_submit_task {
+    /** The task type, NUL-terminated, 1 .. TP_MAX_TYPE_LEN bytes of UTF-8 (at most
+     *  64 characters, not ending with a space). Required. */
+    const char *type;
+    const void *payload;   /**< the payload bytes (NULL when payload_len is 0) */
+    size_t payload_len;    /**< 0 .. TP_MAX_PAYLOAD_LEN */
+    /** Idempotency key, 0 .. TP_MAX_DEDUP_KEY_LEN bytes (dedup_key_len 0: none). While a
+     *  row with this key exists, the task is answered as a duplicate instead. */
+    const void *dedup_key;
+    size_t dedup_key_len;
+    int priority;          /**< 0 LOW, 1 NORMAL (default), 2 HIGH */
+    unsigned max_attempts; /**< 1 .. TP_MAX_ATTEMPTS; 0 (default): the table's default (3) */
+    uint32_t delay_ms;     /**< not dispatched before this many ms from the insert */
+    uint32_t timeout_ms;   /**< the lease of one attempt (1 .. 2^31-1); 0: the dispatcher's */
+} tp_submit_task;
+
+/** What became of one submitted task. */
+typedef struct tp_submit_result {
+    uint64_t task_id; /**< the new row's id; for a duplicate, the existing row's (0: unknown) */
+    int duplicate;    /**< 1: its dedup_key was already present, nothing was inserted */
+    /** With TP_SUBMIT_WAIT, for an inserted task: TP_TASK_SUCCESSFUL or TP_TASK_FAILED
+     *  once its final state is written; 0 when not known (duplicate, no wait, timeout). */
+    int state;
+    void *output;      /**< the result (SUCCESSFUL) or err_msg (FAILED), malloc'd, NUL-
+                            terminated (not counted); free with tp_submit_results_free() */
+    size_t output_len;
+} tp_submit_result;
+
+/**
+ * Fills t with the defaults (priority 1, everything else 0 or NULL).
+ * Thread-safe.
+ */
+TP_API void tp_submit_task_init(tp_submit_task *t);
+
+/**
+ * Inserts tasks through the dispatcher the worker is connected to, and waits for the
+ * answer: it comes only after the rows are committed. The worker needs no handler for
+ * these types; a worker with no type at all is a producer-only client (it receives no
+ * task). Synchronous: the calling thread blocks; the worker's I/O thread (the one in
+ * tp_worker_run()) sends the frame and reads the answer, so tp_worker_run() must be
+ * running (on another thread) or start within timeout_ms.
+ * @param w       the worker
+ * @param tasks   n tasks, 1 .. TP_MAX_SUBMIT_TASKS; all are inserted or none
+ * @param n       their number
+ * @param flags   0 or TP_SUBMIT_WAIT: also wait until every inserted task is
+ *                SUCCESSFUL or FAILED (a foreground job)
+ * @param timeout_ms how long to wait in all (>= 1)
+ * @param results n entries filled in the order of tasks; with TP_SUBMIT_WAIT free
+ *                them with tp_submit_results_free() (harmless without)
+ * @param err     optional: the code and a one-line reason (the dispatcher's for INVALID)
+ * @return 0 (every task inserted or a duplicate); TP_EINVAL (a bad argument, or the
+ *         dispatcher refused a task: err says which and why; nothing inserted);
+ *         TP_EUNAVAIL (the dispatcher cannot insert now; nothing committed: resend);
+ *         TP_ETOOBIG (the frame exceeds the dispatcher's WELCOME.max_body);
+ *         TP_EGONE (the connection was lost before the answer: the tasks may or may
+ *         not be committed, resend with dedup keys to be safe; or, with
+ *         TP_SUBMIT_WAIT, lost while waiting for outcomes: results have the ids);
+ *         TP_ETIMEDOUT (results may have the ids when only the outcomes were missing);
+ *         TP_EBUSY (called on the I/O thread: from a handler with threads == 0, or a
+ *         log callback); TP_ENOMEM.
+ * Thread-safe: any thread but the I/O thread, several at once; from a handler when
+ * tp_worker_options.threads > 0.
+ */
+TP_API int tp_submit(tp_worker *w, const tp_submit_task *tasks, size_t n, unsigned flags,
+                     unsigned timeout_ms, tp_submit_result *results, tp_error *err) TP_WARN_UNUSED;
+
+/**
+ * Frees the outputs of results[0..n) filled by tp_submit() and zeroes them.
+ * Thread-safe for distinct arrays.
+ */
+TP_API void tp_submit_results_free(tp_submit_result *results, size_t n);
 
 #ifdef __cplusplus
 }

@@ -1006,6 +1006,234 @@ static void test_sigpipe_safe(void **state)
     runner_join(&r);
     fake_close(&f);
 }
+
+/* ================================================================== */
+/* tp_submit against the fake dispatcher                               */
+/* ================================================================== */
+
+/* One tp_submit call on a thread of its own. */
+typedef struct submitter {
+    tp_worker *w;
+    pthread_t th;
+    tp_submit_task tasks[2];
+    size_t n;
+    unsigned flags;
+    tp_submit_result res[2];
+    tp_error err;
+    int rc;
+} submitter;
+
+static void *submitter_main(void *arg)
+{
+    submitter *s = arg;
+    s->rc = tp_submit(s->w, s->tasks, s->n, s->flags, WAIT_MS, s->res, &s->err);
+    return NULL;
+}
+
+static void submitter_start(submitter *s, tp_worker *w, size_t n, unsigned flags)
+{
+    memset(s, 0, sizeof(*s));
+    s->w = w;
+    s->n = n;
+    s->flags = flags;
+    for (size_t i = 0; i < n; i++) {
+        tp_submit_task_init(&s->tasks[i]);
+        s->tasks[i].type = i ? "beta" : "alpha";
+        s->tasks[i].payload = "pl";
+        s->tasks[i].payload_len = 2;
+    }
+    s->tasks[0].dedup_key = "key-1";
+    s->tasks[0].dedup_key_len = 5;
+    s->tasks[0].priority = 2;
+    s->tasks[0].delay_ms = 1500;
+    assert_int_equal(pthread_create(&s->th, NULL, submitter_main, s), 0);
+}
+
+static int submitter_join(submitter *s)
+{
+    struct timespec ts;
+
+    deadline_ts(&ts, WAIT_MS);
+    if (pthread_timedjoin_np(s->th, NULL, &ts) != 0)
+        fail_msg("tp_submit did not return");
+    return s->rc;
+}
+
+static void send_submitted(fake *f, uint32_t request_id, uint16_t status, const proto_submit_res *r,
+                           uint16_t n, const char *msg)
+{
+    proto_msg m = {.type = PROTO_SUBMITTED};
+
+    m.u.submitted.request_id = request_id;
+    m.u.submitted.status = status;
+    m.u.submitted.n = n;
+    m.u.submitted.results = r;
+    m.u.submitted.message.ptr = (const uint8_t *)msg;
+    m.u.submitted.message.len = strlen(msg);
+    fake_send(f, &m);
+}
+
+static void test_submit_producer(void **state)
+{
+    fake f;
+    runner r;
+    submitter s;
+    proto_msg m;
+    char addr[64];
+    tp_worker *w;
+    proto_submit_task t;
+    static const proto_submit_res ok[2] = {{PROTO_SUBMIT_DUPLICATE, 41}, {PROTO_SUBMIT_INSERTED, 42}};
+
+    (void)state;
+    fake_listen(&f);
+    fake_addr(&f, addr, sizeof(addr));
+    w = new_worker(addr, 1, 0); /* no type: a producer-only client */
+    runner_start(&r, w);
+    fake_accept(&f);
+    fake_expect(&f, &m, PROTO_HELLO);
+    assert_int_equal(m.u.hello.version, 2);
+    assert_int_equal(m.u.hello.ntypes, 0);
+    assert_int_equal(m.u.hello.capacity, 0);
+    fake_send_welcome(&f, 2, 0, PROTO_MAX_BODY_DEFAULT);
+
+    /* The fields arrive as given; the answer fills the results. */
+    submitter_start(&s, w, 2, 0);
+    fake_expect(&f, &m, PROTO_SUBMIT);
+    assert_int_equal(m.u.submit.ntasks, 2);
+    assert_int_equal(m.u.submit.flags, 0);
+    proto_bytes cur = m.u.submit.entries;
+    assert_int_equal(proto_submit_next(&cur, &t), PROTO_OK);
+    assert_int_equal(t.priority, 2);
+    assert_int_equal(t.delay_ms, 1500);
+    assert_int_equal(t.dedup_key.len, 5);
+    assert_memory_equal(t.type.ptr, "alpha", 5);
+    send_submitted(&f, m.u.submit.request_id, PROTO_SUBMIT_OK, ok, 2, "");
+    assert_int_equal(submitter_join(&s), 0);
+    assert_int_equal(s.res[0].duplicate, 1);
+    assert_true(s.res[0].task_id == 41);
+    assert_int_equal(s.res[1].duplicate, 0);
+    assert_true(s.res[1].task_id == 42);
+
+    /* INVALID and UNAVAILABLE become TP_EINVAL and TP_EUNAVAIL with the reason. */
+    submitter_start(&s, w, 1, 0);
+    fake_expect(&f, &m, PROTO_SUBMIT);
+    send_submitted(&f, m.u.submit.request_id, PROTO_SUBMIT_INVALID, NULL, 0, "task 0: bad type");
+    assert_int_equal(submitter_join(&s), TP_EINVAL);
+    assert_non_null(strstr(s.err.text, "bad type"));
+    submitter_start(&s, w, 1, 0);
+    fake_expect(&f, &m, PROTO_SUBMIT);
+    send_submitted(&f, m.u.submit.request_id, PROTO_SUBMIT_UNAVAILABLE, NULL, 0, "standby");
+    assert_int_equal(submitter_join(&s), TP_EUNAVAIL);
+
+    /* WAIT: done once each inserted task's OUTCOME came (none for the duplicate). */
+    submitter_start(&s, w, 2, TP_SUBMIT_WAIT);
+    fake_expect(&f, &m, PROTO_SUBMIT);
+    assert_int_equal(m.u.submit.flags, PROTO_SUBMIT_WAIT);
+    uint32_t rid = m.u.submit.request_id;
+    send_submitted(&f, rid, PROTO_SUBMIT_OK, ok, 2, "");
+    proto_msg o = {.type = PROTO_OUTCOME};
+    o.u.outcome.request_id = rid;
+    o.u.outcome.task_id = 42;
+    o.u.outcome.state = PROTO_STATE_FAILED;
+    o.u.outcome.data = (proto_bytes){(const uint8_t *)"boom", 4};
+    fake_send(&f, &o);
+    assert_int_equal(submitter_join(&s), 0);
+    assert_int_equal(s.res[1].state, TP_TASK_FAILED);
+    assert_string_equal(s.res[1].output, "boom");
+    assert_int_equal(s.res[0].state, 0);
+    tp_submit_results_free(s.res, 2);
+
+    /* The connection lost before the answer: TP_EGONE, and the worker reconnects. */
+    submitter_start(&s, w, 1, 0);
+    fake_expect(&f, &m, PROTO_SUBMIT);
+    fake_drop(&f);
+    assert_int_equal(submitter_join(&s), TP_EGONE);
+
+    /* Submitted while disconnected: sent once connected again. */
+    submitter_start(&s, w, 1, 0);
+    fake_accept(&f);
+    fake_expect(&f, &m, PROTO_HELLO);
+    fake_send_welcome(&f, 2, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_expect(&f, &m, PROTO_SUBMIT);
+    send_submitted(&f, m.u.submit.request_id, PROTO_SUBMIT_OK, &ok[1], 1, "");
+    assert_int_equal(submitter_join(&s), 0);
+    assert_true(s.res[0].task_id == 42);
+
+    /* Bad arguments never reach the wire. */
+    tp_submit_task bad;
+    tp_submit_result br;
+    tp_submit_task_init(&bad);
+    assert_int_equal(tp_submit(w, &bad, 1, 0, 1000, &br, NULL), TP_EINVAL); /* no type */
+    bad.type = "alpha";
+    bad.priority = 3;
+    assert_int_equal(tp_submit(w, &bad, 1, 0, 1000, &br, NULL), TP_EINVAL);
+    bad.priority = 1;
+    bad.dedup_key = "k";
+    bad.dedup_key_len = TP_MAX_DEDUP_KEY_LEN + 1;
+    assert_int_equal(tp_submit(w, &bad, 1, 0, 1000, &br, NULL), TP_ERANGE);
+    assert_int_equal(tp_submit(w, &bad, 0, 0, 1000, &br, NULL), TP_EINVAL);
+    assert_int_equal(tp_submit(w, &bad, TP_MAX_SUBMIT_TASKS + 1, 0, 1000, &br, NULL), TP_ERANGE);
+
+    tp_worker_stop(w);
+    runner_join(&r);
+    fake_close(&f);
+}
+
+static int inline_submit_rc = 1;
+
+static int submitting_handler(tp_task *t, void *arg)
+{
+    tp_submit_task st;
+    tp_submit_result r;
+
+    (void)t;
+    tp_submit_task_init(&st);
+    st.type = "alpha";
+    /* On the I/O thread (threads 0) a blocking call would wait forever. */
+    inline_submit_rc = tp_submit(arg, &st, 1, 0, 1000, &r, NULL);
+    return TP_SUCCESS;
+}
+
+static void test_submit_v1_fallback_and_inline(void **state)
+{
+    fake f;
+    runner r;
+    submitter s;
+    proto_msg m;
+    proto_msg e = {.type = PROTO_ERROR};
+    char addr[64];
+    tp_worker *w;
+
+    (void)state;
+    fake_listen(&f);
+    fake_addr(&f, addr, sizeof(addr));
+    w = new_worker(addr, 1, 0);
+    assert_int_equal(tp_worker_add_type(w, "alpha", submitting_handler, w), 0);
+    runner_start(&r, w);
+    /* An old dispatcher refuses version 2: the worker comes back in version 1. */
+    fake_accept(&f);
+    fake_expect(&f, &m, PROTO_HELLO);
+    assert_int_equal(m.u.hello.version, 2);
+    e.u.error.code = PROTO_ERR_VERSION;
+    fake_send(&f, &e);
+    fake_expect_eof(&f, PROTO_DONE);
+    fake_accept(&f);
+    fake_expect(&f, &m, PROTO_HELLO);
+    assert_int_equal(m.u.hello.version, 1);
+    fake_send_welcome(&f, 1, 0, PROTO_MAX_BODY_DEFAULT);
+    assert_true(WAIT_STAT(w, connections, 1));
+    /* It takes tasks; its handler runs inline, where tp_submit is refused at once. */
+    fake_send_task(&f, 7, "alpha", "x");
+    fake_expect(&f, &m, PROTO_DONE);
+    assert_int_equal(inline_submit_rc, TP_EBUSY);
+    /* From another thread, on a version-1 session: unavailable, nothing sent. */
+    submitter_start(&s, w, 1, 0);
+    assert_int_equal(submitter_join(&s), TP_EUNAVAIL);
+    tp_worker_stop(w);
+    runner_join(&r);
+    fake_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1031,6 +1259,8 @@ int main(void)
         cmocka_unit_test(test_inline_batch_and_yield),
         cmocka_unit_test(test_two_workers_in_one_process),
         cmocka_unit_test(test_sigpipe_safe),
+        cmocka_unit_test(test_submit_producer),
+        cmocka_unit_test(test_submit_v1_fallback_and_inline),
     };
 
     if (getenv("TP_TEST_FILTER") != NULL) /* e.g. TP_TEST_FILTER='test_exec*' */
