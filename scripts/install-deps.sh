@@ -7,7 +7,8 @@ set -euo pipefail
 #   scripts/install-deps.sh          what building and running needs
 #   scripts/install-deps.sh --test   also what the tests need (clang's fuzzer
 #                                    runtime, Chromium for the dashboard test,
-#                                    promtool from prometheus)
+#                                    promtool from prometheus, python3-setuptools
+#                                    and python3-venv for the Python library)
 #   scripts/install-deps.sh --bench  also what bench/run.sh needs (matplotlib for the plot)
 packages=(
   gcc meson ninja-build pkg-config python3
@@ -16,7 +17,8 @@ packages=(
   mariadb-server-core mariadb-client-core
 )
 case "${1:-}" in
-  --test) packages+=(clang libclang-rt-14-dev chromium chromium-driver python3-selenium prometheus) ;;
+  --test) packages+=(clang libclang-rt-14-dev chromium chromium-driver python3-selenium prometheus
+                     python3-setuptools python3-venv) ;;
   --bench) packages+=(python3-matplotlib) ;;
   "") ;;
   *) echo "install-deps.sh: unknown argument '$1' (--test or --bench)" >&2; exit 2 ;;
