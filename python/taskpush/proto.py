@@ -52,6 +52,10 @@ class BadFrame(ValueError):
     that cannot be encoded."""
 
 
+class Unexpected(BadFrame):
+    """A valid frame at the wrong time or from the wrong side (ERR_UNEXPECTED)."""
+
+
 @dataclass
 class Hello:
     version: int

@@ -24,6 +24,7 @@ Address = Tuple[str, int]
 
 _READ_CHUNK = 256 * 1024
 _WRITE_CHUNK = 256 * 1024
+_READ_BUDGET = 4 * _READ_CHUNK  # per loop turn
 _HANDSHAKE_MAX_BODY = 65536  # a WELCOME or an ERROR; no TASK comes before WELCOME
 
 
@@ -146,6 +147,7 @@ class Session:
         out = bytearray()
         last_recv = last_send = time.monotonic()
         want_write = False
+        more_to_read = False
         closing: Optional[str] = None
         sel.register(self._rpipe, selectors.EVENT_READ)
         sel.register(sock, selectors.EVENT_READ)
@@ -167,23 +169,30 @@ class Session:
                 if closing is not None and not out:
                     reason = closing
                     break
-                timeout = min(last_send + self.heartbeat_s, last_recv + 3 * self.heartbeat_s) - time.monotonic()
-                if timeout <= 0 and time.monotonic() - last_recv >= 3 * self.heartbeat_s:
-                    reason = f"dispatcher silent for {3 * self.heartbeat_s * 1000:.0f} ms"
-                    self.log.warning("%s: %s; closing", format_address(self.address), reason)
-                    break
+                # A heartbeat is due only when nothing waits to be written (else a
+                # blocked write would make this loop spin).
+                beat_at = last_send + self.heartbeat_s if not out else float("inf")
+                timeout = min(beat_at, last_recv + 3 * self.heartbeat_s) - time.monotonic()
+                if more_to_read:
+                    timeout = 0.0
                 ev = selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0)
                 sel.modify(sock, ev)
                 ready = sel.select(max(timeout, 0.0))
                 for key, _ in ready:
                     if key.fileobj == self._rpipe:
                         self._drain_pipe()
-                got = self._read(fb)
+                got, more_to_read = self._read(fb)
                 if got is None:
                     reason = "connection closed by the dispatcher"
                     break
                 if got:
                     last_recv = time.monotonic()
+                elif time.monotonic() - last_recv >= 3 * self.heartbeat_s:
+                    # Judged after a read, so a loop that woke late does not miss bytes
+                    # that did arrive.
+                    reason = f"dispatcher silent for {3 * self.heartbeat_s * 1000:.0f} ms"
+                    self.log.warning("%s: %s; closing", format_address(self.address), reason)
+                    break
                 while True:
                     body = fb.next_body()
                     if body is None:
@@ -197,7 +206,8 @@ class Session:
                     closing = on_tick()
         except proto.BadFrame as e:
             reason = f"bad frame from the dispatcher: {e}"
-            self._send_error_now(proto.ERR_BAD_FRAME, str(e))
+            self._send_error_now(proto.ERR_UNEXPECTED if isinstance(e, proto.Unexpected)
+                                 else proto.ERR_BAD_FRAME, str(e))
             self.log.warning("%s: %s", format_address(self.address), reason)
         except (OSError, ssl.SSLError) as e:
             reason = f"connection lost: {e}"
@@ -220,18 +230,21 @@ class Session:
             total += n
         return total, False
 
-    def _read(self, fb: proto.FrameBuffer) -> Optional[int]:
-        """Reads what is there: bytes read, or None at end of stream."""
+    def _read(self, fb: proto.FrameBuffer) -> Tuple[Optional[int], bool]:
+        """Reads what is there, up to _READ_BUDGET bytes so that frames are
+        handled between reads: (bytes read, or None at end of stream; whether
+        more may be waiting, which select cannot see for TLS's own buffer)."""
         total = 0
-        while True:
+        while total < _READ_BUDGET:
             try:
                 data = self.sock.recv(_READ_CHUNK)
             except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                return total
+                return total, False
             if not data:
-                return None
+                return None, False
             fb.feed(data)
             total += len(data)
+        return total, True
 
     def _drain_pipe(self) -> None:
         try:

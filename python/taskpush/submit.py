@@ -214,6 +214,8 @@ class Client:
 
     def _connected(self) -> Session:
         with self._lock:
+            if self._closing:
+                raise Unavailable("the client is closed")
             if self._session is not None and not self._session.closed:
                 return self._session
             errors = []
@@ -237,7 +239,7 @@ class Client:
     def _serve(self, s: Session, tracker: SubmitTracker) -> None:
         def on_frame(m: proto.Message) -> None:
             if not tracker.on_frame(m) and not isinstance(m, (proto.Heartbeat, proto.Stop)):
-                raise proto.BadFrame(f"unexpected {type(m).__name__} on a producer connection")
+                raise proto.Unexpected(f"unexpected {type(m).__name__} on a producer connection")
 
         reason = s.serve(on_frame, lambda: "closed by the client" if self._closing else None)
         tracker.lost()

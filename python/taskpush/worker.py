@@ -369,7 +369,7 @@ class Worker:
             elif tracker.on_frame(m) or isinstance(m, proto.Heartbeat):
                 pass
             else:
-                raise proto.BadFrame(f"unexpected {type(m).__name__} from the dispatcher")
+                raise proto.Unexpected(f"unexpected {type(m).__name__} from the dispatcher")
 
         def on_tick() -> Optional[str]:
             if self._stop_level >= 2:

@@ -8,6 +8,7 @@ Cases:
                       out as the same bodies, in order
   fields              field values of a few golden frames (as tests/unit/test_proto.c)
   encoder_refuses     an encoder refuses what a decoder refuses
+  readme_examples     every ```python block of python/README.md compiles
   submit_layout       SUBMIT, SUBMITTED and OUTCOME (protocol version 2) encode to the
                       bytes of the agreed layout, written out by hand here, and back
 """
@@ -114,6 +115,13 @@ class Codec(unittest.TestCase):
         # A producer-only HELLO is valid in version 2 only.
         self.assertEqual(proto.decode(proto.encode_body(proto.Hello(2, 0, b"p", b"", []))),
                          proto.Hello(2, 0, b"p", b"", []))
+
+    def test_readme_examples(self) -> None:
+        text = (tplib.SOURCE_ROOT / "python" / "README.md").read_text()
+        blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+        self.assertGreaterEqual(len(blocks), 2)
+        for i, b in enumerate(blocks):
+            compile(b, f"python/README.md block {i + 1}", "exec")
 
     def test_submit_layout(self) -> None:
         sub = proto.Submit(0x01020304, proto.SUBMIT_FLAG_WAIT, [
