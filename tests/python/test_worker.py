@@ -22,6 +22,8 @@ Cases:
                          the row is FAILED 'cancelled', and the worker takes tasks after
   reconnect_after_restart the dispatcher is killed (SIGKILL) and started again on the
                          same port: the worker reconnects and drains the new tasks
+  idle_heartbeats        an idle worker stays connected over 8 heartbeat intervals (it
+                         sends heartbeats, and takes the dispatcher's), then takes a task
   peer_silence           the dispatcher is stopped (SIGSTOP): the worker declares it lost
                          after 3 heartbeats, and after SIGCONT reconnects and drains
   sigterm_clean_shutdown a worker process gets SIGTERM with tasks running: it exits 0,
@@ -277,6 +279,16 @@ class Worker(Case):
         self.wait_rows("task_state = 2", 20, "SUCCESSFUL after the restart")
         self.assertGreaterEqual(w.stats["connections"], 2)
         self.assertGreater(w.stats["connect_attempts"], w.stats["connections"])
+
+    def test_idle_heartbeats(self) -> None:
+        w = self.worker()
+        w.add_handler("idle", lambda t: b"ok")
+        self.start(w)
+        tplib.wait_for(lambda: w.stats["connections"] == 1, "the worker to connect")
+        time.sleep(1.6)  # 8 intervals of 200 ms: a silent peer is lost after 3
+        self.db.insert_tasks("idle", ["1"])
+        self.wait_rows("task_state = 2", 1, "SUCCESSFUL")
+        self.assertEqual((w.stats["connections"], w.stats["disconnects"]), (1, 0))
 
     def test_peer_silence(self) -> None:
         self.db.insert_tasks("ps", ["1"])
