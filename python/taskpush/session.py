@@ -50,6 +50,8 @@ def parse_addresses(spec: Union[str, Sequence[str]]) -> List[Address]:
             host, sep, port = item[1:].partition("]:")
         else:
             host, sep, port = item.rpartition(":")
+            if ":" in host:
+                raise ValueError(f"address {item!r}: an IPv6 address goes in brackets, [::1]:7070")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"address {item!r} is not HOST:PORT")
         out.append((host, int(port)))

@@ -11,6 +11,9 @@ Cases:
   readme_examples     every ```python block of python/README.md compiles
   submit_layout       SUBMIT, SUBMITTED and OUTCOME (protocol version 2) encode to the
                       bytes of the agreed layout, written out by hand here, and back
+  backoff             reconnect delays double from the minimum, stay within [ceiling/2,
+                      ceiling] (jitter), stop growing at the maximum, and restart on reset
+  addresses           HOST:PORT lists (IPv6 in brackets) parse; bad ones are refused
 """
 import pathlib
 import struct
@@ -20,7 +23,7 @@ import unittest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import tplib  # noqa: E402
 
-from taskpush import proto  # noqa: E402
+from taskpush import proto, session  # noqa: E402
 
 FRAMES = tplib.SOURCE_ROOT / "tests" / "data" / "frames"
 
@@ -152,6 +155,28 @@ class Codec(unittest.TestCase):
         self.assertEqual(proto.encode_body(out), want)
         self.assertEqual(proto.decode(want), out)
         self.assertRaises(proto.BadFrame, proto.decode, want[:13])
+
+
+class Pieces(unittest.TestCase):
+    def test_backoff(self) -> None:
+        b = session.Backoff(100, 1000)
+        for ceiling in (100, 200, 400, 800, 1000, 1000, 1000):
+            d = b.next_s() * 1000
+            self.assertTrue(ceiling / 2 <= d <= ceiling, (d, ceiling))
+        b.reset()
+        self.assertLessEqual(b.next_s(), 0.1)
+        draws = {session.Backoff(100, 1000).next_s() for _ in range(50)}
+        self.assertGreater(len(draws), 1, "no jitter")
+        self.assertRaises(ValueError, session.Backoff, 0, 10)
+        self.assertRaises(ValueError, session.Backoff, 10, 5)
+
+    def test_addresses(self) -> None:
+        self.assertEqual(session.parse_addresses("127.0.0.1:7070, [::1]:7071,host.example:1"),
+                         [("127.0.0.1", 7070), ("::1", 7071), ("host.example", 1)])
+        self.assertEqual(session.parse_addresses(["a:1"]), [("a", 1)])
+        for bad in ("", "a", "a:", ":1", "a:0", "a:65536", "a:x", "::1:7070", "[::1]7070", "http://a:1"):
+            with self.subTest(address=bad):
+                self.assertRaises(ValueError, session.parse_addresses, bad)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ Cases:
                          SUCCESSFUL at attempt 1, never cancelled
   cancel_honoured        POST /cancel of a running task: the handler sees cancelled,
                          the row is FAILED 'cancelled', and the worker takes tasks after
+  dispatcher_stop        taskpushd gets SIGTERM while a task runs: its STOP lets the
+                         handler finish, the outcome is written (SUCCESSFUL at attempt 1)
+                         before it exits 0, and the worker then tries to reconnect
   reconnect_after_restart the dispatcher is killed (SIGKILL) and started again on the
                          same port: the worker reconnects and drains the new tasks
   idle_heartbeats        an idle worker stays connected over 8 heartbeat intervals (it
@@ -261,6 +264,25 @@ class Worker(Case):
         self.db.insert_tasks("stuck", ["b"])  # its slot is free again once the handler answered
         self.wait_rows("task_state = 2 AND payload = 'b'", 1, "SUCCESSFUL")
         self.assertEqual(w.stats["cancels_received"], 1)
+
+    def test_dispatcher_stop(self) -> None:
+        self.db.insert_tasks("ds", ["x"])
+        started = threading.Event()
+        w = self.worker()
+
+        def slow(task: taskpush.Task) -> bytes:
+            started.set()
+            time.sleep(1.0)
+            return b"finished"
+
+        w.add_handler("ds", slow)
+        self.start(w)
+        self.assertTrue(started.wait(tplib.WAIT_S))
+        self.assertEqual(self.d.stop(signal.SIGTERM), 0)
+        self.assertEqual(self.db.rows("SELECT task_state, attempts, result FROM task"), [["2", "1", "finished"]])
+        attempts = w.stats["connect_attempts"]
+        tplib.wait_for(lambda: w.stats["connect_attempts"] > attempts, "the worker to try to reconnect")
+        self.assertEqual(w.stats["tasks_dropped"], 0)
 
     def test_reconnect_after_restart(self) -> None:
         port = self.d.listen.rsplit(":", 1)[1]
