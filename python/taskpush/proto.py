@@ -268,9 +268,16 @@ def _dec_submit(r: _Reader) -> Submit:
     return Submit(request_id, flags, tasks)
 
 
+def _submitted_counts_ok(status: int, n: int) -> bool:
+    # OK answers every entry (so at least one); a refusal answers none.
+    if status == SUBMITTED_OK:
+        return 1 <= n <= MAX_SUBMIT_TASKS
+    return status <= SUBMITTED_UNAVAILABLE and n == 0
+
+
 def _dec_submitted(r: _Reader) -> Submitted:
     request_id, status, n = r.u32(), r.u16(), r.u16()
-    if n > MAX_SUBMIT_TASKS or (status != SUBMITTED_OK and n != 0):
+    if not _submitted_counts_ok(status, n):
         raise BadFrame(f"SUBMITTED status {status} with {n} results")
     results = []
     for _ in range(n):
@@ -371,7 +378,7 @@ def _enc_submit(m: Submit) -> bytes:
 
 def _enc_submitted(m: Submitted) -> bytes:
     n = len(m.results)
-    if n > MAX_SUBMIT_TASKS or (m.status != SUBMITTED_OK and n != 0):
+    if not _submitted_counts_ok(m.status, n):
         raise BadFrame(f"SUBMITTED status {m.status} with {n} results")
     out = [struct.pack(">BIHH", SUBMITTED, _u(m.request_id, 32, "request_id"), _u(m.status, 16, "status"), n)]
     for res in m.results:

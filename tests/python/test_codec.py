@@ -109,6 +109,8 @@ class Codec(unittest.TestCase):
             proto.Submit(1, 0, [proto.SubmitTask(b"")]),
             proto.Submitted(1, proto.SUBMITTED_INVALID, [proto.SubmitResult(0, 1)]),
             proto.Submitted(1, 0, [proto.SubmitResult(2, 1)]),
+            proto.Submitted(1, proto.SUBMITTED_OK, []),        # OK answers every entry
+            proto.Submitted(1, 3, []),                         # unknown status
             proto.Outcome(1, 1, 1, b""),                       # state PROCESSING
         ]
         for m in bad:
