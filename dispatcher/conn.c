@@ -121,6 +121,7 @@ void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why)
 void dsp_conn_free(dsp_conn *c)
 {
     dsp_server *srv = c->srv;
+    dsp_conn_submit_closed(c);
     if (c->state == DSP_CONN_ACTIVE)
         dsp_dispatch_worker_left(srv, c, c->refund);
     for (dsp_zombie *z = c->zombies, *next; z; z = next) {
@@ -158,6 +159,12 @@ static bool token_matches(const char *want, proto_bytes got)
  * hold would make every claim fail (MariaDB error 1300 for bytes that are not UTF-8). */
 static const char *type_problem(proto_bytes t)
 {
+    return dsp_conn_type_problem(t.ptr, t.len);
+}
+
+const char *dsp_conn_type_problem(const uint8_t *ptr, size_t len)
+{
+    proto_bytes t = {ptr, len};
     if (t.len == 0)
         return "a task type may not be empty";
     if (dsp_utf8_valid_prefix(t.ptr, t.len) != t.len)
@@ -195,7 +202,7 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
 {
     dsp_server *srv = c->srv;
     const dsp_config *cfg = srv->cfg;
-    if (h->version != PROTO_VERSION) {
+    if (h->version < PROTO_VERSION_MIN || h->version > PROTO_VERSION) {
         refuse_hello(c, PROTO_ERR_VERSION, "protocol version not supported");
         return;
     }
@@ -214,8 +221,9 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
             return;
         }
     }
+    c->version = h->version;
     c->name = strndup((const char *)h->name.ptr, h->name.len);
-    c->types = calloc(h->ntypes, sizeof *c->types);
+    c->types = calloc(h->ntypes ? h->ntypes : 1, sizeof *c->types); /* 0 types: a producer */
     if (!c->name || !c->types) {
         dsp_conn_close(c, PROTO_ERR_SHUTDOWN, "out of memory");
         return;
@@ -245,7 +253,7 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
                  c->name, c->addr, (unsigned)h->capacity, (unsigned)c->slots.capacity);
 
     proto_msg w = {.type = PROTO_WELCOME};
-    w.u.welcome.version = PROTO_VERSION;
+    w.u.welcome.version = c->version; /* a version-1 worker is answered in version 1 */
     w.u.welcome.heartbeat_ms = (uint32_t)srv->cfg->heartbeat_ms;
     w.u.welcome.max_body = (uint32_t)srv->cfg->max_frame;
     static const char server_name[] = "taskpushd " TASKPUSH_VERSION;
@@ -313,8 +321,9 @@ static void handle_stop(dsp_conn *c)
     log_info(&c->srv->log, "worker %s asked for no more tasks", c->name);
 }
 
-/* Returns false when the connection is closing and must not be read further. */
-static bool handle_frame(dsp_conn *c, const proto_msg *m)
+/* Returns false when the connection is closing and must not be read further. body is
+ * the frame's body, which m borrows from. */
+static bool handle_frame(dsp_conn *c, const proto_msg *m, const uint8_t *body, size_t body_len)
 {
     if (c->state == DSP_CONN_WANT_HELLO) {
         if (m->type != PROTO_HELLO) {
@@ -344,6 +353,13 @@ static bool handle_frame(dsp_conn *c, const proto_msg *m)
     case PROTO_ERROR:
         dsp_conn_close(c, 0, "the worker sent ERROR");
         return false;
+    case PROTO_SUBMIT:
+        if (c->version < 2) {
+            dsp_conn_close(c, PROTO_ERR_UNEXPECTED, "SUBMIT needs protocol version 2");
+            return false;
+        }
+        dsp_conn_submit(c, &m->u.submit, body, body_len);
+        return c->state != DSP_CONN_CLOSING;
     default:
         dsp_conn_close(c, PROTO_ERR_UNEXPECTED, "unexpected frame type");
         return false;
@@ -359,7 +375,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
     proto_frame_reader rd;
     c->last_rx_ms = dsp_now_ms();
     proto_frame_reader_init(&rd, FRAMES_PER_EVENT);
-    while (c->state != DSP_CONN_CLOSING) {
+    while (c->state != DSP_CONN_CLOSING && !c->submit_paused) {
         uint8_t prefix[PROTO_LEN_PREFIX];
         size_t avail = evbuffer_get_length(in);
         evbuffer_copyout(in, prefix, sizeof prefix);
@@ -388,7 +404,8 @@ static void read_cb(struct bufferevent *bev, void *arg)
          * newer worker hears "version" even if the rest of its HELLO differs. */
         if (frame && c->state == DSP_CONN_WANT_HELLO && body_len >= 3 &&
             frame[PROTO_LEN_PREFIX] == PROTO_HELLO &&
-            ((frame[PROTO_LEN_PREFIX + 1] << 8) | frame[PROTO_LEN_PREFIX + 2]) != PROTO_VERSION) {
+            (((frame[PROTO_LEN_PREFIX + 1] << 8) | frame[PROTO_LEN_PREFIX + 2]) < PROTO_VERSION_MIN ||
+             ((frame[PROTO_LEN_PREFIX + 1] << 8) | frame[PROTO_LEN_PREFIX + 2]) > PROTO_VERSION)) {
             srv->conn_stats.rejected_total++;
             dsp_conn_close(c, PROTO_ERR_VERSION, "protocol version not supported");
             return;
@@ -403,7 +420,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
             return;
         }
         srv->conn_stats.frames_in_total++;
-        bool go_on = handle_frame(c, &m);
+        bool go_on = handle_frame(c, &m, frame + PROTO_LEN_PREFIX, body_len);
         evbuffer_drain(in, proto_frame_size(&rd));
         if (!go_on)
             return;
@@ -562,7 +579,8 @@ static bool conn_stalled(dsp_conn *c, int64_t now_ms, int64_t hb)
 {
     struct evbuffer *in = bufferevent_get_input(c->bev);
     size_t pending = evbuffer_get_length(in);
-    if (pending > 0 && c->frame_started_ms > 0) {
+    /* While paused for its submissions, its input waits on us, not on the peer. */
+    if (pending > 0 && c->frame_started_ms > 0 && !c->submit_paused) {
         uint8_t prefix[PROTO_LEN_PREFIX] = {0};
         evbuffer_copyout(in, prefix, sizeof prefix);
         uint32_t announced = proto_frame_announced(prefix, pending);
@@ -592,6 +610,8 @@ void dsp_conn_tick(dsp_conn *c, int64_t now_ms)
             dsp_conn_close(c, PROTO_ERR_TIMEOUT, "no HELLO within 3 heartbeats");
         break;
     case DSP_CONN_ACTIVE:
+        if (c->submit_paused)
+            c->last_rx_ms = now_ms; /* not read by choice: silence means nothing */
         if (now_ms - c->last_rx_ms > 3 * hb) {
             c->srv->conn_stats.lost_total++;
             dsp_conn_close(c, PROTO_ERR_TIMEOUT, "silent for 3 heartbeats");

@@ -10,6 +10,7 @@
 #define TASKPUSH_DSP_CONN_H
 
 #include "dispatch.h"
+#include "proto.h"
 #include "server.h"
 
 #include <stdbool.h>
@@ -55,6 +56,13 @@ struct dsp_conn {
     int64_t frame_started_ms;  /* when the bytes now waiting in the input began, or the last
                                 * whole frame after them: a half frame must complete in time */
     int64_t out_progress_ms;   /* the output was last empty or drained by the peer then */
+    uint16_t version;          /* the protocol version of its HELLO (1 or 2) */
+    /* Submissions (conn_submit.c): queued for the database, not yet answered. */
+    uint32_t submits_pending;
+    uint64_t submit_bytes_pending;
+    uint64_t wait_reserved;    /* tasks of pending WAIT submissions */
+    uint64_t waiting;          /* inserted tasks whose OUTCOME is still to come */
+    bool submit_paused;        /* reading stopped until answers bring it under the bounds */
     dsp_conn *prev, *next;  /* the server's list */
 };
 
@@ -82,6 +90,29 @@ void dsp_conn_tick(dsp_conn *c, int64_t now_ms);
  * worker is dropped and its other deliveries are taken back uncharged. Returns true
  * when c is closing. */
 bool dsp_conn_note_timeout(dsp_conn *c);
+
+/* ---- submissions (conn_submit.c) ---- */
+
+/* What one connection may have waiting for the database: beyond either bound the
+ * dispatcher stops reading it until answers come back (docs/taskpushd.md). */
+#define DSP_SUBMIT_CONN_MAX_PENDING 16
+#define DSP_SUBMIT_CONN_MAX_BYTES ((uint64_t)32 * 1024 * 1024)
+/* Most tasks one connection may wait for (WAIT) at once; beyond, UNAVAILABLE. */
+#define DSP_SUBMIT_CONN_MAX_WAITING 100000
+
+struct proto_submit;
+/* A SUBMIT frame of c (body: the frame's body, borrowed): checks every task, answers
+ * INVALID or UNAVAILABLE at once, or hands a copy to the submit thread. */
+void dsp_conn_submit(dsp_conn *c, const struct proto_submit *s, const uint8_t *body, size_t len);
+/* c closes: its waited-for tasks are forgotten (the answers still due are dropped). */
+void dsp_conn_submit_closed(dsp_conn *c);
+/* The database's callbacks (server.c wires them). */
+void dsp_conn_on_submitted(void *arg, dsp_submit_req *req);
+void dsp_conn_on_outcome(void *arg, const dsp_submit_outcome *o);
+/* Writes a whole frame of any size (SUBMITTED, OUTCOME) to c. */
+void dsp_conn_send_frame(dsp_conn *c, const proto_msg *m);
+/* Why a task type cannot name rows of the table, or NULL (conn.c). */
+const char *dsp_conn_type_problem(const uint8_t *type, size_t len);
 
 /* Frees at once, without flushing (shutdown). */
 void dsp_conn_free(dsp_conn *c);

@@ -93,6 +93,7 @@ static void msg_free(struct msg *m)
     if (m->reply)
         dsp_claim_reply_free(m->reply);
     dsp_taskop_free(m->op);
+    dsp_dbi_submit_msg_free(m);
     free(m->text);
     free(m);
 }
@@ -141,6 +142,10 @@ static void deliver(dsp_db *db, struct msg *m)
             m->op = NULL; /* the callee owns it */
             cb->on_taskop(arg, op);
         }
+        break;
+    case MSG_SUBMITTED:
+    case MSG_OUTCOME:
+        dsp_dbi_submit_deliver(db, m);
         break;
     }
 }
@@ -493,6 +498,9 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     atomic_init(&db->write_batches, 0);
     atomic_init(&db->reconnects, 0);
     atomic_init(&db->retention_deleted, 0);
+    atomic_init(&db->submitted_rows, 0);
+    atomic_init(&db->submit_duplicates, 0);
+    atomic_init(&db->submit_batches, 0);
     atomic_init(&db->leader, false);
     atomic_init(&db->epoch, 0);
 
@@ -558,6 +566,11 @@ int dsp_db_start(dsp_db *db)
         return -1;
     }
     db->stats_thread_ok = true;
+    if (dsp_dbi_submit_start(db) < 0) {
+        log_error(db->log, "cannot start the submit thread");
+        dsp_db_stop(db, 0);
+        return -1;
+    }
     return 0;
 }
 
@@ -685,6 +698,8 @@ void dsp_db_stop(dsp_db *db, int64_t deadline_ms)
     pthread_cond_broadcast(&db->write_cv);
     pthread_cond_broadcast(&db->stats_cv);
     pthread_mutex_unlock(&db->mu);
+    /* No insert after this; what is queued is answered UNAVAILABLE. */
+    dsp_dbi_submit_stop(db);
 
     /* Everything queued is written (or the deadline passed) before the lock goes. */
     if (db->write_thread_ok)
@@ -732,6 +747,7 @@ void dsp_db_free(dsp_db *db)
         free(r);
     }
     free(db->tstats);
+    dsp_dbi_submit_free(db);
     for (m = db->mhead; m; m = next) {
         next = m->next;
         msg_free(m);

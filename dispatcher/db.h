@@ -142,6 +142,53 @@ typedef struct dsp_taskop {
     json_t *answer;      /* SHOW: the row as an object; FAILED: an array of rows */
 } dsp_taskop;
 
+/* ---- submissions through the dispatcher (SUBMIT frames; db_submit.c) ---- */
+
+/* One task of a submission. The byte fields point into the request's body. */
+typedef struct dsp_submit_item {
+    uint8_t priority;
+    uint16_t max_attempts; /* 0: the column's default */
+    uint32_t delay_ms;
+    uint32_t timeout_ms;   /* 0: NULL; at most INT32_MAX (checked by the loop) */
+    const uint8_t *type;
+    size_t type_len;
+    const uint8_t *key;    /* dedup_key; key_len 0: none */
+    size_t key_len;
+    const uint8_t *payload;
+    size_t payload_len;
+    /* The answer. */
+    uint8_t result;        /* 0 inserted, 1 duplicate (proto.h's enum proto_submit_result) */
+    uint64_t task_id;      /* the new row, or the existing row of a duplicate (0: unknown) */
+} dsp_submit_item;
+
+/* One SUBMIT frame, owned by the database side from dsp_db_submit until on_submitted. */
+typedef struct dsp_submit_req {
+    struct dsp_submit_req *next; /* the submit queue */
+    uint64_t conn_id;      /* the connection to answer (it may be gone by then) */
+    uint32_t request_id;
+    bool wait;             /* remember the inserted tasks and report their outcome */
+    size_t nitems;
+    dsp_submit_item *items;
+    uint8_t *body;         /* the frame's body, which the items point into */
+    size_t body_len;
+    /* The answer. */
+    uint16_t status;       /* proto.h's enum proto_submit_status */
+    char message[200];     /* why, when status is not OK */
+} dsp_submit_req;
+
+/* The final state of a task a submitter waits for (OUTCOME), written by the write thread. */
+typedef struct dsp_submit_outcome {
+    uint64_t conn_id;
+    uint32_t request_id;
+    uint64_t task_id;
+    uint8_t state;         /* 2 SUCCESSFUL, 3 FAILED */
+    size_t len;
+    uint8_t *data;         /* the result or err_msg as written; owned by the message */
+} dsp_submit_outcome;
+
+/* Frees req, its body and items (NULL is fine). */
+void dsp_submit_req_free(dsp_submit_req *req);
+
 typedef struct dsp_db_callbacks {
     /* Leadership taken: epoch is new and larger than every earlier one, and no
      * row of an older epoch is PROCESSING any more. Claims may start. */
@@ -161,6 +208,11 @@ typedef struct dsp_db_callbacks {
     void (*on_fatal)(void *arg, const char *message);
     /* The answer to dsp_db_taskop; the callee owns op (dsp_taskop_free). */
     void (*on_taskop)(void *arg, struct dsp_taskop *op);
+    /* The answer to dsp_db_submit, after COMMIT (or a failure: status says); the callee
+     * owns req (dsp_submit_req_free). */
+    void (*on_submitted)(void *arg, dsp_submit_req *req);
+    /* A waited-for task reached its final state (its row is written); o is borrowed. */
+    void (*on_outcome)(void *arg, const dsp_submit_outcome *o);
 } dsp_db_callbacks;
 
 typedef struct dsp_db_options {
@@ -237,6 +289,15 @@ void dsp_taskop_free(dsp_taskop *op);
  * its length, or 0 when it does not fit in cap. taskpushd --migrate takes the same lock. */
 #define DSP_DB_LOCK_NAME_MAX 64
 size_t dsp_db_lock_name(const char *dbname, char *out, size_t cap);
+
+/* Queues a submission for the submit thread, which inserts it with others in one
+ * transaction (INSERT IGNORE ... RETURNING on a connection of its own) and answers
+ * through on_submitted; it takes ownership of req. Returns 0, or -1 (no database side,
+ * or stopping: req stays the caller's). */
+int dsp_db_submit(dsp_db *db, dsp_submit_req *req) __attribute__((warn_unused_result));
+
+/* Forgets the waited-for tasks of a connection that closed (thread-safe; db may be NULL). */
+void dsp_db_submit_forget(dsp_db *db, uint64_t conn_id);
 
 /* Frees a reply and whatever payloads were not stolen. */
 void dsp_claim_reply_free(dsp_claim_reply *reply);

@@ -78,7 +78,9 @@ enum msg_kind {
     MSG_HEALTH,
     MSG_FATAL,
     MSG_REQUEUED,
-    MSG_TASKOP
+    MSG_TASKOP,
+    MSG_SUBMITTED,
+    MSG_OUTCOME
 };
 
 /* A message from a database thread to the loop. */
@@ -93,6 +95,8 @@ struct msg {
     uint64_t request_id; /* MSG_REQUEUED */
     int64_t rows;        /* MSG_REQUEUED: rows moved, or -1 */
     dsp_taskop *op;      /* MSG_TASKOP: the request with its answer */
+    dsp_submit_req *sreq;         /* MSG_SUBMITTED: the request with its answer */
+    dsp_submit_outcome *outcome;  /* MSG_OUTCOME */
 };
 
 /* A queued dsp_db_taskop. */
@@ -179,7 +183,9 @@ struct dsp_db {
     _Atomic uint32_t loop_epoch;
 
     _Atomic uint64_t statements, claims, claimed_rows, claim_us_total, write_batches,
-        reconnects, retention_deleted;
+        reconnects, retention_deleted, submitted_rows, submit_duplicates, submit_batches;
+
+    struct dsp_submitter *sub; /* the submit thread and the waited-for tasks (db_submit.c) */
     _Atomic bool leader;
     _Atomic uint32_t epoch;
 };
@@ -238,5 +244,22 @@ void dsp_dbi_taskop_fail(dsp_db *db, struct taskop_req *r); /* db_maint.c */
 void *dsp_dbi_claim_main(void *arg); /* db_claim.c */
 void *dsp_dbi_write_main(void *arg); /* db_write.c */
 void *dsp_dbi_stats_main(void *arg); /* db_maint.c */
+
+/* ---- db_submit.c ---- */
+
+/* Creates and starts the submit thread (db->sub); 0 or -1. */
+int dsp_dbi_submit_start(dsp_db *db);
+/* Stops it: what is queued is answered UNAVAILABLE; joins the thread. */
+void dsp_dbi_submit_stop(dsp_db *db);
+/* Frees db->sub (after stop). */
+void dsp_dbi_submit_free(dsp_db *db);
+/* Runs the callback of a MSG_SUBMITTED or MSG_OUTCOME on the loop thread. */
+void dsp_dbi_submit_deliver(dsp_db *db, struct msg *m);
+/* Frees what a MSG_SUBMITTED or MSG_OUTCOME still owns. */
+void dsp_dbi_submit_msg_free(struct msg *m);
+/* The write thread's hook: batch[i] was written as final (SUCCEEDED or FAILED) where
+ * written[i] is set; a waited-for task gets an OUTCOME message, which takes its data
+ * (set to NULL in the batch). */
+void dsp_dbi_submit_notify(dsp_db *db, struct wentry *batch, const uint8_t *written, size_t n);
 
 #endif

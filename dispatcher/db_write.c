@@ -29,6 +29,7 @@ struct write_ctx {
     uint8_t *done;
     uint8_t *isolate; /* write this outcome in a statement of its own */
     uint8_t *defer;   /* its row is locked by another transaction: queue it again */
+    uint8_t *final;   /* written as SUCCESSFUL or FAILED for sure: a submitter may wait for it */
     uint8_t *ours, *busy; /* scratch of write_skip_locked, per row of a statement */
     dsp_db_sql_row *sub;  /* scratch of write_skip_locked: the rows it writes */
     dsp_db_sql_row *rows;
@@ -203,6 +204,7 @@ static int write_skip_locked(struct write_ctx *w, int kind, size_t s, size_t e,
     for (k = 0; k < n; k++) {
         size_t i = w->idx[s + k];
         w->done[i] = 1;
+        w->final[i] = w->ours[k];
         if (w->busy[k]) {
             w->defer[i] = 1;
             rep->deferred++;
@@ -296,6 +298,7 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
                     rep->fenced += affected < cnt ? cnt - affected : 0;
                 for (i = s; i < e; i++) {
                     w->done[w->idx[i]] = 1;
+                    w->final[w->idx[i]] = affected == cnt; /* else some were fenced: which, unknown */
                     if (kind == DSP_WRITE_RETRY && w->rows[i].run_after_ms < *retry_min)
                         *retry_min = w->rows[i].run_after_ms;
                 }
@@ -376,6 +379,7 @@ static void write_batch(struct write_ctx *w)
     memset(w->done, 0, w->n);
     memset(w->isolate, 0, w->n);
     memset(w->defer, 0, w->n);
+    memset(w->final, 0, w->n);
     write_prepare(w, &left);
     while (left > 0) {
         if (w->c.m == NULL) {
@@ -398,6 +402,7 @@ static void write_batch(struct write_ctx *w)
         }
     }
     w->dropped += left;
+    dsp_dbi_submit_notify(db, w->batch, w->final, w->n); /* OUTCOMEs of waited-for tasks */
     atomic_fetch_add_explicit(&db->write_batches, 1, memory_order_relaxed);
     m = dsp_dbi_msg_new(MSG_WRITTEN);
     pthread_mutex_lock(&db->mu);
@@ -446,6 +451,7 @@ void *dsp_dbi_write_main(void *arg)
     w.done = calloc(cap, 1);
     w.isolate = calloc(cap, 1);
     w.defer = calloc(cap, 1);
+    w.final = calloc(cap, 1);
     w.ours = calloc(cap, 1);
     w.busy = calloc(cap, 1);
     w.sub = calloc(cap, sizeof *w.sub);
@@ -453,7 +459,7 @@ void *dsp_dbi_write_main(void *arg)
     w.idx = calloc(cap, sizeof *w.idx);
     w.refs = calloc(cap, sizeof *w.refs);
     mysql_thread_init();
-    if (!w.batch || !w.done || !w.isolate || !w.defer || !w.ours || !w.busy || !w.sub ||
+    if (!w.batch || !w.done || !w.isolate || !w.defer || !w.final || !w.ours || !w.busy || !w.sub ||
         !w.rows || !w.idx || !w.refs) {
         log_error(db->log, "write thread: out of memory; outcomes will not be written");
         cap = 0;
@@ -523,6 +529,7 @@ void *dsp_dbi_write_main(void *arg)
     free(w.done);
     free(w.isolate);
     free(w.defer);
+    free(w.final);
     free(w.ours);
     free(w.busy);
     free(w.sub);

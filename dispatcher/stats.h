@@ -54,7 +54,13 @@
     X(claim_us_total, "claim_us_total", "db_claim_seconds_total", 1000000,                    \
       "claim transaction time summed")                                                        \
     X(write_batches, "write_batches_total", "db_write_batches_total", 1, "outcome batches written") \
-    X(reconnects, "reconnects_total", "db_reconnects_total", 1, "database reconnections")
+    X(reconnects, "reconnects_total", "db_reconnects_total", 1, "database reconnections")      \
+    X(submitted_rows, "submitted_rows_total", "db_submitted_rows_total", 1,                   \
+      "rows inserted by SUBMIT frames")                                                       \
+    X(submit_duplicates, "submit_duplicates_total", "db_submit_duplicates_total", 1,          \
+      "submitted tasks answered as duplicates (dedup_key present)")                           \
+    X(submit_batches, "submit_batches_total", "db_submit_batches_total", 1,                   \
+      "submission transactions committed")
 
 #define DSP_STATS_FIELD(name, help) uint64_t name;
 

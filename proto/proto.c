@@ -51,7 +51,23 @@
 #define CANCEL_BODY DLV_FIXED
 #define BARE_BODY 1 /* HEARTBEAT, STOP: the type byte alone */
 
+#define SUBMIT_OFF_REQUEST 1
+#define SUBMIT_OFF_FLAGS 5
+#define SUBMIT_OFF_NTASKS 6
+#define SUBMIT_FIXED 8 /* type, u32 request_id, u8 flags, u16 ntasks; then the entries */
+
+#define SUBMITTED_OFF_REQUEST 1
+#define SUBMITTED_OFF_STATUS 5
+#define SUBMITTED_OFF_N 7
+#define SUBMITTED_FIXED 9 /* type, u32 request_id, u16 status, u16 n; results; message */
+
+#define OUTCOME_OFF_REQUEST 1
+#define OUTCOME_OFF_TASK_ID 5
+#define OUTCOME_OFF_STATE 13
+#define OUTCOME_FIXED 14 /* type, u32 request_id, u64 task_id, u8 state; the data is the rest */
+
 #define STR_HEAD 2 /* the u16 length before a bounded string */
+#define BLOB_HEAD 4 /* the u32 length before a payload */
 
 /* ---- big-endian loads and stores ---- */
 
@@ -141,6 +157,15 @@ done:
     return rc;
 }
 
+/* A worker registers 1 .. 64 types with capacity >= 1; from version 2 on, a producer
+ * registers none with capacity 0. */
+static int hello_counts_ok(const proto_hello *h)
+{
+    if (h->ntypes == 0)
+        return h->version >= 2 && h->capacity == 0;
+    return h->capacity > 0;
+}
+
 static int decode_hello(const uint8_t *b, size_t n, proto_hello *h)
 {
     int rc = PROTO_BAD;
@@ -150,8 +175,6 @@ static int decode_hello(const uint8_t *b, size_t n, proto_hello *h)
         goto done;
     h->version = load16(b + HELLO_OFF_VERSION);
     h->capacity = load32(b + HELLO_OFF_CAPACITY);
-    if (h->capacity == 0)
-        goto done;
     if (take_str(b, n, &off, PROTO_MAX_NAME_LEN, &h->name) != PROTO_OK ||
         take_str(b, n, &off, PROTO_MAX_TOKEN_LEN, &h->token) != PROTO_OK)
         goto done;
@@ -159,7 +182,7 @@ static int decode_hello(const uint8_t *b, size_t n, proto_hello *h)
         goto done;
     h->ntypes = load16(b + off);
     off += 2;
-    if (h->ntypes == 0 || h->ntypes > PROTO_MAX_TYPES)
+    if (h->ntypes > PROTO_MAX_TYPES || !hello_counts_ok(h))
         goto done;
     for (uint16_t i = 0; i < h->ntypes; i++) {
         if (take_str(b, n, &off, PROTO_MAX_TYPE_LEN, &h->types[i]) != PROTO_OK ||
@@ -274,6 +297,128 @@ done:
     return rc;
 }
 
+/* take_entry reads one SUBMIT task at *off of b[0..n) and advances *off. */
+static int take_entry(const uint8_t *b, size_t n, size_t *off, proto_submit_task *t)
+{
+    int rc = PROTO_BAD;
+    size_t o = *off;
+    uint32_t plen;
+
+    if (n - o < 11)
+        goto done;
+    t->priority = b[o];
+    t->max_attempts = load16(b + o + 1);
+    t->delay_ms = load32(b + o + 3);
+    t->timeout_ms = load32(b + o + 7);
+    o += 11;
+    if (t->priority > TASK_PRIORITY_MAX || t->max_attempts > PROTO_MAX_ATTEMPTS)
+        goto done;
+    if (take_str(b, n, &o, PROTO_MAX_TYPE_LEN, &t->type) != PROTO_OK || t->type.len == 0 ||
+        take_str(b, n, &o, PROTO_MAX_DEDUP_KEY_LEN, &t->dedup_key) != PROTO_OK || n - o < BLOB_HEAD)
+        goto done;
+    plen = load32(b + o);
+    o += BLOB_HEAD;
+    if (plen > PROTO_MAX_PAYLOAD_LEN || n - o < plen)
+        goto done;
+    t->payload.ptr = b + o;
+    t->payload.len = plen;
+    *off = o + plen;
+    rc = PROTO_OK;
+done:
+    return rc;
+}
+
+int proto_submit_next(proto_bytes *cursor, proto_submit_task *out)
+{
+    size_t off = 0;
+
+    if (cursor == NULL || cursor->ptr == NULL || out == NULL ||
+        take_entry(cursor->ptr, cursor->len, &off, out) != PROTO_OK)
+        return PROTO_BAD;
+    cursor->ptr += off;
+    cursor->len -= off;
+    return PROTO_OK;
+}
+
+static int decode_submit(const uint8_t *b, size_t n, proto_submit *s)
+{
+    int rc = PROTO_BAD;
+    size_t off = SUBMIT_FIXED;
+    proto_submit_task t;
+
+    if (n < SUBMIT_FIXED)
+        goto done;
+    s->request_id = load32(b + SUBMIT_OFF_REQUEST);
+    s->flags = b[SUBMIT_OFF_FLAGS];
+    s->ntasks = load16(b + SUBMIT_OFF_NTASKS);
+    if ((s->flags & ~PROTO_SUBMIT_WAIT) != 0 || s->ntasks == 0 || s->ntasks > PROTO_MAX_SUBMIT_TASKS)
+        goto done;
+    for (uint16_t i = 0; i < s->ntasks; i++)
+        if (take_entry(b, n, &off, &t) != PROTO_OK)
+            goto done;
+    if (off != n)
+        goto done;
+    s->tasks = NULL;
+    s->entries.ptr = b + SUBMIT_FIXED;
+    s->entries.len = n - SUBMIT_FIXED;
+    rc = PROTO_OK;
+done:
+    return rc;
+}
+
+void proto_submitted_result(const proto_submitted *s, uint16_t i, proto_submit_res *out)
+{
+    const uint8_t *p = s->entries.ptr + (size_t)i * PROTO_SUBMITTED_ENTRY;
+
+    out->result = p[0];
+    out->task_id = load64(p + 1);
+}
+
+static int decode_submitted(const uint8_t *b, size_t n, proto_submitted *s)
+{
+    int rc = PROTO_BAD;
+    size_t rlen;
+
+    if (n < SUBMITTED_FIXED)
+        goto done;
+    s->request_id = load32(b + SUBMITTED_OFF_REQUEST);
+    s->status = load16(b + SUBMITTED_OFF_STATUS);
+    s->n = load16(b + SUBMITTED_OFF_N);
+    rlen = (size_t)s->n * PROTO_SUBMITTED_ENTRY;
+    if (s->status > PROTO_SUBMIT_STATUS_MAX || s->n > PROTO_MAX_SUBMIT_TASKS ||
+        (s->status != PROTO_SUBMIT_OK && s->n != 0) || (s->status == PROTO_SUBMIT_OK && s->n == 0) ||
+        n - SUBMITTED_FIXED < rlen)
+        goto done;
+    for (size_t i = 0; i < s->n; i++)
+        if (b[SUBMITTED_FIXED + i * PROTO_SUBMITTED_ENTRY] > PROTO_SUBMIT_DUPLICATE)
+            goto done;
+    s->results = NULL;
+    s->entries.ptr = b + SUBMITTED_FIXED;
+    s->entries.len = rlen;
+    s->message.ptr = b + SUBMITTED_FIXED + rlen;
+    s->message.len = n - SUBMITTED_FIXED - rlen;
+    rc = PROTO_OK;
+done:
+    return rc;
+}
+
+static int decode_outcome(const uint8_t *b, size_t n, proto_outcome_msg *o)
+{
+    int rc = PROTO_BAD;
+
+    if (n < OUTCOME_FIXED || (b[OUTCOME_OFF_STATE] != PROTO_STATE_SUCCESSFUL &&
+                              b[OUTCOME_OFF_STATE] != PROTO_STATE_FAILED))
+        goto done;
+    o->request_id = load32(b + OUTCOME_OFF_REQUEST);
+    o->task_id = load64(b + OUTCOME_OFF_TASK_ID);
+    o->state = b[OUTCOME_OFF_STATE];
+    o->data.ptr = b + OUTCOME_FIXED;
+    o->data.len = n - OUTCOME_FIXED;
+    rc = PROTO_OK;
+done:
+    return rc;
+}
+
 int proto_msg_decode(const uint8_t *body, size_t body_len, proto_msg *out)
 {
     int rc = PROTO_BAD;
@@ -307,6 +452,15 @@ int proto_msg_decode(const uint8_t *body, size_t body_len, proto_msg *out)
     case PROTO_ERROR:
         rc = decode_error(body, body_len, &out->u.error);
         break;
+    case PROTO_SUBMIT:
+        rc = decode_submit(body, body_len, &out->u.submit);
+        break;
+    case PROTO_SUBMITTED:
+        rc = decode_submitted(body, body_len, &out->u.submitted);
+        break;
+    case PROTO_OUTCOME:
+        rc = decode_outcome(body, body_len, &out->u.outcome);
+        break;
     default:
         break;
     }
@@ -328,7 +482,7 @@ static size_t hello_head(const proto_hello *h)
     size_t n = 0;
     size_t size;
 
-    if (h->capacity == 0 || h->ntypes == 0 || h->ntypes > PROTO_MAX_TYPES ||
+    if (h->ntypes > PROTO_MAX_TYPES || !hello_counts_ok(h) ||
         !bytes_ok(h->name, 0, PROTO_MAX_NAME_LEN) || !bytes_ok(h->token, 0, PROTO_MAX_TOKEN_LEN))
         goto done;
     size = HELLO_FIXED + h->name.len + STR_HEAD + h->token.len + 2;
@@ -340,6 +494,64 @@ static size_t hello_head(const proto_hello *h)
     n = size;
 done:
     return n;
+}
+
+/* raw_entries_ok: e holds exactly n valid SUBMIT entries (a decoded SUBMIT). */
+static int raw_entries_ok(proto_bytes e, uint16_t n)
+{
+    size_t off = 0;
+    proto_submit_task t;
+
+    if (e.ptr == NULL)
+        return 0;
+    for (uint16_t i = 0; i < n; i++)
+        if (take_entry(e.ptr, e.len, &off, &t) != PROTO_OK)
+            return 0;
+    return off == e.len;
+}
+
+/* submit_head returns the body size of s, or 0 when the decoder would refuse it.
+ * Without `tasks`, the `entries` of a decoded SUBMIT are written back as they are. */
+static size_t submit_head(const proto_submit *s)
+{
+    size_t size = SUBMIT_FIXED;
+
+    if ((s->flags & ~PROTO_SUBMIT_WAIT) != 0 || s->ntasks == 0 || s->ntasks > PROTO_MAX_SUBMIT_TASKS)
+        return 0;
+    if (s->tasks == NULL)
+        return raw_entries_ok(s->entries, s->ntasks) ? size + s->entries.len : 0;
+    for (uint16_t i = 0; i < s->ntasks; i++) {
+        const proto_submit_task *t = &s->tasks[i];
+        if (t->priority > TASK_PRIORITY_MAX || t->max_attempts > PROTO_MAX_ATTEMPTS ||
+            !bytes_ok(t->type, 1, PROTO_MAX_TYPE_LEN) ||
+            !bytes_ok(t->dedup_key, 0, PROTO_MAX_DEDUP_KEY_LEN) ||
+            !bytes_ok(t->payload, 0, PROTO_MAX_PAYLOAD_LEN))
+            return 0;
+        size += PROTO_SUBMIT_ENTRY_FIXED + t->type.len + t->dedup_key.len + t->payload.len;
+    }
+    return size; /* at most 1000 * (19 + 256 + 191 + 2^24): no overflow of a 64-bit size_t */
+}
+
+/* submitted_head: the same for SUBMITTED, without its message. Without `results`, the
+ * `entries` of a decoded SUBMITTED are written back as they are. */
+static size_t submitted_head(const proto_submitted *s)
+{
+    size_t rlen = (size_t)s->n * PROTO_SUBMITTED_ENTRY;
+
+    if (s->status > PROTO_SUBMIT_STATUS_MAX || s->n > PROTO_MAX_SUBMIT_TASKS ||
+        (s->status != PROTO_SUBMIT_OK && s->n != 0) || (s->status == PROTO_SUBMIT_OK && s->n == 0))
+        return 0;
+    if (s->results == NULL && s->n > 0) {
+        if (s->entries.ptr == NULL || s->entries.len != rlen)
+            return 0;
+        for (size_t i = 0; i < rlen; i += PROTO_SUBMITTED_ENTRY)
+            if (s->entries.ptr[i] > PROTO_SUBMIT_DUPLICATE)
+                return 0;
+    }
+    for (uint16_t i = 0; s->results != NULL && i < s->n; i++)
+        if (s->results[i].result > PROTO_SUBMIT_DUPLICATE)
+            return 0;
+    return SUBMITTED_FIXED + rlen;
 }
 
 /* msg_layout sizes m: *head gets the body bytes before the trailing opaque
@@ -390,10 +602,27 @@ static int msg_layout(const proto_msg *m, size_t *head, proto_bytes *tail)
         h = ERROR_FIXED;
         t = m->u.error.message;
         break;
+    case PROTO_SUBMIT:
+        h = submit_head(&m->u.submit);
+        if (h == 0)
+            goto done;
+        break;
+    case PROTO_SUBMITTED:
+        h = submitted_head(&m->u.submitted);
+        if (h == 0)
+            goto done;
+        t = m->u.submitted.message;
+        break;
+    case PROTO_OUTCOME:
+        if (m->u.outcome.state != PROTO_STATE_SUCCESSFUL && m->u.outcome.state != PROTO_STATE_FAILED)
+            goto done;
+        h = OUTCOME_FIXED;
+        t = m->u.outcome.data;
+        break;
     default:
         goto done;
     }
-    if (!bytes_ok(t, 0, (size_t)UINT32_MAX - h) || h + t.len > SIZE_MAX - PROTO_LEN_PREFIX)
+    if (h > (size_t)UINT32_MAX || !bytes_ok(t, 0, (size_t)UINT32_MAX - h) || h + t.len > SIZE_MAX - PROTO_LEN_PREFIX)
         goto done;
     *head = h;
     *tail = t;
@@ -408,6 +637,23 @@ static uint8_t *put_str(uint8_t *p, proto_bytes b)
     store16(p, (uint16_t)b.len);
     copy_bytes(p + STR_HEAD, b);
     return p + STR_HEAD + b.len;
+}
+
+/* write_submit writes the entries of a SUBMIT at p. */
+static void write_submit(uint8_t *p, const proto_submit *s)
+{
+    for (uint16_t i = 0; i < s->ntasks; i++) {
+        const proto_submit_task *t = &s->tasks[i];
+        p[0] = t->priority;
+        store16(p + 1, t->max_attempts);
+        store32(p + 3, t->delay_ms);
+        store32(p + 7, t->timeout_ms);
+        p = put_str(p + 11, t->type);
+        p = put_str(p, t->dedup_key);
+        store32(p, (uint32_t)t->payload.len);
+        copy_bytes(p + BLOB_HEAD, t->payload);
+        p += BLOB_HEAD + t->payload.len;
+    }
 }
 
 /* write_head writes the prefix (announcing body_len) and the head of m, which
@@ -469,6 +715,34 @@ static void write_head(const proto_msg *m, uint8_t *out, size_t body_len)
     case PROTO_ERROR:
         store16(b + ERROR_OFF_CODE, m->u.error.code);
         break;
+    case PROTO_SUBMIT:
+        store32(b + SUBMIT_OFF_REQUEST, m->u.submit.request_id);
+        b[SUBMIT_OFF_FLAGS] = m->u.submit.flags;
+        store16(b + SUBMIT_OFF_NTASKS, m->u.submit.ntasks);
+        if (m->u.submit.tasks != NULL)
+            write_submit(b + SUBMIT_FIXED, &m->u.submit);
+        else
+            copy_bytes(b + SUBMIT_FIXED, m->u.submit.entries);
+        break;
+    case PROTO_SUBMITTED: {
+        const proto_submitted *s = &m->u.submitted;
+        store32(b + SUBMITTED_OFF_REQUEST, s->request_id);
+        store16(b + SUBMITTED_OFF_STATUS, s->status);
+        store16(b + SUBMITTED_OFF_N, s->n);
+        if (s->results == NULL)
+            copy_bytes(b + SUBMITTED_FIXED, s->entries);
+        for (uint16_t i = 0; s->results != NULL && i < s->n; i++) {
+            uint8_t *p = b + SUBMITTED_FIXED + (size_t)i * PROTO_SUBMITTED_ENTRY;
+            p[0] = s->results[i].result;
+            store64(p + 1, s->results[i].task_id);
+        }
+        break;
+    }
+    case PROTO_OUTCOME:
+        store32(b + OUTCOME_OFF_REQUEST, m->u.outcome.request_id);
+        store64(b + OUTCOME_OFF_TASK_ID, m->u.outcome.task_id);
+        b[OUTCOME_OFF_STATE] = m->u.outcome.state;
+        break;
     default: /* HEARTBEAT, STOP: the type byte alone */
         break;
     }
@@ -518,6 +792,7 @@ static const char *const type_names[] = {
     [PROTO_HELLO] = "HELLO", [PROTO_WELCOME] = "WELCOME", [PROTO_HEARTBEAT] = "HEARTBEAT",
     [PROTO_ERROR] = "ERROR", [PROTO_STOP] = "STOP",       [PROTO_TASK] = "TASK",
     [PROTO_DONE] = "DONE",   [PROTO_EXTEND] = "EXTEND",   [PROTO_CANCEL] = "CANCEL",
+    [PROTO_SUBMIT] = "SUBMIT", [PROTO_SUBMITTED] = "SUBMITTED", [PROTO_OUTCOME] = "OUTCOME",
 };
 
 /* Indexed by status - PROTO_BAD, the lowest status. */

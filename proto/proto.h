@@ -11,8 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bump when a frame's layout changes; peers exchange it in HELLO / WELCOME. */
-#define PROTO_VERSION 1
+/* Bump when a frame's layout changes; peers exchange it in HELLO / WELCOME.
+ * Version 2 adds SUBMIT, SUBMITTED and OUTCOME and producer-only HELLOs (no type,
+ * capacity 0); a dispatcher still accepts a version-1 HELLO and answers it as
+ * version 1 (PROTOCOL.md, section 8). */
+#define PROTO_VERSION 2
+#define PROTO_VERSION_MIN 1 /* the oldest version a dispatcher still serves */
 
 /* Every frame is a 4-byte big-endian body length, then the body. */
 #define PROTO_LEN_PREFIX 4
@@ -28,6 +32,10 @@
 #define PROTO_MAX_TYPES 64       /* task types one worker may register */
 #define PROTO_MAX_NAME_LEN 256   /* worker name, server name */
 #define PROTO_MAX_TOKEN_LEN 1024 /* shared secret */
+#define PROTO_MAX_SUBMIT_TASKS 1000     /* entries of one SUBMIT */
+#define PROTO_MAX_DEDUP_KEY_LEN 191     /* bytes of a dedup_key (VARBINARY(191)) */
+#define PROTO_MAX_PAYLOAD_LEN 16777215u /* a MEDIUMBLOB */
+#define PROTO_MAX_ATTEMPTS 1000         /* the table's max_attempts bound */
 
 /* Results of the decoding functions. Negative values are errors. */
 enum proto_status {
@@ -48,7 +56,31 @@ enum proto_type {
     PROTO_DONE = 0x11,      /* worker -> dispatcher: outcome of a delivery */
     PROTO_EXTEND = 0x12,    /* worker -> dispatcher: extend a delivery's lease */
     PROTO_CANCEL = 0x13,    /* dispatcher -> worker: abandon a delivery */
+    PROTO_SUBMIT = 0x20,    /* client -> dispatcher (version 2): insert tasks */
+    PROTO_SUBMITTED = 0x21, /* dispatcher -> client: answer to SUBMIT, after COMMIT */
+    PROTO_OUTCOME = 0x22,   /* dispatcher -> client: final state of a waited-for task */
 };
+
+/* SUBMIT flags. */
+#define PROTO_SUBMIT_WAIT 0x01 /* send an OUTCOME per inserted task when it ends */
+
+/* SUBMITTED status. */
+enum proto_submit_status {
+    PROTO_SUBMIT_OK = 0,          /* every row committed, or a duplicate */
+    PROTO_SUBMIT_INVALID = 1,     /* nothing inserted; the message says why */
+    PROTO_SUBMIT_UNAVAILABLE = 2, /* nothing committed (database, not leading); resend */
+};
+#define PROTO_SUBMIT_STATUS_MAX PROTO_SUBMIT_UNAVAILABLE
+
+/* Per-task result in SUBMITTED. */
+enum proto_submit_result {
+    PROTO_SUBMIT_INSERTED = 0,
+    PROTO_SUBMIT_DUPLICATE = 1, /* its dedup_key was present: task_id is that row's, or 0 */
+};
+
+/* OUTCOME state: the task_state values of a finished row. */
+#define PROTO_STATE_SUCCESSFUL 2
+#define PROTO_STATE_FAILED 3
 
 /* Outcome carried by DONE. */
 enum proto_outcome {
@@ -77,10 +109,10 @@ typedef struct proto_bytes {
 
 typedef struct proto_hello {
     uint16_t version;
-    uint32_t capacity; /* most deliveries the worker holds at once, >= 1 */
+    uint32_t capacity; /* most deliveries the worker holds at once, >= 1; 0 for a producer */
     proto_bytes name;
     proto_bytes token; /* empty when none */
-    uint16_t ntypes;   /* 1 .. PROTO_MAX_TYPES */
+    uint16_t ntypes;   /* 1 .. PROTO_MAX_TYPES; 0 (version >= 2, capacity 0): a producer */
     proto_bytes types[PROTO_MAX_TYPES];
 } proto_hello;
 
@@ -130,6 +162,52 @@ typedef struct proto_cancel {
     uint32_t attempt;
 } proto_cancel;
 
+/* One task of a SUBMIT. */
+typedef struct proto_submit_task {
+    uint8_t priority;      /* 0 .. 2 */
+    uint16_t max_attempts; /* 0 (the table's default) .. PROTO_MAX_ATTEMPTS */
+    uint32_t delay_ms;     /* run_after = the dispatcher's clock + delay_ms */
+    uint32_t timeout_ms;   /* 0: NULL (the dispatcher's default) */
+    proto_bytes type;      /* 1 .. PROTO_MAX_TYPE_LEN bytes */
+    proto_bytes dedup_key; /* 0 .. PROTO_MAX_DEDUP_KEY_LEN bytes; empty: none */
+    proto_bytes payload;   /* 0 .. PROTO_MAX_PAYLOAD_LEN bytes */
+} proto_submit_task;
+
+/* SUBMIT. Decoding checks every entry and sets `entries` to their bytes (read them
+ * with proto_submit_next) and `tasks` to NULL; encoding reads `tasks` (ntasks of
+ * them) and ignores `entries`. */
+typedef struct proto_submit {
+    uint32_t request_id;
+    uint8_t flags;   /* PROTO_SUBMIT_WAIT; other bits are BAD */
+    uint16_t ntasks; /* 1 .. PROTO_MAX_SUBMIT_TASKS */
+    const proto_submit_task *tasks;
+    proto_bytes entries;
+} proto_submit;
+
+/* One result of a SUBMITTED. */
+typedef struct proto_submit_res {
+    uint8_t result;   /* enum proto_submit_result */
+    uint64_t task_id;
+} proto_submit_res;
+
+/* SUBMITTED. As SUBMIT: decoding fills `entries` (n * 9 bytes, read them with
+ * proto_submitted_result), encoding reads `results`. */
+typedef struct proto_submitted {
+    uint32_t request_id;
+    uint16_t status; /* enum proto_submit_status */
+    uint16_t n;      /* ntasks when status is OK, else 0 */
+    const proto_submit_res *results;
+    proto_bytes entries;
+    proto_bytes message; /* the rest of the frame */
+} proto_submitted;
+
+typedef struct proto_outcome_msg {
+    uint32_t request_id;
+    uint64_t task_id;
+    uint8_t state;    /* PROTO_STATE_SUCCESSFUL or PROTO_STATE_FAILED */
+    proto_bytes data; /* result or err_msg: the rest of the frame */
+} proto_outcome_msg;
+
 typedef struct proto_msg {
     uint8_t type; /* enum proto_type */
     union {
@@ -140,6 +218,9 @@ typedef struct proto_msg {
         proto_done done;
         proto_extend extend;
         proto_cancel cancel;
+        proto_submit submit;
+        proto_submitted submitted;
+        proto_outcome_msg outcome;
     } u;
 } proto_msg;
 
@@ -167,13 +248,26 @@ size_t proto_msg_size(const proto_msg *m);
 size_t proto_msg_encode(const proto_msg *m, uint8_t *out, size_t cap);
 
 /* proto_msg_encode_head writes everything but m's trailing opaque field (the
- * payload of TASK, the data of DONE, the message of ERROR; other types have
- * none), with a length prefix that counts that field. The caller appends the
+ * payload of TASK, the data of DONE and OUTCOME, the message of ERROR and
+ * SUBMITTED; other types have none, and a SUBMIT is all head), with a length prefix that counts that field. The caller appends the
  * field itself, e.g. with evbuffer_add, so that large payloads are not copied
  * twice. Returns the bytes written, or 0 as proto_msg_encode. */
 size_t proto_msg_encode_head(const proto_msg *m, uint8_t *out, size_t cap);
 
-/* Largest head any frame can have (HELLO with every bound at its maximum). */
+/* proto_submit_next reads the next task of a decoded SUBMIT from *cursor (start with
+ * msg.u.submit.entries) and advances it. Returns PROTO_OK, or PROTO_BAD when nothing
+ * valid is left (never for the ntasks entries of a frame proto_msg_decode accepted). */
+int proto_submit_next(proto_bytes *cursor, proto_submit_task *out);
+
+/* proto_submitted_result reads result i (< s->n) of a decoded SUBMITTED. */
+void proto_submitted_result(const proto_submitted *s, uint16_t i, proto_submit_res *out);
+
+/* Bytes of a SUBMITTED result entry, and of a SUBMIT task entry without its strings. */
+#define PROTO_SUBMITTED_ENTRY 9
+#define PROTO_SUBMIT_ENTRY_FIXED 19
+
+/* Largest head any frame can have (HELLO with every bound at its maximum); a SUBMIT,
+ * which is all head, aside: size it with proto_msg_size. */
 #define PROTO_MAX_HEAD (1 + 2 + 4 + 2 + PROTO_MAX_NAME_LEN + 2 + PROTO_MAX_TOKEN_LEN + 2 + \
                         PROTO_MAX_TYPES * (2 + PROTO_MAX_TYPE_LEN) + PROTO_LEN_PREFIX)
 

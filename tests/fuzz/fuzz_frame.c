@@ -89,6 +89,23 @@ static int msg_equal(const proto_msg *a, const proto_msg *b)
         eq = a->u.cancel.task_id == b->u.cancel.task_id && a->u.cancel.epoch == b->u.cancel.epoch &&
              a->u.cancel.attempt == b->u.cancel.attempt;
         break;
+    case PROTO_SUBMIT:
+        /* Both decoded: the entries are the bytes of every task, checked by the decoder. */
+        eq = a->u.submit.request_id == b->u.submit.request_id &&
+             a->u.submit.flags == b->u.submit.flags && a->u.submit.ntasks == b->u.submit.ntasks &&
+             bytes_equal(a->u.submit.entries, b->u.submit.entries);
+        break;
+    case PROTO_SUBMITTED:
+        eq = a->u.submitted.request_id == b->u.submitted.request_id &&
+             a->u.submitted.status == b->u.submitted.status && a->u.submitted.n == b->u.submitted.n &&
+             bytes_equal(a->u.submitted.entries, b->u.submitted.entries) &&
+             bytes_equal(a->u.submitted.message, b->u.submitted.message);
+        break;
+    case PROTO_OUTCOME:
+        eq = a->u.outcome.request_id == b->u.outcome.request_id &&
+             a->u.outcome.task_id == b->u.outcome.task_id && a->u.outcome.state == b->u.outcome.state &&
+             bytes_equal(a->u.outcome.data, b->u.outcome.data);
+        break;
     case PROTO_HEARTBEAT:
     case PROTO_STOP:
         break;
@@ -110,6 +127,10 @@ static proto_bytes tail(const proto_msg *m)
         t = m->u.done.data;
     else if (m->type == PROTO_ERROR)
         t = m->u.error.message;
+    else if (m->type == PROTO_SUBMITTED)
+        t = m->u.submitted.message;
+    else if (m->type == PROTO_OUTCOME)
+        t = m->u.outcome.data;
     return t;
 }
 
@@ -119,7 +140,10 @@ static void check_borrowed(const proto_msg *m, const uint8_t *body, size_t n)
     switch (m->type) {
     case PROTO_HELLO:
         check(inside(m->u.hello.name, body, n) && inside(m->u.hello.token, body, n));
-        check(m->u.hello.ntypes >= 1 && m->u.hello.ntypes <= PROTO_MAX_TYPES);
+        check(m->u.hello.ntypes <= PROTO_MAX_TYPES);
+        /* No type only for a version-2 producer, which takes no task. */
+        check(m->u.hello.ntypes >= 1 ? m->u.hello.capacity >= 1
+                                     : m->u.hello.version >= 2 && m->u.hello.capacity == 0);
         for (uint16_t i = 0; i < m->u.hello.ntypes; i++)
             check(inside(m->u.hello.types[i], body, n));
         break;
@@ -129,10 +153,30 @@ static void check_borrowed(const proto_msg *m, const uint8_t *body, size_t n)
     case PROTO_TASK:
         check(inside(m->u.task.type, body, n));
         break;
+    case PROTO_SUBMIT: {
+        /* Every entry reads back within the body, and exactly ntasks of them. */
+        proto_bytes cur = m->u.submit.entries;
+        proto_submit_task t;
+        check(inside(cur, body, n) && m->u.submit.ntasks >= 1 &&
+              m->u.submit.ntasks <= PROTO_MAX_SUBMIT_TASKS);
+        for (uint16_t i = 0; i < m->u.submit.ntasks; i++) {
+            check(proto_submit_next(&cur, &t) == PROTO_OK);
+            check(inside(t.type, body, n) && inside(t.dedup_key, body, n) &&
+                  inside(t.payload, body, n));
+            check(t.type.len >= 1 && t.priority <= 2 && t.dedup_key.len <= PROTO_MAX_DEDUP_KEY_LEN);
+        }
+        check(cur.len == 0);
+        break;
+    }
+    case PROTO_SUBMITTED:
+        check(m->u.submitted.n == 0 || inside(m->u.submitted.entries, body, n));
+        check(m->u.submitted.entries.len == (size_t)m->u.submitted.n * PROTO_SUBMITTED_ENTRY);
+        break;
     default:
         break;
     }
-    if (m->type == PROTO_TASK || m->type == PROTO_DONE || m->type == PROTO_ERROR)
+    if (m->type == PROTO_TASK || m->type == PROTO_DONE || m->type == PROTO_ERROR ||
+        m->type == PROTO_SUBMITTED || m->type == PROTO_OUTCOME)
         check(inside(tail(m), body, n));
 }
 

@@ -14,8 +14,9 @@
  *    most one worker's u32 capacity) and no type has more room than the
  *    total; every interned type name is exactly its bytes (no NUL inside);
  *  - what the server sends is whole, well-formed frames: WELCOME or ERROR
- *    first, nothing after an ERROR, and only WELCOME, ERROR, HEARTBEAT and
- *    STOP (no task exists to deliver or cancel); with a token set, a WELCOME
+ *    first, nothing after an ERROR, and only WELCOME, ERROR, HEARTBEAT,
+ *    STOP and SUBMITTED other than OK (no task exists to deliver or cancel,
+ *    and no database to insert into); with a token set, a WELCOME
  *    only for an input that carries the token;
  *  - the server frees everything (LeakSanitizer in the fuzz and ASan builds).
  */
@@ -69,8 +70,9 @@ static void check_open_state(const dsp_server *srv)
         check(memchr(ty->name, '\0', ty->len) == NULL && ty->name[ty->len] == '\0');
     }
     for (const dsp_conn *c = srv->conns; c; c = c->next)
-        if (c->state == DSP_CONN_ACTIVE)
-            check(c->ntypes >= 1 && c->ntypes <= PROTO_MAX_TYPES);
+        if (c->state == DSP_CONN_ACTIVE) /* 0 types: a version-2 producer, capacity 0 */
+            check(c->ntypes <= PROTO_MAX_TYPES && (c->ntypes >= 1 || c->slots.capacity == 0) &&
+                  c->version >= 1 && c->version <= PROTO_VERSION);
 }
 
 /* check_output: the server's bytes are whole frames in a legal order. */
@@ -90,8 +92,9 @@ static void check_output(const fuzz_peer *cl, const dsp_config *cfg, const uint8
         check(!errored);
         if (first)
             check(m.type == PROTO_WELCOME || m.type == PROTO_ERROR);
-        else
-            check(m.type == PROTO_HEARTBEAT || m.type == PROTO_STOP || m.type == PROTO_ERROR);
+        else /* SUBMITTED: an offline server answers UNAVAILABLE (no database) or INVALID */
+            check(m.type == PROTO_HEARTBEAT || m.type == PROTO_STOP || m.type == PROTO_ERROR ||
+                  (m.type == PROTO_SUBMITTED && m.u.submitted.status != PROTO_SUBMIT_OK));
         if (m.type == PROTO_WELCOME && cfg->token)
             check(memmem(data, size, FUZZ_TOKEN, strlen(FUZZ_TOKEN)) != NULL);
         errored = m.type == PROTO_ERROR;

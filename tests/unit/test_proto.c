@@ -143,6 +143,56 @@ static proto_msg sample_cancel(void)
     return m;
 }
 
+static const proto_submit_task submit_tasks[] = {
+    {.priority = 2, .max_attempts = 5, .delay_ms = 1500, .timeout_ms = 30000,
+     .type = {(const uint8_t *)"email.send", 10}, .dedup_key = {(const uint8_t *)"mail-42", 7},
+     .payload = {(const uint8_t *)"hello", 5}},
+    {.priority = 0, .type = {(const uint8_t *)"noop", 4}},
+    {.priority = 1, .max_attempts = PROTO_MAX_ATTEMPTS, .delay_ms = UINT32_MAX,
+     .timeout_ms = UINT32_MAX, .type = {(const uint8_t *)"blob", 4},
+     .dedup_key = {binary, sizeof(binary)}, .payload = {binary, sizeof(binary)}},
+};
+
+static proto_msg sample_submit(void)
+{
+    proto_msg m = {.type = PROTO_SUBMIT};
+
+    m.u.submit.request_id = 0xA1B2C3D4;
+    m.u.submit.flags = PROTO_SUBMIT_WAIT;
+    m.u.submit.ntasks = NELEMS(submit_tasks);
+    m.u.submit.tasks = submit_tasks;
+    return m;
+}
+
+static const proto_submit_res submit_results[] = {
+    {PROTO_SUBMIT_INSERTED, 101}, {PROTO_SUBMIT_DUPLICATE, 55}, {PROTO_SUBMIT_INSERTED, UINT64_MAX}};
+
+static proto_msg sample_submitted(uint16_t status)
+{
+    proto_msg m = {.type = PROTO_SUBMITTED};
+
+    m.u.submitted.request_id = 77;
+    m.u.submitted.status = status;
+    if (status == PROTO_SUBMIT_OK) {
+        m.u.submitted.n = NELEMS(submit_results);
+        m.u.submitted.results = submit_results;
+    } else {
+        m.u.submitted.message = bytes_of("not leading the table");
+    }
+    return m;
+}
+
+static proto_msg sample_outcome(uint8_t state)
+{
+    proto_msg m = {.type = PROTO_OUTCOME};
+
+    m.u.outcome.request_id = 77;
+    m.u.outcome.task_id = UINT64_C(0x0102030405060708);
+    m.u.outcome.state = state;
+    m.u.outcome.data = bytes_n(binary, sizeof(binary));
+    return m;
+}
+
 /* all_samples fills out with one message of every type (and a few variants). */
 static size_t all_samples(proto_msg *out)
 {
@@ -159,10 +209,13 @@ static size_t all_samples(proto_msg *out)
     out[n++] = sample_done(PROTO_OUTCOME_RETRY_AFTER);
     out[n++] = sample_extend();
     out[n++] = sample_cancel();
+    out[n++] = sample_submit();
+    out[n++] = sample_submitted(PROTO_SUBMIT_OK);
+    out[n++] = sample_outcome(PROTO_STATE_FAILED);
     return n;
 }
 
-#define MAX_SAMPLES 16
+#define MAX_SAMPLES 24
 static proto_msg samples[MAX_SAMPLES];
 
 /* The trailing opaque field of m (empty for types without one). */
@@ -175,6 +228,10 @@ static size_t tail_len(const proto_msg *m)
         return m->u.done.data.len;
     case PROTO_ERROR:
         return m->u.error.message.len;
+    case PROTO_SUBMITTED:
+        return m->u.submitted.message.len;
+    case PROTO_OUTCOME:
+        return m->u.outcome.data.len;
     default:
         return 0;
     }
@@ -189,6 +246,10 @@ static const uint8_t *tail_ptr(const proto_msg *m)
         return m->u.done.data.ptr;
     case PROTO_ERROR:
         return m->u.error.message.ptr;
+    case PROTO_SUBMITTED:
+        return m->u.submitted.message.ptr;
+    case PROTO_OUTCOME:
+        return m->u.outcome.data.ptr;
     default:
         return NULL;
     }
@@ -209,6 +270,46 @@ static void assert_borrowed(proto_bytes b, const uint8_t *buf, size_t n)
     assert_non_null(b.ptr);
     assert_true(b.ptr >= buf && b.ptr <= buf + n);
     assert_true(b.len <= (size_t)(buf + n - b.ptr));
+}
+
+/* The i-th task of s, from its tasks (a message built here) or its entries (decoded). */
+static proto_submit_task submit_at(const proto_submit *s, uint16_t i)
+{
+    proto_submit_task t;
+    proto_bytes cur = s->entries;
+
+    if (s->tasks != NULL)
+        return s->tasks[i];
+    for (uint16_t k = 0; k <= i; k++)
+        assert_int_equal(proto_submit_next(&cur, &t), PROTO_OK);
+    return t;
+}
+
+static proto_submit_res submitted_at(const proto_submitted *s, uint16_t i)
+{
+    proto_submit_res r;
+
+    if (s->results != NULL)
+        return s->results[i];
+    proto_submitted_result(s, i, &r);
+    return r;
+}
+
+static void assert_submit_equal(const proto_submit *a, const proto_submit *b)
+{
+    assert_int_equal(a->request_id, b->request_id);
+    assert_int_equal(a->flags, b->flags);
+    assert_int_equal(a->ntasks, b->ntasks);
+    for (uint16_t i = 0; i < a->ntasks; i++) {
+        proto_submit_task x = submit_at(a, i), y = submit_at(b, i);
+        assert_int_equal(x.priority, y.priority);
+        assert_int_equal(x.max_attempts, y.max_attempts);
+        assert_int_equal(x.delay_ms, y.delay_ms);
+        assert_int_equal(x.timeout_ms, y.timeout_ms);
+        assert_bytes_equal(x.type, y.type);
+        assert_bytes_equal(x.dedup_key, y.dedup_key);
+        assert_bytes_equal(x.payload, y.payload);
+    }
 }
 
 static void assert_msg_equal(const proto_msg *a, const proto_msg *b)
@@ -262,6 +363,27 @@ static void assert_msg_equal(const proto_msg *a, const proto_msg *b)
         assert_int_equal(a->u.cancel.epoch, b->u.cancel.epoch);
         assert_int_equal(a->u.cancel.attempt, b->u.cancel.attempt);
         break;
+    case PROTO_SUBMIT:
+        assert_submit_equal(&a->u.submit, &b->u.submit);
+        break;
+    case PROTO_SUBMITTED:
+        assert_int_equal(a->u.submitted.request_id, b->u.submitted.request_id);
+        assert_int_equal(a->u.submitted.status, b->u.submitted.status);
+        assert_int_equal(a->u.submitted.n, b->u.submitted.n);
+        for (uint16_t i = 0; i < a->u.submitted.n; i++) {
+            proto_submit_res ra = submitted_at(&a->u.submitted, i);
+            proto_submit_res rb = submitted_at(&b->u.submitted, i);
+            assert_int_equal(ra.result, rb.result);
+            assert_true(ra.task_id == rb.task_id);
+        }
+        assert_bytes_equal(a->u.submitted.message, b->u.submitted.message);
+        break;
+    case PROTO_OUTCOME:
+        assert_int_equal(a->u.outcome.request_id, b->u.outcome.request_id);
+        assert_true(a->u.outcome.task_id == b->u.outcome.task_id);
+        assert_int_equal(a->u.outcome.state, b->u.outcome.state);
+        assert_bytes_equal(a->u.outcome.data, b->u.outcome.data);
+        break;
     default: /* HEARTBEAT, STOP: nothing but the type */
         break;
     }
@@ -289,6 +411,17 @@ static void assert_msg_borrows(const proto_msg *m, const uint8_t *buf, size_t n)
         break;
     case PROTO_DONE:
         assert_borrowed(m->u.done.data, buf, n);
+        break;
+    case PROTO_SUBMIT:
+        assert_borrowed(m->u.submit.entries, buf, n);
+        break;
+    case PROTO_SUBMITTED:
+        assert_borrowed(m->u.submitted.message, buf, n);
+        if (m->u.submitted.n > 0)
+            assert_borrowed(m->u.submitted.entries, buf, n);
+        break;
+    case PROTO_OUTCOME:
+        assert_borrowed(m->u.outcome.data, buf, n);
         break;
     default:
         break;
@@ -762,7 +895,8 @@ static void test_unknown_types_bad(void **state)
 {
     static const uint8_t known[] = {PROTO_HELLO, PROTO_WELCOME, PROTO_HEARTBEAT,
                                     PROTO_ERROR, PROTO_STOP,    PROTO_TASK,
-                                    PROTO_DONE,  PROTO_EXTEND,  PROTO_CANCEL};
+                                    PROTO_DONE,  PROTO_EXTEND,  PROTO_CANCEL,
+                                    PROTO_SUBMIT, PROTO_SUBMITTED, PROTO_OUTCOME};
     uint8_t body[64] = {0};
     uint8_t out[64];
     int nknown = 0;
@@ -1115,6 +1249,9 @@ static void test_names(void **state)
     assert_string_equal(proto_type_name(PROTO_DONE), "DONE");
     assert_string_equal(proto_type_name(PROTO_EXTEND), "EXTEND");
     assert_string_equal(proto_type_name(PROTO_CANCEL), "CANCEL");
+    assert_string_equal(proto_type_name(PROTO_SUBMIT), "SUBMIT");
+    assert_string_equal(proto_type_name(PROTO_SUBMITTED), "SUBMITTED");
+    assert_string_equal(proto_type_name(PROTO_OUTCOME), "OUTCOME");
     assert_string_equal(proto_type_name(0), "UNKNOWN");
     assert_string_equal(proto_type_name(0xff), "UNKNOWN");
     assert_string_equal(proto_status_text(PROTO_OK), "OK");
@@ -1129,6 +1266,144 @@ static void test_names(void **state)
     assert_string_equal(proto_outcome_name(PROTO_OUTCOME_FAIL_RETRY), "FAIL_RETRY");
     assert_string_equal(proto_outcome_name(PROTO_OUTCOME_RETRY_AFTER), "RETRY_AFTER");
     assert_string_equal(proto_outcome_name(PROTO_OUTCOME_MAX + 1), "UNKNOWN");
+}
+
+/* ---- version 2: producers, SUBMIT, SUBMITTED, OUTCOME ---- */
+
+static void test_roundtrip_submit_frames(void **state)
+{
+    proto_msg m = sample_submit();
+
+    roundtrip(&m);
+    m.u.submit.flags = 0;
+    m.u.submit.ntasks = 1;
+    roundtrip(&m);
+    m = sample_submitted(PROTO_SUBMIT_OK);
+    roundtrip(&m);
+    m = sample_submitted(PROTO_SUBMIT_INVALID);
+    roundtrip(&m);
+    m = sample_submitted(PROTO_SUBMIT_UNAVAILABLE);
+    roundtrip(&m);
+    m = sample_outcome(PROTO_STATE_SUCCESSFUL);
+    roundtrip(&m);
+    m.u.outcome.data = bytes_n(NULL, 0);
+    roundtrip(&m);
+}
+
+static void test_hello_producer_rules(void **state)
+{
+    proto_msg m = sample_hello();
+    uint8_t buf[256];
+
+    m.u.hello.ntypes = 0;
+    m.u.hello.capacity = 0;
+    m.u.hello.version = 2;
+    roundtrip(&m); /* a version-2 producer */
+    m.u.hello.version = 1;
+    assert_int_equal(proto_msg_size(&m), 0); /* version 1 has no producers */
+    m.u.hello.version = 2;
+    m.u.hello.capacity = 1;
+    assert_int_equal(proto_msg_size(&m), 0); /* a producer takes no task */
+    assert_int_equal(proto_msg_encode(&m, buf, sizeof(buf)), 0);
+    m = sample_hello();
+    m.u.hello.capacity = 0;
+    m.u.hello.version = 2;
+    assert_int_equal(proto_msg_size(&m), 0); /* a worker needs capacity */
+}
+
+static void test_submit_bounds(void **state)
+{
+    proto_submit_task many[PROTO_MAX_SUBMIT_TASKS + 1];
+    proto_submit_task t = submit_tasks[1];
+    proto_msg m = {.type = PROTO_SUBMIT};
+    uint8_t big_key[PROTO_MAX_DEDUP_KEY_LEN + 1];
+
+    memset(big_key, 'k', sizeof(big_key));
+    for (size_t i = 0; i < NELEMS(many); i++)
+        many[i] = t;
+    m.u.submit.tasks = many;
+    m.u.submit.ntasks = PROTO_MAX_SUBMIT_TASKS;
+    roundtrip(&m);
+    m.u.submit.ntasks = PROTO_MAX_SUBMIT_TASKS + 1;
+    assert_int_equal(proto_msg_size(&m), 0);
+    m.u.submit.ntasks = 0;
+    assert_int_equal(proto_msg_size(&m), 0);
+    m.u.submit.ntasks = 1;
+    m.u.submit.flags = 0x02;
+    assert_int_equal(proto_msg_size(&m), 0);
+    m.u.submit.flags = 0;
+    many[0].priority = 3;
+    assert_int_equal(proto_msg_size(&m), 0);
+    many[0].priority = 2;
+    many[0].max_attempts = PROTO_MAX_ATTEMPTS + 1;
+    assert_int_equal(proto_msg_size(&m), 0);
+    many[0].max_attempts = PROTO_MAX_ATTEMPTS;
+    many[0].dedup_key = bytes_n(big_key, PROTO_MAX_DEDUP_KEY_LEN + 1);
+    assert_int_equal(proto_msg_size(&m), 0);
+    many[0].dedup_key = bytes_n(big_key, PROTO_MAX_DEDUP_KEY_LEN);
+    roundtrip(&m);
+    many[0].type = bytes_n(NULL, 0);
+    assert_int_equal(proto_msg_size(&m), 0);
+    many[0].type = bytes_n(big_type, PROTO_MAX_TYPE_LEN + 1);
+    assert_int_equal(proto_msg_size(&m), 0);
+    many[0].type = bytes_n(big_type, PROTO_MAX_TYPE_LEN);
+    roundtrip(&m);
+    many[0].payload = bytes_n(binary, PROTO_MAX_PAYLOAD_LEN + 1u); /* never read: refused first */
+    assert_int_equal(proto_msg_size(&m), 0);
+}
+
+static void test_submit_decoder_side(void **state)
+{
+    proto_msg m = sample_submit();
+    size_t n;
+    uint8_t *frame = encode_new(&m, &n);
+    proto_msg out;
+    uint8_t *body = frame + PROTO_LEN_PREFIX;
+    size_t blen = n - PROTO_LEN_PREFIX;
+
+    /* Every strict prefix of the body is BAD: no field may run past the end. */
+    for (size_t k = 1; k < blen; k++)
+        assert_int_equal(proto_msg_decode(body, k, &out), PROTO_BAD);
+    assert_int_equal(proto_msg_decode(body, blen, &out), PROTO_OK);
+    assert_null(out.u.submit.tasks);
+    assert_int_equal(decode_with_extra(&m, 0), PROTO_BAD);
+    /* flags at 5, ntasks at 6..7, the first entry's priority at 8, max_attempts at 9. */
+    for (int bit = 1; bit < 8; bit++)
+        assert_int_equal(decode_patched(&m, 5, (uint8_t)(1u << bit | 1u)), PROTO_BAD);
+    assert_int_equal(decode_patched(&m, 7, 0), PROTO_BAD);  /* ntasks 0 */
+    assert_int_equal(decode_patched(&m, 7, 4), PROTO_BAD);  /* one more than there is */
+    assert_int_equal(decode_patched(&m, 7, 2), PROTO_BAD);  /* one entry left over */
+    assert_int_equal(decode_patched(&m, 8, 3), PROTO_BAD);  /* priority */
+    assert_int_equal(decode_patched(&m, 9, 0x04), PROTO_BAD); /* max_attempts 1029 */
+    free(frame);
+
+    /* The cursor refuses to read past the entries. */
+    proto_bytes none = {NULL, 0};
+    proto_submit_task t;
+    assert_int_equal(proto_submit_next(&none, &t), PROTO_BAD);
+}
+
+static void test_submitted_outcome_decoder_side(void **state)
+{
+    proto_msg m = sample_submitted(PROTO_SUBMIT_OK);
+    proto_msg out;
+
+    /* status at 5..6, n at 7..8, the first result byte at 9. */
+    assert_int_equal(decode_patched(&m, 6, 3), PROTO_BAD);
+    assert_int_equal(decode_patched(&m, 6, PROTO_SUBMIT_INVALID), PROTO_BAD); /* n != 0 */
+    assert_int_equal(decode_patched(&m, 8, 0), PROTO_BAD);                    /* OK with n 0 */
+    assert_int_equal(decode_patched(&m, 8, 200), PROTO_BAD);                  /* past the end */
+    assert_int_equal(decode_patched(&m, 9, 2), PROTO_BAD);
+    assert_int_equal(decode_patched(&m, 8, 2), PROTO_OK); /* the third result becomes message */
+    assert_int_equal(decode_with_extra(&m, 'x'), PROTO_OK);
+    m = sample_outcome(PROTO_STATE_SUCCESSFUL);
+    for (int st = 0; st < 256; st++)
+        assert_int_equal(decode_patched(&m, 13, (uint8_t)st),
+                         st == PROTO_STATE_SUCCESSFUL || st == PROTO_STATE_FAILED ? PROTO_OK : PROTO_BAD);
+    m.u.outcome.state = 1;
+    assert_int_equal(proto_msg_size(&m), 0);
+    static const uint8_t short_body[] = {PROTO_OUTCOME, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1};
+    assert_int_equal(proto_msg_decode(short_body, sizeof(short_body), &out), PROTO_BAD);
 }
 
 /* ---- golden frames (tests/data/frames) ---- */
@@ -1330,6 +1605,61 @@ static void test_golden_values(void **state)
     assert_bytes_equal(m.u.error.message, bytes_of("protocol version 2 not supported"));
     free(data);
 
+    data = decode_golden("submit_full.bin", &m);
+    assert_int_equal(m.type, PROTO_SUBMIT);
+    assert_int_equal(m.u.submit.request_id, 0xA1B2C3D4);
+    assert_int_equal(m.u.submit.flags, PROTO_SUBMIT_WAIT);
+    assert_int_equal(m.u.submit.ntasks, 3);
+    {
+        proto_bytes cur = m.u.submit.entries;
+        proto_submit_task t;
+        assert_int_equal(proto_submit_next(&cur, &t), PROTO_OK);
+        assert_int_equal(t.priority, 2);
+        assert_int_equal(t.max_attempts, 5);
+        assert_int_equal(t.delay_ms, 1500);
+        assert_int_equal(t.timeout_ms, 30000);
+        assert_bytes_equal(t.type, bytes_of("email.send"));
+        assert_bytes_equal(t.dedup_key, bytes_of("mail-42"));
+        assert_bytes_equal(t.payload, bytes_of("hello"));
+        assert_int_equal(proto_submit_next(&cur, &t), PROTO_OK);
+        assert_bytes_equal(t.type, bytes_of("noop"));
+        assert_int_equal(t.dedup_key.len, 0);
+        assert_int_equal(proto_submit_next(&cur, &t), PROTO_OK);
+        assert_int_equal(t.payload.len, 256 + 16 + 1);
+        assert_int_equal(cur.len, 0);
+        assert_int_equal(proto_submit_next(&cur, &t), PROTO_BAD);
+    }
+    free(data);
+
+    data = decode_golden("submitted_ok.bin", &m);
+    assert_int_equal(m.type, PROTO_SUBMITTED);
+    assert_int_equal(m.u.submitted.status, PROTO_SUBMIT_OK);
+    assert_int_equal(m.u.submitted.n, 3);
+    {
+        proto_submit_res r;
+        proto_submitted_result(&m.u.submitted, 2, &r);
+        assert_int_equal(r.result, PROTO_SUBMIT_DUPLICATE);
+        assert_true(r.task_id == 55);
+    }
+    assert_int_equal(m.u.submitted.message.len, 0);
+    free(data);
+
+    data = decode_golden("outcome_failed.bin", &m);
+    assert_int_equal(m.type, PROTO_OUTCOME);
+    assert_int_equal(m.u.outcome.request_id, 9);
+    assert_true(m.u.outcome.task_id == UINT64_MAX);
+    assert_int_equal(m.u.outcome.state, PROTO_STATE_FAILED);
+    assert_bytes_equal(m.u.outcome.data, bytes_of("permanent: bad address"));
+    free(data);
+
+    data = decode_golden("hello_v1.bin", &m);
+    assert_int_equal(m.u.hello.version, 1);
+    free(data);
+    data = decode_golden("hello_producer.bin", &m);
+    assert_int_equal(m.u.hello.ntypes, 0);
+    assert_int_equal(m.u.hello.capacity, 0);
+    free(data);
+
     data = decode_golden("task_binary_payload.bin", &m);
     assert_int_equal(m.u.task.payload.len, 256 + 16 + 1);
     for (size_t i = 0; i < 256; i++)
@@ -1390,6 +1720,11 @@ int main(void)
         cmocka_unit_test(test_done_extend_cancel_bytes),
         cmocka_unit_test(test_hello_version_not_judged),
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_roundtrip_submit_frames),
+        cmocka_unit_test(test_hello_producer_rules),
+        cmocka_unit_test(test_submit_bounds),
+        cmocka_unit_test(test_submit_decoder_side),
+        cmocka_unit_test(test_submitted_outcome_decoder_side),
         cmocka_unit_test(test_golden_valid_frames),
         cmocka_unit_test(test_golden_invalid_frames),
         cmocka_unit_test(test_golden_values),

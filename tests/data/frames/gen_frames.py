@@ -24,12 +24,18 @@ INVALID_DIR = HERE / "invalid"
 CORPUS_DIR = HERE.parent.parent / "fuzz" / "corpus"
 
 # Mirrors of proto.h.
-VERSION = 1
+VERSION = 2
+VERSION_1 = 1
 MAX_BODY_DEFAULT = (1 << 24) - 1 + 4096
 FUZZ_MAX_BODY = 1 << 20  # the max_body of tests/fuzz/fuzz_frame.c
 
 HELLO, WELCOME, HEARTBEAT, ERROR, STOP = 0x01, 0x02, 0x03, 0x04, 0x05
 TASK, DONE, EXTEND, CANCEL = 0x10, 0x11, 0x12, 0x13
+SUBMIT, SUBMITTED, OUTCOME = 0x20, 0x21, 0x22
+WAIT = 0x01
+S_OK, S_INVALID, S_UNAVAILABLE = 0, 1, 2
+INSERTED, DUPLICATE = 0, 1
+SUCCESSFUL, FAILED = 2, 3
 SUCCESS, FAIL_PERM, FAIL_RETRY, RETRY_AFTER = 0, 1, 2, 3
 ERR_VERSION, ERR_SHUTDOWN = 2, 5
 
@@ -77,6 +83,30 @@ def cancel(task_id, epoch, attempt):
     return struct.pack(">BQII", CANCEL, task_id, epoch, attempt)
 
 
+def entry(ttype, payload=b"", priority=1, max_attempts=0, delay_ms=0, timeout_ms=0,
+          dedup_key=b"", payload_len=None):
+    """One SUBMIT task entry (PROTOCOL.md 5.10)."""
+    plen = len(payload) if payload_len is None else payload_len
+    return (struct.pack(">BHII", priority, max_attempts, delay_ms, timeout_ms)
+            + string(ttype) + string(dedup_key) + struct.pack(">I", plen) + payload)
+
+
+def submit(request_id, flags, entries, ntasks=None):
+    n = len(entries) if ntasks is None else ntasks
+    return struct.pack(">BIBH", SUBMIT, request_id, flags, n) + b"".join(entries)
+
+
+def submitted(request_id, status, results, message=b"", n=None):
+    body = struct.pack(">BIHH", SUBMITTED, request_id, status, len(results) if n is None else n)
+    for result, task_id in results:
+        body += struct.pack(">BQ", result, task_id)
+    return body + message
+
+
+def outcome(request_id, task_id, state, data):
+    return struct.pack(">BIQB", OUTCOME, request_id, task_id, state) + data
+
+
 BINARY = bytes(range(256)) + b"\x00\xff" * 8 + b"\x00"
 
 # Bodies of the valid cases. tests/unit/test_proto.c checks some field values:
@@ -106,6 +136,27 @@ VALID = {
     "done_binary": done(12, 1, 1, SUCCESS, 0, BINARY),
     "extend": extend(0x0102030405060708, 3, 1, 45000),
     "cancel": cancel(0x0102030405060708, 3, 1),
+    "hello_v1": hello(VERSION_1, 4, b"old-worker", b"", [b"echo"]),
+    "hello_producer": hello(VERSION, 0, b"producer", b"tok", []),
+    "submit_one": submit(7, 0, [entry(b"resize", b'{"w":640}')]),
+    "submit_full": submit(0xA1B2C3D4, WAIT, [
+        entry(b"email.send", b"hello", priority=2, max_attempts=5, delay_ms=1500,
+              timeout_ms=30000, dedup_key=b"mail-42"),
+        entry(b"noop", b"", priority=0),
+        entry(b"blob", BINARY, dedup_key=b"\x00\xff binary key"),
+    ]),
+    "submit_max_fields": submit(0xFFFFFFFF, WAIT, [
+        entry(b"t" * 256, b"\xff", priority=2, max_attempts=1000, delay_ms=0xFFFFFFFF,
+              timeout_ms=0xFFFFFFFF, dedup_key=b"k" * 191)]),
+    "submit_1000": submit(1, 0, [entry(b"n", b"%d" % i) for i in range(1000)]),
+    "submitted_ok": submitted(0xA1B2C3D4, S_OK, [(INSERTED, 101), (INSERTED, 102),
+                                                 (DUPLICATE, 55)]),
+    "submitted_duplicate_unknown": submitted(3, S_OK, [(DUPLICATE, 0)]),
+    "submitted_invalid": submitted(7, S_INVALID, [], b"a task type may not end with a space"),
+    "submitted_unavailable": submitted(8, S_UNAVAILABLE, [], b"not leading the table"),
+    "outcome_successful": outcome(0xA1B2C3D4, 101, SUCCESSFUL, b'{"sent":true}'),
+    "outcome_failed": outcome(9, 0xFFFFFFFFFFFFFFFF, FAILED, b"permanent: bad address"),
+    "outcome_empty": outcome(0, 1, SUCCESSFUL, b""),
 }
 
 # Whole frames (prefix included) of the invalid cases.
@@ -140,6 +191,31 @@ INVALID = {
     "extend_truncated": frame(VALID["extend"][:-1]),
     "cancel_trailing": frame(VALID["cancel"] + b"\0"),
     "cancel_truncated": frame(VALID["cancel"][:-1]),
+    "hello_v1_producer": frame(hello(VERSION_1, 0, b"p", b"", [])),
+    "hello_producer_capacity": frame(hello(VERSION, 1, b"p", b"", [])),
+    "submit_zero_tasks": frame(submit(1, 0, [])),
+    "submit_1001_tasks": frame(submit(1, 0, [entry(b"n")] * 1001)),
+    "submit_ntasks_past_end": frame(submit(1, 0, [entry(b"n")], ntasks=2)),
+    "submit_flags_bit": frame(submit(1, 0x02, [entry(b"n")])),
+    "submit_flags_high": frame(submit(1, 0x81, [entry(b"n")])),
+    "submit_bad_priority": frame(submit(1, 0, [entry(b"n", priority=3)])),
+    "submit_max_attempts_1001": frame(submit(1, 0, [entry(b"n", max_attempts=1001)])),
+    "submit_empty_type": frame(submit(1, 0, [entry(b"")])),
+    "submit_type_too_long": frame(submit(1, 0, [entry(b"t" * 257)])),
+    "submit_dedup_too_long": frame(submit(1, 0, [entry(b"n", dedup_key=b"k" * 192)])),
+    "submit_payload_past_end": frame(submit(1, 0, [entry(b"n", b"abc", payload_len=4)])),
+    "submit_payload_over_max": frame(submit(1, 0, [entry(b"n", b"", payload_len=1 << 24)])),
+    "submit_trailing_byte": frame(submit(1, 0, [entry(b"n", b"x")]) + b"\0"),
+    "submit_truncated": frame(submit(1, 0, [entry(b"n")])[:7]),
+    "submitted_bad_status": frame(submitted(1, 3, [])),
+    "submitted_n_with_error": frame(submitted(1, S_INVALID, [(INSERTED, 1)])),
+    "submitted_ok_zero": frame(submitted(1, S_OK, [])),
+    "submitted_bad_result": frame(submitted(1, S_OK, [(2, 1)])),
+    "submitted_n_past_end": frame(submitted(1, S_OK, [(INSERTED, 1)], n=2)),
+    "submitted_truncated": frame(submitted(1, S_OK, [])[:8]),
+    "outcome_bad_state": frame(outcome(1, 1, 1, b"")),
+    "outcome_state_new": frame(outcome(1, 1, 0, b"x")),
+    "outcome_truncated": frame(outcome(1, 1, SUCCESSFUL, b"")[:13]),
 }
 
 
@@ -153,6 +229,10 @@ def corpus():
                               + v["done_retry_after"] + v["stop"])
     seeds["stream-dispatcher"] = (v["welcome"] + v["task_small"] + v["cancel"] + v["heartbeat"]
                                   + v["stop"] + v["error_empty"])
+    seeds["stream-producer"] = (v["hello_producer"] + v["submit_full"] + v["heartbeat"]
+                                + v["submit_one"])
+    seeds["stream-submit-answers"] = (v["welcome"] + v["submitted_ok"] + v["outcome_successful"]
+                                      + v["submitted_unavailable"] + v["outcome_failed"])
     seeds["stream-partial"] = v["task_small"] + v["done_success"][:10]
     seeds["stream-bad-middle"] = v["heartbeat"] + INVALID["unknown_type"] + v["heartbeat"]
     seeds["stream-too-big"] = v["heartbeat"] + struct.pack(">I", FUZZ_MAX_BODY + 1) + b"\x10"

@@ -1,0 +1,786 @@
+/* db_submit: the submit thread and the waited-for tasks (see db_internal.h for what it
+ * shares). It owns the queue of submissions (dsp_db_submit), their insertion, and the
+ * table of tasks whose submitter asked for an OUTCOME (filled here before COMMIT, read
+ * by the write thread's hook dsp_dbi_submit_notify, emptied by dsp_db_submit_forget).
+ *
+ * The thread has a connection of its own (autocommit off, READ COMMITTED), never the
+ * claim connection: a submission never waits behind a claim, nor a claim behind an
+ * insert. It takes every queued submission (up to SUBMIT_BATCH_ROWS rows) and inserts
+ * them in one transaction, with as few multi-row statements as max_allowed_packet
+ * allows:
+ *
+ *     INSERT IGNORE INTO task (...) VALUES (...), (...) RETURNING task_id, dedup_key
+ *
+ * IGNORE turns a dedup_key already present into a skipped row, and RETURNING (MariaDB
+ * 10.5 and later) names the rows that went in, so the ids need no LAST_INSERT_ID()
+ * arithmetic (which breaks as soon as one row is skipped). Each returned row is matched
+ * to its task by dedup_key; the rows without a key, which cannot be skipped, take the
+ * returned ids without a key in ascending order (AUTO_INCREMENT hands them out in the
+ * order of the VALUES). A task whose key was not returned is a duplicate: one
+ * SELECT ... WHERE dedup_key IN (...) in the same transaction finds the existing ids.
+ * Then COMMIT, and only then the answers go to the loop, which sends SUBMITTED.
+ *
+ * MySQL 8 has no INSERT ... RETURNING; docs/producers.md describes the fallback this
+ * file would use there (insert without RETURNING, read every keyed row back by dedup_key,
+ * give keyless tasks statements of their own and LAST_INSERT_ID()); it is not built.
+ *
+ * A failed statement rolls the whole transaction back and answers every submission of
+ * the batch UNAVAILABLE (nothing committed, safe to resend); so does a dispatcher that
+ * does not lead the table, or a database that cannot be reached (no wait for it: the
+ * next connect is tried after a backoff, and submissions meanwhile are answered at once).
+ */
+#include "db_internal.h"
+
+#include "proto.h"
+
+#include <mysql.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Rows per transaction at most: one SUBMIT frame never exceeds it (1000). */
+#define SUBMIT_BATCH_ROWS 2000
+
+/* A statement's bytes beyond its rows, and one row's beyond its hex fields. */
+#define INSERT_FIXED 400u
+#define ROW_FIXED 160u
+
+/* One waited-for task. */
+struct waiter {
+    uint64_t task_id;
+    uint64_t conn_id;
+    uint32_t request_id;
+    struct waiter *next;
+};
+
+struct dsp_submitter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thr;
+    bool thread_ok;
+    bool stop;
+    dsp_submit_req *head, **tail; /* the queue */
+
+    struct waiter **buckets;      /* by task_id; nbuckets is a power of two */
+    size_t nbuckets, nwaiters;
+    _Atomic size_t nwaiters_hint; /* lets the write thread skip the lock when 0 */
+};
+
+/* A returned or looked-up row: its key (copied) and id. */
+struct krow {
+    uint8_t *key;
+    size_t len;
+    uint64_t id;
+    bool used;
+};
+
+struct sub_ctx {
+    dsp_db *db;
+    struct dbconn c;
+    int64_t next_connect;
+    dsp_strbuf sql;
+    struct krow *keyed;   /* rows returned with a key, then sorted */
+    size_t nkeyed, keyed_cap;
+    struct krow *found;   /* rows of the duplicate lookup, sorted */
+    size_t nfound, found_cap;
+    uint64_t *plain;      /* ids returned without a key */
+    size_t nplain, plain_cap;
+};
+
+void dsp_submit_req_free(dsp_submit_req *req)
+{
+    if (req == NULL)
+        return;
+    free(req->items);
+    free(req->body);
+    free(req);
+}
+
+static void answer(dsp_submit_req *r, uint16_t status, const char *why)
+{
+    r->status = status;
+    snprintf(r->message, sizeof r->message, "%s", why);
+}
+
+/* ---- the waiters (under s->mu) ---- */
+
+static size_t bucket_of(const struct dsp_submitter *s, uint64_t id)
+{
+    return (size_t)((id * 0x9E3779B97F4A7C15ULL) >> 20) & (s->nbuckets - 1);
+}
+
+static int waiters_grow(struct dsp_submitter *s)
+{
+    size_t nb = s->nbuckets ? s->nbuckets * 2 : 1024;
+    struct waiter **b = calloc(nb, sizeof *b);
+    struct waiter **old = s->buckets;
+    size_t onb = s->nbuckets;
+
+    if (b == NULL)
+        return -1;
+    s->buckets = b;
+    s->nbuckets = nb;
+    for (size_t i = 0; i < onb; i++) {
+        for (struct waiter *w = old[i], *next; w; w = next) {
+            size_t k = bucket_of(s, w->task_id);
+            next = w->next;
+            w->next = b[k];
+            b[k] = w;
+        }
+    }
+    free(old);
+    return 0;
+}
+
+static int waiter_add(struct dsp_submitter *s, uint64_t task_id, uint64_t conn_id, uint32_t request_id)
+{
+    struct waiter *w;
+    size_t k;
+
+    if (s->nwaiters >= s->nbuckets && waiters_grow(s) < 0)
+        return -1;
+    if ((w = malloc(sizeof *w)) == NULL)
+        return -1;
+    w->task_id = task_id;
+    w->conn_id = conn_id;
+    w->request_id = request_id;
+    k = bucket_of(s, task_id);
+    w->next = s->buckets[k];
+    s->buckets[k] = w;
+    s->nwaiters++;
+    atomic_store(&s->nwaiters_hint, s->nwaiters);
+    return 0;
+}
+
+/* Removes the waiter of task_id and returns it (caller frees), or NULL. */
+static struct waiter *waiter_take(struct dsp_submitter *s, uint64_t task_id)
+{
+    if (s->nbuckets == 0)
+        return NULL;
+    for (struct waiter **pw = &s->buckets[bucket_of(s, task_id)]; *pw; pw = &(*pw)->next) {
+        struct waiter *w = *pw;
+        if (w->task_id == task_id) {
+            *pw = w->next;
+            s->nwaiters--;
+            atomic_store(&s->nwaiters_hint, s->nwaiters);
+            return w;
+        }
+    }
+    return NULL;
+}
+
+void dsp_db_submit_forget(dsp_db *db, uint64_t conn_id)
+{
+    struct dsp_submitter *s = db ? db->sub : NULL;
+
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->nbuckets && s->nwaiters > 0; i++) {
+        for (struct waiter **pw = &s->buckets[i]; *pw;) {
+            struct waiter *w = *pw;
+            if (w->conn_id == conn_id) {
+                *pw = w->next;
+                free(w);
+                s->nwaiters--;
+            } else {
+                pw = &w->next;
+            }
+        }
+    }
+    atomic_store(&s->nwaiters_hint, s->nwaiters);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void dsp_dbi_submit_notify(dsp_db *db, struct wentry *batch, const uint8_t *written, size_t n)
+{
+    struct dsp_submitter *s = db->sub;
+    struct msg *head = NULL, **tail = &head;
+
+    if (s == NULL || atomic_load(&s->nwaiters_hint) == 0)
+        return;
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < n && s->nwaiters > 0; i++) {
+        dsp_outcome *o = &batch[i].o;
+        struct waiter *w;
+        struct msg *m;
+        if (!written[i] || (o->kind != DSP_WRITE_SUCCEEDED && o->kind != DSP_WRITE_FAILED) ||
+            (w = waiter_take(s, o->task_id)) == NULL)
+            continue;
+        m = dsp_dbi_msg_new(MSG_OUTCOME);
+        if (m != NULL && (m->outcome = calloc(1, sizeof *m->outcome)) != NULL) {
+            m->outcome->conn_id = w->conn_id;
+            m->outcome->request_id = w->request_id;
+            m->outcome->task_id = o->task_id;
+            m->outcome->state = o->kind == DSP_WRITE_SUCCEEDED ? PROTO_STATE_SUCCESSFUL : PROTO_STATE_FAILED;
+            m->outcome->data = o->data; /* taken: the batch would free it next */
+            m->outcome->len = o->data ? o->len : 0;
+            o->data = NULL;
+            *tail = m;
+            tail = &m->next;
+        } else {
+            free(m);
+            log_warn(db->log, "out of memory: the OUTCOME of task %" PRIu64 " is not sent", o->task_id);
+        }
+        free(w);
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (struct msg *m = head, *next; m; m = next) {
+        next = m->next;
+        dsp_dbi_post(db, m);
+    }
+}
+
+/* ---- messages ---- */
+
+void dsp_dbi_submit_deliver(dsp_db *db, struct msg *m)
+{
+    const dsp_db_callbacks *cb = &db->opts.cb;
+
+    if (m->kind == MSG_SUBMITTED) {
+        dsp_submit_req *r = m->sreq;
+        m->sreq = NULL; /* the callee owns it */
+        if (cb->on_submitted)
+            cb->on_submitted(db->opts.cb_arg, r);
+        else
+            dsp_submit_req_free(r);
+    } else if (m->kind == MSG_OUTCOME && m->outcome && cb->on_outcome) {
+        cb->on_outcome(db->opts.cb_arg, m->outcome);
+    }
+}
+
+void dsp_dbi_submit_msg_free(struct msg *m)
+{
+    dsp_submit_req_free(m->sreq);
+    if (m->outcome) {
+        free(m->outcome->data);
+        free(m->outcome);
+    }
+}
+
+static void post_answer(dsp_db *db, dsp_submit_req *r)
+{
+    struct msg *m = dsp_dbi_msg_new(MSG_SUBMITTED);
+
+    if (m == NULL) {
+        /* The connection then never hears back: it stays paused until it closes. */
+        log_error(db->log, "out of memory: submission %u is not answered", (unsigned)r->request_id);
+        dsp_submit_req_free(r);
+        return;
+    }
+    m->sreq = r;
+    dsp_dbi_post(db, m);
+}
+
+/* ---- the API ---- */
+
+int dsp_db_submit(dsp_db *db, dsp_submit_req *req)
+{
+    struct dsp_submitter *s = db ? db->sub : NULL;
+    int rc = -1;
+
+    if (s == NULL || req == NULL)
+        return -1;
+    pthread_mutex_lock(&s->mu);
+    if (!s->stop && s->thread_ok) {
+        req->next = NULL;
+        *s->tail = req;
+        s->tail = &req->next;
+        pthread_cond_signal(&s->cv);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+/* ---- the transaction ---- */
+
+static int krow_cmp(const void *pa, const void *pb)
+{
+    const struct krow *a = pa, *b = pb;
+    size_t n = a->len < b->len ? a->len : b->len;
+    int c = n ? memcmp(a->key, b->key, n) : 0;
+    return c ? c : (a->len > b->len) - (a->len < b->len);
+}
+
+static int u64_cmp(const void *pa, const void *pb)
+{
+    uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+    return (a > b) - (a < b);
+}
+
+static struct krow *krow_find(struct krow *rows, size_t n, const uint8_t *key, size_t len)
+{
+    struct krow probe = {(uint8_t *)key, len, 0, false};
+    return n ? bsearch(&probe, rows, n, sizeof *rows, krow_cmp) : NULL;
+}
+
+static void krows_clear(struct krow *rows, size_t *n)
+{
+    for (size_t i = 0; i < *n; i++)
+        free(rows[i].key);
+    *n = 0;
+}
+
+static int krow_push(struct krow **rows, size_t *n, size_t *cap, const char *key, size_t len, uint64_t id)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 256;
+        struct krow *r = realloc(*rows, nc * sizeof *r);
+        if (r == NULL)
+            return -1;
+        *rows = r;
+        *cap = nc;
+    }
+    uint8_t *k = malloc(len ? len : 1);
+    if (k == NULL)
+        return -1;
+    if (len)
+        memcpy(k, key, len);
+    (*rows)[(*n)++] = (struct krow){k, len, id, false};
+    return 0;
+}
+
+/* The most a row of it adds to an INSERT (hex doubles the bytes). */
+static size_t row_cost(const dsp_submit_item *it)
+{
+    return ROW_FIXED + 2 * (it->type_len + it->key_len + it->payload_len);
+}
+
+static void put_row(dsp_strbuf *b, const dsp_submit_item *it, int64_t now)
+{
+    dsp_strbuf_puts(b, "(");
+    dsp_strbuf_put_hex(b, it->type, it->type_len, true);
+    dsp_strbuf_printf(b, ",%u,", (unsigned)it->priority);
+    dsp_strbuf_put_hex(b, it->payload, it->payload_len, false);
+    if (it->max_attempts)
+        dsp_strbuf_printf(b, ",%u,", (unsigned)it->max_attempts);
+    else
+        dsp_strbuf_puts(b, ",DEFAULT,");
+    dsp_strbuf_printf(b, "%" PRId64 ",%d,", now + (int64_t)it->delay_ms, it->delay_ms > 0 ? 1 : 0);
+    if (it->timeout_ms)
+        dsp_strbuf_printf(b, "%u,", (unsigned)it->timeout_ms);
+    else
+        dsp_strbuf_puts(b, "NULL,");
+    dsp_strbuf_put_hex(b, it->key, it->key_len, false);
+    dsp_strbuf_puts(b, ")");
+}
+
+/* Runs the INSERT in x->sql and collects the rows it returns. Returns 0 or -1. */
+static int run_insert(struct sub_ctx *x)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    atomic_fetch_add_explicit(&x->db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
+        (res = mysql_store_result(x->c.m)) == NULL) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(x->db->log, "submit connection: %s (error %u)", mysql_error(x->c.m), x->c.err);
+        return -1;
+    }
+    int rc = 0;
+    while (rc == 0 && (row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        uint64_t id = row[0] ? strtoull(row[0], NULL, 10) : 0;
+        if (row[1] != NULL) {
+            rc = krow_push(&x->keyed, &x->nkeyed, &x->keyed_cap, row[1], len[1], id);
+        } else {
+            if (x->nplain == x->plain_cap) {
+                size_t nc = x->plain_cap ? x->plain_cap * 2 : 256;
+                uint64_t *p = realloc(x->plain, nc * sizeof *p);
+                if (p == NULL) {
+                    rc = -1;
+                    break;
+                }
+                x->plain = p;
+                x->plain_cap = nc;
+            }
+            x->plain[x->nplain++] = id;
+        }
+    }
+    mysql_free_result(res);
+    return rc;
+}
+
+/* Finds the ids of the keys in x->sql's IN list. Returns 0 or -1. */
+static int run_lookup(struct sub_ctx *x)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int rc = 0;
+
+    atomic_fetch_add_explicit(&x->db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
+        (res = mysql_store_result(x->c.m)) == NULL) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(x->db->log, "submit connection: %s (error %u)", mysql_error(x->c.m), x->c.err);
+        return -1;
+    }
+    while (rc == 0 && (row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        if (row[0] && row[1])
+            rc = krow_push(&x->found, &x->nfound, &x->found_cap, row[1], len[1],
+                           strtoull(row[0], NULL, 10));
+    }
+    mysql_free_result(res);
+    return rc;
+}
+
+static const char INSERT_HEAD[] =
+    "INSERT IGNORE INTO task (task_type, task_priority, payload, max_attempts, run_after,"
+    " `delayed`, timeout_ms, dedup_key) VALUES ";
+static const char INSERT_TAIL[] = " RETURNING task_id, dedup_key";
+
+/* Inserts every item of the live requests, statement by statement. Returns 0 or -1. */
+static int insert_all(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq, int64_t now)
+{
+    size_t limit = x->c.stmt_limit, rows = 0;
+
+    dsp_strbuf_reset(&x->sql);
+    for (size_t r = 0; r < nreq; r++) {
+        for (size_t i = 0; reqs[r] && i < reqs[r]->nitems; i++) {
+            const dsp_submit_item *it = &reqs[r]->items[i];
+            if (rows > 0 && x->sql.len + row_cost(it) + sizeof INSERT_TAIL > limit) {
+                dsp_strbuf_puts(&x->sql, INSERT_TAIL);
+                if (x->sql.oom || run_insert(x) < 0)
+                    return -1;
+                dsp_strbuf_reset(&x->sql);
+                rows = 0;
+            }
+            dsp_strbuf_puts(&x->sql, rows ? "," : INSERT_HEAD);
+            put_row(&x->sql, it, now);
+            rows++;
+        }
+    }
+    if (rows > 0) {
+        dsp_strbuf_puts(&x->sql, INSERT_TAIL);
+        if (x->sql.oom || run_insert(x) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Looks up the keys of the items not inserted (duplicates). Returns 0 or -1. */
+static int lookup_duplicates(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
+{
+    size_t limit = x->c.stmt_limit, nkeys = 0;
+
+    dsp_strbuf_reset(&x->sql);
+    for (size_t r = 0; r < nreq; r++) {
+        for (size_t i = 0; reqs[r] && i < reqs[r]->nitems; i++) {
+            const dsp_submit_item *it = &reqs[r]->items[i];
+            if (it->key_len == 0 || krow_find(x->keyed, x->nkeyed, it->key, it->key_len))
+                continue;
+            if (nkeys > 0 && x->sql.len + 2 * it->key_len + 8 > limit) {
+                dsp_strbuf_puts(&x->sql, ")");
+                if (x->sql.oom || run_lookup(x) < 0)
+                    return -1;
+                dsp_strbuf_reset(&x->sql);
+                nkeys = 0;
+            }
+            dsp_strbuf_puts(&x->sql, nkeys ? "," : "SELECT task_id, dedup_key FROM task WHERE dedup_key IN (");
+            dsp_strbuf_put_hex(&x->sql, it->key, it->key_len, false);
+            nkeys++;
+        }
+    }
+    if (nkeys > 0) {
+        dsp_strbuf_puts(&x->sql, ")");
+        if (x->sql.oom || run_lookup(x) < 0)
+            return -1;
+    }
+    if (x->nfound > 1)
+        qsort(x->found, x->nfound, sizeof *x->found, krow_cmp);
+    return 0;
+}
+
+/* Gives each item its result from what the statements returned. Returns 0, or -1
+ * when the rows returned do not match the items (then nothing is committed). */
+static int match_results(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
+{
+    size_t next_plain = 0;
+
+    for (size_t r = 0; r < nreq; r++) {
+        for (size_t i = 0; reqs[r] && i < reqs[r]->nitems; i++) {
+            dsp_submit_item *it = &reqs[r]->items[i];
+            struct krow *k;
+            if (it->key_len == 0) {
+                if (next_plain >= x->nplain)
+                    return -1;
+                it->result = PROTO_SUBMIT_INSERTED;
+                it->task_id = x->plain[next_plain++];
+            } else if ((k = krow_find(x->keyed, x->nkeyed, it->key, it->key_len)) != NULL) {
+                /* The first task with this key inserted it; the others are duplicates of it. */
+                it->result = k->used ? PROTO_SUBMIT_DUPLICATE : PROTO_SUBMIT_INSERTED;
+                it->task_id = k->id;
+                k->used = true;
+            } else {
+                k = krow_find(x->found, x->nfound, it->key, it->key_len);
+                it->result = PROTO_SUBMIT_DUPLICATE;
+                it->task_id = k ? k->id : 0; /* gone meanwhile (retention): unknown */
+            }
+        }
+    }
+    return next_plain == x->nplain ? 0 : -1;
+}
+
+/* Registers the waiters of the WAIT requests (before COMMIT, so that no outcome can
+ * be written before its waiter exists). Returns 0 or -1. */
+static int add_waiters(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
+{
+    struct dsp_submitter *s = x->db->sub;
+    int rc = 0;
+
+    pthread_mutex_lock(&s->mu);
+    for (size_t r = 0; r < nreq && rc == 0; r++)
+        for (size_t i = 0; reqs[r] && reqs[r]->wait && i < reqs[r]->nitems && rc == 0; i++)
+            if (reqs[r]->items[i].result == PROTO_SUBMIT_INSERTED)
+                rc = waiter_add(s, reqs[r]->items[i].task_id, reqs[r]->conn_id, reqs[r]->request_id);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static void drop_waiters(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
+{
+    struct dsp_submitter *s = x->db->sub;
+
+    pthread_mutex_lock(&s->mu);
+    for (size_t r = 0; r < nreq; r++)
+        for (size_t i = 0; reqs[r] && reqs[r]->wait && i < reqs[r]->nitems; i++)
+            free(waiter_take(s, reqs[r]->items[i].task_id));
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Opens the connection when it is down and its backoff has passed. Returns 0 or -1. */
+static int ensure_conn(struct sub_ctx *x)
+{
+    if (x->c.m != NULL)
+        return 0;
+    if (mono_ms() < x->next_connect)
+        return -1;
+    if (dsp_dbi_conn_open(&x->c, false, true) < 0) {
+        x->next_connect = mono_ms() + dsp_dbi_backoff_next(&x->c);
+        return -1;
+    }
+    return 0;
+}
+
+/* Inserts the batch reqs[0..nreq) in one transaction and fills every answer. */
+static void run_batch(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
+{
+    dsp_db *db = x->db;
+    const char *why = NULL;
+    size_t live = 0, inserted = 0, dups = 0;
+    int64_t now = wall_ms(), due = INT64_MAX;
+
+    if (!atomic_load(&db->leader))
+        why = "this dispatcher does not lead the table; try another or again later";
+    else if (ensure_conn(x) < 0)
+        why = "the database cannot be reached; try again later";
+    for (size_t r = 0; r < nreq; r++) {
+        dsp_submit_req *q = reqs[r];
+        q->status = PROTO_SUBMIT_OK;
+        if (why) {
+            answer(q, PROTO_SUBMIT_UNAVAILABLE, why);
+            reqs[r] = NULL;
+            continue;
+        }
+        for (size_t i = 0; i < q->nitems; i++) {
+            if (INSERT_FIXED + row_cost(&q->items[i]) > x->c.stmt_limit) {
+                char text[160];
+                snprintf(text, sizeof text, "task %zu is larger than the database accepts (max_allowed_packet)", i);
+                answer(q, PROTO_SUBMIT_INVALID, text);
+                reqs[r] = NULL;
+                break;
+            }
+        }
+        live += reqs[r] != NULL;
+    }
+    if (live == 0)
+        goto answers;
+    krows_clear(x->keyed, &x->nkeyed);
+    krows_clear(x->found, &x->nfound);
+    x->nplain = 0;
+    if (insert_all(x, reqs, nreq, now) < 0)
+        goto failed;
+    if (x->nkeyed > 1)
+        qsort(x->keyed, x->nkeyed, sizeof *x->keyed, krow_cmp);
+    if (x->nplain > 1)
+        qsort(x->plain, x->nplain, sizeof *x->plain, u64_cmp);
+    if (lookup_duplicates(x, reqs, nreq) < 0)
+        goto failed;
+    if (match_results(x, reqs, nreq) < 0) {
+        log_error(db->log, "submit: the rows inserted do not match the submissions; rolled back");
+        goto failed;
+    }
+    if (add_waiters(x, reqs, nreq) < 0) {
+        drop_waiters(x, reqs, nreq);
+        goto failed;
+    }
+    if (dsp_dbi_exec_str(&x->c, "COMMIT") < 0) {
+        drop_waiters(x, reqs, nreq);
+        goto failed;
+    }
+    for (size_t r = 0; r < nreq; r++) {
+        for (size_t i = 0; reqs[r] && i < reqs[r]->nitems; i++) {
+            const dsp_submit_item *it = &reqs[r]->items[i];
+            if (it->result == PROTO_SUBMIT_INSERTED) {
+                inserted++;
+                if (it->delay_ms > 0 && now + (int64_t)it->delay_ms < due)
+                    due = now + (int64_t)it->delay_ms;
+            } else {
+                dups++;
+            }
+        }
+    }
+    atomic_fetch_add_explicit(&db->submitted_rows, inserted, memory_order_relaxed);
+    atomic_fetch_add_explicit(&db->submit_duplicates, dups, memory_order_relaxed);
+    atomic_fetch_add_explicit(&db->submit_batches, 1, memory_order_relaxed);
+    if (due != INT64_MAX) {
+        /* Rows in the delayed lane: the claim thread promotes them when due. */
+        pthread_mutex_lock(&db->mu);
+        if (due < db->retry_due_ms) {
+            db->retry_due_ms = due;
+            pthread_cond_signal(&db->claim_cv);
+        }
+        pthread_mutex_unlock(&db->mu);
+    }
+    goto answers;
+failed:
+    if (x->c.m != NULL && mysql_rollback(x->c.m) != 0) {
+        dsp_dbi_conn_close(&x->c);
+        x->next_connect = mono_ms() + dsp_dbi_backoff_next(&x->c);
+    } else if (x->c.m != NULL && dsp_dbi_error_is_transient(x->c.err)) {
+        dsp_dbi_conn_close(&x->c);
+    }
+    for (size_t r = 0; r < nreq; r++)
+        if (reqs[r])
+            answer(reqs[r], PROTO_SUBMIT_UNAVAILABLE, "the database refused the insert; nothing was committed");
+answers:
+    return;
+}
+
+static void *submit_main(void *arg)
+{
+    dsp_db *db = arg;
+    struct dsp_submitter *s = db->sub;
+    struct sub_ctx x;
+    dsp_submit_req *batch[SUBMIT_BATCH_ROWS];
+    dsp_submit_req *all[SUBMIT_BATCH_ROWS];
+
+    memset(&x, 0, sizeof x);
+    x.db = db;
+    x.c.db = db;
+    x.c.who = "submit";
+    x.c.rng = (uint64_t)mono_us() * 0x94D049BB133111EBULL ^ (uint64_t)(uintptr_t)&x;
+    if (x.c.rng == 0)
+        x.c.rng = 1;
+    mysql_thread_init();
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        size_t n = 0, rows = 0;
+        while (s->head == NULL && !s->stop)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stop)
+            break;
+        while (s->head && n < SUBMIT_BATCH_ROWS && (n == 0 || rows + s->head->nitems <= SUBMIT_BATCH_ROWS)) {
+            dsp_submit_req *r = s->head;
+            s->head = r->next;
+            if (s->head == NULL)
+                s->tail = &s->head;
+            rows += r->nitems;
+            batch[n] = all[n] = r;
+            n++;
+        }
+        pthread_mutex_unlock(&s->mu);
+        run_batch(&x, batch, n);
+        for (size_t i = 0; i < n; i++)
+            post_answer(db, all[i]);
+        pthread_mutex_lock(&s->mu);
+    }
+    while (s->head) {
+        dsp_submit_req *r = s->head;
+        s->head = r->next;
+        answer(r, PROTO_SUBMIT_UNAVAILABLE, "the dispatcher is shutting down");
+        post_answer(db, r);
+    }
+    s->tail = &s->head;
+    pthread_mutex_unlock(&s->mu);
+    dsp_dbi_conn_close(&x.c);
+    krows_clear(x.keyed, &x.nkeyed);
+    krows_clear(x.found, &x.nfound);
+    free(x.keyed);
+    free(x.found);
+    free(x.plain);
+    dsp_strbuf_free(&x.sql);
+    mysql_thread_end();
+    return NULL;
+}
+
+int dsp_dbi_submit_start(dsp_db *db)
+{
+    struct dsp_submitter *s = calloc(1, sizeof *s);
+
+    if (s == NULL)
+        return -1;
+    s->tail = &s->head;
+    atomic_init(&s->nwaiters_hint, 0);
+    if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        free(s);
+        return -1;
+    }
+    if (pthread_cond_init(&s->cv, NULL) != 0) {
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return -1;
+    }
+    db->sub = s;
+    if (pthread_create(&s->thr, NULL, submit_main, db) != 0)
+        return -1;
+    s->thread_ok = true;
+    return 0;
+}
+
+void dsp_dbi_submit_stop(dsp_db *db)
+{
+    struct dsp_submitter *s = db->sub;
+
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->thread_ok)
+        pthread_join(s->thr, NULL);
+    s->thread_ok = false;
+}
+
+void dsp_dbi_submit_free(dsp_db *db)
+{
+    struct dsp_submitter *s = db->sub;
+
+    if (s == NULL)
+        return;
+    dsp_dbi_submit_stop(db);
+    while (s->head) {
+        dsp_submit_req *r = s->head;
+        s->head = r->next;
+        dsp_submit_req_free(r);
+    }
+    for (size_t i = 0; i < s->nbuckets; i++)
+        for (struct waiter *w = s->buckets[i], *next; w; w = next) {
+            next = w->next;
+            free(w);
+        }
+    free(s->buckets);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    db->sub = NULL;
+}
