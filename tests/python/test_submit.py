@@ -127,7 +127,7 @@ class Submit(Case):
             path = task.payload.decode()
             with lock:
                 runs[path] = runs.get(path, 0) + 1
-            if len(path) < 4:
+            if len(path) < 5:  # "r" and 4 generations below it: 1 + 2 + 4 + 8 + 16 rows
                 for child in (path + "0", path + "1"):
                     task.submit("tree", child, dedup_key="tree:" + child, wait_timeout_s=tplib.WAIT_S)
             return b"ok"
