@@ -33,7 +33,8 @@ Cases:
                          every task it started ended and is SUCCESSFUL at attempt 1,
                          and every other row was never delivered (attempts 0)
   tls_token_client_cert  taskpushd --tls-cert/--tls-key/--tls-ca with a token: a worker
-                         with the CA, a client certificate and the token drains; one
+                         with the CA, a client certificate and the token drains (a
+                         3 MB payload and result among the tasks); one
                          without a client certificate and one with a wrong token never
                          complete a handshake
   two_addresses_one_dead a dead address first, the dispatcher second: the worker drains
@@ -69,6 +70,7 @@ def dispatcher_protocol() -> int:
 
 class Case(unittest.TestCase):
     extra_flags: List[str] = []
+    admin_ca: Optional[str] = None
 
     def setUp(self) -> None:
         self.db = tplib.TestDB(self.id().rsplit(".", 1)[-1])
@@ -78,7 +80,7 @@ class Case(unittest.TestCase):
         self.d = self.daemon()
 
     def daemon(self, extra: Optional[List[str]] = None, listen: str = "127.0.0.1:0") -> tplib.Daemon:
-        d = tplib.Daemon(self.db.url, DAEMON_FLAGS + self.extra_flags + (extra or []), listen)
+        d = tplib.Daemon(self.db.url, DAEMON_FLAGS + self.extra_flags + (extra or []), listen, self.admin_ca)
         self.daemons.append(d)
         return d
 
@@ -102,7 +104,10 @@ class Case(unittest.TestCase):
             t.join(20)
             if t.is_alive():
                 print("# a worker did not stop within 20 s", file=sys.stderr)
-        ok = not any(e for _, e in (getattr(self._outcome, "errors", None) or []) if e)
+        # Python 3.11 reports a failure to the result before tearDown runs.
+        result = getattr(getattr(self, "_outcome", None), "result", None)
+        ok = result is None or all(t is not self and getattr(t, "test_case", None) is not self
+                                   for t, _ in result.failures + result.errors)
         for d in self.daemons:
             if not ok:
                 print(f"# ---- {d.log_path} ----\n" + "".join(f"# {line}\n" for line in d.log_text().splitlines()[-60:]),
@@ -397,6 +402,7 @@ class TLS(Case):
         (c / "token").write_text("py-s3cret\n")
         self.extra_flags = ["--tls-cert", str(c / "server.pem"), "--tls-key", str(c / "server.key"),
                             "--tls-ca", str(c / "ca.pem"), "--token-file", str(c / "token")]
+        self.admin_ca = str(c / "ca.pem")
         super().setUp()
 
     def tearDown(self) -> None:
@@ -406,9 +412,11 @@ class TLS(Case):
     def test_tls_token_client_cert(self) -> None:
         c = self.certs
         self.db.insert_tasks("tls", [str(i) for i in range(20)])
+        self.db.exec("INSERT INTO task (task_type, payload) SELECT 'big', CONCAT(REPEAT('ab', 1500000), 'c')")
         good = self.worker(token="py-s3cret", tls=taskpush.TLSOptions(str(c / "ca.pem"), str(c / "client.pem"),
                                                                      str(c / "client.key")))
         good.add_handler("tls", lambda t: b"secure", concurrency=2)
+        good.add_handler("big", lambda t: t.payload[::-1])
         no_cert = self.worker(token="py-s3cret", tls=taskpush.TLSOptions(str(c / "ca.pem")))
         no_cert.add_handler("tls", lambda t: b"wrong")
         bad_token = self.worker(token="nope", tls=taskpush.TLSOptions(str(c / "ca.pem"), str(c / "client.pem"),
@@ -420,6 +428,8 @@ class TLS(Case):
                        "refused workers to try three times")
         self.start(good)
         self.wait_rows("task_state = 2 AND result = 'secure'", 20, "SUCCESSFUL by the TLS worker")
+        self.wait_rows("task_state = 2 AND LENGTH(result) = 3000001 AND result = REVERSE(payload)", 1,
+                       "the 3 MB task SUCCESSFUL with its 3 MB result")
         self.assertEqual(self.count("result = 'wrong'"), 0)
         self.assertEqual(no_cert.stats["connections"], 0)
         self.assertEqual(bad_token.stats["connections"], 0)

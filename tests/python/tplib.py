@@ -115,12 +115,14 @@ class Daemon:
 
     _serial = 0
 
-    def __init__(self, db_url: str, extra: Sequence[str] = (), listen: str = "127.0.0.1:0") -> None:
+    def __init__(self, db_url: str, extra: Sequence[str] = (), listen: str = "127.0.0.1:0",
+                 admin_ca: Optional[str] = None) -> None:
         Daemon._serial += 1
         tmp = os.environ.get("TMPDIR", "/tmp")
         self.ready_path = f"{tmp}/taskpushd-py-{os.getpid()}-{Daemon._serial}.ready"
         self.log_path = f"{tmp}/taskpushd-py-{os.getpid()}-{Daemon._serial}.log"
         self.db_url, self.extra = db_url, list(extra)
+        self.admin_ca = admin_ca  # with --tls-cert the admin port speaks https
         self.proc: Optional[subprocess.Popen[bytes]] = None
         self.listen = ""
         self.admin = ""
@@ -140,14 +142,23 @@ class Daemon:
                 with open(self.ready_path) as f:
                     ready = json.load(f)
                 self.listen, self.admin = ready["listen"], ready["admin"]
-                return
+                break
             except (OSError, ValueError, KeyError):
                 pass
             if self.proc.poll() is not None:
                 raise RuntimeError(f"taskpushd exited early ({self.proc.returncode}):\n{self.log_text()}")
             time.sleep(0.02)
-        self.stop(signal.SIGKILL)
-        raise RuntimeError(f"taskpushd wrote no ready file within 15 s:\n{self.log_text()}")
+        else:
+            self.stop(signal.SIGKILL)
+            raise RuntimeError(f"taskpushd wrote no ready file within 15 s:\n{self.log_text()}")
+        # The ready file comes before leadership: a SUBMIT before it is UNAVAILABLE.
+        wait_for(self._leads, "taskpushd to lead")
+
+    def _leads(self) -> bool:
+        try:
+            return bool(self.json("/stats").get("leader"))  # type: ignore[union-attr]
+        except (OSError, ValueError):
+            return False
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20) -> int:
         if self.proc is None or self.proc.poll() is not None:
@@ -172,10 +183,13 @@ class Daemon:
             return ""
 
     def http(self, method: str, path: str) -> bytes:
+        import ssl
         import urllib.request
-        req = urllib.request.Request(f"http://{self.admin}{path}", method=method,
+        scheme = "https" if self.admin_ca else "http"
+        ctx = ssl.create_default_context(cafile=self.admin_ca) if self.admin_ca else None
+        req = urllib.request.Request(f"{scheme}://{self.admin}{path}", method=method,
                                      headers={"X-Taskpush-Admin": "1"} if method == "POST" else {})
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
             return bytes(r.read())
 
     def json(self, path: str) -> object:
