@@ -106,6 +106,7 @@ class Session:
         self._lock = threading.Lock()
         self._queue: List[bytes] = []
         self._closed = False
+        self._abort = False
         # A socket pair, not a pipe: once closed, its objects refuse writes instead
         # of writing into whatever file reuses the descriptor number.
         self._rpipe, self._wpipe = socket.socketpair()
@@ -128,6 +129,12 @@ class Session:
             self._queue.append(data)
         self.wake()
         return True
+
+    def abort(self) -> None:
+        """Makes serve() close at once, without writing what is queued.
+        Safe from a signal handler (a flag and a write to the wake-up socket)."""
+        self._abort = True
+        self.wake()
 
     def wake(self) -> None:
         try:
@@ -183,6 +190,9 @@ class Session:
                 for key, _ in ready:
                     if key.fileobj == self._rpipe:
                         self._drain_pipe()
+                if self._abort:
+                    reason = "closed at once"
+                    break
                 got, more_to_read = self._read(fb)
                 if got is None:
                     reason = "connection closed by the dispatcher"

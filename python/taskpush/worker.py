@@ -231,7 +231,10 @@ class Worker:
             pass
         s = self._session
         if s is not None:
-            s.wake()
+            if self._stop_level >= 2:
+                s.abort()
+            else:
+                s.wake()
 
     def submit(self, type: str, payload: Bytes = b"", priority: int = 1,
                dedup_key: Optional[Bytes] = None, delay_ms: int = 0, max_attempts: int = 0,

@@ -20,6 +20,9 @@ Cases:
                          SUCCESSFUL at attempt 1, never cancelled
   cancel_honoured        POST /cancel of a running task: the handler sees cancelled,
                          the row is FAILED 'cancelled', and the worker takes tasks after
+  stop_at_once           a second stop() closes at once: the running handler sees
+                         cancelled, run() returns, the outcome is dropped and the
+                         dispatcher takes the task back (NEW, attempt 1 used)
   dispatcher_stop        taskpushd gets SIGTERM while a task runs: its STOP lets the
                          handler finish, the outcome is written (SUCCESSFUL at attempt 1)
                          before it exits 0, and the worker then tries to reconnect
@@ -269,6 +272,29 @@ class Worker(Case):
         self.db.insert_tasks("stuck", ["b"])  # its slot is free again once the handler answered
         self.wait_rows("task_state = 2 AND payload = 'b'", 1, "SUCCESSFUL")
         self.assertEqual(w.stats["cancels_received"], 1)
+
+    def test_stop_at_once(self) -> None:
+        self.db.insert_tasks("hang", ["x"])
+        started = threading.Event()
+        seen = {"cancelled": False}
+        w = self.worker()
+
+        def hang(task: taskpush.Task) -> bytes:
+            started.set()
+            seen["cancelled"] = task.wait_cancelled(tplib.WAIT_S)
+            return b"too late"
+
+        w.add_handler("hang", hang)
+        self.start(w)
+        self.assertTrue(started.wait(tplib.WAIT_S))
+        w.stop()
+        w.stop()
+        self.threads[-1].join(tplib.WAIT_S)
+        self.assertFalse(self.threads[-1].is_alive())
+        self.assertTrue(seen["cancelled"])
+        self.assertEqual(w.stats["tasks_dropped"], 1)
+        self.wait_rows("task_state = 0 AND attempts = 1", 1, "NEW again")
+        self.assertEqual(self.count("result IS NOT NULL"), 0)
 
     def test_dispatcher_stop(self) -> None:
         self.db.insert_tasks("ds", ["x"])
