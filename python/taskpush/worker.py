@@ -242,7 +242,7 @@ class Worker:
         """Submits a task on the current connection (needs protocol version 2);
         raises taskpush.Unavailable when not connected."""
         t = make_task(type, payload, priority, dedup_key, delay_ms, max_attempts, timeout_ms)
-        return self._tracker.submit(self._session, [t], wait, wait_timeout_s)
+        return self._tracker.submit(self._session, [t], wait, wait_timeout_s)[0]
 
     @property
     def connected_version(self) -> int:

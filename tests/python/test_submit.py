@@ -119,6 +119,7 @@ class Submit(Case):
 
     def test_from_handler(self) -> None:
         runs: Dict[str, int] = {}
+        receipts: List[taskpush.Receipt] = []
         lock = threading.Lock()
         w = self.worker()
 
@@ -129,7 +130,9 @@ class Submit(Case):
                 runs[path] = runs.get(path, 0) + 1
             if len(path) < 5:  # "r" and 4 generations below it: 1 + 2 + 4 + 8 + 16 rows
                 for child in (path + "0", path + "1"):
-                    task.submit("tree", child, dedup_key="tree:" + child, wait_timeout_s=tplib.WAIT_S)
+                    r = task.submit("tree", child, dedup_key="tree:" + child, wait_timeout_s=tplib.WAIT_S)
+                    with lock:
+                        receipts.append(r)
             return b"ok"
 
         self.start(w)
@@ -140,6 +143,8 @@ class Submit(Case):
         self.assertEqual(self.count("1"), 31)
         self.assertEqual(self.count("dedup_key LIKE 'tree:%'"), 31)
         self.assertEqual(sorted(set(runs.values())), [1])
+        ids = {int(r[0]) for r in self.db.rows("SELECT task_id FROM task WHERE payload <> 'r'")}
+        self.assertEqual({(r.task_id, r.duplicate) for r in receipts}, {(i, False) for i in ids})
 
     def test_invalid(self) -> None:
         c = self.client()

@@ -214,8 +214,8 @@ class Worker(Case):
         w.add_handler("slow", make("slow"), concurrency=3)
         w.add_handler("other", make("other"), concurrency=2)
         self.start(w)
-        tplib.wait_for(lambda: any(x.get("capacity") for x in self.d.json("/workers")), "the worker in /workers")  # type: ignore[union-attr]
-        caps = [x["capacity"] for x in self.d.json("/workers")]  # type: ignore[index, union-attr]
+        tplib.wait_for(lambda: any(x.get("capacity") for x in self.d.json("/workers")), "the worker in /workers")
+        caps = [x["capacity"] for x in self.d.json("/workers")]
         self.assertEqual(caps, [5])
         self.wait_rows("task_state = 2", 36, "SUCCESSFUL")
         self.assertLessEqual(peak["slow"], 3)

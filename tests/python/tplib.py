@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import unittest
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 SOURCE_ROOT = pathlib.Path(os.environ.get("TASKPUSH_SOURCE_ROOT", pathlib.Path(__file__).resolve().parents[2]))
 BUILD_ROOT = pathlib.Path(os.environ.get("TASKPUSH_BUILD_ROOT", SOURCE_ROOT / "build"))
@@ -156,7 +156,7 @@ class Daemon:
 
     def _leads(self) -> bool:
         try:
-            return bool(self.json("/stats").get("leader"))  # type: ignore[union-attr]
+            return bool(self.json("/stats").get("leader"))
         except (OSError, ValueError):
             return False
 
@@ -192,7 +192,7 @@ class Daemon:
         with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
             return bytes(r.read())
 
-    def json(self, path: str) -> object:
+    def json(self, path: str) -> Any:
         return json.loads(self.http("GET", path))
 
     def close(self) -> None:
