@@ -41,6 +41,7 @@ Cases:
                          without a client certificate and one with a wrong token never
                          complete a handshake
   two_addresses_one_dead a dead address first, the dispatcher second: the worker drains
+  ipv6                   a dispatcher on [::1]: the worker given "[::1]:PORT" drains
   protocol_version       the worker speaks the dispatcher's version: with a version 1
                          taskpushd it falls back after ERROR VERSION (submit refused,
                          Client refused); with version 2, both versions work
@@ -398,6 +399,16 @@ class Worker(Case):
         self.wait_rows("task_state = 2", 20, "SUCCESSFUL")
         self.assertGreaterEqual(w.stats["connect_attempts"], 2)
         self.assertEqual(w.stats["connections"], 1)
+
+    def test_ipv6(self) -> None:
+        self.d.close()
+        self.d = self.daemon(listen="[::1]:0")
+        self.assertTrue(self.d.listen.startswith("[::1]:"), self.d.listen)
+        self.db.insert_tasks("v6", [str(i) for i in range(5)])
+        w = self.worker(self.d.listen)
+        w.add_handler("v6", lambda t: b"ok")
+        self.start(w)
+        self.wait_rows("task_state = 2", 5, "SUCCESSFUL")
 
     def test_protocol_version(self) -> None:
         self.db.insert_tasks("pv", ["1", "2"])
