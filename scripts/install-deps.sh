@@ -7,8 +7,10 @@ set -euo pipefail
 #   scripts/install-deps.sh          what building and running needs
 #   scripts/install-deps.sh --test   also what the tests need (clang's fuzzer
 #                                    runtime, Chromium for the dashboard test,
-#                                    promtool from prometheus; for tests/install:
-#                                    systemd-analyze, man, groff, and the packaging tools)
+#                                    promtool from prometheus, python3-setuptools
+#                                    and python3-venv for the Python library; for
+#                                    tests/install: systemd-analyze, man, groff, and
+#                                    the packaging tools)
 #   scripts/install-deps.sh --bench  also what bench/run.sh needs (matplotlib for the plot)
 #   scripts/install-deps.sh --package  also what scripts/package.sh needs (debhelper, lintian)
 packages=(
@@ -19,6 +21,7 @@ packages=(
 )
 case "${1:-}" in
   --test) packages+=(clang libclang-rt-14-dev chromium chromium-driver python3-selenium prometheus
+                  python3-setuptools python3-venv
                   systemd man-db groff-base bsdextrautils debhelper dpkg-dev build-essential lintian fakeroot) ;;
   --bench) packages+=(python3-matplotlib) ;;
   --package) packages+=(debhelper dpkg-dev build-essential lintian fakeroot man-db) ;;

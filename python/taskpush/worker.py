@@ -1,0 +1,459 @@
+"""taskpush.worker: a worker that takes tasks from taskpushd and runs handlers.
+
+Owns the Worker (handlers per task type, each with its own threads; the
+reconnect loop over several addresses with backoff; STOP and SIGTERM), the Task
+a handler receives, and the outcomes a handler can give (return a result, or
+raise Fail, PermanentFailure or RetryAfter).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import select
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from . import proto
+from .session import (Address, AuthRefused, Backoff, ConnectError, HelloSpec, Session, TLSOptions,
+                      VersionRefused, format_address, open_session, parse_addresses)
+from .submit import Bytes, Receipt, SubmitTracker, make_task
+
+MAX_ERROR_LEN = 65535  # err_msg is a TEXT column
+MAX_CAPACITY = 65536
+
+
+class Fail(Exception):
+    """Raised by a handler: a failed attempt, retried with the dispatcher's
+    backoff while the task has attempts left (DONE FAIL_RETRY)."""
+
+
+class PermanentFailure(Fail):
+    """Raised by a handler: the task fails for good, never retried (FAIL_PERM)."""
+
+
+class RetryAfter(Fail):
+    """Raised by a handler: retry after delay_ms (RETRY_AFTER)."""
+
+    def __init__(self, delay_ms: int, message: str = "") -> None:
+        super().__init__(message)
+        if not 0 <= delay_ms <= 0xFFFFFFFF:
+            raise ValueError("delay_ms must fit a u32")
+        self.delay_ms = delay_ms
+
+
+DeliveryKey = Tuple[int, int, int]
+
+
+class Task:
+    """One delivery, passed to a handler. (id, epoch, attempt) names it; a
+    redelivery has a larger attempt, a later dispatcher a larger epoch."""
+
+    def __init__(self, msg: proto.Task, session: Session, worker: "Worker") -> None:
+        self.id: int = msg.task_id
+        self.epoch: int = msg.epoch
+        self.attempt: int = msg.attempt
+        self.timeout_ms: int = msg.timeout_ms  # the lease as sent (0: none)
+        self.priority: int = msg.priority       # 0 low, 1 normal, 2 high
+        self.type: str = msg.type.decode("utf-8", "replace")
+        self.payload: bytes = msg.payload
+        self._session = session
+        self._worker = worker
+        self._cancelled = threading.Event()
+        self._deadline = time.monotonic() + msg.timeout_ms / 1000.0 if msg.timeout_ms else None
+
+    @property
+    def key(self) -> DeliveryKey:
+        return (self.id, self.epoch, self.attempt)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the delivery was abandoned: the dispatcher sent CANCEL (its
+        lease expired, or an operator cancelled it), the connection was lost,
+        or the worker is stopping at once. The handler should give up early;
+        its outcome is then ignored or dropped."""
+        return self._cancelled.is_set() or self._session.closed
+
+    def wait_cancelled(self, timeout_s: float) -> bool:
+        """Sleeps up to timeout_s, waking early on cancellation; returns cancelled."""
+        self._cancelled.wait(timeout_s)
+        return self.cancelled
+
+    def remaining_ms(self) -> float:
+        """Milliseconds before the lease ends (this host's clock, moved by
+        extend()); infinity for a task without a lease."""
+        if self._deadline is None:
+            return float("inf")
+        return (self._deadline - time.monotonic()) * 1000.0
+
+    def extend(self, ms: int) -> bool:
+        """Asks the dispatcher to end the lease ms from now (EXTEND). False when
+        the delivery was cancelled or its connection lost: give up then."""
+        if not 1 <= ms <= 0xFFFFFFFF:
+            raise ValueError("extend ms must be 1 .. 2^32-1")
+        if self.cancelled:
+            return False
+        if not self._session.send(proto.Extend(self.id, self.epoch, self.attempt, ms)):
+            return False
+        self._deadline = time.monotonic() + ms / 1000.0
+        self._worker._count("extends_sent")
+        return True
+
+    def submit(self, type: str, payload: Bytes = b"", priority: int = 1,
+               dedup_key: Optional[Bytes] = None, delay_ms: int = 0, max_attempts: int = 0,
+               timeout_ms: int = 0, wait: bool = False, wait_timeout_s: Optional[float] = None) -> Receipt:
+        """Submits a new task on this worker's connection (protocol version 2)."""
+        return self._worker.submit(type, payload, priority, dedup_key, delay_ms, max_attempts,
+                                   timeout_ms, wait, wait_timeout_s)
+
+    def _cancel(self) -> None:
+        self._cancelled.set()
+
+
+Handler = Callable[[Task], Union[None, bytes, str]]
+
+
+@dataclass
+class _TypeSlot:
+    name: str
+    fn: Handler
+    concurrency: int
+    queue: "queue.Queue[Optional[Task]]" = field(default_factory=queue.Queue)
+    threads: List[threading.Thread] = field(default_factory=list)
+
+
+def _cut(text: bytes, limit: int) -> bytes:
+    """Cuts text to limit bytes at a UTF-8 character boundary."""
+    if len(text) <= limit:
+        return text
+    end = limit
+    while end > 0 and (text[end] & 0xC0) == 0x80:
+        end -= 1
+    return text[:end]
+
+
+class Worker:
+    """Takes tasks of the registered types from a dispatcher and runs them.
+
+        w = Worker("127.0.0.1:7070", token="s3cret")
+
+        @w.handler("resize", concurrency=4)
+        def resize(task: Task) -> bytes:
+            return b"done"
+
+        w.install_signal_handlers()   # SIGTERM, SIGINT: finish, then exit
+        w.run()
+
+    The HELLO's capacity (the dispatcher's credit) is the sum of the handlers'
+    concurrency; each type runs on as many threads as its concurrency."""
+
+    def __init__(self, addresses: Union[str, Sequence[str]], name: Optional[str] = None,
+                 token: Optional[str] = None, tls: Union[None, bool, TLSOptions] = None,
+                 reconnect_min_ms: int = 100, reconnect_max_ms: int = 5000,
+                 connect_timeout_ms: int = 5000, logger: Optional[logging.Logger] = None,
+                 protocol_version: int = proto.PROTO_VERSION) -> None:
+        self._addresses: List[Address] = parse_addresses(addresses)
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self._token = token or ""
+        if len(self._token.encode()) > proto.MAX_TOKEN_LEN:
+            raise ValueError(f"token longer than {proto.MAX_TOKEN_LEN} bytes")
+        opts = TLSOptions() if tls is True else (tls or None)
+        self._tls = opts.context() if isinstance(opts, TLSOptions) else None
+        self._backoff = Backoff(reconnect_min_ms, reconnect_max_ms)
+        if connect_timeout_ms < 1:
+            raise ValueError("connect_timeout_ms must be >= 1")
+        self._connect_timeout_s = connect_timeout_ms / 1000.0
+        if protocol_version not in (1, 2):
+            raise ValueError("protocol_version is 1 or 2")
+        self._version = protocol_version
+        self.log = logger or logging.getLogger("taskpush.worker")
+        self._types: Dict[str, _TypeSlot] = {}
+        self._lock = threading.Lock()
+        self._held: Dict[DeliveryKey, Task] = {}
+        self._session: Optional[Session] = None
+        self._tracker = SubmitTracker()
+        self._stop_level = 0  # 1: graceful, 2: at once (plain int: set from a signal handler)
+        self._running = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self.stats: Dict[str, int] = {k: 0 for k in (
+            "connect_attempts", "connections", "disconnects", "tasks_received", "tasks_completed",
+            "tasks_dropped", "cancels_received", "extends_sent")}
+
+    # ---- setup ----
+
+    def add_handler(self, type: str, fn: Handler, concurrency: int = 1) -> None:
+        """Registers the handler of one task type, run on concurrency threads."""
+        if self._running:
+            raise RuntimeError("add handlers before run()")
+        raw = type.encode()
+        if not 1 <= len(raw) <= proto.MAX_TYPE_LEN:
+            raise ValueError(f"task type of 1 to {proto.MAX_TYPE_LEN} bytes")
+        if type in self._types:
+            raise ValueError(f"a handler for {type!r} is already registered")
+        if len(self._types) >= proto.MAX_TYPES:
+            raise ValueError(f"at most {proto.MAX_TYPES} task types")
+        if concurrency < 1 or sum(t.concurrency for t in self._types.values()) + concurrency > MAX_CAPACITY:
+            raise ValueError(f"concurrency >= 1, and at most {MAX_CAPACITY} in all")
+        self._types[type] = _TypeSlot(type, fn, concurrency)
+
+    def handler(self, type: str, concurrency: int = 1) -> Callable[[Handler], Handler]:
+        """Decorator form of add_handler."""
+        def register(fn: Handler) -> Handler:
+            self.add_handler(type, fn, concurrency)
+            return fn
+        return register
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the worker gracefully (a second one: at once).
+        Call from the main thread."""
+        def on_signal(signum: int, frame: Any) -> None:
+            self.stop()
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    # ---- control, from any thread or a signal handler ----
+
+    def stop(self) -> None:
+        """The first call stops gracefully: STOP to the dispatcher, running and
+        queued tasks finish, their outcomes are sent, then the connection
+        closes and run() returns. A second call stops at once: the connection
+        closes, held tasks are marked cancelled and their outcomes dropped."""
+        self._stop_level = min(self._stop_level + 1, 2)
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+        s = self._session
+        if s is not None:
+            if self._stop_level >= 2:
+                s.abort()
+            else:
+                s.wake()
+
+    def submit(self, type: str, payload: Bytes = b"", priority: int = 1,
+               dedup_key: Optional[Bytes] = None, delay_ms: int = 0, max_attempts: int = 0,
+               timeout_ms: int = 0, wait: bool = False, wait_timeout_s: Optional[float] = None) -> Receipt:
+        """Submits a task on the current connection (needs protocol version 2);
+        raises taskpush.Unavailable when not connected."""
+        t = make_task(type, payload, priority, dedup_key, delay_ms, max_attempts, timeout_ms)
+        return self._tracker.submit(self._session, [t], wait, wait_timeout_s)[0]
+
+    @property
+    def connected_version(self) -> int:
+        """The protocol version of the current session, 0 when not connected."""
+        s = self._session
+        return s.version if s is not None and not s.closed else 0
+
+    def held(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self.stats[key] += n
+
+    # ---- run ----
+
+    def run(self) -> None:
+        """Runs until stop(): connects, takes tasks, reconnects with backoff.
+        Returns once every handler thread has ended."""
+        if not self._types:
+            raise RuntimeError("register a handler first")
+        if self._running:
+            raise RuntimeError("already running")
+        self._running = True
+        for slot in self._types.values():
+            for i in range(slot.concurrency):
+                t = threading.Thread(target=self._handler_loop, args=(slot,),
+                                     name=f"taskpush-{slot.name}-{i}", daemon=True)
+                t.start()
+                slot.threads.append(t)
+        try:
+            self._connect_loop()
+        finally:
+            for slot in self._types.values():
+                for _ in slot.threads:
+                    slot.queue.put(None)
+            for slot in self._types.values():
+                for t in slot.threads:
+                    t.join()
+                slot.threads.clear()
+            self._running = False
+            self.log.info("worker %s stopped", self.name)
+
+    def _connect_loop(self) -> None:
+        idx = 0
+        versions: Dict[Address, int] = {}
+        while self._stop_level == 0:
+            addr = self._addresses[idx % len(self._addresses)]
+            s = self._connect(addr, versions)
+            if s is None:
+                idx += 1
+                if self._sleep(self._backoff.next_s()):
+                    break
+                continue
+            self._backoff.reset()
+            reason = self._serve(s)
+            self.log.info("connection to %s ended: %s", format_address(addr), reason)
+            if self._stop_level > 0:
+                break
+            # The next attempt starts at the same address after a short delay, so a
+            # restarted dispatcher is found again quickly.
+            if self._sleep(self._backoff.next_s()):
+                break
+
+    def _connect(self, addr: Address, versions: Dict[Address, int]) -> Optional[Session]:
+        capacity = sum(t.concurrency for t in self._types.values())
+        hello = HelloSpec(self.name, self._token, capacity, list(self._types))
+        version = versions.get(addr, self._version)
+        self._count("connect_attempts")
+        try:
+            try:
+                s = open_session(addr, hello, version, self._tls, self._connect_timeout_s, self.log)
+            except VersionRefused:
+                if version < 2:
+                    raise
+                # An older dispatcher: speak version 1 (no submit) to it from now on.
+                self.log.info("%s speaks protocol version 1; falling back (no submit)",
+                              format_address(addr))
+                versions[addr] = 1
+                self._count("connect_attempts")
+                s = open_session(addr, hello, 1, self._tls, self._connect_timeout_s, self.log)
+        except AuthRefused as e:
+            self.log.error("%s", e)
+            return None
+        except ConnectError as e:
+            self.log.warning("%s", e)
+            return None
+        self._count("connections")
+        self.log.info("connected to %s (protocol %d, heartbeat %d ms, %s)", format_address(addr),
+                      s.version, s.welcome.heartbeat_ms, s.welcome.server.decode("utf-8", "replace"))
+        return s
+
+    def _sleep(self, seconds: float) -> bool:
+        """Waits, waking early for stop(); True when stopping."""
+        end = time.monotonic() + seconds
+        while self._stop_level == 0:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                select.select([self._wake_r], [], [], left)
+                while os.read(self._wake_r, 64):
+                    pass
+            except (BlockingIOError, InterruptedError):
+                pass
+        return True
+
+    def _serve(self, s: Session) -> str:
+        tracker = SubmitTracker()
+        st = {"stop_sent": False, "peer_stop": False}
+        self._tracker = tracker
+        self._session = s
+
+        def on_frame(m: proto.Message) -> None:
+            if isinstance(m, proto.Task):
+                self._on_task(m, s)
+            elif isinstance(m, proto.Cancel):
+                with self._lock:
+                    t = self._held.get((m.task_id, m.epoch, m.attempt))
+                if t is not None:
+                    self._count("cancels_received")
+                    self.log.info("task %d (attempt %d) cancelled by the dispatcher", t.id, t.attempt)
+                    t._cancel()
+            elif isinstance(m, proto.Stop):
+                st["peer_stop"] = True
+            elif tracker.on_frame(m) or isinstance(m, proto.Heartbeat):
+                pass
+            else:
+                raise proto.Unexpected(f"unexpected {type(m).__name__} from the dispatcher")
+
+        def on_tick() -> Optional[str]:
+            if self._stop_level >= 2:
+                return "stopping at once"
+            if self._stop_level == 1 and not st["stop_sent"]:
+                st["stop_sent"] = True
+                s.send(proto.Stop())
+            if st["peer_stop"] and self.held() == 0:
+                return "stopped, nothing held" if st["stop_sent"] else "the dispatcher sent STOP"
+            return None
+
+        try:
+            return s.serve(on_frame, on_tick)
+        finally:
+            tracker.lost()
+            self._count("disconnects")
+            with self._lock:
+                lost = [t for t in self._held.values() if t._session is s]
+                for t in lost:
+                    del self._held[t.key]
+            for t in lost:
+                t._cancel()
+
+    def _on_task(self, m: proto.Task, s: Session) -> None:
+        self._count("tasks_received")
+        t = Task(m, s, self)
+        slot = self._types.get(t.type)
+        with self._lock:
+            self._held[t.key] = t
+        if slot is None:  # the dispatcher only sends registered types; answer anyway
+            self._finish(t, proto.FAIL_PERM, b"no handler for this task type", 0)
+            return
+        slot.queue.put(t)
+
+    # ---- handler threads ----
+
+    def _handler_loop(self, slot: _TypeSlot) -> None:
+        while True:
+            t = slot.queue.get()
+            if t is None:
+                return
+            if t._session.closed:  # its connection is gone: the dispatcher redelivers it
+                self._drop(t)
+                continue
+            outcome, data, delay = self._call(slot, t)
+            self._finish(t, outcome, data, delay)
+
+    def _call(self, slot: _TypeSlot, t: Task) -> Tuple[int, bytes, int]:
+        try:
+            r = slot.fn(t)
+        except RetryAfter as e:
+            return proto.RETRY_AFTER, str(e).encode(), e.delay_ms
+        except PermanentFailure as e:
+            return proto.FAIL_PERM, str(e).encode(), 0
+        except Fail as e:
+            return proto.FAIL_RETRY, str(e).encode(), 0
+        except Exception as e:  # a handler's bug is a failed attempt, logged
+            self.log.exception("handler of %s failed on task %d", slot.name, t.id)
+            return proto.FAIL_RETRY, f"{type(e).__name__}: {e}".encode(), 0
+        if r is None:
+            return proto.SUCCESS, b"", 0
+        if isinstance(r, str):
+            return proto.SUCCESS, r.encode(), 0
+        if isinstance(r, (bytes, bytearray, memoryview)):
+            return proto.SUCCESS, bytes(r), 0
+        return proto.FAIL_PERM, f"handler returned {type(r).__name__}, not bytes or str".encode(), 0
+
+    def _finish(self, t: Task, outcome: int, data: bytes, delay_ms: int) -> None:
+        room = t._session.max_body - 22  # the DONE head
+        if outcome == proto.SUCCESS and len(data) > room:
+            outcome, data = proto.FAIL_PERM, (f"result of {len(data)} bytes exceeds the "
+                                              f"dispatcher's limit of {room}").encode()
+        elif outcome != proto.SUCCESS:
+            data = _cut(data, min(MAX_ERROR_LEN, max(room, 0)))
+        sent = t._session.send(proto.Done(t.id, t.epoch, t.attempt, outcome, delay_ms, data))
+        with self._lock:
+            self._held.pop(t.key, None)
+            self.stats["tasks_completed" if sent else "tasks_dropped"] += 1
+        t._session.wake()  # a stopping loop checks whether anything is still held
+
+    def _drop(self, t: Task) -> None:
+        with self._lock:
+            self._held.pop(t.key, None)
+            self.stats["tasks_dropped"] += 1

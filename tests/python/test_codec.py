@@ -1,0 +1,185 @@
+"""test_codec: the Python codec against the golden frames of tests/data/frames.
+
+Cases:
+  valid_roundtrip     every file of valid/ is one whole frame that decodes, and
+                      encodes back byte for byte
+  invalid_rejected    every file of invalid/ is TOO_BIG or BAD (prefix or body)
+  stream_split        the valid frames concatenated and fed one byte at a time come
+                      out as the same bodies, in order
+  fields              field values of a few golden frames (as tests/unit/test_proto.c)
+  encoder_refuses     an encoder refuses what a decoder refuses
+  readme_examples     every ```python block of python/README.md compiles
+  submit_layout       SUBMIT, SUBMITTED and OUTCOME (protocol version 2) encode to the
+                      bytes of the agreed layout, written out by hand here, and back
+  backoff             reconnect delays double from the minimum, stay within [ceiling/2,
+                      ceiling] (jitter), stop growing at the maximum, and restart on reset
+  addresses           HOST:PORT lists (IPv6 in brackets) parse; bad ones are refused
+"""
+import pathlib
+import struct
+import sys
+import unittest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import tplib  # noqa: E402
+
+from taskpush import proto, session  # noqa: E402
+
+FRAMES = tplib.SOURCE_ROOT / "tests" / "data" / "frames"
+
+
+def files(kind: str) -> list:
+    return sorted((FRAMES / kind).glob("*.bin"))
+
+
+class Codec(unittest.TestCase):
+    def test_valid_roundtrip(self) -> None:
+        fs = files("valid")
+        self.assertGreaterEqual(len(fs), 20, "golden frames missing")
+        for f in fs:
+            with self.subTest(frame=f.name):
+                data = f.read_bytes()
+                st, n = proto.frame_check(data, proto.MAX_BODY_DEFAULT)
+                self.assertEqual(st, proto.OK)
+                self.assertEqual(proto.LEN_PREFIX + n, len(data))
+                m = proto.decode(data[proto.LEN_PREFIX:])
+                self.assertEqual(proto.encode(m), data)
+                self.assertEqual(proto.decode(proto.encode_body(m)), m)
+
+    def test_invalid_rejected(self) -> None:
+        fs = files("invalid")
+        self.assertGreaterEqual(len(fs), 30, "golden frames missing")
+        for f in fs:
+            with self.subTest(frame=f.name):
+                data = f.read_bytes()
+                st, n = proto.frame_check(data, proto.MAX_BODY_DEFAULT)
+                if st == proto.OK:
+                    with self.assertRaises(proto.BadFrame):
+                        proto.decode(data[proto.LEN_PREFIX:proto.LEN_PREFIX + n])
+                else:
+                    self.assertIn(st, (proto.BAD, proto.TOO_BIG))
+                    fb = proto.FrameBuffer()
+                    fb.feed(data)
+                    with self.assertRaises(proto.BadFrame):
+                        fb.next_body()
+
+    def test_stream_split(self) -> None:
+        datas = [f.read_bytes() for f in files("valid")]
+        fb = proto.FrameBuffer()
+        got = []
+        for byte in b"".join(datas):
+            fb.feed(bytes([byte]))
+            body = fb.next_body()
+            if body is not None:
+                got.append(body)
+        self.assertIsNone(fb.next_body())
+        self.assertEqual(got, [d[proto.LEN_PREFIX:] for d in datas])
+
+    def test_fields(self) -> None:
+        t = proto.decode((FRAMES / "valid" / "task_small.bin").read_bytes()[4:])
+        self.assertEqual(t, proto.Task(0x0102030405060708, 3, 1, 30000, 1, b"resize", b'{"w":640,"h":480}'))
+        d = proto.decode((FRAMES / "valid" / "done_retry_after.bin").read_bytes()[4:])
+        self.assertEqual(d, proto.Done(11, 4, 2, proto.RETRY_AFTER, 15000, b"rate limited"))
+        h = proto.decode((FRAMES / "valid" / "hello_max_bounds.bin").read_bytes()[4:])
+        assert isinstance(h, proto.Hello)
+        self.assertEqual((h.capacity, len(h.types), len(h.name), len(h.token)), (0xFFFFFFFF, 64, 256, 1024))
+        w = proto.decode((FRAMES / "valid" / "welcome.bin").read_bytes()[4:])
+        self.assertEqual(w, proto.Welcome(w.version, 5000, proto.MAX_BODY_DEFAULT, b"taskpushd 0.1.0"))
+
+    def test_encoder_refuses(self) -> None:
+        bad = [
+            proto.Hello(1, 0, b"w", b"", [b"echo"]),           # capacity 0
+            proto.Hello(1, 1, b"w", b"", []),                  # no type in version 1
+            proto.Hello(2, 1, b"w", b"", []),                  # producer-only needs capacity 0
+            proto.Hello(1, 1, b"w", b"", [b""]),               # empty type
+            proto.Hello(1, 1, b"n" * 257, b"", [b"t"]),
+            proto.Hello(1, 1, b"w", b"k" * 1025, [b"t"]),
+            proto.Hello(1, 1, b"w", b"", [b"t%d" % i for i in range(65)]),
+            proto.Task(1, 1, 1, 1, 3, b"t", b""),              # priority 3
+            proto.Task(1, 1, 1, 1, 0, b"x" * 257, b""),
+            proto.Task(1 << 64, 1, 1, 1, 0, b"t", b""),        # id beyond u64
+            proto.Done(1, 1, 1, 4, 0, b""),                    # outcome 4
+            proto.Welcome(1, 1, 1, b"s" * 257),
+            proto.Submit(1, 2, [proto.SubmitTask(b"t")]),      # unknown flag
+            proto.Submit(1, 0, []),
+            proto.Submit(1, 0, [proto.SubmitTask(b"t")] * 1001),
+            proto.Submit(1, 0, [proto.SubmitTask(b"t", priority=3)]),
+            proto.Submit(1, 0, [proto.SubmitTask(b"t", max_attempts=1001)]),
+            proto.Submit(1, 0, [proto.SubmitTask(b"t", dedup_key=b"k" * 192)]),
+            proto.Submit(1, 0, [proto.SubmitTask(b"")]),
+            proto.Submitted(1, proto.SUBMITTED_INVALID, [proto.SubmitResult(0, 1)]),
+            proto.Submitted(1, 0, [proto.SubmitResult(2, 1)]),
+            proto.Submitted(1, proto.SUBMITTED_OK, []),        # OK answers every entry
+            proto.Submitted(1, 3, []),                         # unknown status
+            proto.Outcome(1, 1, 1, b""),                       # state PROCESSING
+        ]
+        for m in bad:
+            with self.subTest(msg=repr(m)[:80]):
+                with self.assertRaises(proto.BadFrame):
+                    proto.encode(m)
+        # A producer-only HELLO is valid in version 2 only.
+        self.assertEqual(proto.decode(proto.encode_body(proto.Hello(2, 0, b"p", b"", []))),
+                         proto.Hello(2, 0, b"p", b"", []))
+
+    def test_readme_examples(self) -> None:
+        text = (tplib.SOURCE_ROOT / "python" / "README.md").read_text()
+        blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+        self.assertGreaterEqual(len(blocks), 2)
+        for i, b in enumerate(blocks):
+            compile(b, f"python/README.md block {i + 1}", "exec")
+
+    def test_submit_layout(self) -> None:
+        sub = proto.Submit(0x01020304, proto.SUBMIT_FLAG_WAIT, [
+            proto.SubmitTask(b"crawl", b"http://a/", 2, 5, 1500, 30000, b"http://a/"),
+            proto.SubmitTask(b"x", b"", 0, 0, 0, 0, b""),
+        ])
+        want = (bytes([0x20]) + bytes.fromhex("01020304") + b"\x01" + b"\x00\x02"
+                + b"\x02" + b"\x00\x05" + struct.pack(">I", 1500) + struct.pack(">I", 30000)
+                + b"\x00\x05crawl" + b"\x00\x09http://a/" + b"\x00\x00\x00\x09http://a/"
+                + b"\x00" + b"\x00\x00" + b"\x00" * 8 + b"\x00\x01x" + b"\x00\x00" + b"\x00" * 4)
+        self.assertEqual(proto.encode_body(sub), want)
+        self.assertEqual(proto.decode(want), sub)
+        self.assertRaises(proto.BadFrame, proto.decode, want + b"\x00")
+        self.assertRaises(proto.BadFrame, proto.decode, want[:-1])
+
+        ok = proto.Submitted(7, proto.SUBMITTED_OK, [proto.SubmitResult(0, 42), proto.SubmitResult(1, 9)])
+        want = (bytes([0x21]) + b"\x00\x00\x00\x07" + b"\x00\x00" + b"\x00\x02"
+                + b"\x00" + (42).to_bytes(8, "big") + b"\x01" + (9).to_bytes(8, "big"))
+        self.assertEqual(proto.encode_body(ok), want)
+        self.assertEqual(proto.decode(want), ok)
+        self.assertRaises(proto.BadFrame, proto.decode, want[:-1])
+        inval = proto.Submitted(8, proto.SUBMITTED_INVALID, [], b"bad type")
+        self.assertEqual(proto.encode_body(inval), b"\x21\x00\x00\x00\x08\x00\x01\x00\x00bad type")
+        self.assertEqual(proto.decode(proto.encode_body(inval)), inval)
+
+        out = proto.Outcome(7, 42, proto.STATE_FAILED, b"boom")
+        want = b"\x22\x00\x00\x00\x07" + (42).to_bytes(8, "big") + b"\x03boom"
+        self.assertEqual(proto.encode_body(out), want)
+        self.assertEqual(proto.decode(want), out)
+        self.assertRaises(proto.BadFrame, proto.decode, want[:13])
+
+
+class Pieces(unittest.TestCase):
+    def test_backoff(self) -> None:
+        b = session.Backoff(100, 1000)
+        for ceiling in (100, 200, 400, 800, 1000, 1000, 1000):
+            d = b.next_s() * 1000
+            self.assertTrue(ceiling / 2 <= d <= ceiling, (d, ceiling))
+        b.reset()
+        self.assertLessEqual(b.next_s(), 0.1)
+        draws = {session.Backoff(100, 1000).next_s() for _ in range(50)}
+        self.assertGreater(len(draws), 1, "no jitter")
+        self.assertRaises(ValueError, session.Backoff, 0, 10)
+        self.assertRaises(ValueError, session.Backoff, 10, 5)
+
+    def test_addresses(self) -> None:
+        self.assertEqual(session.parse_addresses("127.0.0.1:7070, [::1]:7071,host.example:1"),
+                         [("127.0.0.1", 7070), ("::1", 7071), ("host.example", 1)])
+        self.assertEqual(session.parse_addresses(["a:1"]), [("a", 1)])
+        for bad in ("", "a", "a:", ":1", "a:0", "a:65536", "a:x", "::1:7070", "[::1]7070", "http://a:1"):
+            with self.subTest(address=bad):
+                self.assertRaises(ValueError, session.parse_addresses, bad)
+
+
+if __name__ == "__main__":
+    tplib.tap_main("test_codec")
