@@ -146,7 +146,9 @@ def finished(db: Database, d: Daemon) -> bool:
 def main() -> int:
     ap = argparse.ArgumentParser(prog="run.sh", description="crawl every page reachable from START_URL "
                                  "on its host, with taskpush as the frontier")
-    ap.add_argument("--db", required=True, help="mysql://USER[:PASSWORD]@HOST[:PORT]/DB")
+    ap.add_argument("--db", help="mysql://USER[:PASSWORD]@HOST[:PORT]/DB (required but with --check)")
+    ap.add_argument("--check", action="store_true", help="check the arguments only (run.sh, before it "
+                    "builds or starts a database)")
     ap.add_argument("--build", default=os.environ.get("TASKPUSH_BUILD_ROOT", os.path.join(ROOT, "build")))
     ap.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
     ap.add_argument("--threads", type=int, default=8, help="fetches at once per worker (default 8)")
@@ -161,10 +163,15 @@ def main() -> int:
     start = crawler.normalise(a.start_url)
     if start is None:
         ap.error(f"START_URL must be an http or https URL with a host: {a.start_url}")
+    if a.db is None and not a.check:
+        ap.error("--db is required")
     try:
-        db = Database(a.db)
-    except ValueError as e:
+        db = Database(a.db) if a.db is not None else None
+    except (ValueError, RuntimeError) as e:
         ap.error(str(e))
+    if a.check:
+        return 0
+    assert db is not None
     db.ensure_schema(os.path.join(ROOT, "sql", "schema.sql"))
     first_id = db.value("SELECT COALESCE(MAX(task_id), 0) FROM task")
 

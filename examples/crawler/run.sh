@@ -52,6 +52,10 @@ while [ $# -gt 0 ]; do
 done
 [ $# -eq 1 ] || usage
 start_url=$1
+db_arg=()
+[ -n "$db" ] && db_arg=(--db "$db")
+# Bad flags and a bad START_URL exit 2 here, before a build or a database start.
+python3 "$here/crawl.py" --check "${db_arg[@]}" "${pass[@]}" -- "$start_url"
 
 if [ ! -x "$build/dispatcher/taskpushd" ]; then
   echo "crawl: building taskpushd in $build" >&2
@@ -84,4 +88,5 @@ if [ -z "$db" ]; then
 fi
 
 export TASKPUSH_BUILD_ROOT=$build
+export PYTHONDONTWRITEBYTECODE=1  # no __pycache__ left in the checkout
 python3 "$here/crawl.py" --db "$db" "${pass[@]}" -- "$start_url"

@@ -229,6 +229,42 @@ class Crawl(unittest.TestCase):
         self.assertGreaterEqual(self.site.hits["/slow.html"], 2, "the slow page tried twice")
         print(f"# crawled {len(ok)} pages, {len(broken)} broken, {len(slow)} slow", flush=True)
 
+    def run_sh(self, *args: str) -> Tuple[int, str, str]:
+        run = tplib.SOURCE_ROOT / "examples" / "crawler" / "run.sh"
+        r = subprocess.run([str(run), *args], capture_output=True, timeout=120)
+        return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+
+    def test_fresh_database_again_and_bad_flags(self) -> None:
+        name = self.db.name + "_fresh"
+        url = self.db.url.rsplit("/", 1)[0] + "/" + name
+        seed = self.site.url("/files/notes.txt")  # text/plain: one page, its "link" not followed
+        try:
+            rc, out, err = self.run_sh("--db", url, "--workers", "1", "--threads", "2", seed)
+            self.assertEqual(rc, 0, f"{out}\n{err}")
+            self.assertEqual(out.splitlines()[-1], "crawled 1 pages")
+            self.assertIn("loading", err)  # the schema went into the new database
+            rows = self.db._run("SELECT payload, task_state, result FROM task", db=name).splitlines()
+            self.assertEqual(len(rows), 1, rows)
+            u, state, result = rows[0].split("\t")
+            self.assertEqual((u, state), (seed, "2"))
+            self.assertEqual(json.loads(result)["type"], "text/plain")
+            self.assertEqual(json.loads(result)["links"], 0)
+            # The same seed again: a duplicate, nothing new to crawl.
+            rc, out, err = self.run_sh("--db", url, "--workers", "1", "--threads", "2", seed)
+            self.assertEqual(rc, 0, f"{out}\n{err}")
+            self.assertEqual(out.splitlines()[-1], "crawled 0 pages")
+            self.assertIn("in the table already", err)
+            self.assertEqual(self.db._run("SELECT COUNT(*) FROM task", db=name).strip(), "1")
+        finally:
+            self.db._run(f"DROP DATABASE IF EXISTS `{name}`", db=None)
+        self.assertEqual(self.site.hits["/u/0.html"], 0)
+        for bad in (["ftp://127.0.0.1/x"], ["/relative"], [], ["--workers", "0", seed], ["--bogus", seed],
+                    ["--db", "postgres://u@h/x", seed], [seed, seed]):
+            with self.subTest(args=bad):
+                rc, out, err = self.run_sh(*bad)
+                self.assertEqual(rc, 2, f"{bad}: {out}\n{err}")
+                self.assertTrue(err.strip(), "a message on stderr")
+
 
 if __name__ == "__main__":
     tplib.tap_main(__name__)
