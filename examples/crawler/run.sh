@@ -10,6 +10,7 @@
 # directory removed at the end) when no --db is given. crawl.py does the rest and
 # prints `crawled N pages` last. Exit status: 0 crawl finished, 1 failure, 2 bad usage.
 set -euo pipefail
+export PYTHONDONTWRITEBYTECODE=1  # no __pycache__ left in the checkout
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -88,5 +89,4 @@ if [ -z "$db" ]; then
 fi
 
 export TASKPUSH_BUILD_ROOT=$build
-export PYTHONDONTWRITEBYTECODE=1  # no __pycache__ left in the checkout
 python3 "$here/crawl.py" --db "$db" "${pass[@]}" -- "$start_url"
