@@ -100,10 +100,14 @@ class Daemon:
             except (OSError, ValueError, KeyError):
                 pass
             if self.proc.poll() is not None or time.monotonic() > end:
+                self.proc.kill()
+                self.proc.wait()
                 raise RuntimeError(f"taskpushd did not start:\n{self.log_tail()}")
             time.sleep(0.05)
         while not self.stats().get("leader"):  # a SUBMIT before leadership is UNAVAILABLE
             if self.proc.poll() is not None or time.monotonic() > end:
+                self.proc.kill()
+                self.proc.wait()
                 raise RuntimeError(f"taskpushd did not lead the table:\n{self.log_tail()}")
             time.sleep(0.05)
 
@@ -172,51 +176,66 @@ def main() -> int:
     if a.check:
         return 0
     assert db is not None
+    try:
+        return crawl(a, start, db)
+    except RuntimeError as e:  # SQL, taskpushd or a worker failed
+        note(str(e))
+        return 1
+
+
+def wait_done(db: Database, d: Daemon, workers: List[subprocess.Popen], first_id: int) -> None:
+    """Returns once the crawl is finished (twice in a row: a page's links are rows
+    before the page leaves PROCESSING, see README.md); RuntimeError when a process died."""
+    last_note = time.monotonic()
+    while not (finished(db, d) and finished(db, d)):
+        if d.proc.poll() is not None:
+            raise RuntimeError(f"taskpushd exited ({d.proc.returncode}):\n{d.log_tail()}")
+        dead = [w for w in workers if w.poll() is not None]
+        if dead:
+            raise RuntimeError(f"a worker process exited ({dead[0].returncode})")
+        if time.monotonic() - last_note > 10:
+            last_note = time.monotonic()
+            n = db.run(f"SELECT COUNT(*), SUM(task_state IN (0, 1)) FROM task WHERE task_id > {first_id} "
+                       f"AND task_type = '{crawler.TASK_TYPE}'")[0]
+            note(f"{n[0]} pages found, {n[1]} to do")
+        time.sleep(0.2)
+
+
+def crawl(a: argparse.Namespace, start: str, db: Database) -> int:
     db.ensure_schema(os.path.join(ROOT, "sql", "schema.sql"))
     first_id = db.value("SELECT COALESCE(MAX(task_id), 0) FROM task")
-
+    lease_ms = int(a.timeout * 1000) + 30000
     workdir = tempfile.mkdtemp(prefix="tp-crawl-")
-    # A short first retry: a page that timed out is tried again soon.
-    d = Daemon(os.path.join(a.build, "dispatcher", "taskpushd"), a.db, workdir,
-               ["--retry-backoff-ms", "500", "--retry-backoff-max-ms", "10000"])
     workers: List[subprocess.Popen] = []
+    d: Optional[Daemon] = None
     try:
+        # A short first retry: a page that timed out is tried again soon.
+        d = Daemon(os.path.join(a.build, "dispatcher", "taskpushd"), a.db, workdir,
+                   ["--retry-backoff-ms", "500", "--retry-backoff-max-ms", "10000"])
         wargs = ["--threads", str(a.threads), "--timeout", str(a.timeout), "--attempts", str(a.attempts),
-                 "--task-timeout-ms", str(int(a.timeout * 1000) + 30000)]
+                 "--task-timeout-ms", str(lease_ms)]
         for _ in range(a.workers):
             workers.append(subprocess.Popen([sys.executable, os.path.join(HERE, "crawler.py"), "worker",
                                              d.listen] + wargs, stdin=subprocess.DEVNULL))
-        c = crawler.Crawler(d.listen, a.timeout, a.attempts, int(a.timeout * 1000) + 30000)
+        c = crawler.Crawler(d.listen, a.timeout, a.attempts, lease_ms)
         try:
-            r = c.client.submit_many([c.task_for(start)])[0]
+            r = c.client.submit_many([c.task_for(start)], timeout_s=crawler.SUBMIT_WAIT_S)[0]
+        except (taskpush.SubmitError, TimeoutError) as e:
+            raise RuntimeError(f"submitting the seed failed: {e}") from None
         finally:
             c.client.close()
         if r.duplicate:
             note(f"{start} is in the table already (task {r.task_id}): an earlier crawl; "
                  "only its unfinished pages are crawled")
         note(f"crawling from {start} (dispatcher {d.listen}, admin {d.admin})")
-        last_note = time.monotonic()
-        while not (finished(db, d) and finished(db, d)):
-            if d.proc.poll() is not None:
-                raise RuntimeError(f"taskpushd exited ({d.proc.returncode}):\n{d.log_tail()}")
-            dead = [w for w in workers if w.poll() is not None]
-            if dead:
-                raise RuntimeError(f"a worker process exited ({dead[0].returncode})")
-            if time.monotonic() - last_note > 10:
-                last_note = time.monotonic()
-                n = db.run(f"SELECT COUNT(*), SUM(task_state IN (0, 1)) FROM task WHERE task_id > {first_id} "
-                           f"AND task_type = '{crawler.TASK_TYPE}'")[0]
-                note(f"{n[0]} pages found, {n[1]} to do")
-            time.sleep(0.2)
-    except RuntimeError as e:
-        note(str(e))
-        return 1
+        wait_done(db, d, workers, first_id)
     finally:
         for w in workers:
             w.send_signal(signal.SIGTERM)
         for w in workers:
             stop(w)
-        stop(d.proc)
+        if d is not None:
+            stop(d.proc)
         shutil.rmtree(workdir, ignore_errors=True)
 
     where = f"task_type = '{crawler.TASK_TYPE}' AND task_id > {first_id}"

@@ -32,6 +32,7 @@ TASK_TYPE = "crawl"
 DEDUP_KEY_MAX = 191          # task.dedup_key is VARBINARY(191)
 MAX_BODY = 4 << 20           # bytes of a page read at most; the rest is ignored
 MAX_TITLE = 200              # characters of the title kept in the result
+SUBMIT_WAIT_S = 30.0         # longest wait for a SUBMITTED (the commit of the links)
 DEFAULT_PORTS = {"http": 80, "https": 443}
 # What a path or query may hold unescaped (RFC 3986 pchar, '/', '?' and '%' of escapes).
 _SAFE = "/:@!$&'()*+,;=-._~%?"
@@ -255,7 +256,7 @@ class Crawler:
         inserted = 0
         for i in range(0, len(todo), taskpush.proto.MAX_SUBMIT_TASKS):
             part = todo[i:i + taskpush.proto.MAX_SUBMIT_TASKS]
-            receipts = self.client.submit_many([self.task_for(u) for u in part])
+            receipts = self.client.submit_many([self.task_for(u) for u in part], timeout_s=SUBMIT_WAIT_S)
             inserted += sum(1 for r in receipts if not r.duplicate)
             with self._lock:
                 self._sent.update(part)
@@ -283,7 +284,7 @@ class Crawler:
             title, links = extract_links(url, page.body)
         try:
             new = self.submit_new(links)
-        except taskpush.SubmitError as e:  # Unavailable included: try the page again later
+        except (taskpush.SubmitError, TimeoutError) as e:  # Unavailable included: try the page later
             raise taskpush.Fail(f"submitting links failed: {e}") from None
         return json.dumps({"status": page.status, "title": title, "links": len(links), "new": new,
                            "type": page.ctype}, ensure_ascii=False).encode()
