@@ -103,11 +103,11 @@ def normalise(url: str, base: Optional[str] = None) -> Optional[str]:
     return urllib.parse.urlunsplit((scheme, netloc, path, query, ""))
 
 
-def site_of(url: str) -> Tuple[str, int]:
-    """The host and effective port of a normalised URL: links are followed when
-    theirs are the same as the start URL's (the scheme may differ)."""
-    p = urllib.parse.urlsplit(url)
-    return (p.hostname or "", p.port or DEFAULT_PORTS.get(p.scheme, 0))
+def host_of(url: str) -> str:
+    """The host of a normalised URL: a link is followed when its host is the page's
+    (the scheme and the port may differ, so http://h/ redirecting to https://h/ is
+    followed)."""
+    return urllib.parse.urlsplit(url).hostname or ""
 
 
 def dedup_key(url: str) -> str:
@@ -151,17 +151,17 @@ class LinkParser(html.parser.HTMLParser):
 
 
 def extract_links(page_url: str, body: str) -> Tuple[str, List[str]]:
-    """The title and the distinct same-site links of a page, normalised, in order."""
+    """The title and the distinct same-host links of a page, normalised, in order."""
     p = LinkParser()
     p.feed(body)
     p.close()
     base = normalise(p.base, page_url) if p.base else page_url
-    site = site_of(page_url)
+    host = host_of(page_url)
     seen: Set[str] = set()
     links: List[str] = []
     for href in p.hrefs:
         u = normalise(href, base or page_url)
-        if u is not None and u not in seen and site_of(u) == site:
+        if u is not None and u not in seen and host_of(u) == host:
             seen.add(u)
             links.append(u)
     return " ".join(p.title.split())[:MAX_TITLE], links
@@ -278,7 +278,7 @@ class Crawler:
         title, links = "", []
         if page.location is not None:
             target = normalise(page.location, url)
-            if target is not None and site_of(target) == site_of(url):
+            if target is not None and host_of(target) == host_of(url):
                 links = [target]
         elif page.ctype == "text/html":
             title, links = extract_links(url, page.body)

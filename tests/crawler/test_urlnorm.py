@@ -72,10 +72,10 @@ class Normalise(unittest.TestCase):
             with self.subTest(url=url):
                 self.assertIsNone(crawler.normalise(url))
 
-    def test_site(self) -> None:
-        self.assertEqual(crawler.site_of("http://example.com/x"), ("example.com", 80))
-        self.assertEqual(crawler.site_of("https://example.com/x"), ("example.com", 443))
-        self.assertEqual(crawler.site_of("http://example.com:8080/x"), ("example.com", 8080))
+    def test_host(self) -> None:
+        self.assertEqual(crawler.host_of("http://example.com/x"), "example.com")
+        self.assertEqual(crawler.host_of("https://example.com:8443/x"), "example.com")
+        self.assertEqual(crawler.host_of("http://[::1]:8080/x"), "::1")
 
     def test_dedup_key(self) -> None:
         short = "http://example.com/x"
@@ -97,13 +97,14 @@ class Links(unittest.TestCase):
           page </title></head><body>
           <a href="d.html">1</a> <a href="d.html#x">dup with a fragment</a>
           <A HREF="/e.html">2</A> <a href="http://EXAMPLE.com:80/e.html">dup, absolute</a>
-          <a href="https://example.com/s">other port: other site</a>
+          <a href="https://example.com:8443/s">another scheme and port, the same host</a>
           <a href="http://other.example/f">other host</a> <a href="mailto:x@y">mail</a>
           <a>no href</a> <a href="#top">self</a> <area href="../g.html">
           <a href="q?a=1&amp;b=2">entity</a></body></html>"""
         title, links = crawler.extract_links(BASE, html)
         self.assertEqual(title, "The page")
-        self.assertEqual(links, ["http://example.com/a/b/d.html", "http://example.com/e.html", BASE,
+        self.assertEqual(links, ["http://example.com/a/b/d.html", "http://example.com/e.html",
+                                 "https://example.com:8443/s", BASE,
                                  "http://example.com/a/g.html", "http://example.com/a/b/q?a=1&b=2"])
 
     def test_base(self) -> None:
