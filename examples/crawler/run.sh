@@ -63,7 +63,7 @@ if [ ! -x "$build/dispatcher/taskpushd" ]; then
   if [ ! -f "$build/build.ninja" ]; then
     meson setup "$build" "$root" >&2
   fi
-  ninja -C "$build" dispatcher/taskpushd >&2
+  ninja -C "$build" -j2 dispatcher/taskpushd >&2 # -j2: kind to a shared machine
 fi
 
 dbdir=
