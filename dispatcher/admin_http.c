@@ -308,6 +308,71 @@ static void resume_cb(struct evhttp_request *req, void *arg)
     send_json(req, state_json(srv));
 }
 
+/* ?concurrency=N and ?rate=R of POST /limit: digits only, 0..DSP_LIMIT_MAX; one left
+ * out keeps its value. Returns 0, or -1 after a 400. */
+static int query_limits(struct evhttp_request *req, uint32_t *concurrency, uint32_t *rate)
+{
+    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    struct evkeyvalq params;
+    memset(&params, 0, sizeof params);
+    params.tqh_last = &params.tqh_first;
+    if (!q || evhttp_parse_query_str(q, &params) != 0) {
+        send_error_text(req, HTTP_BADREQUEST, "bad query string");
+        return -1;
+    }
+    static const char *const keys[2] = {"concurrency", "rate"};
+    uint32_t *fields[2] = {concurrency, rate};
+    int rc = 0, given = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        const char *v = evhttp_find_header(&params, keys[k]);
+        if (!v)
+            continue;
+        size_t n = strlen(v);
+        uint64_t x = 0;
+        for (size_t i = 0; i < n && x <= DSP_LIMIT_MAX; i++)
+            x = v[i] >= '0' && v[i] <= '9' ? x * 10 + (uint64_t)(v[i] - '0') : UINT64_MAX;
+        if (n == 0 || x > DSP_LIMIT_MAX) {
+            send_error_text(req, HTTP_BADREQUEST, "concurrency and rate are whole numbers from 0 to 1000000");
+            rc = -1;
+        } else {
+            *fields[k] = (uint32_t)x;
+            given++;
+        }
+    }
+    if (rc == 0 && given == 0) {
+        send_error_text(req, HTTP_BADREQUEST, "give concurrency=N and/or rate=R (0: no limit)");
+        rc = -1;
+    }
+    evhttp_clear_headers(&params);
+    return rc;
+}
+
+static void limit_cb(struct evhttp_request *req, void *arg)
+{
+    dsp_server *srv = arg;
+    char buf[300];
+    const char *type;
+    if (!post_allowed(req, srv) || query_type(req, buf, sizeof buf, &type) < 0)
+        return;
+    if (!type) {
+        send_error_text(req, HTTP_BADREQUEST, "a limit needs ?type=T");
+        return;
+    }
+    if (!type_allowed(req, srv, type))
+        return;
+    const dsp_type_limit *old = dsp_limits_find(srv, type);
+    uint32_t concurrency = old ? old->concurrency : 0, rate = old ? old->rate : 0;
+    if (query_limits(req, &concurrency, &rate) < 0)
+        return;
+    const char *why = dsp_limits_set(srv, type, concurrency, rate);
+    if (why) {
+        send_error_text(req, HTTP_BADREQUEST, why);
+        return;
+    }
+    send_json(req, json_pack("{s:b, s:s, s:I, s:I}", "ok", 1, "type", type, "concurrency",
+                             (json_int_t)concurrency, "rate", (json_int_t)rate));
+}
+
 static void drain_cb(struct evhttp_request *req, void *arg)
 {
     dsp_server *srv = arg;
@@ -422,6 +487,7 @@ static const struct {
     {"/task", dsp_admin_task_cb},     {"/failed", dsp_admin_failed_cb},
     {"/retry", dsp_admin_retry_cb},   {"/cancel", dsp_admin_cancel_cb},
     {"/history", dsp_history_http_cb},
+    {"/limit", limit_cb},
 };
 
 /* Every request comes here (no per-path evhttp callbacks), so that none skips
