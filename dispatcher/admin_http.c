@@ -373,6 +373,45 @@ static void limit_cb(struct evhttp_request *req, void *arg)
                              (json_int_t)concurrency, "rate", (json_int_t)rate));
 }
 
+/* GET /schedules: the periodic tasks as the schedule thread last read them (every
+ * second, on a standby too), from memory (db_schedule.c). */
+static void schedules_cb(struct evhttp_request *req, void *arg)
+{
+    dsp_server *srv = arg;
+    if (!only_get(req))
+        return;
+    dsp_schedule_list *l = dsp_db_schedules_get(srv->db);
+    if (!l) {
+        evhttp_send_error(req, HTTP_INTERNAL, "out of memory");
+        return;
+    }
+    int64_t wall = dsp_wall_ms();
+    json_t *a = json_array();
+    for (size_t i = 0; i < l->n; i++) {
+        const dsp_schedule_row *r = &l->rows[i];
+        char *name = dsp_stats_utf8_copy(r->name), *type = dsp_stats_utf8_copy(r->type),
+             *cron = dsp_stats_utf8_copy(r->cron);
+        json_t *o = json_pack("{s:s?, s:s?, s:i, s:o, s:o, s:s, s:I, s:I, s:o}", "name", name, "type", type,
+                              "priority", (int)r->priority,
+                              "interval_ms", r->interval_ms > 0 ? json_integer(r->interval_ms) : json_null(),
+                              "cron", r->interval_ms > 0 || !cron ? json_null() : json_string(cron), "missed",
+                              r->catch_up ? "catch-up" : "skip", "catch_up_max", (json_int_t)r->catch_up_max,
+                              "next_run", (json_int_t)r->next_run, "next_run_in_ms",
+                              r->next_run > 0 ? json_integer(r->next_run - wall) : json_null());
+        if (o)
+            json_array_append_new(a, o);
+        free(name);
+        free(type);
+        free(cron);
+    }
+    json_t *body = json_pack("{s:b, s:I, s:b, s:I, s:b, s:o}", "valid", l->valid, "age_ms",
+                             (json_int_t)(l->valid ? wall - l->read_wall_ms : -1), "leader",
+                             srv->leader && dsp_db_lease_valid(srv->db), "inserted_total",
+                             (json_int_t)l->inserted_total, "cut", l->cut, "schedules", a);
+    free(l);
+    send_json(req, body);
+}
+
 static void drain_cb(struct evhttp_request *req, void *arg)
 {
     dsp_server *srv = arg;
@@ -487,7 +526,7 @@ static const struct {
     {"/task", dsp_admin_task_cb},     {"/failed", dsp_admin_failed_cb},
     {"/retry", dsp_admin_retry_cb},   {"/cancel", dsp_admin_cancel_cb},
     {"/history", dsp_history_http_cb},
-    {"/limit", limit_cb},
+    {"/limit", limit_cb},       {"/schedules", schedules_cb},
 };
 
 /* Every request comes here (no per-path evhttp callbacks), so that none skips
