@@ -184,8 +184,12 @@ static void sched_round(struct sched_ctx *x)
         if (row[0] && row[6])
             sched_one(x, row, now);
     mysql_free_result(res);
-    if (handled == SCHED_ROUND_MAX || !x->c.m)
-        return; /* more are due (or the connection went): the next tick goes on */
+    if (handled == SCHED_ROUND_MAX) {
+        x->next_round = 0; /* more are due: the next tick goes on */
+        return;
+    }
+    if (!x->c.m)
+        return;
     static const char qmin[] = "SELECT MIN(next_run) FROM task_schedule";
     uint64_t first = 0;
     bool isnull = false;
