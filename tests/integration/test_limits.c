@@ -9,7 +9,8 @@
  *
  * Case limits_hold_and_change_at_run_time:
  *   1. --type-limit lim:concurrency=3,rate=50, N1 tasks: never more than 3 handlers at
- *      once, and at most 50 + 50 (rate + burst) starts in any one-second window;
+ *      once, at most 50 + 50 (rate + burst) starts in any one-second window, and at most
+ *      BUFFER_BOUND tasks buffered by the dispatcher (its claims follow the limit);
  *   2. POST /limit?type=lim&concurrency=6&rate=0 (no rate limit): N2 tasks, never more than 6
  *      at once, and more than 3 at some point (the raised limit took effect);
  *   3. POST /limit?type=lim&rate=20 (concurrency stays 6): N3 tasks, at most 20 + 20
@@ -50,6 +51,8 @@
  * that the dispatcher made more than a second apart may land within one second at the
  * handlers. This many are allowed for that jitter on a loaded machine. */
 #define JITTER_STARTS 2
+/* Phase 1's buffer: concurrency 3 of free slots plus an ahead capped at 3. */
+#define BUFFER_BOUND 6
 
 struct fx {
     tp_testdb db;
@@ -246,10 +249,21 @@ static void test_limits_hold_and_change_at_run_time(void **state)
     assert_int_equal(tp_daemon_wait_leader(&fx->d, WAIT_MS), 0);
     start_workers(fx);
 
-    /* 1: concurrency 3, rate 50 a second. */
+    /* 1: concurrency 3, rate 50 a second. While it drains, the dispatcher buffers no
+     * more than the limit lets start soon: the slots it leaves (at most 3) plus an ahead
+     * of at most 3 (without the limit's cap the ahead alone is at least 32). */
     size_t from = phase_begin(fx);
     insert_tasks(&fx->db, N1, "one");
+    long long max_buffered = 0;
+    while (tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state = 2") < N1 - 20) {
+        long long b = tp_daemon_stat(&fx->d, "queue.buffered");
+        assert_true(b >= 0);
+        max_buffered = b > max_buffered ? b : max_buffered;
+        tp_sleep_ms(10);
+    }
     wait_succeeded(fx, N1);
+    diag("phase 1: at most %lld tasks buffered (bound %d)", max_buffered, BUFFER_BOUND);
+    assert_true(max_buffered <= BUFFER_BOUND);
     size_t per_s = max_per_second(fx, from);
     int peak = phase_peak(fx);
     diag("phase 1 (concurrency 3, rate 50): at most %d at once, %zu starts in one second (bound %d)", peak,
