@@ -321,6 +321,7 @@ static void usage(FILE *out)
                  "Commands:\n"
                  "  stats     counters, queue and database state\n"
                  "  workers   connected workers and their load\n"
+                 "  schedules periodic tasks (table task_schedule) and their next run\n"
                  "  health    'ok' and exit 0 while the database is reachable, else exit 1\n"
                  "  pause     stop claiming and dispatching (all types, or --type T)\n"
                  "  resume    undo pause (all types, or --type T); also ends a drain\n"
@@ -459,6 +460,42 @@ static const char *fmt_time(json_t *ms, char *buf, size_t cap)
     size_t n = strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm);
     snprintf(buf + n, cap - n, ".%03lld UTC", v % 1000);
     return buf;
+}
+
+/* GET /schedules: each periodic task with its rule and next run. */
+static void print_schedules(json_t *o)
+{
+    json_t *list = json_object_get(o, "schedules"), *sc;
+    size_t i;
+    printf("%-28s %-20s %-18s %-14s %-28s %s\n", "NAME", "TYPE", "EVERY", "MISSED", "NEXT RUN", "IN");
+    json_array_foreach(list, i, sc) {
+        char every[64], missed[32], when[64], in[32];
+        json_t *iv = json_object_get(sc, "interval_ms"), *nin = json_object_get(sc, "next_run_in_ms");
+        if (json_is_integer(iv))
+            snprintf(every, sizeof every, "%lld ms", (long long)json_integer_value(iv));
+        else
+        {
+            const char *cr = json_string_value(json_object_get(sc, "cron"));
+            snprintf(every, sizeof every, "%s", cr ? cr : "?");
+        }
+        const char *m = json_string_value(json_object_get(sc, "missed"));
+        if (m && strcmp(m, "catch-up") == 0)
+            snprintf(missed, sizeof missed, "catch-up %lld", num(sc, "catch_up_max"));
+        else
+            snprintf(missed, sizeof missed, "%s", m ? m : "?");
+        if (json_is_integer(nin))
+            snprintf(in, sizeof in, "%.1f s", (double)json_integer_value(nin) / 1000.0);
+        else
+            snprintf(in, sizeof in, "-");
+        const char *name = json_string_value(json_object_get(sc, "name")),
+                   *type = json_string_value(json_object_get(sc, "type"));
+        printf("%-28s %-20s %-18s %-14s %-28s %s\n", name ? name : "?", type ? type : "?", every, missed,
+               fmt_time(json_object_get(sc, "next_run"), when, sizeof when), in);
+    }
+    if (json_array_size(list) == 0)
+        printf("(no schedule in task_schedule)\n");
+    if (json_is_true(json_object_get(o, "cut")))
+        printf("(more schedules than listed)\n");
 }
 
 /* A string of the answer, "?" when absent (the answer is the dispatcher's, not ours). */
@@ -732,6 +769,7 @@ int main(int argc, char **argv)
     const char *path = strcmp(cmd, "stats") == 0     ? "/stats"
                        : strcmp(cmd, "workers") == 0 ? "/workers"
                        : strcmp(cmd, "health") == 0  ? "/healthz"
+                       : strcmp(cmd, "schedules") == 0 ? "/schedules"
                                                      : NULL;
     const char *post = strcmp(cmd, "pause") == 0            ? "/pause"
                        : strcmp(cmd, "resume") == 0         ? "/resume"
@@ -782,6 +820,8 @@ int main(int argc, char **argv)
         } else {
             if (strcmp(cmd, "stats") == 0)
                 print_stats(o);
+            else if (strcmp(cmd, "schedules") == 0)
+                print_schedules(o);
             else
                 print_workers(o);
             json_decref(o);

@@ -308,6 +308,110 @@ static void resume_cb(struct evhttp_request *req, void *arg)
     send_json(req, state_json(srv));
 }
 
+/* ?concurrency=N and ?rate=R of POST /limit: digits only, 0..DSP_LIMIT_MAX; one left
+ * out keeps its value. Returns 0, or -1 after a 400. */
+static int query_limits(struct evhttp_request *req, uint32_t *concurrency, uint32_t *rate)
+{
+    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    struct evkeyvalq params;
+    memset(&params, 0, sizeof params);
+    params.tqh_last = &params.tqh_first;
+    if (!q || evhttp_parse_query_str(q, &params) != 0) {
+        send_error_text(req, HTTP_BADREQUEST, "bad query string");
+        return -1;
+    }
+    static const char *const keys[2] = {"concurrency", "rate"};
+    uint32_t *fields[2] = {concurrency, rate};
+    int rc = 0, given = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        const char *v = evhttp_find_header(&params, keys[k]);
+        if (!v)
+            continue;
+        size_t n = strlen(v);
+        uint64_t x = 0;
+        for (size_t i = 0; i < n && x <= DSP_LIMIT_MAX; i++)
+            x = v[i] >= '0' && v[i] <= '9' ? x * 10 + (uint64_t)(v[i] - '0') : UINT64_MAX;
+        if (n == 0 || x > DSP_LIMIT_MAX) {
+            send_error_text(req, HTTP_BADREQUEST, "concurrency and rate are whole numbers from 0 to 1000000");
+            rc = -1;
+        } else {
+            *fields[k] = (uint32_t)x;
+            given++;
+        }
+    }
+    if (rc == 0 && given == 0) {
+        send_error_text(req, HTTP_BADREQUEST, "give concurrency=N and/or rate=R (0: no limit)");
+        rc = -1;
+    }
+    evhttp_clear_headers(&params);
+    return rc;
+}
+
+static void limit_cb(struct evhttp_request *req, void *arg)
+{
+    dsp_server *srv = arg;
+    char buf[300];
+    const char *type;
+    if (!post_allowed(req, srv) || query_type(req, buf, sizeof buf, &type) < 0)
+        return;
+    if (!type) {
+        send_error_text(req, HTTP_BADREQUEST, "a limit needs ?type=T");
+        return;
+    }
+    if (!type_allowed(req, srv, type))
+        return;
+    const dsp_type_limit *old = dsp_limits_find(srv, type);
+    uint32_t concurrency = old ? old->concurrency : 0, rate = old ? old->rate : 0;
+    if (query_limits(req, &concurrency, &rate) < 0)
+        return;
+    const char *why = dsp_limits_set(srv, type, concurrency, rate);
+    if (why) {
+        send_error_text(req, HTTP_BADREQUEST, why);
+        return;
+    }
+    send_json(req, json_pack("{s:b, s:s, s:I, s:I}", "ok", 1, "type", type, "concurrency",
+                             (json_int_t)concurrency, "rate", (json_int_t)rate));
+}
+
+/* GET /schedules: the periodic tasks as the schedule thread last read them (every
+ * second, on a standby too), from memory (db_schedule.c). */
+static void schedules_cb(struct evhttp_request *req, void *arg)
+{
+    dsp_server *srv = arg;
+    if (!only_get(req))
+        return;
+    dsp_schedule_list *l = dsp_db_schedules_get(srv->db);
+    if (!l) {
+        evhttp_send_error(req, HTTP_INTERNAL, "out of memory");
+        return;
+    }
+    int64_t wall = dsp_wall_ms();
+    json_t *a = json_array();
+    for (size_t i = 0; i < l->n; i++) {
+        const dsp_schedule_row *r = &l->rows[i];
+        char *name = dsp_stats_utf8_copy(r->name), *type = dsp_stats_utf8_copy(r->type),
+             *cron = dsp_stats_utf8_copy(r->cron);
+        json_t *o = json_pack("{s:s?, s:s?, s:i, s:o, s:o, s:s, s:I, s:I, s:o}", "name", name, "type", type,
+                              "priority", (int)r->priority,
+                              "interval_ms", r->interval_ms > 0 ? json_integer(r->interval_ms) : json_null(),
+                              "cron", r->interval_ms > 0 || !cron ? json_null() : json_string(cron), "missed",
+                              r->catch_up ? "catch-up" : "skip", "catch_up_max", (json_int_t)r->catch_up_max,
+                              "next_run", (json_int_t)r->next_run, "next_run_in_ms",
+                              r->next_run > 0 ? json_integer(r->next_run - wall) : json_null());
+        if (o)
+            json_array_append_new(a, o);
+        free(name);
+        free(type);
+        free(cron);
+    }
+    json_t *body = json_pack("{s:b, s:I, s:b, s:I, s:b, s:o}", "valid", l->valid, "age_ms",
+                             (json_int_t)(l->valid ? wall - l->read_wall_ms : -1), "leader",
+                             srv->leader && dsp_db_lease_valid(srv->db), "inserted_total",
+                             (json_int_t)l->inserted_total, "cut", l->cut, "schedules", a);
+    free(l);
+    send_json(req, body);
+}
+
 static void drain_cb(struct evhttp_request *req, void *arg)
 {
     dsp_server *srv = arg;
@@ -422,6 +526,7 @@ static const struct {
     {"/task", dsp_admin_task_cb},     {"/failed", dsp_admin_failed_cb},
     {"/retry", dsp_admin_retry_cb},   {"/cancel", dsp_admin_cancel_cb},
     {"/history", dsp_history_http_cb},
+    {"/limit", limit_cb},       {"/schedules", schedules_cb},
 };
 
 /* Every request comes here (no per-path evhttp callbacks), so that none skips

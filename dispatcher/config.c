@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include "db_sql.h"
 #include "log.h"
 #include "proto.h"
 #include "tls.h"
@@ -12,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum opt_kind { OPT_STRING, OPT_INT, OPT_DURATION, OPT_HOSTPORT, OPT_SCHED, OPT_LOGLEVEL };
+enum opt_kind { OPT_STRING, OPT_INT, OPT_DURATION, OPT_HOSTPORT, OPT_SCHED, OPT_LOGLEVEL, OPT_TYPE_LIMIT };
 
 typedef struct opt_def {
     const char *name;
@@ -80,6 +81,8 @@ static const opt_def option_table[] = {
      "the leadership lease: a standby takes over this long after the leader's last renewal"},
     {"lease-renew-ms", OPT_INT, F(lease_renew_ms), "250", 10, 300000, "N",
      "how often the leader renews its lease (at most half of --lease-ms)"},
+    {"type-limit", OPT_TYPE_LIMIT, F(type_limits), NULL, 0, 0, "T:concurrency=N,rate=R",
+     "at most N tasks of type T running at once, at most R started a second (repeatable; 0: no limit)"},
     {"ready-file", OPT_STRING, F(ready_file), NULL, 0, 0, "PATH",
      "write {pid, listen, admin} as JSON here once the ports are open (for scripts)"},
     {"token-file", OPT_STRING, F(token_file), NULL, 0, 0, "PATH",
@@ -311,6 +314,84 @@ int dsp_duration_parse(const char *s, int64_t *ms)
     return -1;
 }
 
+/* Reads a whole number 0..DSP_LIMIT_MAX, digits only. Returns 0 or -1. */
+static int limit_number(const char *s, size_t n, uint32_t *out)
+{
+    uint64_t v = 0;
+    if (n == 0 || n > 7)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v > DSP_LIMIT_MAX)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+int dsp_type_limit_parse(const char *text, dsp_type_limit *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    const char *colon = strrchr(text, ':');
+    size_t tl = colon ? (size_t)(colon - text) : 0;
+    if (!colon || tl == 0 || tl > PROTO_MAX_TYPE_LEN ||
+        dsp_utf8_valid_prefix((const uint8_t *)text, tl) != tl || memchr(text, '\0', tl)) {
+        snprintf(err, errlen, "'%.64s' is not T:concurrency=N,rate=R with T 1 to %d bytes of UTF-8", text,
+                 PROTO_MAX_TYPE_LEN);
+        return -1;
+    }
+    bool seen[2] = {false, false};
+    for (const char *p = colon + 1;; p++) {
+        size_t n = strcspn(p, ","), kl = strcspn(p, "=,");
+        int k = kl == 11 && strncmp(p, "concurrency", 11) == 0 ? 0 : kl == 4 && strncmp(p, "rate", 4) == 0 ? 1 : -1;
+        uint32_t *field = k == 0 ? &out->concurrency : &out->rate;
+        if (k < 0 || seen[k] || kl >= n || limit_number(p + kl + 1, n - kl - 1, field) < 0) {
+            snprintf(err, errlen, "'%.64s': expected concurrency=N and/or rate=R, N and R from 0 to %d", text,
+                     DSP_LIMIT_MAX);
+            return -1;
+        }
+        seen[k] = true;
+        p += n;
+        if (!*p)
+            break;
+    }
+    if (!(out->type = dup_range(text, tl))) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* One --type-limit: replaces the entry of its type, else joins the list. */
+static int add_type_limit(dsp_config *cfg, const char *val, char *err, size_t errlen)
+{
+    dsp_type_limit l;
+    char inner[400];
+    if (dsp_type_limit_parse(val, &l, inner, sizeof inner) < 0) {
+        snprintf(err, errlen, "--type-limit: %s", inner);
+        return -1;
+    }
+    for (size_t i = 0; i < cfg->ntype_limits; i++)
+        if (strcmp(cfg->type_limits[i].type, l.type) == 0) {
+            free(cfg->type_limits[i].type);
+            cfg->type_limits[i] = l;
+            return 0;
+        }
+    dsp_type_limit *a = cfg->ntype_limits < DSP_TYPE_LIMITS_MAX
+                            ? realloc(cfg->type_limits, (cfg->ntype_limits + 1) * sizeof *a)
+                            : NULL;
+    if (!a) {
+        free(l.type);
+        snprintf(err, errlen, "--type-limit: at most %d types", DSP_TYPE_LIMITS_MAX);
+        return -1;
+    }
+    cfg->type_limits = a;
+    a[cfg->ntype_limits++] = l;
+    return 0;
+}
+
 static int set_value(dsp_config *cfg, const opt_def *o, const char *val, char *err, size_t errlen)
 {
     void *field = (char *)cfg + o->offset;
@@ -360,6 +441,8 @@ static int set_value(dsp_config *cfg, const opt_def *o, const char *val, char *e
             return -1;
         }
         return 0;
+    case OPT_TYPE_LIMIT:
+        return add_type_limit(cfg, val, err, errlen);
     case OPT_LOGLEVEL: {
         int lvl = dsp_log_level_parse(val);
         if (lvl < 0) {
@@ -595,6 +678,11 @@ int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err
                  (long long)cfg->lease_renew_ms, (long long)cfg->lease_ms);
         goto done;
     }
+    if ((int64_t)cfg->ntype_limits > cfg->max_types) {
+        snprintf(err, errlen, "%zu --type-limit entries, more than --max-types %lld", cfg->ntype_limits,
+                 (long long)cfg->max_types);
+        goto done;
+    }
     if (cfg->admin_token_file) {
         if (read_token("admin-token-file", cfg->admin_token_file, &cfg->admin_token, err,
                        errlen) < 0)
@@ -619,6 +707,11 @@ void dsp_config_free(dsp_config *cfg)
             *s = NULL;
         }
     }
+    for (size_t i = 0; i < cfg->ntype_limits; i++)
+        free(cfg->type_limits[i].type);
+    free(cfg->type_limits);
+    cfg->type_limits = NULL;
+    cfg->ntype_limits = 0;
     free(cfg->token);
     cfg->token = NULL;
     free(cfg->admin_token);
@@ -650,6 +743,9 @@ void dsp_config_each(const dsp_config *cfg, void (*emit)(void *arg, const char *
             break;
         case OPT_LOGLEVEL:
             val = dsp_log_level_name(*(const int *)field);
+            break;
+        case OPT_TYPE_LIMIT: /* the limits themselves are in /stats "limits" */
+            snprintf(buf, sizeof buf, "%zu types", cfg->ntype_limits);
             break;
         }
         emit(arg, o->name, val ? val : "");

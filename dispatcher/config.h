@@ -20,6 +20,22 @@ typedef struct dsp_db_url {
     char *dbname;
 } dsp_db_url;
 
+/* A per-type limit (--type-limit T:concurrency=N,rate=R): at most N deliveries of type
+ * T running at once, at most R started per second; 0 is no limit (dispatch.c). */
+#define DSP_LIMIT_MAX 1000000     /* largest N and R */
+#define DSP_TYPE_LIMITS_MAX 10000 /* most --type-limit entries (and at most --max-types) */
+typedef struct dsp_type_limit {
+    char *type;           /* owned */
+    uint32_t concurrency; /* 0: none */
+    uint32_t rate;        /* starts per second; 0: none */
+} dsp_type_limit;
+
+/* Parses "T:concurrency=N,rate=R" (either key may be left out, not both): T is the text
+ * before the last ':', 1 to 256 bytes of UTF-8. On 0 out->type is malloc'd; on -1 err
+ * says why. */
+int dsp_type_limit_parse(const char *text, dsp_type_limit *out, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 typedef struct dsp_config {
     char *db;          /* the URL as given */
     dsp_db_url db_url; /* parsed, password filled from TASKPUSH_DB_PASSWORD if absent */
@@ -60,6 +76,8 @@ typedef struct dsp_config {
     char *tls_key;
     char *tls_ca;      /* PEM: workers must present a certificate signed by it */
     char *config_file;
+    dsp_type_limit *type_limits; /* --type-limit, one per type (a later one replaces) */
+    size_t ntype_limits;
     bool migrate;      /* --migrate: upgrade the schema, then exit (an action, not a key) */
 } dsp_config;
 

@@ -476,7 +476,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     pthread_condattr_t ca;
     char name[LOCK_NAME_MAX + 1];
     size_t nl;
-    int mu_ok = 0, cv1 = 0, cv2 = 0, cv3 = 0;
+    int mu_ok = 0, cv1 = 0, cv2 = 0, cv3 = 0, cv4 = 0;
 
     if (opts == NULL || opts->url == NULL || opts->log == NULL || opts->base == NULL ||
         opts->url->dbname == NULL)
@@ -513,6 +513,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
         cv1 = pthread_cond_init(&db->claim_cv, &ca) == 0;
         cv2 = pthread_cond_init(&db->write_cv, &ca) == 0;
         cv3 = pthread_cond_init(&db->stats_cv, &ca) == 0;
+        cv4 = pthread_cond_init(&db->sched_cv, &ca) == 0;
         pthread_condattr_destroy(&ca);
     }
 
@@ -527,7 +528,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
 
     db->wake_ev = event_new(opts->base, -1, 0, wake_cb, db);
     int lease_ok = dsp_dbi_lease_init(db) == 0;
-    if (!mu_ok || !cv1 || !cv2 || !cv3 || db->wake_ev == NULL || db->get_lock_sql.oom ||
+    if (!mu_ok || !cv1 || !cv2 || !cv3 || !cv4 || db->wake_ev == NULL || db->get_lock_sql.oom ||
         db->release_lock_sql.oom || nl == 0 || db->tstats == NULL || !lease_ok) {
         if (lease_ok)
             dsp_dbi_lease_destroy(db);
@@ -541,6 +542,8 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
             pthread_cond_destroy(&db->write_cv);
         if (cv3)
             pthread_cond_destroy(&db->stats_cv);
+        if (cv4)
+            pthread_cond_destroy(&db->sched_cv);
         free(db->tstats);
         if (mu_ok)
             pthread_mutex_destroy(&db->mu);
@@ -583,6 +586,12 @@ int dsp_db_start(dsp_db *db)
         dsp_db_stop(db, 0);
         return -1;
     }
+    if (pthread_create(&db->sched_thr, NULL, dsp_dbi_sched_main, db) != 0) {
+        log_error(db->log, "cannot start the schedule thread");
+        dsp_db_stop(db, 0);
+        return -1;
+    }
+    db->sched_thread_ok = true;
     return 0;
 }
 
@@ -705,6 +714,8 @@ void dsp_db_stop(dsp_db *db, int64_t deadline_ms)
     db->accepting = false;
     db->write_stop = true;
     db->stats_stop = true;
+    db->sched_stop = true;
+    pthread_cond_broadcast(&db->sched_cv);
     db->write_deadline_ms = mono_ms() + (deadline_ms > 0 ? deadline_ms : 0);
     pthread_cond_broadcast(&db->claim_cv);
     pthread_cond_broadcast(&db->write_cv);
@@ -737,6 +748,9 @@ void dsp_db_stop(dsp_db *db, int64_t deadline_ms)
     if (db->stats_thread_ok)
         pthread_join(db->stats_thr, NULL);
     db->stats_thread_ok = false;
+    if (db->sched_thread_ok)
+        pthread_join(db->sched_thr, NULL);
+    db->sched_thread_ok = false;
     pthread_mutex_lock(&db->mu);
     db->stats_exited = true;
     pthread_mutex_unlock(&db->mu);
@@ -768,6 +782,7 @@ void dsp_db_free(dsp_db *db)
     }
     free(db->tstats);
     dsp_dbi_submit_free(db);
+    free(db->schedules);
     for (m = db->mhead; m; m = next) {
         next = m->next;
         msg_free(m);
@@ -778,6 +793,7 @@ void dsp_db_free(dsp_db *db)
     pthread_cond_destroy(&db->claim_cv);
     pthread_cond_destroy(&db->write_cv);
     pthread_cond_destroy(&db->stats_cv);
+    pthread_cond_destroy(&db->sched_cv);
     dsp_dbi_lease_destroy(db);
     pthread_mutex_destroy(&db->mu);
     free(db);

@@ -286,6 +286,31 @@ bool dsp_db_lease_valid(dsp_db *db);
 /* Copies the latest table figures (thread-safe; cheap: no query). */
 void dsp_db_table_stats_get(dsp_db *db, dsp_table_stats *out);
 
+/* Periodic tasks (db_schedule.c): the schedule thread reads task_schedule every second
+ * on its own connection (on a standby too) and publishes what it read, so that GET
+ * /schedules answers from memory; the leader also inserts the due runs. */
+#define DSP_SCHEDULES_LISTED 1000 /* most schedules listed (by name) */
+typedef struct dsp_schedule_row {
+    char name[129];
+    char type[257];
+    char cron[129];       /* "" for an interval schedule */
+    int64_t interval_ms;  /* 0 for a cron schedule */
+    bool catch_up;        /* missed = 'catch-up' */
+    uint32_t catch_up_max;
+    uint8_t priority;
+    int64_t next_run;     /* ms since 1970; 0: not yet set */
+} dsp_schedule_row;
+typedef struct dsp_schedule_list {
+    bool valid;                /* read at least once */
+    int64_t read_wall_ms;      /* when it was read (this process's wall clock) */
+    uint64_t inserted_total;   /* runs this process inserted */
+    bool cut;                  /* more schedules than listed */
+    size_t n;
+    dsp_schedule_row rows[];   /* n of them */
+} dsp_schedule_list;
+/* A copy of the latest listing (free() it), or NULL (out of memory, or db NULL). */
+dsp_schedule_list *dsp_db_schedules_get(dsp_db *db);
+
 /* Asks the stats thread to move FAILED rows (of one type, or all when type is
  * NULL) back to NEW with attempts 0, in batches; the answer comes to
  * on_requeued with request_id. Returns 0, or -1 (out of memory). */

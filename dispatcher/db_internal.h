@@ -202,6 +202,13 @@ struct dsp_db {
     struct taskop_req **top_tail;
     dsp_table_stats *tstats;     /* the published figures (retention total aside) */
 
+    /* The schedule thread (db_schedule.c). */
+    pthread_cond_t sched_cv;
+    pthread_t sched_thr;
+    bool sched_thread_ok;
+    bool sched_stop;
+    dsp_schedule_list *schedules; /* the published listing, NULL before the first read */
+
     /* The epoch of the last on_leader delivered on the loop thread: outcomes queued
      * after it belong to it. */
     _Atomic uint32_t loop_epoch;
@@ -290,6 +297,7 @@ void dsp_dbi_taskop_fail(dsp_db *db, struct taskop_req *r); /* db_maint.c */
 void *dsp_dbi_claim_main(void *arg); /* db_claim.c */
 void *dsp_dbi_write_main(void *arg); /* db_write.c */
 void *dsp_dbi_stats_main(void *arg); /* db_maint.c */
+void *dsp_dbi_sched_main(void *arg); /* db_schedule.c */
 
 /* ---- db_submit.c ---- */
 

@@ -66,6 +66,65 @@ int dsp_sched_pick(int policy, dsp_sched_slots *const *ws, size_t n, size_t *cur
     return best;
 }
 
+/* ---- the rate limit's token bucket ---- */
+
+static uint64_t bucket_burst(uint32_t rate)
+{
+    return (uint64_t)(rate ? rate : 1) * 1000;
+}
+
+void dsp_bucket_refill(dsp_bucket *b, uint32_t rate, int64_t now_ms)
+{
+    uint64_t burst = bucket_burst(rate);
+    if (b->last_ms == 0 || b->milli > burst) { /* full at first use; a lowered rate cuts it */
+        b->milli = burst;
+        b->last_ms = now_ms;
+        return;
+    }
+    if (now_ms <= b->last_ms)
+        return;
+    /* A second refills the whole burst: longer gaps need not be multiplied out. */
+    int64_t dt = now_ms - b->last_ms;
+    uint64_t add = dt >= 1000 ? burst : (uint64_t)rate * (uint64_t)dt;
+    b->milli = burst - b->milli < add ? burst : b->milli + add;
+    b->last_ms = now_ms;
+}
+
+bool dsp_bucket_ready(dsp_bucket *b, uint32_t rate, int64_t now_ms)
+{
+    dsp_bucket_refill(b, rate, now_ms);
+    return b->milli >= 1000;
+}
+
+bool dsp_bucket_take(dsp_bucket *b, uint32_t rate, int64_t now_ms)
+{
+    if (!dsp_bucket_ready(b, rate, now_ms))
+        return false;
+    b->milli -= 1000;
+    return true;
+}
+
+/* The slots ty's concurrency limit leaves (UINT64_MAX: no limit). */
+static uint64_t limit_left(const dsp_type *ty)
+{
+    if (!ty->max_running)
+        return UINT64_MAX;
+    return ty->running < ty->max_running ? ty->max_running - ty->running : 0;
+}
+
+/* Whether ty may start a task now under its limits; one waiting for its rate asks the
+ * tick for another pass (its tokens come back with time, not with an event). */
+static bool limit_allows(dsp_server *srv, dsp_type *ty, int64_t now_ms)
+{
+    if (limit_left(ty) == 0)
+        return false;
+    if (ty->max_rate && !dsp_bucket_ready(&ty->bucket, ty->max_rate, now_ms)) {
+        srv->limit_waiting = true;
+        return false;
+    }
+    return true;
+}
+
 /* ---- queues ---- */
 
 static void busy_add(dsp_server *srv, dsp_type *ty)
@@ -284,6 +343,7 @@ void dsp_dispatch_inflight_add(dsp_conn *c, dsp_task *t)
     if (c->inflight)
         c->inflight->prev = t;
     c->inflight = t;
+    t->type->running++;
     c->slots.in_flight++;
     room_take(c, -1);
     c->srv->ninflight++;
@@ -300,6 +360,7 @@ void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot)
             t->next->prev = t->prev;
         t->prev = t->next = NULL;
         t->holder = NULL;
+        t->type->running--;
         c->srv->ninflight--;
         dsp_deadline_remove(&c->srv->leases, &t->lease);
         if (slot == DSP_SLOT_FREE) { /* answered: the pace of claims follows these */
@@ -354,7 +415,7 @@ void dsp_dispatch_run(dsp_server *srv)
         dsp_type *best = NULL;
         const dsp_task *bt = NULL;
         for (dsp_type *ty = srv->busy_types; ty; ty = ty->busy_next) {
-            if (ty->room == 0 || ty->paused)
+            if (ty->room == 0 || ty->paused || !limit_allows(srv, ty, now))
                 continue;
             const dsp_task *h = dsp_dispatch_peek(ty);
             if (!bt || prio_of(h) > prio_of(bt) || (prio_of(h) == prio_of(bt) && h->seq < bt->seq)) {
@@ -377,6 +438,8 @@ void dsp_dispatch_run(dsp_server *srv)
             break;
         }
         dsp_conn *c = container_of(best->workers[i], dsp_conn, slots);
+        if (best->max_rate)
+            dsp_bucket_take(&best->bucket, best->max_rate, now);
         dsp_task *t = dsp_dispatch_dequeue(srv, best);
         srv->nbuffered--;
         t->delivered_us = pass_us;
@@ -451,6 +514,13 @@ static void arm_claim_timer(dsp_server *srv, int64_t at)
  * Starvation is judged per type: tasks buffered for one type cannot feed idle workers
  * of another, and such a type's claim still has a positive want (its room is not yet
  * matched by buffered tasks). */
+/* ty's free slots, as far as its concurrency limit lets them be used. */
+static uint64_t type_room(const dsp_type *ty)
+{
+    uint64_t left = limit_left(ty);
+    return ty->room < left ? ty->room : left;
+}
+
 static bool type_warm(const dsp_type *ty, int64_t now)
 {
     return ty->rows_seen_ms > 0 && now - ty->rows_seen_ms < TYPE_WARM_MS;
@@ -483,7 +553,13 @@ static uint64_t type_want(dsp_type *ty, int64_t now, const dsp_server *srv, uint
         return 0;
     uint64_t ahead = dsp_claim_ahead(dsp_pace_rate(&ty->pace, now), ahead_horizon(srv), DSP_AHEAD_FLOOR,
                                      srv->cfg->prefetch);
-    return dsp_claim_budget(ty->room, ahead, ty->nbuffered, cap);
+    /* A limited type claims no more than its limits let start soon: the slots its
+     * concurrency leaves, and ahead at most the limit (or one second of its rate). */
+    if (ty->max_running && ahead > ty->max_running)
+        ahead = ty->max_running;
+    if (ty->max_rate && ahead > ty->max_rate)
+        ahead = ty->max_rate;
+    return dsp_claim_budget(type_room(ty), ahead, ty->nbuffered, cap);
 }
 
 void dsp_dispatch_claim_maybe(dsp_server *srv)
@@ -517,7 +593,7 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     if (want < low) {
         bool starving = false;
         for (dsp_type *ty = srv->types; ty && !starving; ty = ty->next)
-            starving = ty->nworkers > 0 && !ty->paused && ty->nbuffered < ty->room;
+            starving = ty->nworkers > 0 && !ty->paused && ty->nbuffered < type_room(ty);
         if (!starving)
             return;
         if (srv->gather_until == 0)

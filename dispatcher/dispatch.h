@@ -33,6 +33,21 @@ static inline bool dsp_sched_has_room(const dsp_sched_slots *s)
  * take turns. O(n). */
 int dsp_sched_pick(int policy, dsp_sched_slots *const *ws, size_t n, size_t *cursor);
 
+/* The rate limit of a type (--type-limit T:rate=R): a token bucket in thousandths of a
+ * task, refilled by R per second on the loop's monotonic clock and holding at most one
+ * second's worth (at least one task), so that any one second sees at most R + burst
+ * starts. Integers only: the same clock readings always give the same answer. */
+typedef struct dsp_bucket {
+    uint64_t milli;  /* thousandths of a start available */
+    int64_t last_ms; /* when last refilled; 0: never (starts full) */
+} dsp_bucket;
+/* Refills b for rate (1..DSP_LIMIT_MAX) up to now_ms; a clock going back adds nothing. */
+void dsp_bucket_refill(dsp_bucket *b, uint32_t rate, int64_t now_ms);
+/* Refills, then takes one start when one is there. */
+bool dsp_bucket_take(dsp_bucket *b, uint32_t rate, int64_t now_ms);
+/* Refills, then tells whether a start is there without taking it. */
+bool dsp_bucket_ready(dsp_bucket *b, uint32_t rate, int64_t now_ms);
+
 typedef struct dsp_server dsp_server;
 typedef struct dsp_conn dsp_conn;
 typedef struct dsp_type dsp_type;

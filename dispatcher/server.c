@@ -520,6 +520,10 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
         dsp_conn_tick(c, now);
     }
     release_orphans(srv, now);
+    if (srv->limit_waiting) { /* a type waits for its rate's tokens: they came back since */
+        srv->limit_waiting = false;
+        dsp_server_kick(srv);
+    }
     if (srv->draining && !srv->claim_outstanding &&
         (srv->ninflight == 0 || now >= srv->drain_deadline_ms))
         finish_drain(srv);
@@ -782,7 +786,7 @@ int dsp_server_init_offline(dsp_server *srv, const dsp_config *cfg)
     srv->claim_not_before = 0;
 
     if (dsp_taskmap_init(&srv->tasks, 4096) < 0 ||
-        dsp_history_init(&srv->history, DSP_HISTORY_SAMPLES) < 0)
+        dsp_history_init(&srv->history, DSP_HISTORY_SAMPLES) < 0 || dsp_limits_init(srv) < 0)
         return -1;
     dsp_deadline_init(&srv->leases);
     srv->base = event_base_new();
@@ -900,6 +904,7 @@ void dsp_server_free(dsp_server *srv)
     dsp_taskmap_free(&srv->tasks);
     dsp_deadline_free(&srv->leases);
     dsp_history_free(&srv->history);
+    dsp_limits_free(srv);
     if (srv->base)
         event_base_free(srv->base);
 }

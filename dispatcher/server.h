@@ -64,6 +64,10 @@ struct dsp_type {
     size_t cursor;            /* rotation point of the scheduler */
     uint64_t room;            /* free slots summed over accepting workers of this type */
     bool paused;              /* POST /pause?type=: neither claimed nor dispatched */
+    uint32_t max_running;     /* --type-limit concurrency (0: none), from srv->limits */
+    uint32_t max_rate;        /* --type-limit rate: starts per second (0: none) */
+    uint64_t running;         /* its deliveries in flight (dispatch.c's accounting) */
+    dsp_bucket bucket;        /* the rate limit's tokens */
     int64_t rows_seen_ms;     /* when a claim returned rows of it, or the table figures
                                * showed ready rows of it; 0: never (claim_maybe) */
     int64_t orphaned_ms;      /* when it was left with buffered tasks and no worker; 0: not */
@@ -149,6 +153,9 @@ struct dsp_server {
     int64_t last_rate_sample_ms;
     dsp_histograms hist;
     dsp_history history;       /* GET /history: the last hour, sampled by the tick (history.c) */
+    dsp_type_limit *limits;    /* per-type limits by name: --type-limit, then POST /limit (limits.c) */
+    size_t nlimits;
+    bool limit_waiting;        /* a dispatch pass left a type waiting for its rate: the tick kicks */
 };
 
 int64_t dsp_now_ms(void);
@@ -186,6 +193,18 @@ void dsp_server_kick(dsp_server *srv); /* schedule a dispatch pass */
 /* A delivery was lost (worker gone, lease expired): deliver again, or fail the
  * task when that was its last attempt. */
 void dsp_server_take_back(dsp_server *srv, dsp_task *t, const char *why);
+
+/* Per-type limits (limits.c). */
+/* Copies --type-limit into srv->limits. Returns 0 or -1 (out of memory). */
+int dsp_limits_init(dsp_server *srv);
+void dsp_limits_free(dsp_server *srv);
+/* Gives a type just interned its limits, if it has any. */
+void dsp_limits_apply(const dsp_server *srv, dsp_type *ty);
+/* POST /limit: sets type's limits (0 and 0 removes them), on the type held now too.
+ * Returns NULL, or why not (--max-types entries already). */
+const char *dsp_limits_set(dsp_server *srv, const char *type, uint32_t concurrency, uint32_t rate);
+/* The limits of type, or NULL when it has none. */
+const dsp_type_limit *dsp_limits_find(const dsp_server *srv, const char *type);
 
 /* Operator requests (admin_http.c calls them). type NULL: every type. */
 /* Returns NULL, or why a type cannot be paused (not UTF-8, --max-types reached). */

@@ -85,7 +85,9 @@ static void fill_types(dsp_stats_snapshot *snap, const dsp_server *srv)
         snap->held_types[i] = (dsp_stats_type){.name = by_ptr[i]->name,
                                                .workers = by_ptr[i]->nworkers,
                                                .buffered = by_ptr[i]->nbuffered,
-                                               .paused = by_ptr[i]->paused};
+                                               .paused = by_ptr[i]->paused,
+                                               .limit_concurrency = by_ptr[i]->max_running,
+                                               .limit_rate = by_ptr[i]->max_rate};
     for (const dsp_conn *c = srv->conns; c; c = c->next)
         for (const dsp_task *t = c->inflight; t; t = t->next) {
             const dsp_type *key = t->type;
@@ -138,6 +140,8 @@ void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
     fill_paused(snap, srv);
     fill_workers(snap, srv);
     fill_types(snap, srv);
+    snap->limits = srv->limits;
+    snap->nlimits = srv->nlimits;
 }
 
 void dsp_stats_snapshot_clear(dsp_stats_snapshot *snap)
@@ -200,15 +204,31 @@ static json_t *paused_json(const dsp_stats_snapshot *snap)
     return json_pack("{s:b, s:o}", "all", snap->paused_all, "types", types);
 }
 
+/* The per-type limits, held types or not (at most --max-types entries). */
+static json_t *limits_json(const dsp_stats_snapshot *snap)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < snap->nlimits; i++) {
+        const dsp_type_limit *l = &snap->limits[i];
+        char *name = dsp_stats_utf8_copy(l->type);
+        json_array_append_new(a, json_pack("{s:s?, s:I, s:I}", "type", name, "concurrency",
+                                           (json_int_t)l->concurrency, "rate", (json_int_t)l->rate));
+        free(name);
+    }
+    return a;
+}
+
 static json_t *held_types_json(const dsp_stats_snapshot *snap)
 {
     json_t *a = json_array();
     for (size_t i = 0; i < snap->nheld_types; i++) {
         const dsp_stats_type *t = &snap->held_types[i];
         char *name = dsp_stats_utf8_copy(t->name);
-        json_array_append_new(a, json_pack("{s:s?, s:I, s:I, s:I, s:b}", "type", name, "workers",
+        json_array_append_new(a, json_pack("{s:s?, s:I, s:I, s:I, s:b, s:I, s:I}", "type", name, "workers",
                                            (json_int_t)t->workers, "buffered", (json_int_t)t->buffered,
-                                           "in_flight", (json_int_t)t->in_flight, "paused", t->paused));
+                                           "in_flight", (json_int_t)t->in_flight, "paused", t->paused,
+                                           "limit_concurrency", (json_int_t)t->limit_concurrency,
+                                           "limit_rate", (json_int_t)t->limit_rate));
         free(name);
     }
     return a;
@@ -270,6 +290,7 @@ json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
     json_object_set_new(o, "last_requeue", requeue_json(snap));
     json_object_set_new(o, "by_type", held_types_json(snap));
     json_object_set_new(o, "by_type_cut", json_boolean(snap->held_types_cut));
+    json_object_set_new(o, "limits", limits_json(snap));
     return o;
 }
 

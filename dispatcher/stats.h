@@ -200,6 +200,7 @@ typedef struct dsp_stats_type {
     const char *name; /* borrowed */
     uint64_t workers, buffered, in_flight;
     bool paused;
+    uint32_t limit_concurrency, limit_rate; /* --type-limit / POST /limit; 0: none */
 } dsp_stats_type;
 
 typedef struct dsp_stats_snapshot {
@@ -230,6 +231,8 @@ typedef struct dsp_stats_snapshot {
     dsp_stats_type *held_types;     /* malloc'd; at most DSP_STATS_TYPES_MAX */
     size_t nheld_types;
     bool held_types_cut;            /* more types are held than listed */
+    const struct dsp_type_limit *limits; /* borrowed: the per-type limits (limits.c) */
+    size_t nlimits;
 } dsp_stats_snapshot;
 
 /* Fills snap from srv; call dsp_stats_snapshot_clear after. When out of memory

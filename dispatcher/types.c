@@ -71,6 +71,7 @@ dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t le
         srv->types->prev = t;
     srv->types = t;
     srv->ntypes++;
+    dsp_limits_apply(srv, t);
     return t;
 }
 

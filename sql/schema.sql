@@ -1,6 +1,6 @@
 -- taskpush schema. This is the one file a user runs on a new database:
 --     mariadb DBNAME < sql/schema.sql
--- It creates the current version (schema_version 3) directly. On an existing database it
+-- It creates the current version (schema_version 4) directly. On an existing database it
 -- changes nothing (see "Safe to run twice"), so it never upgrades one: that is what the
 -- migrations do. To upgrade, stop every taskpushd on the database, then run
 --     taskpushd --db URL --migrate
@@ -112,4 +112,39 @@ CREATE TABLE IF NOT EXISTS taskpush_meta (
     PRIMARY KEY (name)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
-INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 3), ('epoch', 0), ('lease', 0);
+INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 4), ('epoch', 0), ('lease', 0);
+
+-- Periodic tasks (version 4, sql/migrations/004-task-schedule.sql): one row per
+-- schedule; the leading taskpushd inserts its due runs into task (docs/schema.md).
+CREATE TABLE IF NOT EXISTS task_schedule (
+    schedule_id   BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+    -- Unique; each due run's task gets dedup_key 'schedule:<name>:<due ms>'.
+    name          VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    -- The task each run inserts: its type, payload and priority, as in task.
+    task_type     VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    payload       MEDIUMBLOB NULL,
+    task_priority TINYINT NOT NULL DEFAULT 1,
+    -- Exactly one of the two: every interval_ms (due times are its multiples since
+    -- 1970), or a cron expression of 5 fields in UTC (minute hour day month weekday).
+    interval_ms   BIGINT NULL DEFAULT NULL,
+    cron          VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NULL DEFAULT NULL,
+    -- Runs missed while no dispatcher led: 'skip' inserts only the latest one,
+    -- 'catch-up' each of them, at most catch_up_max (the latest).
+    missed        VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'skip',
+    catch_up_max  INT NOT NULL DEFAULT 100,
+    -- The next due time, ms since 1970; 0: the first due time after the leader sees it.
+    -- The leader advances it after inserting the due runs.
+    next_run      BIGINT NOT NULL DEFAULT 0,
+
+    PRIMARY KEY (schedule_id),
+    UNIQUE KEY name (name),
+    KEY next_run_idx (next_run),
+    CONSTRAINT schedule_name_not_empty CHECK (name <> ''),
+    CONSTRAINT schedule_type_valid CHECK (task_type <> '' AND task_type NOT LIKE '% '),
+    CONSTRAINT schedule_priority_range CHECK (task_priority BETWEEN 0 AND 2),
+    CONSTRAINT schedule_one_rule CHECK ((interval_ms IS NULL) <> (cron IS NULL)),
+    CONSTRAINT schedule_interval_range CHECK (interval_ms IS NULL OR interval_ms BETWEEN 1000 AND 31622400000),
+    CONSTRAINT schedule_missed_rule CHECK (missed IN ('skip', 'catch-up')),
+    CONSTRAINT schedule_catch_up_max_range CHECK (catch_up_max BETWEEN 1 AND 1000),
+    CONSTRAINT schedule_next_run_min CHECK (next_run >= 0)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_unicode_ci;

@@ -1078,6 +1078,20 @@ static uint64_t db_connections(struct fx *fx)
  * connection of its own (opened at the first large claim). The reply is still exactly
  * the head of dispatch order, every row with its payload; and when the epoch moved on
  * behind the dispatcher's back, the helper's fence makes it claim nothing. */
+/* The lease row records the claim helper's connection (its last id, db_lease.c): the
+ * helper claims only once it is recorded, so that a dispatcher taking over KILLs it. */
+static bool helper_recorded(struct fx *fx)
+{
+    uint64_t id = tp_testdb_query_u64(&fx->tdb,
+                                      "SELECT MAX(ID) FROM information_schema.PROCESSLIST"
+                                      " WHERE DB = '%s' AND ID <> CONNECTION_ID()",
+                                      fx->tdb.name);
+    uint64_t rec = tp_testdb_query_u64(&fx->tdb,
+                                       "SELECT CAST(SUBSTRING_INDEX(conns, ' ', -1) AS UNSIGNED)"
+                                       " FROM taskpush_meta WHERE name = 'lease'");
+    return id != TP_TESTDB_U64_ERR && rec == id;
+}
+
 static void test_claim_split_with_helper(void **state)
 {
     struct fx *fx = *state;
@@ -1097,6 +1111,8 @@ static void test_claim_split_with_helper(void **state)
     dsp_claim_reply_free(rep);
     WAIT_UNTIL(fx, db_connections(fx) == before + 1, WAIT_MS);
     assert_int_equal(db_connections(fx), before + 1);
+    WAIT_UNTIL(fx, helper_recorded(fx), WAIT_MS);
+    assert_true(helper_recorded(fx));
 
     assert_int_equal(ready_order(fx, want, 1000), 1000);
     rep = claim1(fx, "a", 1000);
@@ -1174,6 +1190,8 @@ static void test_claim_helper_connection_killed(void **state)
     /* Back again: a large claim is whole and in order once more. */
     WAIT_UNTIL(fx, db_connections(fx) == before + 1, WAIT_MS);
     assert_int_equal(db_connections(fx), before + 1);
+    WAIT_UNTIL(fx, helper_recorded(fx), WAIT_MS);
+    assert_true(helper_recorded(fx));
     assert_int_equal(ready_order(fx, want, 1000), 1000);
     rep = claim1(fx, "a", 1000);
     assert_int_equal(rep->ntasks, 1000);

@@ -147,7 +147,7 @@ static const char *v1_schema_path(void)
 /* Replaces the fresh (current) schema tp_testdb_create loaded with version 1. */
 static void make_v1(tp_testdb *db)
 {
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE IF EXISTS task, taskpush_meta"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE IF EXISTS task, taskpush_meta, task_schedule"), 0);
     assert_int_equal(tp_testdb_load_file(db->conn, v1_schema_path()), 0);
     assert_int_equal(tp_testdb_query_u64(db, DSP_CLAIM_SQL_SCHEMA_VERSION), 1);
 }
@@ -370,7 +370,7 @@ static void test_migrate_v1_with_rows(void **state)
 
     assert_int_equal(migrate(db, out), 0);
     assert_int_equal(count_lines_with(out, "schema 1 -> 2: row value checks\n"), 1);
-    assert_int_equal(version(db), 3);
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
     assert_int_equal(tp_testdb_query_u64(db, "SELECT value FROM taskpush_meta WHERE name = 'epoch'"),
                      7);
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task"), rows_before);
@@ -412,7 +412,7 @@ static void test_migrate_v1_with_rows(void **state)
     assert_int_equal(migrate(db, out), 0);
     assert_non_null(strstr(out, "nothing to do"));
     assert_int_equal(count_lines_with(out, "->"), 0);
-    assert_int_equal(version(db), 3);
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
     assert_int_equal(fingerprint(db, "1"), all_after);
 
     /* The upgraded database is one taskpushd runs on. */
@@ -481,7 +481,7 @@ static void test_migrate_stops_on_partial_constraints(void **state)
 
     assert_int_equal(tp_testdb_exec(db, "ALTER TABLE task DROP CONSTRAINT run_after_min"), 0);
     assert_int_equal(migrate(db, out), 0);
-    assert_int_equal(version(db), 3);
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
 }
 
 /* (c) taskpushd on a version 1 database: exits 1, names --migrate, touches nothing. */
@@ -501,7 +501,7 @@ static void test_old_schema_refused(void **state)
     before = fingerprint(db, "1");
 
     assert_int_equal(serve(db, out), 1);
-    assert_non_null(strstr(out, "schema version 1 is older than this taskpushd (3)"));
+    assert_non_null(strstr(out, "schema version 1 is older than this taskpushd (4)"));
     assert_non_null(strstr(out, "taskpushd --db ... --migrate"));
     /* It never led: no epoch taken, the PROCESSING row not recovered. */
     assert_int_equal(tp_testdb_query_u64(db, "SELECT value FROM taskpush_meta WHERE name = 'epoch'"),
@@ -522,10 +522,10 @@ static void test_newer_schema_refused(void **state)
                                         " 'schema_version'"),
                      1);
     assert_int_equal(serve(db, out), 1);
-    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (3):"
+    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (4):"
                                 " upgrade taskpushd"));
     assert_int_equal(migrate(db, out), 1);
-    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (3)"));
+    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (4)"));
     assert_int_equal(version(db), 99);
 }
 
@@ -561,14 +561,14 @@ static void test_migrated_equals_fresh(void **state)
 {
     struct fx *fx = *state;
     char out[OUT_MAX];
-    static const char *const tables[] = {"task", "taskpush_meta"};
+    static const char *const tables[] = {"task", "taskpush_meta", "task_schedule"};
 
     assert_int_equal(tp_testdb_create("migrate_eq_old", &fx->db), 0);
     assert_int_equal(tp_testdb_create("migrate_eq_new", &fx->db2), 0);
     make_v1(&fx->db);
     ins(&fx->db, "task_type", "'a'");
     assert_int_equal(migrate(&fx->db, out), 0);
-    for (size_t i = 0; i < 2; i++) {
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
         char *a = create_table(&fx->db, tables[i]), *b = create_table(&fx->db2, tables[i]);
         if (strcmp(a, b) != 0)
             fprintf(stderr, "migrated:\n%s\nfresh:\n%s\n", a, b);
@@ -604,7 +604,7 @@ static void test_migrate_refuses_while_led(void **state)
                      1);
     mysql_close(holder);
     assert_int_equal(migrate(db, out), 0);
-    assert_int_equal(version(db), 3);
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
 
     /* A real leader. */
     assert_int_equal(tp_daemon_start(&fx->d, db->url, NULL), 0);
@@ -625,7 +625,7 @@ static void test_migrate_without_schema_and_bad_flags(void **state)
     char out[OUT_MAX];
 
     assert_int_equal(tp_testdb_create("migrate_empty", db), 0);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule"), 0);
     assert_int_equal(migrate(db, out), 1);
     assert_non_null(strstr(out, "has no taskpush schema: load sql/schema.sql"));
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables"

@@ -482,6 +482,53 @@ static void test_durations(void **state)
     dsp_config_free(&c);
 }
 
+static void test_type_limits(void **state)
+{
+    (void)state;
+    dsp_config c;
+    char err[512];
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--type-limit", "mail:concurrency=3,rate=10",
+                          "--type-limit", "a:b:rate=5", "--type-limit", "mail:concurrency=4", NULL),
+                     DSP_CONFIG_OK);
+    assert_int_equal(c.ntype_limits, 2);
+    assert_string_equal(c.type_limits[0].type, "mail"); /* the later one replaced it */
+    assert_int_equal(c.type_limits[0].concurrency, 4);
+    assert_int_equal(c.type_limits[0].rate, 0);
+    assert_string_equal(c.type_limits[1].type, "a:b"); /* the last ':' ends the type */
+    assert_int_equal(c.type_limits[1].rate, 5);
+    dsp_config_free(&c);
+
+    static const char *const bad[] = {
+        "mail", ":rate=1", "mail:", "mail:rate", "mail:rate=", "mail:rate=x", "mail:rate=-1",
+        "mail:rate=1000001", "mail:rate=99999999999", "mail:speed=3", "mail:rate=1,rate=2",
+        "mail:rate=1,", "mail:,rate=1", "mail:rate=+1", "mail:concurrency=1 ",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--type-limit", bad[i], NULL),
+                         DSP_CONFIG_BAD);
+        assert_non_null(strstr(err, "--type-limit"));
+        dsp_config_free(&c);
+    }
+    /* More entries than --max-types. */
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--max-types", "1", "--type-limit",
+                          "a:rate=1", "--type-limit", "b:rate=1", NULL),
+                     DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "--max-types"));
+    dsp_config_free(&c);
+    /* The config file takes the same text; the largest values pass. */
+    dsp_config f;
+    memset(&f, 0, sizeof f);
+    FILE *in = fmemopen((void *)"type-limit = x:concurrency=1000000,rate=1000000\n", 48, "r");
+    assert_non_null(in);
+    assert_int_equal(dsp_config_apply_file(&f, in, "t.conf", err, sizeof err), 0);
+    fclose(in);
+    assert_int_equal(f.ntype_limits, 1);
+    assert_int_equal(f.type_limits[0].concurrency, 1000000);
+    assert_int_equal(f.type_limits[0].rate, 1000000);
+    dsp_config_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -505,6 +552,7 @@ int main(void)
         cmocka_unit_test_setup(test_admin_token_file_and_env, setup),
         cmocka_unit_test_setup(test_settings_listing_hides_secrets, setup),
         cmocka_unit_test_setup(test_durations, setup),
+        cmocka_unit_test_setup(test_type_limits, setup),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

@@ -370,6 +370,67 @@ static void test_pace_averages_completions(void **state)
     assert_int_equal(p.count, 0);
 }
 
+/* The rate limit's bucket starts full with one second's worth, refills R a second on the
+ * clock given, never beyond that burst, and so lets at most R + burst starts through any
+ * one-second window. */
+static void test_bucket_burst_then_rate(void **state)
+{
+    (void)state;
+    dsp_bucket b = {0};
+    int n = 0;
+    while (dsp_bucket_take(&b, 10, 1000))
+        n++;
+    assert_int_equal(n, 10); /* the burst */
+    assert_false(dsp_bucket_ready(&b, 10, 1099));
+    assert_true(dsp_bucket_take(&b, 10, 1100)); /* 10/s: one every 100 ms */
+    assert_false(dsp_bucket_take(&b, 10, 1150));
+    assert_true(dsp_bucket_take(&b, 10, 1200));
+    /* A long idle refills only the burst. */
+    n = 0;
+    while (dsp_bucket_take(&b, 10, 100000))
+        n++;
+    assert_int_equal(n, 10);
+    /* A clock going back adds nothing. */
+    assert_false(dsp_bucket_take(&b, 10, 50));
+    /* Rate 1: a burst of one. */
+    dsp_bucket one = {0};
+    assert_true(dsp_bucket_take(&one, 1, 5));
+    assert_false(dsp_bucket_take(&one, 1, 999));
+    assert_true(dsp_bucket_take(&one, 1, 1005));
+}
+
+static void test_bucket_window_bound(void **state)
+{
+    (void)state;
+    /* Take whenever possible every millisecond for 5 s: every 1000 ms window holds at
+     * most R + burst = 2 R starts, and the whole run about R a second after the burst. */
+    enum { R = 37, T = 5000 };
+    static int64_t at[T * R];
+    size_t n = 0;
+    dsp_bucket b = {0};
+    for (int64_t now = 1; now <= T; now++)
+        while (n < sizeof at / sizeof at[0] && dsp_bucket_take(&b, R, now))
+            at[n++] = now;
+    for (size_t i = 0, j = 0; i < n; i++) {
+        while (at[i] - at[j] >= 1000)
+            j++;
+        assert_true(i - j + 1 <= 2 * R);
+    }
+    assert_in_range(n, R + R * (T - 1) / 1000 - 1, R + R * T / 1000 + 1);
+    /* A lowered rate cuts what was stored to its own burst. */
+    dsp_bucket c = {0};
+    dsp_bucket_refill(&c, 1000, 10);
+    size_t k = 0;
+    while (dsp_bucket_take(&c, 2, 10))
+        k++;
+    assert_int_equal(k, 2);
+    /* The largest rate over the longest gap does not wrap. */
+    dsp_bucket d = {0};
+    dsp_bucket_refill(&d, DSP_LIMIT_MAX, 1);
+    dsp_bucket_refill(&d, DSP_LIMIT_MAX, INT64_MAX);
+    assert_int_equal(d.milli, (uint64_t)DSP_LIMIT_MAX * 1000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -392,6 +453,8 @@ int main(void)
         cmocka_unit_test(test_ahead_follows_rate_within_floor_and_prefetch),
         cmocka_unit_test(test_ahead_is_bounded_for_any_rate),
         cmocka_unit_test(test_pace_averages_completions),
+        cmocka_unit_test(test_bucket_burst_then_rate),
+        cmocka_unit_test(test_bucket_window_bound),
     };
     return cmocka_run_group_tests_name("sched", tests, NULL, NULL);
 }

@@ -222,7 +222,7 @@ static void test_stats_shape(void **state)
     static const char *const keys[] = {"uptime_s", "db_connected", "leader", "epoch", "scheduler",
                                        "workers", "draining", "tasks", "queue", "connections", "db",
                                        "settings", "shutting_down", "types", "paused", "rates",
-                                       "table", "last_requeue", "by_type", "by_type_cut"};
+                                       "table", "last_requeue", "by_type", "by_type_cut", "limits"};
     size_t i = 0;
     const char *key;
     json_t *val;
@@ -308,7 +308,7 @@ static void test_lists_and_table(void **state)
     text = json_dumps(json_object_get(fx->json, "by_type"), JSON_COMPACT);
     assert_non_null(text);
     assert_string_equal(text, "[{\"type\":\"mail\xef\xbf\xbd\",\"workers\":2,\"buffered\":5,"
-                              "\"in_flight\":3,\"paused\":true}]");
+                              "\"in_flight\":3,\"paused\":true,\"limit_concurrency\":0,\"limit_rate\":0}]");
     free(text);
 
     assert_line(fx->metrics, "taskpush_worker_capacity{worker=\"w\\\"1\\\\\",conn=\"4\"} 8");

@@ -1,0 +1,94 @@
+/* limits.c: the per-type limits of the loop (docs/taskpushd.md, "Per-type limits"): the
+ * table by type name, filled from --type-limit and changed by POST /limit, and handed to
+ * each type when it is interned, since a type is freed and made again as workers come
+ * and go. The enforcement itself is dispatch.c's. Runs on the loop thread. */
+#include "db_sql.h"
+#include "proto.h"
+#include "server.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int dsp_limits_init(dsp_server *srv)
+{
+    const dsp_config *cfg = srv->cfg;
+    if (cfg->ntype_limits == 0)
+        return 0;
+    srv->limits = calloc(cfg->ntype_limits, sizeof *srv->limits);
+    if (!srv->limits)
+        return -1;
+    for (size_t i = 0; i < cfg->ntype_limits; i++) {
+        srv->limits[i] = cfg->type_limits[i];
+        if (!(srv->limits[i].type = strdup(cfg->type_limits[i].type)))
+            return -1; /* dsp_limits_free frees what was copied */
+        srv->nlimits++;
+    }
+    return 0;
+}
+
+void dsp_limits_free(dsp_server *srv)
+{
+    for (size_t i = 0; i < srv->nlimits; i++)
+        free(srv->limits[i].type);
+    free(srv->limits);
+    srv->limits = NULL;
+    srv->nlimits = 0;
+}
+
+/* A linear search: at most --max-types entries, and only on interning a type or on an
+ * operator's request, never per task. */
+const dsp_type_limit *dsp_limits_find(const dsp_server *srv, const char *type)
+{
+    for (size_t i = 0; i < srv->nlimits; i++)
+        if (strcmp(srv->limits[i].type, type) == 0)
+            return &srv->limits[i];
+    return NULL;
+}
+
+void dsp_limits_apply(const dsp_server *srv, dsp_type *ty)
+{
+    const dsp_type_limit *l = srv->nlimits ? dsp_limits_find(srv, ty->name) : NULL;
+    ty->max_running = l ? l->concurrency : 0;
+    ty->max_rate = l ? l->rate : 0;
+    ty->bucket = (dsp_bucket){0};
+}
+
+const char *dsp_limits_set(dsp_server *srv, const char *type, uint32_t concurrency, uint32_t rate)
+{
+    size_t len = strlen(type);
+    if (len == 0 || len > PROTO_MAX_TYPE_LEN || dsp_utf8_valid_prefix((const uint8_t *)type, len) != len)
+        return "a task type must be 1 to 256 bytes of UTF-8";
+    dsp_type_limit *l = (dsp_type_limit *)dsp_limits_find(srv, type);
+    if (!l && (concurrency || rate)) {
+        if ((int64_t)srv->nlimits >= srv->cfg->max_types)
+            return "too many types with limits (--max-types)";
+        dsp_type_limit *a = realloc(srv->limits, (srv->nlimits + 1) * sizeof *a);
+        if (!a)
+            return "out of memory";
+        srv->limits = a;
+        char *name = strdup(type);
+        if (!name)
+            return "out of memory";
+        l = &a[srv->nlimits++];
+        *l = (dsp_type_limit){.type = name};
+    }
+    if (l && !concurrency && !rate) { /* no limit left: the entry goes */
+        free(l->type);
+        *l = srv->limits[--srv->nlimits];
+        l = NULL;
+    } else if (l) {
+        l->concurrency = concurrency;
+        l->rate = rate;
+    }
+    dsp_type *ty = dsp_server_type_find(srv, (const uint8_t *)type, strlen(type));
+    if (ty) {
+        bool rate_changed = ty->max_rate != rate;
+        ty->max_running = concurrency;
+        ty->max_rate = rate;
+        if (rate_changed) /* the new rate starts with a full second's worth */
+            ty->bucket = (dsp_bucket){0};
+    }
+    log_info(&srv->log, "type %s: concurrency limit %u, rate limit %u/s (0: none)", type, concurrency, rate);
+    dsp_server_kick(srv); /* a raised limit lets buffered tasks go */
+    return NULL;
+}
