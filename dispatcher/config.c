@@ -78,6 +78,10 @@ static const opt_def option_table[] = {
      "the leadership lease: a standby takes over this long after the leader's last renewal"},
     {"lease-renew-ms", OPT_INT, F(lease_renew_ms), "250", 10, 300000, "N",
      "how often the leader renews its lease (at most half of --lease-ms)"},
+    {"types", OPT_STRING, F(types), NULL, 0, 0, "T1,T2",
+     "own only these task types (a shard with its own lease and standbys); default: all"},
+    {"shard", OPT_STRING, F(shard), NULL, 0, 0, "NAME",
+     "the shard's name in taskpush_meta (needs --types; default: derived from the types)"},
     {"ready-file", OPT_STRING, F(ready_file), NULL, 0, 0, "PATH",
      "write {pid, listen, admin} as JSON here once the ports are open (for scripts)"},
     {"token-file", OPT_STRING, F(token_file), NULL, 0, 0, "PATH",
@@ -593,6 +597,9 @@ int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err
                  (long long)cfg->lease_renew_ms, (long long)cfg->lease_ms);
         goto done;
     }
+    if (dsp_shard_parse(&cfg->shard_spec, cfg->types, cfg->shard, (size_t)cfg->max_types, err,
+                        errlen) < 0)
+        goto done;
     if (cfg->admin_token_file) {
         if (read_token("admin-token-file", cfg->admin_token_file, &cfg->admin_token, err,
                        errlen) < 0)
@@ -619,6 +626,7 @@ void dsp_config_free(dsp_config *cfg)
     }
     free(cfg->token);
     cfg->token = NULL;
+    dsp_shard_free(&cfg->shard_spec);
     free(cfg->admin_token);
     cfg->admin_token = NULL;
     dsp_db_url_clear(&cfg->db_url);

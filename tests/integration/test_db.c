@@ -1471,17 +1471,17 @@ static void test_table_stats_plans(void **state)
     assert_int_equal(check_plan(fx, b.p, NULL), 15);
 
     dsp_strbuf_reset(&b);
-    dsp_db_sql_retention(&b, 2, now - HOUR_MS, 1000);
+    dsp_db_sql_retention(&b, 2, now - HOUR_MS, 1000, NULL);
     assert_int_equal(check_plan(fx, b.p, NULL), 1);
     dsp_strbuf_reset(&b);
-    dsp_db_sql_retention(&b, 3, now - HOUR_MS, 1000);
+    dsp_db_sql_retention(&b, 3, now - HOUR_MS, 1000, NULL);
     assert_int_equal(check_plan(fx, b.p, NULL), 1);
 
     dsp_strbuf_reset(&b);
-    dsp_db_sql_requeue_failed(&b, NULL, now, 5000);
+    dsp_db_sql_requeue_failed(&b, NULL, now, 5000, NULL);
     assert_int_equal(check_plan(fx, b.p, NULL), 1);
     dsp_strbuf_reset(&b);
-    dsp_db_sql_requeue_failed(&b, "t1", now, 5000);
+    dsp_db_sql_requeue_failed(&b, "t1", now, 5000, NULL);
     assert_int_equal(check_plan(fx, b.p, NULL), 1);
     dsp_strbuf_free(&b);
 
