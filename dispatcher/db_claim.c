@@ -37,6 +37,7 @@
  * releases it.
  */
 #include "db_internal.h"
+#include "shard.h"
 
 #include "claim_sql.h"
 #include "migrate.h"
@@ -463,6 +464,10 @@ static int claim_plan(struct claim_ctx *x, struct claim_run *cr)
     /* Only types that may take rows; a type name the table cannot hold has no rows. */
     for (i = 0; i < r->ntypes; i++) {
         if (r->limits[i] == 0)
+            continue;
+        /* Another shard's type never reaches the claim (the HELLO refuses it); checked
+         * here too, so that no path can claim another shard's rows. */
+        if (!dsp_shard_has(db->opts.shard, (const uint8_t *)r->types[i], strlen(r->types[i])))
             continue;
         if (strlen(r->types[i]) > DSP_CLAIM_SQL_TYPE_MAX_BYTES) {
             log_warn(db->log, "task type of %zu bytes cannot be in the table; not claimed",
