@@ -218,6 +218,7 @@ static void check_audit(struct fx *fx, const char *a_epochs, uint64_t eb)
 static void check_refusals(struct fx *fx, int a)
 {
     char path[96];
+    long long end;
     uint64_t id_b = q64(fx, "SELECT MIN(task_id) FROM task WHERE task_type = 'sb'");
     uint64_t id_a = q64(fx, "SELECT MIN(task_id) FROM task WHERE task_type = 'sa1'");
 
@@ -230,6 +231,24 @@ static void check_refusals(struct fx *fx, int a)
     snprintf(path, sizeof path, "/retry?id=%" PRIu64, id_b);
     assert_int_equal(tp_http_request(fx->d[a].admin, "POST", path, NULL), 404);
     assert_int_equal(q64(fx, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id_b), 3);
+    /* A requeue of every FAILED row moves A's (which A then runs), never B's. */
+    tp_testdb_exec(&fx->db, "UPDATE task SET task_state = 3 WHERE task_id = %" PRIu64, id_a);
+    assert_int_equal(tp_http_request(fx->d[a].admin, "POST", "/requeue-failed", NULL), 202);
+    end = tp_mono_ms() + 20000;
+    while (q64(fx, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id_a) != 2 &&
+           tp_mono_ms() < end)
+        tp_sleep_ms(20);
+    assert_int_equal(q64(fx, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id_a), 2);
+    assert_int_equal(q64(fx, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id_b), 3);
+    tp_testdb_exec(&fx->db, "UPDATE task SET task_state = 2 WHERE task_id = %" PRIu64, id_b);
+    /* /cancel of B's NEW row from A: 404, the row untouched. */
+    tp_testdb_exec(&fx->db, "UPDATE task SET task_state = 0, run_after = 9000000000000"
+                            " WHERE task_id = %" PRIu64, id_b);
+    snprintf(path, sizeof path, "/cancel?id=%" PRIu64, id_b);
+    assert_int_equal(tp_http_request(fx->d[a].admin, "POST", path, NULL), 404);
+    assert_int_equal(q64(fx, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id_b), 0);
+    assert_int_equal(tp_http_request(fx->d[B0].admin, "POST", path, NULL), 200);
+    assert_int_equal(q64(fx, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id_b), 3);
     tp_testdb_exec(&fx->db, "UPDATE task SET task_state = 2 WHERE task_id = %" PRIu64, id_b);
 
     /* A worker offering sb to shard A: its HELLO is refused, it never registers. */
@@ -237,7 +256,7 @@ static void check_refusals(struct fx *fx, int a)
     tp_inproc run;
     assert_int_equal(tp_worker_add_type(w, "sb", handler, &fx->sw[B0]), 0);
     assert_int_equal(tp_inproc_start(&run, w), 0);
-    long long end = tp_mono_ms() + 10000;
+    end = tp_mono_ms() + 10000;
     while (tp_daemon_log_count(&fx->d[a], "does not own") == 0 && tp_mono_ms() < end)
         tp_sleep_ms(20);
     tp_inproc_halt(&run);
