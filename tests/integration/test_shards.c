@@ -6,7 +6,9 @@
  *   each have a leader and a standby on one table; a trigger records the epoch of every
  *   claim (a row going to PROCESSING). A mixed backlog (some rows delayed) drains.
  *   1. Each shard leads with its own lease row and epoch; epochs are distinct.
- *   2. kill -9 of A's leader mid-backlog: A's standby leads A with a newer epoch; B's
+ *   2. kill -9 of A's leader mid-backlog, while B's workers hold their tasks (B has
+ *      rows PROCESSING): A's standby leads A with a newer epoch and recovers A's rows
+ *      only (B's stay PROCESSING under B's epoch through a periodic recovery too); B's
  *      leader keeps its epoch and its lease, B's standby stays a standby.
  *   3. Every row ends SUCCESSFUL; every claim of a type was made under an epoch of that
  *      type's shard; B's tasks each ran exactly once (its leader was never disturbed).
@@ -44,7 +46,6 @@
 #define N_SB 150
 #define N_DELAYED 10            /* per type, due 1.5 s after the insert */
 #define SLEEP_MS 15
-#define SLEEP_B_MS 60           /* B's backlog outlasts A's takeover: B has rows PROCESSING */
 #define CAP 4
 
 enum { A0, A1, B0, B1, ND };
@@ -64,6 +65,7 @@ struct fx {
     tp_daemon d[ND + 1]; /* [ND]: the unsharded one of step 4 */
     sworker sw[ND];
     _Atomic long exec_a, exec_b;
+    atomic_bool hold_b;
     long long t0;
 };
 
@@ -85,7 +87,11 @@ static int handler(tp_task *task, void *arg)
 {
     sworker *sw = arg;
     atomic_fetch_add(sw->b ? &sw->fx->exec_b : &sw->fx->exec_a, 1);
-    tp_sleep_ms(sw->b ? SLEEP_B_MS : SLEEP_MS);
+    /* B's runs wait while A fails over, so that B has rows PROCESSING under its epoch
+     * through A's takeover and recovery (bounded: a failing test still ends). */
+    for (int i = 0; sw->b && atomic_load(&sw->fx->hold_b) && i < 2000; i++)
+        tp_sleep_ms(10);
+    tp_sleep_ms(SLEEP_MS);
     return tp_task_set_result(task, "done", 4) < 0 ? TP_FAIL : TP_SUCCESS;
 }
 
@@ -311,6 +317,7 @@ static void test_shards(void **state)
     for (int k = 0; k < ND; k++)
         sw_start(fx, k);
 
+    atomic_store(&fx->hold_b, true);
     insert(fx, "sa1", N_SA1, N_DELAYED);
     insert(fx, "sb", N_SB, N_DELAYED);
     insert(fx, "sa2", N_SA2, N_DELAYED);
@@ -333,8 +340,14 @@ static void test_shards(void **state)
     assert_int_equal((uint64_t)tp_daemon_stat(&fx->d[B0], "epoch"), eb);
     assert_int_equal(q64(fx, "SELECT holder FROM taskpush_meta WHERE name = 'lease:beta'"), holder_b);
     assert_int_equal(q64(fx, "SELECT value FROM taskpush_meta WHERE name = 'epoch:beta'"), eb);
-    /* B was still busy when A's standby recovered A's rows. */
-    assert_true(q64(fx, "SELECT COUNT(*) FROM task WHERE task_type = 'sb' AND task_state <> 2") > 0);
+    assert_int_equal(q64(fx, "SELECT value FROM taskpush_meta WHERE name LIKE 'epoch:t%%'"), ea2);
+    /* A's new leader recovered at takeover and recovers again every second: B's rows,
+     * PROCESSING under B's epoch all the while, stay so. */
+    tp_sleep_ms(1500);
+    assert_true(q64(fx, "SELECT COUNT(*) FROM task WHERE task_type = 'sb' AND task_state = 1"
+                        " AND epoch = %" PRIu64, eb) >= CAP);
+    assert_int_equal(q64(fx, "SELECT COUNT(*) FROM task WHERE task_type = 'sb' AND task_state = 2"), 0);
+    atomic_store(&fx->hold_b, false);
 
     /* 3. Everything drains, each claim under its own shard's epoch. */
     t = tp_mono_ms() + WAIT_MS;
