@@ -137,7 +137,7 @@ static int stats_refresh(struct stats_ctx *x)
 
     /* 1. NEW, PROCESSING and FAILED per (state, lane, type). */
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_stats_counts(&x->sql, now);
+    dsp_db_sql_stats_counts(&x->sql, now, x->db->in);
     if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
         return -1;
     if (mysql_num_fields(res) != DSP_DB_SQL_COUNTS_NCOLS) {
@@ -187,7 +187,7 @@ static int stats_refresh(struct stats_ctx *x)
 
     /* 2. SUCCESSFUL, up to the cap. */
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_stats_successful(&x->sql, DSP_DB_SQL_SUCCESSFUL_CAP);
+    dsp_db_sql_stats_successful(&x->sql, DSP_DB_SQL_SUCCESSFUL_CAP, x->db->in);
     if (x->sql.oom || dsp_dbi_query_u64(&x->c, x->sql.p, &v, &isnull, 0) < 0)
         return -1;
     w->by_state[2] = v;

@@ -476,23 +476,24 @@ void dsp_db_sql_recover_probe(dsp_strbuf *b, uint32_t epoch, const char *in)
 
 /* ---- the stats thread ---- */
 
-void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms)
+void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms, const char *in)
 {
     dsp_strbuf_printf(b,
                       "SELECT task_state, `delayed`, task_type, COUNT(*),"
                       " SUM(run_after <= %" PRId64 "),"
                       " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)"
-                      " FROM task FORCE INDEX (claim_idx) WHERE task_state IN (0, 1, 3)"
-                      " GROUP BY task_state, `delayed`, task_type",
+                      " FROM task FORCE INDEX (claim_idx) WHERE task_state IN (0, 1, 3)",
                       now_ms);
+    put_in(b, in);
+    dsp_strbuf_puts(b, " GROUP BY task_state, `delayed`, task_type");
 }
 
-void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap)
+void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap, const char *in)
 {
-    dsp_strbuf_printf(b,
-                      "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
-                      " WHERE task_state = 2 LIMIT %u) x",
-                      cap);
+    dsp_strbuf_puts(b, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
+                       " WHERE task_state = 2");
+    put_in(b, in);
+    dsp_strbuf_printf(b, " LIMIT %u) x", cap);
 }
 
 void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, bool first, const char *type, size_t type_len,

@@ -160,13 +160,14 @@ enum dsp_db_sql_counts_col {
     DSP_DB_SQL_COUNTS_P2,
     DSP_DB_SQL_COUNTS_NCOLS
 };
-void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms);
+/* `in` as below (shards): a shard's figures are those of its types. */
+void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms, const char *in);
 
 /* SUCCESSFUL rows, counted up to cap (an index-only range of claim_idx):
  *   SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)
  *     WHERE task_state = 2 LIMIT cap) x */
 #define DSP_DB_SQL_SUCCESSFUL_CAP 1000000u
-void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap);
+void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap, const char *in);
 
 /* The time the oldest ready NEW row of each type became due, over the head (smallest
  * task_id) of each (type, priority) group of the ready lane, one row per type:

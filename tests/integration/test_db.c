@@ -1451,12 +1451,12 @@ static void test_table_stats_plans(void **state)
                         " last_update_time, epoch", vals);
     assert_true(tp_testdb_exec(&fx->tdb, "ANALYZE TABLE task") >= 0);
 
-    dsp_db_sql_stats_counts(&b, now);
+    dsp_db_sql_stats_counts(&b, now, NULL);
     assert_false(b.oom);
     assert_int_equal(check_plan(fx, b.p, "Using index"), 1);
 
     dsp_strbuf_reset(&b);
-    dsp_db_sql_stats_successful(&b, DSP_DB_SQL_SUCCESSFUL_CAP);
+    dsp_db_sql_stats_successful(&b, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
     assert_int_equal(check_plan(fx, b.p, "Using index"), 1);
 
     dsp_strbuf_reset(&b);

@@ -12,8 +12,10 @@
  *      leader keeps its epoch and its lease, B's standby stays a standby.
  *   3. Every row ends SUCCESSFUL; every claim of a type was made under an epoch of that
  *      type's shard; B's tasks each ran exactly once (its leader was never disturbed).
- *   4. A's dispatcher answers 404 for a row of B on /task and /retry; a worker offering
- *      B's type to A is refused; an unsharded taskpushd on the table refuses to lead.
+ *      Each shard's /stats table figures count its own types' rows only.
+ *   4. A's dispatcher answers 404 for a row of B on /task, /retry and /cancel, and its
+ *      /requeue-failed leaves B's FAILED row alone; a worker offering B's type to A is
+ *      refused; an unsharded taskpushd on the table refuses to lead.
  * The takeover time is printed, never compared with the 2 s target.
  */
 #include <inttypes.h>
@@ -207,6 +209,17 @@ static void insert(struct fx *fx, const char *type, int n, int delayed)
                        type, delayed);
 }
 
+/* Waits (a table-figures round is 2 s by default) for daemon k's /stats
+ * table.by_state.successful to be want. */
+static void wait_figure(struct fx *fx, int k, long long want)
+{
+    long long end = tp_mono_ms() + 15000, v;
+    while ((v = tp_daemon_stat(&fx->d[k], "table.by_state.successful")) != want &&
+           tp_mono_ms() < end)
+        tp_sleep_ms(50);
+    assert_int_equal(v, want);
+}
+
 /* The claims the trigger saw: each (type, epoch) pair, checked against the shards. */
 static void check_audit(struct fx *fx, const char *a_epochs, uint64_t eb)
 {
@@ -373,6 +386,10 @@ static void test_shards(void **state)
     assert_int_equal(leader_of(fx, B1), 0);
     assert_int_equal((uint64_t)tp_daemon_stat(&fx->d[B0], "epoch"), eb);
     assert_int_equal(q64(fx, "SELECT holder FROM taskpush_meta WHERE name = 'lease:beta'"), holder_b);
+
+    /* Each shard's table figures count its own types' rows. */
+    wait_figure(fx, A1, N_SA1 + N_SA2 + 2 * N_DELAYED);
+    wait_figure(fx, B0, N_SB + N_DELAYED);
 
     /* 4. */
     check_refusals(fx, A1);

@@ -155,8 +155,8 @@ static bool build(int which, dsp_strbuf *b, const struct rows *r)
         dsp_db_sql_recover(b, 9, 1, 1000, NULL);
         return true;
     case 10:
-        dsp_db_sql_stats_counts(b, 1);
-        dsp_db_sql_stats_successful(b, DSP_DB_SQL_SUCCESSFUL_CAP);
+        dsp_db_sql_stats_counts(b, 1, NULL);
+        dsp_db_sql_stats_successful(b, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
         return true;
     case 11:
         for (int i = 0; i < 40; i++)

@@ -437,13 +437,13 @@ static void recover_and_stats(void **state)
     assert_string_equal(b.p, "SELECT task_id FROM task FORCE INDEX (claim_idx)"
                              " WHERE task_state = 1 AND epoch < 4 LIMIT 1");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_stats_counts(&b, 55);
+    dsp_db_sql_stats_counts(&b, 55, NULL);
     assert_string_equal(b.p, "SELECT task_state, `delayed`, task_type, COUNT(*), SUM(run_after <= 55),"
                              " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)"
                              " FROM task FORCE INDEX (claim_idx) WHERE task_state IN (0, 1, 3)"
                              " GROUP BY task_state, `delayed`, task_type");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_stats_successful(&b, DSP_DB_SQL_SUCCESSFUL_CAP);
+    dsp_db_sql_stats_successful(&b, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
     assert_string_equal(b.p, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
                              " WHERE task_state = 2 LIMIT 1000000) x");
     dsp_strbuf_free(&b);
@@ -589,6 +589,14 @@ static void shard_type_filter(void **state)
     dsp_strbuf_reset(&b);
     dsp_db_sql_failed_part(&b, true, 0, "a", 1, 2, 20, 1000, in.p);
     assert_non_null(strstr(b.p, "task_type = _utf8mb4 X'61'" IN_AB " AND task_priority = 2 ORDER BY"));
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_stats_counts(&b, 55, in.p);
+    assert_non_null(strstr(b.p, " WHERE task_state IN (0, 1, 3)" IN_AB
+                                " GROUP BY task_state, `delayed`, task_type"));
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_stats_successful(&b, 10, in.p);
+    assert_string_equal(b.p, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
+                             " WHERE task_state = 2" IN_AB " LIMIT 10) x");
     dsp_strbuf_free(&b);
 
     /* The lane sweeps; too small a buffer for the filter fails whole. */
