@@ -163,6 +163,17 @@ int dsp_claim_sql_candidates(char *buf, size_t cap, const char *const *types, si
 
 int dsp_claim_sql_promote(char *buf, size_t cap, int64_t now_ms, unsigned limit)
 {
+    return dsp_claim_sql_promote_in(buf, cap, now_ms, limit, NULL);
+}
+
+int dsp_claim_sql_demote(char *buf, size_t cap, int64_t now_ms, unsigned limit)
+{
+    return dsp_claim_sql_demote_in(buf, cap, now_ms, limit, NULL);
+}
+
+int dsp_claim_sql_promote_in(char *buf, size_t cap, int64_t now_ms, unsigned limit,
+                             const char *in)
+{
     struct sqlbuf b = {buf, cap, 0, 0};
 
     if (buf == NULL)
@@ -171,12 +182,13 @@ int dsp_claim_sql_promote(char *buf, size_t cap, int64_t now_ms, unsigned limit)
         b.bad = 1;
     sqlbuf_printf(&b,
                   "UPDATE task FORCE INDEX (delay_idx) SET `delayed` = 0"
-                  " WHERE `delayed` = 1 AND run_after <= %" PRId64 " LIMIT %u",
-                  now_ms, limit);
+                  " WHERE `delayed` = 1 AND run_after <= %" PRId64 "%s LIMIT %u",
+                  now_ms, in ? in : "", limit);
     return sqlbuf_finish(&b);
 }
 
-int dsp_claim_sql_demote(char *buf, size_t cap, int64_t now_ms, unsigned limit)
+int dsp_claim_sql_demote_in(char *buf, size_t cap, int64_t now_ms, unsigned limit,
+                            const char *in)
 {
     struct sqlbuf b = {buf, cap, 0, 0};
 
@@ -187,7 +199,7 @@ int dsp_claim_sql_demote(char *buf, size_t cap, int64_t now_ms, unsigned limit)
     sqlbuf_printf(&b,
                   "UPDATE task FORCE INDEX (delay_idx) SET `delayed` = 1"
                   " WHERE `delayed` = 0 AND task_state = 0"
-                  " AND run_after > %" PRId64 " LIMIT %u",
-                  now_ms, limit);
+                  " AND run_after > %" PRId64 "%s LIMIT %u",
+                  now_ms, in ? in : "", limit);
     return sqlbuf_finish(&b);
 }

@@ -147,4 +147,13 @@ DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_promote(char *buf, size_t cap, int64_t 
 DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_demote(char *buf, size_t cap, int64_t now_ms,
                                                 unsigned limit);
 
+/* The same two sweeps for a shard (--types): `in` (NULL: none) is appended to the WHERE,
+ * the text db_sql.h's dsp_db_sql_type_in wrote (" AND task_type IN (X'..', ...)"), so a
+ * shard moves only its own types' rows between the lanes. A range of delay_idx still,
+ * the type checked on each row it reads. */
+DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_promote_in(char *buf, size_t cap, int64_t now_ms,
+                                                    unsigned limit, const char *in);
+DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_demote_in(char *buf, size_t cap, int64_t now_ms,
+                                                   unsigned limit, const char *in);
+
 #endif

@@ -83,6 +83,10 @@ static const opt_def option_table[] = {
      "how often the leader renews its lease (at most half of --lease-ms)"},
     {"type-limit", OPT_TYPE_LIMIT, F(type_limits), NULL, 0, 0, "T:concurrency=N,rate=R",
      "at most N tasks of type T running at once, at most R started a second (repeatable; 0: no limit)"},
+    {"types", OPT_STRING, F(types), NULL, 0, 0, "T1,T2",
+     "own only these task types (a shard with its own lease and standbys); default: all"},
+    {"shard", OPT_STRING, F(shard), NULL, 0, 0, "NAME",
+     "the shard's name in taskpush_meta (needs --types; default: derived from the types)"},
     {"ready-file", OPT_STRING, F(ready_file), NULL, 0, 0, "PATH",
      "write {pid, listen, admin} as JSON here once the ports are open (for scripts)"},
     {"token-file", OPT_STRING, F(token_file), NULL, 0, 0, "PATH",
@@ -683,6 +687,9 @@ int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err
                  (long long)cfg->max_types);
         goto done;
     }
+    if (dsp_shard_parse(&cfg->shard_spec, cfg->types, cfg->shard, (size_t)cfg->max_types, err,
+                        errlen) < 0)
+        goto done;
     if (cfg->admin_token_file) {
         if (read_token("admin-token-file", cfg->admin_token_file, &cfg->admin_token, err,
                        errlen) < 0)
@@ -714,6 +721,7 @@ void dsp_config_free(dsp_config *cfg)
     cfg->ntype_limits = 0;
     free(cfg->token);
     cfg->token = NULL;
+    dsp_shard_free(&cfg->shard_spec);
     free(cfg->admin_token);
     cfg->admin_token = NULL;
     dsp_db_url_clear(&cfg->db_url);

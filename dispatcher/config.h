@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "shard.h"
+
 enum dsp_sched_policy { DSP_SCHED_ROUND_ROBIN = 0, DSP_SCHED_LEAST_LOADED = 1 };
 
 /* A parsed mysql:// URL. Strings are owned by the struct (dsp_db_url_clear). */
@@ -71,6 +73,9 @@ typedef struct dsp_config {
     int64_t table_stats_ms;     /* refresh interval of the table-side figures */
     int64_t lease_ms;           /* the leadership lease: a standby takes over after it */
     int64_t lease_renew_ms;     /* how often the leader renews the lease */
+    char *types;       /* --types as given: the task types this dispatcher's shard owns */
+    char *shard;       /* --shard NAME, or NULL: derived from --types */
+    dsp_shard shard_spec; /* --types and --shard parsed; empty: unsharded */
     char *ready_file;  /* written once the ports listen: {"pid","listen","admin"} */
     char *tls_cert;    /* PEM: with tls_key, both ports speak TLS only */
     char *tls_key;

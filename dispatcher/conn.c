@@ -301,6 +301,12 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
             refuse_hello(c, PROTO_ERR_UNEXPECTED, why);
             return;
         }
+        /* A shard never delivers another shard's type: say so rather than hold it idle. */
+        if (!dsp_shard_has(&cfg->shard_spec, h->types[i].ptr, h->types[i].len)) {
+            refuse_hello(c, PROTO_ERR_UNEXPECTED,
+                         "a task type this dispatcher's shard does not own (--types)");
+            return;
+        }
     }
     c->version = h->version;
     c->name = strndup((const char *)h->name.ptr, h->name.len);

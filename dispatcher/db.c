@@ -28,6 +28,7 @@
  * thread on MySQL.
  */
 #include "db_internal.h"
+#include "shard.h"
 
 #include <event2/event.h>
 #include <mysql.h>
@@ -470,6 +471,31 @@ size_t dsp_db_lock_name(const char *dbname, char *out, size_t cap)
     return nl;
 }
 
+/* The shard's filter, meta rows and lock name (see db_internal.h). Returns the lock
+ * name's length, 0 when it cannot be made. */
+static size_t shard_setup(dsp_db *db, const dsp_db_options *opts, char *name, size_t cap)
+{
+    const dsp_shard *sh = opts->shard;
+    size_t nl, sl;
+
+    if (sh == NULL || sh->ntypes == 0) {
+        snprintf(db->lease_row, sizeof db->lease_row, "lease");
+        snprintf(db->epoch_row, sizeof db->epoch_row, "epoch");
+        return dsp_db_lock_name(opts->url->dbname, name, cap);
+    }
+    dsp_db_sql_type_in(&db->type_in, (const char *const *)sh->types, sh->ntypes);
+    db->in = db->type_in.p;
+    snprintf(db->lease_row, sizeof db->lease_row, "lease:%s", sh->name);
+    snprintf(db->epoch_row, sizeof db->epoch_row, "epoch:%s", sh->name);
+    sl = strlen(sh->name);
+    nl = dsp_db_lock_name(opts->url->dbname, name, cap);
+    if (nl == 0 || cap <= LOCK_NAME_MAX)
+        return 0;
+    nl = dsp_utf8_cut((const uint8_t *)name, nl, LOCK_NAME_MAX - 1 - sl);
+    nl += (size_t)snprintf(name + nl, cap - nl, ".%s", sh->name);
+    return nl;
+}
+
 dsp_db *dsp_db_new(const dsp_db_options *opts)
 {
     dsp_db *db;
@@ -517,8 +543,9 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
         pthread_condattr_destroy(&ca);
     }
 
-    /* The leadership lock: 'taskpush.<dbname>', at most 64 bytes. */
-    nl = dsp_db_lock_name(opts->url->dbname, name, sizeof name);
+    /* The leadership lock: 'taskpush.<dbname>', at most 64 bytes; a shard's ends in
+     * '.NAME', kept whole (the database's name is cut first). */
+    nl = shard_setup(db, opts, name, sizeof name);
     dsp_strbuf_puts(&db->get_lock_sql, "SELECT GET_LOCK(");
     dsp_strbuf_put_hex(&db->get_lock_sql, (const uint8_t *)name, nl, true);
     dsp_strbuf_printf(&db->get_lock_sql, ", %d)", LOCK_TRY_S);
@@ -529,6 +556,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     db->wake_ev = event_new(opts->base, -1, 0, wake_cb, db);
     int lease_ok = dsp_dbi_lease_init(db) == 0;
     if (!mu_ok || !cv1 || !cv2 || !cv3 || !cv4 || db->wake_ev == NULL || db->get_lock_sql.oom ||
+        db->type_in.oom ||
         db->release_lock_sql.oom || nl == 0 || db->tstats == NULL || !lease_ok) {
         if (lease_ok)
             dsp_dbi_lease_destroy(db);
@@ -536,6 +564,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
             event_free(db->wake_ev);
         dsp_strbuf_free(&db->get_lock_sql);
         dsp_strbuf_free(&db->release_lock_sql);
+        dsp_strbuf_free(&db->type_in);
         if (cv1)
             pthread_cond_destroy(&db->claim_cv);
         if (cv2)
@@ -790,6 +819,7 @@ void dsp_db_free(dsp_db *db)
     event_free(db->wake_ev);
     dsp_strbuf_free(&db->get_lock_sql);
     dsp_strbuf_free(&db->release_lock_sql);
+    dsp_strbuf_free(&db->type_in);
     pthread_cond_destroy(&db->claim_cv);
     pthread_cond_destroy(&db->write_cv);
     pthread_cond_destroy(&db->stats_cv);

@@ -230,6 +230,9 @@ typedef struct dsp_db_options {
     int64_t retain_failed_ms;    /* the same for FAILED rows; 0: keep all */
     int64_t lease_ms;            /* the leadership lease's length; 0: 1000 */
     int64_t lease_renew_ms;      /* how often the leader renews it; 0: 250 */
+    /* The shard (shard.h; borrowed): with types, every statement on task rows is limited
+     * to them, and the lease, epoch row and lock are the shard's. NULL or empty: all. */
+    const struct dsp_shard *shard;
     dsp_db_callbacks cb;
     void *cb_arg;
 } dsp_db_options;

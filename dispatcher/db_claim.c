@@ -37,6 +37,7 @@
  * releases it.
  */
 #include "db_internal.h"
+#include "shard.h"
 
 #include "claim_sql.h"
 #include "db_claim_half.h"
@@ -279,8 +280,13 @@ static void leadership_lost(struct claim_ctx *x)
 static int read_meta_epoch(struct claim_ctx *x, uint64_t *out)
 {
     bool isnull;
-    int rc = dsp_dbi_query_u64(&x->c, "SELECT value FROM taskpush_meta WHERE name = 'epoch'", out,
-                          &isnull, 0);
+    char sql[96];
+    int rc;
+
+    /* A shard's own row: another shard taking an epoch moves the counter, not it. */
+    snprintf(sql, sizeof sql, "SELECT value FROM taskpush_meta WHERE name = '%s'",
+             x->db->epoch_row);
+    rc = dsp_dbi_query_u64(&x->c, sql, out, &isnull, 0);
     if (rc == 1 || isnull)
         *out = 0;
     /* Ends the read's transaction (and its metadata lock). */
@@ -316,7 +322,7 @@ static int recover(struct claim_ctx *x)
 
     do {
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_recover(&x->sql, x->epoch, wall_ms(), RECOVER_BATCH);
+        dsp_db_sql_recover(&x->sql, x->epoch, wall_ms(), RECOVER_BATCH, x->db->in);
         if (x->sql.oom)
             return -1;
         if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0 || commit(&x->c) < 0)
@@ -327,6 +333,22 @@ static int recover(struct claim_ctx *x)
         log_info(db->log, "recovered %" PRIu64 " row(s) left PROCESSING by earlier dispatchers",
                  total);
     return 0;
+}
+
+/* A shard's epoch comes from the one counter of the table (so that it is larger than
+ * every earlier epoch of every shard, and each epoch names one shard), and is recorded
+ * in the shard's row 'epoch:NAME' in the same transaction, which confirm_leadership
+ * compares with. The name is [A-Za-z0-9_.-] (shard.c). Returns 0 or -1. */
+static int record_shard_epoch(struct claim_ctx *x, uint64_t e)
+{
+    char sql[160];
+    uint64_t n;
+
+    snprintf(sql, sizeof sql,
+             "INSERT INTO taskpush_meta (name, value) VALUES ('%s', %" PRIu64 ")"
+             " ON DUPLICATE KEY UPDATE value = VALUES(value)",
+             x->db->epoch_row, e);
+    return dsp_dbi_exec(&x->c, sql, strlen(sql), &n);
 }
 
 /* Makes the leadership of this connection certain: keeps the epoch when nobody took
@@ -357,6 +379,8 @@ static int confirm_leadership(struct claim_ctx *x)
     if (dsp_dbi_exec(&x->c, DSP_CLAIM_SQL_EPOCH_NEXT, strlen(DSP_CLAIM_SQL_EPOCH_NEXT), &n) < 0)
         return -1;
     e = mysql_insert_id(x->c.m);
+    if (n == 1 && x->db->in && record_shard_epoch(x, e) < 0)
+        return -1;
     if (commit(&x->c) < 0)
         return -1;
     if (n != 1) {
@@ -455,6 +479,10 @@ static int claim_plan(struct claim_ctx *x, struct claim_run *cr)
     /* Only types that may take rows; a type name the table cannot hold has no rows. */
     for (i = 0; i < r->ntypes; i++) {
         if (r->limits[i] == 0)
+            continue;
+        /* Another shard's type never reaches the claim (the HELLO refuses it); checked
+         * here too, so that no path can claim another shard's rows. */
+        if (!dsp_shard_has(db->opts.shard, (const uint8_t *)r->types[i], strlen(r->types[i])))
             continue;
         if (strlen(r->types[i]) > DSP_CLAIM_SQL_TYPE_MAX_BYTES) {
             log_warn(db->log, "task type of %zu bytes cannot be in the table; not claimed",
@@ -925,7 +953,14 @@ static int sweeps(struct claim_ctx *x)
     bool promote, demote, refresh;
     uint64_t n, v;
     bool isnull;
-    char sql[256];
+    /* A shard's sweeps carry its type list: sized for it, in the claim's buffer. */
+    size_t cap = 256 + (db->in ? db->type_in.len : 0);
+    char *sql;
+
+    dsp_strbuf_reset(&x->sql);
+    if (!dsp_strbuf_reserve(&x->sql, cap))
+        return -1;
+    sql = x->sql.p;
 
     pthread_mutex_lock(&db->mu);
     due = db->retry_due_ms < x->next_due_wall ? db->retry_due_ms : x->next_due_wall;
@@ -944,7 +979,7 @@ static int sweeps(struct claim_ctx *x)
     if (demote) {
         x->next_demote = now_m + DEMOTE_EVERY_MS;
         do {
-            if (dsp_claim_sql_demote(sql, sizeof sql, wall_ms(), SWEEP_LIMIT) < 0 ||
+            if (dsp_claim_sql_demote_in(sql, cap, wall_ms(), SWEEP_LIMIT, db->in) < 0 ||
                 dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
                 goto fail;
             if (n)
@@ -956,7 +991,7 @@ static int sweeps(struct claim_ctx *x)
     if (promote) {
         x->last_promote = now_m;
         do {
-            if (dsp_claim_sql_promote(sql, sizeof sql, wall_ms(), SWEEP_LIMIT) < 0 ||
+            if (dsp_claim_sql_promote_in(sql, cap, wall_ms(), SWEEP_LIMIT, db->in) < 0 ||
                 dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
                 goto fail;
             if (n >= SWEEP_LIMIT && commit(&x->c) < 0)
@@ -964,8 +999,9 @@ static int sweeps(struct claim_ctx *x)
         } while (n >= SWEEP_LIMIT);
     }
     if (refresh) {
-        if (dsp_dbi_query_u64(&x->c, "SELECT MIN(run_after) FROM task WHERE `delayed` = 1", &v,
-                              &isnull, 0) < 0)
+        snprintf(sql, cap, "SELECT MIN(run_after) FROM task WHERE `delayed` = 1%s",
+                 db->in ? db->in : "");
+        if (dsp_dbi_query_u64(&x->c, sql, &v, &isnull, 0) < 0)
             goto fail;
         /* run_after is a signed BIGINT: the cast gives back a negative value. */
         x->next_due_wall = isnull ? INT64_MAX : (int64_t)v;
@@ -1231,7 +1267,7 @@ static enum claim_state claim_recover_again(struct claim_ctx *x)
     x->next_recover = mono_ms() + RECOVER_EVERY_MS;
     /* A plain read first: the UPDATE's locks would meet the write thread's. */
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_recover_probe(&x->sql, x->epoch);
+    dsp_db_sql_recover_probe(&x->sql, x->epoch, x->db->in);
     if (x->sql.oom)
         return CLAIM_SERVE;
     rc = dsp_dbi_query_u64(&x->c, x->sql.p, &id, &isnull, 0);

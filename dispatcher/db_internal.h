@@ -158,6 +158,12 @@ struct dsp_db {
     size_t max_batch;
     dsp_strbuf get_lock_sql;
     dsp_strbuf release_lock_sql;
+    /* The shard's filter (dsp_db_sql_type_in) and its taskpush_meta rows: 'lease' and
+     * 'epoch' when unsharded (in is then NULL), 'lease:NAME' and 'epoch:NAME' when not. */
+    dsp_strbuf type_in;
+    const char *in;
+    char lease_row[48];
+    char epoch_row[48];
 
     pthread_mutex_t mu;
     pthread_cond_t claim_cv;

@@ -58,6 +58,8 @@ struct lease_ctx {
     bool took;           /* the lease was ours at some point: give it back at stop */
     int64_t expires_in;  /* as last read while another held it: try again then */
     bool wait_logged;    /* "waiting" was logged since the lease was last free */
+    bool mixed_logged;   /* mixed_check's refusal was logged */
+    bool row_made;       /* a shard's lease row exists (INSERT IGNOREd once) */
 };
 
 static int64_t lease_ms_of(const dsp_db *db)
@@ -359,6 +361,50 @@ static void kill_old(struct lease_ctx *x, const char *conns)
         log_info(db->log, "killed the old leader's database connections %s", killed);
 }
 
+/* A shard's lease row is made the first time a dispatcher of the shard runs (the
+ * migrations only know 'lease'); the name is [A-Za-z0-9_.-] (shard.c). 0 or -1. */
+static int shard_row_make(struct lease_ctx *x)
+{
+    char sql[128];
+    uint64_t n;
+
+    if (x->db->in == NULL || x->row_made)
+        return 0;
+    snprintf(sql, sizeof sql, "INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('%s', 0)",
+             x->db->lease_row);
+    if (dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
+        return -1;
+    x->row_made = true;
+    return 0;
+}
+
+/* An unsharded dispatcher and a shard must not lead one table together: the unsharded
+ * one claims, recovers and sweeps every type. Each checks, after taking its own lease,
+ * that no lease of the other kind is live; of two that take theirs at the same time at
+ * least one sees the other's (each writes, then reads), and gives its lease back.
+ * 0: alone; 1: the other kind leads (logged); -1: connection error. */
+static void lease_release(struct lease_ctx *x);
+
+static int mixed_check(struct lease_ctx *x)
+{
+    char sql[256], row[1][COL_MAX];
+
+    snprintf(sql, sizeof sql,
+             "SELECT COUNT(*) FROM taskpush_meta WHERE %s AND holder <> 0 AND expires_ms >= "
+             DB_NOW_MS, x->db->in ? "name = 'lease'" : "name LIKE 'lease:%'");
+    if (query_row(&x->c, sql, row, 1, 0) != 0)
+        return -1;
+    if (strcmp(row[0], "0") == 0) {
+        x->mixed_logged = false;
+        return 0;
+    }
+    if (!x->mixed_logged)
+        log_error(x->db->log, "refusing the lease: %s leads this table; sharded (--types) and"
+                          " unsharded dispatchers must not share a table",
+              x->db->in ? "an unsharded taskpushd" : "a sharded taskpushd (--types)");
+    return 1;
+}
+
 /* Takes the lease when it is free, expired or ours. 1: taken; 0: another holds it;
  * -1: connection error. */
 static int lease_acquire(struct lease_ctx *x)
@@ -367,9 +413,13 @@ static int lease_acquire(struct lease_ctx *x)
     char row[4][COL_MAX], conns[128], sql[512];
     uint64_t ids[LEASE_NCONN], old, found;
     int64_t exp, now, t0;
-    int rc = query_row(&x->c, "SELECT holder, expires_ms, conns, " DB_NOW_MS
-                              " FROM taskpush_meta WHERE name = 'lease'", row, 4, ER_BAD_FIELD_);
+    int rc;
 
+    if (shard_row_make(x) < 0)
+        return -1;
+    snprintf(sql, sizeof sql, "SELECT holder, expires_ms, conns, " DB_NOW_MS
+                              " FROM taskpush_meta WHERE name = '%s'", db->lease_row);
+    rc = query_row(&x->c, sql, row, 4, ER_BAD_FIELD_);
     if (rc < 0 && x->c.err != ER_BAD_FIELD_)
         return -1;
     if (rc != 0) {
@@ -397,15 +447,19 @@ static int lease_acquire(struct lease_ctx *x)
     /* Compare-and-swap on what was read: nobody renewed or took it in between. */
     snprintf(sql, sizeof sql,
              "UPDATE taskpush_meta SET holder = %" PRIu64 ", expires_ms = " DB_NOW_MS
-             " + %" PRId64 ", value = 0, conns = '%s' WHERE name = 'lease' AND holder = %" PRIu64
+             " + %" PRId64 ", value = 0, conns = '%s' WHERE name = '%s' AND holder = %" PRIu64
              " AND expires_ms = %s",
-             x->holder, x->lease_ms, conns, old, exp >= 0 ? row[1] : "expires_ms");
+             x->holder, x->lease_ms, conns, db->lease_row, old, exp >= 0 ? row[1] : "expires_ms");
     t0 = mono_ms();
     if (dsp_dbi_exec(&x->c, sql, strlen(sql), &found) < 0)
         return -1;
     if (found != 1)
         return 0;
     x->took = true;
+    if ((rc = mixed_check(x)) != 0) {
+        lease_release(x);
+        return rc < 0 ? -1 : 0;
+    }
     if (old != 0 && old != x->holder) {
         log_info(db->log, "took the table's lease from holder %" PRIu64 " (it expired %" PRId64
                           " ms before)", old, now - exp);
@@ -440,8 +494,8 @@ static int lease_renew(struct lease_ctx *x)
     conns_text(x, ids, conns, sizeof conns);
     snprintf(sql, sizeof sql,
              "UPDATE taskpush_meta SET expires_ms = " DB_NOW_MS " + %" PRId64 ", value = %" PRIu32
-             ", conns = '%s' WHERE name = 'lease' AND holder = %" PRIu64,
-             x->lease_ms, epoch, conns, x->holder);
+             ", conns = '%s' WHERE name = '%s' AND holder = %" PRIu64,
+             x->lease_ms, epoch, conns, db->lease_row, x->holder);
     t0 = mono_ms();
     if (dsp_dbi_exec(&x->c, sql, strlen(sql), &found) < 0)
         return -1;
@@ -474,7 +528,7 @@ static void lease_release(struct lease_ctx *x)
         return;
     snprintf(sql, sizeof sql,
              "UPDATE taskpush_meta SET holder = 0, expires_ms = 0, value = 0, conns = ''"
-             " WHERE name = 'lease' AND holder = %" PRIu64, x->holder);
+             " WHERE name = '%s' AND holder = %" PRIu64, x->db->lease_row, x->holder);
     if (dsp_dbi_exec(&x->c, sql, strlen(sql), &n) == 0 && n == 1)
         log_debug(x->db->log, "gave the table's lease back");
 }

@@ -137,7 +137,7 @@ static int stats_refresh(struct stats_ctx *x)
 
     /* 1. NEW, PROCESSING and FAILED per (state, lane, type). */
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_stats_counts(&x->sql, now);
+    dsp_db_sql_stats_counts(&x->sql, now, x->db->in);
     if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
         return -1;
     if (mysql_num_fields(res) != DSP_DB_SQL_COUNTS_NCOLS) {
@@ -187,7 +187,7 @@ static int stats_refresh(struct stats_ctx *x)
 
     /* 2. SUCCESSFUL, up to the cap. */
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_stats_successful(&x->sql, DSP_DB_SQL_SUCCESSFUL_CAP);
+    dsp_db_sql_stats_successful(&x->sql, DSP_DB_SQL_SUCCESSFUL_CAP, x->db->in);
     if (x->sql.oom || dsp_dbi_query_u64(&x->c, x->sql.p, &v, &isnull, 0) < 0)
         return -1;
     w->by_state[2] = v;
@@ -254,7 +254,7 @@ static int stats_retention(struct stats_ctx *x)
         total = 0;
         for (b = 0; b < RETAIN_BATCHES && !stats_stopping(db); b++) {
             dsp_strbuf_reset(&x->sql);
-            dsp_db_sql_retention(&x->sql, states[k], wall_ms() - keep[k], RETAIN_BATCH);
+            dsp_db_sql_retention(&x->sql, states[k], wall_ms() - keep[k], RETAIN_BATCH, db->in);
             if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
                 if (total)
                     log_info(db->log, "retention deleted %" PRIu64 " %s row(s)", total,
@@ -312,7 +312,7 @@ static void stats_requeue(struct stats_ctx *x, struct requeue_req *r)
         if (stats_stopping(db))
             break;
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_requeue_failed(&x->sql, r->type, wall_ms(), REQUEUE_BATCH);
+        dsp_db_sql_requeue_failed(&x->sql, r->type, wall_ms(), REQUEUE_BATCH, db->in);
         if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
             if (!x->sql.oom)
                 stats_drop(x);
@@ -376,7 +376,7 @@ static void taskop_show(struct stats_ctx *x, dsp_taskop *op)
     MYSQL_ROW row;
 
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_task_show(&x->sql, op->task_id);
+    dsp_db_sql_task_show(&x->sql, op->task_id, x->db->in);
     if ((res = taskop_query(x)) == NULL)
         return;
     if (mysql_num_fields(res) != DSP_DB_SQL_SHOW_NCOLS) {
@@ -422,7 +422,7 @@ static int failed_types(struct stats_ctx *x, int lane, unsigned max, unsigned li
 
     while (n < max) {
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_failed_next_type(&x->sql, lane, n ? prev : NULL, prev_len);
+        dsp_db_sql_failed_next_type(&x->sql, lane, n ? prev : NULL, prev_len, x->db->in);
         if ((res = taskop_query(x)) == NULL)
             return -1;
         row = mysql_num_fields(res) == 1 ? mysql_fetch_row(res) : NULL;
@@ -438,7 +438,7 @@ static int failed_types(struct stats_ctx *x, int lane, unsigned max, unsigned li
             break;
         for (int p = 2; p >= 0; p--)
             dsp_db_sql_failed_part(parts, parts->len == 0, lane, prev, prev_len, p, limit,
-                                   DSP_TASKOP_ERR_LIST_MAX);
+                                   DSP_TASKOP_ERR_LIST_MAX, x->db->in);
         n++;
     }
     if (n == max)
@@ -461,7 +461,7 @@ static void taskop_failed(struct stats_ctx *x, dsp_taskop *op)
         if (op->type) {
             for (int p = 2; p >= 0; p--)
                 dsp_db_sql_failed_part(&parts, parts.len == 0, lane, op->type, strlen(op->type), p,
-                                       op->limit, DSP_TASKOP_ERR_LIST_MAX);
+                                       op->limit, DSP_TASKOP_ERR_LIST_MAX, x->db->in);
         } else {
             n = failed_types(x, lane, FAILED_TYPES_MAX, op->limit, &parts);
         }
@@ -501,9 +501,9 @@ static void taskop_update(struct stats_ctx *x, dsp_taskop *op)
 
     dsp_strbuf_reset(&x->sql);
     if (op->kind == DSP_TASKOP_RETRY)
-        dsp_db_sql_task_retry(&x->sql, op->task_id, wall_ms());
+        dsp_db_sql_task_retry(&x->sql, op->task_id, wall_ms(), x->db->in);
     else
-        dsp_db_sql_task_cancel(&x->sql, op->task_id, wall_ms());
+        dsp_db_sql_task_cancel(&x->sql, op->task_id, wall_ms(), x->db->in);
     if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
         if (!x->sql.oom)
             stats_drop(x);
@@ -517,7 +517,7 @@ static void taskop_update(struct stats_ctx *x, dsp_taskop *op)
         return;
     }
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_task_state(&x->sql, op->task_id);
+    dsp_db_sql_task_state(&x->sql, op->task_id, x->db->in);
     if (x->sql.oom || (rc = dsp_dbi_query_u64(&x->c, x->sql.p, &v, &isnull, 0)) < 0) {
         if (!x->sql.oom)
             stats_drop(x);

@@ -424,7 +424,37 @@ void dsp_db_sql_still_ours(dsp_strbuf *b, uint32_t epoch, const dsp_db_sql_row *
     dsp_strbuf_printf(b, " AND task_state = 1 AND epoch = %" PRIu32, epoch);
 }
 
-void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned limit)
+/* A type literal: '' for the empty one (put_hex writes NULL for no bytes). */
+static void put_type_any(dsp_strbuf *b, const char *type, size_t len)
+{
+    if (len == 0)
+        dsp_strbuf_puts(b, "''");
+    else
+        dsp_strbuf_put_hex(b, (const uint8_t *)type, len, true);
+}
+
+void dsp_db_sql_type_in(dsp_strbuf *b, const char *const *types, size_t n)
+{
+    if (n == 0)
+        return;
+    dsp_strbuf_puts(b, " AND task_type IN (");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            dsp_strbuf_puts(b, ", ");
+        put_type_any(b, types[i], strlen(types[i]));
+    }
+    dsp_strbuf_puts(b, ")");
+}
+
+/* The shard's filter, or nothing when unsharded. */
+static void put_in(dsp_strbuf *b, const char *in)
+{
+    if (in)
+        dsp_strbuf_puts(b, in);
+}
+
+void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned limit,
+                        const char *in)
 {
     /* attempts already counts every delivery the old dispatcher made: each is written
      * with its outcome, or as a DSP_WRITE_DELIVERED record while it runs (docs: the
@@ -439,37 +469,42 @@ void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned 
                       " err_msg = IF(attempts >= max_attempts,"
                       " 'the dispatcher stopped during the last attempt', err_msg),"
                       " last_update_time = %" PRId64
-                      " WHERE task_state = 1 AND epoch < %" PRIu32 " LIMIT %u",
-                      now_ms, epoch, limit);
+                      " WHERE task_state = 1 AND epoch < %" PRIu32,
+                      now_ms, epoch);
+    put_in(b, in);
+    dsp_strbuf_printf(b, " LIMIT %u", limit);
 }
 
-void dsp_db_sql_recover_probe(dsp_strbuf *b, uint32_t epoch)
+void dsp_db_sql_recover_probe(dsp_strbuf *b, uint32_t epoch, const char *in)
 {
     dsp_strbuf_printf(b,
                       "SELECT task_id FROM task FORCE INDEX (claim_idx)"
-                      " WHERE task_state = 1 AND epoch < %" PRIu32 " LIMIT 1",
+                      " WHERE task_state = 1 AND epoch < %" PRIu32,
                       epoch);
+    put_in(b, in);
+    dsp_strbuf_puts(b, " LIMIT 1");
 }
 
 /* ---- the stats thread ---- */
 
-void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms)
+void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms, const char *in)
 {
     dsp_strbuf_printf(b,
                       "SELECT task_state, `delayed`, task_type, COUNT(*),"
                       " SUM(run_after <= %" PRId64 "),"
                       " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)"
-                      " FROM task FORCE INDEX (claim_idx) WHERE task_state IN (0, 1, 3)"
-                      " GROUP BY task_state, `delayed`, task_type",
+                      " FROM task FORCE INDEX (claim_idx) WHERE task_state IN (0, 1, 3)",
                       now_ms);
+    put_in(b, in);
+    dsp_strbuf_puts(b, " GROUP BY task_state, `delayed`, task_type");
 }
 
-void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap)
+void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap, const char *in)
 {
-    dsp_strbuf_printf(b,
-                      "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
-                      " WHERE task_state = 2 LIMIT %u) x",
-                      cap);
+    dsp_strbuf_puts(b, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
+                       " WHERE task_state = 2");
+    put_in(b, in);
+    dsp_strbuf_printf(b, " LIMIT %u) x", cap);
 }
 
 void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, bool first, const char *type, size_t type_len,
@@ -493,17 +528,19 @@ void dsp_db_sql_stats_oldest_end(dsp_strbuf *b)
     dsp_strbuf_puts(b, ") u GROUP BY t");
 }
 
-void dsp_db_sql_retention(dsp_strbuf *b, int state, int64_t before_ms, unsigned limit)
+void dsp_db_sql_retention(dsp_strbuf *b, int state, int64_t before_ms, unsigned limit,
+                          const char *in)
 {
     if (state != 2 && state != 3)
         return;
-    dsp_strbuf_printf(b,
-                      "DELETE FROM task WHERE task_state = %d AND last_update_time < %" PRId64
-                      " LIMIT %u",
-                      state, before_ms, limit);
+    dsp_strbuf_printf(b, "DELETE FROM task WHERE task_state = %d AND last_update_time < %" PRId64,
+                      state, before_ms);
+    put_in(b, in);
+    dsp_strbuf_printf(b, " LIMIT %u", limit);
 }
 
-void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, unsigned limit)
+void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, unsigned limit,
+                               const char *in)
 {
     dsp_strbuf_printf(b,
                       "UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0,"
@@ -517,12 +554,13 @@ void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, 
         else
             dsp_strbuf_put_hex(b, (const uint8_t *)type, strlen(type), true);
     }
+    put_in(b, in);
     dsp_strbuf_printf(b, " LIMIT %u", limit);
 }
 
 /* ---- task-level operator requests ---- */
 
-void dsp_db_sql_task_show(dsp_strbuf *b, uint64_t task_id)
+void dsp_db_sql_task_show(dsp_strbuf *b, uint64_t task_id, const char *in)
 {
     dsp_strbuf_printf(b,
                       "SELECT task_id, task_type, task_state, task_priority, attempts, max_attempts,"
@@ -530,11 +568,13 @@ void dsp_db_sql_task_show(dsp_strbuf *b, uint64_t task_id)
                       " LENGTH(result), LENGTH(payload), epoch, `delayed`"
                       " FROM task WHERE task_id = %" PRIu64,
                       task_id);
+    put_in(b, in);
 }
 
-void dsp_db_sql_task_state(dsp_strbuf *b, uint64_t task_id)
+void dsp_db_sql_task_state(dsp_strbuf *b, uint64_t task_id, const char *in)
 {
     dsp_strbuf_printf(b, "SELECT task_state FROM task WHERE task_id = %" PRIu64, task_id);
+    put_in(b, in);
 }
 
 static void put_type(dsp_strbuf *b, const char *type, size_t len)
@@ -545,7 +585,8 @@ static void put_type(dsp_strbuf *b, const char *type, size_t len)
         dsp_strbuf_put_hex(b, (const uint8_t *)type, len, true);
 }
 
-void dsp_db_sql_failed_next_type(dsp_strbuf *b, int lane, const char *after, size_t after_len)
+void dsp_db_sql_failed_next_type(dsp_strbuf *b, int lane, const char *after, size_t after_len,
+                                 const char *in)
 {
     dsp_strbuf_printf(b,
                       "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx)"
@@ -555,10 +596,11 @@ void dsp_db_sql_failed_next_type(dsp_strbuf *b, int lane, const char *after, siz
         dsp_strbuf_puts(b, " AND task_type > ");
         put_type(b, after, after_len);
     }
+    put_in(b, in);
 }
 
 void dsp_db_sql_failed_part(dsp_strbuf *b, bool first, int lane, const char *type, size_t type_len,
-                            int priority, unsigned limit, unsigned err_max)
+                            int priority, unsigned limit, unsigned err_max, const char *in)
 {
     dsp_strbuf_puts(b, first ? "SELECT * FROM (" : " UNION ALL ");
     dsp_strbuf_printf(b,
@@ -567,6 +609,7 @@ void dsp_db_sql_failed_part(dsp_strbuf *b, bool first, int lane, const char *typ
                       " WHERE task_state = 3 AND `delayed` = %d AND task_type = ",
                       err_max, lane);
     put_type(b, type, type_len);
+    put_in(b, in);
     dsp_strbuf_printf(b, " AND task_priority = %d ORDER BY task_id DESC LIMIT %u)", priority, limit);
 }
 
@@ -575,19 +618,21 @@ void dsp_db_sql_failed_end(dsp_strbuf *b, unsigned limit)
     dsp_strbuf_printf(b, ") u ORDER BY task_id DESC LIMIT %u", limit);
 }
 
-void dsp_db_sql_task_retry(dsp_strbuf *b, uint64_t task_id, int64_t now_ms)
+void dsp_db_sql_task_retry(dsp_strbuf *b, uint64_t task_id, int64_t now_ms, const char *in)
 {
     dsp_strbuf_printf(b,
                       "UPDATE task SET task_state = 0, attempts = 0, err_msg = NULL, `delayed` = 0,"
                       " run_after = %" PRId64 ", last_update_time = %" PRId64
                       " WHERE task_id = %" PRIu64 " AND task_state = 3",
                       now_ms, now_ms, task_id);
+    put_in(b, in);
 }
 
-void dsp_db_sql_task_cancel(dsp_strbuf *b, uint64_t task_id, int64_t now_ms)
+void dsp_db_sql_task_cancel(dsp_strbuf *b, uint64_t task_id, int64_t now_ms, const char *in)
 {
     dsp_strbuf_printf(b,
                       "UPDATE task SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
                       " last_update_time = %" PRId64 " WHERE task_id = %" PRIu64 " AND task_state = 0",
                       now_ms, task_id);
+    put_in(b, in);
 }

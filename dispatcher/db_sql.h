@@ -133,14 +133,25 @@ void dsp_db_sql_lock_free(dsp_strbuf *b, uint32_t epoch, const dsp_db_sql_row *r
 void dsp_db_sql_still_ours(dsp_strbuf *b, uint32_t epoch, const dsp_db_sql_row *rows,
                            const uint8_t *skip, size_t n);
 
+/* ---- shards (--types, see shard.h) ----
+ * The builders below that take `in` append it to their WHERE: a shard passes the text
+ * dsp_db_sql_type_in wrote for its types, so that recovery, the sweeps, retention,
+ * requeue and the task-level requests never reach another shard's rows; NULL when
+ * unsharded (the statement is then exactly the unsharded one). */
+
+/* Appends " AND task_type IN (_utf8mb4 X'..', ...)" for types[0..n) (nothing when n is
+ * 0); an empty type is written ''. */
+void dsp_db_sql_type_in(dsp_strbuf *b, const char *const *types, size_t n);
+
 /* Appends one batch of the recovery of rows an older dispatcher left PROCESSING: each
  * goes back to NEW (ready) with its attempts unchanged (they count the deliveries
  * recorded), or FAILED when its last allowed delivery was made (see db_sql.c). */
-void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned limit);
+void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned limit,
+                        const char *in);
 /* Appends a plain read (no lock) that finds whether any row is PROCESSING under an epoch
  * older than epoch: the leader's periodic recovery runs its locking UPDATE only then, so
  * that in the steady state it never takes a lock the write thread would meet. */
-void dsp_db_sql_recover_probe(dsp_strbuf *b, uint32_t epoch);
+void dsp_db_sql_recover_probe(dsp_strbuf *b, uint32_t epoch, const char *in);
 
 /* ---- the stats thread's statements (see db_maint.c) ----
  *
@@ -169,13 +180,14 @@ enum dsp_db_sql_counts_col {
     DSP_DB_SQL_COUNTS_P2,
     DSP_DB_SQL_COUNTS_NCOLS
 };
-void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms);
+/* `in` as below (shards): a shard's figures are those of its types. */
+void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms, const char *in);
 
 /* SUCCESSFUL rows, counted up to cap (an index-only range of claim_idx):
  *   SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)
  *     WHERE task_state = 2 LIMIT cap) x */
 #define DSP_DB_SQL_SUCCESSFUL_CAP 1000000u
-void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap);
+void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap, const char *in);
 
 /* The time the oldest ready NEW row of each type became due, over the head (smallest
  * task_id) of each (type, priority) group of the ready lane, one row per type:
@@ -195,14 +207,16 @@ void dsp_db_sql_stats_oldest_end(dsp_strbuf *b);
  * before before_ms (a range of claim_idx on task_state; only rows of that state):
  *   DELETE FROM task WHERE task_state = S AND last_update_time < before_ms LIMIT limit
  * Does nothing (appends nothing) for another state. */
-void dsp_db_sql_retention(dsp_strbuf *b, int state, int64_t before_ms, unsigned limit);
+void dsp_db_sql_retention(dsp_strbuf *b, int state, int64_t before_ms, unsigned limit,
+                          const char *in);
 
 /* One batch of the operator's requeue of FAILED rows (of one type, or all when type is
  * NULL): back to NEW and ready, attempts 0, err_msg kept:
  *   UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0, `delayed` = 0,
  *     run_after = 0, last_update_time = now_ms
  *   WHERE task_state = 3 [AND task_type = _utf8mb4 X'..'] LIMIT limit */
-void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, unsigned limit);
+void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, unsigned limit,
+                               const char *in);
 
 /* ---- task-level operator requests (db_maint.c), one row by primary key or a bounded
  * range of claim_idx ---- */
@@ -215,9 +229,9 @@ enum {
     DSP_DB_SQL_SHOW_ERR_MSG, DSP_DB_SQL_SHOW_RESULT_LEN, DSP_DB_SQL_SHOW_PAYLOAD_LEN,
     DSP_DB_SQL_SHOW_EPOCH, DSP_DB_SQL_SHOW_DELAYED, DSP_DB_SQL_SHOW_NCOLS
 };
-void dsp_db_sql_task_show(dsp_strbuf *b, uint64_t task_id);
+void dsp_db_sql_task_show(dsp_strbuf *b, uint64_t task_id, const char *in);
 /* The state of task_id alone: SELECT task_state FROM task WHERE task_id = N. */
-void dsp_db_sql_task_state(dsp_strbuf *b, uint64_t task_id);
+void dsp_db_sql_task_state(dsp_strbuf *b, uint64_t task_id, const char *in);
 
 /* GET /failed, step 1 (for every type): the next type after `after` (the first when
  * after is NULL) that has FAILED rows in lane `lane`, one index dive of claim_idx:
@@ -225,20 +239,21 @@ void dsp_db_sql_task_state(dsp_strbuf *b, uint64_t task_id);
  *     [AND task_type > X]
  * (MariaDB does not choose a loose index scan for a GROUP BY here: it would read every
  * FAILED row's index entry.) */
-void dsp_db_sql_failed_next_type(dsp_strbuf *b, int lane, const char *after, size_t after_len);
+void dsp_db_sql_failed_next_type(dsp_strbuf *b, int lane, const char *after, size_t after_len,
+                                 const char *in);
 /* Step 2: one part per (lane, type, priority) (first: the first part), each the newest
  * limit FAILED rows of its group (a backward range of claim_idx, no sort), then _end merges them newest
  * first: columns task_id, task_type, task_priority, attempts, max_attempts,
  * last_update_time, LEFT(err_msg, err_max). */
 void dsp_db_sql_failed_part(dsp_strbuf *b, bool first, int lane, const char *type, size_t type_len,
-                            int priority, unsigned limit, unsigned err_max);
+                            int priority, unsigned limit, unsigned err_max, const char *in);
 void dsp_db_sql_failed_end(dsp_strbuf *b, unsigned limit);
 
 /* POST /retry: FAILED -> NEW, ready and due at now_ms, attempts 0, err_msg NULL. */
-void dsp_db_sql_task_retry(dsp_strbuf *b, uint64_t task_id, int64_t now_ms);
+void dsp_db_sql_task_retry(dsp_strbuf *b, uint64_t task_id, int64_t now_ms, const char *in);
 /* POST /cancel of a NEW row (no dispatcher holds it): FAILED, err_msg 'cancelled'. A
  * claim racing it has the row locked; once it commits the row is PROCESSING and this
  * changes nothing. */
-void dsp_db_sql_task_cancel(dsp_strbuf *b, uint64_t task_id, int64_t now_ms);
+void dsp_db_sql_task_cancel(dsp_strbuf *b, uint64_t task_id, int64_t now_ms, const char *in);
 
 #endif

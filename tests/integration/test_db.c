@@ -1639,12 +1639,12 @@ static void test_table_stats_plans(void **state)
                         " last_update_time, epoch", vals);
     assert_true(tp_testdb_exec(&fx->tdb, "ANALYZE TABLE task") >= 0);
 
-    dsp_db_sql_stats_counts(&b, now);
+    dsp_db_sql_stats_counts(&b, now, NULL);
     assert_false(b.oom);
     assert_int_equal(check_plan(fx, b.p, "Using index"), 1);
 
     dsp_strbuf_reset(&b);
-    dsp_db_sql_stats_successful(&b, DSP_DB_SQL_SUCCESSFUL_CAP);
+    dsp_db_sql_stats_successful(&b, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
     assert_int_equal(check_plan(fx, b.p, "Using index"), 1);
 
     dsp_strbuf_reset(&b);
@@ -1659,17 +1659,17 @@ static void test_table_stats_plans(void **state)
     assert_int_equal(check_plan(fx, b.p, NULL), 15);
 
     dsp_strbuf_reset(&b);
-    dsp_db_sql_retention(&b, 2, now - HOUR_MS, 1000);
+    dsp_db_sql_retention(&b, 2, now - HOUR_MS, 1000, NULL);
     assert_int_equal(check_plan(fx, b.p, NULL), 1);
     dsp_strbuf_reset(&b);
-    dsp_db_sql_retention(&b, 3, now - HOUR_MS, 1000);
+    dsp_db_sql_retention(&b, 3, now - HOUR_MS, 1000, NULL);
     assert_int_equal(check_plan(fx, b.p, NULL), 1);
 
     dsp_strbuf_reset(&b);
-    dsp_db_sql_requeue_failed(&b, NULL, now, 5000);
+    dsp_db_sql_requeue_failed(&b, NULL, now, 5000, NULL);
     assert_int_equal(check_plan(fx, b.p, NULL), 1);
     dsp_strbuf_reset(&b);
-    dsp_db_sql_requeue_failed(&b, "t1", now, 5000);
+    dsp_db_sql_requeue_failed(&b, "t1", now, 5000, NULL);
     assert_int_equal(check_plan(fx, b.p, NULL), 1);
     dsp_strbuf_free(&b);
 

@@ -152,11 +152,11 @@ static bool build(int which, dsp_strbuf *b, const struct rows *r)
         dsp_db_sql_still_ours(b, 9, r->row, NULL, NROWS);
         return true;
     case 9:
-        dsp_db_sql_recover(b, 9, 1, 1000);
+        dsp_db_sql_recover(b, 9, 1, 1000, NULL);
         return true;
     case 10:
-        dsp_db_sql_stats_counts(b, 1);
-        dsp_db_sql_stats_successful(b, DSP_DB_SQL_SUCCESSFUL_CAP);
+        dsp_db_sql_stats_counts(b, 1, NULL);
+        dsp_db_sql_stats_successful(b, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
         return true;
     case 11:
         for (int i = 0; i < 40; i++)
@@ -164,8 +164,8 @@ static bool build(int which, dsp_strbuf *b, const struct rows *r)
         dsp_db_sql_stats_oldest_end(b);
         return true;
     case 12:
-        dsp_db_sql_retention(b, 3, 1, 100);
-        dsp_db_sql_requeue_failed(b, "a type name", 1, 100);
+        dsp_db_sql_retention(b, 3, 1, 100, NULL);
+        dsp_db_sql_requeue_failed(b, "a type name", 1, 100, NULL);
         return true;
     }
     return false;

@@ -15,6 +15,7 @@
 
 #include "claim_sql.h"
 #include "db_sql.h"
+#include "shard.h"
 
 /* The claim's part for one type, as claim_sql.h documents it. */
 #define PART(lit, now, limit)                                                                      \
@@ -455,23 +456,23 @@ static void recover_and_stats(void **state)
 {
     (void)state;
     dsp_strbuf b = {0};
-    dsp_db_sql_recover(&b, 4, 123, 1000);
+    dsp_db_sql_recover(&b, 4, 123, 1000, NULL);
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (claim_idx) SET task_state = IF(attempts >="
                              " max_attempts, 3, 0), `delayed` = 0, err_msg = IF(attempts >= max_attempts,"
                              " 'the dispatcher stopped during the last attempt', err_msg),"
                              " last_update_time = 123 WHERE task_state = 1 AND epoch < 4 LIMIT 1000");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_recover_probe(&b, 4);
+    dsp_db_sql_recover_probe(&b, 4, NULL);
     assert_string_equal(b.p, "SELECT task_id FROM task FORCE INDEX (claim_idx)"
                              " WHERE task_state = 1 AND epoch < 4 LIMIT 1");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_stats_counts(&b, 55);
+    dsp_db_sql_stats_counts(&b, 55, NULL);
     assert_string_equal(b.p, "SELECT task_state, `delayed`, task_type, COUNT(*), SUM(run_after <= 55),"
                              " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)"
                              " FROM task FORCE INDEX (claim_idx) WHERE task_state IN (0, 1, 3)"
                              " GROUP BY task_state, `delayed`, task_type");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_stats_successful(&b, DSP_DB_SQL_SUCCESSFUL_CAP);
+    dsp_db_sql_stats_successful(&b, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
     assert_string_equal(b.p, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
                              " WHERE task_state = 2 LIMIT 1000000) x");
     dsp_strbuf_free(&b);
@@ -498,27 +499,27 @@ static void retention_and_requeue(void **state)
 {
     (void)state;
     dsp_strbuf b = {0};
-    dsp_db_sql_retention(&b, 2, 1000, 500);
+    dsp_db_sql_retention(&b, 2, 1000, 500, NULL);
     assert_string_equal(b.p, "DELETE FROM task WHERE task_state = 2 AND last_update_time < 1000 LIMIT 500");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_retention(&b, 3, -5, 1);
+    dsp_db_sql_retention(&b, 3, -5, 1, NULL);
     assert_string_equal(b.p, "DELETE FROM task WHERE task_state = 3 AND last_update_time < -5 LIMIT 1");
     dsp_strbuf_reset(&b);
     for (int s = -1; s < 5; s++)
         if (s != 2 && s != 3)
-            dsp_db_sql_retention(&b, s, 1, 1);
+            dsp_db_sql_retention(&b, s, 1, 1, NULL);
     assert_int_equal(b.len, 0);
 
 #define REQUEUE_HEAD                                                                               \
     "UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0, `delayed` = 0,"        \
     " run_after = 0, last_update_time = 6 WHERE task_state = 3"
-    dsp_db_sql_requeue_failed(&b, NULL, 6, 100);
+    dsp_db_sql_requeue_failed(&b, NULL, 6, 100, NULL);
     assert_string_equal(b.p, REQUEUE_HEAD " LIMIT 100");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_requeue_failed(&b, "", 6, 100);
+    dsp_db_sql_requeue_failed(&b, "", 6, 100, NULL);
     assert_string_equal(b.p, REQUEUE_HEAD " AND task_type = '' LIMIT 100");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_requeue_failed(&b, "x' OR '1'='1", 6, 100);
+    dsp_db_sql_requeue_failed(&b, "x' OR '1'='1", 6, 100, NULL);
     assert_string_equal(b.p, REQUEUE_HEAD " AND task_type = _utf8mb4 X'7827204F52202731273D2731' LIMIT 100");
     dsp_strbuf_free(&b);
 }
@@ -529,30 +530,30 @@ static void task_requests(void **state)
 {
     (void)state;
     dsp_strbuf b = {0};
-    dsp_db_sql_task_show(&b, 18446744073709551615ULL);
+    dsp_db_sql_task_show(&b, 18446744073709551615ULL, NULL);
     assert_non_null(strstr(b.p, " FROM task WHERE task_id = 18446744073709551615"));
     dsp_strbuf_reset(&b);
-    dsp_db_sql_task_state(&b, 7);
+    dsp_db_sql_task_state(&b, 7, NULL);
     assert_string_equal(b.p, "SELECT task_state FROM task WHERE task_id = 7");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_task_retry(&b, 7, 1000);
+    dsp_db_sql_task_retry(&b, 7, 1000, NULL);
     assert_string_equal(b.p, "UPDATE task SET task_state = 0, attempts = 0, err_msg = NULL, `delayed` = 0,"
                              " run_after = 1000, last_update_time = 1000 WHERE task_id = 7 AND task_state = 3");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_task_cancel(&b, 7, 1000);
+    dsp_db_sql_task_cancel(&b, 7, 1000, NULL);
     assert_string_equal(b.p, "UPDATE task SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
                              " last_update_time = 1000 WHERE task_id = 7 AND task_state = 0");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_failed_next_type(&b, 0, NULL, 0);
+    dsp_db_sql_failed_next_type(&b, 0, NULL, 0, NULL);
     assert_string_equal(b.p, "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx)"
                              " WHERE task_state = 3 AND `delayed` = 0");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_failed_next_type(&b, 1, "x'", 2);
+    dsp_db_sql_failed_next_type(&b, 1, "x'", 2, NULL);
     assert_string_equal(b.p, "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx)"
                              " WHERE task_state = 3 AND `delayed` = 1 AND task_type > _utf8mb4 X'7827'");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_failed_part(&b, true, 0, "a", 1, 2, 20, 1000);
-    dsp_db_sql_failed_part(&b, false, 1, "", 0, 0, 20, 1000);
+    dsp_db_sql_failed_part(&b, true, 0, "a", 1, 2, 20, 1000, NULL);
+    dsp_db_sql_failed_part(&b, false, 1, "", 0, 0, 20, 1000, NULL);
     dsp_db_sql_failed_end(&b, 20);
     assert_string_equal(
         b.p, "SELECT * FROM ((SELECT task_id, task_type, task_priority, attempts, max_attempts,"
@@ -563,6 +564,158 @@ static void task_requests(void **state)
              " (claim_idx) WHERE task_state = 3 AND `delayed` = 1 AND task_type = '' AND task_priority = 0"
              " ORDER BY task_id DESC LIMIT 20)) u ORDER BY task_id DESC LIMIT 20");
     dsp_strbuf_free(&b);
+}
+
+/* ---- shards: the type filter every statement on task rows carries (--types) ---- */
+
+#define IN_AB " AND task_type IN (_utf8mb4 X'61', _utf8mb4 X'6227')"
+
+static void shard_type_filter(void **state)
+{
+    (void)state;
+    const char *types[] = {"a", "b'", ""};
+    dsp_strbuf b = {0}, in = {0};
+
+    dsp_db_sql_type_in(&in, types, 0);
+    assert_int_equal(in.len, 0);
+    dsp_db_sql_type_in(&in, types, 3);
+    assert_string_equal(in.p, " AND task_type IN (_utf8mb4 X'61', _utf8mb4 X'6227', '')");
+    dsp_strbuf_reset(&in);
+    dsp_db_sql_type_in(&in, types, 2);
+    assert_string_equal(in.p, IN_AB);
+
+    /* The filter goes into the WHERE, before any LIMIT, of each statement. */
+    dsp_db_sql_recover(&b, 4, 123, 1000, in.p);
+    assert_non_null(strstr(b.p, " WHERE task_state = 1 AND epoch < 4" IN_AB " LIMIT 1000"));
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_recover_probe(&b, 4, in.p);
+    assert_string_equal(b.p, "SELECT task_id FROM task FORCE INDEX (claim_idx)"
+                             " WHERE task_state = 1 AND epoch < 4" IN_AB " LIMIT 1");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_retention(&b, 2, 1000, 500, in.p);
+    assert_string_equal(b.p, "DELETE FROM task WHERE task_state = 2 AND last_update_time < 1000"
+                             IN_AB " LIMIT 500");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_requeue_failed(&b, "a", 6, 100, in.p);
+    assert_string_equal(b.p, REQUEUE_HEAD " AND task_type = _utf8mb4 X'61'" IN_AB " LIMIT 100");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_task_show(&b, 9, in.p);
+    assert_non_null(strstr(b.p, " FROM task WHERE task_id = 9" IN_AB));
+    assert_int_equal(b.p[b.len - 1], ')');
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_task_state(&b, 7, in.p);
+    assert_string_equal(b.p, "SELECT task_state FROM task WHERE task_id = 7" IN_AB);
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_task_retry(&b, 7, 1000, in.p);
+    assert_non_null(strstr(b.p, " WHERE task_id = 7 AND task_state = 3" IN_AB));
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_task_cancel(&b, 7, 1000, in.p);
+    assert_non_null(strstr(b.p, " WHERE task_id = 7 AND task_state = 0" IN_AB));
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_failed_next_type(&b, 1, "x", 1, in.p);
+    assert_string_equal(b.p, "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx) WHERE"
+                             " task_state = 3 AND `delayed` = 1 AND task_type > _utf8mb4 X'78'" IN_AB);
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_failed_part(&b, true, 0, "a", 1, 2, 20, 1000, in.p);
+    assert_non_null(strstr(b.p, "task_type = _utf8mb4 X'61'" IN_AB " AND task_priority = 2 ORDER BY"));
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_stats_counts(&b, 55, in.p);
+    assert_non_null(strstr(b.p, " WHERE task_state IN (0, 1, 3)" IN_AB
+                                " GROUP BY task_state, `delayed`, task_type"));
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_stats_successful(&b, 10, in.p);
+    assert_string_equal(b.p, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
+                             " WHERE task_state = 2" IN_AB " LIMIT 10) x");
+    dsp_strbuf_free(&b);
+
+    /* The lane sweeps; too small a buffer for the filter fails whole. */
+    char buf[512];
+    assert_true(dsp_claim_sql_promote_in(buf, sizeof buf, 5, 10, in.p) > 0);
+    assert_string_equal(buf, "UPDATE task FORCE INDEX (delay_idx) SET `delayed` = 0 WHERE `delayed` = 1"
+                             " AND run_after <= 5" IN_AB " LIMIT 10");
+    assert_true(dsp_claim_sql_demote_in(buf, sizeof buf, 5, 10, in.p) > 0);
+    assert_string_equal(buf, "UPDATE task FORCE INDEX (delay_idx) SET `delayed` = 1 WHERE `delayed` = 0"
+                             " AND task_state = 0 AND run_after > 5" IN_AB " LIMIT 10");
+    assert_int_equal(dsp_claim_sql_demote_in(buf, 120, 5, 10, in.p), -1);
+    /* NULL: exactly the unsharded statement. */
+    char plain[256];
+    assert_true(dsp_claim_sql_promote_in(buf, sizeof buf, 5, 10, NULL) > 0);
+    assert_true(dsp_claim_sql_promote(plain, sizeof plain, 5, 10) > 0);
+    assert_string_equal(buf, plain);
+    dsp_strbuf_free(&in);
+}
+
+/* --types and --shard: trimmed, sorted, distinct, bounded, named. */
+static void shard_parse(void **state)
+{
+    (void)state;
+    dsp_shard s, t;
+    char err[160];
+
+    assert_int_equal(dsp_shard_parse(&s, NULL, NULL, 100, err, sizeof err), 0);
+    assert_int_equal(s.ntypes, 0);
+    assert_true(dsp_shard_has(&s, (const uint8_t *)"any", 3));
+    assert_int_equal(dsp_shard_parse(&s, NULL, "x", 100, err, sizeof err), -1);
+
+    assert_int_equal(dsp_shard_parse(&s, " b ,a,b,\xc3\xa9", NULL, 100, err, sizeof err), 0);
+    assert_int_equal(s.ntypes, 3);
+    assert_string_equal(s.types[0], "a");
+    assert_string_equal(s.types[1], "b");
+    assert_string_equal(s.types[2], "\xc3\xa9");
+    assert_true(dsp_shard_has(&s, (const uint8_t *)"b", 1));
+    assert_true(dsp_shard_has(&s, (const uint8_t *)"\xc3\xa9", 2));
+    assert_false(dsp_shard_has(&s, (const uint8_t *)"c", 1));
+    assert_false(dsp_shard_has(&s, (const uint8_t *)"bb", 2));
+    assert_false(dsp_shard_has(&s, (const uint8_t *)"", 0));
+    assert_int_equal(strlen(s.name), 17);
+    assert_int_equal(s.name[0], 't');
+    /* The same set in another order: the same name; another set: another. */
+    assert_int_equal(dsp_shard_parse(&t, "\xc3\xa9,a,b", NULL, 100, err, sizeof err), 0);
+    assert_string_equal(s.name, t.name);
+    dsp_shard_free(&t);
+    assert_int_equal(dsp_shard_parse(&t, "a,b", NULL, 100, err, sizeof err), 0);
+    assert_string_not_equal(s.name, t.name);
+    dsp_shard_free(&t);
+    dsp_shard_free(&s);
+
+    assert_int_equal(dsp_shard_parse(&s, "a,b", "beta-1.x_Y", 100, err, sizeof err), 0);
+    assert_string_equal(s.name, "beta-1.x_Y");
+    dsp_shard_free(&s);
+
+    /* Refused: empty items, bad UTF-8, 65 characters, a bad name, too many. */
+    const char *bad[] = {"", "a,,b", "a,", " , ", "\xff", "a,\xc3"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(dsp_shard_parse(&s, bad[i], NULL, 100, err, sizeof err), -1);
+        assert_int_equal(s.ntypes, 0);
+        assert_non_null(strstr(err, "--types"));
+    }
+    char long_type[70];
+    memset(long_type, 'x', 65);
+    long_type[65] = '\0';
+    assert_int_equal(dsp_shard_parse(&s, long_type, NULL, 100, err, sizeof err), -1);
+    long_type[64] = '\0';
+    assert_int_equal(dsp_shard_parse(&s, long_type, NULL, 100, err, sizeof err), 0);
+    dsp_shard_free(&s);
+    assert_int_equal(dsp_shard_parse(&s, "a", "has space", 100, err, sizeof err), -1);
+    assert_int_equal(dsp_shard_parse(&s, "a", "", 100, err, sizeof err), -1);
+    assert_int_equal(dsp_shard_parse(&s, "a", "abcdefghijklmnopqrstuvwxyz0123456", 100, err, sizeof err), -1);
+    assert_int_equal(dsp_shard_parse(&s, "a,b,c", NULL, 2, err, sizeof err), -1);
+    assert_non_null(strstr(err, "too many"));
+    assert_int_equal(dsp_shard_parse(&s, "a,b,a", NULL, 3, err, sizeof err), 0);
+    assert_int_equal(s.ntypes, 2);
+    dsp_shard_free(&s);
+    /* DSP_SHARD_TYPES_MAX whatever --max-types says. */
+    size_t n = DSP_SHARD_TYPES_MAX + 1, len = 0;
+    char *many = malloc(n * 8);
+    assert_non_null(many);
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)sprintf(many + len, "%s%zu", i ? "," : "", i);
+    assert_int_equal(dsp_shard_parse(&s, many, NULL, 100000, err, sizeof err), -1);
+    many[strlen(many) - 4] = '\0'; /* drop the last item: DSP_SHARD_TYPES_MAX */
+    assert_int_equal(dsp_shard_parse(&s, many, NULL, 100000, err, sizeof err), 0);
+    assert_int_equal(s.ntypes, DSP_SHARD_TYPES_MAX);
+    dsp_shard_free(&s);
+    free(many);
 }
 
 /* ---- the text buffer ---- */
@@ -684,6 +837,8 @@ int main(void)
         cmocka_unit_test(recover_and_stats),
         cmocka_unit_test(stats_oldest),
         cmocka_unit_test(retention_and_requeue),
+        cmocka_unit_test(shard_type_filter),
+        cmocka_unit_test(shard_parse),
         cmocka_unit_test(strbuf_grows_and_keeps_text),
         cmocka_unit_test(strbuf_oom_sticks),
         cmocka_unit_test(strbuf_hex),
