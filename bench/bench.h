@@ -8,7 +8,8 @@
  * with workers on libtaskpush. A design is one entry of a table (bench_designs[]):
  * a name, a drain function and its parameters. The modes beyond the drain (--mode):
  * modes.c runs them and prints their lines, mode_stream.c the stream and latency
- * modes (producers inserting while taskpush drains), mode_scale.c the connections
+ * modes (producers inserting while taskpush drains), producer_submit.c their SUBMIT
+ * producers (tp_submit through taskpushd), mode_scale.c the connections
  * and backlog modes (taskpushd's memory with many workers or many waiting rows). */
 #ifndef TASKPUSH_BENCH_H
 #define TASKPUSH_BENCH_H
