@@ -49,7 +49,7 @@ static const char *const mode_names[] = {"drain", "stream", "latency", "connecti
 enum { OPT_DB = 1000, OPT_DESIGN, OPT_K, OPT_N, OPT_N_POLL, OPT_REPEAT, OPT_CAPACITY, OPT_FLAT,
        OPT_TASKPUSHD, OPT_QUICK, OPT_JSON_ONLY, OPT_SABOTAGE, OPT_HELP, OPT_MODE, OPT_PRODUCERS,
        OPT_ROWS_PER_INSERT, OPT_SECONDS, OPT_INTERVAL_MS, OPT_POLL_MS, OPT_CONNECTIONS,
-       OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG };
+       OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG, OPT_PRODUCER };
 
 static const struct option long_opts[] = {
     {"db", required_argument, NULL, OPT_DB},
@@ -74,6 +74,7 @@ static const struct option long_opts[] = {
     {"connections", required_argument, NULL, OPT_CONNECTIONS},
     {"backlog-rows", required_argument, NULL, OPT_BACKLOG_ROWS},
     {"taskpushd-arg", required_argument, NULL, OPT_TASKPUSHD_ARG},
+    {"producer", required_argument, NULL, OPT_PRODUCER},
     {NULL, 0, NULL, 0},
 };
 
@@ -109,7 +110,11 @@ static void usage(FILE *f)
         "  --n N             connections: tasks drained; backlog: the slice drained\n"
         "                    (default 200000)\n"
         "  --producers P     stream: producer connections (default %u)\n"
-        "  --rows-per-insert LIST  stream: rows per INSERT, one run each (default 1,10)\n"
+        "  --producer LIST   stream, latency: sql (INSERT on the producer's own connection)\n"
+        "                    and/or submit (tp_submit through taskpushd), one run each\n"
+        "                    (default sql,submit)\n"
+        "  --rows-per-insert LIST  stream: rows per INSERT or per submit (at most 1000),\n"
+        "                    one run each (default 1,10)\n"
         "  --seconds S       stream: each window; latency: inserting (default %u)\n"
         "  --interval-ms MS  latency: one task every MS (default %u)\n"
         "  --poll-ms LIST    latency: taskpushd --poll-ms, one run each (default 100,10)\n"
@@ -176,6 +181,31 @@ static int parse_list(const char *arg, unsigned min, unsigned max, unsigned *out
         out[(*nout)++] = (unsigned)v;
     }
     return *nout > 0 ? 0 : -1;
+}
+
+const char *const bench_producer_names[] = {"sql", "submit"};
+
+/* --producer sql,submit: each at most once, in the order given. */
+static int parse_producers(const char *arg, bench_opts *o)
+{
+    o->nproducer_kinds = 0;
+    for (const char *p = arg; *p;) {
+        size_t len = strcspn(p, ",");
+        int found = -1;
+        for (int i = 0; i < 2; i++)
+            if (strlen(bench_producer_names[i]) == len && strncmp(p, bench_producer_names[i], len) == 0)
+                found = i;
+        for (int i = 0; found >= 0 && i < o->nproducer_kinds; i++)
+            if (o->producer_kinds[i] == (bench_producer)found)
+                found = -1;
+        if (found < 0 || o->nproducer_kinds == 2)
+            return -1;
+        o->producer_kinds[o->nproducer_kinds++] = (bench_producer)found;
+        p += len;
+        if (*p == ',' && *++p == '\0')
+            return -1;
+    }
+    return o->nproducer_kinds > 0 ? 0 : -1;
 }
 
 static int parse_mode(const char *arg, bench_opts *o)
@@ -278,6 +308,11 @@ static void apply_mode_defaults(bench_opts *o, bool quick, bool set_k, bool set_
         o->seconds = quick ? QUICK_SECONDS : DEFAULT_SECONDS;
     if (o->interval_ms == 0)
         o->interval_ms = DEFAULT_INTERVAL_MS;
+    if (o->nproducer_kinds == 0) {
+        o->producer_kinds[0] = BENCH_PRODUCER_SQL;
+        o->producer_kinds[1] = BENCH_PRODUCER_SUBMIT;
+        o->nproducer_kinds = 2;
+    }
     if (o->npoll_ms == 0) {
         o->poll_ms[0] = 100;
         o->poll_ms[1] = 10;
@@ -361,6 +396,10 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
                 return -bad_flag("--producers: want 1..1024, got '%s'", optarg) - 1;
             o->producers = (unsigned)v;
             break;
+        case OPT_PRODUCER:
+            if (parse_producers(optarg, o) < 0)
+                return -bad_flag("--producer: want sql, submit or sql,submit, got '%s'", optarg) - 1;
+            break;
         case OPT_ROWS_PER_INSERT:
             if (parse_list(optarg, 1, 10000, o->rows_per_insert, &o->nrows_per_insert) < 0)
                 return -bad_flag("--rows-per-insert: want up to 16 numbers 1..10000, got '%s'",
@@ -398,6 +437,11 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
     apply_defaults(o, quick, set_k, set_n, set_np, set_r);
     if (o->mode != BENCH_MODE_DRAIN)
         apply_mode_defaults(o, quick, set_k, set_n);
+    for (int i = 0; i < o->nproducer_kinds; i++)
+        for (int j = 0; o->producer_kinds[i] == BENCH_PRODUCER_SUBMIT && j < o->nrows_per_insert; j++)
+            if (o->rows_per_insert[j] > TP_MAX_SUBMIT_TASKS)
+                return -bad_flag("%s", "--rows-per-insert: a submit carries at most 1000 "
+                                       "tasks (--producer sql for more)") - 1;
     if (!have_db && db_from_env(&o->db) < 0)
         return -bad_flag("%s", "no --db and no TASKPUSH_TEST_MYSQL_{HOST,PORT,USER} "
                                "(eval \"$(scripts/tp-mariadb start DIR)\" sets them)") - 1;
@@ -434,6 +478,12 @@ static void print_header(const bench_opts *o, MYSQL *admin)
     json_object_set_new(h, "repeat", json_integer(o->repeat));
     json_object_set_new(h, "capacity", o->flat ? json_string("flat") : json_integer(o->capacity));
     json_object_set_new(h, "taskpushd", json_string(o->taskpushd));
+    if (o->mode == BENCH_MODE_STREAM || o->mode == BENCH_MODE_LATENCY) {
+        json_t *pk = json_array();
+        for (int i = 0; i < o->nproducer_kinds; i++)
+            json_array_append_new(pk, json_string(bench_producer_names[o->producer_kinds[i]]));
+        json_object_set_new(h, "producers", pk);
+    }
     json_t *targs = json_array();
     for (int i = 0; i < o->ntaskpushd_args; i++)
         json_array_append_new(targs, json_string(o->taskpushd_args[i]));

@@ -8,7 +8,8 @@
  * with workers on libtaskpush. A design is one entry of a table (bench_designs[]):
  * a name, a drain function and its parameters. The modes beyond the drain (--mode):
  * modes.c runs them and prints their lines, mode_stream.c the stream and latency
- * modes (producers inserting while taskpush drains), mode_scale.c the connections
+ * modes (producers inserting while taskpush drains), producer_submit.c their SUBMIT
+ * producers (tp_submit through taskpushd), mode_scale.c the connections
  * and backlog modes (taskpushd's memory with many workers or many waiting rows). */
 #ifndef TASKPUSH_BENCH_H
 #define TASKPUSH_BENCH_H
@@ -52,6 +53,12 @@ typedef enum bench_mode {
     BENCH_MODE_BACKLOG,
 } bench_mode;
 
+/* --producer: how the stream and latency modes add their tasks. */
+typedef enum bench_producer {
+    BENCH_PRODUCER_SQL = 0,  /* INSERT on the producer's own database connection */
+    BENCH_PRODUCER_SUBMIT,   /* tp_submit through taskpushd (a producer-only client) */
+} bench_producer;
+
 /* The flags, after parsing. */
 typedef struct bench_opts {
     bench_dbconf db;
@@ -75,6 +82,8 @@ typedef struct bench_opts {
     unsigned producers;           /* stream */
     unsigned rows_per_insert[BENCH_MAX_LIST];
     int nrows_per_insert;
+    bench_producer producer_kinds[2]; /* stream, latency: --producer, one result each */
+    int nproducer_kinds;
     unsigned seconds;             /* stream, latency */
     unsigned interval_ms;         /* latency */
     unsigned poll_ms[BENCH_MAX_LIST];
@@ -230,6 +239,19 @@ void bench_mode_server_figures(json_t *j, const bench_run *r, uint64_t n);
 long bench_proc_rss_kb(pid_t pid);         /* VmRSS, < 0 unknown */
 int bench_wait_workers(const bench_daemon *dp, long long want, double timeout_s);
 int bench_verify_subset(bench_ctx *ctx, uint64_t rows, char *why, size_t cap);
+extern const char *const bench_producer_names[]; /* "sql", "submit" */
+
+/* producer_submit.c: the SUBMIT producers. Each is a producer-only libtaskpush client
+ * (a tp_worker with no type) connected to addr. acked records every id an answer
+ * returned (bench_tally_ran: a second answer for the same id counts as a dup). */
+double bench_submit_stream(bench_ctx *ctx, const char *addr, unsigned np, unsigned rows,
+                           unsigned s, uint64_t cap, bench_tally *acked, uint64_t *inserted);
+/* One task every interval_ms, count in all: sent[id] when tp_submit was called,
+ * acked[id] when it returned (ids 1..count, else the run fails). */
+int bench_submit_latency(bench_ctx *ctx, const char *addr, uint64_t count, double *sent,
+                         double *acked);
+int bench_acked_match(const bench_tally *acked, const bench_tally *ran, uint64_t n, char *why,
+                      size_t cap);
 
 /* latency helpers (designs_poll.c) */
 int bench_lat_add(bench_lat *l, double us);

@@ -10,7 +10,8 @@ private MariaDB of scripts/tp-mariadb (TASKPUSH_TEST_MYSQL_* in the environment)
   flags     bad flags exit 2 with a message; --help exits 0.
   stream, latency, connections, backlog
             --mode M --quick --json-only exits 0 and prints one line per result with
-            every field, verified exactly-once, the figures sane (no timing asserted).
+            every field, verified exactly-once, the figures sane (no timing asserted);
+            stream and latency once per producer, SQL and SUBMIT (tp_submit).
   modes-sabotage
             each mode's verification fails, and the exit status is 1, when a row is
             changed behind its back; --taskpushd-arg reaches taskpushd."""
@@ -95,6 +96,10 @@ def flags(prog):
                       (["--rows-per-insert", "1,0"], "--rows-per-insert"),
                       (["--seconds", "0"], "--seconds"), (["--interval-ms", "x"], "--interval-ms"),
                       (["--poll-ms", "10,0"], "--poll-ms"),
+                      (["--producer", "nope"], "--producer"),
+                      (["--producer", "sql,sql"], "--producer"),
+                      (["--producer", "submit,"], "--producer"),
+                      (["--mode", "stream", "--rows-per-insert", "1001"], "--rows-per-insert"),
                       (["--connections", "100001"], "--connections"),
                       (["--backlog-rows", "0"], "--backlog-rows"),
                       (["--taskpushd-arg", ""], "--taskpushd-arg")):
@@ -109,13 +114,13 @@ def flags(prog):
 
 
 MODE_FIELDS = {
-    "stream": ["rows_per_insert", "producers", "workers", "seconds", "n",
+    "stream": ["producer", "rows_per_insert", "producers", "workers", "seconds", "n",
                "producer_rows_per_s_alone", "alone_before", "alone_after",
                "producer_rows_per_s_with_taskpush", "ratio", "completed_per_s",
                "row_lock_waits", "row_lock_waits_alone", "tail_seconds",
                "statements_per_task", "taskpushd_peak_rss_kb"],
-    "latency": ["poll_ms", "interval_ms", "n", "p50_ms", "p99_ms", "max_ms", "sent_p99_ms",
-                "early", "idle_statements_per_s", "idle_mariadbd_cpu", "target_p99_ms"],
+    "latency": ["producer", "poll_ms", "interval_ms", "n", "p50_ms", "p99_ms", "max_ms",
+                "sent_p50_ms", "sent_p99_ms", "sent_max_ms", "early", "idle_statements_per_s", "idle_mariadbd_cpu", "target_p99_ms"],
     "connections": ["idle_workers", "active_workers", "n", "seconds", "tasks_per_s",
                     "taskpushd_rss_kb_idle_connected", "taskpushd_rss_kb_after",
                     "taskpushd_peak_rss_kb", "workers_seen", "idle_lost", "target_peak_rss_kb",
@@ -145,10 +150,11 @@ def mode_common(mode, r, name):
 def stream(prog):
     rc, res = mode_lines(prog, "stream")
     check(rc == 0, "stream exits 0 (got %d)" % rc)
-    check(sorted(r.get("rows_per_insert") for r in res) == [1, 10],
-          "one line for 1 and for 10 rows per INSERT")
+    got = sorted((r.get("producer"), r.get("rows_per_insert")) for r in res)
+    check(got == [("sql", 1), ("sql", 10), ("submit", 1), ("submit", 10)],
+          "one line for 1 and for 10 rows per INSERT and per submit (%s)" % got)
     for r in res:
-        name = "stream R=%s" % r.get("rows_per_insert")
+        name = "stream %s R=%s" % (r.get("producer"), r.get("rows_per_insert"))
         mode_common("stream", r, name)
         check(r.get("producers") == 2 and r.get("workers") == 16, name + ": quick P=2, K=16")
         check(r.get("n", 0) > 0 and r["n"] % r.get("rows_per_insert", 1) == 0,
@@ -166,14 +172,18 @@ def stream(prog):
 def latency(prog):
     rc, res = mode_lines(prog, "latency")
     check(rc == 0, "latency exits 0 (got %d)" % rc)
-    check(sorted(r.get("poll_ms") for r in res) == [10, 100], "one line for --poll-ms 100 and 10")
+    got = sorted((r.get("producer"), r.get("poll_ms")) for r in res)
+    check(got == [("sql", 10), ("sql", 100), ("submit", 10), ("submit", 100)],
+          "one line for --poll-ms 100 and 10, each producer (%s)" % got)
     for r in res:
-        name = "latency poll-ms %s" % r.get("poll_ms")
+        name = "latency %s poll-ms %s" % (r.get("producer"), r.get("poll_ms"))
         mode_common("latency", r, name)
         check(r.get("n") == 100, name + ": 2 s at one task per 20 ms is 100 tasks")
         p50, p99, mx = r.get("p50_ms", -1), r.get("p99_ms", -1), r.get("max_ms", -1)
         check(0 <= p50 <= p99 <= mx, name + ": 0 <= p50 <= p99 <= max (%s %s %s)" % (p50, p99, mx))
-        check(r.get("sent_p99_ms", -1) >= 0, name + ": the payload's send time was read back")
+        s50, s99, smx = r.get("sent_p50_ms", -1), r.get("sent_p99_ms", -1), r.get("sent_max_ms", -1)
+        check(0 <= s50 <= s99 <= smx, name + ": the payload's send time was read back, "
+              "0 <= p50 <= p99 <= max from sent (%s %s %s)" % (s50, s99, smx))
         check((r.get("idle_statements_per_s") or 0) > 0,
               name + ": the server counted taskpushd's idle polls")
         check(r.get("target_p99_ms") == r.get("poll_ms") + 5, name + ": target poll-ms + 5")
@@ -218,8 +228,11 @@ def modes_sabotage(prog):
                         ("connections", []), ("backlog", [])):
         rc, res = mode_lines(prog, mode, ["--sabotage"] + extra)
         check(rc == 1, "%s --sabotage exits 1 (got %d)" % (mode, rc))
-        check(len(res) == 1 and res[0].get("verified") is False and res[0].get("why"),
-              "%s: verification failed and says why (%s)" % (mode, res and res[0].get("why")))
+        # stream and latency: one result per producer, SQL and SUBMIT, each failing.
+        want = ["sql", "submit"] if mode in ("stream", "latency") else [None]
+        check([r.get("producer") for r in res] == want and
+              all(r.get("verified") is False and r.get("why") for r in res),
+              "%s: verification failed and says why (%s)" % (mode, [r.get("why") for r in res]))
     # --taskpushd-arg reaches taskpushd: one it refuses fails the result.
     rc, res = mode_lines(prog, "connections", ["--taskpushd-arg=--no-such-flag"])
     check(rc == 1 and len(res) == 1 and "did not start" in res[0].get("why", ""),

@@ -6,12 +6,17 @@
  * the own rate is the mean of the windows before and after); the ratio of the rates is the
  * producers' cost of taskpush, and the Innodb_row_lock_waits delta of the second window
  * says whether a producer ever waited for a claim. Everything inserted is then drained
- * and verified exactly-once.
+ * and verified exactly-once. With --producer submit the producers are producer-only
+ * libtaskpush clients submitting R tasks per tp_submit through taskpushd
+ * (producer_submit.c): alone then means taskpushd running with no worker, and every id
+ * the answers carried must be one that ran and ended SUCCESSFUL, once.
  *
  * latency: an idle taskpushd (--poll-ms from the list) and 4 workers; first the idle
  * statement rate on the empty table, then one task every --interval-ms for S seconds,
  * its payload the time its INSERT was sent. Reported: the time from the INSERT's
- * commit (its autocommit OK back at the producer) to the handler's start. */
+ * commit (its autocommit OK back at the producer) to the handler's start; with
+ * --producer submit, from tp_submit's return (the dispatcher's answer, sent after the
+ * commit) and from its call. */
 #include "bench.h"
 
 #include <inttypes.h>
@@ -67,9 +72,9 @@ static char *insert_sql(unsigned rows)
     return sql;
 }
 
-/* P producers for seconds s on the scratch database; returns rows inserted per
+/* P SQL producers for seconds s on the scratch database; returns rows inserted per
  * second of wall time (connections open before the clock starts), < 0 on failure. */
-static double run_producers(bench_ctx *ctx, unsigned np, unsigned rows, unsigned s,
+static double sql_producers(bench_ctx *ctx, unsigned np, unsigned rows, unsigned s,
                             uint64_t *inserted)
 {
     const bench_opts *o = ctx->o;
@@ -108,6 +113,17 @@ done:
     return rate;
 }
 
+/* P producers of the kind: SQL ones, or SUBMIT ones through taskpushd at addr. */
+static double run_producers(bench_ctx *ctx, bench_producer kind, const char *addr,
+                            bench_tally *acked, unsigned rows, uint64_t *inserted)
+{
+    const bench_opts *o = ctx->o;
+    if (kind == BENCH_PRODUCER_SUBMIT)
+        return bench_submit_stream(ctx, addr, o->producers, rows, o->seconds, STREAM_CAP, acked,
+                                   inserted);
+    return sql_producers(ctx, o->producers, rows, o->seconds, inserted);
+}
+
 typedef struct stream_result {
     double alone, with, completed, tail;
     double alone_before, alone_after;
@@ -115,33 +131,49 @@ typedef struct stream_result {
     long long succeeded_in_window;
 } stream_result;
 
-/* The producers alone on a fresh table: their own rate. */
-static int stream_alone(bench_ctx *ctx, unsigned rows, stream_result *sr, double *rate)
+/* The producers alone on a fresh table: their own rate. SUBMIT ones need taskpushd:
+ * it runs, with no worker. */
+static int stream_alone(bench_ctx *ctx, bench_producer kind, unsigned rows, stream_result *sr,
+                        double *rate)
 {
     const bench_opts *o = ctx->o;
+    bench_daemon dp = {0};
     bench_snap a, b;
     bench_run r;
     uint64_t count;
+    int rc = -1;
 
     memset(&r, 0, sizeof r);
-    if (bench_db_reset(&o->db, ctx->admin, 0) < 0 || bench_tally_init(&ctx->tally, 1) < 0 ||
-        bench_snap_take(ctx, 0, &a) < 0)
+    *rate = -1;
+    if (bench_db_reset(&o->db, ctx->admin, 0) < 0 || bench_tally_init(&ctx->tally, 1) < 0)
         return -1;
-    *rate = run_producers(ctx, o->producers, rows, o->seconds, &sr->inserted_alone);
-    int rc = *rate > 0 && bench_snap_take(ctx, 0, &b) == 0 &&
-                     bench_db_u64(ctx->admin, "SELECT COUNT(*) FROM task", &count) == 0 &&
-                     count == sr->inserted_alone ? 0 : -1;
-    if (rc == 0) {
-        bench_snap_delta(&a, &b, &r);
-        sr->waits_alone += r.lock_waits;
-    }
+    if (kind == BENCH_PRODUCER_SUBMIT && bench_daemon_start(ctx, NULL, &dp) < 0)
+        goto done;
+    if (bench_snap_take(ctx, dp.pid, &a) < 0)
+        goto done;
+    *rate = run_producers(ctx, kind, dp.listen, NULL, rows, &sr->inserted_alone);
+    if (*rate <= 0 || bench_snap_take(ctx, dp.pid, &b) < 0)
+        goto done;
+    bench_snap_delta(&a, &b, &r);
+    sr->waits_alone += r.lock_waits;
+    rc = 0;
+done:
+    if (dp.pid > 0)
+        bench_daemon_stop(&dp, SIGTERM, 20);
+    if (dp.log[0] && rc == 0)
+        unlink(dp.log);
+    /* Counted after taskpushd stopped: every answered row is in the table. */
+    if (rc == 0 && (bench_db_u64(ctx->admin, "SELECT COUNT(*) FROM task", &count) < 0 ||
+                    count != sr->inserted_alone))
+        rc = -1;
     bench_tally_free(&ctx->tally);
     return rc;
 }
 
 /* The same producers while taskpushd and K workers drain, then the tail. Fills r
  * (n = rows inserted) for bench_verify. */
-static int stream_with(bench_ctx *ctx, unsigned rows, stream_result *sr, bench_run *r)
+static int stream_with(bench_ctx *ctx, bench_producer kind, bench_tally *acked, unsigned rows,
+                       stream_result *sr, bench_run *r)
 {
     const bench_opts *o = ctx->o;
     unsigned k = o->ks[0];
@@ -162,7 +194,7 @@ static int stream_with(bench_ctx *ctx, unsigned rows, stream_result *sr, bench_r
     }
     if (bench_snap_take(ctx, dp.pid, &a) < 0)
         goto done;
-    sr->with = run_producers(ctx, o->producers, rows, o->seconds, &inserted);
+    sr->with = run_producers(ctx, kind, dp.listen, acked, rows, &inserted);
     double t_end = bench_now();
     json_t *s = bench_http_json(dp.admin, "/stats");
     sr->succeeded_in_window = bench_json_int(s, "tasks.succeeded_total");
@@ -198,70 +230,102 @@ static json_t *jnum(double v)
     return v >= 0 ? json_real(v) : json_null();
 }
 
+/* The three windows of one producer kind and R, and the verification; fills sr, r. */
+static void stream_one(bench_ctx *ctx, bench_producer kind, unsigned rpi, stream_result *sr,
+                       bench_run *r)
+{
+    const bench_opts *o = ctx->o;
+    bench_tally acked;
+
+    memset(&acked, 0, sizeof acked);
+    if (stream_alone(ctx, kind, rpi, sr, &sr->alone_before) < 0) {
+        snprintf(r->why, sizeof r->why, "producers alone failed: %s", ctx->tally.why);
+        return;
+    }
+    if (bench_db_reset(&o->db, ctx->admin, 0) < 0 ||
+        bench_tally_init(&ctx->tally, STREAM_CAP) < 0 ||
+        (kind == BENCH_PRODUCER_SUBMIT && bench_tally_init(&acked, STREAM_CAP) < 0)) {
+        snprintf(r->why, sizeof r->why, "could not prepare the table");
+        bench_tally_free(&ctx->tally);
+        return;
+    }
+    stream_with(ctx, kind, kind == BENCH_PRODUCER_SUBMIT ? &acked : NULL, rpi, sr, r);
+    if (o->sabotage)
+        bench_sabotage(ctx);
+    bench_verify(ctx, r);
+    if (r->verified && kind == BENCH_PRODUCER_SUBMIT &&
+        bench_acked_match(&acked, &ctx->tally, r->n, r->why, sizeof r->why) < 0)
+        r->verified = false;
+    bench_tally_free(&acked);
+    bench_tally_free(&ctx->tally);
+    if (r->verified && stream_alone(ctx, kind, rpi, sr, &sr->alone_after) < 0) {
+        r->verified = false;
+        snprintf(r->why, sizeof r->why, "producers alone failed: %s", ctx->tally.why);
+    }
+    if (sr->alone_after > 0)
+        sr->alone = (sr->alone_before + sr->alone_after) / 2;
+}
+
+static void stream_emit(bench_ctx *ctx, json_t *rows, bench_producer kind, unsigned rpi,
+                        const stream_result *sr, const bench_run *r)
+{
+    const bench_opts *o = ctx->o;
+    double ratio = sr->alone > 0 && sr->with > 0 ? sr->with / sr->alone : -1;
+    bool met = r->verified && ratio >= 0.95 && r->lock_waits == 0;
+    json_t *j = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I}", "kind", "stream", "producer",
+                          bench_producer_names[kind], "rows_per_insert", (json_int_t)rpi,
+                          "producers", (json_int_t)o->producers, "workers", (json_int_t)o->ks[0],
+                          "seconds", (json_int_t)o->seconds, "n", (json_int_t)r->n);
+    json_object_set_new(j, "producer_rows_per_s_alone", jnum(sr->alone));
+    json_object_set_new(j, "alone_before", jnum(sr->alone_before));
+    json_object_set_new(j, "alone_after", jnum(sr->alone_after));
+    json_object_set_new(j, "producer_rows_per_s_with_taskpush", jnum(sr->with));
+    json_object_set_new(j, "ratio", jnum(ratio));
+    json_object_set_new(j, "completed_per_s", jnum(sr->completed));
+    json_object_set_new(j, "row_lock_waits", json_integer((json_int_t)r->lock_waits));
+    json_object_set_new(j, "row_lock_waits_alone", json_integer((json_int_t)sr->waits_alone));
+    json_object_set_new(j, "tail_seconds", jnum(sr->tail));
+    json_object_set_new(j, "statements_per_task",
+                        jnum(r->n ? (double)r->statements / (double)r->n : -1));
+    json_object_set_new(j, "taskpushd_peak_rss_kb",
+                        r->tpd_rss_kb >= 0 ? json_integer(r->tpd_rss_kb) : json_null());
+    json_object_set_new(j, "target", json_string("ratio >= 0.95 and 0 row-lock waits"));
+    json_object_set_new(j, "met", json_boolean(met));
+    json_object_set_new(j, "verified", json_boolean(r->verified));
+    if (!r->verified)
+        json_object_set_new(j, "why", json_string(r->why));
+    bench_mode_emit(j);
+    bench_mode_row(rows, "| %s | %u | %u | %u | %.0f | %.0f | %.2f | %.0f | %" PRIu64 " | %.1f | %s | %s |",
+                   bench_producer_names[kind], rpi, o->producers, o->ks[0], sr->alone, sr->with,
+                   ratio, sr->completed, r->lock_waits, sr->tail, met ? "met" : "not met",
+                   r->verified ? "yes" : r->why);
+    if (!r->verified)
+        fprintf(stderr, "taskpush-bench: stream %s R=%u: VERIFICATION FAILED: %s\n",
+                bench_producer_names[kind], rpi, r->why);
+}
+
 int bench_mode_stream(bench_ctx *ctx, json_t *rows)
 {
     const bench_opts *o = ctx->o;
     int failed = 0;
 
-    for (int i = 0; i < o->nrows_per_insert; i++) {
-        unsigned rpi = o->rows_per_insert[i];
-        stream_result sr = {-1, -1, -1, -1, -1, -1, 0, 0, -1};
-        bench_run r;
-        memset(&r, 0, sizeof r);
-        r.tpd_rss_kb = -1;
-        r.daemon_succeeded = r.daemon_failed = -1;
-        if (!o->json_only)
-            fprintf(stderr, "taskpush-bench: stream: %u producers x %u rows per INSERT, %u s\n",
-                    o->producers, rpi, o->seconds);
-        if (stream_alone(ctx, rpi, &sr, &sr.alone_before) < 0) {
-            snprintf(r.why, sizeof r.why, "producers alone failed: %s", ctx->tally.why);
-        } else if (bench_db_reset(&o->db, ctx->admin, 0) < 0 ||
-                   bench_tally_init(&ctx->tally, STREAM_CAP) < 0) {
-            snprintf(r.why, sizeof r.why, "could not prepare the table");
-        } else {
-            stream_with(ctx, rpi, &sr, &r);
-            if (o->sabotage)
-                bench_sabotage(ctx);
-            bench_verify(ctx, &r);
-            bench_tally_free(&ctx->tally);
-            if (r.verified && stream_alone(ctx, rpi, &sr, &sr.alone_after) < 0) {
-                r.verified = false;
-                snprintf(r.why, sizeof r.why, "producers alone failed: %s", ctx->tally.why);
-            }
-            if (sr.alone_after > 0)
-                sr.alone = (sr.alone_before + sr.alone_after) / 2;
+    for (int k = 0; k < o->nproducer_kinds; k++) {
+        for (int i = 0; i < o->nrows_per_insert; i++) {
+            bench_producer kind = o->producer_kinds[k];
+            unsigned rpi = o->rows_per_insert[i];
+            stream_result sr = {-1, -1, -1, -1, -1, -1, 0, 0, -1};
+            bench_run r;
+            memset(&r, 0, sizeof r);
+            r.tpd_rss_kb = -1;
+            r.daemon_succeeded = r.daemon_failed = -1;
+            if (!o->json_only)
+                fprintf(stderr, "taskpush-bench: stream: %u %s producers x %u rows per %s, %u s\n",
+                        o->producers, bench_producer_names[kind], rpi,
+                        kind == BENCH_PRODUCER_SQL ? "INSERT" : "tp_submit", o->seconds);
+            stream_one(ctx, kind, rpi, &sr, &r);
+            stream_emit(ctx, rows, kind, rpi, &sr, &r);
+            failed += !r.verified;
         }
-        double ratio = sr.alone > 0 && sr.with > 0 ? sr.with / sr.alone : -1;
-        bool met = r.verified && ratio >= 0.95 && r.lock_waits == 0;
-        json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "kind", "stream", "rows_per_insert",
-                              (json_int_t)rpi, "producers", (json_int_t)o->producers, "workers",
-                              (json_int_t)o->ks[0], "seconds", (json_int_t)o->seconds, "n",
-                              (json_int_t)r.n);
-        json_object_set_new(j, "producer_rows_per_s_alone", jnum(sr.alone));
-        json_object_set_new(j, "alone_before", jnum(sr.alone_before));
-        json_object_set_new(j, "alone_after", jnum(sr.alone_after));
-        json_object_set_new(j, "producer_rows_per_s_with_taskpush", jnum(sr.with));
-        json_object_set_new(j, "ratio", jnum(ratio));
-        json_object_set_new(j, "completed_per_s", jnum(sr.completed));
-        json_object_set_new(j, "row_lock_waits", json_integer((json_int_t)r.lock_waits));
-        json_object_set_new(j, "row_lock_waits_alone", json_integer((json_int_t)sr.waits_alone));
-        json_object_set_new(j, "tail_seconds", jnum(sr.tail));
-        json_object_set_new(j, "statements_per_task",
-                            jnum(r.n ? (double)r.statements / (double)r.n : -1));
-        json_object_set_new(j, "taskpushd_peak_rss_kb",
-                            r.tpd_rss_kb >= 0 ? json_integer(r.tpd_rss_kb) : json_null());
-        json_object_set_new(j, "target", json_string("ratio >= 0.95 and 0 row-lock waits"));
-        json_object_set_new(j, "met", json_boolean(met));
-        json_object_set_new(j, "verified", json_boolean(r.verified));
-        if (!r.verified)
-            json_object_set_new(j, "why", json_string(r.why));
-        bench_mode_emit(j);
-        bench_mode_row(rows, "| %u | %u | %u | %.0f | %.0f | %.2f | %.0f | %" PRIu64 " | %.1f | %s | %s |",
-                       rpi, o->producers, o->ks[0], sr.alone, sr.with, ratio, sr.completed,
-                       r.lock_waits, sr.tail, met ? "met" : "not met", r.verified ? "yes" : r.why);
-        if (!r.verified)
-            fprintf(stderr, "taskpush-bench: stream R=%u: VERIFICATION FAILED: %s\n", rpi, r.why);
-        failed += !r.verified;
     }
     return failed;
 }
@@ -273,6 +337,7 @@ typedef struct latency_state {
     bench_tally *t;
     uint64_t count;
     double *start, *sent;
+    double *submit_sent; /* SUBMIT: when tp_submit was called, by the producer's clock */
 } latency_state;
 
 static int latency_handler(tp_task *task, void *arg)
@@ -337,13 +402,13 @@ static int latency_produce(bench_ctx *ctx, latency_state *ls, double *commit)
 }
 
 typedef struct latency_result {
-    double idle_stmts, idle_db_cpu, p50, p99, max, sent_p99;
-    uint64_t early; /* handler started before the INSERT's OK came back */
+    double idle_stmts, idle_db_cpu, p50, p99, max, sent_p50, sent_p99, sent_max;
+    uint64_t early; /* handler started before the INSERT's OK (the submit's answer) came back */
 } latency_result;
 
 /* Idle statement rate with the empty table, then the tasks. */
-static void latency_one(bench_ctx *ctx, unsigned poll_ms, latency_state *ls, double *commit,
-                        latency_result *lr, bench_run *r)
+static void latency_one(bench_ctx *ctx, bench_producer kind, unsigned poll_ms, latency_state *ls,
+                        double *commit, latency_result *lr, bench_run *r)
 {
     const bench_opts *o = ctx->o;
     char poll[16];
@@ -373,7 +438,12 @@ static void latency_one(bench_ctx *ctx, unsigned poll_ms, latency_state *ls, dou
     bench_snap_delta(&a, &b, r);
     lr->idle_stmts = (double)r->statements / r->seconds;
     lr->idle_db_cpu = r->db_cpu_s >= 0 ? r->db_cpu_s / r->seconds : -1;
-    if (latency_produce(ctx, ls, commit) < 0 || bench_wait_drained(ctx, &dp, r) < 0)
+    /* SUBMIT: commit[] is when the answer came back (sent after the commit); the
+     * send times are kept by the producer too, the payload must agree. */
+    if ((kind == BENCH_PRODUCER_SUBMIT
+             ? bench_submit_latency(ctx, dp.listen, ls->count, ls->submit_sent, commit)
+             : latency_produce(ctx, ls, commit)) < 0 ||
+        bench_wait_drained(ctx, &dp, r) < 0)
         goto done;
     json_t *s = bench_http_json(dp.admin, "/stats");
     r->daemon_succeeded = bench_json_int(s, "tasks.succeeded_total");
@@ -405,9 +475,96 @@ static void latency_figures(const latency_state *ls, const double *commit, laten
     lr->p50 = bench_lat_pct(&l, 50);
     lr->p99 = bench_lat_pct(&l, 99);
     lr->max = bench_lat_pct(&l, 100);
+    lr->sent_p50 = bench_lat_pct(&ls_sent, 50);
     lr->sent_p99 = bench_lat_pct(&ls_sent, 99);
+    lr->sent_max = bench_lat_pct(&ls_sent, 100);
     bench_lat_free(&l);
     bench_lat_free(&ls_sent);
+}
+
+static void latency_emit(bench_ctx *ctx, json_t *rows, bench_producer kind, unsigned poll_ms,
+                         uint64_t count, const latency_result *lr, const bench_run *r)
+{
+    const bench_opts *o = ctx->o;
+    bool met = r->verified && lr->p99 <= poll_ms + 5.0;
+    json_t *j = json_pack("{s:s,s:s,s:I,s:I,s:I}", "kind", "latency", "producer",
+                          bench_producer_names[kind], "poll_ms", (json_int_t)poll_ms,
+                          "interval_ms", (json_int_t)o->interval_ms, "n", (json_int_t)count);
+    json_object_set_new(j, "p50_ms", json_real(lr->p50));
+    json_object_set_new(j, "p99_ms", json_real(lr->p99));
+    json_object_set_new(j, "max_ms", json_real(lr->max));
+    json_object_set_new(j, "sent_p50_ms", json_real(lr->sent_p50));
+    json_object_set_new(j, "sent_p99_ms", json_real(lr->sent_p99));
+    json_object_set_new(j, "sent_max_ms", json_real(lr->sent_max));
+    json_object_set_new(j, "early", json_integer((json_int_t)lr->early));
+    json_object_set_new(j, "idle_statements_per_s", jnum(lr->idle_stmts));
+    json_object_set_new(j, "idle_mariadbd_cpu", jnum(lr->idle_db_cpu));
+    json_object_set_new(j, "target_p99_ms", json_real(poll_ms + 5.0));
+    json_object_set_new(j, "met", json_boolean(met));
+    json_object_set_new(j, "verified", json_boolean(r->verified));
+    if (!r->verified)
+        json_object_set_new(j, "why", json_string(r->why));
+    bench_mode_emit(j);
+    bench_mode_row(rows, "| %s | %u | %" PRIu64 " | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %s |",
+                   bench_producer_names[kind], poll_ms, count, lr->p50, lr->p99, lr->max,
+                   lr->sent_p50, lr->sent_p99, lr->sent_max, lr->idle_stmts,
+                   met ? "met" : "not met", r->verified ? "yes" : r->why);
+    if (!r->verified)
+        fprintf(stderr, "taskpush-bench: latency %s --poll-ms %u: VERIFICATION FAILED: %s\n",
+                bench_producer_names[kind], poll_ms, r->why);
+}
+
+/* The payload's send time and the producer's own record of it must agree for a
+ * submitted task (the payload crossed taskpushd and the table). */
+static int latency_check_sent(const latency_state *ls, char *why, size_t cap)
+{
+    for (uint64_t id = 1; id <= ls->count; id++)
+        if (ls->submit_sent[id] <= 0 || ls->sent[id] - ls->submit_sent[id] > 1e-5 ||
+            ls->submit_sent[id] - ls->sent[id] > 1e-5) {
+            snprintf(why, cap, "task %" PRIu64 ": the payload does not carry its send time", id);
+            return -1;
+        }
+    return 0;
+}
+
+static void latency_run(bench_ctx *ctx, bench_producer kind, unsigned poll_ms, uint64_t count,
+                        json_t *rows, int *failed)
+{
+    const bench_opts *o = ctx->o;
+    latency_result lr = {-1, -1, 0, 0, 0, 0, 0, 0, 0};
+    latency_state ls = {&ctx->tally, count, calloc(count + 1, sizeof(double)),
+                        calloc(count + 1, sizeof(double)), calloc(count + 1, sizeof(double))};
+    double *commit = calloc(count + 1, sizeof(double));
+    bench_run r;
+    memset(&r, 0, sizeof r);
+    r.n = count;
+    r.daemon_succeeded = r.daemon_failed = -1;
+    if (!o->json_only)
+        fprintf(stderr, "taskpush-bench: latency: %s, --poll-ms %u, %" PRIu64 " tasks every %u ms\n",
+                bench_producer_names[kind], poll_ms, count, o->interval_ms);
+    if (!ls.start || !ls.sent || !ls.submit_sent || !commit ||
+        bench_tally_init(&ctx->tally, count) < 0) {
+        snprintf(r.why, sizeof r.why, "out of memory");
+    } else if (bench_db_reset(&o->db, ctx->admin, 0) < 0) {
+        snprintf(r.why, sizeof r.why, "could not prepare the table");
+        bench_tally_free(&ctx->tally);
+    } else {
+        latency_one(ctx, kind, poll_ms, &ls, commit, &lr, &r);
+        if (o->sabotage)
+            bench_sabotage(ctx);
+        bench_verify(ctx, &r);
+        bench_tally_free(&ctx->tally);
+        if (r.verified && kind == BENCH_PRODUCER_SUBMIT &&
+            latency_check_sent(&ls, r.why, sizeof r.why) < 0)
+            r.verified = false;
+        latency_figures(&ls, commit, &lr);
+    }
+    latency_emit(ctx, rows, kind, poll_ms, count, &lr, &r);
+    *failed += !r.verified;
+    free(ls.start);
+    free(ls.sent);
+    free(ls.submit_sent);
+    free(commit);
 }
 
 int bench_mode_latency(bench_ctx *ctx, json_t *rows)
@@ -418,58 +575,8 @@ int bench_mode_latency(bench_ctx *ctx, json_t *rows)
 
     if (count == 0)
         count = 1;
-    for (int i = 0; i < o->npoll_ms; i++) {
-        unsigned poll_ms = o->poll_ms[i];
-        latency_result lr = {-1, -1, 0, 0, 0, 0, 0};
-        latency_state ls = {&ctx->tally, count, calloc(count + 1, sizeof(double)),
-                            calloc(count + 1, sizeof(double))};
-        double *commit = calloc(count + 1, sizeof(double));
-        bench_run r;
-        memset(&r, 0, sizeof r);
-        r.n = count;
-        r.daemon_succeeded = r.daemon_failed = -1;
-        if (!o->json_only)
-            fprintf(stderr, "taskpush-bench: latency: --poll-ms %u, %" PRIu64 " tasks every %u ms\n",
-                    poll_ms, count, o->interval_ms);
-        if (!ls.start || !ls.sent || !commit || bench_tally_init(&ctx->tally, count) < 0) {
-            snprintf(r.why, sizeof r.why, "out of memory");
-        } else if (bench_db_reset(&o->db, ctx->admin, 0) < 0) {
-            snprintf(r.why, sizeof r.why, "could not prepare the table");
-            bench_tally_free(&ctx->tally);
-        } else {
-            latency_one(ctx, poll_ms, &ls, commit, &lr, &r);
-            if (o->sabotage)
-                bench_sabotage(ctx);
-            bench_verify(ctx, &r);
-            bench_tally_free(&ctx->tally);
-            latency_figures(&ls, commit, &lr);
-        }
-        bool met = r.verified && lr.p99 <= poll_ms + 5.0;
-        json_t *j = json_pack("{s:s,s:I,s:I,s:I}", "kind", "latency", "poll_ms", (json_int_t)poll_ms,
-                              "interval_ms", (json_int_t)o->interval_ms, "n", (json_int_t)count);
-        json_object_set_new(j, "p50_ms", json_real(lr.p50));
-        json_object_set_new(j, "p99_ms", json_real(lr.p99));
-        json_object_set_new(j, "max_ms", json_real(lr.max));
-        json_object_set_new(j, "sent_p99_ms", json_real(lr.sent_p99));
-        json_object_set_new(j, "early", json_integer((json_int_t)lr.early));
-        json_object_set_new(j, "idle_statements_per_s", jnum(lr.idle_stmts));
-        json_object_set_new(j, "idle_mariadbd_cpu", jnum(lr.idle_db_cpu));
-        json_object_set_new(j, "target_p99_ms", json_real(poll_ms + 5.0));
-        json_object_set_new(j, "met", json_boolean(met));
-        json_object_set_new(j, "verified", json_boolean(r.verified));
-        if (!r.verified)
-            json_object_set_new(j, "why", json_string(r.why));
-        bench_mode_emit(j);
-        bench_mode_row(rows, "| %u | %" PRIu64 " | %.1f | %.1f | %.1f | %.1f | %s | %s |", poll_ms,
-                       count, lr.p50, lr.p99, lr.max, lr.idle_stmts, met ? "met" : "not met",
-                       r.verified ? "yes" : r.why);
-        if (!r.verified)
-            fprintf(stderr, "taskpush-bench: latency --poll-ms %u: VERIFICATION FAILED: %s\n",
-                    poll_ms, r.why);
-        failed += !r.verified;
-        free(ls.start);
-        free(ls.sent);
-        free(commit);
-    }
+    for (int k = 0; k < o->nproducer_kinds; k++)
+        for (int i = 0; i < o->npoll_ms; i++)
+            latency_run(ctx, o->producer_kinds[k], o->poll_ms[i], count, rows, &failed);
     return failed;
 }

@@ -133,12 +133,13 @@ int bench_verify_subset(bench_ctx *ctx, uint64_t rows, char *why, size_t cap)
 
 static const char *const table_head[] = {
     [BENCH_MODE_STREAM] =
-        "| rows per INSERT | producers | workers | producers alone, rows/s | producers with "
-        "taskpush, rows/s | ratio | completed, tasks/s | row-lock waits | tail s | "
-        "target ratio >= 0.95, 0 waits | verified |\n|---|---|---|---|---|---|---|---|---|---|---|",
+        "| producer | rows per INSERT or submit | producers | workers | producers alone, rows/s | "
+        "producers with taskpush, rows/s | ratio | completed, tasks/s | row-lock waits | tail s | "
+        "target ratio >= 0.95, 0 waits | verified |\n|---|---|---|---|---|---|---|---|---|---|---|---|",
     [BENCH_MODE_LATENCY] =
-        "| --poll-ms | tasks | p50 ms | p99 ms | max ms | idle statements/s | "
-        "target p99 <= poll-ms + 5 | verified |\n|---|---|---|---|---|---|---|---|",
+        "| producer | --poll-ms | tasks | p50 ms | p99 ms | max ms | from sent: p50 | p99 | max | "
+        "idle statements/s | target p99 <= poll-ms + 5 | verified |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     [BENCH_MODE_CONNECTIONS] =
         "| idle workers | active | N | tasks/s | RSS idle-connected | peak RSS | "
         "target < 100 MB | verified |\n|---|---|---|---|---|---|---|---|",
