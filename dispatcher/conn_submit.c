@@ -179,11 +179,8 @@ static void claim_soon(dsp_server *srv, const dsp_submit_req *r)
             any = true;
         }
     }
-    if (any && srv->claim_not_before > now) {
-        srv->claim_not_before = now;
-    }
-    if (any)
-        dsp_server_kick(srv);
+    if (any) /* dispatched the moment the rows are committed, not at the next poll */
+        dsp_dispatch_claim_now(srv);
 }
 
 void dsp_conn_on_submitted(void *arg, dsp_submit_req *r)

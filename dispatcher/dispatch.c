@@ -562,6 +562,19 @@ static uint64_t type_want(dsp_type *ty, int64_t now, const dsp_server *srv, uint
     return dsp_claim_budget(type_room(ty), ahead, ty->nbuffered, cap);
 }
 
+void dsp_dispatch_claim_now(dsp_server *srv)
+{
+    srv->claim_not_before = 0;
+    srv->gather_until = 0;
+    if (srv->claim_outstanding)
+        srv->claim_again = true; /* its answer may predate the rows */
+    if (srv->claim_timer_armed) {
+        evtimer_del(srv->claim_timer);
+        srv->claim_timer_armed = false;
+    }
+    dsp_dispatch_claim_maybe(srv);
+}
+
 void dsp_dispatch_claim_maybe(dsp_server *srv)
 {
     if (srv->claim_outstanding || srv->claim_timer_armed || !srv->leader || dsp_dispatch_stopped(srv) ||
@@ -637,6 +650,7 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     dsp_claim_request req = {.ntypes = n, .types = names, .limits = limits, .total = (uint32_t)want};
     if (n > 0 && dsp_db_claim(srv->db, &req) == 0) {
         srv->claim_outstanding = true;
+        srv->claim_again = false;
         srv->claim_requested = (uint32_t)want;
         srv->claim_sent_ms = now;
     }

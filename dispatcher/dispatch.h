@@ -141,6 +141,9 @@ bool dsp_dispatch_stopped(const dsp_server *srv);
 /* One dispatch pass: buffered tasks to workers with room, in dispatch order. */
 void dsp_dispatch_run(dsp_server *srv);
 /* Asks the database thread for the next claim when room and pacing allow. */
+/* Rows were just committed ready (a SUBMIT): claims now rather than at the next poll,
+ * and once more after a claim already running, whose answer may predate them. */
+void dsp_dispatch_claim_now(dsp_server *srv);
 void dsp_dispatch_claim_maybe(dsp_server *srv);
 /* The outstanding claim was answered at now_ms (server.c's on_claim): its round trip
  * joins the average the ahead covers. */

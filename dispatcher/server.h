@@ -130,6 +130,8 @@ struct dsp_server {
     int64_t claim_sent_ms;     /* when the outstanding claim was asked */
     double claim_ms;           /* claims' round trips, averaged (the ahead covers two) */
     int64_t claim_not_before;  /* earliest time of the next claim (poll back-off) */
+    bool claim_again;          /* rows were committed ready while a claim ran: claim at once
+                                * after it, whatever it found (conn_submit.c) */
     int64_t join_claim_ms;     /* the last claim hastened by a worker joining */
     int64_t gather_until;      /* a small claim waits until then for more room */
 

@@ -355,6 +355,43 @@ static void wait_outcomes(void **state)
     fx->passed = true;
 }
 
+/* ---- dispatched_on_commit ---- */
+
+/* A submitted task goes out the moment its row is committed, not at the next poll: with
+ * a poll of an hour, an idle dispatcher (its empty claim done, the poll timer armed)
+ * runs a submitted task and answers its WAIT, twice in a row. Before the claim was
+ * hastened past the armed timer, the task waited for the poll and the WAIT timed out. */
+static void dispatched_on_commit(void **state)
+{
+    struct fx *fx = *state;
+    static const char *const args[] = {"--poll-ms", "3600000", "--heartbeat-ms", "1000", NULL};
+    assert_int_equal(tp_testdb_create("submit_oncommit", &fx->db), 0);
+    fx->have_db = true;
+    assert_int_equal(tp_daemon_start(&fx->d, fx->db.url, args), 0);
+    fx->have_d = true;
+    assert_int_equal(tp_daemon_wait_leader(&fx->d, WAIT_MS), 0);
+    static const char *const types[] = {"echo", NULL};
+    static const tp_handler fns[] = {h_echo};
+    worker(fx, 1, 1, types, fns, NULL);
+    tp_worker *p = worker(fx, 0, 0, NULL, NULL, NULL);
+    /* The worker's arrival claims once (nothing there); after that only the poll would. */
+    assert_true(wait_u64(fx, 1, "SELECT 1"));
+    usleep(300 * 1000);
+    for (int round = 0; round < 2; round++) {
+        tp_submit_task t = task_of("echo", round ? "b" : "a");
+        tp_submit_result r;
+        tp_error err;
+        int rc = tp_submit(p, &t, 1, TP_SUBMIT_WAIT, SUBMIT_TIMEOUT_MS, &r, &err);
+        if (rc != 0)
+            fail_msg("round %d: tp_submit: %s", round, err.text);
+        assert_int_equal(r.state, TP_TASK_SUCCESSFUL);
+        assert_int_equal(r.output_len, 6);
+        assert_memory_equal(r.output, round ? "echo:b" : "echo:a", 6);
+        tp_submit_results_free(&r, 1);
+    }
+    fx->passed = true;
+}
+
 /* ---- from_handler ---- */
 
 static _Atomic int children_submitted;
@@ -791,7 +828,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(one_and_many), T(dedup),           T(delay),           T(wait_outcomes),
         T(from_handler), T(v1_hello),        T(commit_before_ack), T(hostile_submits),
-        T(standby_unavailable), T(ctl_submit),
+        T(standby_unavailable), T(ctl_submit), T(dispatched_on_commit),
     };
     return cmocka_run_group_tests_name("submit", tests, NULL, NULL);
 }
