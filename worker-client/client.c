@@ -17,7 +17,8 @@
  * the next host after a short pause; only once every host failed in a row comes
  * a backoff delay that doubles with every such round. A host that answers
  * PROTO_ERR_NOT_LEADER (a standby, or a leader that lost its lease) is left the
- * same way, so a worker given every dispatcher ends up on the one that leads.
+ * same way, so a worker given every dispatcher ends up on the one that leads; a
+ * session that ends also moves on to the next host when there are several.
  */
 #include "client_internal.h"
 #include "frame_reader.h"
@@ -276,7 +277,13 @@ static void conn_close(tp_worker *w, int level, const char *why)
         w->failures = 0;
     else
         w->failures++;
-    schedule_reconnect(w, 0);
+    /* With several dispatchers, the one that went away (killed, frozen, stopping) is
+     * likely no longer the leader: the next one is tried first, after a short pause
+     * (a standby sends us on with NOT_LEADER). */
+    if (w->naddrs > 1)
+        next_host(w);
+    else
+        schedule_reconnect(w, 0);
     maybe_finish(w);
 }
 
