@@ -291,6 +291,12 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
         refuse_hello(c, PROTO_ERR_AUTH, "missing or wrong token");
         return;
     }
+    /* A standby would hold a worker idle: it sends it on to the leader. A producer
+     * stays; its SUBMITs are answered UNAVAILABLE (conn_submit.c). */
+    if (h->ntypes > 0 && srv->db && !(srv->leader && dsp_db_lease_valid(srv->db))) {
+        refuse_hello(c, PROTO_ERR_NOT_LEADER, "this dispatcher does not lead the table");
+        return;
+    }
     if ((int64_t)h->ntypes > cfg->max_types_per_worker) {
         refuse_hello(c, PROTO_ERR_UNEXPECTED, "too many task types for one worker (--max-types-per-worker)");
         return;

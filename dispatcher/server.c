@@ -310,6 +310,12 @@ static void on_leader_lost(void *arg)
     srv->leader = false;
     forget_all_tasks(srv); /* the CANCELs name the deliveries' epoch */
     srv->epoch = 0;        /* /stats: no epoch while not leading */
+    /* Workers go on to the new leader; producers stay (their SUBMITs get UNAVAILABLE). */
+    for (dsp_conn *c = srv->conns, *next; c; c = next) {
+        next = c->next;
+        if (c->state == DSP_CONN_ACTIVE && c->ntypes > 0)
+            dsp_conn_close(c, PROTO_ERR_NOT_LEADER, "this dispatcher no longer leads the table");
+    }
 }
 
 static void on_written(void *arg, const dsp_write_report *r)

@@ -99,6 +99,7 @@ enum proto_error_code {
     PROTO_ERR_UNEXPECTED = 4,  /* a valid frame at the wrong time */
     PROTO_ERR_SHUTDOWN = 5,    /* the peer is going away */
     PROTO_ERR_TIMEOUT = 6,     /* the peer stayed silent too long */
+    PROTO_ERR_NOT_LEADER = 7,  /* a standby: try the dispatcher that leads */
 };
 
 /* A byte string borrowed from the buffer that was decoded (not NUL-terminated). */

@@ -14,7 +14,11 @@
  *
  * A connection that never got to READY counts as a failed attempt: the next
  * attempt goes to the next resolved address of the same host at once, or to
- * the next host after a backoff delay that doubles with every failure.
+ * the next host after a short pause; only once every host failed in a row comes
+ * a backoff delay that doubles with every such round. A host that answers
+ * PROTO_ERR_NOT_LEADER (a standby, or a leader that lost its lease) is left the
+ * same way, so a worker given every dispatcher ends up on the one that leads; a
+ * session that ends also moves on to the next host when there are several.
  */
 #include "client_internal.h"
 #include "frame_reader.h"
@@ -130,6 +134,11 @@ static void maybe_finish(tp_worker *w)
 
 /* ---- connecting and closing ---- */
 
+/* The pause before the next host of a round (TPI_NEXT_HOST_MS to twice that), and
+ * the backoff exponent's cap for a round that met a standby (min_ms * 2^3). */
+#define TPI_NEXT_HOST_MS 20u
+#define TPI_NOT_LEADER_MAX_FAILURES 3u
+
 static void start_connect(tp_worker *w);
 
 static void schedule_reconnect(tp_worker *w, int at_once)
@@ -156,6 +165,31 @@ static void drop_addrinfo(tp_worker *w)
         freeaddrinfo(w->ai_list);
     w->ai_list = NULL;
     w->ai_cur = NULL;
+}
+
+/* next_host moves on from a host that failed or does not lead: after a short,
+ * jittered pause (workers leaving a standby together do not arrive in one burst)
+ * while the round has untried hosts, after the backoff once all failed in a row.
+ * A round that met a standby keeps that backoff short: a leader is expected soon. */
+static void next_host(tp_worker *w)
+{
+    struct timeval tv;
+
+    drop_addrinfo(w);
+    w->addr_idx = (w->addr_idx + 1) % w->naddrs;
+    if (++w->round_misses < w->naddrs) {
+        if (w->stopping)
+            return;
+        tv = ms_to_tv(TPI_NEXT_HOST_MS + (uint32_t)(tpi_rand(&w->rng) % TPI_NEXT_HOST_MS));
+        evtimer_add(w->reconnect_ev, &tv);
+        return;
+    }
+    w->round_misses = 0;
+    w->failures++;
+    if (w->round_not_leader && w->failures > TPI_NOT_LEADER_MAX_FAILURES)
+        w->failures = TPI_NOT_LEADER_MAX_FAILURES;
+    w->round_not_leader = 0;
+    schedule_reconnect(w, 0);
 }
 
 /* release tears the connection down without deciding what comes next:
@@ -196,11 +230,27 @@ static void attempt_failed(tp_worker *w, const char *why)
         w->ai_cur = w->ai_cur->ai_next;
         schedule_reconnect(w, 1);
     } else {
-        drop_addrinfo(w);
-        w->addr_idx = (w->addr_idx + 1) % w->naddrs;
-        w->failures++;
-        schedule_reconnect(w, 0);
+        next_host(w);
     }
+    maybe_finish(w);
+}
+
+/* not_leader leaves a dispatcher that said PROTO_ERR_NOT_LEADER, in the handshake
+ * or in a session, for the next host. */
+static void not_leader(tp_worker *w, const char *why)
+{
+    const tpi_addr *a = cur_addr(w);
+    const tpi_addr *n = &w->addrs[(w->addr_idx + 1) % w->naddrs];
+
+    tpi_log(w, TP_LOG_INFO, "%s:%s does not lead (%s); trying %s:%s", a->host, a->port, why,
+            n->host, n->port);
+    if (w->established) {
+        TPI_COUNT(w, disconnects);
+        w->failures = 0; /* the session was fine; its dispatcher stepped down */
+    }
+    w->round_not_leader = 1;
+    release(w);
+    next_host(w);
     maybe_finish(w);
 }
 
@@ -227,7 +277,13 @@ static void conn_close(tp_worker *w, int level, const char *why)
         w->failures = 0;
     else
         w->failures++;
-    schedule_reconnect(w, 0);
+    /* With several dispatchers, the one that went away (killed, frozen, stopping) is
+     * likely no longer the leader: the next one is tried first, after a short pause
+     * (a standby sends us on with NOT_LEADER). */
+    if (w->naddrs > 1)
+        next_host(w);
+    else
+        schedule_reconnect(w, 0);
     maybe_finish(w);
 }
 
@@ -720,6 +776,8 @@ static void on_welcome(tp_worker *w, const proto_welcome *wm)
     w->max_data = w->max_body_out > head ? w->max_body_out - head : 0;
     w->welcome_ns = tpi_now_ns();
     w->established = 1;
+    w->round_misses = 0;
+    w->round_not_leader = 0;
     event_del(w->hs_ev);
     set_state(w, TPI_READY);
     TPI_COUNT(w, connections);
@@ -798,6 +856,10 @@ static void handle_msg(tp_worker *w, const proto_msg *m)
                  (int)(m->u.error.message.len > 150 ? 150 : m->u.error.message.len),
                  (const char *)m->u.error.message.ptr);
         /* The receiver of an ERROR closes, without answering. */
+        if (m->u.error.code == PROTO_ERR_NOT_LEADER) {
+            not_leader(w, why);
+            break;
+        }
         conn_close(w, m->u.error.code == PROTO_ERR_SHUTDOWN ? TP_LOG_INFO : TP_LOG_WARN, why);
         break;
     case PROTO_STOP:

@@ -4,7 +4,8 @@ Speaks the wire protocol of proto/PROTOCOL.md (version 2, falling back to 1)
 with the standard library only. See python/README.md.
 """
 from .proto import BadFrame, MAX_BODY_DEFAULT, PROTO_VERSION
-from .session import AuthRefused, ConnectError, TLSOptions, VersionRefused, parse_addresses
+from .session import (AuthRefused, ConnectError, NotLeader, TLSOptions, VersionRefused,
+                      parse_addresses)
 from .submit import (Client, NotSupported, Receipt, SubmitError, TaskOutcome, Unavailable,
                      make_task)
 from .worker import Fail, PermanentFailure, RetryAfter, Task, Worker
@@ -12,7 +13,8 @@ from .worker import Fail, PermanentFailure, RetryAfter, Task, Worker
 __version__ = "0.1.0"
 
 __all__ = [
-    "AuthRefused", "BadFrame", "Client", "ConnectError", "Fail", "MAX_BODY_DEFAULT", "NotSupported",
+    "AuthRefused", "BadFrame", "Client", "ConnectError", "Fail", "MAX_BODY_DEFAULT", "NotLeader",
+    "NotSupported",
     "PROTO_VERSION", "PermanentFailure", "Receipt", "RetryAfter", "SubmitError", "TLSOptions", "Task",
     "TaskOutcome", "Unavailable", "VersionRefused", "Worker", "make_task", "parse_addresses",
     "submit",

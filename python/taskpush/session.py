@@ -40,6 +40,10 @@ class AuthRefused(ConnectError):
     """The dispatcher answered HELLO with ERROR AUTH (a missing or wrong token)."""
 
 
+class NotLeader(ConnectError):
+    """The dispatcher answered HELLO with ERROR NOT_LEADER: a standby."""
+
+
 def parse_addresses(spec: Union[str, Sequence[str]]) -> List[Address]:
     """"HOST:PORT[,HOST:PORT...]" (IPv6 as "[::1]:7070"), or a list of them."""
     items = spec.split(",") if isinstance(spec, str) else list(spec)
@@ -113,6 +117,7 @@ class Session:
         self._rpipe.setblocking(False)
         self._wpipe.setblocking(False)
         self.close_reason = ""
+        self.error_code = 0  # the code of the ERROR that ended the session, if one did
 
     # ---- any thread ----
 
@@ -211,6 +216,7 @@ class Session:
                         break
                     m = proto.decode(body)
                     if isinstance(m, proto.Error):
+                        self.error_code = m.code
                         reason = f"ERROR {m.code}: {m.message.decode('utf-8', 'replace')}"
                         return reason
                     on_frame(m)
@@ -324,6 +330,8 @@ def open_session(address: Address, hello: HelloSpec, version: int, tls: Optional
                 raise VersionRefused(f"{format_address(address)} refused version {version}: {text}")
             if answer.code == proto.ERR_AUTH:
                 raise AuthRefused(f"{format_address(address)} refused the token: {text}")
+            if answer.code == proto.ERR_NOT_LEADER:
+                raise NotLeader(f"{format_address(address)} does not lead: {text}")
             raise ConnectError(f"{format_address(address)} answered ERROR {answer.code}: {text}")
         if not isinstance(answer, proto.Welcome):
             raise ConnectError(f"{format_address(address)} answered HELLO with "
@@ -359,3 +367,7 @@ class Backoff:
 
     def reset(self) -> None:
         self.failures = 0
+
+    def cap(self, failures: int) -> None:
+        """Keeps the next delay at most min_ms * 2^failures."""
+        self.failures = min(self.failures, failures)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import random
 import select
 import signal
 import socket
@@ -19,9 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import proto
-from .session import (Address, AuthRefused, Backoff, ConnectError, HelloSpec, Session, TLSOptions,
-                      VersionRefused, format_address, open_session, parse_addresses)
+from .session import (Address, AuthRefused, Backoff, ConnectError, HelloSpec, NotLeader, Session,
+                      TLSOptions, VersionRefused, format_address, open_session, parse_addresses)
 from .submit import Bytes, Receipt, SubmitTracker, make_task
+
+# The pause before the next address of a round (this to twice this), and the cap of
+# the backoff's exponent for a round that met a standby (min_ms * 2^3), as libtaskpush.
+_NEXT_HOST_S = 0.02
+_NOT_LEADER_MAX_FAILURES = 3
 
 MAX_ERROR_LEN = 65535  # err_msg is a TEXT column
 MAX_CAPACITY = 65536
@@ -288,27 +294,50 @@ class Worker:
             self.log.info("worker %s stopped", self.name)
 
     def _connect_loop(self) -> None:
+        # Like libtaskpush: a host that fails or does not lead (NOT_LEADER) is left for
+        # the next after a short pause; the backoff comes once all failed in a row.
         idx = 0
+        misses = 0  # hosts in a row that failed or did not lead
+        standby = False  # one of them answered NOT_LEADER: a leader is expected soon
         versions: Dict[Address, int] = {}
+        n = len(self._addresses)
         while self._stop_level == 0:
-            addr = self._addresses[idx % len(self._addresses)]
-            s = self._connect(addr, versions)
-            if s is None:
-                idx += 1
-                if self._sleep(self._backoff.next_s()):
+            addr = self._addresses[idx % n]
+            s, not_leader = self._connect(addr, versions)
+            standby = standby or not_leader
+            if s is not None:
+                misses, standby = 0, False
+                self._backoff.reset()
+                reason = self._serve(s)
+                self.log.info("connection to %s ended: %s", format_address(addr), reason)
+                if self._stop_level > 0:
                     break
-                continue
-            self._backoff.reset()
-            reason = self._serve(s)
-            self.log.info("connection to %s ended: %s", format_address(addr), reason)
-            if self._stop_level > 0:
-                break
-            # The next attempt starts at the same address after a short delay, so a
-            # restarted dispatcher is found again quickly.
-            if self._sleep(self._backoff.next_s()):
+                standby = s.error_code == proto.ERR_NOT_LEADER
+                if n == 1:
+                    # The same address after a short delay, so a restarted dispatcher
+                    # is found again quickly.
+                    if self._sleep(self._backoff.next_s()):
+                        break
+                    continue
+                # With several, the one that went away likely leads no more.
+            if not_leader or (s is not None and standby):
+                self.log.info("%s does not lead; trying %s", format_address(addr),
+                              format_address(self._addresses[(idx + 1) % n]))
+            idx += 1
+            misses += 1
+            if misses < n:
+                delay = random.uniform(_NEXT_HOST_S, 2 * _NEXT_HOST_S)
+            else:
+                if standby:
+                    self._backoff.cap(_NOT_LEADER_MAX_FAILURES)
+                delay = self._backoff.next_s()
+                misses, standby = 0, False
+            if self._sleep(delay):
                 break
 
-    def _connect(self, addr: Address, versions: Dict[Address, int]) -> Optional[Session]:
+    def _connect(self, addr: Address,
+                 versions: Dict[Address, int]) -> Tuple[Optional[Session], bool]:
+        """Returns the session, or None and whether the dispatcher said NOT_LEADER."""
         capacity = sum(t.concurrency for t in self._types.values())
         hello = HelloSpec(self.name, self._token, capacity, list(self._types))
         version = versions.get(addr, self._version)
@@ -327,14 +356,17 @@ class Worker:
                 s = open_session(addr, hello, 1, self._tls, self._connect_timeout_s, self.log)
         except AuthRefused as e:
             self.log.error("%s", e)
-            return None
+            return None, False
+        except NotLeader as e:
+            self.log.info("%s", e)
+            return None, True
         except ConnectError as e:
             self.log.warning("%s", e)
-            return None
+            return None, False
         self._count("connections")
         self.log.info("connected to %s (protocol %d, heartbeat %d ms, %s)", format_address(addr),
                       s.version, s.welcome.heartbeat_ms, s.welcome.server.decode("utf-8", "replace"))
-        return s
+        return s, False
 
     def _sleep(self, seconds: float) -> bool:
         """Waits, waking early for stop(); True when stopping."""

@@ -1039,13 +1039,16 @@ static void test_standby(void **state)
     assert_int_equal(tp_daemon_start(&fx->d[1], fx->db.url, NULL), 0); /* B */
     uint32_t ea = (uint32_t)dstat(fx, 0, "epoch");
 
-    /* One worker on each: B has room, and must still claim nothing. */
+    /* One worker on each: B refuses its worker (NOT_LEADER; it retries) and must claim
+     * nothing. */
     fx->mode = MODE_SLEEP;
     fx->sleep_ms = 5;
     lw_start(fx, 0, fx->d[0].listen, "standby", 2);
     lw_start(fx, 1, fx->d[1].listen, "standby", 2);
-    WAIT_FOR(ok, dstat(fx, 0, "workers") == 1 && dstat(fx, 1, "workers") == 1, WAIT_MS);
+    WAIT_FOR(ok, dstat(fx, 0, "workers") == 1 && tp_daemon_log_count(&fx->d[1], "does not lead the table") >= 1,
+             WAIT_MS);
     assert_true(ok);
+    assert_int_equal(dstat(fx, 1, "workers"), 0);
     insert_tasks(fx, "standby", 200);
     int b_leader_seen = 0, b_claims_seen = 0, polls = 0;
     long long end = tp_mono_ms() + DRAIN_WAIT_MS;

@@ -782,8 +782,10 @@ static void test_locked_row(void **state)
 static void test_unwritten_bound(void **state)
 {
     struct fx *fx = *state;
+    /* A lease longer than the read lock below: a leader that lost it would close this
+     * raw peer with NOT_LEADER, and the peer does not reconnect. */
     const char *args[] = {"--heartbeat-ms", "300", "--poll-ms", "20", "--max-unwritten", "20",
-                          "--task-timeout-ms", "600000", NULL};
+                          "--task-timeout-ms", "600000", "--lease-ms", "6000", NULL};
     start(fx, "hostile_unwritten", args);
     peer *p = honest(fx, "t", 8);
     insert_tasks(fx, "t", 1000, 10);

@@ -41,11 +41,16 @@ Cases:
                          without a client certificate and one with a wrong token never
                          complete a handshake
   two_addresses_one_dead a dead address first, the dispatcher second: the worker drains
+  standby_first          a standby first, the leader second, a 30 s backoff: the standby
+                         answers HELLO with NOT_LEADER (open_session raises NotLeader) and
+                         holds no worker; the worker goes on to the leader at once (within
+                         a wait shorter than any backoff) and drains
   ipv6                   a dispatcher on [::1]: the worker given "[::1]:PORT" drains
   protocol_version       the worker speaks the dispatcher's version: with a version 1
                          taskpushd it falls back after ERROR VERSION (submit refused,
                          Client refused); with version 2, both versions work
 """
+import logging
 import os
 import pathlib
 import shutil
@@ -83,8 +88,10 @@ class Case(unittest.TestCase):
         self.threads: List[threading.Thread] = []
         self.d = self.daemon()
 
-    def daemon(self, extra: Optional[List[str]] = None, listen: str = "127.0.0.1:0") -> tplib.Daemon:
-        d = tplib.Daemon(self.db.url, DAEMON_FLAGS + self.extra_flags + (extra or []), listen, self.admin_ca)
+    def daemon(self, extra: Optional[List[str]] = None, listen: str = "127.0.0.1:0",
+               lead: bool = True) -> tplib.Daemon:
+        d = tplib.Daemon(self.db.url, DAEMON_FLAGS + self.extra_flags + (extra or []), listen, self.admin_ca,
+                         lead)
         self.daemons.append(d)
         return d
 
@@ -399,6 +406,25 @@ class Worker(Case):
         self.wait_rows("task_state = 2", 20, "SUCCESSFUL")
         self.assertGreaterEqual(w.stats["connect_attempts"], 2)
         self.assertEqual(w.stats["connections"], 1)
+
+    def test_standby_first(self) -> None:
+        standby = self.daemon(lead=False)
+        self.assertFalse(standby.json("/stats")["leader"])
+        hello = taskpush.session.HelloSpec("probe", "", 1, ["sb"])
+        for version in (1, 2):
+            with self.assertRaises(taskpush.NotLeader):
+                taskpush.session.open_session(taskpush.parse_addresses(standby.listen)[0], hello,
+                                              version, None, 5.0, logging.getLogger("probe"))
+        self.db.insert_tasks("sb", [str(i) for i in range(20)])
+        # Any backoff would be 15 s or more: only an at-once move drains within 10 s.
+        w = self.worker(f"{standby.listen},{self.d.listen}", reconnect_min_ms=30000,
+                        reconnect_max_ms=30000)
+        w.add_handler("sb", lambda t: b"ok", concurrency=2)
+        self.start(w)
+        self.wait_rows("task_state = 2", 20, "SUCCESSFUL", timeout_s=10)
+        self.assertEqual(w.stats["connections"], 1)
+        self.assertGreaterEqual(w.stats["connect_attempts"], 2)
+        self.assertEqual(standby.json("/stats")["workers"], 0)
 
     def test_ipv6(self) -> None:
         self.d.close()

@@ -779,6 +779,84 @@ static void test_address_failover(void **state)
     fake_close(&f);
 }
 
+/* Counts the log lines that say a dispatcher does not lead (the log thread writes). */
+static void not_leader_log(void *arg, int level, const char *msg)
+{
+    (void)level;
+    if (strstr(msg, "does not lead") != NULL)
+        __atomic_add_fetch((int *)arg, 1, __ATOMIC_SEQ_CST);
+    if (verbose())
+        test_log(NULL, level, msg);
+}
+
+static void send_not_leader(fake *f)
+{
+    proto_msg e = {.type = PROTO_ERROR};
+
+    e.u.error.code = PROTO_ERR_NOT_LEADER;
+    e.u.error.message.ptr = (const uint8_t *)"standby";
+    e.u.error.message.len = 7;
+    fake_send(f, &e);
+}
+
+/* A dispatcher that answers NOT_LEADER (to HELLO, or in a session) is left for the
+ * next address at once, although the backoff here is 30 s (longer than any wait);
+ * once every address said NOT_LEADER in a row, the backoff applies. */
+static void test_not_leader_next_address(void **state)
+{
+    fake a;
+    fake b;
+    runner r;
+    proto_msg m;
+    char list[128];
+    tp_worker_options o;
+    tp_worker *w;
+    int said = 0;
+    struct pollfd p;
+
+    (void)state;
+    fake_listen(&a);
+    fake_listen(&b);
+    snprintf(list, sizeof(list), "127.0.0.1:%u,127.0.0.1:%u", a.port, b.port);
+    tp_worker_options_init(&o);
+    o.addresses = list;
+    o.reconnect_min_ms = 30000;
+    o.reconnect_max_ms = 30000;
+    o.log = not_leader_log;
+    o.log_arg = &said;
+    o.log_level = TP_LOG_DEBUG;
+    w = tp_worker_new(&o, NULL);
+    assert_non_null(w);
+    assert_int_equal(tp_worker_add_type(w, "alpha", noop_handler, NULL), 0);
+    runner_start(&r, w);
+
+    fake_accept(&a); /* a standby: HELLO answered NOT_LEADER */
+    fake_expect(&a, &m, PROTO_HELLO);
+    send_not_leader(&a);
+    fake_expect_eof(&a, PROTO_DONE);
+    fake_handshake(&b, 0, PROTO_MAX_BODY_DEFAULT); /* the leader, within WAIT_MS */
+    assert_true(WAIT_STAT(w, connections, 1));
+    fake_send_task(&b, 1, "alpha", "x");
+    fake_expect(&b, &m, PROTO_DONE);
+
+    send_not_leader(&b); /* the leader loses its lease */
+    fake_expect_eof(&b, PROTO_DONE);
+    fake_accept(&a);
+    fake_expect(&a, &m, PROTO_HELLO);
+    send_not_leader(&a); /* both said NOT_LEADER in a row: now the backoff */
+    fake_expect_eof(&a, PROTO_DONE);
+    p = (struct pollfd){.fd = b.lfd, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 1000), 0);
+    p = (struct pollfd){.fd = a.lfd, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 0), 0);
+    assert_true(__atomic_load_n(&said, __ATOMIC_SEQ_CST) >= 3);
+
+    tp_worker_stop(w);
+    runner_join(&r);
+    fake_close(&a);
+    fake_close(&b);
+}
+
 static void test_lost_connection_drops_outcome(void **state)
 {
     setup s;
@@ -1252,6 +1330,7 @@ int main(void)
         cmocka_unit_test(test_garbage_reconnects),
         cmocka_unit_test(test_handshake_refused),
         cmocka_unit_test(test_address_failover),
+        cmocka_unit_test(test_not_leader_next_address),
         cmocka_unit_test(test_lost_connection_drops_outcome),
         cmocka_unit_test(test_graceful_stop),
         cmocka_unit_test(test_stop_twice_abandons),
