@@ -43,7 +43,7 @@ static const opt_def option_table[] = {
      "claimed tasks kept ready beyond the workers' free slots"},
     {"prefetch-ms", OPT_INT, F(prefetch_ms), "250", 0, 60000, "N",
      "claim ahead about what the workers finish in this long, within --prefetch; 0: all of --prefetch"},
-    {"claim-split", OPT_INT, F(claim_split), "400", 0, 10000, "N",
+    {"claim-split", OPT_INT, F(claim_split), "0", 0, 10000, "N",
      "a claim of N rows or more is split over two connections; 0: never"},
     {"heartbeat-ms", OPT_INT, F(heartbeat_ms), "1000", 10, 3600000, "N",
      "heartbeat interval; a peer silent for 3 intervals is lost"},
