@@ -164,8 +164,10 @@ static bool claim_stopping(dsp_db *db)
 }
 
 /* Waits up to ms while not serving, answering every claim request with a failure so
- * that the loop keeps polling. Returns early when stopping. */
-static void claim_idle(struct claim_ctx *x, int64_t ms)
+ * that the loop keeps polling. Returns early when stopping, or (lease_id != 0) once the
+ * lease is held with that claim connection recorded in it (the lease thread signals
+ * claim_cv then). */
+static void claim_idle_for(struct claim_ctx *x, int64_t ms, uint64_t lease_id)
 {
     dsp_db *db = x->db;
     int64_t until = mono_ms() + ms;
@@ -180,11 +182,17 @@ static void claim_idle(struct claim_ctx *x, int64_t ms)
             pthread_mutex_lock(&db->mu);
             continue;
         }
-        if (db->stop_claims || db->claim_exit || mono_ms() >= until)
+        if (db->stop_claims || db->claim_exit || mono_ms() >= until ||
+            (lease_id != 0 && db->lease.held && db->lease.recorded[LEASE_CONN_CLAIM] == lease_id))
             break;
         cond_wait_until(&db->claim_cv, &db->mu, until);
     }
     pthread_mutex_unlock(&db->mu);
+}
+
+static void claim_idle(struct claim_ctx *x, int64_t ms)
+{
+    claim_idle_for(x, ms, 0);
 }
 
 static void claim_drop(struct claim_ctx *x)
@@ -1133,31 +1141,6 @@ static enum claim_state claim_on_schema(struct claim_ctx *x)
     return x->have_lock ? CLAIM_CONFIRM : CLAIM_LEASE;
 }
 
-/* claim_idle until the lease is held with connection id recorded in it (the lease
- * thread signals claim_cv then), or ms passed. */
-static void lease_idle(struct claim_ctx *x, uint64_t id, int64_t ms)
-{
-    dsp_db *db = x->db;
-    int64_t until = mono_ms() + ms;
-    struct claim_req *r;
-
-    pthread_mutex_lock(&db->mu);
-    for (;;) {
-        if ((r = db->req) != NULL) {
-            db->req = NULL;
-            pthread_mutex_unlock(&db->mu);
-            claim_fail(db, r);
-            pthread_mutex_lock(&db->mu);
-            continue;
-        }
-        if (db->stop_claims || db->claim_exit || mono_ms() >= until ||
-            (db->lease.held && db->lease.recorded[LEASE_CONN_CLAIM] == id))
-            break;
-        cond_wait_until(&db->claim_cv, &db->mu, until);
-    }
-    pthread_mutex_unlock(&db->mu);
-}
-
 /* Waits for the lease (see the opening comment). */
 static enum claim_state claim_on_lease(struct claim_ctx *x)
 {
@@ -1176,7 +1159,7 @@ static enum claim_state claim_on_lease(struct claim_ctx *x)
         x->nrelease = 0;
         dsp_dbi_leadership_end(db);
     }
-    lease_idle(x, id, 1000);
+    claim_idle_for(x, 1000, id);
     return x->fatal ? CLAIM_FATAL : CLAIM_LEASE;
 }
 
