@@ -49,6 +49,7 @@
 #include "inproc_worker.h"
 #include "sb.h"
 #include "taskpush.h"
+#include "tap.h"
 #include "testdb.h"
 
 #define WAIT_MS 60000      /* longest wait for a condition */
@@ -61,20 +62,6 @@
 #define FLOW_TASKS 10000
 
 /* ---- small helpers ---- */
-
-static void diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* A TAP diagnostic line ("# ..."), shown in the test log. */
-static void diag(const char *fmt, ...)
-{
-    va_list ap;
-    fputs("# ", stdout);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    fputc('\n', stdout);
-    fflush(stdout);
-}
 
 /* Runs a query and calls fn for every row; returns the row count or -1. */
 typedef void (*row_fn)(void *arg, MYSQL_ROW row, const unsigned long *len);
@@ -603,7 +590,7 @@ static void run_flow(struct fx *fx, const char *url, const char *const *args)
     fx_start_workers(fx);
     long long t0 = tp_mono_ms();
     wait_finished(fx, (uint64_t)n);
-    diag("flow: %d tasks finished in about %lld ms", n, tp_mono_ms() - t0);
+    tp_diag("flow: %d tasks finished in about %lld ms", n, tp_mono_ms() - t0);
 
     /* What the dispatcher says, while the workers are still connected. */
     json_t *stats = tp_daemon_json(&fx->d, "/stats");
@@ -623,7 +610,7 @@ static void run_flow(struct fx *fx, const char *url, const char *const *args)
                                         "attempts = 1 AND result = CONCAT('ok:', task_type, "
                                         "':', payload)");
     if (good != (uint64_t)n)
-        diag("rows not SUCCESSFUL/attempts 1/right result: %" PRIu64,
+        tp_diag("rows not SUCCESSFUL/attempts 1/right result: %" PRIu64,
              (uint64_t)n - (good == TP_TESTDB_U64_ERR ? 0 : good));
     assert_int_equal(good, n);
 
@@ -636,7 +623,7 @@ static void run_flow(struct fx *fx, const char *url, const char *const *args)
     for (size_t i = 1; i < nlog; i++)
         if (fx->log.v[i].id == fx->log.v[i - 1].id) {
             if (dups++ < 5)
-                diag("task %" PRIu64 " ran more than once", fx->log.v[i].id);
+                tp_diag("task %" PRIu64 " ran more than once", fx->log.v[i].id);
         }
     assert_int_equal(dups, 0);
     assert_int_equal(nlog, n);
@@ -663,7 +650,7 @@ static void run_flow(struct fx *fx, const char *url, const char *const *args)
     long long failed = tp_json_int_at(stats, "tasks.failed_total");
     long long buffered = tp_json_int_at(stats, "queue.buffered");
     long long in_flight = tp_json_int_at(stats, "queue.in_flight");
-    diag("/stats: claimed %lld, dispatched %lld, succeeded %lld, failed %lld, buffered %lld, "
+    tp_diag("/stats: claimed %lld, dispatched %lld, succeeded %lld, failed %lld, buffered %lld, "
          "in flight %lld, db statements %lld, claims %lld, write batches %lld",
          claimed, dispatched, succeeded, failed, buffered, in_flight,
          tp_json_int_at(stats, "db.statements_total"), tp_json_int_at(stats, "db.claims_total"),
@@ -691,7 +678,7 @@ static void run_flow(struct fx *fx, const char *url, const char *const *args)
             fail_msg("/workers does not list %s", k->name);
         long long done = json_int_at(o, "completed_total");
         size_t ran = log_count(fx, i);
-        diag("worker %s (types %zu, capacity %u, threads %u): ran %zu, completed_total %lld, "
+        tp_diag("worker %s (types %zu, capacity %u, threads %u): ran %zu, completed_total %lld, "
              "library tasks_completed %" PRIu64,
              k->name, json_array_size(json_object_get(o, "types")), k->capacity, k->threads, ran,
              done, ws[i].tasks_completed);
@@ -791,7 +778,7 @@ static void exec_row_check(void *arg, MYSQL_ROW row, const unsigned long *len)
         snprintf(want, sizeof want, "rejecting %s", payload);
         if (st != 3 || att != 1 || row[5] == NULL || strstr(row[5], want) == NULL) {
             if (c->errors++ < 5)
-                diag("task %s (%s): state %d, attempts %d, err_msg '%s'", row[0], payload, st, att,
+                tp_diag("task %s (%s): state %d, attempts %d, err_msg '%s'", row[0], payload, st, att,
                      row[5] ? row[5] : "NULL");
         } else {
             c->bad++;
@@ -805,7 +792,7 @@ static void exec_row_check(void *arg, MYSQL_ROW row, const unsigned long *len)
         want[i] = (char)(payload[i] >= 'a' && payload[i] <= 'z' ? payload[i] - 32 : payload[i]);
     if (st != 2 || att != 1 || row[4] == NULL || len[4] != n || memcmp(row[4], want, n) != 0) {
         if (c->errors++ < 5)
-            diag("task %s (%s): state %d, attempts %d, result '%s'", row[0], payload, st, att,
+            tp_diag("task %s (%s): state %d, attempts %d, result '%s'", row[0], payload, st, att,
                  row[4] ? row[4] : "NULL");
     } else {
         c->ok++;
@@ -850,7 +837,7 @@ static void test_exec_worker(void **state)
                                 "SELECT task_id, payload, task_state, attempts, result, err_msg "
                                 "FROM task ORDER BY task_id"),
                      n);
-    diag("exec worker: %d succeeded with the right result, %d failed at once, %d wrong", c.ok,
+    tp_diag("exec worker: %d succeeded with the right result, %d failed at once, %d wrong", c.ok,
          c.bad, c.errors);
     assert_int_equal(c.errors, 0);
     assert_int_equal(c.bad, 5);
@@ -906,7 +893,7 @@ static void test_priority_order(void **state)
 
     fx_db(fx, "flow_prio");
     insert_rows(&fx->db, "task_type, task_priority, payload", n, n, prio_row, &seed);
-    diag("priority: %" PRIu64 " HIGH, %" PRIu64 " NORMAL, %" PRIu64 " LOW; %" PRIu64 " of type pa",
+    tp_diag("priority: %" PRIu64 " HIGH, %" PRIu64 " NORMAL, %" PRIu64 " LOW; %" PRIu64 " of type pa",
          tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_priority = 2"),
          tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_priority = 1"),
          tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_priority = 0"),
@@ -919,7 +906,7 @@ static void test_priority_order(void **state)
     long long claims = tp_daemon_stat(&fx->d, "db.claims_total");
     fx_stop_workers(fx);
     fx_daemon_stop(fx);
-    diag("priority: %lld claims", claims);
+    tp_diag("priority: %lld claims", claims);
 
     struct u64v want = {0};
     assert_int_equal(query_each(fx->db.conn, u64v_row, &want,
@@ -995,7 +982,7 @@ static void test_round_robin_share(void **state)
     for (int i = 0; i < nw; i++) {
         long long ran = (long long)log_count(fx, i);
         long long done = json_int_at(w[i], "completed_total");
-        diag("round-robin: worker %s ran %lld (completed_total %lld, delivered_total %lld)",
+        tp_diag("round-robin: worker %s ran %lld (completed_total %lld, delivered_total %lld)",
              fx->wk[i].name, ran, done, json_int_at(w[i], "delivered_total"));
         json_decref(w[i]);
         assert_int_equal(done, ran);
@@ -1090,7 +1077,7 @@ static void uneven(struct fx *fx, const char *scheduler, int batch, char *seq1, 
     json_t *js = worker_json(fx, "busy-S"), *ji = worker_json(fx, "idle-I");
     assert_non_null(js);
     assert_non_null(ji);
-    diag("%s: one at a time 4 tasks went to %s, then %d at once went to %s "
+    tp_diag("%s: one at a time 4 tasks went to %s, then %d at once went to %s "
          "(delivered_total S %lld, I %lld)",
          scheduler, seq1, batch, seq2, json_int_at(js, "delivered_total"),
          json_int_at(ji, "delivered_total"));
@@ -1209,7 +1196,7 @@ static void test_routing(void **state)
                                                   "task_type, ':', payload) AND (" BYTES_EQ("real")
                                                   " OR " BYTES_EQ(UNICODE_TYPE) ")"),
                      nreal + nuni);
-    diag("routing: claimed_total %lld (registered types: %d rows); %d log line(s) about rows of a "
+    tp_diag("routing: claimed_total %lld (registered types: %d rows); %d log line(s) about rows of a "
          "type not asked for",
          claimed, nreal + nuni, tp_daemon_log_count(&fx->d, "type not asked for"));
     assert_int_equal(claimed, nreal + nuni);
@@ -1305,7 +1292,7 @@ static void test_many_types(void **state)
                                                        "WHERE task_state = 0");
     fx_stop_workers(fx);
     fx_daemon_stop(fx);
-    diag("many types: %d types, %d tasks; %s, %" PRIu64 " type(s) with tasks left NEW", ntypes, n,
+    tp_diag("many types: %d types, %d tasks; %s, %" PRIu64 " type(s) with tasks left NEW", ntypes, n,
          drained ? "all finished" : "NOT all finished", left_types);
     if (!drained)
         fail_msg("%" PRIu64 " of %d types, each with a worker, had tasks never claimed within 20 s",
@@ -1375,7 +1362,7 @@ static void test_worker_leaves_mid_flow(void **state)
                      tp_daemon_log_count(&fx->d, "; 0 deliveries taken back");
     uint64_t bad = tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE NOT "
                                                 "(task_state = 2 AND attempts = 1)");
-    diag("leaving workers: %d stopped gracefully mid-flow; requeued_total %lld, failed_total "
+    tp_diag("leaving workers: %d stopped gracefully mid-flow; requeued_total %lld, failed_total "
          "%lld, %d leave(s) with deliveries taken back, %" PRIu64 " task(s) not SUCCESSFUL at "
          "attempt 1",
          stopped, requeued, failed, lost_lines, bad);
@@ -1386,7 +1373,7 @@ static void test_worker_leaves_mid_flow(void **state)
                                      "WHERE NOT (task_state = 2 AND attempts = 1) LIMIT 5") == 0 &&
             (res = mysql_store_result(fx->db.conn)) != NULL) {
             while ((row = mysql_fetch_row(res)) != NULL)
-                diag("  task %s: state %s, attempts %s, err_msg %s", row[0], row[1], row[2],
+                tp_diag("  task %s: state %s, attempts %s, err_msg %s", row[0], row[1], row[2],
                      row[3] ? row[3] : "NULL");
             mysql_free_result(res);
         }
@@ -1446,7 +1433,7 @@ static void test_slow_type_does_not_starve_others(void **state)
     bool drained = wait_sql(&fx->db, (uint64_t)nfast, 20000,
                             "SELECT COUNT(*) FROM task WHERE task_type = 'fast' AND task_state = 2");
     json_t *stats = tp_daemon_json(&fx->d, "/stats");
-    diag("starvation: fast tasks done %" PRIu64 " of %d; claimed_total %lld, queue buffered %lld, "
+    tp_diag("starvation: fast tasks done %" PRIu64 " of %d; claimed_total %lld, queue buffered %lld, "
          "in flight %lld",
          tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_type = 'fast' AND "
                                       "task_state = 2"),
@@ -1579,16 +1566,16 @@ static void test_counted_by_mariadb(void **state)
                            ul + 1, fx->dbuser);
     assert_true(rows > 0);
     double per_task = (double)s.statements / FLOW_TASKS;
-    diag("MariaDB slow log, dispatcher user %s: %ld statements for %d tasks = %.4f per task",
+    tp_diag("MariaDB slow log, dispatcher user %s: %ld statements for %d tasks = %.4f per task",
          fx->dbuser, s.statements, FLOW_TASKS, per_task);
-    diag("  claim SELECTs %ld, claim UPDATEs %ld (rows per claim: mean %.1f, min %ld, max %ld), "
+    tp_diag("  claim SELECTs %ld, claim UPDATEs %ld (rows per claim: mean %.1f, min %ld, max %ld), "
          "result writes %ld, COMMITs %ld, other %ld",
          s.claim_selects, s.claim_updates,
          s.claim_updates ? (double)s.claimed_rows / (double)s.claim_updates : 0.0, s.min_claim,
          s.max_claim, s.writes, s.commits, s.other);
-    diag("  claim UPDATEs matching no row: %ld; matching fewer rows than listed: %ld",
+    tp_diag("  claim UPDATEs matching no row: %ld; matching fewer rows than listed: %ld",
          s.zero_claims, s.short_claims);
-    diag("  Innodb_row_lock_waits: %" PRIu64 " before, %" PRIu64 " after", waits0, waits1);
+    tp_diag("  Innodb_row_lock_waits: %" PRIu64 " before, %" PRIu64 " after", waits0, waits1);
 
     assert_true(per_task < 0.05);
     assert_true(s.claim_updates > 0);
@@ -1682,7 +1669,7 @@ static void test_producer_no_waits(void **state)
     atomic_store(&p.stop, true);
     pthread_join(thr, NULL);
     mysql_close(p.conn);
-    diag("producer: %d rows inserted one by one (%d errors), %d of them while backlog rows were "
+    tp_diag("producer: %d rows inserted one by one (%d errors), %d of them while backlog rows were "
          "still NEW",
          p.inserted, p.errors, p.during_backlog);
     assert_int_equal(p.errors, 0);
@@ -1693,7 +1680,7 @@ static void test_producer_no_waits(void **state)
     fx_stop_workers(fx);
     fx_daemon_stop(fx);
 
-    diag("producer: Innodb_row_lock_waits %" PRIu64 " before, %" PRIu64 " after", waits0, waits1);
+    tp_diag("producer: Innodb_row_lock_waits %" PRIu64 " before, %" PRIu64 " after", waits0, waits1);
     assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE payload LIKE "
                                                   "'prod-%%' AND task_state = 2 AND attempts = 1"),
                      p.inserted);

@@ -20,7 +20,6 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,6 +34,7 @@
 #include "inproc_worker.h"
 #include "sb.h"
 #include "taskpush.h"
+#include "tap.h"
 #include "testdb.h"
 
 #define WAIT_MS 60000
@@ -66,19 +66,6 @@ struct fx {
     int running, max_running; /* max_running since the last reset */
     bool passed;
 };
-
-static void diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void diag(const char *fmt, ...)
-{
-    va_list ap;
-    fputs("# ", stdout);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    fputc('\n', stdout);
-    fflush(stdout);
-}
 
 static int on_task(tp_task *task, void *arg)
 {
@@ -210,7 +197,7 @@ static int post(struct fx *fx, const char *path)
     char *body = NULL;
     int code = tp_http_request(fx->d.admin, "POST", path, &body);
     if (code != 200)
-        diag("POST %s: %d %s", path, code, body ? body : "");
+        tp_diag("POST %s: %d %s", path, code, body ? body : "");
     free(body);
     return code;
 }
@@ -262,11 +249,11 @@ static void test_limits_hold_and_change_at_run_time(void **state)
         tp_sleep_ms(10);
     }
     wait_succeeded(fx, N1);
-    diag("phase 1: at most %lld tasks buffered (bound %d)", max_buffered, BUFFER_BOUND);
+    tp_diag("phase 1: at most %lld tasks buffered (bound %d)", max_buffered, BUFFER_BOUND);
     assert_true(max_buffered <= BUFFER_BOUND);
     size_t per_s = max_per_second(fx, from);
     int peak = phase_peak(fx);
-    diag("phase 1 (concurrency 3, rate 50): at most %d at once, %zu starts in one second (bound %d)", peak,
+    tp_diag("phase 1 (concurrency 3, rate 50): at most %d at once, %zu starts in one second (bound %d)", peak,
          per_s, 100 + JITTER_STARTS);
     assert_in_range(peak, 1, 3);
     assert_true(per_s <= 100 + JITTER_STARTS);
@@ -290,7 +277,7 @@ static void test_limits_hold_and_change_at_run_time(void **state)
     insert_tasks(&fx->db, N2, "two");
     wait_succeeded(fx, N1 + N2);
     peak = phase_peak(fx);
-    diag("phase 2 (concurrency 6): at most %d at once (capacity %d)", peak, CAPACITY);
+    tp_diag("phase 2 (concurrency 6): at most %d at once (capacity %d)", peak, CAPACITY);
     assert_in_range(peak, 4, 6);
 
     /* 3: rate 20 a second, concurrency kept. */
@@ -301,7 +288,7 @@ static void test_limits_hold_and_change_at_run_time(void **state)
     wait_succeeded(fx, NALL);
     per_s = max_per_second(fx, from);
     peak = phase_peak(fx);
-    diag("phase 3 (rate 20): %zu starts in one second (bound %d), at most %d at once", per_s,
+    tp_diag("phase 3 (rate 20): %zu starts in one second (bound %d), at most %d at once", per_s,
          40 + JITTER_STARTS, peak);
     assert_true(per_s <= 40 + JITTER_STARTS);
     assert_true(peak <= 6);

@@ -30,7 +30,6 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -45,6 +44,7 @@
 #include "inproc_worker.h"
 #include "sb.h"
 #include "taskpush.h"
+#include "tap.h"
 #include "testdb.h"
 
 #define WAIT_MS 60000
@@ -83,19 +83,6 @@ struct fx {
     size_t nlog, caplog;
     bool passed;
 };
-
-static void diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void diag(const char *fmt, ...)
-{
-    va_list ap;
-    fputs("# ", stdout);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    fputc('\n', stdout);
-    fflush(stdout);
-}
 
 static size_t log_len(struct fx *fx)
 {
@@ -232,7 +219,7 @@ static void test_high_overtakes_buffer(void **state)
         max_buffered = b > max_buffered ? b : max_buffered;
         max_processing = p > max_processing ? p : max_processing;
     }
-    diag("draining %d slots of %d ms tasks: at most %lld buffered (bound %d), %lld rows PROCESSING "
+    tp_diag("draining %d slots of %d ms tasks: at most %lld buffered (bound %d), %lld rows PROCESSING "
          "(bound %d); --prefetch 1000",
          CAPACITY, SLEEP_MS, max_buffered, BUFFER_BOUND, max_processing, PROCESSING_BOUND);
     assert_true(max_processing >= 1);
@@ -274,7 +261,7 @@ static void test_high_overtakes_buffer(void **state)
     fx->have_daemon = false;
 
     size_t overtaking = hi_pos - before;
-    diag("HIGH task %" PRIu64 " started after %zu LOW/NORMAL starts that followed its INSERT (bound %d);"
+    tp_diag("HIGH task %" PRIu64 " started after %zu LOW/NORMAL starts that followed its INSERT (bound %d);"
          " %" PRIu64 " backlog rows claimed by then",
          high, overtaking, START_BOUND, claimed);
     assert_int_equal(fx->log[hi_pos].priority, 2);

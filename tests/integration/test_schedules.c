@@ -23,7 +23,6 @@
 #include <inttypes.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,6 +33,7 @@
 #include <cmocka.h>
 
 #include "daemon.h"
+#include "tap.h"
 #include "testdb.h"
 
 #define WAIT_MS 20000
@@ -46,19 +46,6 @@ struct fx {
     bool up[2];
     bool passed;
 };
-
-static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void note(const char *fmt, ...)
-{
-    va_list ap;
-    fputs("# ", stdout);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    fputc('\n', stdout);
-    fflush(stdout);
-}
 
 static int setup(void **state)
 {
@@ -253,7 +240,7 @@ static void test_runs_inserted_once_across_failover(void **state)
 
     static int64_t cu[4096], sk[4096];
     size_t ncu = due_times(fx, "beat-catch-up", cu, 4096), nsk = due_times(fx, "beat-skip", sk, 4096);
-    note("catch-up: %zu runs from %" PRId64 " to %" PRId64 "; skip: %zu runs; gap (no dispatcher) %" PRId64
+    tp_diag("catch-up: %zu runs from %" PRId64 " to %" PRId64 "; skip: %zu runs; gap (no dispatcher) %" PRId64
          " to %" PRId64,
          ncu, cu[0], ncu ? cu[ncu - 1] : 0, nsk, gap_start, gap_end);
     /* Catch-up: every due time from T0 to its last, each once. */
@@ -276,7 +263,7 @@ static void test_runs_inserted_once_across_failover(void **state)
         assert_true(has(cu, ncu, d));
         skipped++;
     }
-    note("skip: %d due times inside the gap skipped (and caught up by the other)", skipped);
+    tp_diag("skip: %d due times inside the gap skipped (and caught up by the other)", skipped);
     assert_true(skipped >= 2);
     assert_true(has(sk, nsk, last));
     /* 'minutely' (cron): only on minute boundaries, each once. */
