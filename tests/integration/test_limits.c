@@ -128,21 +128,11 @@ static void insert_tasks(tp_testdb *db, int n, const char *tag)
 static void start_workers(struct fx *fx)
 {
     for (int i = 0; i < NWORKERS; i++) {
-        tp_worker_options o;
-        tp_error err;
         char name[32];
         snprintf(name, sizeof name, "lim-%d", i);
-        tp_worker_options_init(&o);
-        o.addresses = fx->d.listen;
-        o.name = name;
-        o.capacity = WORKER_CAPACITY;
-        o.threads = WORKER_CAPACITY;
-        fx->w[i] = tp_worker_new(&o, &err);
-        if (!fx->w[i])
-            fprintf(stderr, "tp_worker_new: %s\n", err.text);
+        fx->w[i] = tp_inproc_start_one(&fx->run[i], fx->d.listen, name, WORKER_CAPACITY, "lim",
+                                       on_task, fx);
         assert_non_null(fx->w[i]);
-        assert_int_equal(tp_worker_add_type(fx->w[i], "lim", on_task, fx), 0);
-        assert_int_equal(tp_inproc_start(&fx->run[i], fx->w[i]), 0);
     }
 }
 

@@ -1,6 +1,7 @@
 /* inproc_worker: in-process workers and gates (see inproc_worker.h). */
 #include "inproc_worker.h"
 
+#include <stdio.h>
 #include <time.h>
 
 static void *inproc_main(void *arg)
@@ -94,4 +95,27 @@ int tp_gate_waiting(tp_gate *g)
     int n = g->waiting;
     pthread_mutex_unlock(&g->mu);
     return n;
+}
+
+tp_worker *tp_inproc_start_one(tp_inproc *p, const char *addresses, const char *name,
+                               unsigned capacity, const char *type, tp_handler fn, void *arg)
+{
+    tp_worker_options o;
+    tp_error err;
+    tp_worker_options_init(&o);
+    o.addresses = addresses;
+    o.name = name;
+    o.capacity = capacity;
+    o.threads = capacity;
+    tp_worker *w = tp_worker_new(&o, &err);
+    if (!w) {
+        fprintf(stderr, "tp_worker_new: %s\n", err.text);
+        return NULL;
+    }
+    if (tp_worker_add_type(w, type, fn, arg) != 0 || tp_inproc_start(p, w) != 0) {
+        fprintf(stderr, "%s: cannot add type %s or start its thread\n", name, type);
+        tp_worker_free(w);
+        return NULL;
+    }
+    return w;
 }

@@ -23,6 +23,12 @@ typedef struct tp_inproc {
  * when the thread could not be made. */
 int tp_inproc_start(tp_inproc *p, tp_worker *w);
 
+/* The common case in one call: a worker named name on addresses, capacity slots each run
+ * on a thread of its own, serving one type with fn(arg), started on p. Returns the
+ * worker (the test frees it), or NULL after a message on stderr. */
+tp_worker *tp_inproc_start_one(tp_inproc *p, const char *addresses, const char *name,
+                               unsigned capacity, const char *type, tp_handler fn, void *arg);
+
 /* Waits for the thread (after a tp_worker_stop) and returns tp_worker_run's result;
  * 0 when it was not running. Does not free the worker. */
 int tp_inproc_join(tp_inproc *p);
