@@ -57,6 +57,8 @@ static const opt_def option_table[] = {
      "most deliveries one worker may hold at once; a larger HELLO capacity is cut to it"},
     {"max-connections", OPT_INT, F(max_connections), "10000", 1, 1000000, "N",
      "most worker connections at once; more are closed on accept"},
+    {"max-failed-handshakes", OPT_INT, F(max_failed_handshakes), "200", 0, 1000000, "N",
+     "connections closed before HELLO was accepted, per second, beyond which accepting pauses; 0: no limit"},
     {"max-types-per-worker", OPT_INT, F(max_types_per_worker), "64", 1, PROTO_MAX_TYPES, "N",
      "most task types one worker may register"},
     {"max-types", OPT_INT, F(max_types), "10000", 1, 1000000, "N",

@@ -56,6 +56,7 @@ typedef struct dsp_config {
     int64_t max_frame;       /* largest frame body accepted from a worker */
     int64_t max_capacity;    /* a HELLO's capacity is cut to this */
     int64_t max_connections; /* worker connections at once */
+    int64_t max_failed_handshakes; /* per second; more pause the listener (0: no limit) */
     int64_t max_types_per_worker;
     int64_t max_types;       /* distinct types held by all workers */
     int64_t max_timeouts;    /* consecutive lease expiries before a worker is dropped */

@@ -216,6 +216,9 @@ void dsp_conn_free(dsp_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     srv->nconns--;
+    srv->closed_since_trim++;
+    if (!c->welcomed)
+        dsp_server_handshake_failed(srv);
     bufferevent_free(c->bev);
     event_free(c->free_ev);
     free(c->name);
@@ -355,6 +358,7 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
     conn_send_msg(c, &w);
 
     conn_set_state(c, DSP_CONN_ACTIVE);
+    c->welcomed = true;
     /* Authenticated: frames up to --max-frame may come now. */
     bufferevent_setwatermark(c->bev, EV_READ, 0, (size_t)cfg->max_frame + PROTO_LEN_PREFIX + 65536);
     c->slots.accepting = !srv->draining;

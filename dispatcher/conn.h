@@ -53,6 +53,7 @@ struct dsp_conn {
     uint64_t delivered_total;
     uint32_t timeouts_in_row;  /* lease expiries since its last DONE (--max-timeouts) */
     bool refund;               /* on close, its deliveries are taken back uncharged */
+    bool welcomed;             /* its HELLO was accepted (else its end is a failed handshake) */
     int64_t frame_started_ms;  /* when the bytes now waiting in the input began, or the last
                                 * whole frame after them: a half frame must complete in time */
     int64_t out_progress_ms;   /* the output was last empty or drained by the peer then */

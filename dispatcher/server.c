@@ -15,6 +15,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -38,6 +39,9 @@
 /* The listener's back-off after accept() failed for lack of descriptors or memory. */
 #define ACCEPT_BACKOFF_MIN_MS 10
 #define ACCEPT_BACKOFF_MAX_MS 1000
+
+/* --max-failed-handshakes is enforced per window of this length (a tenth of it each). */
+#define FAILED_HANDSHAKE_WINDOW_MS 100
 
 int64_t dsp_now_us(void)
 {
@@ -462,13 +466,13 @@ static void note_table_types(dsp_server *srv, int64_t now)
  * keeps freed memory in its arenas otherwise. Runs at most once a second. */
 static void trim_after_burst(dsp_server *srv)
 {
-    if (srv->nconns > srv->conns_peak)
-        srv->conns_peak = srv->nconns;
-    if (srv->conns_peak >= srv->nconns + TRIM_AFTER_CLOSED) {
+    /* Counted at each close rather than sampled here: a flood's connections come and go
+     * within a second, and their buffers would otherwise stay in the heap. */
+    if (srv->closed_since_trim >= TRIM_AFTER_CLOSED) {
 #ifdef __GLIBC__
         malloc_trim(0);
 #endif
-        srv->conns_peak = srv->nconns;
+        srv->closed_since_trim = 0;
     }
 }
 
@@ -657,6 +661,67 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 
 /* ---- set-up ---- */
 
+/* A flood of connections that never become sessions (garbage, slowloris, wrong token)
+ * costs the kernel's TCP work for every connect even when taskpushd drops them at
+ * once, and on a small machine that comes out of the honest workers' share. Past
+ * --max-failed-handshakes a second, accepts are rationed to that rate for the next
+ * second: the listener pauses until the window ends, new connections wait in the
+ * backlog and, once it is full, a flooder's connects stall in SYN retries. Sessions
+ * already open are untouched. */
+static int64_t handshake_window_now(dsp_server *srv, int64_t now)
+{
+    int64_t window = now / FAILED_HANDSHAKE_WINDOW_MS;
+    if (window != srv->handshake_window) {
+        srv->handshake_window = window;
+        srv->failed_handshakes = 0;
+        srv->accepts_in_window = 0;
+    }
+    return window;
+}
+
+static int64_t handshakes_per_window(const dsp_server *srv)
+{
+    return (srv->cfg->max_failed_handshakes * FAILED_HANDSHAKE_WINDOW_MS + 999) / 1000;
+}
+
+static void pause_accepting_for_window(dsp_server *srv, int64_t window, int64_t now)
+{
+    evconnlistener_disable(srv->listener);
+    int64_t left_ms = (window + 1) * FAILED_HANDSHAKE_WINDOW_MS - now;
+    struct timeval tv = {0, (suseconds_t)(left_ms * 1000)};
+    evtimer_add(srv->accept_retry_ev, &tv);
+}
+
+void dsp_server_handshake_failed(dsp_server *srv)
+{
+    if (srv->cfg->max_failed_handshakes <= 0 || !srv->listener || srv->draining)
+        return;
+    int64_t now = dsp_now_ms();
+    int64_t window = handshake_window_now(srv, now);
+    if (++srv->failed_handshakes != handshakes_per_window(srv) + 1)
+        return;
+    if (srv->flood_until_window < window) {
+        srv->conn_stats.handshake_pauses_total++;
+        log_limited(&srv->log, &srv->peer_log, now, DSP_LOG_WARN,
+                    "more than %" PRId64 " connections a second closed before HELLO; "
+                    "accepting at most that many a second",
+                    srv->cfg->max_failed_handshakes);
+    }
+    srv->flood_until_window = window + 1000 / FAILED_HANDSHAKE_WINDOW_MS;
+    pause_accepting_for_window(srv, window, now);
+}
+
+/* Under a flood, at most a window's ration of accepts, then a pause to the window's end. */
+static void ration_accepts(dsp_server *srv)
+{
+    if (srv->cfg->max_failed_handshakes <= 0 || srv->draining)
+        return;
+    int64_t now = dsp_now_ms();
+    int64_t window = handshake_window_now(srv, now);
+    if (window <= srv->flood_until_window && ++srv->accepts_in_window >= handshakes_per_window(srv))
+        pause_accepting_for_window(srv, window, now);
+}
+
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
                       void *arg)
 {
@@ -671,6 +736,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
                     "connection refused: --max-connections reached");
         return;
     }
+    ration_accepts(srv);
     dsp_conn_accept(srv, fd, sa, salen);
 }
 

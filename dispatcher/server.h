@@ -96,7 +96,7 @@ struct dsp_server {
 
     dsp_conn *conns;           /* every connection, HELLO done or not */
     size_t nconns;
-    size_t conns_peak;         /* most connections since the last malloc_trim */
+    size_t closed_since_trim;  /* connections freed since the last malloc_trim */
     size_t nworkers;           /* connections past HELLO */
     uint64_t next_conn_id;
     dsp_type *types;
@@ -112,6 +112,10 @@ struct dsp_server {
 
     struct event *accept_retry_ev; /* re-enables the listener after EMFILE and friends */
     int64_t accept_backoff_ms;
+    int64_t handshake_window;      /* which FAILED_HANDSHAKE_WINDOW_MS window the counts are of */
+    int64_t failed_handshakes;     /* in that window */
+    int64_t accepts_in_window;     /* in that window */
+    int64_t flood_until_window;    /* accepts are rationed up to this window (a flood was seen) */
     dsp_log_limit peer_log;        /* lines about peers: connections, HELLOs, bad frames */
     dsp_taskmap tasks;
     uint64_t next_seq;
@@ -190,6 +194,9 @@ void dsp_server_types_free(dsp_server *srv);
 void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t outcome,
                           uint32_t retry_after_ms, const uint8_t *data, size_t len);
 void dsp_server_kick(dsp_server *srv); /* schedule a dispatch pass */
+/* A connection ended before its HELLO was accepted (refused, malformed, silent, or
+ * closed by the peer): past --max-failed-handshakes a second, accepting pauses. */
+void dsp_server_handshake_failed(dsp_server *srv);
 
 /* Called by dispatch.c. */
 /* A delivery was lost (worker gone, lease expired): deliver again, or fail the

@@ -39,6 +39,7 @@
     X(frames_out_total, "frames sent")                                                       \
     X(refused_total, "connections closed on accept: --max-connections reached")             \
     X(accept_errors_total, "accept() failures such as EMFILE (the listener backs off)")     \
+    X(handshake_pauses_total, "pauses of accepting past --max-failed-handshakes a second")   \
     X(timeouts_dropped_total, "workers dropped after --max-timeouts lease expiries in a row")\
     X(stalled_total, "connections dropped for a half frame or an unread output")           \
     X(dispatch_throttled_total, "dispatch passes held back by --max-unwritten")

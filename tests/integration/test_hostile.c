@@ -592,6 +592,38 @@ static void test_max_connections(void **state)
     fx->passed = true;
 }
 
+static bool closed_from(const struct fx *fx, int first)
+{
+    for (int i = first; i < fx->npeers; i++)
+        if (!fx->peers[i].closed)
+            return false;
+    return true;
+}
+
+/* Connections closed before HELLO cost the kernel's TCP work for each connect even when
+ * dropped at once; past --max-failed-handshakes a second accepting pauses, and the
+ * sessions already open keep working through it. */
+static void test_failed_handshakes_pause(void **state)
+{
+    struct fx *fx = *state;
+    const char *args[] = {"--heartbeat-ms", "1000", "--poll-ms", "20", "--max-failed-handshakes", "50",
+                          NULL};
+    start(fx, "hostile_hsflood", args);
+    insert_tasks(fx, "t", 100, 10);
+    honest(fx, "t", 8);
+    int first = fx->npeers;
+    static const uint8_t garbage[8] = {0, 0, 0, 4, 0x7f, 1, 2, 3}; /* an unknown frame type */
+    for (int i = 0; i < 120; i++)
+        peer_send(peer_open(fx, ROLE_IDLE), garbage, sizeof garbage);
+    if (!PUMP_UNTIL(fx, closed_from(fx, first)))
+        fail_msg("120 connections sending garbage before HELLO were not all closed");
+    assert_true(stat_of(fx, "connections.handshake_pauses_total") >= 1);
+    assert_true(PUMP_UNTIL(fx, count_rows(fx, "t", 2) == 100));
+    /* The pause ends: a new worker is welcomed. */
+    honest(fx, "t", 1);
+    fx->passed = true;
+}
+
 static void test_half_frame(void **state)
 {
     struct fx *fx = *state;
@@ -871,7 +903,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
         T(test_capacity_wrap),   T(test_bad_types),      T(test_types_freed),
-        T(test_pre_hello_frame), T(test_max_connections), T(test_half_frame),
+        T(test_pre_hello_frame), T(test_max_connections), T(test_failed_handshakes_pause),
+        T(test_half_frame),
         T(test_unread_output),   T(test_accept_emfile),  T(test_blackhole),
         T(test_orphaned_type),   T(test_locked_row),     T(test_unwritten_bound),
         T(test_admin_pause_types_bounded), T(test_rss_bounded),
