@@ -73,6 +73,8 @@
 #define RECOVERY_WAIT_MS 60000 /* longest wait for the first completion after a restart */
 #define STOP_WAIT_MS 15000
 
+#define MAX_TPD_ARGS 4
+
 typedef struct chaos_opts {
     long tasks;
     int dkills, wkills, dbrestarts;
@@ -85,6 +87,8 @@ typedef struct chaos_opts {
     int before_s, during_s, after_s, rounds;
     unsigned seed;
     bool keep;
+    const char *tpd_args[MAX_TPD_ARGS]; /* --taskpushd-arg, e.g. to compare a limit's setting */
+    int ntpd_args;
 } chaos_opts;
 
 typedef struct wproc {
@@ -443,7 +447,10 @@ static int worker_start(struct chaos *c, int i)
 
 static int daemon_start(struct chaos *c)
 {
-    const char *extra[] = {"--heartbeat-ms", "200", "--listen", c->listen[0] ? c->listen : "127.0.0.1:0", NULL};
+    const char *extra[5 + MAX_TPD_ARGS] = {"--heartbeat-ms", "200", "--listen",
+                                           c->listen[0] ? c->listen : "127.0.0.1:0"};
+    for (int i = 0; i < c->o.ntpd_args; i++)
+        extra[4 + i] = c->o.tpd_args[i];
     if (tp_daemon_start(&c->d, c->db.url, extra) != 0)
         return -1;
     c->daemon_started = true;
@@ -1250,6 +1257,7 @@ static int usage(FILE *f, int rc)
             "usage: chaos [--short] [--tasks N] [--dispatcher-kills N] [--worker-kills N] [--db-restarts N]\n"
             "             [--no-partition] [--attack N] [--hostile KIND,...|all] [--types K] [--workers W]\n"
             "             [--rate R] [--deadline-s S] [--seed S] [--keep] [--attack-rounds R]\n"
+            "             [--taskpushd-arg A]... (up to 4: one more argument for taskpushd each)\n"
             "Needs the environment of `eval \"$(scripts/tp-mariadb start DIR)\"`. Hostile kinds:");
     for (int k = 0; k < CHAOS_NKINDS; k++)
         fprintf(f, " %s", chaos_kind_name(k));
@@ -1270,7 +1278,7 @@ static long parse_num(const char *s, long lo, long hi, bool *ok)
 static int parse_args(int argc, char **argv, chaos_opts *o)
 {
     enum { O_SHORT = 1, O_TASKS, O_DK, O_WK, O_DB, O_NOPART, O_PART, O_ATTACK, O_HOSTILE, O_TYPES,
-           O_WORKERS, O_DEADLINE, O_SEED, O_RATE, O_KEEP, O_ROUNDS, O_HELP };
+           O_WORKERS, O_DEADLINE, O_SEED, O_RATE, O_KEEP, O_ROUNDS, O_TPD_ARG, O_HELP };
     static const struct option longopts[] = {
         {"short", no_argument, NULL, O_SHORT},
         {"tasks", required_argument, NULL, O_TASKS},
@@ -1288,6 +1296,7 @@ static int parse_args(int argc, char **argv, chaos_opts *o)
         {"rate", required_argument, NULL, O_RATE},
         {"keep", no_argument, NULL, O_KEEP},
         {"attack-rounds", required_argument, NULL, O_ROUNDS},
+        {"taskpushd-arg", required_argument, NULL, O_TPD_ARG},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -1360,6 +1369,12 @@ static int parse_args(int argc, char **argv, chaos_opts *o)
             break;
         case O_KEEP:
             o->keep = true;
+            break;
+        case O_TPD_ARG:
+            if (o->ntpd_args == MAX_TPD_ARGS || !*optarg)
+                ok = false;
+            else
+                o->tpd_args[o->ntpd_args++] = optarg;
             break;
         case O_HELP:
             exit(usage(stdout, 0));
