@@ -28,6 +28,9 @@ const size_t bench_ndesigns = sizeof bench_designs / sizeof bench_designs[0];
 
 #define DEFAULT_N 200000u
 #define DEFAULT_N_POLL 10000u
+/* The polling designs crawl at K >= 64 (100-400 tasks/s: a run of 10,000 rows took
+ * 30 s to 3 min each); 2,000 rows still take several seconds there. */
+#define DEFAULT_N_POLL_LARGE_K 2000u
 #define QUICK_N 2000u
 #define QUICK_N_POLL 400u
 /* The modes beyond the drain: full size, and --quick's. */
@@ -92,7 +95,8 @@ static void usage(FILE *f)
         "                    skiplocked-10, ceiling, taskpush-rr, taskpush-ll (default all)\n"
         "  --k LIST          clients or workers, comma-separated (default 4,16,64,256)\n"
         "  --n N             tasks per run for taskpush and the ceiling (default %u)\n"
-        "  --n-poll N        tasks per run for the polling designs (default %u, at most N)\n"
+        "  --n-poll N        tasks per run for the polling designs (default %u, and %u at\n"
+        "                    K >= %u; given, at every K; at most N)\n"
         "  --repeat R        interleaved rounds; each figure is the median (default 3)\n"
         "  --capacity C      taskpush: capacity of each worker (default 16)\n"
         "  --flat            taskpush: total capacity %u at every K (capacity %u/K)\n"
@@ -121,7 +125,8 @@ static void usage(FILE *f)
         "  --connections C   connections: idle workers (default %u)\n"
         "  --backlog-rows N  backlog: NEW rows waiting (default %u)\n"
         "  --quick           with a mode: K=%u, P=%u, %u s, %u connections, %u rows, N=%u\n",
-        DEFAULT_N, DEFAULT_N_POLL, BENCH_FLAT_SLOTS, BENCH_FLAT_SLOTS, BENCH_MAX_TPD_ARGS, QUICK_N,
+        DEFAULT_N, DEFAULT_N_POLL, DEFAULT_N_POLL_LARGE_K, BENCH_LARGE_K, BENCH_FLAT_SLOTS,
+        BENCH_FLAT_SLOTS, BENCH_MAX_TPD_ARGS, QUICK_N,
         QUICK_N_POLL, MODE_K, DEFAULT_PRODUCERS, DEFAULT_SECONDS, DEFAULT_INTERVAL_MS, DEFAULT_CONNECTIONS,
         DEFAULT_BACKLOG, QUICK_MODE_K, QUICK_PRODUCERS, QUICK_SECONDS, QUICK_CONNECTIONS,
         QUICK_BACKLOG, QUICK_N);
@@ -283,6 +288,9 @@ static void apply_defaults(bench_opts *o, bool quick, bool set_k, bool set_n, bo
         o->n_poll = quick ? QUICK_N_POLL : DEFAULT_N_POLL;
     if (o->n_poll > o->n)
         o->n_poll = o->n;
+    o->n_poll_large_k = o->n_poll;
+    if (!set_np && o->n_poll_large_k > DEFAULT_N_POLL_LARGE_K)
+        o->n_poll_large_k = DEFAULT_N_POLL_LARGE_K;
     if (!set_r)
         o->repeat = quick ? 1 : 3;
     o->quick = quick;
@@ -475,6 +483,7 @@ static void print_header(const bench_opts *o, MYSQL *admin)
     json_object_set_new(h, "server", bench_db_settings(admin));
     json_object_set_new(h, "n", json_integer((json_int_t)o->n));
     json_object_set_new(h, "n_poll", json_integer((json_int_t)o->n_poll));
+    json_object_set_new(h, "n_poll_large_k", json_integer((json_int_t)o->n_poll_large_k));
     json_object_set_new(h, "repeat", json_integer(o->repeat));
     json_object_set_new(h, "capacity", o->flat ? json_string("flat") : json_integer(o->capacity));
     json_object_set_new(h, "taskpushd", json_string(o->taskpushd));
@@ -551,7 +560,7 @@ static void run_one(bench_ctx *ctx, const bench_design *d, unsigned k, unsigned 
     memset(r, 0, sizeof *r);
     r->design = d->name;
     r->k = d->single ? 1 : k;
-    r->n = d->polling ? o->n_poll : o->n;
+    r->n = !d->polling ? o->n : k >= BENCH_LARGE_K ? o->n_poll_large_k : o->n_poll;
     r->round = round;
     r->db_cpu_s = r->tpd_cpu_s = -1;
     r->tpd_rss_kb = -1;
@@ -623,7 +632,8 @@ static void print_table(const bench_opts *o, const bench_run *runs, size_t nruns
         printf("\n");
     }
     printf("\nMedian tasks/s of %u round(s), verified runs only; N=%" PRIu64 " (polling designs %"
-           PRIu64 "), taskpush capacity %s.\n", o->repeat, o->n, o->n_poll,
+           PRIu64 ", %" PRIu64 " at K >= %u), taskpush capacity %s.\n", o->repeat, o->n, o->n_poll,
+           o->n_poll_large_k, BENCH_LARGE_K,
            o->flat ? "1024/K per worker" : "per worker as --capacity");
 }
 

@@ -32,6 +32,7 @@
 #define BENCH_FLAT_SLOTS 1024u     /* total capacity kept by --flat */
 #define BENCH_WHY_LEN 256
 #define BENCH_MAX_TPD_ARGS 8       /* --taskpushd-arg */
+#define BENCH_LARGE_K 64           /* from here the polling designs drain fewer rows */
 
 /* Where the database server is. */
 typedef struct bench_dbconf {
@@ -68,6 +69,7 @@ typedef struct bench_opts {
     int nks;
     uint64_t n;       /* rows for taskpush and the ceiling */
     uint64_t n_poll;  /* rows for the polling designs */
+    uint64_t n_poll_large_k; /* ... at K >= BENCH_LARGE_K: they run at 100 tasks/s there */
     unsigned repeat;
     unsigned capacity;
     bool flat;
