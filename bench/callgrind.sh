@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # callgrind.sh: the instructions taskpushd spends per task, a regression figure that the
 # machine's load does not move (valgrind counts instructions, not time). Runs two drains
-# of no-op tasks (taskpush-ll, K=16, capacity 16) with taskpushd under
+# of no-op tasks (taskpush-ll, K=16 of capacity 16 unless told) with taskpushd under
 # `valgrind --tool=callgrind` on a private MariaDB, and prints for each thread and in all
 #   (Ir(N2) - Ir(N1)) / (N2 - N1)
 # the instructions one more task costs, with start-up, shutdown and the idle ticks of
 # the two runs cancelling out (the longer run idles a few seconds more; that is about
 # 100 instructions a task).
-#   bench/callgrind.sh              N1 = 10000, N2 = 30000
-#   bench/callgrind.sh 20000 60000
-# Needs valgrind (apt-get install valgrind). Takes about two minutes.
+#   bench/callgrind.sh                    N1 = 10000, N2 = 30000, K = 16, capacity 16
+#   bench/callgrind.sh 20000 60000 256 4  N1, N2, K workers of capacity C
+# Needs valgrind (apt-get install valgrind). Takes under a minute. CALLGRIND_KEEP=1 keeps
+# the profiles (one file per thread) for callgrind_annotate.
 set -euo pipefail
 n1=${1:-10000}
 n2=${2:-30000}
+k=${3:-16}
+cap=${4:-16}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TASKPUSH_BUILD_DIR:-$root/build}
 cd "$root"
@@ -24,7 +27,11 @@ ninja -C "$build" -j2 bench/taskpush-bench dispatcher/taskpushd >/dev/null
 work=$(mktemp -d "${TMPDIR:-/tmp}/taskpush-callgrind.XXXXXX")
 cleanup() {
   scripts/tp-mariadb stop "$work/db" >/dev/null 2>&1 || true
-  rm -rf "$work"
+  if [ -n "${CALLGRIND_KEEP:-}" ]; then
+    echo "callgrind.sh: the profiles are in $work (callgrind_annotate FILE)"
+  else
+    rm -rf "$work"
+  fi
 }
 trap cleanup EXIT
 eval "$(scripts/tp-mariadb start "$work/db")"
@@ -38,7 +45,7 @@ EOF
 chmod +x "$work/taskpushd"
 
 for n in "$n1" "$n2"; do
-  CG_RUN=$n "$build/bench/taskpush-bench" --design taskpush-ll --k 16 --capacity 16 --n "$n" \
+  CG_RUN=$n "$build/bench/taskpush-bench" --design taskpush-ll --k "$k" --capacity "$cap" --n "$n" \
     --repeat 1 --taskpushd "$work/taskpushd" --json-only >"$work/bench.$n.json"
   grep -q '"verified":true' "$work/bench.$n.json" || {
     echo "callgrind.sh: the drain of $n tasks failed verification" >&2
@@ -47,31 +54,43 @@ for n in "$n1" "$n2"; do
   }
 done
 
-python3 - "$work" "$n1" "$n2" <<'EOF'
+python3 - "$work" "$n1" "$n2" "$k" "$cap" <<'EOF'
 import glob, os, re, sys
-work, n1, n2 = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+work, n1, n2, k, cap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+
+# A thread is named by the start function of taskpushd's that appears in its file.
+STARTS = [("dsp_dbi_claim_main", "claim"), ("half_main", "claim helper"),
+          ("dsp_dbi_write_main", "write"), ("dsp_dbi_lease_main", "lease"),
+          ("dsp_dbi_stats_main", "stats"), ("dsp_dbi_sched_main", "schedule"),
+          ("submit_main", "submit")]
 
 def per_thread(n):
-    """{thread number: instructions} of the run of n tasks (one file per thread)."""
+    """{thread name: instructions} of the run of n tasks (one file per thread)."""
     out = {}
     for path in glob.glob(os.path.join(work, "out.%d.*" % n)):
         m = re.search(r"-(\d+)$", path)
+        total, name = 0, None
         with open(path) as f:
             for line in f:
+                if name is None and line.startswith(("fn=", "cfn=")):
+                    for fn, label in STARTS:
+                        if re.match(r"c?fn=\(\d+\) %s$" % fn, line.strip()):
+                            name = label
                 if line.startswith("totals:") or line.startswith("summary:"):
-                    out[int(m.group(1)) if m else 1] = int(line.split()[1])
-                    break
+                    total = int(line.split()[1])
+        if name is None:
+            name = "event loop" if m is None or int(m.group(1)) == 1 else "thread %s" % m.group(1)
+        out[name] = out.get(name, 0) + total
     return out
 
 a, b = per_thread(n1), per_thread(n2)
-# Threads start in the same order in both runs: 1 is the event loop, then the database
-# threads as dispatcher/db.c starts them.
-print("taskpushd instructions per task (callgrind, taskpush-ll K=16, N = %d and %d)" % (n1, n2))
+print("taskpushd instructions per task (callgrind, taskpush-ll K=%s of capacity %s, N = %d and %d)"
+      % (k, cap, n1, n2))
 print("| thread | Ir, N=%d | Ir, N=%d | Ir per task |" % (n1, n2))
 print("|---|---|---|---|")
-for t in sorted(set(a) | set(b)):
+for t in sorted(set(a) | set(b), key=lambda t: -(b.get(t, 0) - a.get(t, 0))):
     ia, ib = a.get(t, 0), b.get(t, 0)
-    print("| %d%s | %d | %d | %.0f |" % (t, " (event loop)" if t == 1 else "", ia, ib, (ib - ia) / (n2 - n1)))
+    print("| %s | %d | %d | %.0f |" % (t, ia, ib, (ib - ia) / (n2 - n1)))
 ta, tb = sum(a.values()), sum(b.values())
 print("| all | %d | %d | %.0f |" % (ta, tb, (tb - ta) / (n2 - n1)))
 EOF

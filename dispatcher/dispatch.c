@@ -66,6 +66,72 @@ int dsp_sched_pick(int policy, dsp_sched_slots *const *ws, size_t n, size_t *cur
     return best;
 }
 
+/* ---- least-loaded over many workers ---- */
+
+static bool ll_less(const dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t n, uint32_t a, uint32_t b)
+{
+    const dsp_sched_slots *sa = ws[a], *sb = ws[b];
+    uint64_t la = (uint64_t)sa->in_flight * sb->capacity, lb = (uint64_t)sb->in_flight * sa->capacity;
+    if (la != lb)
+        return la < lb;
+    return (a + n - h->base) % n < (b + n - h->base) % n;
+}
+
+static void ll_sift_down(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t n, size_t i)
+{
+    uint32_t *x = h->idx;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n && ll_less(h, ws, n, x[l], x[m]))
+            m = l;
+        if (r < h->n && ll_less(h, ws, n, x[r], x[m]))
+            m = r;
+        if (m == i)
+            return;
+        uint32_t tmp = x[i];
+        x[i] = x[m];
+        x[m] = tmp;
+        i = m;
+    }
+}
+
+int dsp_ll_build(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t n, size_t cursor)
+{
+    if (n > UINT32_MAX)
+        return -1;
+    if (h->cap < n) {
+        uint32_t *idx = realloc(h->idx, n * sizeof *idx);
+        if (!idx)
+            return -1;
+        h->idx = idx;
+        h->cap = n;
+    }
+    h->base = n ? cursor % n : 0;
+    h->n = 0;
+    for (size_t i = 0; i < n; i++)
+        if (dsp_sched_has_room(ws[i]))
+            h->idx[h->n++] = (uint32_t)i;
+    for (size_t i = h->n / 2; i-- > 0;)
+        ll_sift_down(h, ws, n, i);
+    return 0;
+}
+
+int dsp_ll_pick(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t n, size_t *cursor)
+{
+    while (h->n > 0) {
+        /* The last pick was the root, and its load may have grown since: sifting the
+         * root down restores the order (nothing else changed). */
+        ll_sift_down(h, ws, n, 0);
+        uint32_t r = h->idx[0];
+        if (dsp_sched_has_room(ws[r])) {
+            *cursor = (size_t)r + 1;
+            return (int)r;
+        }
+        h->idx[0] = h->idx[--h->n]; /* full: out until the next build */
+    }
+    return -1;
+}
+
 /* ---- the rate limit's token bucket ---- */
 
 static uint64_t bucket_burst(uint32_t rate)
@@ -272,6 +338,7 @@ void dsp_dispatch_worker_joined(dsp_server *srv, dsp_conn *c)
         ty->orphaned_ms = 0;
     }
     srv->nworkers++;
+    srv->sched_gen++;
     if (c->slots.accepting)
         room_changed(srv, c, free_slots(c));
     /* New room, maybe new types: claim soon, but at most once per --poll-ms for joins,
@@ -298,6 +365,7 @@ void dsp_dispatch_worker_left(dsp_server *srv, dsp_conn *c, bool refund)
             }
     }
     srv->nworkers--;
+    srv->sched_gen++;
     for (dsp_task *t = c->inflight, *next; t; t = next) {
         next = t->next;
         dsp_dispatch_inflight_del(c, t, DSP_SLOT_KEEP); /* every slot is dropped below */
@@ -401,12 +469,39 @@ static bool too_many_unwritten(dsp_server *srv)
     return true;
 }
 
+/* Least-loaded with many workers goes through the type's heap, rebuilt at each pass
+ * (sched_gen moves at each pass, join and leave); a delivery to a worker that also serves
+ * other types makes their heaps stale (ll_dirty_others). */
+#define LL_HEAP_MIN_WORKERS 8
+
+static int pick_worker(dsp_server *srv, dsp_type *ty)
+{
+    if (srv->cfg->scheduler != DSP_SCHED_LEAST_LOADED || ty->nworkers < LL_HEAP_MIN_WORKERS)
+        return dsp_sched_pick(srv->cfg->scheduler, ty->workers, ty->nworkers, &ty->cursor);
+    if (ty->ll.gen != srv->sched_gen) {
+        if (dsp_ll_build(&ty->ll, ty->workers, ty->nworkers, ty->cursor) < 0)
+            return dsp_sched_pick(srv->cfg->scheduler, ty->workers, ty->nworkers, &ty->cursor);
+        ty->ll.gen = srv->sched_gen;
+    }
+    return dsp_ll_pick(&ty->ll, ty->workers, ty->nworkers, &ty->cursor);
+}
+
+static void ll_dirty_others(dsp_conn *c, const dsp_type *ty)
+{
+    if (c->ntypes < 2)
+        return;
+    for (size_t i = 0; i < c->ntypes; i++)
+        if (c->types[i] != ty)
+            c->types[i]->ll.gen = 0;
+}
+
 void dsp_dispatch_run(dsp_server *srv)
 {
     if (!srv->busy_types || srv->room == 0 || too_many_unwritten(srv))
         return;
     /* One clock read per pass: the deliveries of a pass are microseconds apart. */
     int64_t pass_us = dsp_now_us(), now = pass_us / 1000;
+    srv->sched_gen++;
     for (;;) {
         /* The type whose next task comes first (the highest priority, then the lowest
          * seq), among types with room.
@@ -425,7 +520,7 @@ void dsp_dispatch_run(dsp_server *srv)
         }
         if (!best)
             break;
-        int i = dsp_sched_pick(srv->cfg->scheduler, best->workers, best->nworkers, &best->cursor);
+        int i = pick_worker(srv, best);
         if (i < 0) {
             log_error(&srv->log, "type %s counts room %llu but no worker has a free slot", best->name,
                       (unsigned long long)best->room);
@@ -443,6 +538,7 @@ void dsp_dispatch_run(dsp_server *srv)
         dsp_task *t = dsp_dispatch_dequeue(srv, best);
         srv->nbuffered--;
         t->delivered_us = pass_us;
+        ll_dirty_others(c, best);
         dsp_conn_deliver(c, t, now);
     }
 }

@@ -33,6 +33,22 @@ static inline bool dsp_sched_has_room(const dsp_sched_slots *s)
  * take turns. O(n). */
 int dsp_sched_pick(int policy, dsp_sched_slots *const *ws, size_t n, size_t *cursor);
 
+/* Least-loaded over many workers: a min-heap of indices into ws by in_flight/capacity,
+ * ties in rotation order from the cursor at build time. Built once per dispatch pass
+ * (O(n)), then each pick costs O(log n) instead of dsp_sched_pick's O(n): a pass handing
+ * out T tasks to K workers costs O(K + T log K). Valid while only the picks change
+ * loads (each pick's in_flight may grow before the next pick; nothing else may change);
+ * the owner rebuilds it otherwise (gen is the owner's to compare). */
+typedef struct dsp_ll_heap {
+    uint32_t *idx;
+    size_t n, cap, base;
+    uint64_t gen;
+} dsp_ll_heap;
+/* Returns 0, or -1 when out of memory (h unchanged: use dsp_sched_pick). */
+int dsp_ll_build(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t n, size_t cursor);
+/* As dsp_sched_pick(DSP_SCHED_LEAST_LOADED, ...) over the heap built from ws. */
+int dsp_ll_pick(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t n, size_t *cursor);
+
 /* The rate limit of a type (--type-limit T:rate=R): a token bucket in thousandths of a
  * task, refilled by R per second on the loop's monotonic clock and holding at most one
  * second's worth (at least one task), so that any one second sees at most R + burst

@@ -62,6 +62,7 @@ struct dsp_type {
     dsp_sched_slots **workers; /* &conn->slots of every registered worker */
     size_t nworkers, cap;
     size_t cursor;            /* rotation point of the scheduler */
+    dsp_ll_heap ll;           /* least-loaded over many workers, for one pass (dispatch.h) */
     uint64_t room;            /* free slots summed over accepting workers of this type */
     bool paused;              /* POST /pause?type=: neither claimed nor dispatched */
     uint32_t max_running;     /* --type-limit concurrency (0: none), from srv->limits */
@@ -86,6 +87,8 @@ struct dsp_server {
     struct dsp_tls *tls;       /* NULL unless --tls-cert: both ports speak TLS */
     bool admin_loopback;      /* the admin port listens on loopback only: Host is checked */
     dsp_db *db;
+    uint64_t sched_gen;        /* moves at each dispatch pass, join and leave: the
+                                * types' least-loaded heaps older than it are stale */
 
     struct event *claim_timer;
     struct event *tick_timer;  /* housekeeping: leases, heartbeats, drain */

@@ -139,6 +139,71 @@ static void test_least_loaded_spreads_evenly(void **state)
         assert_int_equal(slots[i].in_flight, 2);
 }
 
+/* ---- the least-loaded heap: the same choices as the scan, in O(log K) ---- */
+
+#define LN 40
+
+/* Random workers (some full, some not accepting), then one pass of picks through the
+ * heap until nothing has room: every pick has the lowest in_flight/capacity of all
+ * workers with room, and the pass fills every free slot exactly once. */
+static void test_ll_heap_picks_least_loaded(void **state)
+{
+    (void)state;
+    static dsp_sched_slots w[LN];
+    static dsp_sched_slots *wp[LN];
+    unsigned seed = 12345;
+    dsp_ll_heap h = {0};
+    for (int round = 0; round < 200; round++) {
+        uint64_t room = 0;
+        for (int i = 0; i < LN; i++) {
+            seed = seed * 1103515245u + 12345u;
+            uint32_t cap = 1 + (seed >> 16) % 20;
+            seed = seed * 1103515245u + 12345u;
+            w[i] = (dsp_sched_slots){.capacity = cap, .in_flight = (seed >> 16) % (cap + 1),
+                                     .accepting = (seed >> 8) % 7 != 0};
+            wp[i] = &w[i];
+            if (dsp_sched_has_room(&w[i]))
+                room += w[i].capacity - w[i].in_flight;
+        }
+        size_t cursor = (size_t)round;
+        assert_int_equal(dsp_ll_build(&h, wp, LN, cursor), 0);
+        uint64_t picks = 0;
+        int p;
+        while ((p = dsp_ll_pick(&h, wp, LN, &cursor)) >= 0) {
+            assert_true(dsp_sched_has_room(&w[p]));
+            for (int j = 0; j < LN; j++)
+                if (dsp_sched_has_room(&w[j]))
+                    assert_true((uint64_t)w[p].in_flight * w[j].capacity <=
+                                (uint64_t)w[j].in_flight * w[p].capacity);
+            assert_int_equal(cursor, (size_t)p + 1);
+            w[p].in_flight++;
+            picks++;
+        }
+        assert_int_equal(picks, room);
+    }
+    free(h.idx);
+}
+
+/* Equal idle workers are taken in turn from the cursor, as dsp_sched_pick does. */
+static void test_ll_heap_takes_turns(void **state)
+{
+    (void)state;
+    static dsp_sched_slots w[16];
+    static dsp_sched_slots *wp[16];
+    for (int i = 0; i < 16; i++) {
+        w[i] = (dsp_sched_slots){.capacity = 4, .accepting = true};
+        wp[i] = &w[i];
+    }
+    dsp_ll_heap h = {0};
+    size_t cursor = 5;
+    assert_int_equal(dsp_ll_build(&h, wp, 16, cursor), 0);
+    for (int k = 0; k < 32; k++) {
+        int p = dsp_ll_pick(&h, wp, 16, &cursor);
+        assert_int_equal(p, (5 + k) % 16);
+        w[p].in_flight++;
+    }
+    free(h.idx);
+}
 
 /* ---- the per-type priority queues ---- */
 
@@ -443,6 +508,8 @@ int main(void)
         cmocka_unit_test_setup(test_workers_not_accepting_are_skipped, setup),
         cmocka_unit_test_setup(test_credit_never_exceeds_capacity, setup),
         cmocka_unit_test_setup(test_least_loaded_spreads_evenly, setup),
+        cmocka_unit_test(test_ll_heap_picks_least_loaded),
+        cmocka_unit_test(test_ll_heap_takes_turns),
         cmocka_unit_test_setup(test_queue_high_claimed_later_goes_first, qsetup),
         cmocka_unit_test_setup(test_queue_priority_from_table_above_high_is_high, qsetup),
         cmocka_unit_test_setup(test_queue_taken_back_goes_back_in_seq_order, qsetup),
