@@ -426,6 +426,19 @@ static int confirm_leadership(struct claim_ctx *x)
     return 1;
 }
 
+/* Sorts n elements unless they already are in order: a claim of one type and one
+ * priority reads its candidates from the index in id order, and qsort's merge sort was
+ * a fifth of the claim thread's instructions. */
+static void sort_unless_sorted(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *))
+{
+    const char *p = base;
+    for (size_t i = 1; i < n; i++)
+        if (cmp(p + (i - 1) * size, p + i * size) > 0) {
+            qsort(base, n, size, cmp);
+            return;
+        }
+}
+
 static int cand_cmp(const void *pa, const void *pb)
 {
     const struct cand *a = pa, *b = pb;
@@ -619,8 +632,7 @@ static int claim_merge(struct claim_ctx *x, struct claim_run *cr)
 
     mysql_free_result(cr->res); /* the candidates hold no pointer into it */
     cr->res = NULL;
-    if (cr->ncand > 1)
-        qsort(x->cands, cr->ncand, sizeof *x->cands, cand_cmp);
+    sort_unless_sorted(x->cands, cr->ncand, sizeof *x->cands, cand_cmp);
     for (i = 0; i < cr->ncand && cr->nkept < r->total; i++) {
         struct cand *cd = &x->cands[i];
         if (cr->taken[cd->type_index] >= r->limits[cd->type_index])
@@ -636,6 +648,7 @@ static int idpos_cmp(const void *pa, const void *pb)
     const struct idpos *a = pa, *b = pb;
     return a->id < b->id ? -1 : a->id > b->id;
 }
+
 
 /* The candidate whose id is id, or NULL. */
 static struct cand *claim_find(struct claim_ctx *x, const struct claim_run *cr, uint64_t id)
@@ -688,7 +701,7 @@ static int claim_index(struct claim_ctx *x, struct claim_run *cr)
         cr->ids[i] = x->cands[i].id;
         cr->byid[i] = (struct idpos){x->cands[i].id, i};
     }
-    qsort(cr->byid, cr->nkept, sizeof *cr->byid, idpos_cmp);
+    sort_unless_sorted(cr->byid, cr->nkept, sizeof *cr->byid, idpos_cmp);
     cr->nmine = cr->nkept;
     /* A large claim is split (--claim-split): the claim helper locks and marks the
      * second half on its own connection while this thread does the first. */

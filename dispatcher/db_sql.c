@@ -66,6 +66,33 @@ void dsp_strbuf_puts(dsp_strbuf *b, const char *s)
     dsp_strbuf_put(b, s, strlen(s));
 }
 
+void dsp_strbuf_put_u64(dsp_strbuf *b, const char *prefix, uint64_t v)
+{
+    char digits[20];
+    size_t n = 0;
+    do {
+        digits[sizeof digits - ++n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    size_t plen = strlen(prefix);
+    if (!dsp_strbuf_reserve(b, plen + n))
+        return;
+    memcpy(b->p + b->len, prefix, plen);
+    memcpy(b->p + b->len + plen, digits + sizeof digits - n, n);
+    b->len += plen + n;
+    b->p[b->len] = '\0';
+}
+
+void dsp_strbuf_put_i64(dsp_strbuf *b, const char *prefix, int64_t v)
+{
+    if (v >= 0) {
+        dsp_strbuf_put_u64(b, prefix, (uint64_t)v);
+        return;
+    }
+    dsp_strbuf_puts(b, prefix);
+    dsp_strbuf_put_u64(b, "-", (uint64_t)0 - (uint64_t)v);
+}
+
 void dsp_strbuf_printf(dsp_strbuf *b, const char *fmt, ...)
 {
     char small[128];
@@ -253,10 +280,10 @@ static void put_value(dsp_strbuf *b, enum col c, int kind, const dsp_db_sql_row 
         dsp_strbuf_put_hex(b, r->data, r->len, kind != DSP_WRITE_SUCCEEDED);
         break;
     case COL_ATTEMPTS:
-        dsp_strbuf_printf(b, "%" PRIu32, r->attempts);
+        dsp_strbuf_put_u64(b, "", r->attempts);
         break;
     case COL_RUN_AFTER:
-        dsp_strbuf_printf(b, "%" PRId64, r->run_after_ms);
+        dsp_strbuf_put_i64(b, "", r->run_after_ms);
         break;
     }
 }
@@ -268,7 +295,8 @@ static void put_flat_case(dsp_strbuf *b, enum col c, int kind, const dsp_db_sql_
 
     dsp_strbuf_puts(b, "CASE task_id");
     for (i = 0; i < n; i++) {
-        dsp_strbuf_printf(b, " WHEN %" PRIu64 " THEN ", rows[i].task_id);
+        dsp_strbuf_put_u64(b, " WHEN ", rows[i].task_id);
+        dsp_strbuf_puts(b, " THEN ");
         put_value(b, c, kind, &rows[i]);
     }
     dsp_strbuf_puts(b, " END");
@@ -306,9 +334,10 @@ static void put_column(dsp_strbuf *b, const char *name, enum col c, int kind,
     dsp_strbuf_puts(b, "CASE");
     for (s = 0; s < n; s = e) {
         e = s + g < n ? s + g : n;
-        if (e < n)
-            dsp_strbuf_printf(b, " WHEN task_id <= %" PRIu64 " THEN ", rows[e - 1].task_id);
-        else
+        if (e < n) {
+            dsp_strbuf_put_u64(b, " WHEN task_id <= ", rows[e - 1].task_id);
+            dsp_strbuf_puts(b, " THEN ");
+        } else
             dsp_strbuf_puts(b, " ELSE ");
         put_flat_case(b, c, kind, rows + s, e - s);
     }
@@ -321,7 +350,7 @@ static void put_id_list(dsp_strbuf *b, const uint64_t *ids, const dsp_db_sql_row
 
     dsp_strbuf_puts(b, " WHERE task_id IN (");
     for (i = 0; i < n; i++)
-        dsp_strbuf_printf(b, i ? ", %" PRIu64 : "%" PRIu64, ids ? ids[i] : rows[i].task_id);
+        dsp_strbuf_put_u64(b, i ? ", " : "", ids ? ids[i] : rows[i].task_id);
     dsp_strbuf_puts(b, ")");
 }
 
@@ -336,7 +365,7 @@ static void put_id_list_masked(dsp_strbuf *b, const dsp_db_sql_row *rows, const 
     for (size_t i = 0; i < n; i++) {
         if (skip && skip[i])
             continue;
-        dsp_strbuf_printf(b, first ? "%" PRIu64 : ", %" PRIu64, rows[i].task_id);
+        dsp_strbuf_put_u64(b, first ? "" : ", ", rows[i].task_id);
         first = false;
     }
     dsp_strbuf_puts(b, ")");

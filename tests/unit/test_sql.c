@@ -814,9 +814,34 @@ static void utf8_helpers(void **state)
     assert_int_equal(dsp_utf8_cut(good, sizeof good - 1, 9), 6);
 }
 
+/* The decimal appends that replaced vsnprintf in the per-row lists: every edge value
+ * reads back as snprintf writes it. */
+static void strbuf_integers(void **state)
+{
+    (void)state;
+    static const uint64_t us[] = {0, 9, 10, 99, 1000000007, UINT32_MAX, (uint64_t)INT64_MAX, UINT64_MAX};
+    static const int64_t is[] = {0, -1, 42, -1000000007, INT64_MAX, INT64_MIN};
+    char want[64];
+    dsp_strbuf b = {0};
+    for (size_t i = 0; i < sizeof us / sizeof us[0]; i++) {
+        dsp_strbuf_reset(&b);
+        dsp_strbuf_put_u64(&b, ", ", us[i]);
+        snprintf(want, sizeof want, ", %llu", (unsigned long long)us[i]);
+        assert_string_equal(b.p, want);
+    }
+    for (size_t i = 0; i < sizeof is / sizeof is[0]; i++) {
+        dsp_strbuf_reset(&b);
+        dsp_strbuf_put_i64(&b, "x=", is[i]);
+        snprintf(want, sizeof want, "x=%lld", (long long)is[i]);
+        assert_string_equal(b.p, want);
+    }
+    dsp_strbuf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(strbuf_integers),
         cmocka_unit_test(claim_one_type),
         cmocka_unit_test(task_requests),
         cmocka_unit_test(claim_two_types),
