@@ -843,14 +843,14 @@ static void handle_msg(tp_worker *w, const proto_msg *m)
         check_drained(w);
         break;
     case PROTO_ERROR:
-        /* A dispatcher older than protocol version 2 refuses our HELLO: a worker speaks
-         * version 1 to it from the next attempt on (and cannot submit); a producer-only
-         * client has nothing to say in version 1. */
+        /* An older dispatcher refuses our HELLO: the next attempt offers the version
+         * below (3, then 2, then 1: no inventory below 3, no SUBMIT below 2); a
+         * producer-only client has nothing to say in version 1. */
         if (w->state == TPI_HANDSHAKE && m->u.error.code == PROTO_ERR_VERSION &&
-            w->hello_version > PROTO_VERSION_MIN && w->ntypes > 0) {
-            w->hello_version = PROTO_VERSION_MIN;
+            w->hello_version > PROTO_VERSION_MIN && (w->ntypes > 0 || w->hello_version > 2)) {
             tpi_log(w, TP_LOG_INFO, "the dispatcher does not speak protocol version %u; using %u",
-                    PROTO_VERSION, PROTO_VERSION_MIN);
+                    w->hello_version, w->hello_version - 1);
+            w->hello_version--;
         }
         snprintf(why, sizeof(why), "dispatcher sent ERROR %u: %.*s", m->u.error.code,
                  (int)(m->u.error.message.len > 150 ? 150 : m->u.error.message.len),

@@ -1169,10 +1169,10 @@ static void test_submit_producer(void **state)
     runner_start(&r, w);
     fake_accept(&f);
     fake_expect(&f, &m, PROTO_HELLO);
-    assert_int_equal(m.u.hello.version, 2);
+    assert_int_equal(m.u.hello.version, PROTO_VERSION);
     assert_int_equal(m.u.hello.ntypes, 0);
     assert_int_equal(m.u.hello.capacity, 0);
-    fake_send_welcome(&f, 2, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_welcome(&f, PROTO_VERSION, 0, PROTO_MAX_BODY_DEFAULT);
 
     /* The fields arrive as given; the answer fills the results. */
     submitter_start(&s, w, 2, 0);
@@ -1231,7 +1231,7 @@ static void test_submit_producer(void **state)
     submitter_start(&s, w, 1, 0);
     fake_accept(&f);
     fake_expect(&f, &m, PROTO_HELLO);
-    fake_send_welcome(&f, 2, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_welcome(&f, PROTO_VERSION, 0, PROTO_MAX_BODY_DEFAULT);
     fake_expect(&f, &m, PROTO_SUBMIT);
     send_submitted(&f, m.u.submit.request_id, PROTO_SUBMIT_OK, &ok[1], 1, "");
     assert_int_equal(submitter_join(&s), 0);
@@ -1288,13 +1288,15 @@ static void test_submit_v1_fallback_and_inline(void **state)
     w = new_worker(addr, 1, 0);
     assert_int_equal(tp_worker_add_type(w, "alpha", submitting_handler, w), 0);
     runner_start(&r, w);
-    /* An old dispatcher refuses version 2: the worker comes back in version 1. */
-    fake_accept(&f);
-    fake_expect(&f, &m, PROTO_HELLO);
-    assert_int_equal(m.u.hello.version, 2);
+    /* An old dispatcher refuses versions 3 and 2: the worker comes back in version 1. */
     e.u.error.code = PROTO_ERR_VERSION;
-    fake_send(&f, &e);
-    fake_expect_eof(&f, PROTO_DONE);
+    for (uint16_t v = 3; v >= 2; v--) {
+        fake_accept(&f);
+        fake_expect(&f, &m, PROTO_HELLO);
+        assert_int_equal(m.u.hello.version, v);
+        fake_send(&f, &e);
+        fake_expect_eof(&f, PROTO_DONE);
+    }
     fake_accept(&f);
     fake_expect(&f, &m, PROTO_HELLO);
     assert_int_equal(m.u.hello.version, 1);
