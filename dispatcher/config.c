@@ -65,6 +65,9 @@ static const opt_def option_table[] = {
      "a worker whose deliveries time out this many times in a row is disconnected"},
     {"max-unwritten", OPT_INT, F(max_unwritten), "8000", 1, 1000000, "N",
      "no new delivery while more outcomes than this wait to be written"},
+    {"adopt-grace-ms", OPT_INT, F(adopt_grace_ms), "3000", 0, 600000, "N",
+     "a new leader recovers rows of older epochs only this long after it starts leading, so"
+     " that workers can declare what they still run (0: at once)"},
     {"orphan-grace-ms", OPT_INT, F(orphan_grace_ms), "5000", 0, 3600000, "N",
      "buffered tasks of a type that lost its last worker go back to NEW after this"},
     {"retry-backoff-ms", OPT_INT, F(retry_backoff_ms), "1000", 1, 86400000, "N",

@@ -202,6 +202,7 @@ void dsp_conn_free(dsp_conn *c)
 {
     dsp_server *srv = c->srv;
     dsp_conn_submit_closed(c);
+    dsp_inv_conn_freed(c);
     if (c->state == DSP_CONN_ACTIVE)
         dsp_dispatch_worker_left(srv, c, c->refund);
     for (dsp_zombie *z = c->zombies, *next; z; z = next) {
@@ -359,6 +360,7 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
     bufferevent_setwatermark(c->bev, EV_READ, 0, (size_t)cfg->max_frame + PROTO_LEN_PREFIX + 65536);
     c->slots.accepting = !srv->draining;
     dsp_dispatch_worker_joined(srv, c);
+    dsp_inv_conn_joined(c);
     if (srv->draining)
         dsp_conn_send_simple(c, PROTO_STOP);
     log_limited(&srv->log, &srv->peer_log, dsp_now_ms(), DSP_LOG_INFO,
@@ -380,10 +382,11 @@ static bool zombie_take(dsp_conn *c, uint64_t task_id, uint32_t attempt)
     return false;
 }
 
+/* An adopted delivery keeps the epoch its worker named (dlv_epoch). */
 static dsp_task *current_delivery(dsp_conn *c, uint64_t id, uint32_t epoch, uint32_t attempt)
 {
     dsp_task *t = dsp_taskmap_get(&c->srv->tasks, id);
-    if (t && t->holder == c && t->attempts == attempt && epoch == c->srv->epoch)
+    if (t && t->holder == c && t->attempts == attempt && epoch == t->dlv_epoch)
         return t;
     return NULL;
 }
@@ -392,9 +395,11 @@ static void handle_done(dsp_conn *c, const proto_done *d)
 {
     dsp_task *t = current_delivery(c, d->task_id, d->epoch, d->attempt);
     if (!t) {
+        bool zombie = zombie_take(c, d->task_id, d->attempt);
         c->srv->task_stats.late_results_total++;
-        if (zombie_take(c, d->task_id, d->attempt))
+        if (zombie)
             dsp_dispatch_inflight_del(c, NULL, DSP_SLOT_FREE);
+        dsp_inv_done(c, d, zombie);
         return;
     }
     dsp_dispatch_inflight_del(c, t, DSP_SLOT_FREE);
@@ -446,6 +451,13 @@ static bool handle_frame(dsp_conn *c, const proto_msg *m, const uint8_t *body, s
     case PROTO_ERROR:
         dsp_conn_close(c, 0, "the worker sent ERROR");
         return false;
+    case PROTO_HOLDING:
+        if (c->version < 3) {
+            dsp_conn_close(c, PROTO_ERR_UNEXPECTED, "HOLDING needs protocol version 3");
+            return false;
+        }
+        dsp_inv_holding(c, &m->u.holding);
+        return c->state != DSP_CONN_CLOSING;
     case PROTO_SUBMIT:
         if (c->version < 2) {
             dsp_conn_close(c, PROTO_ERR_UNEXPECTED, "SUBMIT needs protocol version 2");
@@ -615,6 +627,7 @@ void dsp_conn_deliver(dsp_conn *c, dsp_task *t, int64_t now_ms)
     dsp_server *srv = c->srv;
     t->attempts++;
     t->recorded = false;
+    t->dlv_epoch = srv->epoch;
     t->deadline_ms = now_ms + t->timeout_ms;
     dsp_dispatch_inflight_add(c, t);
     c->delivered_total++;
@@ -652,7 +665,7 @@ void dsp_conn_cancel(dsp_conn *c, dsp_task *t)
     }
     proto_msg m = {.type = PROTO_CANCEL};
     m.u.cancel.task_id = t->id;
-    m.u.cancel.epoch = c->srv->epoch;
+    m.u.cancel.epoch = t->dlv_epoch;
     m.u.cancel.attempt = t->attempts;
     conn_send_msg(c, &m);
     /* Without a record the slot could never be freed: give it back now. */

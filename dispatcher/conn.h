@@ -35,6 +35,18 @@ typedef struct dsp_zombie {
     struct dsp_zombie *next;
 } dsp_zombie;
 
+/* A delivery a worker declared (HOLDING, version 3) whose ADOPT the write thread has not
+ * answered yet; it holds one of the connection's slots meanwhile (inventory.c). */
+typedef struct dsp_adopting {
+    uint64_t task_id;
+    uint32_t epoch, attempt;
+    bool done;                /* its DONE came before the answer: applied once adopted */
+    uint8_t outcome;
+    uint32_t retry_after_ms;
+    size_t len;
+    uint8_t *data;
+} dsp_adopting;
+
 struct dsp_conn {
     dsp_sched_slots slots; /* what the scheduler sees */
     dsp_server *srv;
@@ -59,7 +71,9 @@ struct dsp_conn {
     bool direct_write;         /* plaintext: conn.c writes the socket itself (conn_flush) */
     bool flush_queued;         /* on the server's flush list */
     dsp_conn *flush_next;
-    uint16_t version;          /* the protocol version of its HELLO (1 or 2) */
+    uint16_t version;          /* the protocol version of its HELLO (1 .. 3) */
+    dsp_adopting *adopting;    /* declared deliveries waiting for the write thread */
+    uint32_t nadopting, adopting_cap;
     /* Submissions (conn_submit.c): queued for the database, not yet answered. */
     uint32_t submits_pending;
     uint64_t submit_bytes_pending;
@@ -122,6 +136,23 @@ void dsp_conn_on_outcome(void *arg, const dsp_submit_outcome *o);
 void dsp_conn_send_frame(dsp_conn *c, const proto_msg *m);
 /* Why a task type cannot name rows of the table, or NULL (conn.c). */
 const char *dsp_conn_type_problem(const uint8_t *type, size_t len);
+
+/* ---- the inventory, protocol version 3 (inventory.c) ---- */
+
+/* A HOLDING frame of c: each delivery is queued for adoption, or refused with CANCEL. */
+void dsp_inv_holding(dsp_conn *c, const proto_dlv_list *l);
+/* A DONE of c for a delivery it does not hold (zombie: it was a cancelled delivery of c):
+ * stashed while its adoption is pending, else (version 3) written fenced by its own
+ * delivery, or only confirmed. */
+void dsp_inv_done(dsp_conn *c, const proto_done *d, bool zombie);
+/* o (just added to the outbox for c's DONE of the delivery epoch/attempt) is confirmed to
+ * c once written, when c speaks version 3. */
+void dsp_inv_confirm_later(dsp_conn *c, dsp_outcome *o, uint32_t epoch, uint32_t attempt);
+/* A write report with acks: CONFIRM frames, adoptions answered. */
+void dsp_inv_on_written(dsp_server *srv, const dsp_write_report *r);
+/* c was welcomed (version 3: CONFIRMs find it by id) / is freed. */
+void dsp_inv_conn_joined(dsp_conn *c);
+void dsp_inv_conn_freed(dsp_conn *c);
 
 /* Frees at once, without flushing (shutdown). */
 void dsp_conn_free(dsp_conn *c);

@@ -89,8 +89,16 @@ struct msg *dsp_dbi_msg_new(enum msg_kind kind)
     return m;
 }
 
+void dsp_write_acks_free(dsp_write_ack *acks, size_t n)
+{
+    for (size_t i = 0; acks && i < n; i++)
+        free(acks[i].type);
+    free(acks);
+}
+
 static void msg_free(struct msg *m)
 {
+    dsp_write_acks_free(m->report.acks, m->report.nacks);
     if (m->reply)
         dsp_claim_reply_free(m->reply);
     dsp_taskop_free(m->op);

@@ -72,15 +72,46 @@ enum dsp_write_kind {
                               * so that recovery after a crash charges exactly the deliveries made */
 };
 #define DSP_WRITE_KINDS 5
+/* Entries of the write queue that are not outcomes of the leader's own deliveries
+ * (protocol version 3, the inventory; proto/PROTOCOL.md section 10): */
+#define DSP_WRITE_ADOPT 16 /* a worker's HOLDING entry: move the row from the delivery's
+                            * epoch (dlv_epoch, attempts dlv_attempt) to the leader's */
+#define DSP_WRITE_NOTE 17  /* nothing to write: a DONE never applicable, to CONFIRM */
 
 typedef struct dsp_outcome {
     uint64_t task_id;
-    uint8_t kind;          /* enum dsp_write_kind */
+    uint8_t kind;          /* enum dsp_write_kind, DSP_WRITE_ADOPT or DSP_WRITE_NOTE */
+    bool foreign;          /* a DONE for a delivery this dispatcher does not hold: fenced
+                            * by dlv_epoch and dlv_attempt instead of the leader's epoch */
     uint32_t attempts;     /* the new value of the attempts column */
     int64_t run_after_ms;  /* DSP_WRITE_RETRY only */
+    uint64_t conn_id;      /* version 3: the connection to CONFIRM to (or answer an ADOPT
+                            * to); 0: none */
+    uint32_t dlv_epoch;    /* with conn_id: the delivery as the worker names it */
+    uint32_t dlv_attempt;
     size_t len;
     uint8_t *data;         /* malloc'd result or error text, or NULL; dsp_db_write takes it */
 } dsp_outcome;
+
+/* What became of an entry that carried a conn_id, for the loop: an outcome settled (to
+ * CONFIRM: written, or no longer applicable), or the answer to an ADOPT. Outcomes left
+ * unwritten (leadership lost, stopped, errors) get none: they are never confirmed. */
+typedef struct dsp_write_ack {
+    uint64_t conn_id;
+    uint64_t task_id;
+    uint32_t epoch;        /* the delivery as the worker named it */
+    uint32_t attempt;
+    bool adopt;            /* an ADOPT's answer; else an outcome to CONFIRM */
+    bool ok;               /* ADOPT: the row is now the leader's */
+    uint8_t priority;      /* ADOPT ok: the row's */
+    uint32_t max_attempts;
+    char *type;            /* ADOPT ok: the row's task_type (malloc'd; the report owns it;
+                            * NULL when the row could not be read: put it back to NEW) */
+    size_t order;          /* its place in the queue (the sort keeps the DONEs' order) */
+} dsp_write_ack;
+
+/* Frees acks and their types (NULL is fine). */
+void dsp_write_acks_free(dsp_write_ack *acks, size_t n);
 
 /* What a batch of writes did, for the counters. */
 typedef struct dsp_write_report {
@@ -88,6 +119,10 @@ typedef struct dsp_write_report {
     uint64_t fenced;                   /* outcomes whose row was no longer ours */
     uint64_t deferred;                 /* outcomes whose row another transaction locked:
                                         * queued again to be written later */
+    uint64_t foreign_written;          /* foreign outcomes written */
+    uint64_t foreign_ignored;          /* foreign outcomes whose row had moved on */
+    dsp_write_ack *acks;               /* sorted by conn_id, then in queue order */
+    size_t nacks;
 } dsp_write_report;
 
 /* Figures read from the table itself by the stats thread (a third connection,
@@ -193,8 +228,8 @@ typedef struct dsp_submit_outcome {
 void dsp_submit_req_free(dsp_submit_req *req);
 
 typedef struct dsp_db_callbacks {
-    /* Leadership taken: epoch is new and larger than every earlier one, and no
-     * row of an older epoch is PROCESSING any more. Claims may start. */
+    /* Leadership taken: epoch is new and larger than every earlier one; rows of older
+     * epochs are recovered now, or after adopt_grace_ms. Claims may start. */
     void (*on_leader)(void *arg, uint32_t epoch);
     /* Leadership lost (the lock's connection died and another dispatcher took
      * the table meanwhile): every claimed task is no longer ours. */
@@ -230,6 +265,8 @@ typedef struct dsp_db_options {
     int64_t retain_failed_ms;    /* the same for FAILED rows; 0: keep all */
     int64_t lease_ms;            /* the leadership lease's length; 0: 1000 */
     int64_t lease_renew_ms;      /* how often the leader renews it; 0: 250 */
+    int64_t adopt_grace_ms;      /* a new leader recovers older epochs' rows this long after
+                                  * it starts leading (workers declare theirs first); 0: at once */
     /* The shard (shard.h; borrowed): with types, every statement on task rows is limited
      * to them, and the lease, epoch row and lock are the shard's. NULL or empty: all. */
     const struct dsp_shard *shard;

@@ -406,11 +406,20 @@ static int confirm_leadership(struct claim_ctx *x)
     x->epoch = (uint32_t)e;
     x->nrelease = 0;
     atomic_store(&db->epoch, x->epoch);
-    if (recover(x) < 0)
-        return -1;
+    /* Workers that ran tasks of an older epoch reconnect and declare them (protocol
+     * version 3): their rows wait --adopt-grace-ms, then the periodic recovery takes
+     * what nobody adopted. */
+    if (db->opts.adopt_grace_ms > 0) {
+        log_info(db->log, "rows of older epochs are recovered in %" PRId64 " ms (--adopt-grace-ms)",
+                 db->opts.adopt_grace_ms);
+        x->next_recover = mono_ms() + db->opts.adopt_grace_ms;
+    } else {
+        if (recover(x) < 0)
+            return -1;
+        x->next_recover = mono_ms() + RECOVER_EVERY_MS;
+    }
     x->announced = true;
     x->announced_gen = x->lease_gen;
-    x->next_recover = mono_ms() + RECOVER_EVERY_MS;
     x->next_due_wall = 0; /* sweep both lanes at once */
     x->next_demote = 0;
     x->next_refresh = 0;

@@ -485,6 +485,45 @@ void dsp_db_sql_recover_probe(dsp_strbuf *b, uint32_t epoch, const char *in)
     dsp_strbuf_puts(b, " LIMIT 1");
 }
 
+/* ---- the inventory ---- */
+
+static void put_attempt_fence(dsp_strbuf *b, uint32_t attempt)
+{
+    if (attempt > 0)
+        dsp_strbuf_printf(b, " AND attempts IN (%" PRIu32 ", %" PRIu32 ")", attempt - 1, attempt);
+    else
+        dsp_strbuf_puts(b, " AND attempts = 0");
+}
+
+void dsp_db_sql_adopt(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, uint64_t task_id,
+                      uint32_t old_epoch, uint32_t attempt, const char *in)
+{
+    dsp_strbuf_printf(b,
+                      "UPDATE task FORCE INDEX (PRIMARY) SET epoch = %" PRIu32
+                      ", attempts = %" PRIu32 ", last_update_time = %" PRId64
+                      " WHERE task_id = %" PRIu64 " AND task_state = 1 AND epoch = %" PRIu32,
+                      epoch, attempt, now_ms, task_id, old_epoch);
+    put_attempt_fence(b, attempt);
+    put_in(b, in);
+}
+
+void dsp_db_sql_adopted_row(dsp_strbuf *b, uint32_t epoch, uint64_t task_id)
+{
+    dsp_strbuf_printf(b,
+                      "SELECT task_type, max_attempts, task_priority FROM task FORCE INDEX (PRIMARY)"
+                      " WHERE task_id = %" PRIu64 " AND task_state = 1 AND epoch = %" PRIu32,
+                      task_id, epoch);
+}
+
+void dsp_db_sql_foreign_fence(dsp_strbuf *b, uint32_t attempt, int last)
+{
+    put_attempt_fence(b, attempt);
+    /* The attempt is the delivery's, whatever the column held before. */
+    if (last >= 0)
+        dsp_strbuf_printf(b, last ? " AND max_attempts <= %" PRIu32 : " AND max_attempts > %" PRIu32,
+                          attempt);
+}
+
 /* ---- the stats thread ---- */
 
 void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms, const char *in)

@@ -153,6 +153,21 @@ void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned 
  * that in the steady state it never takes a lock the write thread would meet. */
 void dsp_db_sql_recover_probe(dsp_strbuf *b, uint32_t epoch, const char *in);
 
+/* The inventory (protocol version 3). A delivery (old_epoch, attempt) is still current
+ * while its row is PROCESSING under old_epoch with attempts = attempt, or attempt - 1: a
+ * delivery younger than DSP_DELIVERY_RECORD_MS has no record yet. */
+/* Appends the adoption of such a delivery by the leader of epoch: the row moves to
+ * epoch and records attempts = attempt (with the shard's filter in). */
+void dsp_db_sql_adopt(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, uint64_t task_id,
+                      uint32_t old_epoch, uint32_t attempt, const char *in);
+/* Appends the read of a row just adopted: task_type, max_attempts, task_priority. */
+void dsp_db_sql_adopted_row(dsp_strbuf *b, uint32_t epoch, uint64_t task_id);
+/* Appends, after a dsp_db_sql_write of one row fenced by the delivery's epoch, the
+ * delivery's attempt; with last 1 only a row whose max_attempts that attempt reached,
+ * with last 0 only one with attempts left (a foreign retry: RETRY, else FAILED), with
+ * last -1 either. */
+void dsp_db_sql_foreign_fence(dsp_strbuf *b, uint32_t attempt, int last);
+
 /* ---- the stats thread's statements (see db_maint.c) ----
  *
  * Measured on MariaDB 10.11 (tests/integration/test_db.c checks the plans with EXPLAIN):

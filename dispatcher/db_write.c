@@ -1,6 +1,8 @@
 /* db_write: the write thread (see db_internal.h for what it shares). It owns taking
  * batches from the write queue, writing them (one fenced UPDATE per kind, the skip-locked
- * path when another transaction holds a row, deferring such rows), and on_written.
+ * path when another transaction holds a row, deferring such rows), the inventory's
+ * entries (adoptions and foreign outcomes, one statement each), and on_written with the
+ * acknowledgements the loop turns into CONFIRM frames and adoptions.
  */
 #include "db_internal.h"
 
@@ -30,6 +32,9 @@ struct write_ctx {
     uint8_t *isolate; /* write this outcome in a statement of its own */
     uint8_t *defer;   /* its row is locked by another transaction: queue it again */
     uint8_t *final;   /* written as SUCCESSFUL or FAILED for sure: a submitter may wait for it */
+    uint8_t *lost;    /* given up without a statement that settled it: never confirmed */
+    dsp_write_ack *acks; /* one per entry of the batch with a conn_id; NULL when none has */
+    size_t *ackidx;      /* entry i's ack: acks[ackidx[i]] */
     uint8_t *ours, *busy; /* scratch of write_skip_locked, per row of a statement */
     dsp_db_sql_row *sub;  /* scratch of write_skip_locked: the rows it writes */
     dsp_db_sql_row *rows;
@@ -80,6 +85,8 @@ static void write_prepare(struct write_ctx *w, size_t *left)
         switch (o->kind) {
         case DSP_WRITE_RELEASE:
         case DSP_WRITE_DELIVERED:
+        case DSP_WRITE_ADOPT:
+        case DSP_WRITE_NOTE:
             o->len = 0; /* err_msg stays as it was */
             break;
         case DSP_WRITE_SUCCEEDED:
@@ -111,11 +118,131 @@ static void write_prepare(struct write_ctx *w, size_t *left)
             log_error(db->log, "outcome of task %" PRIu64 " has an unknown kind %u; not written",
                       o->task_id, (unsigned)o->kind);
             w->done[i] = 1;
+            w->lost[i] = 1;
             (*left)--;
             w->dropped++;
             break;
         }
     }
+}
+
+/* ---- the inventory's entries (protocol version 3) ---- */
+
+/* Reads the row entry i just adopted into its ack. A row adopted whose read fails is
+ * still acknowledged as adopted, without a type: the loop puts it back to NEW. */
+static void adopted_row(struct write_ctx *w, size_t i, uint32_t epoch)
+{
+    dsp_write_ack *a = &w->acks[w->ackidx[i]];
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    dsp_strbuf_reset(&w->sql);
+    dsp_db_sql_adopted_row(&w->sql, epoch, w->batch[i].o.task_id);
+    atomic_fetch_add_explicit(&w->db->statements, 1, memory_order_relaxed);
+    if (w->sql.oom || mysql_real_query(w->c.m, w->sql.p, (unsigned long)w->sql.len) != 0 ||
+        (res = mysql_store_result(w->c.m)) == NULL)
+        return;
+    if ((row = mysql_fetch_row(res)) != NULL && row[0] && row[1] && row[2]) {
+        unsigned long long max = strtoull(row[1], NULL, 10);
+        unsigned long long prio = strtoull(row[2], NULL, 10);
+        a->type = strdup(row[0]);
+        a->max_attempts = max > UINT32_MAX ? UINT32_MAX : (uint32_t)max;
+        a->priority = (uint8_t)(prio > 2 ? 2 : prio);
+    }
+    mysql_free_result(res);
+}
+
+/* An ADOPT: one fenced UPDATE that a locked row refuses at once (the connection does not
+ * wait). Returns 0, or -1 on a connection error (the caller reconnects). */
+static int write_adopt(struct write_ctx *w, size_t i)
+{
+    const struct wentry *e = &w->batch[i];
+    uint64_t affected = 0;
+
+    dsp_strbuf_reset(&w->sql);
+    dsp_db_sql_adopt(&w->sql, e->epoch, wall_ms(), e->o.task_id, e->o.dlv_epoch,
+                     e->o.dlv_attempt, w->db->in);
+    if (w->sql.oom)
+        return -1;
+    if (dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, &affected) < 0) {
+        if (w->c.err != ER_LOCK_WAIT_TIMEOUT_ && dsp_dbi_error_is_transient(w->c.err))
+            return -1;
+        affected = 0; /* locked by another transaction, or refused: not adopted */
+    }
+    w->acks[w->ackidx[i]].ok = affected == 1;
+    if (affected == 1)
+        adopted_row(w, i, e->epoch);
+    return 0;
+}
+
+/* A foreign outcome: written only if its row is still PROCESSING under the delivery the
+ * worker named; a retry at the delivery's last attempt becomes FAILED. Returns 0, or -1
+ * on a connection error. */
+static int write_foreign(struct write_ctx *w, size_t i, dsp_write_report *rep, int64_t *retry_min)
+{
+    dsp_outcome *o = &w->batch[i].o;
+    dsp_db_sql_row row = {o->task_id, o->dlv_attempt, o->run_after_ms, o->data, o->len};
+    int kind = o->kind;
+    int last = kind == DSP_WRITE_RETRY ? 0 : -1;
+    uint64_t affected = 0;
+
+    for (;;) {
+        dsp_strbuf_reset(&w->sql);
+        dsp_db_sql_write(&w->sql, kind, o->dlv_epoch, wall_ms(), &row, 1);
+        dsp_db_sql_foreign_fence(&w->sql, o->dlv_attempt, last);
+        if (w->sql.oom)
+            return -1;
+        if (dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, &affected) < 0) {
+            if (w->c.err == ER_LOCK_WAIT_TIMEOUT_) {
+                w->defer[i] = 1; /* queued again, like any outcome whose row is locked */
+                rep->deferred++;
+                return 0;
+            }
+            if (dsp_dbi_error_is_transient(w->c.err) || w->c.err == ER_NET_PACKET_TOO_LARGE_)
+                return -1;
+            log_error(w->db->log, "foreign outcome of task %" PRIu64 " cannot be written (error %u)",
+                      o->task_id, w->c.err);
+            w->lost[i] = 1;
+            w->dropped++;
+            return 0;
+        }
+        if (affected > 0 || last != 0)
+            break;
+        kind = DSP_WRITE_FAILED; /* not written as a retry: maybe it was the last attempt */
+        last = 1;
+    }
+    if (affected > 0) {
+        rep->foreign_written++;
+        rep->written[kind] += affected;
+        w->final[i] = kind != DSP_WRITE_RETRY;
+        if (kind == DSP_WRITE_RETRY && o->run_after_ms < *retry_min)
+            *retry_min = o->run_after_ms;
+    } else {
+        rep->foreign_ignored++;
+    }
+    return 0;
+}
+
+/* The entries written one statement each (adoptions, foreign outcomes; rare: after a
+ * failover) and those with nothing to write. Returns 0, or -1 on a connection error. */
+static int write_singles(struct write_ctx *w, dsp_write_report *rep, size_t *left, int64_t *retry_min)
+{
+    for (size_t i = 0; i < w->n; i++) {
+        const dsp_outcome *o = &w->batch[i].o;
+        int rc = 0;
+
+        if (w->done[i] || (o->kind != DSP_WRITE_ADOPT && o->kind != DSP_WRITE_NOTE && !o->foreign))
+            continue;
+        if (o->kind == DSP_WRITE_ADOPT)
+            rc = w->acks != NULL ? write_adopt(w, i) : 0;
+        else if (o->foreign)
+            rc = write_foreign(w, i, rep, retry_min);
+        if (rc < 0)
+            return -1;
+        w->done[i] = 1;
+        (*left)--;
+    }
+    return 0;
 }
 
 static int wref_cmp(const void *pa, const void *pb)
@@ -230,6 +357,8 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
     dsp_db *db = w->db;
     size_t limit = w->c.stmt_limit;
 
+    if (write_singles(w, rep, left, retry_min) < 0)
+        return -1;
     for (int ko = 0; ko < DSP_WRITE_KINDS; ko++) {
         int kind = kind_order[ko];
         size_t m = 0, s, e, i;
@@ -314,6 +443,7 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
                 log_error(db->log, "outcome of task %" PRIu64 " is too large to write; its row stays PROCESSING",
                           w->rows[s].task_id);
                 w->done[w->idx[s]] = 1;
+                w->lost[w->idx[s]] = 1;
                 (*left)--;
                 w->dropped++;
                 return -1; /* the server closed the connection */
@@ -332,6 +462,7 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
                           "outcome of task %" PRIu64 " cannot be written (error %u); its row stays PROCESSING",
                           w->rows[s].task_id, w->c.err);
                 w->done[w->idx[s]] = 1;
+                w->lost[w->idx[s]] = 1;
                 (*left)--;
                 w->dropped++;
                 continue;
@@ -365,6 +496,71 @@ static int write_requeue_locked(dsp_db *db, const struct wentry *e)
     return 0;
 }
 
+static int ack_cmp(const void *pa, const void *pb)
+{
+    const dsp_write_ack *a = pa, *b = pb;
+    if (a->conn_id != b->conn_id)
+        return a->conn_id < b->conn_id ? -1 : 1;
+    return a->order < b->order ? -1 : a->order > b->order;
+}
+
+/* acks_begin gives every entry with a conn_id its ack: one allocation per batch, none
+ * when no entry has one (workers of version 1 and 2). */
+static void acks_begin(struct write_ctx *w)
+{
+    size_t i, m = 0;
+
+    w->acks = NULL;
+    for (i = 0; i < w->n; i++)
+        m += w->batch[i].o.conn_id != 0;
+    if (m == 0 || (w->acks = calloc(m, sizeof *w->acks)) == NULL)
+        return; /* out of memory: no CONFIRM, the worker sends them again later */
+    for (i = 0, m = 0; i < w->n; i++) {
+        const dsp_outcome *o = &w->batch[i].o;
+        if (o->conn_id == 0)
+            continue;
+        w->ackidx[i] = m;
+        w->acks[m++] = (dsp_write_ack){.conn_id = o->conn_id, .task_id = o->task_id,
+                                       .epoch = o->dlv_epoch, .attempt = o->dlv_attempt,
+                                       .adopt = o->kind == DSP_WRITE_ADOPT, .order = i};
+    }
+}
+
+/* acks_end keeps the acks of what was settled (every ADOPT is answered), sorted by
+ * connection, and hands them to the report. */
+static void acks_end(struct write_ctx *w, dsp_write_report *rep)
+{
+    size_t m = 0;
+    bool sorted = true;
+
+    if (w->acks == NULL)
+        return;
+    for (size_t i = 0; i < w->n; i++) {
+        dsp_write_ack *a;
+        bool settled = w->done[i] && !w->defer[i] && !w->lost[i];
+        if (w->batch[i].o.conn_id == 0)
+            continue;
+        a = &w->acks[w->ackidx[i]]; /* at or after m: compacting in place is safe */
+        if (!a->adopt && !settled)
+            continue;
+        if (a->adopt && !settled)
+            a->ok = false; /* not done (leadership lost, stopping): the loop cancels it */
+        if (m > 0 && w->acks[m - 1].conn_id > a->conn_id)
+            sorted = false;
+        w->acks[m++] = *a;
+    }
+    if (m == 0) {
+        free(w->acks);
+        w->acks = NULL;
+        return;
+    }
+    if (!sorted) /* several connections in one batch */
+        qsort(w->acks, m, sizeof *w->acks, ack_cmp);
+    rep->acks = w->acks;
+    rep->nacks = m;
+    w->acks = NULL;
+}
+
 /* Writes w->batch, reconnecting and writing again until done or past the stop
  * deadline; reports through on_written. */
 static void write_batch(struct write_ctx *w)
@@ -380,6 +576,8 @@ static void write_batch(struct write_ctx *w)
     memset(w->isolate, 0, w->n);
     memset(w->defer, 0, w->n);
     memset(w->final, 0, w->n);
+    memset(w->lost, 0, w->n);
+    acks_begin(w);
     write_prepare(w, &left);
     while (left > 0) {
         if (w->c.m == NULL) {
@@ -417,6 +615,7 @@ static void write_batch(struct write_ctx *w)
         }
     }
     w->dropped += left;
+    acks_end(w, &rep);
     dsp_dbi_submit_notify(db, w->batch, w->final, w->n); /* OUTCOMEs of waited-for tasks */
     atomic_fetch_add_explicit(&db->write_batches, 1, memory_order_relaxed);
     m = dsp_dbi_msg_new(MSG_WRITTEN);
@@ -437,6 +636,8 @@ static void write_batch(struct write_ctx *w)
     if (m) {
         m->report = rep;
         dsp_dbi_post_locked(db, m);
+    } else {
+        dsp_write_acks_free(rep.acks, rep.nacks);
     }
     if (retry_min < db->retry_due_ms) {
         db->retry_due_ms = retry_min;
@@ -467,6 +668,8 @@ void *dsp_dbi_write_main(void *arg)
     w.isolate = calloc(cap, 1);
     w.defer = calloc(cap, 1);
     w.final = calloc(cap, 1);
+    w.lost = calloc(cap, 1);
+    w.ackidx = calloc(cap, sizeof *w.ackidx);
     w.ours = calloc(cap, 1);
     w.busy = calloc(cap, 1);
     w.sub = calloc(cap, sizeof *w.sub);
@@ -474,7 +677,7 @@ void *dsp_dbi_write_main(void *arg)
     w.idx = calloc(cap, sizeof *w.idx);
     w.refs = calloc(cap, sizeof *w.refs);
     mysql_thread_init();
-    if (!w.batch || !w.done || !w.isolate || !w.defer || !w.final || !w.ours || !w.busy || !w.sub ||
+    if (!w.batch || !w.done || !w.isolate || !w.defer || !w.final || !w.lost || !w.ackidx || !w.ours || !w.busy || !w.sub ||
         !w.rows || !w.idx || !w.refs) {
         log_error(db->log, "write thread: out of memory; outcomes will not be written");
         cap = 0;
@@ -545,6 +748,8 @@ void *dsp_dbi_write_main(void *arg)
     free(w.isolate);
     free(w.defer);
     free(w.final);
+    free(w.lost);
+    free(w.ackidx);
     free(w.ours);
     free(w.busy);
     free(w.sub);

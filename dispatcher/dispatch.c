@@ -331,6 +331,17 @@ static int64_t lease_first_look(const dsp_task *t)
     return record < expired ? record : expired;
 }
 
+void dsp_dispatch_slot_reserve(dsp_conn *c, bool take)
+{
+    if (take) {
+        c->slots.in_flight++;
+        room_take(c, -1);
+    } else if (c->slots.in_flight > 0) {
+        c->slots.in_flight--;
+        room_take(c, +1);
+    }
+}
+
 void dsp_dispatch_inflight_add(dsp_conn *c, dsp_task *t)
 {
     /* Cannot fail after the dispatch pass's reservation; without a lease the task

@@ -129,6 +129,10 @@ enum dsp_slot {
  * in-flight list, and its slot goes as slot says. */
 void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot);
 
+/* A slot of c taken (take) or given back without a task: a declared delivery waiting for
+ * its adoption (inventory.c). */
+void dsp_dispatch_slot_reserve(dsp_conn *c, bool take);
+
 /* Leases: every current delivery is in srv->leases, keyed by when the housekeeping
  * tick must look at it next (its attempt's record, or its lease's end). */
 /* The delivery the tick must look at by now_ms (the earliest first), or NULL. */

@@ -79,8 +79,8 @@ static void task_free(dsp_server *srv, dsp_task *t)
     free(t);
 }
 
-static void outbox_push(dsp_server *srv, const dsp_task *t, uint8_t kind, int64_t run_after,
-                        const void *data, size_t len)
+dsp_outcome *dsp_server_outbox_add(dsp_server *srv, uint64_t task_id, uint8_t kind,
+                                   uint32_t attempts, int64_t run_after, const void *data, size_t len)
 {
     if (srv->noutbox == srv->outbox_cap) {
         size_t cap = srv->outbox_cap ? srv->outbox_cap * 2 : 256;
@@ -88,23 +88,26 @@ static void outbox_push(dsp_server *srv, const dsp_task *t, uint8_t kind, int64_
         if (!o) {
             /* The row stays PROCESSING under this epoch; the next start recovers it. */
             log_error(&srv->log, "out of memory: outcome of task %llu not written",
-                      (unsigned long long)t->id);
-            return;
+                      (unsigned long long)task_id);
+            return NULL;
         }
         srv->outbox = o;
         srv->outbox_cap = cap;
     }
     dsp_outcome *o = &srv->outbox[srv->noutbox++];
-    o->task_id = t->id;
-    o->kind = kind;
-    o->attempts = t->attempts;
-    o->run_after_ms = run_after;
-    o->len = 0;
-    o->data = NULL;
+    *o = (dsp_outcome){.task_id = task_id, .kind = kind, .attempts = attempts,
+                       .run_after_ms = run_after};
     if (len && (o->data = malloc(len))) {
         memcpy(o->data, data, len);
         o->len = len;
     }
+    return o;
+}
+
+static dsp_outcome *outbox_push(dsp_server *srv, const dsp_task *t, uint8_t kind, int64_t run_after,
+                                const void *data, size_t len)
+{
+    return dsp_server_outbox_add(srv, t->id, kind, t->attempts, run_after, data, len);
 }
 
 static void outbox_flush(dsp_server *srv)
@@ -136,7 +139,7 @@ void dsp_server_take_back(dsp_server *srv, dsp_task *t, const char *why)
         fail_task(srv, t, why);
         return;
     }
-    if (dsp_dispatch_stopped(srv)) {
+    if (dsp_dispatch_stopped(srv) || t->adopted) { /* an adopted task has no payload here */
         release_task(srv, t);
         return;
     }
@@ -162,37 +165,43 @@ static int64_t backoff_ms(const dsp_server *srv, uint32_t attempt, uint64_t task
     return d;
 }
 
+int64_t dsp_server_retry_delay_ms(const dsp_server *srv, uint8_t outcome, uint32_t retry_after_ms,
+                                  uint32_t attempt, uint64_t task_id)
+{
+    return outcome == PROTO_OUTCOME_RETRY_AFTER ? (int64_t)retry_after_ms
+                                                : backoff_ms(srv, attempt, task_id);
+}
+
 void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t outcome,
                           uint32_t retry_after_ms, const uint8_t *data, size_t len)
 {
-    (void)c;
+    dsp_outcome *o;
+
     if (t->delivered_us > 0)
         dsp_hist_add(&srv->hist.exec, (double)(dsp_now_us() - t->delivered_us) / 1000.0);
     switch (outcome) {
     case PROTO_OUTCOME_SUCCESS:
-        outbox_push(srv, t, DSP_WRITE_SUCCEEDED, 0, data, len);
+        o = outbox_push(srv, t, DSP_WRITE_SUCCEEDED, 0, data, len);
         srv->task_stats.succeeded_total++;
-        task_free(srv, t);
-        return;
+        break;
     case PROTO_OUTCOME_FAIL_PERM:
-        outbox_push(srv, t, DSP_WRITE_FAILED, 0, data, len);
+        o = outbox_push(srv, t, DSP_WRITE_FAILED, 0, data, len);
         srv->task_stats.failed_total++;
-        task_free(srv, t);
-        return;
+        break;
     default: /* FAIL_RETRY, RETRY_AFTER */
         if (t->attempts >= t->max_attempts) {
-            outbox_push(srv, t, DSP_WRITE_FAILED, 0, data, len);
+            o = outbox_push(srv, t, DSP_WRITE_FAILED, 0, data, len);
             srv->task_stats.failed_total++;
         } else {
-            int64_t delay = outcome == PROTO_OUTCOME_RETRY_AFTER
-                                ? (int64_t)retry_after_ms
-                                : backoff_ms(srv, t->attempts, t->id);
-            outbox_push(srv, t, DSP_WRITE_RETRY, wall_ms() + delay, data, len);
+            int64_t delay = dsp_server_retry_delay_ms(srv, outcome, retry_after_ms, t->attempts, t->id);
+            o = outbox_push(srv, t, DSP_WRITE_RETRY, wall_ms() + delay, data, len);
             srv->task_stats.retried_total++;
         }
-        task_free(srv, t);
-        return;
+        break;
     }
+    if (o && c)
+        dsp_inv_confirm_later(c, o, t->dlv_epoch, t->attempts);
+    task_free(srv, t);
 }
 
 static void dispatch_cb(evutil_socket_t fd, short what, void *arg)
@@ -298,7 +307,11 @@ static void forget_all_tasks(dsp_server *srv)
     for (dsp_conn *c = srv->conns; c; c = c->next)
         while (c->inflight) {
             dsp_task *t = c->inflight;
-            dsp_conn_cancel(c, t);
+            /* A version-3 worker keeps running it and declares it to the next leader. */
+            if (c->version >= 3)
+                dsp_dispatch_inflight_del(c, t, DSP_SLOT_GIVE_BACK);
+            else
+                dsp_conn_cancel(c, t);
             task_free(srv, t);
         }
 }
@@ -327,6 +340,10 @@ static void on_written(void *arg, const dsp_write_report *r)
     if (r->deferred)
         log_warn(&srv->log, "%llu outcome(s) wait: another transaction holds their rows' locks",
                  (unsigned long long)r->deferred);
+    srv->task_stats.foreign_written_total += r->foreign_written;
+    srv->task_stats.foreign_ignored_total += r->foreign_ignored;
+    if (r->nacks)
+        dsp_inv_on_written(srv, r); /* CONFIRMs, adoptions */
     dsp_server_kick(srv); /* dispatch may have waited for these writes (--max-unwritten) */
 }
 
@@ -792,7 +809,7 @@ int dsp_server_init_offline(dsp_server *srv, const dsp_config *cfg)
     srv->started_ms = dsp_now_ms();
     srv->claim_not_before = 0;
 
-    if (dsp_taskmap_init(&srv->tasks, 4096) < 0 ||
+    if (dsp_taskmap_init(&srv->tasks, 4096) < 0 || dsp_taskmap_init(&srv->v3conns, 64) < 0 ||
         dsp_history_init(&srv->history, DSP_HISTORY_SAMPLES) < 0 || dsp_limits_init(srv) < 0)
         return -1;
     dsp_deadline_init(&srv->leases);
@@ -855,6 +872,7 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         .retain_failed_ms = cfg->retain_failed_ms,
         .lease_ms = cfg->lease_ms,
         .lease_renew_ms = cfg->lease_renew_ms,
+        .adopt_grace_ms = cfg->adopt_grace_ms,
         .shard = &cfg->shard_spec,
         .cb = {on_leader, on_leader_lost, on_claim, on_written, on_health, on_requeued, on_fatal,
                dsp_admin_taskop_answer, dsp_conn_on_submitted, dsp_conn_on_outcome},
@@ -910,6 +928,7 @@ void dsp_server_free(dsp_server *srv)
         free(srv->outbox[i].data);
     free(srv->outbox);
     dsp_taskmap_free(&srv->tasks);
+    dsp_taskmap_free(&srv->v3conns);
     dsp_deadline_free(&srv->leases);
     dsp_history_free(&srv->history);
     dsp_limits_free(srv);

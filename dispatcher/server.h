@@ -39,6 +39,10 @@ struct dsp_task {
     uint32_t timeout_ms;
     uint8_t priority;
     bool recorded;         /* the current delivery's attempt is written (DSP_WRITE_DELIVERED) */
+    bool adopted;          /* declared by a worker (HOLDING) and adopted: no payload here, so
+                            * taken back it goes to NEW rather than to a worker (inventory.c) */
+    uint32_t dlv_epoch;    /* the epoch its current delivery names: the leader's, or for an
+                            * adopted one the epoch it was delivered under */
     dsp_conn *holder;      /* current delivery, NULL while buffered */
     int64_t deadline_ms;   /* end of the current delivery's lease */
     dsp_deadline_node lease; /* in srv->leases while delivered: when the tick looks next */
@@ -114,6 +118,7 @@ struct dsp_server {
     int64_t accept_backoff_ms;
     dsp_log_limit peer_log;        /* lines about peers: connections, HELLOs, bad frames */
     dsp_taskmap tasks;
+    dsp_taskmap v3conns;       /* connection id -> welcomed version-3 connection (CONFIRM) */
     uint64_t next_seq;
     uint64_t room;             /* free slots over accepting workers */
     uint64_t nbuffered;
@@ -190,6 +195,14 @@ void dsp_server_types_free(dsp_server *srv);
 void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t outcome,
                           uint32_t retry_after_ms, const uint8_t *data, size_t len);
 void dsp_server_kick(dsp_server *srv); /* schedule a dispatch pass */
+/* Adds an entry to the outbox (handed to the write thread in this loop pass); its conn_id
+ * and delivery are 0. Returns it, or NULL when out of memory (data is not taken). */
+dsp_outcome *dsp_server_outbox_add(dsp_server *srv, uint64_t task_id, uint8_t kind,
+                                   uint32_t attempts, int64_t run_after, const void *data, size_t len);
+
+/* The retry delay of a FAIL_RETRY (the backoff) or RETRY_AFTER outcome. */
+int64_t dsp_server_retry_delay_ms(const dsp_server *srv, uint8_t outcome, uint32_t retry_after_ms,
+                                  uint32_t attempt, uint64_t task_id);
 
 /* Called by dispatch.c. */
 /* A delivery was lost (worker gone, lease expired): deliver again, or fail the

@@ -26,7 +26,12 @@
     X(extends_total, "lease extensions received")                                          \
     X(delivery_records_total, "deliveries recorded in the table before their outcome")      \
     X(refunded_total, "deliveries taken back uncharged from a worker dropped for timeouts") \
-    X(orphans_released_total, "buffered tasks put back to NEW after their type lost its workers")
+    X(orphans_released_total, "buffered tasks put back to NEW after their type lost its workers") \
+    X(adopted_total, "deliveries a worker declared (HOLDING) and this dispatcher adopted")   \
+    X(adopt_refused_total, "declared deliveries refused (CANCEL): recovered, finished, held") \
+    X(foreign_written_total, "outcomes of deliveries not held here written (an earlier epoch)") \
+    X(foreign_ignored_total, "outcomes of deliveries not held here whose row had moved on") \
+    X(confirmed_total, "outcomes confirmed to version-3 workers (CONFIRM entries)")
 
 /* The "connections" object of /stats. */
 #define DSP_CONN_COUNTERS(X)                                                                  \

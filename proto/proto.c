@@ -66,6 +66,9 @@
 #define OUTCOME_OFF_STATE 13
 #define OUTCOME_FIXED 14 /* type, u32 request_id, u64 task_id, u8 state; the data is the rest */
 
+#define LIST_OFF_N 1
+#define LIST_FIXED 3 /* CONFIRM, HOLDING: type, u16 n; then n deliveries of 16 bytes */
+
 #define STR_HEAD 2 /* the u16 length before a bounded string */
 #define BLOB_HEAD 4 /* the u32 length before a payload */
 
@@ -419,6 +422,46 @@ done:
     return rc;
 }
 
+void proto_dlv_at(const proto_dlv_list *l, uint16_t i, proto_dlv *out)
+{
+    const uint8_t *p;
+
+    if (l->items != NULL) {
+        *out = l->items[i];
+        return;
+    }
+    p = l->entries.ptr + (size_t)i * PROTO_DLV_ENTRY;
+    out->task_id = load64(p);
+    out->epoch = load32(p + 8);
+    out->attempt = load32(p + 12);
+}
+
+void proto_dlv_put(uint8_t *out, const proto_dlv *d)
+{
+    store64(out, d->task_id);
+    store32(out + 8, d->epoch);
+    store32(out + 12, d->attempt);
+}
+
+/* decode_list reads a CONFIRM or HOLDING: exactly n entries, 1 <= n <= the bound. */
+static int decode_list(const uint8_t *b, size_t n, proto_dlv_list *l)
+{
+    int rc = PROTO_BAD;
+
+    if (n < LIST_FIXED)
+        goto done;
+    l->n = load16(b + LIST_OFF_N);
+    if (l->n == 0 || l->n > PROTO_MAX_CONFIRM ||
+        n - LIST_FIXED != (size_t)l->n * PROTO_DLV_ENTRY)
+        goto done;
+    l->items = NULL;
+    l->entries.ptr = b + LIST_FIXED;
+    l->entries.len = n - LIST_FIXED;
+    rc = PROTO_OK;
+done:
+    return rc;
+}
+
 int proto_msg_decode(const uint8_t *body, size_t body_len, proto_msg *out)
 {
     int rc = PROTO_BAD;
@@ -460,6 +503,12 @@ int proto_msg_decode(const uint8_t *body, size_t body_len, proto_msg *out)
         break;
     case PROTO_OUTCOME:
         rc = decode_outcome(body, body_len, &out->u.outcome);
+        break;
+    case PROTO_CONFIRM:
+        rc = decode_list(body, body_len, &out->u.confirm);
+        break;
+    case PROTO_HOLDING:
+        rc = decode_list(body, body_len, &out->u.holding);
         break;
     default:
         break;
@@ -554,6 +603,18 @@ static size_t submitted_head(const proto_submitted *s)
     return SUBMITTED_FIXED + rlen;
 }
 
+/* list_head: the body size of a CONFIRM or HOLDING, or 0 when the decoder would refuse it. */
+static size_t list_head(const proto_dlv_list *l)
+{
+    size_t len = (size_t)l->n * PROTO_DLV_ENTRY;
+
+    if (l->n == 0 || l->n > PROTO_MAX_CONFIRM)
+        return 0;
+    if (l->items == NULL && (l->entries.ptr == NULL || l->entries.len != len))
+        return 0;
+    return LIST_FIXED + len;
+}
+
 /* msg_layout sizes m: *head gets the body bytes before the trailing opaque
  * field, *tail that field (empty for types without one). Returns 0 when m
  * cannot be encoded (the decoder would refuse it, or the body would not fit
@@ -618,6 +679,12 @@ static int msg_layout(const proto_msg *m, size_t *head, proto_bytes *tail)
             goto done;
         h = OUTCOME_FIXED;
         t = m->u.outcome.data;
+        break;
+    case PROTO_CONFIRM:
+    case PROTO_HOLDING:
+        h = list_head(m->type == PROTO_CONFIRM ? &m->u.confirm : &m->u.holding);
+        if (h == 0)
+            goto done;
         break;
     default:
         goto done;
@@ -743,6 +810,16 @@ static void write_head(const proto_msg *m, uint8_t *out, size_t body_len)
         store64(b + OUTCOME_OFF_TASK_ID, m->u.outcome.task_id);
         b[OUTCOME_OFF_STATE] = m->u.outcome.state;
         break;
+    case PROTO_CONFIRM:
+    case PROTO_HOLDING: {
+        const proto_dlv_list *l = m->type == PROTO_CONFIRM ? &m->u.confirm : &m->u.holding;
+        store16(b + LIST_OFF_N, l->n);
+        if (l->items == NULL)
+            copy_bytes(b + LIST_FIXED, l->entries);
+        for (uint16_t i = 0; l->items != NULL && i < l->n; i++)
+            proto_dlv_put(b + LIST_FIXED + (size_t)i * PROTO_DLV_ENTRY, &l->items[i]);
+        break;
+    }
     default: /* HEARTBEAT, STOP: the type byte alone */
         break;
     }
@@ -793,6 +870,7 @@ static const char *const type_names[] = {
     [PROTO_ERROR] = "ERROR", [PROTO_STOP] = "STOP",       [PROTO_TASK] = "TASK",
     [PROTO_DONE] = "DONE",   [PROTO_EXTEND] = "EXTEND",   [PROTO_CANCEL] = "CANCEL",
     [PROTO_SUBMIT] = "SUBMIT", [PROTO_SUBMITTED] = "SUBMITTED", [PROTO_OUTCOME] = "OUTCOME",
+    [PROTO_CONFIRM] = "CONFIRM", [PROTO_HOLDING] = "HOLDING",
 };
 
 /* Indexed by status - PROTO_BAD, the lowest status. */

@@ -13,9 +13,10 @@
 
 /* Bump when a frame's layout changes; peers exchange it in HELLO / WELCOME.
  * Version 2 adds SUBMIT, SUBMITTED and OUTCOME and producer-only HELLOs (no type,
- * capacity 0); a dispatcher still accepts a version-1 HELLO and answers it as
- * version 1 (PROTOCOL.md, section 8). */
-#define PROTO_VERSION 2
+ * capacity 0); version 3 adds CONFIRM and HOLDING (a worker's inventory across a
+ * failover). A dispatcher still accepts older HELLOs and answers each in its own
+ * version (PROTOCOL.md, section 8). */
+#define PROTO_VERSION 3
 #define PROTO_VERSION_MIN 1 /* the oldest version a dispatcher still serves */
 
 /* Every frame is a 4-byte big-endian body length, then the body. */
@@ -36,6 +37,7 @@
 #define PROTO_MAX_DEDUP_KEY_LEN 191     /* bytes of a dedup_key (VARBINARY(191)) */
 #define PROTO_MAX_PAYLOAD_LEN 16777215u /* a MEDIUMBLOB */
 #define PROTO_MAX_ATTEMPTS 1000         /* the table's max_attempts bound */
+#define PROTO_MAX_CONFIRM 1024          /* deliveries named by one CONFIRM or HOLDING */
 
 /* Results of the decoding functions. Negative values are errors. */
 enum proto_status {
@@ -56,6 +58,8 @@ enum proto_type {
     PROTO_DONE = 0x11,      /* worker -> dispatcher: outcome of a delivery */
     PROTO_EXTEND = 0x12,    /* worker -> dispatcher: extend a delivery's lease */
     PROTO_CANCEL = 0x13,    /* dispatcher -> worker: abandon a delivery */
+    PROTO_CONFIRM = 0x14,   /* dispatcher -> worker (version 3): these DONEs are settled */
+    PROTO_HOLDING = 0x15,   /* worker -> dispatcher (version 3): deliveries still running */
     PROTO_SUBMIT = 0x20,    /* client -> dispatcher (version 2): insert tasks */
     PROTO_SUBMITTED = 0x21, /* dispatcher -> client: answer to SUBMIT, after COMMIT */
     PROTO_OUTCOME = 0x22,   /* dispatcher -> client: final state of a waited-for task */
@@ -209,6 +213,26 @@ typedef struct proto_outcome_msg {
     proto_bytes data; /* result or err_msg: the rest of the frame */
 } proto_outcome_msg;
 
+/* One delivery of a CONFIRM or HOLDING list. */
+typedef struct proto_dlv {
+    uint64_t task_id;
+    uint32_t epoch;
+    uint32_t attempt;
+} proto_dlv;
+
+/* Bytes of one list entry: u64 task_id, u32 epoch, u32 attempt. */
+#define PROTO_DLV_ENTRY 16
+
+/* CONFIRM and HOLDING: n (1 .. PROTO_MAX_CONFIRM) deliveries. As SUBMITTED: decoding
+ * sets `entries` (n * PROTO_DLV_ENTRY bytes; read them with proto_dlv_at) and `items`
+ * to NULL; encoding reads `items`, or copies `entries` when `items` is NULL (a list
+ * built in place with proto_dlv_put). */
+typedef struct proto_dlv_list {
+    uint16_t n;
+    const proto_dlv *items;
+    proto_bytes entries;
+} proto_dlv_list;
+
 typedef struct proto_msg {
     uint8_t type; /* enum proto_type */
     union {
@@ -222,6 +246,8 @@ typedef struct proto_msg {
         proto_submit submit;
         proto_submitted submitted;
         proto_outcome_msg outcome;
+        proto_dlv_list confirm; /* PROTO_CONFIRM */
+        proto_dlv_list holding; /* PROTO_HOLDING */
     } u;
 } proto_msg;
 
@@ -262,6 +288,13 @@ int proto_submit_next(proto_bytes *cursor, proto_submit_task *out);
 
 /* proto_submitted_result reads result i (< s->n) of a decoded SUBMITTED. */
 void proto_submitted_result(const proto_submitted *s, uint16_t i, proto_submit_res *out);
+
+/* proto_dlv_at reads entry i (< l->n) of a list: items[i], or the entries' bytes. */
+void proto_dlv_at(const proto_dlv_list *l, uint16_t i, proto_dlv *out);
+
+/* proto_dlv_put writes d as one PROTO_DLV_ENTRY-byte list entry at out, so that a
+ * sender can build a CONFIRM's entries where they will be sent from. */
+void proto_dlv_put(uint8_t *out, const proto_dlv *d);
 
 /* Bytes of a SUBMITTED result entry, and of a SUBMIT task entry without its strings. */
 #define PROTO_SUBMITTED_ENTRY 9

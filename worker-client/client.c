@@ -192,8 +192,9 @@ static void next_host(tp_worker *w)
     schedule_reconnect(w, 0);
 }
 
-/* release tears the connection down without deciding what comes next:
- * deliveries it held are marked cancelled, and their outcomes will be dropped. */
+/* release tears the connection down without deciding what comes next: deliveries it
+ * held are marked cancelled, and their outcomes will be dropped; in a version-3 session
+ * (unless stopping) they go on running instead, carried to the next connection. */
 static void release(tp_worker *w)
 {
     if (w->bev != NULL)
@@ -204,6 +205,8 @@ static void release(tp_worker *w)
     event_del(w->more_ev);
     event_del(w->linger_ev);
     event_del(w->stop_wait_ev);
+    if (w->established && w->session_version >= 3 && !w->stopping)
+        tpi_inv_carry(w);
     for (tp_task *t = w->held; t != NULL; t = t->held_next) {
         atomic_store(&t->cancelled, 1);
         t->held = 0;
@@ -542,19 +545,15 @@ static void free_reference(const void *data, size_t len, void *extra)
     free((void *)data);
 }
 
-/* send_done writes t's DONE. Results that did not fit were refused by
- * tp_task_set_result; errors were cut to fit by tp_task_set_error. */
-static void send_done(tp_worker *w, tp_task *t)
+/* done_of fills d with t's DONE (note: room for the text of a refused result).
+ * Results that did not fit were refused by tp_task_set_result; errors were cut to fit
+ * by tp_task_set_error. */
+static void done_of(const tp_task *t, proto_done *d, char *note, size_t note_len)
 {
-    proto_msg m = {.type = PROTO_DONE};
-    proto_done *d = &m.u.done;
-    struct evbuffer *out = bufferevent_get_output(w->bev);
-    uint8_t head[64];
-    char note[128];
     const void *data = t->error;
     size_t len = t->error_len;
-    size_t n;
 
+    memset(d, 0, sizeof(*d));
     d->task_id = t->id;
     d->epoch = t->epoch;
     d->attempt = t->attempt;
@@ -565,7 +564,7 @@ static void send_done(tp_worker *w, tp_task *t)
         len = t->result_len;
         if (t->result_refused > 0) {
             d->outcome = PROTO_OUTCOME_FAIL_PERM;
-            snprintf(note, sizeof(note),
+            snprintf(note, note_len,
                      "result of %zu bytes exceeds the dispatcher's limit of %zu", t->result_refused,
                      t->max_data);
             data = note;
@@ -585,6 +584,25 @@ static void send_done(tp_worker *w, tp_task *t)
     }
     d->data.ptr = data;
     d->data.len = len;
+}
+
+/* send_done writes t's DONE; in a version-3 session it also keeps a copy until confirmed. */
+static void send_done(tp_worker *w, tp_task *t)
+{
+    proto_msg m = {.type = PROTO_DONE};
+    proto_done *d = &m.u.done;
+    struct evbuffer *out = bufferevent_get_output(w->bev);
+    uint8_t head[64];
+    char note[128];
+    const void *data;
+    size_t len;
+    size_t n;
+
+    done_of(t, d, note, sizeof(note));
+    data = d->data.ptr;
+    len = d->data.len;
+    if (w->session_version >= 3)
+        tpi_inv_keep(w, d);
     n = proto_msg_encode_head(&m, head, sizeof(head));
     if (n == 0) {
         tpi_log(w, TP_LOG_ERROR, "cannot encode DONE for task %llu", (unsigned long long)t->id);
@@ -629,7 +647,19 @@ static void unhold(tp_worker *w, tp_task *t)
     t->held = 0;
 }
 
-/* finish_task sends (or drops) the outcome of a task whose handler returned. */
+/* keep_unsent keeps the outcome of a version-3 delivery that cannot be sent now: it
+ * goes with the others after the next WELCOME. */
+static void keep_unsent(tp_worker *w, tp_task *t)
+{
+    proto_done d;
+    char note[128];
+
+    done_of(t, &d, note, sizeof(note));
+    tpi_inv_keep(w, &d);
+    TPI_COUNT(w, tasks_completed);
+}
+
+/* finish_task sends (or drops, or keeps) the outcome of a task whose handler returned. */
 static void finish_task(tp_worker *w, tp_task *t)
 {
     if (t->held) {
@@ -638,8 +668,20 @@ static void finish_task(tp_worker *w, tp_task *t)
             send_done(w, t);
             set_in_flight(w, w->in_flight - 1);
             TPI_COUNT(w, tasks_completed);
+        } else if (w->session_version >= 3 && !w->stopping && !atomic_load(&t->cancelled)) {
+            keep_unsent(w, t); /* CLOSING: carried over with the connection */
         } else {
             TPI_COUNT(w, tasks_dropped); /* CLOSING: the connection is going */
+        }
+    } else if (t->carried) {
+        tpi_inv_uncarry(w, t);
+        if (sending_outcomes(w) && w->session_version >= 3) {
+            send_done(w, t);
+            TPI_COUNT(w, tasks_completed);
+        } else if (!atomic_load(&t->cancelled)) {
+            keep_unsent(w, t);
+        } else {
+            TPI_COUNT(w, tasks_dropped); /* cancelled by the dispatcher: nobody wants it */
         }
     } else {
         TPI_COUNT(w, tasks_dropped);
@@ -784,6 +826,10 @@ static void on_welcome(tp_worker *w, const proto_welcome *wm)
     tpi_log(w, TP_LOG_INFO, "connected to %s:%s (%.*s), heartbeat %u ms, capacity %u",
             cur_addr(w)->host, cur_addr(w)->port, (int)wm->server.len, (const char *)wm->server.ptr,
             wm->heartbeat_ms, w->opts.capacity);
+    if (tpi_inv_session_start(w) < 0) {
+        close_after_flush(w, TP_LOG_ERROR, "cannot queue the inventory (out of memory)");
+        return;
+    }
     if (w->heartbeat_ms > 0) {
         /* Ticks at half the interval, so that a heartbeat leaves at most one
          * interval after the last frame (PROTOCOL.md 6.2). */
@@ -796,7 +842,9 @@ static void on_welcome(tp_worker *w, const proto_welcome *wm)
 
 static void on_cancel(tp_worker *w, const proto_cancel *c)
 {
-    for (tp_task *t = w->held; t != NULL; t = t->held_next) {
+    tp_task *carried = tpi_inv_find_carried(w, c->task_id, c->epoch, c->attempt);
+
+    for (tp_task *t = carried != NULL ? carried : w->held; t != NULL; t = t->held_next) {
         if (t->id == c->task_id && t->epoch == c->epoch && t->attempt == c->attempt) {
             atomic_store(&t->cancelled, 1);
             TPI_COUNT(w, cancels_received);
@@ -842,15 +890,23 @@ static void handle_msg(tp_worker *w, const proto_msg *m)
         tpi_submit_on_submitted(w, &m->u.submitted);
         check_drained(w);
         break;
+    case PROTO_CONFIRM:
+        if (w->session_version < 3) {
+            protocol_error(w, PROTO_ERR_UNEXPECTED, "CONFIRM in a version-%u session",
+                           w->session_version);
+            break;
+        }
+        tpi_inv_on_confirm(w, &m->u.confirm);
+        break;
     case PROTO_ERROR:
-        /* A dispatcher older than protocol version 2 refuses our HELLO: a worker speaks
-         * version 1 to it from the next attempt on (and cannot submit); a producer-only
-         * client has nothing to say in version 1. */
+        /* An older dispatcher refuses our HELLO: the next attempt offers the version
+         * below (3, then 2, then 1: no inventory below 3, no SUBMIT below 2); a
+         * producer-only client has nothing to say in version 1. */
         if (w->state == TPI_HANDSHAKE && m->u.error.code == PROTO_ERR_VERSION &&
-            w->hello_version > PROTO_VERSION_MIN && w->ntypes > 0) {
-            w->hello_version = PROTO_VERSION_MIN;
+            w->hello_version > PROTO_VERSION_MIN && (w->ntypes > 0 || w->hello_version > 2)) {
             tpi_log(w, TP_LOG_INFO, "the dispatcher does not speak protocol version %u; using %u",
-                    PROTO_VERSION, PROTO_VERSION_MIN);
+                    w->hello_version, w->hello_version - 1);
+            w->hello_version--;
         }
         snprintf(why, sizeof(why), "dispatcher sent ERROR %u: %.*s", m->u.error.code,
                  (int)(m->u.error.message.len > 150 ? 150 : m->u.error.message.len),
@@ -986,6 +1042,7 @@ static void stop_graceful(tp_worker *w)
     w->stopping = 1;
     event_del(w->reconnect_ev);
     tpi_log(w, TP_LOG_INFO, "stopping: finishing %u deliveries", w->in_flight);
+    tpi_inv_abandon(w); /* no next connection will take them */
     switch (w->state) {
     case TPI_CONNECTING:
     case TPI_HANDSHAKE:
@@ -1013,6 +1070,7 @@ static void stop_now(tp_worker *w)
     if (w->established)
         TPI_COUNT(w, disconnects);
     release(w); /* marks every delivery held cancelled */
+    tpi_inv_abandon(w);
     drop_addrinfo(w);
     maybe_finish(w);
 }
@@ -1321,7 +1379,9 @@ int tp_worker_run(tp_worker *w)
     }
     /* The loop ends only when stopped, idle and with no task alive; an
      * error exit may leave a connection and tasks behind. */
+    w->stopping = 1;
     release(w);
+    tpi_inv_abandon(w);
     drop_addrinfo(w);
     tpi_submit_fail_all(w, "the worker stopped");
     tpi_pool_join(w);
@@ -1333,6 +1393,7 @@ int tp_worker_run(tp_worker *w)
         tpi_task_free(t);
         w->tasks_alive--;
     }
+    tpi_inv_free(w);
     tpi_log(w, TP_LOG_INFO, "worker %s stopped", w->name);
 teardown:
     tpi_pool_join(w);

@@ -76,7 +76,11 @@ enum tpi_conn_state {
     X(extends_sent)                                                                                \
     X(heartbeats_sent)                                                                             \
     X(frames_received)                                                                             \
-    X(read_yields)
+    X(read_yields)                                                                                 \
+    X(tasks_carried)                                                                               \
+    X(outcomes_confirmed)                                                                          \
+    X(outcomes_resent)                                                                             \
+    X(outcomes_forgotten)
 
 typedef struct tpi_counters {
 #define TPI_COUNTER_FIELD(name) _Atomic uint64_t name;
@@ -118,10 +122,12 @@ struct tp_task {
     char *error;
     size_t error_len;
 
-    /* The list of deliveries held on the current connection, for CANCEL. [io] */
+    /* The list of deliveries held on the current connection, for CANCEL, or (version 3)
+     * the list of those carried over from an earlier one (inventory.c). [io] */
     tp_task *held_prev;
     tp_task *held_next;
     int held;
+    int carried;
 
     tp_task *next; /* [job] in the job queue, then [done] in the done queue */
 
@@ -137,6 +143,18 @@ struct tp_task {
     size_t payload_len;                /* [const] */
     uint8_t body[];                    /* [const] the TASK body, then a NUL byte */
 };
+
+/* An outcome sent in a version-3 session and not yet confirmed (inventory.c). [io] */
+typedef struct tpi_kept {
+    struct tpi_kept *prev, *next; /* in the order sent */
+    uint64_t task_id;
+    uint32_t epoch;
+    uint32_t attempt;
+    uint8_t outcome;
+    uint32_t retry_after_ms;
+    size_t len;
+    uint8_t data[];
+} tpi_kept;
 
 /* One tp_submit() call. The caller and the I/O thread share it; whoever is last frees
  * it: the caller once `done`, the I/O thread when the caller gave up (`abandoned`). */
@@ -247,6 +265,13 @@ struct tp_worker {
     uint16_t hello_version;   /* [io] the version the next HELLO speaks (2, or 1 after an
                                * old dispatcher refused 2) */
     uint16_t session_version; /* [io] the version of the current WELCOME */
+
+    /* Inventory (version 3, inventory.c). [io] */
+    tp_task *carried;         /* tasks still running from an earlier connection */
+    unsigned ncarried;
+    tpi_kept *kept_head;      /* outcomes sent and not yet confirmed, oldest first */
+    tpi_kept *kept_tail;
+    size_t nkept;
 };
 
 /* ---- options.c ---- */
@@ -354,6 +379,28 @@ void tpi_submit_conn_lost(tp_worker *w);
 void tpi_submit_fail_all(tp_worker *w, const char *why);
 /* Sent submissions still waiting for SUBMITTED (a drain waits for them). [io] */
 int tpi_submit_unanswered(const tp_worker *w);
+
+/* ---- inventory.c ---- */
+
+/* Keeps a copy of a DONE until a CONFIRM names it; beyond 4 x capacity + 1024 kept, the
+ * oldest is forgotten (and logged). */
+void tpi_inv_keep(tp_worker *w, const proto_done *d);
+/* A CONFIRM: forgets the outcomes it names. */
+void tpi_inv_on_confirm(tp_worker *w, const proto_dlv_list *l);
+/* A version-3 connection was lost: its held deliveries go on running, carried. */
+void tpi_inv_carry(tp_worker *w);
+/* t's handler returned: it leaves the carried list (no-op when not on it). */
+void tpi_inv_uncarry(tp_worker *w, tp_task *t);
+/* The carried task of that delivery, or NULL. */
+tp_task *tpi_inv_find_carried(tp_worker *w, uint64_t id, uint32_t epoch, uint32_t attempt);
+/* Stopping, or a session older than version 3: carried tasks are cancelled (their
+ * outcomes will be dropped), kept outcomes forgotten. */
+void tpi_inv_abandon(tp_worker *w);
+/* After WELCOME: in version 3, HOLDING for the carried tasks, then every kept outcome
+ * again; in older versions, tpi_inv_abandon. Returns 0, or -1 when it cannot be queued. */
+int tpi_inv_session_start(tp_worker *w);
+/* tp_worker_run() ends: frees what is kept (the tasks themselves are freed elsewhere). */
+void tpi_inv_free(tp_worker *w);
 
 /* ---- client.c, for task.c ---- */
 

@@ -211,6 +211,11 @@ typedef struct tp_worker_stats {
     uint64_t frames_received;  /**< every frame decoded */
     uint64_t read_yields;      /**< reads that stopped at the per-event frame budget */
     uint64_t in_flight;        /**< deliveries held now on the current connection */
+    /* Protocol version 3 (docs/worker.md, "Across a failover"): */
+    uint64_t tasks_carried;      /**< deliveries kept running across a lost connection */
+    uint64_t outcomes_confirmed; /**< outcomes the dispatcher confirmed (CONFIRM) */
+    uint64_t outcomes_resent;    /**< unconfirmed outcomes sent again after a reconnect */
+    uint64_t outcomes_forgotten; /**< unconfirmed outcomes dropped beyond the bound */
 } tp_worker_stats;
 
 /**

@@ -6,8 +6,9 @@
  * framing fails (TOO_BIG, BAD, or a partial last frame). Each frame that
  * decodes is re-encoded into a heap buffer of exactly proto_msg_size bytes (so
  * that ASan sees any overflow) and must come back byte for byte, then decode
- * again to the same message field by field; encode_head + tail must equal
- * encode, and every encoder must refuse a buffer one byte short. The whole
+ * again to the same message field by field (CONFIRM and HOLDING by their
+ * entries); encode_head + tail must equal encode, and every encoder must refuse a
+ * buffer one byte short. The whole
  * input is also decoded as one bare body, so that the decoders are reached
  * without the fuzzer first having to get a length prefix right.
  * Any disagreement calls abort().
@@ -106,6 +107,12 @@ static int msg_equal(const proto_msg *a, const proto_msg *b)
              a->u.outcome.task_id == b->u.outcome.task_id && a->u.outcome.state == b->u.outcome.state &&
              bytes_equal(a->u.outcome.data, b->u.outcome.data);
         break;
+    case PROTO_CONFIRM:
+    case PROTO_HOLDING:
+        /* Both decoded (the same union layout for either): the entries' bytes. */
+        eq = a->u.confirm.n == b->u.confirm.n &&
+             bytes_equal(a->u.confirm.entries, b->u.confirm.entries);
+        break;
     case PROTO_HEARTBEAT:
     case PROTO_STOP:
         break;
@@ -168,6 +175,12 @@ static void check_borrowed(const proto_msg *m, const uint8_t *body, size_t n)
         check(cur.len == 0);
         break;
     }
+    case PROTO_CONFIRM:
+    case PROTO_HOLDING:
+        check(m->u.confirm.n >= 1 && m->u.confirm.n <= PROTO_MAX_CONFIRM &&
+              inside(m->u.confirm.entries, body, n) &&
+              m->u.confirm.entries.len == (size_t)m->u.confirm.n * PROTO_DLV_ENTRY);
+        break;
     case PROTO_SUBMITTED:
         check(m->u.submitted.n == 0 || inside(m->u.submitted.entries, body, n));
         check(m->u.submitted.entries.len == (size_t)m->u.submitted.n * PROTO_SUBMITTED_ENTRY);

@@ -1,7 +1,7 @@
 /* test_standby: what a standby taskpushd says on the worker port (proto/PROTOCOL.md,
  * section 7), with raw-protocol peers, a real leader and a real standby on one table.
  *
- *   - a worker's HELLO of version 1 and of version 2 is answered ERROR NOT_LEADER, and
+ *   - a worker's HELLO of version 1, 2 and 3 is answered ERROR NOT_LEADER, and
  *     the standby closes the connection (it holds no worker idle);
  *   - the same HELLOs to the leader are answered WELCOME in their version;
  *   - a producer-only HELLO (version 2, no type) is welcomed by the standby: its
@@ -145,9 +145,11 @@ static void test_standby_refuses_workers(void **state)
 
     hello_to(&fx->standby, 1, 1, PROTO_ERROR, PROTO_ERR_NOT_LEADER);
     hello_to(&fx->standby, 2, 1, PROTO_ERROR, PROTO_ERR_NOT_LEADER);
+    hello_to(&fx->standby, 3, 1, PROTO_ERROR, PROTO_ERR_NOT_LEADER);
     hello_to(&fx->standby, 2, 0, PROTO_WELCOME, 0); /* a producer stays */
     hello_to(&fx->leader, 1, 1, PROTO_WELCOME, 0);
     hello_to(&fx->leader, 2, 1, PROTO_WELCOME, 0);
+    hello_to(&fx->leader, 3, 1, PROTO_WELCOME, 0);
     assert_int_equal(tp_daemon_stat(&fx->standby, "workers"), 0);
     assert_true(tp_daemon_log_count(&fx->standby, "does not lead the table") >= 1);
 }

@@ -530,10 +530,18 @@ static void test_over_capacity_closes(void **state)
     fake_expect(&s.f, &m, PROTO_ERROR);
     assert_int_equal(m.u.error.code, PROTO_ERR_UNEXPECTED);
     fake_expect_eof(&s.f, PROTO_DONE);
-    /* The held delivery is abandoned, and the worker comes back. */
+    /* The worker comes back and declares the held delivery (version 3); the dispatcher
+     * cancels it. */
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_expect(&s.f, &m, PROTO_HOLDING);
+    assert_int_equal(m.u.holding.n, 1);
+    proto_msg x = {.type = PROTO_CANCEL};
+    x.u.cancel.task_id = 1;
+    x.u.cancel.epoch = 7;
+    x.u.cancel.attempt = 1;
+    fake_send(&s.f, &x);
     assert_true(hctx_wait(&s.h, &s.h.finished, 1));
     assert_int_equal(s.h.saw_cancel, 1);
-    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
     assert_true(WAIT_STAT(s.r.w, connections, 2));
     assert_int_equal(stats_of(s.r.w).protocol_errors, 1);
     setup_finish(&s);
@@ -857,6 +865,29 @@ static void test_not_leader_next_address(void **state)
     fake_close(&b);
 }
 
+/* fake_handshake_v2 plays a dispatcher of protocol version 2: the worker's first HELLO
+ * (version 3) is refused, and the next one, of version 2, welcomed. With fallen, the
+ * worker already speaks version 2. */
+static void fake_handshake_v2(fake *f, int fallen)
+{
+    proto_msg m;
+    proto_msg e = {.type = PROTO_ERROR};
+
+    fake_accept(f);
+    fake_expect(f, &m, PROTO_HELLO);
+    if (!fallen) {
+        assert_int_equal(m.u.hello.version, 3);
+        e.u.error.code = PROTO_ERR_VERSION;
+        fake_send(f, &e);
+        fake_expect_eof(f, PROTO_DONE);
+        fake_accept(f);
+        fake_expect(f, &m, PROTO_HELLO);
+    }
+    assert_int_equal(m.u.hello.version, 2);
+    fake_send_welcome(f, 2, 0, PROTO_MAX_BODY_DEFAULT);
+}
+
+/* In a version-2 session, a lost connection cancels what the worker ran. */
 static void test_lost_connection_drops_outcome(void **state)
 {
     setup s;
@@ -866,20 +897,113 @@ static void test_lost_connection_drops_outcome(void **state)
     hctx_init(&s.h);
     s.h.wait_cancel = 1;
     setup_start(&s, 1, 1);
-    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_handshake_v2(&s.f, 0);
     fake_send_task(&s.f, 1, "alpha", "x");
     assert_true(hctx_wait(&s.h, &s.h.started, 1));
     fake_drop(&s.f); /* the dispatcher goes away */
     assert_true(hctx_wait(&s.h, &s.h.finished, 1));
     assert_int_equal(s.h.saw_cancel, 1); /* the handler learnt its work is moot */
     assert_true(WAIT_STAT(s.r.w, tasks_dropped, 1));
-    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_handshake_v2(&s.f, 1);
     /* The next DONE on the new connection is the new task's, not the old one. */
     s.h.wait_cancel = 0;
     fake_send_task(&s.f, 2, "alpha", "y");
     fake_expect(&s.f, &m, PROTO_DONE);
     assert_int_equal(m.u.done.task_id, 2);
     assert_int_equal(stats_of(s.r.w).tasks_completed, 1);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+/* Version 3: a lost connection does not cancel; the next session gets HOLDING for the
+ * running task, then its DONE with the old triple, sent again until CONFIRMed. */
+static void test_inventory_across_reconnects(void **state)
+{
+    setup s;
+    proto_msg m;
+    proto_msg c = {.type = PROTO_CONFIRM};
+    proto_dlv d;
+
+    (void)state;
+    hctx_init(&s.h);
+    s.h.hold = 1;
+    setup_start(&s, 1, 1);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task(&s.f, 1, "alpha", "x"); /* epoch 7, attempt 1 */
+    assert_true(hctx_wait(&s.h, &s.h.started, 1));
+    fake_drop(&s.f);
+    assert_true(WAIT_STAT(s.r.w, tasks_carried, 1));
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_expect(&s.f, &m, PROTO_HOLDING);
+    assert_int_equal(m.u.holding.n, 1);
+    proto_dlv_at(&m.u.holding, 0, &d);
+    assert_true(d.task_id == 1 && d.epoch == 7 && d.attempt == 1);
+    hctx_open_gate(&s.h);
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_true(m.u.done.task_id == 1 && m.u.done.epoch == 7 && m.u.done.attempt == 1);
+    assert_int_equal(s.h.saw_cancel, 0);
+    /* Not confirmed: the next session gets it again, and no HOLDING. */
+    fake_drop(&s.f);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_true(m.u.done.task_id == 1 && m.u.done.epoch == 7 && m.u.done.attempt == 1);
+    assert_true(WAIT_STAT(s.r.w, outcomes_resent, 1));
+    c.u.confirm.n = 1;
+    c.u.confirm.items = &d;
+    fake_send(&s.f, &c);
+    assert_true(WAIT_STAT(s.r.w, outcomes_confirmed, 1));
+    /* Confirmed: forgotten. The first frame of the next session is the new task's DONE. */
+    fake_drop(&s.f);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task(&s.f, 2, "alpha", "y");
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.task_id, 2);
+    assert_int_equal(stats_of(s.r.w).outcomes_resent, 1);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
+/* Version 3: a CANCEL of a carried task reaches its handler; HOLDING is never sent to a
+ * version-2 session, which cancels what was carried. */
+static void test_inventory_cancel_and_fallback(void **state)
+{
+    setup s;
+    proto_msg m;
+    proto_msg x = {.type = PROTO_CANCEL};
+
+    (void)state;
+    hctx_init(&s.h);
+    s.h.wait_cancel = 1;
+    setup_start(&s, 2, 2);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task(&s.f, 1, "alpha", "x");
+    assert_true(hctx_wait(&s.h, &s.h.started, 1));
+    fake_drop(&s.f);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_expect(&s.f, &m, PROTO_HOLDING);
+    x.u.cancel.task_id = 1;
+    x.u.cancel.epoch = 7;
+    x.u.cancel.attempt = 1;
+    fake_send(&s.f, &x); /* refused by the new dispatcher */
+    assert_true(hctx_wait(&s.h, &s.h.finished, 1));
+    assert_int_equal(s.h.saw_cancel, 1);
+    fake_expect(&s.f, &m, PROTO_DONE); /* answered, as any cancelled delivery */
+    assert_int_equal(m.u.done.task_id, 1);
+    assert_true(WAIT_STAT(s.r.w, cancels_received, 1));
+    /* Carried into a version-2 session: cancelled. */
+    fake_drop(&s.f);
+    s.h.saw_cancel = 0;
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task(&s.f, 2, "alpha", "y");
+    assert_true(hctx_wait(&s.h, &s.h.started, 2));
+    fake_drop(&s.f); /* carried */
+    fake_handshake_v2(&s.f, 0);
+    assert_true(hctx_wait(&s.h, &s.h.finished, 2));
+    assert_int_equal(s.h.saw_cancel, 1); /* cancelled: a version-2 dispatcher cannot adopt */
+    s.h.wait_cancel = 0;
+    fake_send_task(&s.f, 3, "alpha", "z");
+    fake_expect(&s.f, &m, PROTO_DONE);
+    assert_int_equal(m.u.done.task_id, 3);
     setup_finish(&s);
     hctx_destroy(&s.h);
 }
@@ -1169,10 +1293,10 @@ static void test_submit_producer(void **state)
     runner_start(&r, w);
     fake_accept(&f);
     fake_expect(&f, &m, PROTO_HELLO);
-    assert_int_equal(m.u.hello.version, 2);
+    assert_int_equal(m.u.hello.version, PROTO_VERSION);
     assert_int_equal(m.u.hello.ntypes, 0);
     assert_int_equal(m.u.hello.capacity, 0);
-    fake_send_welcome(&f, 2, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_welcome(&f, PROTO_VERSION, 0, PROTO_MAX_BODY_DEFAULT);
 
     /* The fields arrive as given; the answer fills the results. */
     submitter_start(&s, w, 2, 0);
@@ -1231,7 +1355,7 @@ static void test_submit_producer(void **state)
     submitter_start(&s, w, 1, 0);
     fake_accept(&f);
     fake_expect(&f, &m, PROTO_HELLO);
-    fake_send_welcome(&f, 2, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_welcome(&f, PROTO_VERSION, 0, PROTO_MAX_BODY_DEFAULT);
     fake_expect(&f, &m, PROTO_SUBMIT);
     send_submitted(&f, m.u.submit.request_id, PROTO_SUBMIT_OK, &ok[1], 1, "");
     assert_int_equal(submitter_join(&s), 0);
@@ -1288,13 +1412,15 @@ static void test_submit_v1_fallback_and_inline(void **state)
     w = new_worker(addr, 1, 0);
     assert_int_equal(tp_worker_add_type(w, "alpha", submitting_handler, w), 0);
     runner_start(&r, w);
-    /* An old dispatcher refuses version 2: the worker comes back in version 1. */
-    fake_accept(&f);
-    fake_expect(&f, &m, PROTO_HELLO);
-    assert_int_equal(m.u.hello.version, 2);
+    /* An old dispatcher refuses versions 3 and 2: the worker comes back in version 1. */
     e.u.error.code = PROTO_ERR_VERSION;
-    fake_send(&f, &e);
-    fake_expect_eof(&f, PROTO_DONE);
+    for (uint16_t v = 3; v >= 2; v--) {
+        fake_accept(&f);
+        fake_expect(&f, &m, PROTO_HELLO);
+        assert_int_equal(m.u.hello.version, v);
+        fake_send(&f, &e);
+        fake_expect_eof(&f, PROTO_DONE);
+    }
     fake_accept(&f);
     fake_expect(&f, &m, PROTO_HELLO);
     assert_int_equal(m.u.hello.version, 1);
@@ -1332,6 +1458,8 @@ int main(void)
         cmocka_unit_test(test_address_failover),
         cmocka_unit_test(test_not_leader_next_address),
         cmocka_unit_test(test_lost_connection_drops_outcome),
+        cmocka_unit_test(test_inventory_across_reconnects),
+        cmocka_unit_test(test_inventory_cancel_and_fallback),
         cmocka_unit_test(test_graceful_stop),
         cmocka_unit_test(test_stop_twice_abandons),
         cmocka_unit_test(test_dispatcher_stop),

@@ -193,6 +193,20 @@ static proto_msg sample_outcome(uint8_t state)
     return m;
 }
 
+static const proto_dlv sample_dlvs[] = {
+    {UINT64_C(0x0102030405060708), 3, 1}, {101, 7, 2}, {UINT64_MAX, UINT32_MAX, UINT32_MAX}};
+
+/* sample_list: a CONFIRM or HOLDING of the three deliveries above. */
+static proto_msg sample_list(uint8_t type)
+{
+    proto_msg m = {.type = type};
+    proto_dlv_list *l = type == PROTO_CONFIRM ? &m.u.confirm : &m.u.holding;
+
+    l->n = NELEMS(sample_dlvs);
+    l->items = sample_dlvs;
+    return m;
+}
+
 /* all_samples fills out with one message of every type (and a few variants). */
 static size_t all_samples(proto_msg *out)
 {
@@ -212,6 +226,8 @@ static size_t all_samples(proto_msg *out)
     out[n++] = sample_submit();
     out[n++] = sample_submitted(PROTO_SUBMIT_OK);
     out[n++] = sample_outcome(PROTO_STATE_FAILED);
+    out[n++] = sample_list(PROTO_CONFIRM);
+    out[n++] = sample_list(PROTO_HOLDING);
     return n;
 }
 
@@ -378,6 +394,21 @@ static void assert_msg_equal(const proto_msg *a, const proto_msg *b)
         }
         assert_bytes_equal(a->u.submitted.message, b->u.submitted.message);
         break;
+    case PROTO_CONFIRM:
+    case PROTO_HOLDING: {
+        const proto_dlv_list *la = a->type == PROTO_CONFIRM ? &a->u.confirm : &a->u.holding;
+        const proto_dlv_list *lb = b->type == PROTO_CONFIRM ? &b->u.confirm : &b->u.holding;
+        assert_int_equal(la->n, lb->n);
+        for (uint16_t i = 0; i < la->n; i++) {
+            proto_dlv x, y;
+            proto_dlv_at(la, i, &x);
+            proto_dlv_at(lb, i, &y);
+            assert_true(x.task_id == y.task_id);
+            assert_int_equal(x.epoch, y.epoch);
+            assert_int_equal(x.attempt, y.attempt);
+        }
+        break;
+    }
     case PROTO_OUTCOME:
         assert_int_equal(a->u.outcome.request_id, b->u.outcome.request_id);
         assert_true(a->u.outcome.task_id == b->u.outcome.task_id);
@@ -875,7 +906,8 @@ static void test_decode_empty_body_bad(void **state)
 static void test_trailing_bytes_on_fixed_frames_bad(void **state)
 {
     proto_msg fixed[] = {sample_hello(),          sample_welcome(), sample_bare(PROTO_HEARTBEAT),
-                         sample_bare(PROTO_STOP), sample_extend(),  sample_cancel()};
+                         sample_bare(PROTO_STOP), sample_extend(),  sample_cancel(),
+                         sample_list(PROTO_CONFIRM), sample_list(PROTO_HOLDING)};
 
     for (size_t i = 0; i < NELEMS(fixed); i++) {
         assert_int_equal(decode_with_extra(&fixed[i], 0x00), PROTO_BAD);
@@ -896,7 +928,8 @@ static void test_unknown_types_bad(void **state)
     static const uint8_t known[] = {PROTO_HELLO, PROTO_WELCOME, PROTO_HEARTBEAT,
                                     PROTO_ERROR, PROTO_STOP,    PROTO_TASK,
                                     PROTO_DONE,  PROTO_EXTEND,  PROTO_CANCEL,
-                                    PROTO_SUBMIT, PROTO_SUBMITTED, PROTO_OUTCOME};
+                                    PROTO_SUBMIT, PROTO_SUBMITTED, PROTO_OUTCOME,
+                                    PROTO_CONFIRM, PROTO_HOLDING};
     uint8_t body[64] = {0};
     uint8_t out[64];
     int nknown = 0;
@@ -1252,6 +1285,8 @@ static void test_names(void **state)
     assert_string_equal(proto_type_name(PROTO_SUBMIT), "SUBMIT");
     assert_string_equal(proto_type_name(PROTO_SUBMITTED), "SUBMITTED");
     assert_string_equal(proto_type_name(PROTO_OUTCOME), "OUTCOME");
+    assert_string_equal(proto_type_name(PROTO_CONFIRM), "CONFIRM");
+    assert_string_equal(proto_type_name(PROTO_HOLDING), "HOLDING");
     assert_string_equal(proto_type_name(0), "UNKNOWN");
     assert_string_equal(proto_type_name(0xff), "UNKNOWN");
     assert_string_equal(proto_status_text(PROTO_OK), "OK");
@@ -1404,6 +1439,68 @@ static void test_submitted_outcome_decoder_side(void **state)
     assert_int_equal(proto_msg_size(&m), 0);
     static const uint8_t short_body[] = {PROTO_OUTCOME, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1};
     assert_int_equal(proto_msg_decode(short_body, sizeof(short_body), &out), PROTO_BAD);
+}
+
+/* ---- version 3: CONFIRM and HOLDING ---- */
+
+static proto_dlv many_dlvs[PROTO_MAX_CONFIRM + 1];
+
+static void test_list_bounds(void **state)
+{
+    static const uint8_t types[] = {PROTO_CONFIRM, PROTO_HOLDING};
+
+    for (size_t k = 0; k < NELEMS(types); k++) {
+        proto_msg m = sample_list(types[k]);
+        proto_dlv_list *l = types[k] == PROTO_CONFIRM ? &m.u.confirm : &m.u.holding;
+
+        for (size_t i = 0; i < NELEMS(many_dlvs); i++)
+            many_dlvs[i] = (proto_dlv){i + 1, 2, 1};
+        l->items = many_dlvs;
+        l->n = PROTO_MAX_CONFIRM;
+        assert_int_equal(proto_msg_size(&m), PROTO_LEN_PREFIX + 3 + 16 * PROTO_MAX_CONFIRM);
+        roundtrip(&m);
+        l->n = PROTO_MAX_CONFIRM + 1;
+        assert_int_equal(proto_msg_size(&m), 0);
+        l->n = 0;
+        assert_int_equal(proto_msg_size(&m), 0);
+        /* Without items, entries must hold exactly n deliveries. */
+        l->items = NULL;
+        l->n = 1;
+        l->entries = bytes_n(binary, sizeof(binary));
+        assert_int_equal(proto_msg_size(&m), 0);
+        l->entries = bytes_n(NULL, 16);
+        assert_int_equal(proto_msg_size(&m), 0);
+    }
+}
+
+static void test_list_decoder_side(void **state)
+{
+    proto_msg m = sample_list(PROTO_HOLDING);
+    proto_msg out;
+    static const uint8_t zero[] = {PROTO_CONFIRM, 0, 0};
+    static const uint8_t over[] = {PROTO_HOLDING, 0x04, 0x01};
+
+    /* n at 1..2: one fewer leaves 16 bytes over, one more runs past the end. */
+    assert_int_equal(decode_patched(&m, 2, 2), PROTO_BAD);
+    assert_int_equal(decode_patched(&m, 2, 4), PROTO_BAD);
+    assert_int_equal(decode_patched(&m, 2, 3), PROTO_OK);
+    assert_int_equal(proto_msg_decode(zero, sizeof(zero), &out), PROTO_BAD);
+    assert_int_equal(proto_msg_decode(over, sizeof(over), &out), PROTO_BAD);
+}
+
+static void test_list_bytes(void **state)
+{
+    proto_msg m = sample_list(PROTO_CONFIRM);
+    uint8_t buf[64];
+    size_t n = proto_msg_encode(&m, buf, sizeof(buf));
+    static const uint8_t head[] = {0, 0, 0, 51, PROTO_CONFIRM, 0, 3, 1, 2, 3, 4, 5, 6, 7, 8,
+                                   0, 0, 0, 3, 0, 0, 0, 1};
+    uint8_t put[PROTO_DLV_ENTRY];
+
+    assert_int_equal(n, 4 + 3 + 3 * 16);
+    assert_memory_equal(buf, head, sizeof(head));
+    proto_dlv_put(put, &sample_dlvs[1]);
+    assert_memory_equal(put, buf + 4 + 3 + 16, sizeof(put));
 }
 
 /* ---- golden frames (tests/data/frames) ---- */
@@ -1660,6 +1757,28 @@ static void test_golden_values(void **state)
     assert_int_equal(m.u.hello.capacity, 0);
     free(data);
 
+    data = decode_golden("hello_v2.bin", &m);
+    assert_int_equal(m.u.hello.version, 2);
+    free(data);
+    data = decode_golden("confirm_several.bin", &m);
+    assert_int_equal(m.type, PROTO_CONFIRM);
+    assert_int_equal(m.u.confirm.n, 3);
+    {
+        proto_dlv d;
+        proto_dlv_at(&m.u.confirm, 1, &d);
+        assert_true(d.task_id == 102);
+        assert_int_equal(d.epoch, 7);
+        assert_int_equal(d.attempt, 2);
+        proto_dlv_at(&m.u.confirm, 2, &d);
+        assert_true(d.task_id == UINT64_MAX);
+        assert_int_equal(d.attempt, UINT32_MAX);
+    }
+    free(data);
+    data = decode_golden("holding_max.bin", &m);
+    assert_int_equal(m.type, PROTO_HOLDING);
+    assert_int_equal(m.u.holding.n, PROTO_MAX_CONFIRM);
+    free(data);
+
     data = decode_golden("task_binary_payload.bin", &m);
     assert_int_equal(m.u.task.payload.len, 256 + 16 + 1);
     for (size_t i = 0; i < 256; i++)
@@ -1725,6 +1844,9 @@ int main(void)
         cmocka_unit_test(test_submit_bounds),
         cmocka_unit_test(test_submit_decoder_side),
         cmocka_unit_test(test_submitted_outcome_decoder_side),
+        cmocka_unit_test(test_list_bounds),
+        cmocka_unit_test(test_list_decoder_side),
+        cmocka_unit_test(test_list_bytes),
         cmocka_unit_test(test_golden_valid_frames),
         cmocka_unit_test(test_golden_invalid_frames),
         cmocka_unit_test(test_golden_values),

@@ -452,6 +452,37 @@ static void lock_free_and_still_ours(void **state)
     dsp_strbuf_free(&b);
 }
 
+/* The inventory's statements: the adoption of a declared delivery, and a foreign
+ * outcome's fence (the attempt, or one less for a delivery not yet recorded). */
+static void inventory_statements(void **state)
+{
+    (void)state;
+    dsp_strbuf b = {0};
+    dsp_db_sql_row row = {.task_id = 42, .attempts = 3};
+    dsp_db_sql_adopt(&b, 9, 555, 42, 7, 3, NULL);
+    assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET epoch = 9, attempts = 3,"
+                             " last_update_time = 555 WHERE task_id = 42 AND task_state = 1"
+                             " AND epoch = 7 AND attempts IN (2, 3)");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_adopt(&b, 9, 555, 42, 7, 0, " AND task_type IN ('a')");
+    assert_non_null(strstr(b.p, " AND epoch = 7 AND attempts = 0 AND task_type IN ('a')"));
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_adopted_row(&b, 9, 42);
+    assert_string_equal(b.p, "SELECT task_type, max_attempts, task_priority FROM task FORCE INDEX"
+                             " (PRIMARY) WHERE task_id = 42 AND task_state = 1 AND epoch = 9");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_write(&b, DSP_WRITE_RETRY, 7, 1, &row, 1);
+    dsp_db_sql_foreign_fence(&b, 3, 0);
+    assert_non_null(strstr(b.p, " AND task_state = 1 AND epoch = 7 AND attempts IN (2, 3)"
+                                " AND max_attempts > 3"));
+    assert_int_equal(b.p[b.len - 1], '3');
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_write(&b, DSP_WRITE_FAILED, 7, 1, &row, 1);
+    dsp_db_sql_foreign_fence(&b, 3, 1);
+    assert_non_null(strstr(b.p, " AND attempts IN (2, 3) AND max_attempts <= 3"));
+    dsp_strbuf_free(&b);
+}
+
 static void recover_and_stats(void **state)
 {
     (void)state;
@@ -843,6 +874,7 @@ int main(void)
         cmocka_unit_test(strbuf_oom_sticks),
         cmocka_unit_test(strbuf_hex),
         cmocka_unit_test(utf8_helpers),
+        cmocka_unit_test(inventory_statements),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,13 +24,16 @@ INVALID_DIR = HERE / "invalid"
 CORPUS_DIR = HERE.parent.parent / "fuzz" / "corpus"
 
 # Mirrors of proto.h.
-VERSION = 2
+VERSION = 3
 VERSION_1 = 1
+VERSION_2 = 2
 MAX_BODY_DEFAULT = (1 << 24) - 1 + 4096
 FUZZ_MAX_BODY = 1 << 20  # the max_body of tests/fuzz/fuzz_frame.c
 
 HELLO, WELCOME, HEARTBEAT, ERROR, STOP = 0x01, 0x02, 0x03, 0x04, 0x05
 TASK, DONE, EXTEND, CANCEL = 0x10, 0x11, 0x12, 0x13
+CONFIRM, HOLDING = 0x14, 0x15
+MAX_CONFIRM = 1024
 SUBMIT, SUBMITTED, OUTCOME = 0x20, 0x21, 0x22
 WAIT = 0x01
 S_OK, S_INVALID, S_UNAVAILABLE = 0, 1, 2
@@ -81,6 +84,14 @@ def extend(task_id, epoch, attempt, extend_ms):
 
 def cancel(task_id, epoch, attempt):
     return struct.pack(">BQII", CANCEL, task_id, epoch, attempt)
+
+
+def dlv_list(ftype, deliveries, n=None):
+    """CONFIRM or HOLDING: u16 n, then n x (u64 task_id, u32 epoch, u32 attempt)."""
+    body = struct.pack(">BH", ftype, len(deliveries) if n is None else n)
+    for task_id, epoch, attempt in deliveries:
+        body += struct.pack(">QII", task_id, epoch, attempt)
+    return body
 
 
 def entry(ttype, payload=b"", priority=1, max_attempts=0, delay_ms=0, timeout_ms=0,
@@ -157,6 +168,14 @@ VALID = {
     "outcome_successful": outcome(0xA1B2C3D4, 101, SUCCESSFUL, b'{"sent":true}'),
     "outcome_failed": outcome(9, 0xFFFFFFFFFFFFFFFF, FAILED, b"permanent: bad address"),
     "outcome_empty": outcome(0, 1, SUCCESSFUL, b""),
+    "hello_v2": hello(VERSION_2, 4, b"v2-worker", b"", [b"echo"]),
+    "confirm_one": dlv_list(CONFIRM, [(0x0102030405060708, 3, 1)]),
+    "confirm_several": dlv_list(CONFIRM, [(101, 7, 1), (102, 7, 2), (0xFFFFFFFFFFFFFFFF,
+                                                                    0xFFFFFFFF, 0xFFFFFFFF)]),
+    "confirm_max": dlv_list(CONFIRM, [(i + 1, 9, 1) for i in range(MAX_CONFIRM)]),
+    "holding_one": dlv_list(HOLDING, [(42, 5, 2)]),
+    "holding_several": dlv_list(HOLDING, [(1, 1, 1), (2, 4, 3), (3, 0, 0)]),
+    "holding_max": dlv_list(HOLDING, [(i * 3, 2, 1) for i in range(MAX_CONFIRM)]),
 }
 
 # Whole frames (prefix included) of the invalid cases.
@@ -216,6 +235,18 @@ INVALID = {
     "outcome_bad_state": frame(outcome(1, 1, 1, b"")),
     "outcome_state_new": frame(outcome(1, 1, 0, b"x")),
     "outcome_truncated": frame(outcome(1, 1, SUCCESSFUL, b"")[:13]),
+    "confirm_zero": frame(dlv_list(CONFIRM, [])),
+    "confirm_1025": frame(dlv_list(CONFIRM, [(i, 1, 1) for i in range(MAX_CONFIRM + 1)])),
+    "confirm_trailing_byte": frame(dlv_list(CONFIRM, [(1, 1, 1)]) + b"\0"),
+    "confirm_short": frame(dlv_list(CONFIRM, [(1, 1, 1), (2, 1, 1)])[:-1]),
+    "confirm_n_past_end": frame(dlv_list(CONFIRM, [(1, 1, 1)], n=2)),
+    "confirm_truncated": frame(bytes([CONFIRM, 0])),
+    "holding_zero": frame(dlv_list(HOLDING, [])),
+    "holding_1025": frame(dlv_list(HOLDING, [(i, 1, 1) for i in range(MAX_CONFIRM + 1)])),
+    "holding_trailing_byte": frame(dlv_list(HOLDING, [(1, 1, 1)]) + b"\xff"),
+    "holding_short": frame(dlv_list(HOLDING, [(1, 1, 1)])[:-4]),
+    "holding_n_past_end": frame(dlv_list(HOLDING, [(1, 1, 1)] * 3, n=4)),
+    "holding_truncated": frame(bytes([HOLDING])),
 }
 
 
@@ -233,6 +264,8 @@ def corpus():
                                 + v["submit_one"])
     seeds["stream-submit-answers"] = (v["welcome"] + v["submitted_ok"] + v["outcome_successful"]
                                       + v["submitted_unavailable"] + v["outcome_failed"])
+    seeds["stream-inventory"] = (v["welcome"] + v["holding_several"] + v["done_success"]
+                                 + v["confirm_several"] + v["cancel"] + v["heartbeat"])
     seeds["stream-partial"] = v["task_small"] + v["done_success"][:10]
     seeds["stream-bad-middle"] = v["heartbeat"] + INVALID["unknown_type"] + v["heartbeat"]
     seeds["stream-too-big"] = v["heartbeat"] + struct.pack(">I", FUZZ_MAX_BODY + 1) + b"\x10"

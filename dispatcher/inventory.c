@@ -1,0 +1,302 @@
+/* inventory.c: the loop's side of protocol version 3 (proto/PROTOCOL.md, section 10): a
+ * worker's HOLDING (each delivery queued for adoption, or refused with CANCEL), the
+ * answers of the adoptions, the DONEs of deliveries this dispatcher does not hold
+ * (foreign outcomes, written fenced by their own delivery, or only confirmed), and the
+ * CONFIRM frames sent after each write report. The statements themselves run on the
+ * write thread (db_write.c); nothing here touches MySQL.
+ */
+#include "conn.h"
+#include "server.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void send_cancel(dsp_conn *c, const proto_dlv *d)
+{
+    proto_msg m = {.type = PROTO_CANCEL};
+
+    m.u.cancel.task_id = d->task_id;
+    m.u.cancel.epoch = d->epoch;
+    m.u.cancel.attempt = d->attempt;
+    dsp_conn_send_frame(c, &m);
+}
+
+static dsp_adopting *adopting_find(dsp_conn *c, uint64_t id, uint32_t epoch, uint32_t attempt)
+{
+    for (uint32_t i = 0; i < c->nadopting; i++) {
+        dsp_adopting *p = &c->adopting[i];
+        if (p->task_id == id && p->epoch == epoch && p->attempt == attempt)
+            return p;
+    }
+    return NULL;
+}
+
+static bool adopting_has_id(const dsp_conn *c, uint64_t id)
+{
+    for (uint32_t i = 0; i < c->nadopting; i++)
+        if (c->adopting[i].task_id == id)
+            return true;
+    return false;
+}
+
+/* Why d cannot be adopted by c, or NULL. */
+static const char *adopt_problem(dsp_conn *c, const proto_dlv *d)
+{
+    dsp_server *srv = c->srv;
+
+    if (!srv->leader)
+        return "not leading";
+    if (dsp_dispatch_stopped(srv))
+        return "stopping";
+    if (d->epoch == srv->epoch) /* ours, and no longer held by anyone: taken back */
+        return "a delivery of this epoch that is no longer current";
+    if (dsp_taskmap_get(&srv->tasks, d->task_id) || adopting_has_id(c, d->task_id))
+        return "held here already";
+    if (c->slots.in_flight >= c->slots.capacity)
+        return "beyond the worker's capacity";
+    return NULL;
+}
+
+void dsp_inv_holding(dsp_conn *c, const proto_dlv_list *l)
+{
+    dsp_server *srv = c->srv;
+    uint32_t queued = 0, refused = 0;
+
+    for (uint16_t i = 0; i < l->n; i++) {
+        proto_dlv d;
+        const char *why;
+        dsp_outcome *o = NULL;
+
+        proto_dlv_at(l, i, &d);
+        why = adopt_problem(c, &d);
+        if (!why && c->nadopting == c->adopting_cap) {
+            /* At most the capacity (the slots above bound it), which --max-capacity bounds. */
+            uint32_t cap = c->adopting_cap ? c->adopting_cap * 2 : 16;
+            dsp_adopting *a = realloc(c->adopting, cap * sizeof *a);
+            if (a) {
+                c->adopting = a;
+                c->adopting_cap = cap;
+            } else {
+                why = "out of memory";
+            }
+        }
+        if (!why && !(o = dsp_server_outbox_add(srv, d.task_id, DSP_WRITE_ADOPT, d.attempt, 0, NULL, 0)))
+            why = "out of memory";
+        if (why) {
+            log_debug(&srv->log, "worker %s declared task %llu (epoch %u, attempt %u): refused, %s",
+                      c->name, (unsigned long long)d.task_id, (unsigned)d.epoch, (unsigned)d.attempt, why);
+            send_cancel(c, &d);
+            srv->task_stats.adopt_refused_total++;
+            refused++;
+            continue;
+        }
+        o->conn_id = c->id;
+        o->dlv_epoch = d.epoch;
+        o->dlv_attempt = d.attempt;
+        c->adopting[c->nadopting++] = (dsp_adopting){.task_id = d.task_id, .epoch = d.epoch,
+                                                     .attempt = d.attempt};
+        dsp_dispatch_slot_reserve(c, true);
+        queued++;
+    }
+    log_info(&srv->log, "worker %s declared %u delivery(ies) it still runs: %u to adopt, %u refused",
+             c->name, (unsigned)l->n, (unsigned)queued, (unsigned)refused);
+    dsp_server_kick(srv); /* the outbox goes to the write thread in the next pass */
+}
+
+void dsp_inv_confirm_later(dsp_conn *c, dsp_outcome *o, uint32_t epoch, uint32_t attempt)
+{
+    if (c->version < 3)
+        return;
+    o->conn_id = c->id;
+    o->dlv_epoch = epoch;
+    o->dlv_attempt = attempt;
+}
+
+/* A DONE with nothing to write: it is confirmed once the write thread passed it (so never
+ * by a dispatcher that lost its leadership meanwhile). */
+static void confirm_only(dsp_conn *c, const proto_done *d)
+{
+    dsp_outcome *o = dsp_server_outbox_add(c->srv, d->task_id, DSP_WRITE_NOTE, d->attempt, 0, NULL, 0);
+    if (o)
+        dsp_inv_confirm_later(c, o, d->epoch, d->attempt);
+}
+
+void dsp_inv_done(dsp_conn *c, const proto_done *d, bool zombie)
+{
+    dsp_server *srv = c->srv;
+    dsp_adopting *p = adopting_find(c, d->task_id, d->epoch, d->attempt);
+    uint8_t kind = DSP_WRITE_SUCCEEDED;
+    int64_t run_after = 0;
+    dsp_outcome *o;
+
+    if (p) { /* finished before its adoption was answered: applied then */
+        if (!p->done) {
+            p->data = d->data.len ? malloc(d->data.len) : NULL;
+            if (p->data || d->data.len == 0) {
+                if (d->data.len)
+                    memcpy(p->data, d->data.ptr, d->data.len);
+                p->len = d->data.len;
+                p->outcome = d->outcome;
+                p->retry_after_ms = d->retry_after_ms;
+                p->done = true;
+            }
+        }
+        return;
+    }
+    if (c->version < 3)
+        return; /* as before version 3: ignored */
+    /* A cancelled delivery of c, one of this epoch (taken back), or a task held here in
+     * another form: nothing to write, only to confirm. */
+    if (zombie || d->epoch == srv->epoch || !srv->leader || dsp_taskmap_get(&srv->tasks, d->task_id)) {
+        dsp_server_kick(srv);
+        confirm_only(c, d);
+        return;
+    }
+    if (d->outcome == PROTO_OUTCOME_FAIL_PERM) {
+        kind = DSP_WRITE_FAILED;
+    } else if (d->outcome != PROTO_OUTCOME_SUCCESS) {
+        kind = DSP_WRITE_RETRY; /* FAILED instead when it was the last attempt (db_write.c) */
+        run_after = dsp_wall_ms() +
+                    dsp_server_retry_delay_ms(srv, d->outcome, d->retry_after_ms, d->attempt, d->task_id);
+    }
+    o = dsp_server_outbox_add(srv, d->task_id, kind, d->attempt, run_after, d->data.ptr, d->data.len);
+    if (!o)
+        return;
+    o->foreign = true;
+    dsp_inv_confirm_later(c, o, d->epoch, d->attempt);
+    dsp_server_kick(srv);
+}
+
+/* The row of an adoption nobody can take any more (its worker left, its type cannot be
+ * held): back to NEW, with the attempt the adoption recorded. */
+static void release_row(dsp_server *srv, uint64_t task_id, uint32_t attempt)
+{
+    if (dsp_server_outbox_add(srv, task_id, DSP_WRITE_RELEASE, attempt, 0, NULL, 0))
+        srv->task_stats.released_total++;
+}
+
+/* adopt_task makes the delivery p of c, whose row is now ours, a task held by c. Returns
+ * false when it cannot (the caller releases the row and cancels). */
+static bool adopt_task(dsp_conn *c, const dsp_adopting *p, const dsp_write_ack *a)
+{
+    dsp_server *srv = c->srv;
+    dsp_type *ty = dsp_server_type_intern(srv, (const uint8_t *)a->type, strlen(a->type));
+    dsp_task *t = calloc(1, sizeof *t);
+
+    if (!ty || !t || dsp_taskmap_get(&srv->tasks, p->task_id) ||
+        dsp_taskmap_put(&srv->tasks, p->task_id, t) < 0) {
+        free(t);
+        if (ty)
+            dsp_server_type_release_if_unused(srv, ty);
+        return false;
+    }
+    t->id = p->task_id;
+    dsp_deadline_node_init(&t->lease);
+    t->seq = srv->next_seq++;
+    t->type = ty;
+    t->attempts = p->attempt;
+    t->max_attempts = a->max_attempts ? a->max_attempts : 1;
+    t->timeout_ms = (uint32_t)srv->cfg->task_timeout_ms;
+    t->priority = a->priority;
+    t->adopted = true;
+    t->recorded = true; /* the adoption wrote attempts */
+    t->dlv_epoch = p->epoch;
+    t->delivered_us = dsp_now_us();
+    t->deadline_ms = dsp_now_ms() + t->timeout_ms;
+    dsp_dispatch_inflight_add(c, t);
+    srv->task_stats.adopted_total++;
+    if (p->done) {
+        dsp_dispatch_inflight_del(c, t, DSP_SLOT_FREE);
+        c->completed_total++;
+        dsp_server_task_done(srv, c, t, p->outcome, p->retry_after_ms, p->data, p->len);
+    }
+    return true;
+}
+
+static void adopt_answer(dsp_server *srv, dsp_conn *c, const dsp_write_ack *a)
+{
+    dsp_adopting *pp = c ? adopting_find(c, a->task_id, a->epoch, a->attempt) : NULL;
+    dsp_adopting p;
+    proto_dlv d = {a->task_id, a->epoch, a->attempt};
+
+    if (!pp) { /* its connection is gone */
+        if (a->ok && srv->leader)
+            release_row(srv, a->task_id, a->attempt);
+        return;
+    }
+    p = *pp;
+    *pp = c->adopting[--c->nadopting];
+    dsp_dispatch_slot_reserve(c, false);
+    if (a->ok && srv->leader && a->type && c->state == DSP_CONN_ACTIVE && adopt_task(c, &p, a)) {
+        free(p.data);
+        return;
+    }
+    if (a->ok && srv->leader)
+        release_row(srv, a->task_id, a->attempt);
+    srv->task_stats.adopt_refused_total++;
+    if (c->state == DSP_CONN_ACTIVE) {
+        send_cancel(c, &d);
+        if (p.done) { /* its outcome was never applied: confirmed as not applicable */
+            proto_done done = {.task_id = p.task_id, .epoch = p.epoch, .attempt = p.attempt};
+            confirm_only(c, &done);
+        }
+    }
+    free(p.data);
+}
+
+/* Sends the CONFIRMs of acks[0..n) (one connection's, in the order of its DONEs),
+ * PROTO_MAX_CONFIRM deliveries per frame. */
+static void send_confirms(dsp_conn *c, const dsp_write_ack *acks, size_t n)
+{
+    proto_dlv items[PROTO_MAX_CONFIRM];
+    proto_msg m = {.type = PROTO_CONFIRM};
+    uint16_t k = 0;
+
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n && !acks[i].adopt)
+            items[k++] = (proto_dlv){acks[i].task_id, acks[i].epoch, acks[i].attempt};
+        if (k > 0 && (k == PROTO_MAX_CONFIRM || i == n)) {
+            m.u.confirm.n = k;
+            m.u.confirm.items = items;
+            dsp_conn_send_frame(c, &m);
+            c->srv->task_stats.confirmed_total += k;
+            k = 0;
+        }
+    }
+}
+
+void dsp_inv_on_written(dsp_server *srv, const dsp_write_report *r)
+{
+    size_t i = 0;
+
+    while (i < r->nacks) {
+        size_t j = i;
+        dsp_conn *c = dsp_taskmap_get(&srv->v3conns, r->acks[i].conn_id);
+
+        while (j < r->nacks && r->acks[j].conn_id == r->acks[i].conn_id)
+            j++;
+        if (c && c->state == DSP_CONN_ACTIVE)
+            send_confirms(c, r->acks + i, j - i);
+        for (size_t k = i; k < j; k++)
+            if (r->acks[k].adopt)
+                adopt_answer(srv, c, &r->acks[k]);
+        i = j;
+    }
+}
+
+void dsp_inv_conn_joined(dsp_conn *c)
+{
+    if (c->version >= 3 && dsp_taskmap_put(&c->srv->v3conns, c->id, c) < 0)
+        log_error(&c->srv->log, "out of memory: worker %s gets no CONFIRM", c->name);
+}
+
+void dsp_inv_conn_freed(dsp_conn *c)
+{
+    if (c->version >= 3)
+        dsp_taskmap_del(&c->srv->v3conns, c->id);
+    for (uint32_t i = 0; i < c->nadopting; i++)
+        free(c->adopting[i].data);
+    free(c->adopting);
+    c->adopting = NULL;
+    c->nadopting = c->adopting_cap = 0;
+}
