@@ -6,7 +6,8 @@ Cases:
   invalid_rejected    every file of invalid/ is TOO_BIG or BAD (prefix or body)
   stream_split        the valid frames concatenated and fed one byte at a time come
                       out as the same bodies, in order
-  fields              field values of a few golden frames (as tests/unit/test_proto.c)
+  fields              field values of a few golden frames (as tests/unit/test_proto.c),
+                      CONFIRM and HOLDING (version 3) among them
   encoder_refuses     an encoder refuses what a decoder refuses
   readme_examples     every ```python block of python/README.md compiles
   submit_layout       SUBMIT, SUBMITTED and OUTCOME (protocol version 2) encode to the
@@ -91,6 +92,13 @@ class Codec(unittest.TestCase):
         h = proto.decode((FRAMES / "valid" / "hello_max_bounds.bin").read_bytes()[4:])
         assert isinstance(h, proto.Hello)
         self.assertEqual((h.capacity, len(h.types), len(h.name), len(h.token)), (0xFFFFFFFF, 64, 256, 1024))
+        c = proto.decode((FRAMES / "valid" / "confirm_several.bin").read_bytes()[4:])
+        self.assertEqual(c, proto.Confirm([(101, 7, 1), (102, 7, 2), (2**64 - 1, 2**32 - 1, 2**32 - 1)]))
+        self.assertEqual(proto.decode((FRAMES / "valid" / "holding_one.bin").read_bytes()[4:]),
+                         proto.Holding([(42, 5, 2)]))
+        m = proto.decode((FRAMES / "valid" / "holding_max.bin").read_bytes()[4:])
+        assert isinstance(m, proto.Holding)
+        self.assertEqual(len(m.deliveries), proto.MAX_CONFIRM)
         w = proto.decode((FRAMES / "valid" / "welcome.bin").read_bytes()[4:])
         self.assertEqual(w, proto.Welcome(w.version, 5000, proto.MAX_BODY_DEFAULT, b"taskpushd 0.1.0"))
 
