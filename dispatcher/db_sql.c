@@ -507,12 +507,13 @@ void dsp_db_sql_adopt(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, uint64_t ta
     put_in(b, in);
 }
 
-void dsp_db_sql_adopted_row(dsp_strbuf *b, uint32_t epoch, uint64_t task_id)
+void dsp_db_sql_adopted_row(dsp_strbuf *b, uint32_t epoch, uint64_t task_id, uint32_t attempt)
 {
     dsp_strbuf_printf(b,
                       "SELECT task_type, max_attempts, task_priority FROM task FORCE INDEX (PRIMARY)"
-                      " WHERE task_id = %" PRIu64 " AND task_state = 1 AND epoch = %" PRIu32,
-                      task_id, epoch);
+                      " WHERE task_id = %" PRIu64 " AND task_state = 1 AND epoch = %" PRIu32
+                      " AND attempts = %" PRIu32,
+                      task_id, epoch, attempt);
 }
 
 void dsp_db_sql_foreign_fence(dsp_strbuf *b, uint32_t attempt, int last)

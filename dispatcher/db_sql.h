@@ -160,8 +160,9 @@ void dsp_db_sql_recover_probe(dsp_strbuf *b, uint32_t epoch, const char *in);
  * epoch and records attempts = attempt (with the shard's filter in). */
 void dsp_db_sql_adopt(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, uint64_t task_id,
                       uint32_t old_epoch, uint32_t attempt, const char *in);
-/* Appends the read of a row just adopted: task_type, max_attempts, task_priority. */
-void dsp_db_sql_adopted_row(dsp_strbuf *b, uint32_t epoch, uint64_t task_id);
+/* Appends the read of a row just adopted (PROCESSING under epoch with attempts =
+ * attempt): task_type, max_attempts, task_priority. */
+void dsp_db_sql_adopted_row(dsp_strbuf *b, uint32_t epoch, uint64_t task_id, uint32_t attempt);
 /* Appends, after a dsp_db_sql_write of one row fenced by the delivery's epoch, the
  * delivery's attempt; with last 1 only a row whose max_attempts that attempt reached,
  * with last 0 only one with attempts left (a foreign retry: RETRY, else FAILED), with

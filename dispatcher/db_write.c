@@ -33,6 +33,7 @@ struct write_ctx {
     uint8_t *defer;   /* its row is locked by another transaction: queue it again */
     uint8_t *final;   /* written as SUCCESSFUL or FAILED for sure: a submitter may wait for it */
     uint8_t *lost;    /* given up without a statement that settled it: never confirmed */
+    uint8_t *tried;   /* an ADOPT sent once already (the connection broke after it) */
     dsp_write_ack *acks; /* one per entry of the batch with a conn_id; NULL when none has */
     size_t *ackidx;      /* entry i's ack: acks[ackidx[i]] */
     uint8_t *ours, *busy; /* scratch of write_skip_locked, per row of a statement */
@@ -137,7 +138,7 @@ static void adopted_row(struct write_ctx *w, size_t i, uint32_t epoch)
     MYSQL_ROW row;
 
     dsp_strbuf_reset(&w->sql);
-    dsp_db_sql_adopted_row(&w->sql, epoch, w->batch[i].o.task_id);
+    dsp_db_sql_adopted_row(&w->sql, epoch, w->batch[i].o.task_id, w->batch[i].o.dlv_attempt);
     atomic_fetch_add_explicit(&w->db->statements, 1, memory_order_relaxed);
     if (w->sql.oom || mysql_real_query(w->c.m, w->sql.p, (unsigned long)w->sql.len) != 0 ||
         (res = mysql_store_result(w->c.m)) == NULL)
@@ -157,8 +158,11 @@ static void adopted_row(struct write_ctx *w, size_t i, uint32_t epoch)
 static int write_adopt(struct write_ctx *w, size_t i)
 {
     const struct wentry *e = &w->batch[i];
+    dsp_write_ack *a = &w->acks[w->ackidx[i]];
     uint64_t affected = 0;
+    bool again = w->tried[i];
 
+    w->tried[i] = 1;
     dsp_strbuf_reset(&w->sql);
     dsp_db_sql_adopt(&w->sql, e->epoch, wall_ms(), e->o.task_id, e->o.dlv_epoch,
                      e->o.dlv_attempt, w->db->in);
@@ -169,9 +173,16 @@ static int write_adopt(struct write_ctx *w, size_t i)
             return -1;
         affected = 0; /* locked by another transaction, or refused: not adopted */
     }
-    w->acks[w->ackidx[i]].ok = affected == 1;
-    if (affected == 1)
+    a->ok = affected == 1;
+    if (affected == 1) {
         adopted_row(w, i, e->epoch);
+    } else if (again) {
+        /* The connection broke after the first try, which may have committed: a row of
+         * this epoch at that attempt is then ours (the loop refuses it when it holds the
+         * task in another form), and must not be left unheld. */
+        adopted_row(w, i, e->epoch);
+        a->ok = a->type != NULL;
+    }
     return 0;
 }
 
@@ -577,6 +588,7 @@ static void write_batch(struct write_ctx *w)
     memset(w->defer, 0, w->n);
     memset(w->final, 0, w->n);
     memset(w->lost, 0, w->n);
+    memset(w->tried, 0, w->n);
     acks_begin(w);
     write_prepare(w, &left);
     while (left > 0) {
@@ -670,6 +682,7 @@ void *dsp_dbi_write_main(void *arg)
     w.final = calloc(cap, 1);
     w.lost = calloc(cap, 1);
     w.ackidx = calloc(cap, sizeof *w.ackidx);
+    w.tried = calloc(cap, 1);
     w.ours = calloc(cap, 1);
     w.busy = calloc(cap, 1);
     w.sub = calloc(cap, sizeof *w.sub);
@@ -677,7 +690,7 @@ void *dsp_dbi_write_main(void *arg)
     w.idx = calloc(cap, sizeof *w.idx);
     w.refs = calloc(cap, sizeof *w.refs);
     mysql_thread_init();
-    if (!w.batch || !w.done || !w.isolate || !w.defer || !w.final || !w.lost || !w.ackidx || !w.ours || !w.busy || !w.sub ||
+    if (!w.batch || !w.done || !w.isolate || !w.defer || !w.final || !w.lost || !w.ackidx || !w.tried || !w.ours || !w.busy || !w.sub ||
         !w.rows || !w.idx || !w.refs) {
         log_error(db->log, "write thread: out of memory; outcomes will not be written");
         cap = 0;
@@ -750,6 +763,7 @@ void *dsp_dbi_write_main(void *arg)
     free(w.final);
     free(w.lost);
     free(w.ackidx);
+    free(w.tried);
     free(w.ours);
     free(w.busy);
     free(w.sub);

@@ -220,7 +220,7 @@ static void adopt_answer(dsp_server *srv, dsp_conn *c, const dsp_write_ack *a)
     proto_dlv d = {a->task_id, a->epoch, a->attempt};
 
     if (!pp) { /* its connection is gone */
-        if (a->ok && srv->leader)
+        if (a->ok && srv->leader && !dsp_taskmap_get(&srv->tasks, a->task_id))
             release_row(srv, a->task_id, a->attempt);
         return;
     }
@@ -231,7 +231,9 @@ static void adopt_answer(dsp_server *srv, dsp_conn *c, const dsp_write_ack *a)
         free(p.data);
         return;
     }
-    if (a->ok && srv->leader)
+    /* Adopted but not held (the connection is closing, the type cannot be interned): the
+     * row goes back to NEW, unless this dispatcher holds the task in another form. */
+    if (a->ok && srv->leader && !dsp_taskmap_get(&srv->tasks, a->task_id))
         release_row(srv, a->task_id, a->attempt);
     srv->task_stats.adopt_refused_total++;
     if (c->state == DSP_CONN_ACTIVE) {

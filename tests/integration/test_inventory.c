@@ -14,9 +14,10 @@
  *      and run by another worker; nothing is stranded, nothing adopted.
  *   5. a raw-protocol client: HOLDING entries naming a task that does not exist, another
  *      epoch or a wrong attempt are CANCELled and change no row; a right one is adopted
- *      (the row moves to the leader's epoch) and its DONE is written and CONFIRMed; a
- *      DONE naming a wrong attempt is CONFIRMed and changes nothing; a version-2 session
- *      that sends HOLDING is closed with ERROR UNEXPECTED.
+ *      (the row moves to the leader's epoch), refused to a second connection, and its
+ *      DONE is written and CONFIRMed; a DONE naming a wrong attempt is CONFIRMed and
+ *      changes nothing; a version-2 session that sends HOLDING is closed with ERROR
+ *      UNEXPECTED.
  *
  * Nothing here asserts a duration: waits are bounded generously, and the times are only
  * printed.
@@ -548,6 +549,22 @@ static void test_hostile_inventory(void **state)
         tp_sleep_ms(20);
     }
     assert_int_equal(tp_daemon_stat(&fx->d[0], "tasks.adopt_refused_total"), 4);
+
+    /* Another connection declaring the task this dispatcher now holds is refused. */
+    rawconn *rc2 = calloc(1, sizeof *rc2);
+    assert_non_null(rc2);
+    rc2->fd = tp_raw_connect(fx->d[0].listen, 15);
+    assert_true(rc2->fd >= 0);
+    send_hello(rc2->fd, 3);
+    read_frame(rc2, &m);
+    assert_int_equal(m.type, PROTO_WELCOME);
+    send_list(rc2->fd, PROTO_HOLDING, &good, 1);
+    read_frame(rc2, &m);
+    assert_int_equal(m.type, PROTO_CANCEL);
+    assert_true(m.u.cancel.task_id == y && m.u.cancel.epoch == old && m.u.cancel.attempt == 1);
+    close(rc2->fd);
+    free(rc2);
+    assert_int_equal(tp_daemon_stat(&fx->d[0], "tasks.adopt_refused_total"), 5);
 
     /* The adopted delivery's DONE (the triple it was declared with) is written. */
     send_done(rc->fd, y, old, 1);

@@ -467,9 +467,10 @@ static void inventory_statements(void **state)
     dsp_db_sql_adopt(&b, 9, 555, 42, 7, 0, " AND task_type IN ('a')");
     assert_non_null(strstr(b.p, " AND epoch = 7 AND attempts = 0 AND task_type IN ('a')"));
     dsp_strbuf_reset(&b);
-    dsp_db_sql_adopted_row(&b, 9, 42);
+    dsp_db_sql_adopted_row(&b, 9, 42, 3);
     assert_string_equal(b.p, "SELECT task_type, max_attempts, task_priority FROM task FORCE INDEX"
-                             " (PRIMARY) WHERE task_id = 42 AND task_state = 1 AND epoch = 9");
+                             " (PRIMARY) WHERE task_id = 42 AND task_state = 1 AND epoch = 9"
+                             " AND attempts = 3");
     dsp_strbuf_reset(&b);
     dsp_db_sql_write(&b, DSP_WRITE_RETRY, 7, 1, &row, 1);
     dsp_db_sql_foreign_fence(&b, 3, 0);
