@@ -49,7 +49,7 @@ from test_worker import Case  # noqa: E402
 
 import taskpush  # noqa: E402
 
-GRACE_MS = 2000
+GRACE_MS = 3000  # the default; a worker reconnects well within it
 
 
 class Inventory(Case):
