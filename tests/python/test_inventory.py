@@ -28,6 +28,12 @@ Cases:
                          down is declared, refused with CANCEL (the handler sees
                          cancelled; /stats counts 1 refused), while the other one is adopted and ends SUCCESSFUL
                          at attempt 1 with one run; the worker stays connected
+  late_worker_refused    a worker that comes back after its dispatcher's successor
+                         recovered the row (a leader on another port, with a 500 ms
+                         grace, that the worker cannot reach): its declaration is
+                         refused with CANCEL (the first run sees cancelled, /stats
+                         counts 1 refused), its late outcome is not written, and the
+                         task runs again and ends SUCCESSFUL with the second result
   version2_as_before     a worker speaking version 2 offers no inventory: the kill
                          cancels its running task (task.cancelled), the outcome is
                          dropped, and the restarted dispatcher delivers it again
@@ -187,6 +193,35 @@ class Inventory(Case):
         self.assertEqual(runs, {b"keep": 1, b"gone": 1})
         self.assertEqual(w.connected_version, 3)
         self.assertEqual(w.stats["connections"], 2)
+
+    def test_late_worker_refused(self) -> None:
+        listen = self.restartable(500)
+        self.db.insert_tasks("lw", ["x"])
+        runs: List[int] = []
+        seen: Dict[int, bool] = {}
+        w = self.worker(listen)
+
+        @w.handler("lw")
+        def lw(task: taskpush.Task) -> bytes:
+            runs.append(task.attempt)
+            if len(runs) == 1:
+                seen[1] = task.wait_cancelled(3 * tplib.WAIT_S)
+                return b"first"
+            return b"second"
+
+        self.start(w)
+        tplib.wait_for(lambda: len(runs) == 1, "the task running")
+        self.kill(w)
+        away = self.daemon(["--adopt-grace-ms", "500"])  # a port the worker does not know
+        self.wait_rows("task_state = 0", 1, "recovered by the leader the worker cannot reach")
+        away.stop(signal.SIGTERM)
+        self.d.start(listen=listen)
+        self.wait_rows("task_state = 2", 1, "SUCCESSFUL")
+        self.assertEqual(self.db.value("SELECT result FROM task"), "second")
+        self.assertTrue(seen[1])
+        self.assertEqual(len(runs), 2, runs)
+        self.assertEqual(w.stats["deliveries_declared"], 1)
+        self.assertEqual(self.stat("tasks.adopt_refused_total"), 1)
 
     def test_version2_as_before(self) -> None:
         listen = self.restartable(500)
