@@ -491,13 +491,15 @@ class Worker:
 
     def _take_over(self, s: Session) -> None:
         """Makes s the current session. In version 3 it first declares the
-        deliveries still held from earlier connections (HOLDING) and sends again
-        the outcomes not yet confirmed, all queued before any other frame can
-        be; an older version cannot take them, so they are abandoned."""
+        deliveries still held from earlier connections and not cancelled
+        (HOLDING), and sends again the outcomes not yet confirmed, all queued
+        before any other frame can be; an older version cannot take them, so
+        they are abandoned."""
         gone: List[Task] = []
         with self._lock:
             self._session = s
-            keys = list(self._held)
+            # One its dispatcher cancelled is not declared (as libtaskpush): it would be refused.
+            keys = [k for k, t in self._held.items() if not t._cancelled.is_set()]
             pending = self._outcomes.pending()
             if s.version >= 3:
                 for h in holding_frames(keys):

@@ -26,8 +26,9 @@ Cases:
                          attempts 1, and the standby's /stats counts 4 adopted
   refused_is_cancelled   a delivery whose row was deleted while the dispatcher was
                          down is declared, refused with CANCEL (the handler sees
-                         cancelled; /stats counts 1 refused), while the other one is adopted and ends SUCCESSFUL
-                         at attempt 1 with one run; the worker stays connected
+                         cancelled; /stats counts 1 refused), while the other one is
+                         adopted and ends SUCCESSFUL at attempt 1 with one run; the
+                         worker stays connected
   late_worker_refused    a worker that comes back after its dispatcher's successor
                          recovered the row (a leader on another port, with a 500 ms
                          grace, that the worker cannot reach): its declaration is
