@@ -188,10 +188,14 @@ static int send_holding(tp_worker *w)
         uint16_t n = 0;
         size_t len;
 
-        for (; t != NULL && n < PROTO_MAX_CONFIRM; t = t->held_next, n++) {
-            items[n] = (proto_dlv){t->id, t->epoch, t->attempt};
+        for (; t != NULL && n < PROTO_MAX_CONFIRM; t = t->held_next) {
+            if (atomic_load(&t->cancelled))
+                continue; /* cancelled by its dispatcher: nobody wants it adopted */
+            items[n++] = (proto_dlv){t->id, t->epoch, t->attempt};
             t->gen = w->gen; /* its EXTENDs go to this connection now */
         }
+        if (n == 0)
+            break;
         m.u.holding.n = n;
         m.u.holding.items = items;
         len = proto_msg_encode(&m, buf, cap);

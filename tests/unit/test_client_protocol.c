@@ -963,6 +963,35 @@ static void test_inventory_across_reconnects(void **state)
     hctx_destroy(&s.h);
 }
 
+/* Version 3: unconfirmed outcomes are bounded (4 x capacity + 1024): beyond, the oldest
+ * are forgotten, and only the kept ones are sent again after a reconnect. */
+static void test_inventory_kept_bounded(void **state)
+{
+    setup s;
+    proto_msg m;
+    const int n = 4 * 1 + 1024 + 3;
+
+    (void)state;
+    hctx_init(&s.h);
+    setup_start(&s, 1, 0); /* capacity 1, handlers inline */
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    for (int i = 1; i <= n; i++) {
+        fake_send_task(&s.f, (uint64_t)i, "alpha", "x");
+        fake_expect(&s.f, &m, PROTO_DONE);
+        assert_int_equal(m.u.done.task_id, i);
+    }
+    assert_int_equal(stats_of(s.r.w).outcomes_forgotten, 3);
+    fake_drop(&s.f);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    for (int i = 4; i <= n; i++) { /* the oldest three were forgotten */
+        fake_expect(&s.f, &m, PROTO_DONE);
+        assert_int_equal(m.u.done.task_id, i);
+    }
+    assert_int_equal(stats_of(s.r.w).outcomes_resent, n - 3);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
 /* Version 3: a CANCEL of a carried task reaches its handler; HOLDING is never sent to a
  * version-2 session, which cancels what was carried. */
 static void test_inventory_cancel_and_fallback(void **state)
@@ -1460,6 +1489,7 @@ int main(void)
         cmocka_unit_test(test_lost_connection_drops_outcome),
         cmocka_unit_test(test_inventory_across_reconnects),
         cmocka_unit_test(test_inventory_cancel_and_fallback),
+        cmocka_unit_test(test_inventory_kept_bounded),
         cmocka_unit_test(test_graceful_stop),
         cmocka_unit_test(test_stop_twice_abandons),
         cmocka_unit_test(test_dispatcher_stop),
