@@ -1,10 +1,10 @@
 """taskpush.proto: the wire codec, a pure function of bytes (no sockets).
 
-Owns the frame layouts of proto/PROTOCOL.md (version 1, and version 2's SUBMIT,
-SUBMITTED and OUTCOME) with the same bounds as proto/proto.c: a decoder refuses
-what the C decoder refuses, an encoder refuses what a decoder would refuse, and
-one message has exactly one byte sequence, so decode then encode gives back
-the frame byte for byte.
+Owns the frame layouts of proto/PROTOCOL.md (version 1, version 2's SUBMIT,
+SUBMITTED and OUTCOME, version 3's CONFIRM and HOLDING) with the same bounds
+as proto/proto.c: a decoder refuses what the C decoder refuses, an encoder
+refuses what a decoder would refuse, and one message has exactly one byte
+sequence, so decode then encode gives back the frame byte for byte.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple, Union
 
-PROTO_VERSION = 2  # what this library speaks first; it can fall back to 1
+PROTO_VERSION = 3  # what this library speaks first; it can fall back to 2, then 1
 LEN_PREFIX = 4
 MAX_BODY_DEFAULT = (1 << 24) - 1 + 4096
 MAX_TYPE_LEN = 256
@@ -23,9 +23,11 @@ MAX_SUBMIT_TASKS = 1000
 MAX_DEDUP_KEY_LEN = 191
 MAX_PAYLOAD_LEN = (1 << 24) - 1
 MAX_ATTEMPTS_LIMIT = 1000
+MAX_CONFIRM = 1024  # entries of one CONFIRM or HOLDING
 
 HELLO, WELCOME, HEARTBEAT, ERROR, STOP = 0x01, 0x02, 0x03, 0x04, 0x05
 TASK, DONE, EXTEND, CANCEL = 0x10, 0x11, 0x12, 0x13
+CONFIRM, HOLDING = 0x14, 0x15
 SUBMIT, SUBMITTED, OUTCOME = 0x20, 0x21, 0x22
 
 SUCCESS, FAIL_PERM, FAIL_RETRY, RETRY_AFTER = 0, 1, 2, 3
@@ -45,7 +47,8 @@ OK, NEED_MORE, TOO_BIG, BAD = 0, 1, -1, -2
 
 TYPE_NAMES = {HELLO: "HELLO", WELCOME: "WELCOME", HEARTBEAT: "HEARTBEAT", ERROR: "ERROR",
               STOP: "STOP", TASK: "TASK", DONE: "DONE", EXTEND: "EXTEND", CANCEL: "CANCEL",
-              SUBMIT: "SUBMIT", SUBMITTED: "SUBMITTED", OUTCOME: "OUTCOME"}
+              CONFIRM: "CONFIRM", HOLDING: "HOLDING", SUBMIT: "SUBMIT", SUBMITTED: "SUBMITTED",
+              OUTCOME: "OUTCOME"}
 
 
 class BadFrame(ValueError):
@@ -126,6 +129,21 @@ class Cancel:
     attempt: int
 
 
+Delivery = Tuple[int, int, int]  # (task_id, epoch, attempt)
+
+
+@dataclass
+class Confirm:
+    """Version 3, dispatcher -> worker: the DONEs of these deliveries are settled."""
+    deliveries: List[Delivery]
+
+
+@dataclass
+class Holding:
+    """Version 3, worker -> dispatcher: deliveries of an earlier connection still running."""
+    deliveries: List[Delivery]
+
+
 @dataclass
 class SubmitTask:
     """One task entry of a SUBMIT."""
@@ -168,7 +186,7 @@ class Outcome:
 
 
 Message = Union[Hello, Welcome, Heartbeat, Stop, Error, Task, Done, Extend, Cancel,
-                Submit, Submitted, Outcome]
+                Confirm, Holding, Submit, Submitted, Outcome]
 
 
 def frame_check(buf: Union[bytes, bytearray, memoryview], max_body: int) -> Tuple[int, int]:
@@ -289,6 +307,15 @@ def _dec_submitted(r: _Reader) -> Submitted:
     return Submitted(request_id, status, results, r.rest())
 
 
+def _dec_deliveries(r: _Reader, what: str) -> List[Delivery]:
+    n = r.u16()
+    if not 1 <= n <= MAX_CONFIRM:
+        raise BadFrame(f"{what} count {n} outside 1..{MAX_CONFIRM}")
+    out = [(r.u64(), r.u32(), r.u32()) for _ in range(n)]
+    r.end()
+    return out
+
+
 def decode(body: bytes) -> Message:
     """Parses one body (without its prefix); BadFrame when it is malformed."""
     body = bytes(body)
@@ -324,6 +351,10 @@ def decode(body: bytes) -> Message:
     elif t == CANCEL:
         msg = Cancel(r.u64(), r.u32(), r.u32())
         r.end()
+    elif t == CONFIRM:
+        msg = Confirm(_dec_deliveries(r, "CONFIRM"))
+    elif t == HOLDING:
+        msg = Holding(_dec_deliveries(r, "HOLDING"))
     elif t == SUBMIT:
         msg = _dec_submit(r)
     elif t == SUBMITTED:
@@ -390,6 +421,15 @@ def _enc_submitted(m: Submitted) -> bytes:
     return b"".join(out)
 
 
+def _enc_deliveries(t: int, ds: List[Delivery]) -> bytes:
+    if not 1 <= len(ds) <= MAX_CONFIRM:
+        raise BadFrame(f"{type_name(t)} count {len(ds)} outside 1..{MAX_CONFIRM}")
+    out = [struct.pack(">BH", t, len(ds))]
+    for tid, epoch, attempt in ds:
+        out.append(struct.pack(">QII", _u(tid, 64, "task_id"), _u(epoch, 32, "epoch"), _u(attempt, 32, "attempt")))
+    return b"".join(out)
+
+
 def encode_body(m: Message) -> bytes:
     """The body of m (no prefix); BadFrame when a decoder would refuse it."""
     if isinstance(m, Hello):
@@ -421,6 +461,10 @@ def encode_body(m: Message) -> bytes:
     if isinstance(m, Cancel):
         return struct.pack(">BQII", CANCEL, _u(m.task_id, 64, "task_id"), _u(m.epoch, 32, "epoch"),
                            _u(m.attempt, 32, "attempt"))
+    if isinstance(m, Confirm):
+        return _enc_deliveries(CONFIRM, m.deliveries)
+    if isinstance(m, Holding):
+        return _enc_deliveries(HOLDING, m.deliveries)
     if isinstance(m, Submit):
         return _enc_submit(m)
     if isinstance(m, Submitted):

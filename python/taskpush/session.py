@@ -1,9 +1,9 @@
 """taskpush.session: one connection to a dispatcher, from connect to close.
 
 Owns the socket: the TCP connect (and TLS), the HELLO/WELCOME handshake with the
-fall-back from version 2 to version 1, and an I/O loop (Session.serve) that
-reads frames, writes what other threads queued, sends heartbeats and declares
-the dispatcher lost after 3 silent heartbeat intervals. Only the thread in
+fall-back from version 3 to 2 to 1 (open_negotiated), and an I/O loop
+(Session.serve) that reads frames, writes what other threads queued, sends
+heartbeats and declares the dispatcher lost after 3 silent heartbeat intervals. Only the thread in
 serve() touches the socket; other threads call send(), which queues the frame
 and wakes the loop through a pipe, so TLS never sees two threads at once.
 """
@@ -16,7 +16,7 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import proto
 
@@ -102,7 +102,7 @@ class Session:
                  address: Address, log: logging.Logger) -> None:
         self.sock = sock
         self.welcome = welcome
-        self.version = version  # the version of this session: 1 or 2
+        self.version = version  # the version of this session: 1, 2 or 3
         self.address = address
         self.log = log
         self.heartbeat_s = max(welcome.heartbeat_ms, 1) / 1000.0
@@ -347,6 +347,30 @@ def open_session(address: Address, hello: HelloSpec, version: int, tls: Optional
     except ConnectError:
         sock.close()
         raise
+
+
+_VERSION_LOSS = {2: "no inventory across a failover", 1: "no submit"}
+
+
+def open_negotiated(address: Address, hello: HelloSpec, versions: Dict[Address, int], first: int,
+                    lowest: int, tls: Optional[ssl.SSLContext], timeout_s: float, log: logging.Logger,
+                    on_attempt: Callable[[], None] = lambda: None) -> Session:
+    """open_session from versions.get(address, first) down to lowest: a
+    dispatcher that answers ERROR VERSION (an older one) is asked again one
+    version lower, and versions remembers what it speaks. Raises as
+    open_session; VersionRefused once lowest was refused too."""
+    version = versions.get(address, first)
+    while True:
+        on_attempt()
+        try:
+            return open_session(address, hello, version, tls, timeout_s, log)
+        except VersionRefused:
+            if version <= lowest:
+                raise
+        version -= 1
+        versions[address] = version
+        log.info("%s refused protocol version %d; falling back to %d (%s)", format_address(address),
+                 version + 1, version, _VERSION_LOSS.get(version, "older"))
 
 
 class Backoff:

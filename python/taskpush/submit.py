@@ -1,4 +1,4 @@
-"""taskpush.submit: SUBMIT over a version 2 session, for a Worker's handlers and
+"""taskpush.submit: SUBMIT over a version 2 (or later) session, for a Worker's handlers and
 for a producer-only Client (a connection that registers no type).
 
 Owns the request ids, the waiters for SUBMITTED and OUTCOME, and the Client's
@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from . import proto
 from .session import (Address, ConnectError, HelloSpec, Session, TLSOptions, VersionRefused,
-                      format_address, open_session, parse_addresses)
+                      format_address, open_negotiated, parse_addresses)
 
 Bytes = Union[bytes, str]
 
@@ -202,6 +202,7 @@ class Client:
         self.log = logger or logging.getLogger("taskpush.client")
         self._lock = threading.Lock()
         self._session: Optional[Session] = None
+        self._versions: Dict[Address, int] = {}  # what an older dispatcher speaks (2 at least)
         self._tracker = SubmitTracker()
         self._thread: Optional[threading.Thread] = None
         self._closing = False
@@ -221,7 +222,8 @@ class Client:
             errors = []
             for a in self._addresses:
                 try:
-                    s = open_session(a, self._hello, proto.PROTO_VERSION, self._tls, self._timeout_s, self.log)
+                    s = open_negotiated(a, self._hello, self._versions, proto.PROTO_VERSION, 2, self._tls,
+                                        self._timeout_s, self.log)
                 except VersionRefused as e:
                     raise NotSupported(f"{e}: the dispatcher has no SUBMIT (protocol version 1)") from e
                 except ConnectError as e:

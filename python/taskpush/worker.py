@@ -1,9 +1,11 @@
 """taskpush.worker: a worker that takes tasks from taskpushd and runs handlers.
 
 Owns the Worker (handlers per task type, each with its own threads; the
-reconnect loop over several addresses with backoff; STOP and SIGTERM), the Task
-a handler receives, and the outcomes a handler can give (return a result, or
-raise Fail, PermanentFailure or RetryAfter).
+reconnect loop over several addresses with backoff; STOP and SIGTERM; in
+protocol version 3 the inventory carried across a lost dispatcher: deliveries
+that keep running and outcomes kept until CONFIRMed), the Task a handler
+receives, and the outcomes a handler can give (return a result, or raise Fail,
+PermanentFailure or RetryAfter).
 """
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import proto
+from .inventory import Outcomes, holding_frames, outcome_limit
 from .session import (Address, AuthRefused, Backoff, ConnectError, HelloSpec, NotLeader, Session,
-                      TLSOptions, VersionRefused, format_address, open_session, parse_addresses)
+                      TLSOptions, format_address, open_negotiated, parse_addresses)
 from .submit import Bytes, Receipt, SubmitTracker, make_task
 
 # The pause before the next address of a round (this to twice this), and the cap of
@@ -31,6 +34,7 @@ _NOT_LEADER_MAX_FAILURES = 3
 
 MAX_ERROR_LEN = 65535  # err_msg is a TEXT column
 MAX_CAPACITY = 65536
+_DONE_HEAD = 22
 
 
 class Fail(Exception):
@@ -67,7 +71,10 @@ class Task:
         self.priority: int = msg.priority       # 0 low, 1 normal, 2 high
         self.type: str = msg.type.decode("utf-8", "replace")
         self.payload: bytes = msg.payload
-        self._session = session
+        self._session = session  # the connection that delivered it
+        # Version 3: the delivery outlives its connection and is declared to the next.
+        self._inventory = session.version >= 3
+        self._abandoned = False  # the worker forgot it: its outcome goes nowhere (under the lock)
         self._worker = worker
         self._cancelled = threading.Event()
         self._deadline = time.monotonic() + msg.timeout_ms / 1000.0 if msg.timeout_ms else None
@@ -79,10 +86,12 @@ class Task:
     @property
     def cancelled(self) -> bool:
         """True once the delivery was abandoned: the dispatcher sent CANCEL (its
-        lease expired, or an operator cancelled it), the connection was lost,
-        or the worker is stopping at once. The handler should give up early;
-        its outcome is then ignored or dropped."""
-        return self._cancelled.is_set() or self._session.closed
+        lease expired, an operator cancelled it, or a new dispatcher would not
+        adopt it), the connection was lost (protocol versions 1 and 2 only: in
+        version 3 the task keeps running and is declared to the next
+        dispatcher), or the worker is stopping at once. The handler should give
+        up early; its outcome is then ignored or dropped."""
+        return self._cancelled.is_set() or (not self._inventory and self._session.closed)
 
     def wait_cancelled(self, timeout_s: float) -> bool:
         """Sleeps up to timeout_s, waking early on cancellation; returns cancelled."""
@@ -98,21 +107,26 @@ class Task:
 
     def extend(self, ms: int) -> bool:
         """Asks the dispatcher to end the lease ms from now (EXTEND). False when
-        the delivery was cancelled or its connection lost: give up then."""
+        the delivery was cancelled or its connection lost: give up then. In
+        protocol version 3, while no dispatcher is connected, nothing is sent
+        and the answer is True: the next dispatcher adopts the delivery."""
         if not 1 <= ms <= 0xFFFFFFFF:
             raise ValueError("extend ms must be 1 .. 2^32-1")
         if self.cancelled:
             return False
-        if not self._session.send(proto.Extend(self.id, self.epoch, self.attempt, ms)):
+        s = self._worker._route(self)
+        sent = s is not None and s.send(proto.Extend(self.id, self.epoch, self.attempt, ms))
+        if not sent and not self._inventory:
             return False
         self._deadline = time.monotonic() + ms / 1000.0
-        self._worker._count("extends_sent")
+        if sent:
+            self._worker._count("extends_sent")
         return True
 
     def submit(self, type: str, payload: Bytes = b"", priority: int = 1,
                dedup_key: Optional[Bytes] = None, delay_ms: int = 0, max_attempts: int = 0,
                timeout_ms: int = 0, wait: bool = False, wait_timeout_s: Optional[float] = None) -> Receipt:
-        """Submits a new task on this worker's connection (protocol version 2)."""
+        """Submits a new task on this worker's connection (protocol version 2 or later)."""
         return self._worker.submit(type, payload, priority, dedup_key, delay_ms, max_attempts,
                                    timeout_ms, wait, wait_timeout_s)
 
@@ -130,6 +144,23 @@ class _TypeSlot:
     concurrency: int
     queue: "queue.Queue[Optional[Task]]" = field(default_factory=queue.Queue)
     threads: List[threading.Thread] = field(default_factory=list)
+
+
+def _done_for(key: DeliveryKey, outcome: int, data: bytes, delay_ms: int, max_body: int) -> proto.Done:
+    """The DONE of an outcome, made to fit a dispatcher's max_body: a result too
+    large becomes a permanent failure saying so, an error text is cut. Applied
+    again to a DONE that fits, it changes nothing."""
+    room = max_body - _DONE_HEAD
+    if outcome == proto.SUCCESS and len(data) > room:
+        outcome, data = proto.FAIL_PERM, (f"result of {len(data)} bytes exceeds the "
+                                          f"dispatcher's limit of {room}").encode()
+    elif outcome != proto.SUCCESS:
+        data = _cut(data, min(MAX_ERROR_LEN, max(room, 0)))
+    return proto.Done(key[0], key[1], key[2], outcome, delay_ms, data)
+
+
+def _refit(d: proto.Done, max_body: int) -> proto.Done:
+    return _done_for((d.task_id, d.epoch, d.attempt), d.outcome, d.data, d.retry_after_ms, max_body)
 
 
 def _cut(text: bytes, limit: int) -> bytes:
@@ -155,7 +186,12 @@ class Worker:
         w.run()
 
     The HELLO's capacity (the dispatcher's credit) is the sum of the handlers'
-    concurrency; each type runs on as many threads as its concurrency."""
+    concurrency; each type runs on as many threads as its concurrency.
+
+    In a protocol version 3 session the worker keeps running what it holds when
+    the dispatcher goes away, keeps every outcome until the dispatcher CONFIRMs
+    it, and on the next connection declares the deliveries still running
+    (HOLDING) and sends the unconfirmed outcomes again."""
 
     def __init__(self, addresses: Union[str, Sequence[str]], name: Optional[str] = None,
                  token: Optional[str] = None, tls: Union[None, bool, TLSOptions] = None,
@@ -173,13 +209,14 @@ class Worker:
         if connect_timeout_ms < 1:
             raise ValueError("connect_timeout_ms must be >= 1")
         self._connect_timeout_s = connect_timeout_ms / 1000.0
-        if protocol_version not in (1, 2):
-            raise ValueError("protocol_version is 1 or 2")
+        if protocol_version not in (1, 2, 3):
+            raise ValueError("protocol_version is 1, 2 or 3")
         self._version = protocol_version
         self.log = logger or logging.getLogger("taskpush.worker")
         self._types: Dict[str, _TypeSlot] = {}
         self._lock = threading.Lock()
         self._held: Dict[DeliveryKey, Task] = {}
+        self._outcomes = Outcomes(outcome_limit(0), self.log)  # sized again by run()
         self._session: Optional[Session] = None
         self._tracker = SubmitTracker()
         self._stop_level = 0  # 1: graceful, 2: at once (plain int: set from a signal handler)
@@ -189,7 +226,8 @@ class Worker:
         os.set_blocking(self._wake_w, False)
         self.stats: Dict[str, int] = {k: 0 for k in (
             "connect_attempts", "connections", "disconnects", "tasks_received", "tasks_completed",
-            "tasks_dropped", "cancels_received", "extends_sent")}
+            "tasks_dropped", "cancels_received", "extends_sent", "deliveries_declared",
+            "outcomes_resent", "outcomes_confirmed", "outcomes_forgotten")}
 
     # ---- setup ----
 
@@ -245,7 +283,7 @@ class Worker:
     def submit(self, type: str, payload: Bytes = b"", priority: int = 1,
                dedup_key: Optional[Bytes] = None, delay_ms: int = 0, max_attempts: int = 0,
                timeout_ms: int = 0, wait: bool = False, wait_timeout_s: Optional[float] = None) -> Receipt:
-        """Submits a task on the current connection (needs protocol version 2);
+        """Submits a task on the current connection (needs protocol version 2 or later);
         raises taskpush.Unavailable when not connected."""
         t = make_task(type, payload, priority, dedup_key, delay_ms, max_attempts, timeout_ms)
         return self._tracker.submit(self._session, [t], wait, wait_timeout_s)[0]
@@ -257,8 +295,14 @@ class Worker:
         return s.version if s is not None and not s.closed else 0
 
     def held(self) -> int:
+        """Deliveries received and not yet answered (running or queued)."""
         with self._lock:
             return len(self._held)
+
+    def unconfirmed(self) -> int:
+        """Outcomes kept until the dispatcher confirms them (version 3)."""
+        with self._lock:
+            return len(self._outcomes)
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._lock:
@@ -274,6 +318,9 @@ class Worker:
         if self._running:
             raise RuntimeError("already running")
         self._running = True
+        capacity = sum(t.concurrency for t in self._types.values())
+        with self._lock:
+            self._outcomes = Outcomes(outcome_limit(capacity), self.log)
         for slot in self._types.values():
             for i in range(slot.concurrency):
                 t = threading.Thread(target=self._handler_loop, args=(slot,),
@@ -283,6 +330,8 @@ class Worker:
         try:
             self._connect_loop()
         finally:
+            if self._stop_level >= 2:  # also what runs between two connections
+                self._abandon(lambda t: True)
             for slot in self._types.values():
                 for _ in slot.threads:
                     slot.queue.put(None)
@@ -340,20 +389,10 @@ class Worker:
         """Returns the session, or None and whether the dispatcher said NOT_LEADER."""
         capacity = sum(t.concurrency for t in self._types.values())
         hello = HelloSpec(self.name, self._token, capacity, list(self._types))
-        version = versions.get(addr, self._version)
-        self._count("connect_attempts")
         try:
-            try:
-                s = open_session(addr, hello, version, self._tls, self._connect_timeout_s, self.log)
-            except VersionRefused:
-                if version < 2:
-                    raise
-                # An older dispatcher: speak version 1 (no submit) to it from now on.
-                self.log.info("%s speaks protocol version 1; falling back (no submit)",
-                              format_address(addr))
-                versions[addr] = 1
-                self._count("connect_attempts")
-                s = open_session(addr, hello, 1, self._tls, self._connect_timeout_s, self.log)
+            # An older dispatcher is spoken to in its version from then on.
+            s = open_negotiated(addr, hello, versions, self._version, 1, self._tls, self._connect_timeout_s,
+                                self.log, lambda: self._count("connect_attempts"))
         except AuthRefused as e:
             self.log.error("%s", e)
             return None, False
@@ -385,9 +424,9 @@ class Worker:
 
     def _serve(self, s: Session) -> str:
         tracker = SubmitTracker()
-        st = {"stop_sent": False, "peer_stop": False}
+        st: Dict[str, Any] = {"stop_sent": False, "peer_stop": False, "settle_by": None}
         self._tracker = tracker
-        self._session = s
+        self._take_over(s)
 
         def on_frame(m: proto.Message) -> None:
             if isinstance(m, proto.Task):
@@ -399,6 +438,9 @@ class Worker:
                     self._count("cancels_received")
                     self.log.info("task %d (attempt %d) cancelled by the dispatcher", t.id, t.attempt)
                     t._cancel()
+            elif isinstance(m, proto.Confirm) and s.version >= 3:
+                with self._lock:
+                    self.stats["outcomes_confirmed"] += self._outcomes.confirm(m.deliveries)
             elif isinstance(m, proto.Stop):
                 st["peer_stop"] = True
             elif tracker.on_frame(m) or isinstance(m, proto.Heartbeat):
@@ -412,7 +454,7 @@ class Worker:
             if self._stop_level == 1 and not st["stop_sent"]:
                 st["stop_sent"] = True
                 s.send(proto.Stop())
-            if st["peer_stop"] and self.held() == 0:
+            if st["peer_stop"] and self.held() == 0 and not self._settling(s, st):
                 return "stopped, nothing held" if st["stop_sent"] else "the dispatcher sent STOP"
             return None
 
@@ -422,11 +464,88 @@ class Worker:
             tracker.lost()
             self._count("disconnects")
             with self._lock:
-                lost = [t for t in self._held.values() if t._session is s]
-                for t in lost:
-                    del self._held[t.key]
-            for t in lost:
-                t._cancel()
+                if self._session is s:
+                    self._session = None
+            # Version 3 deliveries outlive the connection; older ones go back to the dispatcher.
+            at_once = self._stop_level >= 2
+            self._abandon(lambda t: at_once or (not t._inventory and t._session is s))
+            n = self.held()
+            if n:
+                self.log.info("%d deliveries keep running; they are declared to the next dispatcher", n)
+
+    def _settling(self, s: Session, st: Dict[str, Any]) -> bool:
+        """Whether a closing version 3 session still waits for CONFIRMs (up to
+        10 heartbeats, at least 2 s): a confirmed outcome is one a failover
+        cannot lose."""
+        if s.version < 3 or self.unconfirmed() == 0:
+            return False
+        now = time.monotonic()
+        settle_by = st["settle_by"]
+        if settle_by is None:
+            settle_by = st["settle_by"] = now + max(2.0, 10 * s.heartbeat_s)
+        if now < float(settle_by):
+            return True
+        self.log.warning("closing with %d outcomes unconfirmed; the next connection sends them again",
+                         self.unconfirmed())
+        return False
+
+    def _take_over(self, s: Session) -> None:
+        """Makes s the current session. In version 3 it first declares the
+        deliveries still held from earlier connections and not cancelled
+        (HOLDING), and sends again the outcomes not yet confirmed, all queued
+        before any other frame can be; an older version cannot take them, so
+        they are abandoned."""
+        gone: List[Task] = []
+        with self._lock:
+            self._session = s
+            # One its dispatcher cancelled is not declared (as libtaskpush): it would be refused.
+            keys = [k for k, t in self._held.items() if not t._cancelled.is_set()]
+            pending = self._outcomes.pending()
+            if s.version >= 3:
+                for h in holding_frames(keys):
+                    s.send(h)
+                for d in pending:
+                    s.send(_refit(d, s.max_body))
+                self.stats["deliveries_declared"] += len(keys)
+                self.stats["outcomes_resent"] += len(pending)
+            else:
+                gone = self._abandon_locked(lambda t: True)
+                self._outcomes.clear()
+        for t in gone:
+            t._cancel()
+        if s.version >= 3 and (keys or pending):
+            self.log.info("%s: declared %d running deliveries, sent %d unconfirmed outcomes again",
+                          format_address(s.address), len(keys), len(pending))
+        elif keys or pending:
+            self.log.warning("%s speaks protocol version %d, which cannot adopt deliveries: %d running "
+                             "and %d finished ones are abandoned", format_address(s.address), s.version,
+                             len(keys), len(pending))
+
+    def _abandon(self, which: Callable[[Task], bool]) -> None:
+        """Forgets the held deliveries which selects: marked cancelled, their
+        outcomes dropped. Stopping at once, the kept outcomes go too."""
+        with self._lock:
+            gone = self._abandon_locked(which)
+            if self._stop_level >= 2:
+                self._outcomes.clear()
+        for t in gone:
+            t._cancel()
+
+    def _abandon_locked(self, which: Callable[[Task], bool]) -> List[Task]:
+        gone = [t for t in self._held.values() if which(t)]
+        for t in gone:
+            t._abandoned = True
+            del self._held[t.key]
+        return gone
+
+    def _route(self, t: Task) -> Optional[Session]:
+        """The session a frame about t goes on: its own in versions 1 and 2; in
+        version 3 the current one, None between connections."""
+        if not t._inventory:
+            return t._session
+        with self._lock:
+            s = self._session
+        return s if s is not None and s.version >= 3 else None
 
     def _on_task(self, m: proto.Task, s: Session) -> None:
         self._count("tasks_received")
@@ -446,7 +565,9 @@ class Worker:
             t = slot.queue.get()
             if t is None:
                 return
-            if t._session.closed:  # its connection is gone: the dispatcher redelivers it
+            # Abandoned, or a version 1/2 delivery whose connection is gone (the
+            # dispatcher redelivers it): not run.
+            if t._abandoned or (not t._inventory and t._session.closed):
                 self._drop(t)
                 continue
             outcome, data, delay = self._call(slot, t)
@@ -473,17 +594,28 @@ class Worker:
         return proto.FAIL_PERM, f"handler returned {type(r).__name__}, not bytes or str".encode(), 0
 
     def _finish(self, t: Task, outcome: int, data: bytes, delay_ms: int) -> None:
-        room = t._session.max_body - 22  # the DONE head
-        if outcome == proto.SUCCESS and len(data) > room:
-            outcome, data = proto.FAIL_PERM, (f"result of {len(data)} bytes exceeds the "
-                                              f"dispatcher's limit of {room}").encode()
-        elif outcome != proto.SUCCESS:
-            data = _cut(data, min(MAX_ERROR_LEN, max(room, 0)))
-        sent = t._session.send(proto.Done(t.id, t.epoch, t.attempt, outcome, delay_ms, data))
+        d = _done_for(t.key, outcome, data, delay_ms, t._session.max_body)
+        if not t._inventory:
+            sent = t._session.send(d)
+            with self._lock:
+                self._held.pop(t.key, None)
+                self.stats["tasks_completed" if sent else "tasks_dropped"] += 1
+            t._session.wake()  # a stopping loop checks whether anything is still held
+            return
+        # Version 3: kept until confirmed. Keeping it and reading the current
+        # session under one lock means either _take_over sends it again or the
+        # session read here had its HOLDING queued already.
         with self._lock:
             self._held.pop(t.key, None)
-            self.stats["tasks_completed" if sent else "tasks_dropped"] += 1
-        t._session.wake()  # a stopping loop checks whether anything is still held
+            if t._abandoned:
+                self.stats["tasks_dropped"] += 1
+                return
+            self._outcomes.keep(d)
+            self.stats["tasks_completed"] += 1
+            self.stats["outcomes_forgotten"] = self._outcomes.evicted
+            s = self._session
+        if s is not None and s.version >= 3:
+            s.send(_refit(d, s.max_body))  # also wakes a stopping loop to look at held()
 
     def _drop(self, t: Task) -> None:
         with self._lock:

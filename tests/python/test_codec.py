@@ -6,15 +6,24 @@ Cases:
   invalid_rejected    every file of invalid/ is TOO_BIG or BAD (prefix or body)
   stream_split        the valid frames concatenated and fed one byte at a time come
                       out as the same bodies, in order
-  fields              field values of a few golden frames (as tests/unit/test_proto.c)
+  fields              field values of a few golden frames (as tests/unit/test_proto.c),
+                      CONFIRM and HOLDING (version 3) among them
   encoder_refuses     an encoder refuses what a decoder refuses
   readme_examples     every ```python block of python/README.md compiles
   submit_layout       SUBMIT, SUBMITTED and OUTCOME (protocol version 2) encode to the
                       bytes of the agreed layout, written out by hand here, and back
+  inventory_layout    CONFIRM and HOLDING (protocol version 3) encode to the bytes of
+                      the agreed layout, written out by hand, and back; 1 and 1024
+                      entries pass, 0 and 1025 entries, a short entry and a byte after
+                      the last entry are BadFrame in both directions
+  outcomes_bound      the kept outcomes of a worker (taskpush.inventory) drop the oldest
+                      past their limit, with a WARNING log record naming it; CONFIRM
+                      forgets only what it names; HOLDING frames split at 1024 entries
   backoff             reconnect delays double from the minimum, stay within [ceiling/2,
                       ceiling] (jitter), stop growing at the maximum, and restart on reset
   addresses           HOST:PORT lists (IPv6 in brackets) parse; bad ones are refused
 """
+import logging
 import pathlib
 import struct
 import sys
@@ -23,7 +32,7 @@ import unittest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import tplib  # noqa: E402
 
-from taskpush import proto, session  # noqa: E402
+from taskpush import inventory, proto, session  # noqa: E402
 
 FRAMES = tplib.SOURCE_ROOT / "tests" / "data" / "frames"
 
@@ -83,6 +92,13 @@ class Codec(unittest.TestCase):
         h = proto.decode((FRAMES / "valid" / "hello_max_bounds.bin").read_bytes()[4:])
         assert isinstance(h, proto.Hello)
         self.assertEqual((h.capacity, len(h.types), len(h.name), len(h.token)), (0xFFFFFFFF, 64, 256, 1024))
+        c = proto.decode((FRAMES / "valid" / "confirm_several.bin").read_bytes()[4:])
+        self.assertEqual(c, proto.Confirm([(101, 7, 1), (102, 7, 2), (2**64 - 1, 2**32 - 1, 2**32 - 1)]))
+        self.assertEqual(proto.decode((FRAMES / "valid" / "holding_one.bin").read_bytes()[4:]),
+                         proto.Holding([(42, 5, 2)]))
+        m = proto.decode((FRAMES / "valid" / "holding_max.bin").read_bytes()[4:])
+        assert isinstance(m, proto.Holding)
+        self.assertEqual(len(m.deliveries), proto.MAX_CONFIRM)
         w = proto.decode((FRAMES / "valid" / "welcome.bin").read_bytes()[4:])
         self.assertEqual(w, proto.Welcome(w.version, 5000, proto.MAX_BODY_DEFAULT, b"taskpushd 0.1.0"))
 
@@ -112,6 +128,13 @@ class Codec(unittest.TestCase):
             proto.Submitted(1, proto.SUBMITTED_OK, []),        # OK answers every entry
             proto.Submitted(1, 3, []),                         # unknown status
             proto.Outcome(1, 1, 1, b""),                       # state PROCESSING
+            proto.Confirm([]),                                 # 1 .. 1024 entries
+            proto.Holding([]),
+            proto.Confirm([(1, 1, 1)] * 1025),
+            proto.Holding([(1, 1, 1)] * 1025),
+            proto.Confirm([(1 << 64, 1, 1)]),
+            proto.Holding([(1, 1 << 32, 1)]),
+            proto.Holding([(1, 1, -1)]),
         ]
         for m in bad:
             with self.subTest(msg=repr(m)[:80]):
@@ -159,6 +182,26 @@ class Codec(unittest.TestCase):
         self.assertRaises(proto.BadFrame, proto.decode, want[:13])
 
 
+    def test_inventory_layout(self) -> None:
+        entries = [(0x0102030405060708, 3, 1), (9, 0xFFFFFFFF, 7)]
+        raw = b"".join(struct.pack(">QII", *e) for e in entries)
+        for t, cls in ((0x14, proto.Confirm), (0x15, proto.Holding)):
+            with self.subTest(frame=cls.__name__):
+                want = bytes([t]) + b"\x00\x02" + raw
+                m = cls(entries)
+                self.assertEqual(proto.encode_body(m), want)
+                self.assertEqual(proto.decode(want), m)
+                self.assertEqual(proto.encode(m), struct.pack(">I", 3 + 32) + want)
+                for bad in (want[:-1], want + b"\x00", bytes([t]) + b"\x00\x00",
+                            bytes([t]) + b"\x04\x01" + raw * 513, bytes([t]) + b"\x00"):
+                    self.assertRaises(proto.BadFrame, proto.decode, bad)
+                full = cls([(i, i, i) for i in range(1024)])
+                self.assertEqual(proto.decode(proto.encode_body(full)), full)
+                self.assertEqual(len(proto.encode_body(full)), 3 + 16 * 1024)
+        self.assertEqual(proto.type_name(proto.CONFIRM), "CONFIRM")
+        self.assertEqual(proto.type_name(proto.HOLDING), "HOLDING")
+
+
 class Pieces(unittest.TestCase):
     def test_backoff(self) -> None:
         b = session.Backoff(100, 1000)
@@ -171,6 +214,31 @@ class Pieces(unittest.TestCase):
         self.assertGreater(len(draws), 1, "no jitter")
         self.assertRaises(ValueError, session.Backoff, 0, 10)
         self.assertRaises(ValueError, session.Backoff, 10, 5)
+
+    def test_outcomes_bound(self) -> None:
+        log = logging.getLogger("test.outcomes")
+        kept = inventory.Outcomes(3, log)
+        dones = [proto.Done(i, 5, 1, proto.SUCCESS, 0, b"r%d" % i) for i in range(1, 6)]
+        for d in dones[:3]:
+            kept.keep(d)
+        with self.assertLogs(log, logging.WARNING) as cm:
+            kept.keep(dones[3])
+            kept.keep(dones[4])
+        self.assertEqual(len(cm.records), 2)
+        self.assertIn("task 1 (epoch 5, attempt 1)", cm.output[0])
+        self.assertEqual(kept.pending(), dones[2:])
+        self.assertEqual(kept.evicted, 2)
+        kept.keep(dones[2])  # a DONE made again (same delivery) moves to the end, no copy
+        self.assertEqual(kept.pending(), [dones[3], dones[4], dones[2]])
+        self.assertEqual(kept.confirm([(4, 5, 1), (4, 5, 1), (3, 5, 2), (99, 5, 1)]), 1)
+        self.assertEqual(kept.pending(), [dones[4], dones[2]])
+        self.assertEqual(inventory.outcome_limit(8), 4 * 8 + 1024)
+        self.assertRaises(ValueError, inventory.Outcomes, 0, log)
+        keys = [(i, 1, 1) for i in range(2049)]
+        frames = inventory.holding_frames(keys)
+        self.assertEqual([len(f.deliveries) for f in frames], [1024, 1024, 1])
+        self.assertEqual([k for f in frames for k in f.deliveries], keys)
+        self.assertEqual(inventory.holding_frames([]), [])
 
     def test_addresses(self) -> None:
         self.assertEqual(session.parse_addresses("127.0.0.1:7070, [::1]:7071,host.example:1"),

@@ -48,7 +48,9 @@ Cases:
   ipv6                   a dispatcher on [::1]: the worker given "[::1]:PORT" drains
   protocol_version       the worker speaks the dispatcher's version: with a version 1
                          taskpushd it falls back after ERROR VERSION (submit refused,
-                         Client refused); with version 2, both versions work
+                         Client refused); with a later one, a worker offering each
+                         older version (1, 2, ...) gets a session of that version and
+                         drains
 """
 import logging
 import os
@@ -449,13 +451,15 @@ class Worker(Case):
             with self.assertRaises(taskpush.NotSupported):
                 taskpush.submit(self.d.listen, "pv", b"x")
         else:
-            self.assertEqual(w.connected_version, 2)
-            w1 = self.worker(protocol_version=1)
-            w1.add_handler("pv1", lambda t: b"ok")
-            self.start(w1)
-            self.db.insert_tasks("pv1", ["3"])
-            self.wait_rows("task_state = 2", 3, "SUCCESSFUL on a version 1 session")
-            self.assertEqual(w1.connected_version, 1)
+            top = min(dispatcher_protocol(), taskpush.PROTO_VERSION)
+            self.assertEqual(w.connected_version, top)
+            for v in range(1, top):
+                wv = self.worker(protocol_version=v)
+                wv.add_handler(f"pv{v}", lambda t: b"ok")
+                self.start(wv)
+                self.db.insert_tasks(f"pv{v}", [str(v)])
+                self.wait_rows("task_state = 2", 2 + v, f"SUCCESSFUL on a version {v} session")
+                self.assertEqual(wv.connected_version, v)
 
 
 class TLS(Case):
