@@ -145,6 +145,10 @@ typedef struct attack_figures {
     double before, during, after; /* q[0], mean of a[], q[rounds] */
     double during_vs_quiet;       /* mean over i of a[i] / ((q[i] + q[i+1]) / 2) */
     long rss_base_kb, rss_peak_kb, rss_after_kb;
+    /* RSS splits into the heap and stacks (RssAnon) and mapped library pages (RssFile):
+     * the attack runs code paths (error replies, TLS refusals) whose library pages stay
+     * resident after it, which is not memory the daemon holds. */
+    long anon_base_kb, anon_after_kb, file_base_kb, file_after_kb;
     double cpu_before, cpu_during, cpu_after; /* taskpushd's CPU, % of one core */
     int health_polls, health_fail_during, health_fail_total;
     chaos_hostile_stats st;
@@ -375,22 +379,28 @@ static int audit_setup(struct chaos *c)
 
 /* ---- processes ---- */
 
-/* Reads VmRSS of pid in kB; -1 when unavailable. */
-static long rss_kb(pid_t pid)
+/* Reads one "Name:   N kB" field of /proc/pid/status; -1 when unavailable. */
+static long status_kb(pid_t pid, const char *field)
 {
     char path[64], line[256];
     snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
     FILE *f = fopen(path, "r");
     long kb = -1;
+    size_t len = strlen(field);
     if (f == NULL)
         return -1;
     while (fgets(line, sizeof line, f))
-        if (strncmp(line, "VmRSS:", 6) == 0) {
-            kb = strtol(line + 6, NULL, 10);
+        if (strncmp(line, field, len) == 0 && line[len] == ':') {
+            kb = strtol(line + len + 1, NULL, 10);
             break;
         }
     fclose(f);
     return kb;
+}
+
+static long rss_kb(pid_t pid)
+{
+    return status_kb(pid, "VmRSS");
 }
 
 /* Waits for pid (a child) at most ms, then SIGKILLs it. Returns the exit code or 128 + signal. */
@@ -700,6 +710,8 @@ static void attack_phase(struct chaos *c)
     a->q[0] = a->before = attack_window(c, c->o.before_s, false, &a->cpu_before);
     a->rss_base_kb = rss_kb(c->d.pid);
     a->rss_peak_kb = a->rss_base_kb;
+    a->anon_base_kb = status_kb(c->d.pid, "RssAnon");
+    a->file_base_kb = status_kb(c->d.pid, "RssFile");
     note(c, "attack phase: %.0f completions/s before; %d hostile connections in %d round%s of %d s", a->before,
          c->o.attack, a->rounds, a->rounds == 1 ? "" : "s", c->o.during_s);
     double cpu_sum = 0, during_sum = 0, ratio_sum = 0;
@@ -729,6 +741,8 @@ static void attack_phase(struct chaos *c)
     a->cpu_during = cpu_sum / a->rounds;
     a->after = a->q[a->rounds];
     a->rss_after_kb = rss_kb(c->d.pid);
+    a->anon_after_kb = status_kb(c->d.pid, "RssAnon");
+    a->file_after_kb = status_kb(c->d.pid, "RssFile");
     note(c, "attack phase: %.0f completions/s after; RSS %ld -> peak %ld -> %ld kB", a->after, a->rss_base_kb,
          a->rss_peak_kb, a->rss_after_kb);
 }
@@ -1181,6 +1195,10 @@ static void report(struct chaos *c, const verdict *v, long long elapsed_ms)
         printf("\n");
         printf("  taskpushd RSS                baseline %ld kB, peak %ld kB, after %ld kB\n", a->rss_base_kb,
                a->rss_peak_kb, a->rss_after_kb);
+        printf("    of which anonymous         baseline %ld kB, after %ld kB (heap and stacks)\n", a->anon_base_kb,
+               a->anon_after_kb);
+        printf("    of which file-backed       baseline %ld kB, after %ld kB (library pages mapped in)\n",
+               a->file_base_kb, a->file_after_kb);
         printf("  taskpushd CPU (%% of a core)  before %.0f, during %.0f, after %.0f\n", a->cpu_before,
                a->cpu_during, a->cpu_after);
         printf("  /healthz                     %d polls, %d failed during the attack, %d failed in all\n",
@@ -1222,6 +1240,10 @@ static void report(struct chaos *c, const verdict *v, long long elapsed_ms)
     json_t *atk = o ? json_object_get(o, "attack") : NULL;
     if (atk) {
         json_object_set_new(atk, "rounds", json_integer(a->rounds));
+        json_object_set_new(atk, "rss_anon_base_kb", json_integer(a->anon_base_kb));
+        json_object_set_new(atk, "rss_anon_after_kb", json_integer(a->anon_after_kb));
+        json_object_set_new(atk, "rss_file_base_kb", json_integer(a->file_base_kb));
+        json_object_set_new(atk, "rss_file_after_kb", json_integer(a->file_after_kb));
         json_object_set_new(atk, "during_vs_quiet", json_real(a->during_vs_quiet));
         json_object_set_new(atk, "cpu_before_pct", json_real(a->cpu_before));
         json_object_set_new(atk, "cpu_during_pct", json_real(a->cpu_during));

@@ -59,7 +59,7 @@
 #include "testdb.h"
 
 #define WAIT_MS 30000 /* the longest a condition is waited for */
-#define MAX_PEERS 160
+#define MAX_PEERS 420
 
 /* ---- raw peers ---- */
 
@@ -878,6 +878,34 @@ static void test_rss_bounded(void **state)
     fx->passed = true;
 }
 
+/* A connection that has not sent HELLO costs a few KiB, whatever it sends (the frame
+ * limit before HELLO bounds its input): 400 held open, 1 byte each, must not grow RSS by
+ * more than 6 KiB apiece (2.6 KiB measured). */
+static void test_pre_hello_memory(void **state)
+{
+    struct fx *fx = *state;
+    const char *args[] = {"--heartbeat-ms", "10000", "--max-failed-handshakes", "0", NULL};
+    start(fx, "hostile_prehellomem", args);
+    enum { N = 400 };
+    long before = rss_kib(fx);
+    fx->npeers = 0;
+    for (int i = 0; i < N; i++) {
+        peer *p = peer_open(fx, ROLE_IDLE);
+        static const uint8_t one[1] = {0};
+        peer_send(p, one, sizeof one);
+    }
+    assert_true(PUMP_UNTIL(fx, stat_of(fx, "connections.open") == N));
+    long during = rss_kib(fx);
+    print_message("# RSS %ld KiB, with %d connections before HELLO %ld KiB: %.1f KiB each\n", before, N, during,
+                  (double)(during - before) / N);
+#if !defined(__SANITIZE_ADDRESS__)
+    assert_true(during - before <= 6 * N);
+#endif
+    close_peers(fx, -1);
+    assert_true(PUMP_UNTIL(fx, stat_of(fx, "connections.open") == 0));
+    fx->passed = true;
+}
+
 static void test_admin_pause_types_bounded(void **state)
 {
     struct fx *fx = *state;
@@ -907,7 +935,7 @@ int main(void)
         T(test_half_frame),
         T(test_unread_output),   T(test_accept_emfile),  T(test_blackhole),
         T(test_orphaned_type),   T(test_locked_row),     T(test_unwritten_bound),
-        T(test_admin_pause_types_bounded), T(test_rss_bounded),
+        T(test_admin_pause_types_bounded), T(test_rss_bounded), T(test_pre_hello_memory),
 #undef T
     };
     const char *filter = getenv("TP_TEST_FILTER");
