@@ -181,11 +181,12 @@ static bool adopt_task(dsp_conn *c, const dsp_adopting *p, const dsp_write_ack *
 {
     dsp_server *srv = c->srv;
     dsp_type *ty = dsp_server_type_intern(srv, (const uint8_t *)a->type, strlen(a->type));
-    dsp_task *t = calloc(1, sizeof *t);
+    dsp_task *t = dsp_server_task_new(srv);
 
     if (!ty || !t || dsp_taskmap_get(&srv->tasks, p->task_id) ||
         dsp_taskmap_put(&srv->tasks, p->task_id, t) < 0) {
-        free(t);
+        if (t)
+            dsp_server_task_put(srv, t);
         if (ty)
             dsp_server_type_release_if_unused(srv, ty);
         return false;

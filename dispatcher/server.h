@@ -111,8 +111,9 @@ struct dsp_server {
     dsp_type **type_buckets;   /* the type index, by hash of the name: interning is O(1) */
     size_t type_nbuckets;      /* a power of two, or 0 before the first type */
     dsp_type *busy_types;      /* the types with nbuffered > 0 */
-    char **gone_names;         /* types a worker registered, freed since (types.c) */
-    size_t ngone_names;
+    char *gone_names;          /* types a worker registered, freed since: the names one after
+                                * another, each NUL-terminated, in one buffer (types.c) */
+    size_t ngone_names, gone_len, gone_cap;
     size_t claim_rotor[2];     /* where the next claim starts among cold [0] and warm [1]
                                 * types (see claim_maybe) */
     int64_t table_seen_ms;     /* the last table figures read for rows_seen_ms */
@@ -125,6 +126,8 @@ struct dsp_server {
     int64_t flood_until_window;    /* accepts are rationed up to this window (a flood was seen) */
     dsp_log_limit peer_log;        /* lines about peers: connections, HELLOs, bad frames */
     dsp_taskmap tasks;
+    dsp_task *task_pool;       /* free dsp_task records, linked by next (dsp_server_task_new) */
+    struct dsp_task_block *task_blocks; /* what the pool was carved from */
     dsp_taskmap v3conns;       /* connection id -> welcomed version-3 connection (CONFIRM) */
     uint64_t next_seq;
     uint64_t room;             /* free slots over accepting workers */
@@ -205,6 +208,10 @@ void dsp_server_kick(dsp_server *srv); /* schedule a dispatch pass */
 /* A connection ended before its HELLO was accepted (refused, malformed, silent, or
  * closed by the peer): past --max-failed-handshakes a second, accepting pauses. */
 void dsp_server_handshake_failed(dsp_server *srv);
+/* A zeroed task record, NULL when out of memory; dsp_server_task_put gives it back. */
+dsp_task *dsp_server_task_new(dsp_server *srv);
+void dsp_server_task_put(dsp_server *srv, dsp_task *t);
+
 /* Adds an entry to the outbox (handed to the write thread in this loop pass); its conn_id
  * and delivery are 0. Returns it, or NULL when out of memory (data is not taken). */
 dsp_outcome *dsp_server_outbox_add(dsp_server *srv, uint64_t task_id, uint8_t kind,

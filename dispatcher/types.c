@@ -11,6 +11,8 @@
 /* FNV-1a: names are short, and peers choose them, so the index also caps each
  * bucket's length by growing with the number of types (a peer can make collisions
  * cost it, not others, only as far as --max-types allows). */
+#define TYPE_INDEX_MIN 64
+
 static uint32_t type_hash(const uint8_t *name, size_t len)
 {
     uint32_t h = 2166136261u;
@@ -19,10 +21,9 @@ static uint32_t type_hash(const uint8_t *name, size_t len)
     return h;
 }
 
-/* Doubles the index when it holds more types than buckets. Returns 0 or -1. */
-static int type_index_grow(dsp_server *srv)
+/* Resizes the index to n buckets (a power of two). Returns 0 or -1. */
+static int type_index_resize(dsp_server *srv, size_t n)
 {
-    size_t n = srv->type_nbuckets ? srv->type_nbuckets * 2 : 64;
     dsp_type **b = calloc(n, sizeof *b);
     if (!b)
         return -1;
@@ -51,7 +52,10 @@ dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t le
     dsp_type *found = type_find(srv, name, len, h);
     if (found)
         return found;
-    if (srv->ntypes >= srv->type_nbuckets && type_index_grow(srv) < 0)
+    /* Doubled when it holds more types than buckets; halved in
+     * dsp_server_type_release_if_unused once a quarter is used. */
+    if (srv->ntypes >= srv->type_nbuckets &&
+        type_index_resize(srv, srv->type_nbuckets ? srv->type_nbuckets * 2 : TYPE_INDEX_MIN) < 0)
         return NULL;
     dsp_type *t = calloc(1, sizeof *t);
     if (!t || !(t->name = malloc(len + 1))) {
@@ -86,17 +90,28 @@ static void type_free(dsp_type *t)
 /* A type a worker registered (its workers array was ever grown) is remembered by name
  * when freed, so that POST /pause can tell a type whose workers are away from a typo.
  * Bounded: once DSP_GONE_NAMES_MAX names are kept, no more are (and none is searched
- * for, so a peer churning names costs nothing more). */
+ * for, so a peer churning names costs nothing more). The names share one buffer: a
+ * small allocation each, made while a flood of connections came and went, would pin
+ * the pages of the flood's freed buffers in the heap for good. */
 static void remember_gone(dsp_server *srv, const dsp_type *ty)
 {
     if (ty->cap == 0 || srv->ngone_names >= DSP_GONE_NAMES_MAX ||
         dsp_server_type_ever_registered(srv, ty->name))
         return;
-    if (!srv->gone_names && !(srv->gone_names = calloc(DSP_GONE_NAMES_MAX, sizeof *srv->gone_names)))
-        return;
-    char *copy = strdup(ty->name);
-    if (copy)
-        srv->gone_names[srv->ngone_names++] = copy;
+    size_t need = srv->gone_len + ty->len + 1;
+    if (need > srv->gone_cap) {
+        size_t cap = srv->gone_cap ? srv->gone_cap : 1024;
+        while (cap < need)
+            cap *= 2;
+        char *grown = realloc(srv->gone_names, cap);
+        if (!grown)
+            return;
+        srv->gone_names = grown;
+        srv->gone_cap = cap;
+    }
+    memcpy(srv->gone_names + srv->gone_len, ty->name, ty->len + 1);
+    srv->gone_len = need;
+    srv->ngone_names++;
 }
 
 bool dsp_server_type_ever_registered(const dsp_server *srv, const char *name)
@@ -104,8 +119,8 @@ bool dsp_server_type_ever_registered(const dsp_server *srv, const char *name)
     const dsp_type *ty = dsp_server_type_find(srv, (const uint8_t *)name, strlen(name));
     if (ty && ty->cap > 0)
         return true;
-    for (size_t i = 0; i < srv->ngone_names; i++)
-        if (strcmp(srv->gone_names[i], name) == 0)
+    for (size_t at = 0; at < srv->gone_len; at += strlen(srv->gone_names + at) + 1)
+        if (strcmp(srv->gone_names + at, name) == 0)
             return true;
     return false;
 }
@@ -128,6 +143,10 @@ void dsp_server_type_release_if_unused(dsp_server *srv, dsp_type *ty)
     srv->ntypes--;
     remember_gone(srv, ty);
     type_free(ty);
+    /* Shrunk as it grew, so that a burst of types (a flood of HELLOs) leaves no large
+     * index behind; when the allocation fails, the larger one stays. */
+    if (srv->type_nbuckets > TYPE_INDEX_MIN && srv->ntypes < srv->type_nbuckets / 4)
+        (void)type_index_resize(srv, srv->type_nbuckets / 2);
 }
 
 dsp_type *dsp_server_type_find(const dsp_server *srv, const uint8_t *name, size_t len)
@@ -146,9 +165,7 @@ void dsp_server_types_free(dsp_server *srv)
     srv->type_buckets = NULL;
     srv->type_nbuckets = 0;
     srv->ntypes = 0;
-    for (size_t i = 0; i < srv->ngone_names; i++)
-        free(srv->gone_names[i]);
     free(srv->gone_names);
     srv->gone_names = NULL;
-    srv->ngone_names = 0;
+    srv->ngone_names = srv->gone_len = srv->gone_cap = 0;
 }
