@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define TYPE_INDEX_MIN 64 /* buckets of the type index at the least */
+
 /* FNV-1a: names are short, and peers choose them, so the index also caps each
  * bucket's length by growing with the number of types (a peer can make collisions
  * cost it, not others, only as far as --max-types allows). */
-#define TYPE_INDEX_MIN 64
-
 static uint32_t type_hash(const uint8_t *name, size_t len)
 {
     uint32_t h = 2166136261u;
