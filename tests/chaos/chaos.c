@@ -379,28 +379,10 @@ static int audit_setup(struct chaos *c)
 
 /* ---- processes ---- */
 
-/* Reads one "Name:   N kB" field of /proc/pid/status; -1 when unavailable. */
-static long status_kb(pid_t pid, const char *field)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    size_t len = strlen(field);
-    if (f == NULL)
-        return -1;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, field, len) == 0 && line[len] == ':') {
-            kb = strtol(line + len + 1, NULL, 10);
-            break;
-        }
-    fclose(f);
-    return kb;
-}
-
+/* VmRSS of pid in kB; -1 when unavailable. */
 static long rss_kb(pid_t pid)
 {
-    return status_kb(pid, "VmRSS");
+    return tp_proc_status_kb(pid, "VmRSS");
 }
 
 /* Waits for pid (a child) at most ms, then SIGKILLs it. Returns the exit code or 128 + signal. */
@@ -710,8 +692,8 @@ static void attack_phase(struct chaos *c)
     a->q[0] = a->before = attack_window(c, c->o.before_s, false, &a->cpu_before);
     a->rss_base_kb = rss_kb(c->d.pid);
     a->rss_peak_kb = a->rss_base_kb;
-    a->anon_base_kb = status_kb(c->d.pid, "RssAnon");
-    a->file_base_kb = status_kb(c->d.pid, "RssFile");
+    a->anon_base_kb = tp_proc_status_kb(c->d.pid, "RssAnon");
+    a->file_base_kb = tp_proc_status_kb(c->d.pid, "RssFile");
     note(c, "attack phase: %.0f completions/s before; %d hostile connections in %d round%s of %d s", a->before,
          c->o.attack, a->rounds, a->rounds == 1 ? "" : "s", c->o.during_s);
     double cpu_sum = 0, during_sum = 0, ratio_sum = 0;
@@ -741,8 +723,8 @@ static void attack_phase(struct chaos *c)
     a->cpu_during = cpu_sum / a->rounds;
     a->after = a->q[a->rounds];
     a->rss_after_kb = rss_kb(c->d.pid);
-    a->anon_after_kb = status_kb(c->d.pid, "RssAnon");
-    a->file_after_kb = status_kb(c->d.pid, "RssFile");
+    a->anon_after_kb = tp_proc_status_kb(c->d.pid, "RssAnon");
+    a->file_after_kb = tp_proc_status_kb(c->d.pid, "RssFile");
     note(c, "attack phase: %.0f completions/s after; RSS %ld -> peak %ld -> %ld kB", a->after, a->rss_base_kb,
          a->rss_peak_kb, a->rss_after_kb);
 }

@@ -161,27 +161,9 @@ static uint64_t count_rows(struct fx *fx, const char *type, int state)
 }
 
 /* VmRSS of the daemon in KiB. */
-/* A "Name: N kB" line of /proc/PID/status: VmRSS, or RssAnon (the heap and stacks
- * without the library pages, which only grow as code runs for the first time). */
-static long status_kib(const struct fx *fx, const char *field)
-{
-    char path[64], line[256], fmt[64];
-    long kib = -1;
-    snprintf(path, sizeof path, "/proc/%d/status", (int)fx->d.pid);
-    snprintf(fmt, sizeof fmt, "%s: %%ld kB", field);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, fmt, &kib) == 1)
-            break;
-    fclose(f);
-    return kib;
-}
-
 static long rss_kib(const struct fx *fx)
 {
-    return status_kib(fx, "VmRSS");
+    return tp_proc_status_kb(fx->d.pid, "VmRSS");
 }
 
 /* Closes the peers opened so far of one role, or all when role < 0 (the daemon sees
@@ -954,17 +936,17 @@ static void test_rss_back_to_baseline(void **state)
     close_peers(fx, -1);
     assert_true(PUMP_UNTIL(fx, stat_of(fx, "connections.open") == 0));
     tp_sleep_ms(1200);
-    long before = status_kib(fx, "RssAnon");
+    long before = tp_proc_status_kb(fx->d.pid, "RssAnon");
     fx->npeers = 0;
     for (int i = 0; i < N; i++)
         worker_hello_types(fx, 1000 + i);
     assert_true(PUMP_UNTIL(fx, all_welcomed(fx)));
     assert_int_equal(stat_of(fx, "connections.open"), N);
-    long peak = status_kib(fx, "RssAnon");
+    long peak = tp_proc_status_kb(fx->d.pid, "RssAnon");
     close_peers(fx, -1);
     assert_true(PUMP_UNTIL(fx, stat_of(fx, "connections.open") == 0));
     tp_sleep_ms(1200); /* the housekeeping trims freed memory once a second */
-    long after = status_kib(fx, "RssAnon");
+    long after = tp_proc_status_kb(fx->d.pid, "RssAnon");
     print_message("# RssAnon %ld KiB before, %ld KiB with %d connections, %ld KiB after\n", before, peak, N, after);
 #if !defined(__SANITIZE_ADDRESS__)
     assert_true(before > 0 && after - before <= 256);

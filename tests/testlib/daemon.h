@@ -59,5 +59,10 @@ long long tp_json_int_at(json_t *root, const char *dotted);
 /* The same read from a fresh GET /stats. */
 long long tp_daemon_stat(const tp_daemon *d, const char *dotted);
 
+/* One "Field: N kB" line of /proc/PID/status, e.g. "VmRSS", or "RssAnon" (the heap and
+ * stacks without the library pages, which only grow as code runs for the first time);
+ * -1 when unavailable. */
+long tp_proc_status_kb(pid_t pid, const char *field);
+
 
 #endif
