@@ -100,6 +100,8 @@ void dsp_conn_flush_cb(evutil_socket_t fd, short what, void *arg)
     while (srv->flush_head) {
         dsp_conn *c = srv->flush_head;
         srv->flush_head = c->flush_next;
+        if (c->nconfirms > 0) /* while still queued, so that they join this write */
+            dsp_inv_send_confirms(c);
         c->flush_queued = false;
         conn_flush(c);
     }
@@ -174,6 +176,7 @@ void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why)
                     "worker %s (%s) leaves: %s; %u deliveries taken back",
                  c->name ? c->name : "?", c->addr, why, (unsigned)c->slots.in_flight);
         dsp_dispatch_worker_left(c->srv, c, c->refund);
+        dsp_inv_send_confirms(c); /* what waited: spares the worker sending them again */
     } else {
         log_limited(&c->srv->log, &c->srv->peer_log, dsp_now_ms(), DSP_LOG_INFO,
                     "connection %s closed before HELLO: %s", c->addr, why);

@@ -75,6 +75,10 @@ struct dsp_conn {
     uint16_t version;          /* the protocol version of its HELLO (1 .. 3) */
     dsp_adopting *adopting;    /* declared deliveries waiting for the write thread */
     uint32_t nadopting, adopting_cap;
+    proto_dlv *confirms;       /* settled deliveries whose CONFIRM waits (inventory.c) */
+    uint32_t nconfirms, confirms_cap;
+    bool confirm_queued;       /* on the server's confirm list */
+    dsp_conn *confirm_next;
     /* Submissions (conn_submit.c): queued for the database, not yet answered. */
     uint32_t submits_pending;
     uint64_t submit_bytes_pending;
@@ -151,6 +155,10 @@ void dsp_inv_done(dsp_conn *c, const proto_done *d, bool zombie);
 void dsp_inv_confirm_later(dsp_conn *c, dsp_outcome *o, uint32_t epoch, uint32_t attempt);
 /* A write report with acks: CONFIRM frames, adoptions answered. */
 void dsp_inv_on_written(dsp_server *srv, const dsp_write_report *r);
+/* Sends the CONFIRMs waiting for c now (they ride in the write its other frames make). */
+void dsp_inv_send_confirms(dsp_conn *c);
+/* The server's confirm_ev: sends the CONFIRMs that waited their longest. */
+void dsp_inv_confirm_cb(evutil_socket_t fd, short what, void *arg);
 /* c was welcomed (version 3: CONFIRMs find it by id) / is freed. */
 void dsp_inv_conn_joined(dsp_conn *c);
 void dsp_inv_conn_freed(dsp_conn *c);

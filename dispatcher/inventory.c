@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 static void send_cancel(dsp_conn *c, const proto_dlv *d)
 {
     proto_msg m = {.type = PROTO_CANCEL};
@@ -247,25 +249,110 @@ static void adopt_answer(dsp_server *srv, dsp_conn *c, const dsp_write_ack *a)
     free(p.data);
 }
 
-/* Sends the CONFIRMs of acks[0..n) (one connection's, in the order of its DONEs),
- * PROTO_MAX_CONFIRM deliveries per frame. */
-static void send_confirms(dsp_conn *c, const dsp_write_ack *acks, size_t n)
-{
-    proto_dlv items[PROTO_MAX_CONFIRM];
-    proto_msg m = {.type = PROTO_CONFIRM};
-    uint16_t k = 0;
+/* A CONFIRM waits, so that it goes out in the same write as the next frames of its
+ * connection: sent on its own, it was every second write of taskpushd and every second
+ * wake-up of a worker when 256 workers of capacity 4 drained the table (bench/README.md).
+ * It waits at most CONFIRM_WAIT_MS, and a connection holds at most capacity +
+ * CONFIRM_WAIT_SPARE of them: well under the 4 x capacity + 1024 unconfirmed outcomes a
+ * worker keeps (docs/protocol.md). */
+#define CONFIRM_WAIT_MS 50
+#define CONFIRM_WAIT_SPARE 256
 
-    for (size_t i = 0; i <= n; i++) {
-        if (i < n && !acks[i].adopt)
-            items[k++] = (proto_dlv){acks[i].task_id, acks[i].epoch, acks[i].attempt};
-        if (k > 0 && (k == PROTO_MAX_CONFIRM || i == n)) {
-            m.u.confirm.n = k;
-            m.u.confirm.items = items;
-            dsp_conn_send_frame(c, &m);
-            c->srv->task_stats.confirmed_total += k;
-            k = 0;
+void dsp_inv_send_confirms(dsp_conn *c)
+{
+    uint32_t sent = 0;
+
+    if (c->state != DSP_CONN_ACTIVE)
+        c->nconfirms = 0;
+    while (sent < c->nconfirms) {
+        uint32_t k = c->nconfirms - sent;
+        proto_msg m = {.type = PROTO_CONFIRM};
+
+        if (k > PROTO_MAX_CONFIRM)
+            k = PROTO_MAX_CONFIRM;
+        m.u.confirm.n = (uint16_t)k;
+        m.u.confirm.items = c->confirms + sent;
+        dsp_conn_send_frame(c, &m);
+        c->srv->task_stats.confirmed_total += k;
+        sent += k;
+    }
+    c->nconfirms = 0;
+}
+
+static bool confirms_grow(dsp_conn *c, size_t more)
+{
+    size_t want = (size_t)c->nconfirms + more;
+    size_t cap = c->confirms_cap ? c->confirms_cap : 16;
+
+    if (want <= c->confirms_cap)
+        return true;
+    while (cap < want)
+        cap *= 2;
+    proto_dlv *p = realloc(c->confirms, cap * sizeof *p);
+    if (!p)
+        return false;
+    c->confirms = p;
+    c->confirms_cap = (uint32_t)cap;
+    return true;
+}
+
+/* Queues the CONFIRMs of acks[0..n) (one connection's, in the order of its DONEs). */
+static void queue_confirms(dsp_conn *c, const dsp_write_ack *acks, size_t n)
+{
+    dsp_server *srv = c->srv;
+
+    if (!confirms_grow(c, n)) {
+        dsp_inv_send_confirms(c);
+        if (!confirms_grow(c, n)) {
+            log_error(&srv->log, "out of memory: worker %s gets no CONFIRM for %zu outcome(s)",
+                      c->name, n);
+            return; /* it sends them again after its next HELLO */
         }
     }
+    for (size_t i = 0; i < n; i++)
+        if (!acks[i].adopt)
+            c->confirms[c->nconfirms++] =
+                (proto_dlv){acks[i].task_id, acks[i].epoch, acks[i].attempt};
+    if (c->nconfirms >= c->slots.capacity + CONFIRM_WAIT_SPARE || c->flush_queued) {
+        dsp_inv_send_confirms(c); /* too many to wait, or a write of c is due anyway */
+        return;
+    }
+    if (c->nconfirms > 0 && !c->confirm_queued) {
+        c->confirm_queued = true;
+        c->confirm_next = srv->confirm_head;
+        srv->confirm_head = c;
+        if (!evtimer_pending(srv->confirm_ev, NULL)) {
+            struct timeval tv = {0, CONFIRM_WAIT_MS * 1000};
+            evtimer_add(srv->confirm_ev, &tv);
+        }
+    }
+}
+
+void dsp_inv_confirm_cb(evutil_socket_t fd, short what, void *arg)
+{
+    dsp_server *srv = arg;
+
+    (void)fd;
+    (void)what;
+    while (srv->confirm_head) {
+        dsp_conn *c = srv->confirm_head;
+
+        srv->confirm_head = c->confirm_next;
+        c->confirm_queued = false;
+        dsp_inv_send_confirms(c);
+    }
+}
+
+static void confirm_unqueue(dsp_conn *c)
+{
+    if (!c->confirm_queued)
+        return;
+    for (dsp_conn **p = &c->srv->confirm_head; *p; p = &(*p)->confirm_next)
+        if (*p == c) {
+            *p = c->confirm_next;
+            break;
+        }
+    c->confirm_queued = false;
 }
 
 void dsp_inv_on_written(dsp_server *srv, const dsp_write_report *r)
@@ -279,7 +366,7 @@ void dsp_inv_on_written(dsp_server *srv, const dsp_write_report *r)
         while (j < r->nacks && r->acks[j].conn_id == r->acks[i].conn_id)
             j++;
         if (c && c->state == DSP_CONN_ACTIVE)
-            send_confirms(c, r->acks + i, j - i);
+            queue_confirms(c, r->acks + i, j - i);
         for (size_t k = i; k < j; k++)
             if (r->acks[k].adopt)
                 adopt_answer(srv, c, &r->acks[k]);
@@ -297,6 +384,10 @@ void dsp_inv_conn_freed(dsp_conn *c)
 {
     if (c->version >= 3)
         dsp_taskmap_del(&c->srv->v3conns, c->id);
+    confirm_unqueue(c);
+    free(c->confirms);
+    c->confirms = NULL;
+    c->nconfirms = c->confirms_cap = 0;
     for (uint32_t i = 0; i < c->nadopting; i++)
         free(c->adopting[i].data);
     free(c->adopting);

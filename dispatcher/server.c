@@ -942,9 +942,10 @@ int dsp_server_init_offline(dsp_server *srv, const dsp_config *cfg)
     srv->tick_timer = event_new(srv->base, -1, EV_PERSIST, tick_cb, srv);
     srv->dispatch_ev = event_new(srv->base, -1, 0, dispatch_cb, srv);
     srv->flush_ev = event_new(srv->base, -1, 0, dsp_conn_flush_cb, srv);
+    srv->confirm_ev = evtimer_new(srv->base, dsp_inv_confirm_cb, srv);
     srv->accept_retry_ev = evtimer_new(srv->base, accept_retry_cb, srv);
     if (!srv->claim_timer || !srv->tick_timer || !srv->dispatch_ev || !srv->flush_ev ||
-        !srv->accept_retry_ev)
+        !srv->confirm_ev || !srv->accept_retry_ev)
         return -1;
     int64_t tick = cfg->heartbeat_ms / 4;
     if (tick > TICK_MS_MAX)
@@ -1088,6 +1089,8 @@ void dsp_server_free(dsp_server *srv)
         event_free(srv->dispatch_ev);
     if (srv->flush_ev)
         event_free(srv->flush_ev);
+    if (srv->confirm_ev)
+        event_free(srv->confirm_ev);
     if (srv->accept_retry_ev)
         event_free(srv->accept_retry_ev);
     dsp_server_types_free(srv);

@@ -99,6 +99,8 @@ struct dsp_server {
     struct event *dispatch_ev; /* activated when slots or tasks appear; runs once per loop pass */
     struct event *flush_ev;    /* writes the output of flush_head's connections (conn.c) */
     dsp_conn *flush_head;      /* plaintext connections with output added this loop pass */
+    struct event *confirm_ev;  /* sends the CONFIRMs of confirm_head's connections (inventory.c) */
+    dsp_conn *confirm_head;    /* connections with CONFIRMs waiting */
     struct event *signal_evs[3];
 
     dsp_conn *conns;           /* every connection, HELLO done or not */
