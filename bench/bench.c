@@ -52,7 +52,7 @@ static const char *const mode_names[] = {"drain", "stream", "latency", "connecti
 enum { OPT_DB = 1000, OPT_DESIGN, OPT_K, OPT_N, OPT_N_POLL, OPT_REPEAT, OPT_CAPACITY, OPT_FLAT,
        OPT_TASKPUSHD, OPT_QUICK, OPT_JSON_ONLY, OPT_SABOTAGE, OPT_HELP, OPT_MODE, OPT_PRODUCERS,
        OPT_ROWS_PER_INSERT, OPT_SECONDS, OPT_INTERVAL_MS, OPT_POLL_MS, OPT_CONNECTIONS,
-       OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG, OPT_PRODUCER };
+       OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG, OPT_PRODUCER, OPT_WORKER_THREADS };
 
 static const struct option long_opts[] = {
     {"db", required_argument, NULL, OPT_DB},
@@ -63,6 +63,7 @@ static const struct option long_opts[] = {
     {"repeat", required_argument, NULL, OPT_REPEAT},
     {"capacity", required_argument, NULL, OPT_CAPACITY},
     {"flat", no_argument, NULL, OPT_FLAT},
+    {"worker-threads", required_argument, NULL, OPT_WORKER_THREADS},
     {"taskpushd", required_argument, NULL, OPT_TASKPUSHD},
     {"quick", no_argument, NULL, OPT_QUICK},
     {"json-only", no_argument, NULL, OPT_JSON_ONLY},
@@ -100,6 +101,9 @@ static void usage(FILE *f)
         "  --repeat R        interleaved rounds; each figure is the median (default 3)\n"
         "  --capacity C      taskpush: capacity of each worker (default 16)\n"
         "  --flat            taskpush: total capacity %u at every K (capacity %u/K)\n"
+        "  --worker-threads T taskpush: threads the K workers share, each running its\n"
+        "                    share on one event loop (tp_worker_run_many); 0: one thread\n"
+        "                    per worker (default %u)\n"
         "  --taskpushd PATH  the taskpushd to run (default: the one built or installed\n"
         "                    next to taskpush-bench)\n"
         "  --taskpushd-arg A one more argument for every taskpushd started, e.g.\n"
@@ -126,7 +130,7 @@ static void usage(FILE *f)
         "  --backlog-rows N  backlog: NEW rows waiting (default %u)\n"
         "  --quick           with a mode: K=%u, P=%u, %u s, %u connections, %u rows, N=%u\n",
         DEFAULT_N, DEFAULT_N_POLL, DEFAULT_N_POLL_LARGE_K, BENCH_LARGE_K, BENCH_FLAT_SLOTS,
-        BENCH_FLAT_SLOTS, BENCH_MAX_TPD_ARGS, QUICK_N,
+        BENCH_FLAT_SLOTS, BENCH_WORKER_THREADS, BENCH_MAX_TPD_ARGS, QUICK_N,
         QUICK_N_POLL, MODE_K, DEFAULT_PRODUCERS, DEFAULT_SECONDS, DEFAULT_INTERVAL_MS, DEFAULT_CONNECTIONS,
         DEFAULT_BACKLOG, QUICK_MODE_K, QUICK_PRODUCERS, QUICK_SECONDS, QUICK_CONNECTIONS,
         QUICK_BACKLOG, QUICK_N);
@@ -343,6 +347,7 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
 
     memset(o, 0, sizeof *o);
     o->capacity = 16;
+    o->worker_threads = BENCH_WORKER_THREADS;
     default_taskpushd(o->taskpushd, sizeof o->taskpushd);
     int c;
     while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
@@ -380,6 +385,11 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
             o->capacity = (unsigned)v;
             break;
         case OPT_FLAT: o->flat = true; break;
+        case OPT_WORKER_THREADS:
+            if (parse_u64(optarg, 0, BENCH_MAX_K, &v) < 0)
+                return -bad_flag("--worker-threads: want 0..4096, got '%s'", optarg) - 1;
+            o->worker_threads = (unsigned)v;
+            break;
         case OPT_TASKPUSHD:
             if (strlen(optarg) == 0 || strlen(optarg) >= sizeof o->taskpushd)
                 return -bad_flag("--taskpushd: bad path '%s'", optarg) - 1;
@@ -486,6 +496,7 @@ static void print_header(const bench_opts *o, MYSQL *admin)
     json_object_set_new(h, "n_poll_large_k", json_integer((json_int_t)o->n_poll_large_k));
     json_object_set_new(h, "repeat", json_integer(o->repeat));
     json_object_set_new(h, "capacity", o->flat ? json_string("flat") : json_integer(o->capacity));
+    json_object_set_new(h, "worker_threads", json_integer(o->worker_threads));
     json_object_set_new(h, "taskpushd", json_string(o->taskpushd));
     if (o->mode == BENCH_MODE_STREAM || o->mode == BENCH_MODE_LATENCY) {
         json_t *pk = json_array();

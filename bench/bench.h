@@ -30,6 +30,7 @@
 #define BENCH_MAX_N 100000000ull   /* rows of one run */
 #define BENCH_MAX_LIST 16          /* entries of --k */
 #define BENCH_FLAT_SLOTS 1024u     /* total capacity kept by --flat */
+#define BENCH_WORKER_THREADS 4u    /* --worker-threads */
 #define BENCH_WHY_LEN 256
 #define BENCH_MAX_TPD_ARGS 8       /* --taskpushd-arg */
 #define BENCH_LARGE_K 64           /* from here the polling designs drain fewer rows */
@@ -73,6 +74,7 @@ typedef struct bench_opts {
     unsigned repeat;
     unsigned capacity;
     bool flat;
+    unsigned worker_threads; /* taskpush: threads the K workers share; 0: one each */
     bool json_only;
     bool sabotage;    /* hidden: breaks a row after the drain, for the test */
     char taskpushd[1024];
@@ -176,10 +178,13 @@ typedef struct bench_daemon {
     char log[256];
 } bench_daemon;
 
-/* One libtaskpush worker on its own thread. */
+/* One libtaskpush worker. The first worker of each thread's share also holds the
+ * thread, which runs ws[0 .. nrun) with tp_worker_run_many(). */
 typedef struct bench_worker {
     tp_worker *w;
     pthread_t thr;
+    tp_worker **run; /* the share of the thread (first worker only) */
+    size_t nrun;
     bool running;
     int rc;
 } bench_worker;
@@ -222,7 +227,8 @@ void bench_daemon_dump_log(const bench_daemon *dp);
 /* fn NULL: the no-op handler that records the id in t. */
 int bench_workers_make(bench_worker *ws, unsigned k, unsigned capacity, const char *addr,
                        tp_handler fn, void *arg, bench_tally *t);
-int bench_workers_start(bench_worker *ws, unsigned k, bench_tally *t);
+/* Runs the k workers on `threads` threads (0: one thread each), as even shares. */
+int bench_workers_start(bench_worker *ws, unsigned k, unsigned threads, bench_tally *t);
 void bench_workers_stop(bench_worker *ws, unsigned k);
 int bench_wait_drained(bench_ctx *ctx, const bench_daemon *dp, bench_run *r);
 

@@ -41,7 +41,7 @@ static int noop_handler(tp_task *task, void *arg)
 static void *worker_main(void *arg)
 {
     bench_worker *bw = arg;
-    bw->rc = tp_worker_run(bw->w);
+    bw->rc = tp_worker_run_many(bw->run, bw->nrun);
     return NULL;
 }
 
@@ -171,14 +171,30 @@ int bench_workers_make(bench_worker *ws, unsigned k, unsigned capacity, const ch
     return 0;
 }
 
-int bench_workers_start(bench_worker *ws, unsigned k, bench_tally *t)
+int bench_workers_start(bench_worker *ws, unsigned k, unsigned threads, bench_tally *t)
 {
-    for (unsigned i = 0; i < k; i++) {
-        if (pthread_create(&ws[i].thr, NULL, worker_main, &ws[i]) != 0) {
-            bench_tally_fail(t, "cannot start worker thread %u", i);
+    if (threads == 0 || threads > k)
+        threads = k;
+    for (unsigned g = 0; g < threads; g++) {
+        unsigned first = (unsigned)((uint64_t)k * g / threads);
+        unsigned end = (unsigned)((uint64_t)k * (g + 1) / threads);
+        bench_worker *lead = &ws[first];
+        lead->run = malloc((end - first) * sizeof *lead->run);
+        if (lead->run == NULL) {
+            bench_tally_fail(t, "out of memory");
             return -1;
         }
-        ws[i].running = true;
+        for (unsigned i = first; i < end; i++)
+            lead->run[i - first] = ws[i].w;
+        lead->nrun = end - first;
+        if (pthread_create(&lead->thr, NULL, worker_main, lead) != 0) {
+            free(lead->run);
+            lead->run = NULL;
+            bench_tally_fail(t, "cannot start worker thread %u", g);
+            return -1;
+        }
+        for (unsigned i = first; i < end; i++)
+            ws[i].running = true;
     }
     return 0;
 }
@@ -189,11 +205,15 @@ void bench_workers_stop(bench_worker *ws, unsigned k)
         if (ws[i].running)
             tp_worker_stop(ws[i].w);
     for (unsigned i = 0; i < k; i++) {
-        if (ws[i].running)
+        if (ws[i].run != NULL) {
             pthread_join(ws[i].thr, NULL);
+            free(ws[i].run);
+            ws[i].run = NULL;
+        }
+    }
+    for (unsigned i = 0; i < k; i++)
         if (ws[i].w)
             tp_worker_free(ws[i].w);
-    }
 }
 
 /* Waits until the handlers ran N times and taskpushd has written every outcome.
@@ -251,7 +271,7 @@ int bench_drain_taskpush(bench_ctx *ctx, const bench_design *d, unsigned k, benc
     if (bench_workers_make(ws, k, r->capacity, dp.listen, NULL, NULL, &ctx->tally) < 0 ||
         bench_snap_take(ctx, dp.pid, &a) < 0)
         goto done;
-    if (bench_workers_start(ws, k, &ctx->tally) < 0)
+    if (bench_workers_start(ws, k, ctx->o->worker_threads, &ctx->tally) < 0)
         goto done;
     if (bench_wait_drained(ctx, &dp, r) < 0 || bench_snap_take(ctx, dp.pid, &b) < 0)
         goto done;

@@ -223,7 +223,7 @@ static void connections_run(bench_ctx *ctx, idle_set *is, scale_result *sr, benc
     bench_sleep_ms(1000); /* a few heartbeats each way */
     sr->rss_before_kb = bench_proc_rss_kb(dp.pid);
     if (bench_workers_make(ws, k, o->capacity, dp.listen, NULL, NULL, &ctx->tally) < 0 ||
-        bench_snap_take(ctx, dp.pid, &a) < 0 || bench_workers_start(ws, k, &ctx->tally) < 0 ||
+        bench_snap_take(ctx, dp.pid, &a) < 0 || bench_workers_start(ws, k, ctx->o->worker_threads, &ctx->tally) < 0 ||
         bench_wait_drained(ctx, &dp, r) < 0 || bench_snap_take(ctx, dp.pid, &b) < 0)
         goto done;
     bench_snap_delta(&a, &b, r);
@@ -367,7 +367,7 @@ static void backlog_run(bench_ctx *ctx, uint64_t slice, scale_result *sr, bench_
     sr->buffered = bench_json_int(s, "queue.buffered");
     json_decref(s);
     if (bench_workers_make(ws, k, o->capacity, dp.listen, NULL, NULL, &ctx->tally) < 0 ||
-        bench_snap_take(ctx, dp.pid, &a) < 0 || bench_workers_start(ws, k, &ctx->tally) < 0 ||
+        bench_snap_take(ctx, dp.pid, &a) < 0 || bench_workers_start(ws, k, ctx->o->worker_threads, &ctx->tally) < 0 ||
         wait_calls(&ctx->tally, slice) < 0 || bench_snap_take(ctx, dp.pid, &b) < 0)
         goto done;
     bench_snap_delta(&a, &b, r);

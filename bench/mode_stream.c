@@ -186,7 +186,7 @@ static int stream_with(bench_ctx *ctx, bench_producer kind, bench_tally *acked, 
     if (ws == NULL || bench_daemon_start(ctx, NULL, &dp) < 0)
         goto done;
     if (bench_workers_make(ws, k, o->capacity, dp.listen, NULL, NULL, &ctx->tally) < 0 ||
-        bench_workers_start(ws, k, &ctx->tally) < 0)
+        bench_workers_start(ws, k, ctx->o->worker_threads, &ctx->tally) < 0)
         goto done;
     if (bench_wait_workers(&dp, k, WORKERS_TIMEOUT_S) < 0) {
         bench_tally_fail(&ctx->tally, "the %u workers did not connect", k);
@@ -424,7 +424,7 @@ static void latency_one(bench_ctx *ctx, bench_producer kind, unsigned poll_ms, l
         goto done;
     if (bench_workers_make(ws, LATENCY_WORKERS, LATENCY_CAPACITY, dp.listen, latency_handler, ls,
                            ls->t) < 0 ||
-        bench_workers_start(ws, LATENCY_WORKERS, ls->t) < 0 ||
+        bench_workers_start(ws, LATENCY_WORKERS, 0, ls->t) < 0 ||
         bench_wait_workers(&dp, LATENCY_WORKERS, WORKERS_TIMEOUT_S) < 0) {
         bench_tally_fail(ls->t, "the latency workers did not connect");
         goto done;

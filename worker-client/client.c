@@ -126,10 +126,79 @@ static int send_msg(tp_worker *w, const proto_msg *m)
     return bufferevent_write(w->bev, buf, n);
 }
 
+/* The event loop of one tp_worker_run_many() call, shared by its workers. */
+typedef struct tpi_loop {
+    struct event_base *base;
+    size_t live; /* workers not finished */
+} tpi_loop;
+
 static void maybe_finish(tp_worker *w)
 {
-    if (w->stopping && w->state == TPI_IDLE && w->tasks_alive == 0)
+    if (w->finished || !w->stopping || w->state != TPI_IDLE || w->tasks_alive != 0)
+        return;
+    w->finished = 1;
+    if (--w->loop->live == 0)
         event_base_loopbreak(w->base);
+}
+
+/* ---- writing ---- */
+
+/* A plaintext connection writes its socket itself, once per loop pass, rather than
+ * through the bufferevent's write event: that saves two epoll_ctl calls and a loop
+ * pass for every batch of DONEs. The write event is on only while the socket refuses
+ * part of the output. TLS connections keep the bufferevent's own writes. */
+static void on_output_added(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    tp_worker *w = arg;
+
+    (void)buf;
+    if (info->n_added == 0 || !w->direct_write || w->flush_queued)
+        return;
+    w->flush_queued = 1;
+    event_active(w->flush_ev, EV_TIMEOUT, 0);
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    tp_worker *w = arg;
+    struct evbuffer *out;
+
+    (void)fd;
+    (void)what;
+    w->flush_queued = 0;
+    if (w->bev == NULL || !w->direct_write)
+        return;
+    out = bufferevent_get_output(w->bev);
+    if (evbuffer_get_length(out) == 0)
+        return;
+    /* The bufferevent keeps the start of its output frozen except inside its own
+     * write callback; do as it does. An error leaves the output for the write event,
+     * which reports it through on_event. */
+    evbuffer_unfreeze(out, 1);
+    (void)evbuffer_write(out, bufferevent_getfd(w->bev));
+    evbuffer_freeze(out, 1);
+    if (evbuffer_get_length(out) > 0)
+        bufferevent_enable(w->bev, EV_WRITE);
+}
+
+/* The write event took the rest of the output: off again until the socket refuses some. */
+static void on_drained(struct bufferevent *bev, void *arg)
+{
+    tp_worker *w = arg;
+
+    if (w->direct_write && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+        bufferevent_disable(bev, EV_WRITE);
+}
+
+/* Called once connected: plaintext output is written by on_flush from now on. */
+static void start_direct_write(tp_worker *w)
+{
+    if (w->tls_ctx != NULL)
+        return;
+    if (evbuffer_add_cb(bufferevent_get_output(w->bev), on_output_added, w) == NULL)
+        return; /* out of memory: the bufferevent writes, as for TLS */
+    w->direct_write = 1;
+    bufferevent_disable(w->bev, EV_WRITE);
 }
 
 /* ---- connecting and closing ---- */
@@ -200,6 +269,7 @@ static void release(tp_worker *w)
     if (w->bev != NULL)
         bufferevent_free(w->bev); /* closes the socket */
     w->bev = NULL;
+    w->direct_write = 0;
     event_del(w->hs_ev);
     event_del(w->hb_ev);
     event_del(w->more_ev);
@@ -330,6 +400,9 @@ static void close_after_flush(tp_worker *w, int level, const char *why)
         conn_close(w, level, w->close_reason);
         return;
     }
+    /* The bufferevent writes the rest, so that on_flushed hears when it is gone. */
+    w->direct_write = 0;
+    bufferevent_enable(w->bev, EV_WRITE);
     bufferevent_setcb(w->bev, NULL, on_flushed, on_event, w);
     evtimer_add(w->linger_ev, &tv);
 }
@@ -481,7 +554,7 @@ static void start_connect(tp_worker *w)
         attempt_failed(w, "cannot create a bufferevent");
         return;
     }
-    bufferevent_setcb(w->bev, on_read, NULL, on_event, w);
+    bufferevent_setcb(w->bev, on_read, on_drained, on_event, w);
     set_state(w, TPI_CONNECTING);
     tv = ms_to_tv(w->opts.connect_timeout_ms);
     evtimer_add(w->hs_ev, &tv);
@@ -521,6 +594,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 
         /* DONEs are small and already batched per loop turn: Nagle would only delay them. */
         setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        start_direct_write(w);
         w->last_rx_ns = tpi_now_ns();
         tpi_log(w, TP_LOG_DEBUG, "connected to %s:%s, sending HELLO", cur_addr(w)->host,
                 cur_addr(w)->port);
@@ -1274,31 +1348,23 @@ int tp_worker_get_stats(const tp_worker *w, tp_worker_stats *out, size_t size)
 /* free_events releases what run_setup created; safe on a partial setup. */
 static void free_events(tp_worker *w)
 {
-    struct event **evs[] = {&w->stop_ev, &w->wake_ev, &w->reconnect_ev, &w->hs_ev,
-                            &w->hb_ev,   &w->more_ev, &w->linger_ev, &w->stop_wait_ev};
+    struct event **evs[] = {&w->stop_ev,   &w->wake_ev,   &w->reconnect_ev, &w->hs_ev,
+                            &w->hb_ev,     &w->more_ev,   &w->linger_ev,    &w->stop_wait_ev,
+                            &w->flush_ev};
 
     for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
         if (*evs[i] != NULL)
             event_free(*evs[i]);
         *evs[i] = NULL;
     }
-    if (w->base != NULL)
-        event_base_free(w->base);
     w->base = NULL;
+    w->loop = NULL;
 }
 
-static int run_setup(tp_worker *w)
+static int run_setup(tp_worker *w, tpi_loop *loop)
 {
-    int rc = TP_ENOMEM;
-    struct event_config *cfg = event_config_new();
-
-    if (cfg == NULL)
-        goto done;
-    /* One base per worker, used by one thread: libevent needs no locks. */
-    event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
-    w->base = event_base_new_with_config(cfg);
-    if (w->base == NULL)
-        goto done;
+    w->loop = loop;
+    w->base = loop->base;
     w->stop_ev = event_new(w->base, w->stop_fd, EV_READ | EV_PERSIST, on_stop, w);
     w->wake_ev = event_new(w->base, w->wake_fd, EV_READ | EV_PERSIST, on_wake, w);
     w->reconnect_ev = evtimer_new(w->base, on_reconnect, w);
@@ -1307,49 +1373,35 @@ static int run_setup(tp_worker *w)
     w->more_ev = event_new(w->base, -1, 0, on_more, w);
     w->linger_ev = evtimer_new(w->base, on_linger, w);
     w->stop_wait_ev = evtimer_new(w->base, on_stop_wait, w);
+    w->flush_ev = event_new(w->base, -1, 0, on_flush, w);
     if (w->stop_ev == NULL || w->wake_ev == NULL || w->reconnect_ev == NULL || w->hs_ev == NULL ||
-        w->hb_ev == NULL || w->more_ev == NULL || w->linger_ev == NULL || w->stop_wait_ev == NULL)
-        goto done;
-    if (event_add(w->stop_ev, NULL) < 0 || event_add(w->wake_ev, NULL) < 0) {
-        rc = TP_ESYS;
-        goto done;
-    }
-    rc = TP_OK;
-done:
-    if (cfg != NULL)
-        event_config_free(cfg);
-    if (rc < 0)
+        w->hb_ev == NULL || w->more_ev == NULL || w->linger_ev == NULL || w->stop_wait_ev == NULL ||
+        w->flush_ev == NULL) {
         tpi_log(w, TP_LOG_ERROR, "cannot set up the event loop");
-    return rc;
+        return TP_ENOMEM;
+    }
+    if (event_add(w->stop_ev, NULL) < 0 || event_add(w->wake_ev, NULL) < 0) {
+        tpi_log(w, TP_LOG_ERROR, "cannot set up the event loop");
+        return TP_ESYS;
+    }
+    return TP_OK;
 }
 
-int tp_worker_run(tp_worker *w)
+/* run_begin readies w for a run in loop; it connects once the loop runs. */
+static int run_begin(tp_worker *w, tpi_loop *loop)
 {
-    int rc = TP_EINVAL;
-    int expected = 0;
-    sigset_t pipe_set;
-    sigset_t old_mask;
-    int mask_set = 0;
-    tp_task *done;
-    tp_task *ext;
-
-    if (w == NULL)
-        goto out;
-    rc = TP_EBUSY;
-    if (!atomic_compare_exchange_strong(&w->running, &expected, 1))
-        goto out;
-
-    sigemptyset(&pipe_set);
-    sigaddset(&pipe_set, SIGPIPE);
-    mask_set = pthread_sigmask(SIG_BLOCK, &pipe_set, &old_mask) == 0;
+    int rc;
 
     w->io_thread = pthread_self();
     w->state = TPI_IDLE;
     w->bev = NULL;
+    w->direct_write = 0;
+    w->flush_queued = 0;
     w->held = NULL;
     w->in_flight = 0;
     w->tasks_alive = 0;
     w->stopping = 0;
+    w->finished = 0;
     w->stop_requests = 0;
     w->failures = 0;
     w->addr_idx = 0;
@@ -1358,27 +1410,33 @@ int tp_worker_run(tp_worker *w)
     w->max_body_in = PROTO_MAX_BODY_DEFAULT;
     w->max_body_out = PROTO_MAX_BODY_DEFAULT;
 
-    rc = run_setup(w);
+    rc = run_setup(w, loop);
     if (rc < 0)
-        goto teardown;
+        return rc;
     rc = tpi_pool_start(w);
     if (rc < 0)
-        goto teardown;
-
+        return rc;
     read_stops(w);
     if (w->stop_requests > 0) {
         tpi_log(w, TP_LOG_INFO, "stop requested before the run: not connecting");
-    } else {
-        tpi_log(w, TP_LOG_INFO, "worker %s starting: %zu types, capacity %u, %u threads", w->name,
-                w->ntypes, w->opts.capacity, w->opts.threads);
-        event_active(w->reconnect_ev, EV_TIMEOUT, 0);
-        if (event_base_dispatch(w->base) < 0) {
-            tpi_log(w, TP_LOG_ERROR, "event loop failed");
-            rc = TP_ESYS;
-        }
+        w->finished = 1;
+        return TP_OK;
     }
-    /* The loop ends only when stopped, idle and with no task alive; an
-     * error exit may leave a connection and tasks behind. */
+    tpi_log(w, TP_LOG_INFO, "worker %s starting: %zu types, capacity %u, %u threads", w->name,
+            w->ntypes, w->opts.capacity, w->opts.threads);
+    event_active(w->reconnect_ev, EV_TIMEOUT, 0);
+    loop->live++;
+    return TP_OK;
+}
+
+/* run_end closes what the loop left of w and drops every task. */
+static void run_end(tp_worker *w)
+{
+    tp_task *done;
+    tp_task *ext;
+
+    /* The loop ends only when every worker is stopped, idle and with no task alive;
+     * an error exit may leave a connection and tasks behind. */
     w->stopping = 1;
     release(w);
     tpi_inv_abandon(w);
@@ -1395,9 +1453,74 @@ int tp_worker_run(tp_worker *w)
     }
     tpi_inv_free(w);
     tpi_log(w, TP_LOG_INFO, "worker %s stopped", w->name);
+}
+
+int tp_worker_run(tp_worker *w)
+{
+    return tp_worker_run_many(&w, 1);
+}
+
+int tp_worker_run_many(tp_worker *const *ws, size_t n)
+{
+    int rc = TP_EINVAL;
+    size_t claimed = 0;
+    size_t begun = 0;
+    sigset_t pipe_set;
+    sigset_t old_mask;
+    int mask_set = 0;
+    struct event_config *cfg = NULL;
+    tpi_loop loop = {NULL, 0};
+
+    if (ws == NULL || n == 0)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        if (ws[i] == NULL)
+            goto out;
+    rc = TP_EBUSY;
+    for (; claimed < n; claimed++) {
+        int expected = 0;
+
+        if (!atomic_compare_exchange_strong(&ws[claimed]->running, &expected, 1))
+            goto out; /* running elsewhere, or named twice */
+    }
+
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    mask_set = pthread_sigmask(SIG_BLOCK, &pipe_set, &old_mask) == 0;
+
+    rc = TP_ENOMEM;
+    cfg = event_config_new();
+    if (cfg == NULL)
+        goto teardown;
+    /* One base, used by this thread only: libevent needs no locks. */
+    event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
+    loop.base = event_base_new_with_config(cfg);
+    if (loop.base == NULL) {
+        tpi_log(ws[0], TP_LOG_ERROR, "cannot set up the event loop");
+        goto teardown;
+    }
+    for (; begun < n; begun++) {
+        rc = run_begin(ws[begun], &loop);
+        if (rc < 0) {
+            begun++; /* its partial setup is undone below */
+            goto teardown;
+        }
+    }
+    if (loop.live > 0 && event_base_dispatch(loop.base) < 0) {
+        tpi_log(ws[0], TP_LOG_ERROR, "event loop failed");
+        rc = TP_ESYS;
+    }
+    for (size_t i = 0; i < n; i++)
+        run_end(ws[i]);
 teardown:
-    tpi_pool_join(w);
-    free_events(w);
+    for (size_t i = 0; i < begun; i++) {
+        tpi_pool_join(ws[i]);
+        free_events(ws[i]);
+    }
+    if (loop.base != NULL)
+        event_base_free(loop.base);
+    if (cfg != NULL)
+        event_config_free(cfg);
     if (mask_set) {
         if (!sigismember(&old_mask, SIGPIPE)) {
             struct timespec zero = {0, 0};
@@ -1407,7 +1530,8 @@ teardown:
         }
         pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
     }
-    atomic_store(&w->running, 0);
 out:
+    for (size_t i = 0; i < claimed; i++)
+        atomic_store(&ws[i]->running, 0);
     return rc;
 }

@@ -203,7 +203,10 @@ struct tp_worker {
     struct event *more_ev;      /* re-armed when the frame budget ran out */
     struct event *linger_ev;    /* deadline of the flush before a close */
     struct event *stop_wait_ev; /* how long a drained stop waits for the answering STOP */
+    struct event *flush_ev;     /* writes the output once per loop pass (direct_write) */
     pthread_t io_thread;
+    struct tpi_loop *loop;      /* the loop of tp_worker_run_many() this worker runs in */
+    int finished;               /* stopped and drained: its loop may end without it */
 
     /* The connection. [io] */
     enum tpi_conn_state state;
@@ -228,6 +231,8 @@ struct tp_worker {
     int peer_stopped;          /* the dispatcher sent STOP */
     int64_t welcome_ns;        /* when WELCOME arrived */
     uint64_t session_tasks;    /* tasks received on this connection */
+    int direct_write;          /* plaintext and connected: flush_ev writes the socket */
+    int flush_queued;          /* flush_ev is active */
     char close_reason[160];    /* why a CLOSING connection closes */
     int close_level;           /* and the level of its log line */
     int stop_sent;             /* we sent STOP */

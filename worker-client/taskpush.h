@@ -287,6 +287,26 @@ TP_API int tp_worker_add_type(tp_worker *w, const char *type, tp_handler fn,
 TP_API int tp_worker_run(tp_worker *w) TP_WARN_UNUSED;
 
 /**
+ * Runs n workers on the calling thread, on one event loop, until each of them
+ * was stopped: tp_worker_run() for several at once (it is this call with n = 1).
+ * For a process that holds many connections, e.g. a load generator, or one worker
+ * per dispatcher shard: the thread wakes once for all the connections with
+ * something to read, where n threads running tp_worker_run() wake one by one.
+ * Each worker keeps its own connection, capacity, handler threads and counters;
+ * one stopped early waits, idle, for the others. A handler run inline (threads 0)
+ * holds up every worker of the call while it runs, and must not call tp_submit()
+ * on any of them.
+ *
+ * @param ws the workers, none NULL, none twice (the array is read at the call only)
+ * @param n  how many (>= 1)
+ * @return as tp_worker_run(): 0 once all were stopped; TP_EINVAL (ws NULL, n 0, a
+ *         NULL worker), TP_EBUSY (one is running, or named twice: none is run),
+ *         TP_ENOMEM or TP_ESYS.
+ * Since library version 1.1.
+ */
+TP_API int tp_worker_run_many(tp_worker *const *ws, size_t n) TP_WARN_UNUSED;
+
+/**
  * Asks a worker to stop, gracefully: it sends STOP (no more tasks), lets the
  * handlers finish the deliveries it holds (including queued ones), sends their
  * outcomes, flushes, closes the connection and makes tp_worker_run() return.

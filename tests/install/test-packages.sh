@@ -45,7 +45,7 @@ holds taskpushd /usr/bin/taskpushd /usr/bin/taskpushctl /usr/bin/taskpush-bench 
   /usr/share/doc/taskpushd/copyright /usr/share/doc/taskpushd/taskpushd.md.gz
 for m in "$root"/sql/migrations/*.sql; do holds taskpushd "/usr/share/taskpush/sql/migrations/$(basename "$m")"; done
 holds taskpush-worker /usr/bin/taskpush-worker /usr/share/man/man1/taskpush-worker.1.gz
-holds libtaskpush1 "/usr/lib/$arch/libtaskpush.so.1.0.0" "/usr/lib/$arch/libtaskpush.so.1"
+holds libtaskpush1 "/usr/lib/$arch/libtaskpush.so.1.1.0" "/usr/lib/$arch/libtaskpush.so.1"
 holds libtaskpush-dev /usr/include/taskpush.h "/usr/lib/$arch/libtaskpush.so" \
   "/usr/lib/$arch/pkgconfig/taskpush.pc" "/usr/lib/$arch/libtaskpush.a"
 holds_not libtaskpush1 '\.(h|pc|a)$|libtaskpush\.so$|/bin/'
@@ -70,7 +70,7 @@ kept=$(grep -A2 'deb-systemd-helper --quiet was-enabled' "$ctrl/postinst" | grep
 grep -q 'deb-systemd-invoke.*start' "$ctrl/postinst" && fail "taskpushd's postinst starts the unit"
 mkdir "$ctrl/lib"
 dpkg-deb --fsys-tarfile "$(deb libtaskpush1)" | tar -x -C "$ctrl/lib"
-soname=$(readelf -d "$ctrl/lib/usr/lib/$arch/libtaskpush.so.1.0.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+soname=$(readelf -d "$ctrl/lib/usr/lib/$arch/libtaskpush.so.1.1.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = libtaskpush.so.1 ] || fail "libtaskpush1's library has soname '$soname'"
 
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }

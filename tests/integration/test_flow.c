@@ -16,6 +16,7 @@
  *                       holds 3 blocked tasks
  *   routing             an unregistered type is never claimed, even at HIGH priority
  *   worker_leaves_mid_flow   a worker stopped gracefully while tasks flow loses none
+ *   run_many            six workers on one thread (tp_worker_run_many); one stops early
  *   slow_type_does_not_starve_others   a stuck type's backlog does not keep an idle
  *                       worker of another type from its tasks
  *   counted_by_mariadb  the 10,000-task flow as MariaDB's slow log counts it
@@ -198,6 +199,9 @@ struct fx {
     char dbuser[64];
     bool user_made;
     bool globals_set;
+    /* run_many: the thread running the workers, joined by the teardown if still up */
+    pthread_t many_thr;
+    bool many_running;
 };
 
 static int fx_setup(void **state)
@@ -241,6 +245,13 @@ static int fx_teardown(void **state)
 
     /* Let blocked handlers return, then stop the workers at once. */
     tp_gate_set(&fx->gate, true);
+    if (fx->many_running) { /* run_many failed midway: twice stops at once */
+        for (int j = 0; j < 2; j++)
+            for (int i = 0; i < fx->nwk; i++)
+                tp_worker_stop(fx->wk[i].w);
+        pthread_join(fx->many_thr, NULL);
+        fx->many_running = false;
+    }
     for (int i = 0; i < fx->nwk; i++) {
         struct wk *k = &fx->wk[i];
         tp_inproc_halt(&k->run);
@@ -1387,6 +1398,108 @@ static void test_worker_leaves_mid_flow(void **state)
     fx->passed = true;
 }
 
+/* ---- several workers on one thread ---- */
+
+static void many_run_row(struct tp_sb *b, int i, void *arg)
+{
+    (void)arg;
+    tp_sb_printf(b, "('one', 'one-%d')", i);
+}
+
+struct run_many_thread {
+    tp_worker *ws[8];
+    size_t n;
+    int rc;
+    atomic_bool returned;
+};
+
+static void *run_many_main(void *arg)
+{
+    struct run_many_thread *r = arg;
+    r->rc = tp_worker_run_many(r->ws, r->n);
+    atomic_store(&r->returned, true);
+    return NULL;
+}
+
+/* tp_worker_run_many(): six workers on one thread, each its own connection (inline
+ * handlers and a pool of two threads alike), share a backlog; one stopped early leaves
+ * alone while the others go on, and the call returns 0 once all were stopped. */
+static void test_run_many(void **state)
+{
+    struct fx *fx = *state;
+    const int n = 3000, nw = 6;
+    const char *const args[] = {"--heartbeat-ms", "500", "--poll-ms", "20", NULL};
+    static struct run_many_thread r; /* outlives a failed case: the teardown joins */
+
+    memset(&r, 0, sizeof r);
+    r.n = (size_t)nw;
+
+    fx_db(fx, "flow_many");
+    fx_daemon(fx, fx->db.url, args);
+    for (int i = 0; i < nw; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "many-%d", i);
+        struct wk *k = fx_worker(fx, name, "one", 4, i == nw - 1 ? 2 : 0);
+        tp_worker_options o;
+        tp_error err;
+        tp_worker_options_init(&o);
+        o.addresses = fx->d.listen;
+        o.name = k->name;
+        o.capacity = k->capacity;
+        o.threads = k->threads;
+        o.log = worker_log;
+        o.log_arg = k;
+        o.log_level = TP_LOG_WARN;
+        k->w = tp_worker_new(&o, &err);
+        assert_non_null(k->w);
+        assert_int_equal(tp_worker_add_type(k->w, "one", on_task, k), 0);
+        r.ws[i] = k->w;
+    }
+    /* Named twice: refused whole, nothing runs. */
+    tp_worker *twice[2] = {r.ws[0], r.ws[0]};
+    assert_int_equal(tp_worker_run_many(twice, 2), TP_EBUSY);
+    assert_int_equal(tp_worker_run_many(r.ws, 0), TP_EINVAL);
+
+    assert_int_equal(pthread_create(&fx->many_thr, NULL, run_many_main, &r), 0);
+    fx->many_running = true;
+    wait_workers(fx, (size_t)nw);
+    /* While running, each worker refuses a second run. */
+    assert_int_equal(tp_worker_run(r.ws[1]), TP_EBUSY);
+
+    insert_rows(&fx->db, "task_type, payload", n / 2, 500, many_run_row, NULL);
+    wait_finished(fx, (uint64_t)n / 2);
+    tp_worker_stop(r.ws[0]);
+    wait_workers(fx, (size_t)nw - 1);
+    assert_false(atomic_load(&r.returned));
+    size_t ran0 = log_count(fx, 0);
+
+    insert_rows(&fx->db, "task_type, payload", n / 2, 500, many_run_row, NULL);
+    wait_finished(fx, (uint64_t)n);
+    for (int i = 1; i < nw; i++)
+        tp_worker_stop(r.ws[i]);
+    for (long long end = tp_mono_ms() + WAIT_MS; !atomic_load(&r.returned); tp_sleep_ms(5))
+        if (tp_mono_ms() >= end)
+            fail_msg("tp_worker_run_many did not return after every worker was stopped");
+    pthread_join(fx->many_thr, NULL);
+    fx->many_running = false;
+    fx_daemon_stop(fx);
+
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(log_count(fx, 0), ran0); /* stopped: it ran nothing more */
+    size_t sum = 0;
+    for (int i = 0; i < nw; i++) {
+        size_t ran = log_count(fx, i);
+        tp_diag("run_many: worker %s ran %zu", fx->wk[i].name, ran);
+        assert_true(ran > 0);
+        sum += ran;
+    }
+    assert_int_equal(sum, (size_t)n);
+    assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE "
+                                                  "task_state = 2 AND attempts = 1"),
+                     n);
+    fx->passed = true;
+}
+
 /* ---- a slow type and an idle worker of another type ---- */
 
 static void slow_row(struct tp_sb *b, int i, void *arg)
@@ -1705,6 +1818,7 @@ int main(void)
         T(test_padded_type_is_refused),
         T(test_many_types),
         T(test_worker_leaves_mid_flow),
+        T(test_run_many),
         T(test_slow_type_does_not_starve_others),
         T(test_counted_by_mariadb),
         T(test_producer_no_waits),
