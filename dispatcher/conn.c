@@ -14,6 +14,7 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,6 +22,10 @@
  * (memcached's reqs_per_event): a worker that floods DONEs cannot starve the
  * rest of the loop. */
 #define FRAMES_PER_EVENT 256
+/* Bytes read per wake-up of a plaintext connection at most: before HELLO as libevent's
+ * own reads (a hostile connection holds no more than one chunk), after it more. */
+#define READ_MAX_PRE_HELLO 4096
+#define READ_MAX 16384
 
 /* A CLOSING connection whose peer does not read its last frame is freed after this. */
 #define CLOSING_LINGER_MS 1000
@@ -128,6 +133,14 @@ static void drained_cb(struct bufferevent *bev, void *arg)
         bufferevent_disable(bev, EV_WRITE);
 }
 
+/* Reading stops while high bytes wait in the input (a frame larger than any legal one
+ * is buffered; the frame check closes such a connection long before that). */
+static void conn_set_read_high(dsp_conn *c, size_t high)
+{
+    c->read_high = high;
+    bufferevent_setwatermark(c->bev, EV_READ, 0, high);
+}
+
 static void conn_write(dsp_conn *c, const void *data, size_t len)
 {
     evbuffer_add(bufferevent_get_output(c->bev), data, len);
@@ -185,6 +198,8 @@ void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why)
     conn_set_state(c, DSP_CONN_CLOSING);
     c->last_rx_ms = dsp_now_ms(); /* start of the linger */
     bufferevent_disable(c->bev, EV_READ);
+    if (c->read_ev)
+        event_del(c->read_ev);
     if (code) {
         proto_msg m = {.type = PROTO_ERROR};
         m.u.error.code = code;
@@ -223,6 +238,8 @@ void dsp_conn_free(dsp_conn *c)
     srv->closed_since_trim++;
     if (!c->welcomed)
         dsp_server_handshake_failed(srv);
+    if (c->read_ev)
+        event_free(c->read_ev);
     bufferevent_free(c->bev);
     event_free(c->free_ev);
     free(c->name);
@@ -364,7 +381,7 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
     conn_set_state(c, DSP_CONN_ACTIVE);
     c->welcomed = true;
     /* Authenticated: frames up to --max-frame may come now. */
-    bufferevent_setwatermark(c->bev, EV_READ, 0, (size_t)cfg->max_frame + PROTO_LEN_PREFIX + 65536);
+    conn_set_read_high(c, (size_t)cfg->max_frame + PROTO_LEN_PREFIX + 65536);
     c->slots.accepting = !srv->draining;
     dsp_dispatch_worker_joined(srv, c);
     dsp_inv_conn_joined(c);
@@ -479,6 +496,8 @@ static bool handle_frame(dsp_conn *c, const proto_msg *m, const uint8_t *body, s
     return true;
 }
 
+static void event_cb(struct bufferevent *bev, short what, void *arg);
+
 static void read_cb(struct bufferevent *bev, void *arg)
 {
     dsp_conn *c = arg;
@@ -542,6 +561,49 @@ static void read_cb(struct bufferevent *bev, void *arg)
         c->frame_started_ms = 0;
     else if (c->frame_started_ms == 0)
         c->frame_started_ms = c->last_rx_ms;
+    if (c->read_suspended && evbuffer_get_length(in) < c->read_high) {
+        c->read_suspended = false;
+        event_add(c->read_ev, NULL);
+    }
+}
+
+/* A plaintext connection reads its socket itself: libevent's own read first asks the
+ * kernel how much is waiting (ioctl FIONREAD), one system call in three of a worker's
+ * round trip. Like the bufferevent, it stops reading while read_high bytes wait. */
+static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    dsp_conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    size_t have = evbuffer_get_length(in);
+    if (have >= c->read_high) {
+        event_del(c->read_ev);
+        c->read_suspended = true;
+        return;
+    }
+    size_t want = c->welcomed ? READ_MAX : READ_MAX_PRE_HELLO;
+    if (want > c->read_high - have)
+        want = c->read_high - have;
+    /* Read into the stack and copy: the input then grows by what came, as with
+     * libevent's reads, not by a whole chunk (an idle peer that sent one byte holds 1
+     * KiB, not 8). */
+    uint8_t buf[READ_MAX];
+    ssize_t n = read(fd, buf, want);
+    int err = errno;
+    if (n > 0) {
+        evbuffer_unfreeze(in, 0); /* the bufferevent keeps the input's end frozen */
+        int rc = evbuffer_add(in, buf, (size_t)n);
+        evbuffer_freeze(in, 0);
+        if (rc < 0)
+            dsp_conn_close(c, 0, "out of memory");
+        else
+            read_cb(c->bev, c);
+        return;
+    }
+    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR))
+        return;
+    errno = err;
+    event_cb(c->bev, (short)(BEV_EVENT_READING | (n == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR)), c);
 }
 
 static void event_cb(struct bufferevent *bev, short what, void *arg)
@@ -615,17 +677,24 @@ void dsp_conn_accept(dsp_server *srv, int fd, const struct sockaddr *sa, int sal
     srv->nconns++;
     srv->conn_stats.accepted_total++;
 
-    /* Stop reading while a frame larger than any legal one is buffered; the
-     * frame check closes such a connection long before that. Until HELLO, the
-     * largest legal frame is a HELLO. */
-    bufferevent_setwatermark(c->bev, EV_READ, 0, PRE_HELLO_MAX_BODY + PROTO_LEN_PREFIX + 4096);
+    /* Until HELLO, the largest legal frame is a HELLO. */
+    conn_set_read_high(c, PRE_HELLO_MAX_BODY + PROTO_LEN_PREFIX + 4096);
     c->out_progress_ms = c->connected_ms;
     evbuffer_add_cb(bufferevent_get_output(c->bev), output_cb, c);
     c->direct_write = srv->tls == NULL;
     bufferevent_setcb(c->bev, read_cb, drained_cb, event_cb, c);
-    if (c->direct_write) /* a new bufferevent starts with EV_WRITE enabled */
+    if (c->direct_write) { /* a new bufferevent starts with EV_WRITE enabled */
         bufferevent_disable(c->bev, EV_WRITE);
-    bufferevent_enable(c->bev, c->direct_write ? EV_READ : EV_READ | EV_WRITE);
+        c->read_ev = event_new(srv->base, fd, EV_READ | EV_PERSIST, sock_read_cb, c);
+        if (c->read_ev && event_add(c->read_ev, NULL) < 0) {
+            event_free(c->read_ev);
+            c->read_ev = NULL;
+        }
+    }
+    if (!c->read_ev) /* TLS, or out of memory: the bufferevent reads */
+        bufferevent_enable(c->bev, EV_READ);
+    if (!c->direct_write)
+        bufferevent_enable(c->bev, EV_WRITE);
     log_debug(&srv->log, "connection %llu from %s", (unsigned long long)c->id, c->addr);
 }
 

@@ -70,6 +70,9 @@ struct dsp_conn {
                                 * whole frame after them: a half frame must complete in time */
     int64_t out_progress_ms;   /* the output was last empty or drained by the peer then */
     bool direct_write;         /* plaintext: conn.c writes the socket itself (conn_flush) */
+    struct event *read_ev;     /* plaintext: its socket readable; conn.c reads it itself */
+    size_t read_high;          /* input buffered beyond which reading stops */
+    bool read_suspended;       /* read_ev is off until the input drops under read_high */
     bool flush_queued;         /* on the server's flush list */
     dsp_conn *flush_next;
     uint16_t version;          /* the protocol version of its HELLO (1 .. 3) */

@@ -35,6 +35,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -190,15 +191,88 @@ static void on_drained(struct bufferevent *bev, void *arg)
         bufferevent_disable(bev, EV_WRITE);
 }
 
-/* Called once connected: plaintext output is written by on_flush from now on. */
-static void start_direct_write(tp_worker *w)
+/* ---- reading ---- */
+
+static void on_read(struct bufferevent *bev, void *arg);
+static void on_event(struct bufferevent *bev, short what, void *arg);
+static void close_after_flush(tp_worker *w, int level, const char *why);
+
+/* A plaintext connection reads its socket itself, too: libevent's own read first asks
+ * the kernel how much is waiting (ioctl FIONREAD), one system call in three of a
+ * worker's round trip. What it reads goes into the bufferevent's input as before. */
+static void on_sock_read(evutil_socket_t fd, short what, void *arg)
+{
+    tp_worker *w = arg;
+    struct evbuffer *in;
+    struct evbuffer_iovec v[2];
+    struct iovec iov[2];
+    int nv;
+    ssize_t n;
+    int err;
+
+    (void)what;
+    if (w->bev == NULL)
+        return;
+    in = bufferevent_get_input(w->bev);
+    evbuffer_unfreeze(in, 0); /* the bufferevent keeps the input's end frozen */
+    nv = evbuffer_reserve_space(in, TPI_READ_MAX, v, 2);
+    if (nv <= 0) {
+        evbuffer_freeze(in, 0);
+        close_after_flush(w, TP_LOG_ERROR, "out of memory");
+        return;
+    }
+    for (int i = 0; i < nv; i++) {
+        iov[i].iov_base = v[i].iov_base;
+        iov[i].iov_len = v[i].iov_len;
+    }
+    n = readv(fd, iov, nv);
+    err = errno;
+    if (n > 0) {
+        if ((size_t)n <= v[0].iov_len) {
+            v[0].iov_len = (size_t)n;
+            nv = 1;
+        } else {
+            v[1].iov_len = (size_t)n - v[0].iov_len;
+        }
+        evbuffer_commit_space(in, v, nv);
+    }
+    evbuffer_freeze(in, 0);
+    if (n > 0) {
+        on_read(w->bev, w);
+        return;
+    }
+    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR))
+        return;
+    errno = err;
+    on_event(w->bev, (short)(BEV_EVENT_READING | (n == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR)), w);
+}
+
+/* Called once connected: a plaintext connection's output is written by on_flush and its
+ * input read by on_sock_read from now on; TLS keeps the bufferevent's own. */
+static void start_direct_io(tp_worker *w)
 {
     if (w->tls_ctx != NULL)
         return;
-    if (evbuffer_add_cb(bufferevent_get_output(w->bev), on_output_added, w) == NULL)
-        return; /* out of memory: the bufferevent writes, as for TLS */
-    w->direct_write = 1;
-    bufferevent_disable(w->bev, EV_WRITE);
+    if (evbuffer_add_cb(bufferevent_get_output(w->bev), on_output_added, w) != NULL) {
+        w->direct_write = 1;
+        bufferevent_disable(w->bev, EV_WRITE);
+    }
+    w->read_ev = event_new(w->base, bufferevent_getfd(w->bev), EV_READ | EV_PERSIST, on_sock_read, w);
+    if (w->read_ev == NULL)
+        return; /* out of memory: the bufferevent reads */
+    if (event_add(w->read_ev, NULL) < 0) {
+        event_free(w->read_ev);
+        w->read_ev = NULL;
+        return;
+    }
+    bufferevent_disable(w->bev, EV_READ);
+}
+
+static void stop_direct_read(tp_worker *w)
+{
+    if (w->read_ev != NULL)
+        event_free(w->read_ev);
+    w->read_ev = NULL;
 }
 
 /* ---- connecting and closing ---- */
@@ -266,6 +340,7 @@ static void next_host(tp_worker *w)
  * (unless stopping) they go on running instead, carried to the next connection. */
 static void release(tp_worker *w)
 {
+    stop_direct_read(w);
     if (w->bev != NULL)
         bufferevent_free(w->bev); /* closes the socket */
     w->bev = NULL;
@@ -377,8 +452,6 @@ static void on_flushed(struct bufferevent *bev, void *arg)
         conn_close(w, w->close_level, w->close_reason);
 }
 
-static void on_event(struct bufferevent *bev, short what, void *arg);
-
 /* close_after_flush stops reading and closes once the output is written;
  * the close is then logged at level with why. */
 static void close_after_flush(tp_worker *w, int level, const char *why)
@@ -396,6 +469,7 @@ static void close_after_flush(tp_worker *w, int level, const char *why)
     event_del(w->hb_ev);
     event_del(w->more_ev);
     bufferevent_disable(w->bev, EV_READ);
+    stop_direct_read(w);
     if (evbuffer_get_length(bufferevent_get_output(w->bev)) == 0) {
         conn_close(w, level, w->close_reason);
         return;
@@ -515,8 +589,6 @@ static void send_hello(tp_worker *w)
     set_state(w, TPI_HANDSHAKE);
 }
 
-static void on_read(struct bufferevent *bev, void *arg);
-
 static void start_connect(tp_worker *w)
 {
     const tpi_addr *a = cur_addr(w);
@@ -594,7 +666,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 
         /* DONEs are small and already batched per loop turn: Nagle would only delay them. */
         setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        start_direct_write(w);
+        start_direct_io(w);
         w->last_rx_ns = tpi_now_ns();
         tpi_log(w, TP_LOG_DEBUG, "connected to %s:%s, sending HELLO", cur_addr(w)->host,
                 cur_addr(w)->port);
@@ -1397,6 +1469,7 @@ static int run_begin(tp_worker *w, tpi_loop *loop)
     w->bev = NULL;
     w->direct_write = 0;
     w->flush_queued = 0;
+    w->read_ev = NULL;
     w->held = NULL;
     w->in_flight = 0;
     w->tasks_alive = 0;

@@ -33,6 +33,8 @@ struct ssl_ctx_st;
  * reqs_per_event): a busy connection cannot starve the timers, and with inline
  * handlers 64 no-op tasks take microseconds. */
 #define TPI_FRAMES_PER_EVENT 64
+/* Bytes read from a plaintext connection per wake-up at most (client.c). */
+#define TPI_READ_MAX 16384
 
 /* Time allowed to flush the last frames (DONEs, STOP, ERROR) before closing. */
 #define TPI_LINGER_MS 5000
@@ -204,6 +206,7 @@ struct tp_worker {
     struct event *linger_ev;    /* deadline of the flush before a close */
     struct event *stop_wait_ev; /* how long a drained stop waits for the answering STOP */
     struct event *flush_ev;     /* writes the output once per loop pass (direct_write) */
+    struct event *read_ev;      /* a plaintext connection's socket readable (client.c) */
     pthread_t io_thread;
     struct tpi_loop *loop;      /* the loop of tp_worker_run_many() this worker runs in */
     int finished;               /* stopped and drained: its loop may end without it */
