@@ -390,7 +390,8 @@ static struct wk *fx_worker(struct fx *fx, const char *name, const char *types, 
     return k;
 }
 
-static void wk_start(struct wk *k)
+/* Creates k's worker with its types, not running. */
+static void wk_make(struct wk *k)
 {
     tp_worker_options o;
     tp_error err;
@@ -409,6 +410,11 @@ static void wk_start(struct wk *k)
     assert_non_null(k->w);
     for (int i = 0; i < k->ntypes; i++)
         assert_int_equal(tp_worker_add_type(k->w, k->types[i], on_task, k), 0);
+}
+
+static void wk_start(struct wk *k)
+{
+    wk_make(k);
     assert_int_equal(tp_inproc_start(&k->run, k->w), 0);
 }
 
@@ -1440,19 +1446,7 @@ static void test_run_many(void **state)
         char name[32];
         snprintf(name, sizeof name, "many-%d", i);
         struct wk *k = fx_worker(fx, name, "one", 4, i == nw - 1 ? 2 : 0);
-        tp_worker_options o;
-        tp_error err;
-        tp_worker_options_init(&o);
-        o.addresses = fx->d.listen;
-        o.name = k->name;
-        o.capacity = k->capacity;
-        o.threads = k->threads;
-        o.log = worker_log;
-        o.log_arg = k;
-        o.log_level = TP_LOG_WARN;
-        k->w = tp_worker_new(&o, &err);
-        assert_non_null(k->w);
-        assert_int_equal(tp_worker_add_type(k->w, "one", on_task, k), 0);
+        wk_make(k);
         r.ws[i] = k->w;
     }
     /* Named twice: refused whole, nothing runs. */
