@@ -513,10 +513,12 @@ static void print_header(const bench_opts *o, MYSQL *admin)
         json_t *sv = json_object_get(h, "server");
         printf("- taskpush-bench %s on %s (%ld cpus, %s)\n", date, un.nodename,
                sysconf(_SC_NPROCESSORS_ONLN), cpu);
-        printf("- server %s, innodb_flush_log_at_trx_commit=%s, innodb_buffer_pool_size=%s\n",
+        printf("- server %s, innodb_flush_log_at_trx_commit=%s, innodb_buffer_pool_size=%s,"
+               " innodb_log_file_size=%s\n",
                json_string_value(json_object_get(sv, "version")),
                json_string_value(json_object_get(sv, "innodb_flush_log_at_trx_commit")),
-               json_string_value(json_object_get(sv, "innodb_buffer_pool_size")));
+               json_string_value(json_object_get(sv, "innodb_buffer_pool_size")),
+               json_string_value(json_object_get(sv, "innodb_log_file_size")));
     }
     if (s)
         printf("%s\n", s);

@@ -185,8 +185,8 @@ typedef struct bench_worker {
     pthread_t thr;
     tp_worker **run; /* the share of the thread (first worker only) */
     size_t nrun;
+    bench_tally *tally; /* told when tp_worker_run_many() fails (first worker only) */
     bool running;
-    int rc;
 } bench_worker;
 
 /* db.c */

@@ -41,7 +41,12 @@ static int noop_handler(tp_task *task, void *arg)
 static void *worker_main(void *arg)
 {
     bench_worker *bw = arg;
-    bw->rc = tp_worker_run_many(bw->run, bw->nrun);
+    int rc = tp_worker_run_many(bw->run, bw->nrun);
+    /* A share that could not run leaves its tasks to the others, and the figures would
+     * be of fewer workers than the line says. */
+    if (rc != 0)
+        bench_tally_fail(bw->tally, "tp_worker_run_many of %zu workers: %s", bw->nrun,
+                         tp_strerror(rc));
     return NULL;
 }
 
@@ -187,6 +192,7 @@ int bench_workers_start(bench_worker *ws, unsigned k, unsigned threads, bench_ta
         for (unsigned i = first; i < end; i++)
             lead->run[i - first] = ws[i].w;
         lead->nrun = end - first;
+        lead->tally = t;
         if (pthread_create(&lead->thr, NULL, worker_main, lead) != 0) {
             free(lead->run);
             lead->run = NULL;
