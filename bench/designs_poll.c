@@ -8,10 +8,11 @@
  *                     PROCESSING; COMMIT; run; one UPDATE to SUCCESSFUL for all B.
  *   ceiling           skiplocked-1000 on one connection: the database's own limit.
  *
- * Every SELECT names the claim index's equality prefix (task_state, `delayed`,
- * task_type) and its order, as a poller written for this schema would: without it
- * every claim sorts the NEW rows and every design is ten times slower. The claim
- * also counts attempts, so that verify.c can check each row was claimed once. */
+ * Every SELECT names the claim index's equality prefix (claim_lane, `delayed`,
+ * task_type; claim_lane 0 is NEW, docs/schema.md) and its order, as a poller written for
+ * this schema would: without it every claim sorts the NEW rows and every design is ten
+ * times slower, and a locking one locks every row it scans. The claim also counts
+ * attempts, so that verify.c can check each row was claimed once. */
 #include "bench.h"
 
 #include <errno.h>
@@ -23,7 +24,7 @@
 #include <time.h>
 
 #define CLAIM_WHERE                                                                         \
-    "FROM task WHERE task_state = 0 AND `delayed` = 0 AND task_type = 'default'"          \
+    "FROM task WHERE claim_lane = 0 AND `delayed` = 0 AND task_type = 'default'"          \
     " ORDER BY task_priority DESC, task_id"
 
 /* Deadlock and lock wait timeout: the statement (or transaction) is retried. */

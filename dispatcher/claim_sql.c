@@ -127,7 +127,7 @@ static int claim_union(char *buf, size_t cap, const char *columns, const char *t
         if (i > 0)
             sqlbuf_puts(&b, " UNION ALL ");
         sqlbuf_printf(&b, "(SELECT %s FROM task FORCE INDEX (claim_idx)"
-                          " WHERE task_state = 0 AND `delayed` = 0 AND task_type = ", columns);
+                          " WHERE claim_lane = 0 AND `delayed` = 0 AND task_type = ", columns);
         if (b.bad)
             break;
         /* The literal goes straight into the buffer; one byte stays for the NUL. */

@@ -493,6 +493,7 @@ static size_t shard_setup(dsp_db *db, const dsp_db_options *opts, char *name, si
     }
     dsp_db_sql_type_in(&db->type_in, (const char *const *)sh->types, sh->ntypes);
     db->in = db->type_in.p;
+    snprintf(db->shard, sizeof db->shard, "%s", sh->name);
     snprintf(db->lease_row, sizeof db->lease_row, "lease:%s", sh->name);
     snprintf(db->epoch_row, sizeof db->epoch_row, "epoch:%s", sh->name);
     sl = strlen(sh->name);
@@ -832,6 +833,7 @@ void dsp_db_free(dsp_db *db)
     pthread_cond_destroy(&db->write_cv);
     pthread_cond_destroy(&db->stats_cv);
     pthread_cond_destroy(&db->sched_cv);
+    dsp_dbi_claims_free(db);
     dsp_dbi_lease_destroy(db);
     pthread_mutex_destroy(&db->mu);
     free(db);

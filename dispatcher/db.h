@@ -42,6 +42,7 @@ typedef struct dsp_claimed_task {
     int64_t timeout_ms;    /* the row's timeout_ms, or -1 for NULL */
     uint8_t priority;
     uint16_t type_index;   /* index into dsp_claim_reply.types */
+    uint64_t claim_seq;    /* the claim's row in task_claim (its seq under the epoch) */
     size_t payload_len;
     uint8_t *payload;      /* malloc'd, NULL when empty; the reply owns it unless stolen */
 } dsp_claimed_task;
@@ -89,6 +90,8 @@ typedef struct dsp_outcome {
                             * to); 0: none */
     uint32_t dlv_epoch;    /* with conn_id: the delivery as the worker names it */
     uint32_t dlv_attempt;
+    uint64_t claim_seq;    /* the task_claim row that lists the task (0: none, e.g. a
+                            * foreign outcome): settled once a final kind is written */
     size_t len;
     uint8_t *data;         /* malloc'd result or error text, or NULL; dsp_db_write takes it */
 } dsp_outcome;
@@ -104,6 +107,7 @@ typedef struct dsp_write_ack {
     bool adopt;            /* an ADOPT's answer; else an outcome to CONFIRM */
     bool ok;               /* ADOPT: the row is now the leader's */
     uint8_t priority;      /* ADOPT ok: the row's */
+    uint64_t claim_seq;    /* ADOPT ok: the task_claim row listing it under the new epoch */
     uint32_t max_attempts;
     char *type;            /* ADOPT ok: the row's task_type (malloc'd; the report owns it;
                             * NULL when the row could not be read: put it back to NEW) */

@@ -143,6 +143,11 @@ struct claim_ctx {
     uint64_t announced_gen;  /* the one epoch was announced under */
     int64_t next_recover;    /* monotonic */
     dsp_strbuf sql;
+    uint64_t *recover_ids; /* recovery's scratch: one task_claim row's ids */
+    size_t recover_cap;
+    uint32_t bad_epoch;    /* the last task_claim row that listed no ids, logged once */
+    uint64_t bad_seq;
+    bool recovered_once;   /* this epoch's first recovery (every shard's rows) ran */
     uint64_t *release_ids; /* rows of a claim whose COMMIT has an unknown outcome */
     size_t nrelease;
     int64_t next_due_wall;   /* earliest run_after of the delayed lane, as last read */
@@ -322,24 +327,119 @@ static int release_unknown(struct claim_ctx *x)
     return 0;
 }
 
-/* Puts rows of older epochs back to NEW (see dsp_db_sql_recover for the attempts rule). */
-static int recover(struct claim_ctx *x)
+/* Recovers the rows one task_claim row lists (its lock held, ids parsed): those still
+ * PROCESSING under its epoch, of this shard, go back to NEW or to FAILED (see
+ * dsp_db_sql_recover_ids for the attempts rule); the row is deleted once none of its
+ * ids is PROCESSING under that epoch in any shard. Adds the rows changed to *total.
+ * Returns 0 or -1 (database error). */
+static int recover_listed(struct claim_ctx *x, uint32_t row_epoch, uint64_t row_seq,
+                          const uint64_t *ids, size_t n, uint64_t *total)
+{
+    uint64_t changed, left = 0, deleted;
+    bool isnull;
+
+    for (size_t s = 0; s < n; s += RECOVER_BATCH) {
+        size_t m = n - s < RECOVER_BATCH ? n - s : RECOVER_BATCH;
+        dsp_strbuf_reset(&x->sql);
+        dsp_db_sql_recover_ids(&x->sql, row_epoch, wall_ms(), ids + s, m, x->db->in);
+        if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &changed) < 0)
+            return -1;
+        *total += changed;
+    }
+    for (size_t s = 0; s < n && left == 0; s += RECOVER_BATCH) {
+        size_t m = n - s < RECOVER_BATCH ? n - s : RECOVER_BATCH;
+        uint64_t k;
+        dsp_strbuf_reset(&x->sql);
+        dsp_db_sql_still_processing(&x->sql, row_epoch, ids + s, m);
+        if (x->sql.oom || dsp_dbi_query_u64(&x->c, x->sql.p, &k, &isnull, 0) < 0)
+            return -1;
+        left += isnull ? 0 : k;
+    }
+    if (left == 0) {
+        dsp_strbuf_reset(&x->sql);
+        dsp_db_sql_claim_log_delete(&x->sql, row_epoch, &row_seq, 1);
+        if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &deleted) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Puts back to NEW the rows older epochs left PROCESSING, as task_claim lists them, one
+ * of its rows per transaction. At takeover (all_shards) the rows of every shard are
+ * read, so that a type moved from one shard to another is recovered by its new owner;
+ * the periodic pass reads this shard's only. */
+static int recover(struct claim_ctx *x, bool all_shards)
 {
     dsp_db *db = x->db;
-    uint64_t n, total = 0;
+    uint64_t total = 0, seq = 0;
+    uint32_t epoch = 0;
+    size_t nlisted = 0;
 
-    do {
+    while (!claim_stopping(db)) {
+        MYSQL_RES *res;
+        MYSQL_ROW row;
+        unsigned long *len;
+        size_t n = 0, most;
+        int bad;
+
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_recover(&x->sql, x->epoch, wall_ms(), RECOVER_BATCH, x->db->in);
+        dsp_db_sql_claim_log_next(&x->sql, x->epoch, all_shards ? NULL : db->shard, epoch, seq);
         if (x->sql.oom)
             return -1;
-        if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0 || commit(&x->c) < 0)
+        atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+        if (mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
+            (res = mysql_store_result(x->c.m)) == NULL) {
+            x->c.err = mysql_errno(x->c.m);
+            log_warn(db->log, "recovery: %s (error %u)", mysql_error(x->c.m), x->c.err);
             return -1;
-        total += n;
-    } while (n >= RECOVER_BATCH && !claim_stopping(db));
+        }
+        row = mysql_num_fields(res) == 3 ? mysql_fetch_row(res) : NULL;
+        if (row == NULL || row[0] == NULL || row[1] == NULL) {
+            mysql_free_result(res);
+            if (commit(&x->c) < 0)
+                return -1;
+            break;
+        }
+        len = mysql_fetch_lengths(res);
+        epoch = (uint32_t)strtoul(row[0], NULL, 10);
+        seq = strtoull(row[1], NULL, 10);
+        most = row[2] ? len[2] / 2 + 1 : 0; /* "1,2,3": one id per 2 bytes at most */
+        if (most > DSP_CLAIM_IDS_MAX)
+            most = DSP_CLAIM_IDS_MAX;
+        if (most > x->recover_cap) {
+            uint64_t *p = realloc(x->recover_ids, most * sizeof *p);
+            if (p == NULL) {
+                mysql_free_result(res);
+                log_error(db->log, "out of memory recovering rows of older epochs");
+                commit(&x->c);
+                return 0; /* tried again at the next pass */
+            }
+            x->recover_ids = p;
+            x->recover_cap = most;
+        }
+        bad = dsp_claim_ids_parse(row[2], row[2] ? len[2] : 0, x->recover_ids, most, &n);
+        mysql_free_result(res);
+        if (bad < 0) {
+            /* Not what a dispatcher writes: left as it is, for an operator to read. */
+            if (epoch != x->bad_epoch || seq != x->bad_seq)
+                log_error(db->log,
+                          "task_claim row (epoch %u, seq %" PRIu64 ") does not list task ids;"
+                          " left as it is, and its rows are not recovered",
+                          (unsigned)epoch, seq);
+            x->bad_epoch = epoch;
+            x->bad_seq = seq;
+        } else if (recover_listed(x, epoch, seq, x->recover_ids, n, &total) < 0) {
+            return -1;
+        }
+        if (commit(&x->c) < 0)
+            return -1;
+        nlisted++;
+    }
     if (total)
-        log_info(db->log, "recovered %" PRIu64 " row(s) left PROCESSING by earlier dispatchers",
-                 total);
+        log_info(db->log,
+                 "recovered %" PRIu64 " row(s) left PROCESSING by earlier dispatchers"
+                 " (%zu claim(s) listed)",
+                 total, nlisted);
     return 0;
 }
 
@@ -405,6 +505,7 @@ static int confirm_leadership(struct claim_ctx *x)
     }
     x->epoch = (uint32_t)e;
     x->nrelease = 0;
+    x->recovered_once = false;
     atomic_store(&db->epoch, x->epoch);
     /* Workers that ran tasks of an older epoch reconnect and declare them (protocol
      * version 3): their rows wait --adopt-grace-ms, then the periodic recovery takes
@@ -414,8 +515,9 @@ static int confirm_leadership(struct claim_ctx *x)
                  db->opts.adopt_grace_ms);
         x->next_recover = mono_ms() + db->opts.adopt_grace_ms;
     } else {
-        if (recover(x) < 0)
+        if (recover(x, true) < 0)
             return -1;
+        x->recovered_once = true;
         x->next_recover = mono_ms() + RECOVER_EVERY_MS;
     }
     x->announced = true;
@@ -821,7 +923,7 @@ static int claim_copy(struct claim_ctx *x, struct claim_run *cr, size_t from, si
 static int claim_mark(struct claim_ctx *x, struct claim_run *cr)
 {
     dsp_db *db = x->db;
-    uint64_t affected;
+    uint64_t affected, seq = 0;
     size_t i;
 
     mysql_free_result(cr->res); /* the reply has its copies */
@@ -838,12 +940,29 @@ static int claim_mark(struct claim_ctx *x, struct claim_run *cr)
             return STEP_DB_ERROR;
         if (affected != cr->nmark)
             log_error(db->log, "claim marked %" PRIu64 " row(s) of %zu kept", affected, cr->nmark);
+        /* The list recovery reads (task_claim), in the same transaction as the mark. */
+        seq = dsp_dbi_claim_seq_next(db);
+        dsp_strbuf_reset(&x->sql);
+        dsp_db_sql_claim_log_insert(&x->sql, x->epoch, seq, db->shard, cr->mark, cr->nmark);
+        if (x->sql.oom)
+            return STEP_OOM_ROLLBACK;
+        if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &affected) < 0)
+            return STEP_DB_ERROR;
     }
     if (commit(&x->c) < 0) {
         /* The commit may have happened: after reconnecting, these rows go back to NEW
-         * if the epoch is still ours. */
+         * if the epoch is still ours (their task_claim row waits for the next leader). */
         claim_release_later(x, cr->mark, cr->nmark);
         return STEP_DB_ERROR;
+    }
+    if (seq) {
+        /* Before the reply reaches the loop, so that no outcome of these rows is
+         * written before the claim is known. Out of memory, the row is never deleted
+         * by us: the next leader's recovery finds its rows finished and deletes it. */
+        for (i = 0; i < cr->reply->ntasks; i++)
+            cr->reply->tasks[i].claim_seq = seq;
+        if (dsp_dbi_claims_open(db, x->epoch, seq, (uint32_t)cr->nmark) < 0)
+            log_error(db->log, "out of memory noting claim %" PRIu64, seq);
     }
     return STEP_OK;
 }
@@ -863,6 +982,7 @@ static void claim_join(struct claim_ctx *x, struct claim_run *cr, bool keep)
     cr->half_posted = false;
     rc = dsp_dbi_half_wait(x->half, &res, &ids, &n);
     if (rc == DSP_HALF_CLAIMED && keep) {
+        uint64_t seq = dsp_dbi_half_seq(x->half);
         was = cr->reply->ntasks;
         claim_fill(x, cr, res);
         if (claim_copy(x, cr, cr->nmine, cr->nkept) != STEP_OK) {
@@ -873,6 +993,9 @@ static void claim_join(struct claim_ctx *x, struct claim_run *cr, bool keep)
             }
             cr->reply->ntasks = was;
             keep = false;
+        } else {
+            for (size_t i = was; i < cr->reply->ntasks; i++)
+                cr->reply->tasks[i].claim_seq = seq;
         }
     }
     if (rc != DSP_HALF_NONE && !keep)
@@ -1270,9 +1393,15 @@ static enum claim_state claim_recover_again(struct claim_ctx *x)
     int rc;
 
     x->next_recover = mono_ms() + RECOVER_EVERY_MS;
+    if (!x->recovered_once) {
+        /* The takeover's pass, after --adopt-grace-ms: every shard's rows. */
+        rc = recover(x, true);
+        x->recovered_once = rc == 0;
+        return rc < 0 ? CLAIM_DROP : CLAIM_SERVE;
+    }
     /* A plain read first: the UPDATE's locks would meet the write thread's. */
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_recover_probe(&x->sql, x->epoch, x->db->in);
+    dsp_db_sql_claim_log_probe(&x->sql, x->epoch, x->db->shard);
     if (x->sql.oom)
         return CLAIM_SERVE;
     rc = dsp_dbi_query_u64(&x->c, x->sql.p, &id, &isnull, 0);
@@ -1280,7 +1409,7 @@ static enum claim_state claim_recover_again(struct claim_ctx *x)
         return CLAIM_DROP;
     if (rc == 1)
         return CLAIM_SERVE;
-    return recover(x) < 0 ? CLAIM_DROP : CLAIM_SERVE;
+    return recover(x, false) < 0 ? CLAIM_DROP : CLAIM_SERVE;
 }
 
 /* Runs the current state's step and returns the next state. DROP runs at once, in
@@ -1384,6 +1513,7 @@ void *dsp_dbi_claim_main(void *arg)
     claim_finish(&x);
     dsp_strbuf_free(&x.sql);
     free(x.release_ids);
+    free(x.recover_ids);
     free(x.cands);
     mysql_thread_end();
     return NULL;

@@ -46,6 +46,7 @@ struct dsp_claim_half {
     MYSQL_RES *res;    /* HALF_CLAIMED: the rows locked and marked */
     uint64_t *locked;  /* their ids (HALF_CLAIMED, HALF_UNKNOWN) */
     size_t nlocked;
+    uint64_t seq;      /* HALF_CLAIMED with rows: its task_claim row */
 
     struct dbconn c;   /* the helper thread's only */
     dsp_strbuf sql;
@@ -121,9 +122,17 @@ static int half_run(dsp_claim_half *h)
     }
     if (half_lock(h) < 0)
         return -1;
+    h->seq = 0;
     if (h->nlocked > 0) {
         dsp_strbuf_reset(&h->sql);
         dsp_db_sql_claim_mark(&h->sql, h->epoch, wall_ms(), h->locked, h->nlocked);
+        if (h->sql.oom || dsp_dbi_exec(&h->c, h->sql.p, h->sql.len, NULL) < 0)
+            return -1;
+        /* Its own task_claim row, in its own transaction (db_claim.c claim_mark). */
+        h->seq = dsp_dbi_claim_seq_next(h->db);
+        dsp_strbuf_reset(&h->sql);
+        dsp_db_sql_claim_log_insert(&h->sql, h->epoch, h->seq, h->db->shard, h->locked,
+                                    h->nlocked);
         if (h->sql.oom || dsp_dbi_exec(&h->c, h->sql.p, h->sql.len, NULL) < 0)
             return -1;
     }
@@ -132,6 +141,8 @@ static int half_run(dsp_claim_half *h)
         h->rc = DSP_HALF_UNKNOWN;
         return -1;
     }
+    if (h->seq && dsp_dbi_claims_open(h->db, h->epoch, h->seq, (uint32_t)h->nlocked) < 0)
+        log_error(h->db->log, "out of memory noting claim %" PRIu64, h->seq);
     h->rc = DSP_HALF_CLAIMED;
     return 0;
 }
@@ -253,6 +264,11 @@ bool dsp_dbi_half_post(dsp_claim_half *h, const uint64_t *ids, size_t n, uint32_
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
     return true;
+}
+
+uint64_t dsp_dbi_half_seq(dsp_claim_half *h)
+{
+    return h->seq;
 }
 
 int dsp_dbi_half_wait(dsp_claim_half *h, MYSQL_RES **res, uint64_t **ids, size_t *n)

@@ -33,6 +33,9 @@ bool dsp_dbi_half_post(dsp_claim_half *h, const uint64_t *ids, size_t n, uint32_
  * on DSP_HALF_UNKNOWN *res is NULL and *ids the rows that may have been marked; else
  * both are NULL. The caller frees *ids. */
 int dsp_dbi_half_wait(dsp_claim_half *h, MYSQL_RES **res, uint64_t **ids, size_t *n);
+/* After a wait that returned DSP_HALF_CLAIMED: the seq of the half's task_claim row (0
+ * when it marked no row). */
+uint64_t dsp_dbi_half_seq(dsp_claim_half *h);
 
 /* Ends the helper (after its current job) and frees it. NULL is fine. */
 void dsp_dbi_half_stop(dsp_claim_half *h);

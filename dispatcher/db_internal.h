@@ -8,6 +8,8 @@
 #include "db.h"
 
 #include "db_sql.h"
+#include "shard.h"
+#include "taskmap.h"
 
 #include <mysql.h>
 
@@ -164,6 +166,7 @@ struct dsp_db {
     const char *in;
     char lease_row[48];
     char epoch_row[48];
+    char shard[DSP_SHARD_NAME_MAX + 1]; /* "" when unsharded: task_claim.shard */
 
     pthread_mutex_t mu;
     pthread_cond_t claim_cv;
@@ -197,6 +200,16 @@ struct dsp_db {
 
     struct dsp_lease lease; /* db_lease.c */
 
+    /* The claims of claims_epoch whose task_claim row still lists a PROCESSING row of
+     * ours (db_claimlog.c): seq -> struct open_claim. A claim's rows are settled by the
+     * write thread as their outcomes are written; once all are, its seq moves to
+     * settled, and the write thread deletes those rows of task_claim. */
+    dsp_taskmap open_claims;
+    uint32_t claims_epoch;
+    uint64_t *settled;
+    size_t nsettled, settled_cap;
+    uint32_t settled_epoch;
+
     /* The stats thread. */
     bool stats_thread_ok;
     pthread_t stats_thr;
@@ -225,6 +238,7 @@ struct dsp_db {
     struct dsp_submitter *sub; /* the submit thread and the waited-for tasks (db_submit.c) */
     _Atomic bool leader;
     _Atomic uint32_t epoch;
+    _Atomic uint64_t claim_seq; /* the last task_claim seq handed out (db_claimlog.c) */
 };
 
 /* ---- one connection ---- */
@@ -290,6 +304,26 @@ void dsp_dbi_leadership_end(dsp_db *db);
 void *dsp_dbi_lease_main(void *arg);
 int dsp_dbi_lease_init(dsp_db *db);
 void dsp_dbi_lease_destroy(dsp_db *db);
+
+/* ---- db_claimlog.c: the claims listed in task_claim ---- */
+
+/* A new task_claim seq: unique in this process, so unique under each of its epochs. */
+uint64_t dsp_dbi_claim_seq_next(dsp_db *db);
+/* The claim seq under epoch listed n rows now PROCESSING (its transaction committed).
+ * A claim of another epoch than the one held forgets every older claim first: their
+ * rows are the next leader's (recovery). Returns 0, or -1 out of memory (then the row
+ * is left for recovery). mu not held. */
+int dsp_dbi_claims_open(dsp_db *db, uint32_t epoch, uint64_t seq, uint32_t n);
+/* One row of claim seq under epoch left PROCESSING for good (its outcome written or
+ * fenced): at the last one, seq joins the settled list. mu held. */
+void dsp_dbi_claims_settle_locked(dsp_db *db, uint32_t epoch, uint64_t seq);
+/* A task_claim row to delete without counting (a claim or an adoption that did not
+ * happen). mu held. */
+void dsp_dbi_claims_forget_locked(dsp_db *db, uint32_t epoch, uint64_t seq);
+/* Deletes the settled claims' rows on c (autocommit); those it could not delete stay
+ * listed for the next call. mu not held. */
+void dsp_dbi_claims_delete_settled(dsp_db *db, struct dbconn *c, dsp_strbuf *sql);
+void dsp_dbi_claims_free(dsp_db *db);
 
 /* ---- requests ---- */
 

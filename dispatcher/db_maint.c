@@ -119,6 +119,77 @@ static int type_stats_cmp(const void *pa, const void *pb)
     return strcmp(a->type, b->type);
 }
 
+static int u64_cmp(const void *pa, const void *pb)
+{
+    uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+    return a < b ? -1 : a > b;
+}
+
+/* Counts the PROCESSING rows per type among those task_claim lists (each id once, the
+ * shard's types only) into the work figures. Returns 0 or -1 (database error). */
+static int stats_processing(struct stats_ctx *x)
+{
+    /* Bounds what one refresh reads: the lists of about a thousand claims. */
+    enum { IDS_MAX = 1000000, CHUNK = 5000 };
+    dsp_db *db = x->db;
+    dsp_table_stats *w = x->work;
+    uint64_t *ids = NULL;
+    size_t nids = 0, cap = 0, i, u;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int rc = 0;
+
+    if ((res = db_query_res(&x->c, "SELECT task_ids FROM task_claim",
+                            strlen("SELECT task_ids FROM task_claim"))) == NULL)
+        return -1;
+    while ((row = mysql_fetch_row(res)) != NULL && nids < IDS_MAX) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        size_t n = 0, most = row[0] ? len[0] / 2 + 1 : 0; /* "1,2,3": one id per 2 bytes */
+        if (most > DSP_CLAIM_IDS_MAX)
+            most = DSP_CLAIM_IDS_MAX;
+        if (cap - nids < most) {
+            size_t ncap = (nids + most) * 2;
+            uint64_t *p = realloc(ids, ncap * sizeof *p);
+            if (p == NULL)
+                break; /* counts what was read */
+            ids = p;
+            cap = ncap;
+        }
+        if (most && dsp_claim_ids_parse(row[0], len[0], ids + nids, most, &n) == 0)
+            nids += n;
+    }
+    mysql_free_result(res);
+    if (nids > 1)
+        qsort(ids, nids, sizeof *ids, u64_cmp);
+    for (i = 0, u = 0; i < nids; i++)
+        if (u == 0 || ids[u - 1] != ids[i])
+            ids[u++] = ids[i];
+    for (i = 0; i < u && rc == 0; i += CHUNK) {
+        size_t m = u - i < CHUNK ? u - i : CHUNK;
+        dsp_strbuf_reset(&x->sql);
+        dsp_db_sql_stats_processing(&x->sql, ids + i, m, db->in);
+        if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL) {
+            rc = -1;
+            break;
+        }
+        while ((row = mysql_fetch_row(res)) != NULL) {
+            unsigned long *len = mysql_fetch_lengths(res);
+            uint64_t rows;
+            int slot;
+            if (mysql_num_fields(res) != 2 || row[0] == NULL || row[1] == NULL)
+                continue;
+            rows = field_u64(row[1]);
+            w->by_state[1] += rows;
+            slot = stats_type_slot(x, row[0], len[0]);
+            if (slot >= 0)
+                w->types[slot].processing += rows;
+        }
+        mysql_free_result(res);
+    }
+    free(ids);
+    return rc;
+}
+
 /* Reads the figures and publishes them. Returns 0 or -1 (database error). */
 static int stats_refresh(struct stats_ctx *x)
 {
@@ -135,7 +206,7 @@ static int stats_refresh(struct stats_ctx *x)
     memset(w, 0, sizeof *w);
     w->oldest_ready_age_ms = -1;
 
-    /* 1. NEW, PROCESSING and FAILED per (state, lane, type). */
+    /* 1. NEW and FAILED per (state, lane, type). */
     dsp_strbuf_reset(&x->sql);
     dsp_db_sql_stats_counts(&x->sql, now, x->db->in);
     if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
@@ -185,15 +256,20 @@ static int stats_refresh(struct stats_ctx *x)
     }
     mysql_free_result(res);
 
-    /* 2. SUCCESSFUL, up to the cap. */
+    /* 2. PROCESSING: the rows task_claim lists, read by primary key (claim_idx puts
+     * them in one lane with the SUCCESSFUL ones). */
+    if (stats_processing(x) < 0)
+        return -1;
+
+    /* 3. SUCCESSFUL, up to the cap: lane 1 less the PROCESSING rows. */
     dsp_strbuf_reset(&x->sql);
     dsp_db_sql_stats_successful(&x->sql, DSP_DB_SQL_SUCCESSFUL_CAP, x->db->in);
     if (x->sql.oom || dsp_dbi_query_u64(&x->c, x->sql.p, &v, &isnull, 0) < 0)
         return -1;
-    w->by_state[2] = v;
     w->successful_capped = v >= DSP_DB_SQL_SUCCESSFUL_CAP;
+    w->by_state[2] = v > w->by_state[1] ? v - w->by_state[1] : 0;
 
-    /* 3. The oldest ready row of each type: the head of each (type, priority) of the
+    /* 4. The oldest ready row of each type: the head of each (type, priority) of the
      * ready lane. */
     dsp_strbuf_reset(&x->sql);
     for (i = 0; i < w->ntypes; i++)

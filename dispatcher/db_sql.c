@@ -482,8 +482,8 @@ static void put_in(dsp_strbuf *b, const char *in)
         dsp_strbuf_puts(b, in);
 }
 
-void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned limit,
-                        const char *in)
+void dsp_db_sql_recover_ids(dsp_strbuf *b, uint32_t row_epoch, int64_t now_ms,
+                            const uint64_t *ids, size_t n, const char *in)
 {
     /* attempts already counts every delivery the old dispatcher made: each is written
      * with its outcome, or as a DSP_WRITE_DELIVERED record while it runs (docs: the
@@ -492,26 +492,94 @@ void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned 
      * whose outcome died with the dispatcher ends FAILED, as it would have had its
      * worker been lost. */
     dsp_strbuf_printf(b,
-                      "UPDATE task FORCE INDEX (claim_idx) SET"
+                      "UPDATE task FORCE INDEX (PRIMARY) SET"
                       " task_state = IF(attempts >= max_attempts, 3, 0),"
                       " `delayed` = 0,"
                       " err_msg = IF(attempts >= max_attempts,"
                       " 'the dispatcher stopped during the last attempt', err_msg),"
-                      " last_update_time = %" PRId64
-                      " WHERE task_state = 1 AND epoch < %" PRIu32,
-                      now_ms, epoch);
+                      " last_update_time = %" PRId64,
+                      now_ms);
+    put_id_list(b, ids, NULL, n);
+    dsp_strbuf_printf(b, " AND task_state = 1 AND epoch = %" PRIu32, row_epoch);
     put_in(b, in);
-    dsp_strbuf_printf(b, " LIMIT %u", limit);
 }
 
-void dsp_db_sql_recover_probe(dsp_strbuf *b, uint32_t epoch, const char *in)
+void dsp_db_sql_claim_log_insert(dsp_strbuf *b, uint32_t epoch, uint64_t seq, const char *shard,
+                                 const uint64_t *ids, size_t n)
+{
+    /* The shard name is [A-Za-z0-9_.-] (shard.c): no quoting needed. */
+    dsp_strbuf_printf(b, "INSERT INTO task_claim (epoch, seq, shard, task_ids) VALUES (%" PRIu32
+                         ", %" PRIu64 ", '%s', '",
+                      epoch, seq, shard ? shard : "");
+    for (size_t i = 0; i < n; i++)
+        dsp_strbuf_put_u64(b, i ? "," : "", ids[i]);
+    dsp_strbuf_puts(b, "')");
+}
+
+void dsp_db_sql_claim_log_delete(dsp_strbuf *b, uint32_t epoch, const uint64_t *seqs, size_t n)
+{
+    dsp_strbuf_printf(b, "DELETE FROM task_claim WHERE epoch = %" PRIu32 " AND seq IN (", epoch);
+    for (size_t i = 0; i < n; i++)
+        dsp_strbuf_put_u64(b, i ? ", " : "", seqs[i]);
+    dsp_strbuf_puts(b, ")");
+}
+
+void dsp_db_sql_claim_log_next(dsp_strbuf *b, uint32_t epoch, const char *shard,
+                               uint32_t after_epoch, uint64_t after_seq)
 {
     dsp_strbuf_printf(b,
-                      "SELECT task_id FROM task FORCE INDEX (claim_idx)"
-                      " WHERE task_state = 1 AND epoch < %" PRIu32,
-                      epoch);
-    put_in(b, in);
+                      "SELECT epoch, seq, task_ids FROM task_claim WHERE epoch < %" PRIu32
+                      " AND (epoch > %" PRIu32 " OR (epoch = %" PRIu32 " AND seq > %" PRIu64 "))",
+                      epoch, after_epoch, after_epoch, after_seq);
+    if (shard)
+        dsp_strbuf_printf(b, " AND shard = '%s'", shard);
+    dsp_strbuf_puts(b, " ORDER BY epoch, seq LIMIT 1 FOR UPDATE");
+}
+
+void dsp_db_sql_claim_log_probe(dsp_strbuf *b, uint32_t epoch, const char *shard)
+{
+    dsp_strbuf_printf(b, "SELECT seq FROM task_claim WHERE epoch < %" PRIu32, epoch);
+    if (shard)
+        dsp_strbuf_printf(b, " AND shard = '%s'", shard);
     dsp_strbuf_puts(b, " LIMIT 1");
+}
+
+void dsp_db_sql_still_processing(dsp_strbuf *b, uint32_t row_epoch, const uint64_t *ids, size_t n)
+{
+    dsp_strbuf_puts(b, "SELECT COUNT(*) FROM task FORCE INDEX (PRIMARY)");
+    put_id_list(b, ids, NULL, n);
+    dsp_strbuf_printf(b, " AND task_state = 1 AND epoch = %" PRIu32, row_epoch);
+}
+
+int dsp_claim_ids_parse(const char *text, size_t len, uint64_t *ids, size_t cap, size_t *n)
+{
+    size_t i = 0, count = 0;
+
+    *n = 0;
+    if (text == NULL || len == 0)
+        return -1;
+    while (i < len) {
+        uint64_t v = 0;
+        size_t start = i;
+
+        while (i < len && text[i] >= '0' && text[i] <= '9') {
+            unsigned d = (unsigned)(text[i] - '0');
+            if (v > (UINT64_MAX - d) / 10)
+                return -1; /* more than 64 bits */
+            v = v * 10 + d;
+            i++;
+        }
+        if (i == start || i - start > 20 || v == 0 || count == cap)
+            return -1;
+        ids[count++] = v;
+        if (i < len) {
+            if (text[i] != ',' || i + 1 == len)
+                return -1;
+            i++;
+        }
+    }
+    *n = count;
+    return 0;
 }
 
 /* ---- the inventory ---- */
@@ -559,19 +627,28 @@ void dsp_db_sql_foreign_fence(dsp_strbuf *b, uint32_t attempt, int last)
 void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms, const char *in)
 {
     dsp_strbuf_printf(b,
-                      "SELECT task_state, `delayed`, task_type, COUNT(*),"
+                      "SELECT claim_lane, `delayed`, task_type, COUNT(*),"
                       " SUM(run_after <= %" PRId64 "),"
                       " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)"
-                      " FROM task FORCE INDEX (claim_idx) WHERE task_state IN (0, 1, 3)",
+                      " FROM task FORCE INDEX (claim_idx) WHERE claim_lane IN (0, 3)",
                       now_ms);
     put_in(b, in);
-    dsp_strbuf_puts(b, " GROUP BY task_state, `delayed`, task_type");
+    dsp_strbuf_puts(b, " GROUP BY claim_lane, `delayed`, task_type");
+}
+
+void dsp_db_sql_stats_processing(dsp_strbuf *b, const uint64_t *ids, size_t n, const char *in)
+{
+    dsp_strbuf_puts(b, "SELECT task_type, COUNT(*) FROM task FORCE INDEX (PRIMARY)");
+    put_id_list(b, ids, NULL, n);
+    dsp_strbuf_puts(b, " AND task_state = 1");
+    put_in(b, in);
+    dsp_strbuf_puts(b, " GROUP BY task_type");
 }
 
 void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap, const char *in)
 {
     dsp_strbuf_puts(b, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
-                       " WHERE task_state = 2");
+                       " WHERE claim_lane = 1");
     put_in(b, in);
     dsp_strbuf_printf(b, " LIMIT %u) x", cap);
 }
@@ -581,7 +658,7 @@ void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, bool first, const char *type, s
 {
     dsp_strbuf_puts(b, first ? "SELECT t, MIN(g) FROM (" : " UNION ALL ");
     dsp_strbuf_puts(b, "(SELECT task_type t, GREATEST(insert_time, run_after) g FROM task FORCE INDEX (claim_idx)"
-                       " WHERE task_state = 0 AND `delayed` = 0 AND task_type = ");
+                       " WHERE claim_lane = 0 AND `delayed` = 0 AND task_type = ");
     if (type_len == 0)
         dsp_strbuf_puts(b, "''"); /* put_hex writes NULL for no bytes */
     else
@@ -602,8 +679,10 @@ void dsp_db_sql_retention(dsp_strbuf *b, int state, int64_t before_ms, unsigned 
 {
     if (state != 2 && state != 3)
         return;
-    dsp_strbuf_printf(b, "DELETE FROM task WHERE task_state = %d AND last_update_time < %" PRId64,
-                      state, before_ms);
+    dsp_strbuf_printf(b,
+                      "DELETE FROM task WHERE claim_lane = %d AND task_state = %d"
+                      " AND last_update_time < %" PRId64,
+                      state == 2 ? 1 : 3, state, before_ms);
     put_in(b, in);
     dsp_strbuf_printf(b, " LIMIT %u", limit);
 }
@@ -614,7 +693,7 @@ void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, 
     dsp_strbuf_printf(b,
                       "UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0,"
                       " `delayed` = 0, run_after = 0, last_update_time = %" PRId64
-                      " WHERE task_state = 3",
+                      " WHERE claim_lane = 3",
                       now_ms);
     if (type) {
         dsp_strbuf_puts(b, " AND task_type = ");
@@ -659,7 +738,7 @@ void dsp_db_sql_failed_next_type(dsp_strbuf *b, int lane, const char *after, siz
 {
     dsp_strbuf_printf(b,
                       "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx)"
-                      " WHERE task_state = 3 AND `delayed` = %d",
+                      " WHERE claim_lane = 3 AND `delayed` = %d",
                       lane);
     if (after) {
         dsp_strbuf_puts(b, " AND task_type > ");
@@ -675,7 +754,7 @@ void dsp_db_sql_failed_part(dsp_strbuf *b, bool first, int lane, const char *typ
     dsp_strbuf_printf(b,
                       "(SELECT task_id, task_type, task_priority, attempts, max_attempts,"
                       " last_update_time, LEFT(err_msg, %u) FROM task FORCE INDEX (claim_idx)"
-                      " WHERE task_state = 3 AND `delayed` = %d AND task_type = ",
+                      " WHERE claim_lane = 3 AND `delayed` = %d AND task_type = ",
                       err_max, lane);
     put_type(b, type, type_len);
     put_in(b, in);

@@ -147,15 +147,43 @@ void dsp_db_sql_still_ours(dsp_strbuf *b, uint32_t epoch, const dsp_db_sql_row *
  * 0); an empty type is written ''. */
 void dsp_db_sql_type_in(dsp_strbuf *b, const char *const *types, size_t n);
 
-/* Appends one batch of the recovery of rows an older dispatcher left PROCESSING: each
- * goes back to NEW (ready) with its attempts unchanged (they count the deliveries
- * recorded), or FAILED when its last allowed delivery was made (see db_sql.c). */
-void dsp_db_sql_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, unsigned limit,
-                        const char *in);
-/* Appends a plain read (no lock) that finds whether any row is PROCESSING under an epoch
- * older than epoch: the leader's periodic recovery runs its locking UPDATE only then, so
- * that in the steady state it never takes a lock the write thread would meet. */
-void dsp_db_sql_recover_probe(dsp_strbuf *b, uint32_t epoch, const char *in);
+/* ---- the claim list (table task_claim, schema version 5) ----
+ * claim_idx no longer tells PROCESSING from SUCCESSFUL (both are claim_lane 1), so each
+ * claim transaction lists the ids it made PROCESSING in a task_claim row of its epoch,
+ * and recovery reads those rows (docs/schema.md, task_claim). */
+
+/* Appends the row of one claim: INSERT INTO task_claim (epoch, seq, shard, task_ids)
+ * VALUES (E, S, 'shard', 'id,id,...'); n >= 1, shard NULL or "" when unsharded. */
+void dsp_db_sql_claim_log_insert(dsp_strbuf *b, uint32_t epoch, uint64_t seq, const char *shard,
+                                 const uint64_t *ids, size_t n);
+/* Appends DELETE FROM task_claim WHERE epoch = E AND seq IN (...) over seqs[0..n), n >= 1. */
+void dsp_db_sql_claim_log_delete(dsp_strbuf *b, uint32_t epoch, const uint64_t *seqs, size_t n);
+/* Appends the locking read of the next row, after (after_epoch, after_seq) in (epoch,
+ * seq) order, of an epoch older than epoch (of one shard, or of every shard when shard
+ * is NULL):
+ *   SELECT epoch, seq, task_ids FROM task_claim WHERE epoch < E
+ *   AND (epoch > AE OR (epoch = AE AND seq > AS)) [AND shard = 'S']
+ *   ORDER BY epoch, seq LIMIT 1 FOR UPDATE */
+void dsp_db_sql_claim_log_next(dsp_strbuf *b, uint32_t epoch, const char *shard,
+                               uint32_t after_epoch, uint64_t after_seq);
+/* Appends a plain read that finds whether such a row exists (the periodic recovery's
+ * probe): SELECT seq FROM task_claim WHERE epoch < E [AND shard = 'S'] LIMIT 1 */
+void dsp_db_sql_claim_log_probe(dsp_strbuf *b, uint32_t epoch, const char *shard);
+/* Appends the recovery of the listed rows still PROCESSING under row_epoch: each goes
+ * back to NEW (ready) with its attempts unchanged (they count the deliveries recorded),
+ * or FAILED when its last allowed delivery was made (see db_sql.c), with the shard's
+ * filter `in`. */
+void dsp_db_sql_recover_ids(dsp_strbuf *b, uint32_t row_epoch, int64_t now_ms,
+                            const uint64_t *ids, size_t n, const char *in);
+/* Appends SELECT COUNT(*) FROM task WHERE task_id IN (...) AND task_state = 1 AND
+ * epoch = row_epoch (every shard): a claim's row is deleted only when this is 0. */
+void dsp_db_sql_still_processing(dsp_strbuf *b, uint32_t row_epoch, const uint64_t *ids, size_t n);
+/* Parses task_claim.task_ids as read from the table, which is untrusted: decimal ids in
+ * 1..2^64-1 of at most 20 digits, separated by single commas, no sign, space or empty
+ * item, at most cap of them. Returns 0 with *n ids in ids[], or -1. */
+int dsp_claim_ids_parse(const char *text, size_t len, uint64_t *ids, size_t cap, size_t *n);
+/* Most ids one task_claim row may list: ten times the largest --batch (10,000). */
+#define DSP_CLAIM_IDS_MAX 100000u
 
 /* The inventory (protocol version 3). A delivery (old_epoch, attempt) is still current
  * while its row is PROCESSING under old_epoch with attempts = attempt, or attempt - 1: a
@@ -183,12 +211,13 @@ void dsp_db_sql_foreign_fence(dsp_strbuf *b, uint32_t attempt, int last);
  * (task_state, `delayed`, task_type) and sum the priorities, and the oldest ready row
  * is read with one LIMIT 1 index dive per (type, priority). */
 
-/* Counts of NEW, PROCESSING and FAILED rows per (task_state, `delayed`, task_type), an
- * index-only range scan of claim_idx grouped in index order (no temporary table):
- *   SELECT task_state, `delayed`, task_type, COUNT(*), SUM(run_after <= now_ms),
+/* Counts of NEW and FAILED rows per (claim_lane, `delayed`, task_type), an index-only
+ * range scan of claim_idx grouped in index order (no temporary table); claim_lane is
+ * the state for these two (PROCESSING rows are counted from task_claim's lists):
+ *   SELECT claim_lane, `delayed`, task_type, COUNT(*), SUM(run_after <= now_ms),
  *     SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)
- *   FROM task FORCE INDEX (claim_idx) WHERE task_state IN (0, 1, 3)
- *   GROUP BY task_state, `delayed`, task_type */
+ *   FROM task FORCE INDEX (claim_idx) WHERE claim_lane IN (0, 3)
+ *   GROUP BY claim_lane, `delayed`, task_type */
 enum dsp_db_sql_counts_col {
     DSP_DB_SQL_COUNTS_STATE = 0,
     DSP_DB_SQL_COUNTS_DELAYED,
@@ -203,9 +232,15 @@ enum dsp_db_sql_counts_col {
 /* `in` as below (shards): a shard's figures are those of its types. */
 void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms, const char *in);
 
-/* SUCCESSFUL rows, counted up to cap (an index-only range of claim_idx):
+/* PROCESSING rows among ids[0..n) (task_claim's lists), per type:
+ *   SELECT task_type, COUNT(*) FROM task FORCE INDEX (PRIMARY) WHERE task_id IN (...)
+ *   AND task_state = 1 GROUP BY task_type */
+void dsp_db_sql_stats_processing(dsp_strbuf *b, const uint64_t *ids, size_t n, const char *in);
+
+/* SUCCESSFUL and PROCESSING rows together (claim_lane 1), counted up to cap (an
+ * index-only range of claim_idx); the caller takes the PROCESSING ones away:
  *   SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)
- *     WHERE task_state = 2 LIMIT cap) x */
+ *     WHERE claim_lane = 1 LIMIT cap) x */
 #define DSP_DB_SQL_SUCCESSFUL_CAP 1000000u
 void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap, const char *in);
 
@@ -213,7 +248,7 @@ void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap, const char *in);
  * task_id) of each (type, priority) group of the ready lane, one row per type:
  *   SELECT t, MIN(g) FROM (
  *     (SELECT task_type t, GREATEST(insert_time, run_after) g FROM task FORCE INDEX (claim_idx)
- *      WHERE task_state = 0 AND `delayed` = 0 AND task_type = T AND task_priority = P
+ *      WHERE claim_lane = 0 AND `delayed` = 0 AND task_type = T AND task_priority = P
  *        AND run_after <= now_ms ORDER BY task_id LIMIT 1)
  *     UNION ALL ...) u GROUP BY t
  * Each part is a ref on four parts of claim_idx in index order, run_after checked by
@@ -224,8 +259,9 @@ void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, bool first, const char *type, s
 void dsp_db_sql_stats_oldest_end(dsp_strbuf *b);
 
 /* Retention: one batch of SUCCESSFUL (state 2) or FAILED (state 3) rows last updated
- * before before_ms (a range of claim_idx on task_state; only rows of that state):
- *   DELETE FROM task WHERE task_state = S AND last_update_time < before_ms LIMIT limit
+ * before before_ms (a range of claim_idx on the state's lane, L 1 or 3):
+ *   DELETE FROM task WHERE claim_lane = L AND task_state = S AND last_update_time < before_ms
+ *   LIMIT limit
  * Does nothing (appends nothing) for another state. */
 void dsp_db_sql_retention(dsp_strbuf *b, int state, int64_t before_ms, unsigned limit,
                           const char *in);
@@ -234,7 +270,7 @@ void dsp_db_sql_retention(dsp_strbuf *b, int state, int64_t before_ms, unsigned 
  * NULL): back to NEW and ready, attempts 0, err_msg kept:
  *   UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0, `delayed` = 0,
  *     run_after = 0, last_update_time = now_ms
- *   WHERE task_state = 3 [AND task_type = _utf8mb4 X'..'] LIMIT limit */
+ *   WHERE claim_lane = 3 [AND task_type = _utf8mb4 X'..'] LIMIT limit */
 void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, unsigned limit,
                                const char *in);
 
@@ -255,7 +291,7 @@ void dsp_db_sql_task_state(dsp_strbuf *b, uint64_t task_id, const char *in);
 
 /* GET /failed, step 1 (for every type): the next type after `after` (the first when
  * after is NULL) that has FAILED rows in lane `lane`, one index dive of claim_idx:
- *   SELECT MIN(task_type) FROM task WHERE task_state = 3 AND `delayed` = L
+ *   SELECT MIN(task_type) FROM task WHERE claim_lane = 3 AND `delayed` = L
  *     [AND task_type > X]
  * (MariaDB does not choose a loose index scan for a GROUP BY here: it would read every
  * FAILED row's index entry.) */

@@ -159,10 +159,24 @@ static int write_adopt(struct write_ctx *w, size_t i)
 {
     const struct wentry *e = &w->batch[i];
     dsp_write_ack *a = &w->acks[w->ackidx[i]];
-    uint64_t affected = 0;
+    uint64_t affected = 0, seq;
     bool again = w->tried[i];
 
     w->tried[i] = 1;
+    /* Listed in task_claim under our epoch first (autocommit): a crash between the two
+     * statements leaves a list naming a row that is not ours, which recovery skips, and
+     * never a row of ours that no list names. */
+    seq = dsp_dbi_claim_seq_next(w->db);
+    dsp_strbuf_reset(&w->sql);
+    dsp_db_sql_claim_log_insert(&w->sql, e->epoch, seq, w->db->shard, &e->o.task_id, 1);
+    if (w->sql.oom)
+        return -1;
+    if (dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, &affected) < 0) {
+        if (dsp_dbi_error_is_transient(w->c.err))
+            return -1;
+        a->ok = false; /* cannot be listed: not adopted */
+        return 0;
+    }
     dsp_strbuf_reset(&w->sql);
     dsp_db_sql_adopt(&w->sql, e->epoch, wall_ms(), e->o.task_id, e->o.dlv_epoch,
                      e->o.dlv_attempt, w->db->in);
@@ -182,6 +196,15 @@ static int write_adopt(struct write_ctx *w, size_t i)
          * task in another form), and must not be left unheld. */
         adopted_row(w, i, e->epoch);
         a->ok = a->type != NULL;
+    }
+    if (a->ok) {
+        /* Out of memory, the list stays until the next leader's recovery deletes it. */
+        if (dsp_dbi_claims_open(w->db, e->epoch, seq, 1) == 0)
+            a->claim_seq = seq;
+    } else {
+        pthread_mutex_lock(&w->db->mu);
+        dsp_dbi_claims_forget_locked(w->db, e->epoch, seq);
+        pthread_mutex_unlock(&w->db->mu);
     }
     return 0;
 }
@@ -635,6 +658,12 @@ static void write_batch(struct write_ctx *w)
     /* Deferred outcomes go back to the queue (they keep their data) unless the stop
      * deadline has passed; the rest are done with. */
     for (i = 0; i < w->n; i++) {
+        const dsp_outcome *o = &w->batch[i].o;
+        /* A final outcome written, or fenced (the row is no longer ours): its row has
+         * left PROCESSING under this epoch, as far as its claim's list goes. */
+        if (w->done[i] && !w->lost[i] && !w->defer[i] && o->claim_seq && !o->foreign &&
+            o->kind != DSP_WRITE_DELIVERED && o->kind < DSP_WRITE_KINDS)
+            dsp_dbi_claims_settle_locked(db, w->batch[i].epoch, o->claim_seq);
         if (w->defer[i] && !(db->write_stop && mono_ms() >= db->write_deadline_ms) &&
             write_requeue_locked(db, &w->batch[i]) == 0)
             continue;
@@ -658,6 +687,8 @@ static void write_batch(struct write_ctx *w)
     pthread_mutex_unlock(&db->mu);
     if (m)
         dsp_dbi_wake_loop(db);
+    /* The task_claim rows of the claims now settled; with the batch's connection. */
+    dsp_dbi_claims_delete_settled(db, &w->c, &w->sql);
 }
 
 void *dsp_dbi_write_main(void *arg)

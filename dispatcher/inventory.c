@@ -171,10 +171,14 @@ void dsp_inv_done(dsp_conn *c, const proto_done *d, bool zombie)
 
 /* The row of an adoption nobody can take any more (its worker left, its type cannot be
  * held): back to NEW, with the attempt the adoption recorded. */
-static void release_row(dsp_server *srv, uint64_t task_id, uint32_t attempt)
+static void release_row(dsp_server *srv, const dsp_write_ack *a)
 {
-    if (dsp_server_outbox_add(srv, task_id, DSP_WRITE_RELEASE, attempt, 0, NULL, 0))
+    dsp_outcome *o = dsp_server_outbox_add(srv, a->task_id, DSP_WRITE_RELEASE, a->attempt, 0,
+                                           NULL, 0);
+    if (o) {
+        o->claim_seq = a->claim_seq; /* the adoption listed it in task_claim */
         srv->task_stats.released_total++;
+    }
 }
 
 /* adopt_task makes the delivery p of c, whose row is now ours, a task held by c. Returns
@@ -202,6 +206,7 @@ static bool adopt_task(dsp_conn *c, const dsp_adopting *p, const dsp_write_ack *
     t->timeout_ms = (uint32_t)srv->cfg->task_timeout_ms;
     t->priority = a->priority;
     t->adopted = true;
+    t->claim_seq = a->claim_seq;
     t->recorded = true; /* the adoption wrote attempts */
     t->dlv_epoch = p->epoch;
     t->delivered_us = dsp_now_us();
@@ -224,7 +229,7 @@ static void adopt_answer(dsp_server *srv, dsp_conn *c, const dsp_write_ack *a)
 
     if (!pp) { /* its connection is gone */
         if (a->ok && srv->leader && !dsp_taskmap_get(&srv->tasks, a->task_id))
-            release_row(srv, a->task_id, a->attempt);
+            release_row(srv, a);
         return;
     }
     p = *pp;
@@ -237,7 +242,7 @@ static void adopt_answer(dsp_server *srv, dsp_conn *c, const dsp_write_ack *a)
     /* Adopted but not held (the connection is closing, the type cannot be interned): the
      * row goes back to NEW, unless this dispatcher holds the task in another form. */
     if (a->ok && srv->leader && !dsp_taskmap_get(&srv->tasks, a->task_id))
-        release_row(srv, a->task_id, a->attempt);
+        release_row(srv, a);
     srv->task_stats.adopt_refused_total++;
     if (c->state == DSP_CONN_ACTIVE) {
         send_cancel(c, &d);

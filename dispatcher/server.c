@@ -164,7 +164,10 @@ dsp_outcome *dsp_server_outbox_add(dsp_server *srv, uint64_t task_id, uint8_t ki
 static dsp_outcome *outbox_push(dsp_server *srv, const dsp_task *t, uint8_t kind, int64_t run_after,
                                 const void *data, size_t len)
 {
-    return dsp_server_outbox_add(srv, t->id, kind, t->attempts, run_after, data, len);
+    dsp_outcome *o = dsp_server_outbox_add(srv, t->id, kind, t->attempts, run_after, data, len);
+    if (o)
+        o->claim_seq = t->claim_seq;
+    return o;
 }
 
 static void outbox_flush(dsp_server *srv)
@@ -310,6 +313,7 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
             continue;
         }
         t->id = ct->task_id;
+        t->claim_seq = ct->claim_seq;
         dsp_deadline_node_init(&t->lease);
         t->seq = srv->next_seq++;
         t->type = ty;

@@ -33,6 +33,7 @@ typedef struct dsp_task dsp_task;
 struct dsp_task {
     uint64_t id;
     uint64_t seq;          /* dispatch order: claim after claim, priority desc, id asc */
+    uint64_t claim_seq;    /* the task_claim row listing it (db_claimlog.c); 0: none */
     dsp_type *type;
     uint32_t attempts;     /* the row's attempts plus deliveries made since the claim */
     uint32_t max_attempts;

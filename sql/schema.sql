@@ -1,6 +1,6 @@
 -- taskpush schema. This is the one file a user runs on a new database:
 --     mariadb DBNAME < sql/schema.sql
--- It creates the current version (schema_version 4) directly. On an existing database it
+-- It creates the current version (schema_version 5) directly. On an existing database it
 -- changes nothing (see "Safe to run twice"), so it never upgrades one: that is what the
 -- migrations do. To upgrade, stop every taskpushd on the database, then run
 --     taskpushd --db URL --migrate
@@ -68,12 +68,18 @@ CREATE TABLE IF NOT EXISTS task (
     -- dispatcher promotes rows whose run_after has passed and demotes rows a producer
     -- inserted with a future run_after, so the claim scans only ready rows.
     `delayed`        TINYINT NOT NULL DEFAULT 0,
+    -- Version 5 (sql/migrations/005-claim-lane.sql): task_state, with SUCCESSFUL (2) in
+    -- PROCESSING's place (1), so that writing a success changes no indexed value and
+    -- moves no entry of claim_idx. Computed by the server; nobody writes it.
+    claim_lane       TINYINT AS (IF(task_state = 2, 1, task_state)) VIRTUAL,
 
     PRIMARY KEY (task_id),
-    -- The claim: equality on (state, lane, type), then exactly the ORDER BY order, so
-    -- no filesort and no row of another type or lane in the scanned range. run_after
-    -- lets index condition pushdown skip rows not yet demoted.
-    KEY claim_idx (task_state, `delayed`, task_type, task_priority DESC, task_id, run_after),
+    -- The claim: equality on (claim_lane, delayed, type), then exactly the ORDER BY
+    -- order, so no filesort and no row of another type or lane in the scanned range.
+    -- run_after lets index condition pushdown skip rows not yet demoted. Lane 1 holds
+    -- PROCESSING and SUCCESSFUL rows alike: the PROCESSING ones are found through
+    -- task_claim instead.
+    KEY claim_idx (claim_lane, `delayed`, task_type, task_priority DESC, task_id, run_after),
     -- The promote/demote sweeps.
     KEY delay_idx (`delayed`, run_after),
     UNIQUE KEY dedup_key (dedup_key),
@@ -112,7 +118,7 @@ CREATE TABLE IF NOT EXISTS taskpush_meta (
     PRIMARY KEY (name)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
-INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 4), ('epoch', 0), ('lease', 0);
+INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 5), ('epoch', 0), ('lease', 0);
 
 -- Periodic tasks (version 4, sql/migrations/004-task-schedule.sql): one row per
 -- schedule; the leading taskpushd inserts its due runs into task (docs/schema.md).
@@ -148,3 +154,22 @@ CREATE TABLE IF NOT EXISTS task_schedule (
     CONSTRAINT schedule_catch_up_max_range CHECK (catch_up_max BETWEEN 1 AND 1000),
     CONSTRAINT schedule_next_run_min CHECK (next_run >= 0)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_unicode_ci;
+
+-- The claims whose rows may still be PROCESSING (version 5, sql/migrations/
+-- 005-claim-lane.sql): one row per claim transaction, inserted by that transaction,
+-- listing the ids it made PROCESSING under its epoch. The dispatcher deletes the row
+-- once every one of them has left PROCESSING (outcome written, or put back to NEW). A
+-- leader recovers the rows listed under older epochs (docs/architecture.md, "taskpushd
+-- is killed"), since claim_idx no longer tells PROCESSING from SUCCESSFUL. Invariant:
+-- every PROCESSING row is listed in a row of its epoch; a listed row may have finished.
+CREATE TABLE IF NOT EXISTS task_claim (
+    epoch    INT UNSIGNED NOT NULL,
+    -- The claim's number within its epoch (the dispatcher counts from 1).
+    seq      BIGINT UNSIGNED NOT NULL,
+    -- The shard (--shard) whose leader claimed; '' unsharded.
+    shard    VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT '',
+    -- Decimal task ids separated by ',' (at most a claim's --batch of them).
+    task_ids MEDIUMTEXT CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    PRIMARY KEY (epoch, seq),
+    CONSTRAINT task_claim_ids_not_empty CHECK (task_ids <> '')
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

@@ -26,6 +26,7 @@
 
 #include "db.h"
 #include "db_sql.h"
+#include "rows.h"
 #include "testdb.h"
 
 #define WAIT_MS 20000 /* the longest any condition is waited for */
@@ -531,6 +532,7 @@ static void test_recovery_before_leader(void **state)
     d = ins(fx, "task_state, attempts", "0, 0");
     f = ins(fx, "task_state, epoch, attempts, max_attempts", "1, 5, 7, 3");
     uint64_t g = ins(fx, "task_state, epoch, attempts, max_attempts, err_msg", "1, 5, 3, 3, 'x'");
+    assert_int_equal(tp_rows_list_processing(&fx->tdb), 0); /* as their dispatcher did */
 
     uint32_t e = start_leader(fx, 5, 2000);
     assert_int_equal(e, 6);
@@ -569,11 +571,50 @@ static void test_recovery_in_batches(void **state)
     struct fx *fx = *state;
 
     ins_many(fx, 12001, "task_state, epoch, attempts, max_attempts", "1, 0, 0, 3");
+    assert_int_equal(tp_rows_list_processing(&fx->tdb), 0);
     start_leader(fx, 5, 2000);
     assert_int_equal(fx->rec[0].older_processing_at_leader, 0);
     assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 0"
                                                    " AND attempts = 0"),
                      12001);
+}
+
+/* task_claim is read as untrusted: a row that does not list ids is left as it is (and
+ * logged), the others are recovered, and the leader goes on. */
+static void test_recovery_hostile_lists(void **state)
+{
+    struct fx *fx = *state;
+    static const char *const bad[] = {"abc", "1,,2", "18446744073709551616", ",7", "7,",
+                                      "-3", " 7", "0", "7;DROP TABLE task", "123456789012345678901"};
+    uint64_t a, b;
+
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "UPDATE taskpush_meta SET value = 5 WHERE name = 'epoch'"), 1);
+    a = ins(fx, "task_state, epoch, attempts", "1, 4, 1");
+    b = ins(fx, "task_state, epoch, attempts", "1, 4, 1");
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "INSERT INTO task_claim (epoch, seq, task_ids)"
+                                              " VALUES (4, 1, '%" PRIu64 "')", a), 1);
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "INSERT INTO task_claim (epoch, seq, task_ids)"
+                                              " VALUES (4, 2, '%" PRIu64 ",x')", b), 1);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(tp_testdb_exec(&fx->tdb, "INSERT INTO task_claim (epoch, seq, task_ids)"
+                                                  " VALUES (4, %zu, '%s')", 10 + i, bad[i]), 1);
+
+    assert_int_equal(start_leader(fx, 5, 2000), 6);
+    assert_int_equal(col_u64(fx, a, "task_state"), 0);
+    assert_int_equal(col_u64(fx, a, "attempts"), 1);
+    /* Listed only by a row that is not a list: not recovered, as the schema says. */
+    assert_int_equal(col_u64(fx, b, "task_state"), 1);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task_claim WHERE seq = 1"), 0);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task_claim"),
+                     1 + sizeof bad / sizeof bad[0]);
+    /* And it leads: the recovered row is claimed again, and listed under the new epoch. */
+    dsp_claim_reply *r = claim1(fx, "default", 10);
+    assert_int_equal(r->ntasks, 1);
+    assert_int_equal(r->tasks[0].task_id, a);
+    assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task_claim WHERE epoch = 6"
+                                                   " AND task_ids = '%" PRIu64 "'", a),
+                     1);
+    dsp_claim_reply_free(r);
 }
 
 /* ---- claims ---- */
@@ -1493,6 +1534,7 @@ static void test_table_stats_figures(void **state)
         ins(fx, cols, "'b', 2, 1, 0, 0, %" PRId64 ", 0", now);
     for (int i = 0; i < 3; i++)
         ins(fx, cols, "'c', 2, 1, 0, 0, %" PRId64 ", 0", now);
+    assert_int_equal(tp_rows_list_processing(&fx->tdb), 0); /* PROCESSING is counted from the lists */
 
     fx->table_stats_ms = 100;
     start_leader(fx, 5, 100);
@@ -1637,6 +1679,7 @@ static void test_table_stats_plans(void **state)
              now + HOUR_MS, now - 60000, now - 60000);
     ins_many(fx, 50000, "task_type, task_state, task_priority, `delayed`, run_after, insert_time,"
                         " last_update_time, epoch", vals);
+    assert_int_equal(tp_rows_list_processing(&fx->tdb), 0);
     assert_true(tp_testdb_exec(&fx->tdb, "ANALYZE TABLE task") >= 0);
 
     dsp_db_sql_stats_counts(&b, now, NULL);
@@ -1715,6 +1758,7 @@ static void retention_rows(struct fx *fx, int64_t now)
     ins(fx, cols, "'f', 3, %" PRId64 ", 0", now - HOUR_MS / 2);
     ins(fx, cols, "'n', 0, %" PRId64 ", 0", now - 2 * HOUR_MS);
     ins(fx, cols, "'p', 1, %" PRId64 ", " FAR_EPOCH, now - 2 * HOUR_MS);
+    assert_int_equal(tp_rows_list_processing(&fx->tdb), 0);
 }
 
 static uint64_t count_state(struct fx *fx, int s)
@@ -1835,6 +1879,7 @@ int main(void)
         T(test_missing_schema_is_retried),
         T(test_recovery_before_leader),
         T(test_recovery_in_batches),
+        T(test_recovery_hostile_lists),
         T(test_claim_order_and_limits),
         T(test_claim_fields_and_binary_payload),
         T(test_claim_skips_locked_rows),

@@ -630,6 +630,8 @@ static void run_flow(struct fx *fx, const char *url, const char *const *args)
         tp_diag("rows not SUCCESSFUL/attempts 1/right result: %" PRIu64,
              (uint64_t)n - (good == TP_TESTDB_U64_ERR ? 0 : good));
     assert_int_equal(good, n);
+    /* Every claim's list left with its last outcome (docs/schema.md, task_claim). */
+    assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task_claim"), 0);
 
     /* The handlers' log against the table: the same ids, each run exactly once, each
      * with its own type, each on a worker that registered that type. */

@@ -147,7 +147,7 @@ static const char *v1_schema_path(void)
 /* Replaces the fresh (current) schema tp_testdb_create loaded with version 1. */
 static void make_v1(tp_testdb *db)
 {
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE IF EXISTS task, taskpush_meta, task_schedule"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE IF EXISTS task, taskpush_meta, task_schedule, task_claim"), 0);
     assert_int_equal(tp_testdb_load_file(db->conn, v1_schema_path()), 0);
     assert_int_equal(tp_testdb_query_u64(db, DSP_CLAIM_SQL_SCHEMA_VERSION), 1);
 }
@@ -407,6 +407,16 @@ static void test_migrate_v1_with_rows(void **state)
 
     assert_v2_checks(db);
 
+    /* Version 5: every row the old dispatcher left PROCESSING is listed in task_claim
+     * under its epoch, so that the first version 5 leader recovers it. */
+    uint64_t processing = tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE task_state = 1");
+    assert_true(processing > 0 && processing != TP_TESTDB_U64_ERR);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task t WHERE task_state = 1 AND"
+                                             " NOT EXISTS (SELECT 1 FROM task_claim c WHERE c.epoch ="
+                                             " t.epoch AND c.task_ids = CAST(t.task_id AS CHAR))"),
+                     0);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task_claim"), processing);
+
     /* (b) Again: nothing to do, nothing changed. */
     all_after = fingerprint(db, "1");
     assert_int_equal(migrate(db, out), 0);
@@ -415,9 +425,14 @@ static void test_migrate_v1_with_rows(void **state)
     assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
     assert_int_equal(fingerprint(db, "1"), all_after);
 
-    /* The upgraded database is one taskpushd runs on. */
+    /* The upgraded database is one taskpushd runs on, and it recovers those rows (after
+     * --adopt-grace-ms) and their lists. */
     assert_int_equal(tp_daemon_start(&fx->d, db->url, NULL), 0);
     assert_int_equal(tp_daemon_wait_leader(&fx->d, 20000), 0);
+    for (int i = 0; i < 200 && tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task_claim") != 0; i++)
+        usleep(50 * 1000);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task_claim"), 0);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE task_state = 1"), 0);
     assert_int_equal(tp_daemon_stop(&fx->d, SIGTERM, 20000), 0);
 }
 
@@ -501,7 +516,7 @@ static void test_old_schema_refused(void **state)
     before = fingerprint(db, "1");
 
     assert_int_equal(serve(db, out), 1);
-    assert_non_null(strstr(out, "schema version 1 is older than this taskpushd (4)"));
+    assert_non_null(strstr(out, "schema version 1 is older than this taskpushd (5)"));
     assert_non_null(strstr(out, "taskpushd --db ... --migrate"));
     /* It never led: no epoch taken, the PROCESSING row not recovered. */
     assert_int_equal(tp_testdb_query_u64(db, "SELECT value FROM taskpush_meta WHERE name = 'epoch'"),
@@ -522,10 +537,10 @@ static void test_newer_schema_refused(void **state)
                                         " 'schema_version'"),
                      1);
     assert_int_equal(serve(db, out), 1);
-    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (4):"
+    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (5):"
                                 " upgrade taskpushd"));
     assert_int_equal(migrate(db, out), 1);
-    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (4)"));
+    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (5)"));
     assert_int_equal(version(db), 99);
 }
 
@@ -561,7 +576,7 @@ static void test_migrated_equals_fresh(void **state)
 {
     struct fx *fx = *state;
     char out[OUT_MAX];
-    static const char *const tables[] = {"task", "taskpush_meta", "task_schedule"};
+    static const char *const tables[] = {"task", "taskpush_meta", "task_schedule", "task_claim"};
 
     assert_int_equal(tp_testdb_create("migrate_eq_old", &fx->db), 0);
     assert_int_equal(tp_testdb_create("migrate_eq_new", &fx->db2), 0);
@@ -625,7 +640,7 @@ static void test_migrate_without_schema_and_bad_flags(void **state)
     char out[OUT_MAX];
 
     assert_int_equal(tp_testdb_create("migrate_empty", db), 0);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim"), 0);
     assert_int_equal(migrate(db, out), 1);
     assert_non_null(strstr(out, "has no taskpush schema: load sql/schema.sql"));
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables"

@@ -615,7 +615,7 @@ static void test_schema_version_and_indexes(void **ctx)
                                              "'task'"),
                      4);
     assert_int_equal(tp_testdb_query_u64(db, "SELECT GROUP_CONCAT(column_name ORDER BY "
-                                             "seq_in_index) = 'task_state,delayed,task_type,"
+                                             "seq_in_index) = 'claim_lane,delayed,task_type,"
                                              "task_priority,task_id,run_after' FROM "
                                              "information_schema.statistics WHERE "
                                              "table_schema = DATABASE() AND table_name = "
@@ -626,6 +626,28 @@ static void test_schema_version_and_indexes(void **ctx)
                                              "table_name = 'task' AND index_name = "
                                              "'dedup_key' AND non_unique = 0"),
                      1);
+    /* Version 5: claim_lane is computed by the server (SUCCESSFUL in PROCESSING's lane),
+     * and task_claim is keyed by (epoch, seq). */
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.columns"
+                                             " WHERE table_schema = DATABASE() AND table_name ="
+                                             " 'task' AND column_name = 'claim_lane' AND extra"
+                                             " LIKE '%%VIRTUAL%%'"),
+                     1);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT GROUP_CONCAT(column_name ORDER BY "
+                                             "seq_in_index) = 'epoch,seq' FROM "
+                                             "information_schema.statistics WHERE "
+                                             "table_schema = DATABASE() AND table_name = "
+                                             "'task_claim' AND index_name = 'PRIMARY'"),
+                     1);
+    assert_int_equal(tp_testdb_exec(db, "INSERT INTO task (task_type, task_state) VALUES"
+                                        " ('lane_check', 0), ('lane_check', 1), ('lane_check', 2),"
+                                        " ('lane_check', 3)"),
+                     4);
+    /* NEW 0, PROCESSING 1, SUCCESSFUL 1, FAILED 3: digit k of the sum is state k's lane. */
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT SUM(claim_lane * POW(10, task_state)) FROM"
+                                             " task WHERE task_type = 'lane_check'"),
+                     3110);
+    assert_int_equal(tp_testdb_exec(db, "DELETE FROM task WHERE task_type = 'lane_check'"), 4);
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables "
                                              "WHERE table_schema = DATABASE() AND table_name "
                                              "= 'task' AND engine = 'InnoDB' AND "
@@ -672,12 +694,12 @@ static void test_claim_sql_text(void **ctx)
 {
     static const char expect[] =
         "(SELECT task_id, task_type, task_priority, attempts, max_attempts, timeout_ms, "
-        "payload FROM task FORCE INDEX (claim_idx) WHERE task_state = 0 AND `delayed` = 0 "
+        "payload FROM task FORCE INDEX (claim_idx) WHERE claim_lane = 0 AND `delayed` = 0 "
         "AND task_type = _utf8mb4 X'61' AND run_after <= 1700000000123 ORDER BY task_priority "
         "DESC, task_id "
         "LIMIT 500 FOR UPDATE SKIP LOCKED) UNION ALL (SELECT task_id, task_type, "
         "task_priority, attempts, max_attempts, timeout_ms, payload FROM task FORCE INDEX "
-        "(claim_idx) WHERE task_state = 0 AND `delayed` = 0 AND task_type = _utf8mb4 X'27FF' AND "
+        "(claim_idx) WHERE claim_lane = 0 AND `delayed` = 0 AND task_type = _utf8mb4 X'27FF' AND "
         "run_after <= "
         "1700000000123 ORDER BY task_priority DESC, task_id LIMIT 500 FOR UPDATE SKIP LOCKED)";
     const char *types[] = {"a", "'\xFF"};
@@ -1043,7 +1065,7 @@ static void test_claim_skips_locked_rows(void **ctx)
     /* Another transaction holds the first 100 ready rows. */
     assert_int_equal(tp_testdb_exec_conn(other, "START TRANSACTION"), 0);
     snprintf(lock_sql, sizeof lock_sql,
-             "SELECT task_id FROM task WHERE task_state = 0 AND `delayed` = 0 AND "
+             "SELECT task_id FROM task WHERE claim_lane = 0 AND `delayed` = 0 AND "
              "task_type = 'resize' AND run_after <= %lld ORDER BY task_priority DESC, "
              "task_id LIMIT %d FOR UPDATE",
              (long long)st->big_now_ms, LOCKED_N);

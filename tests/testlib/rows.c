@@ -48,3 +48,14 @@ bool tp_rows_wait(tp_testdb *db, const char *type, int state, uint64_t want, int
         *last = n;
     return ok;
 }
+
+int tp_rows_list_processing(tp_testdb *db)
+{
+    /* seq: the smallest id of the group, far above what a test's dispatcher counts to. */
+    return tp_testdb_exec(db, "INSERT IGNORE INTO task_claim (epoch, seq, shard, task_ids)"
+                              " SELECT epoch, (1 << 40) + MIN(task_id), '',"
+                              " GROUP_CONCAT(task_id ORDER BY task_id SEPARATOR ',')"
+                              " FROM task WHERE task_state = 1 GROUP BY epoch, task_id DIV 1000") < 0
+               ? -1
+               : 0;
+}

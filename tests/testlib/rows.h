@@ -24,4 +24,10 @@ uint64_t tp_rows_count(tp_testdb *db, const char *type, int state);
 bool tp_rows_wait(tp_testdb *db, const char *type, int state, uint64_t want, int timeout_ms,
                   int poll_ms, uint64_t *last);
 
+/* Lists in task_claim every PROCESSING row that no row of it lists yet, as the
+ * dispatcher that claimed it would have (docs/schema.md, task_claim): for tests that
+ * insert PROCESSING rows by hand to stand for a dispatcher that died. One task_claim row
+ * per epoch and thousand ids. Returns 0, or -1 on error. */
+int tp_rows_list_processing(tp_testdb *db);
+
 #endif

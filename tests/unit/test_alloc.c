@@ -152,7 +152,8 @@ static bool build(int which, dsp_strbuf *b, const struct rows *r)
         dsp_db_sql_still_ours(b, 9, r->row, NULL, NROWS);
         return true;
     case 9:
-        dsp_db_sql_recover(b, 9, 1, 1000, NULL);
+        dsp_db_sql_recover_ids(b, 9, 1, r->ids, NROWS, NULL);
+        dsp_db_sql_claim_log_insert(b, 9, 1, "", r->ids, NROWS);
         return true;
     case 10:
         dsp_db_sql_stats_counts(b, 1, NULL);

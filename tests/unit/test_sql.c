@@ -19,7 +19,7 @@
 
 /* The claim's part for one type, as claim_sql.h documents it. */
 #define PART(lit, now, limit)                                                                      \
-    "(SELECT " DSP_CLAIM_SQL_COLUMNS " FROM task FORCE INDEX (claim_idx) WHERE task_state = 0 "   \
+    "(SELECT " DSP_CLAIM_SQL_COLUMNS " FROM task FORCE INDEX (claim_idx) WHERE claim_lane = 0 "   \
     "AND `delayed` = 0 AND task_type = " lit " AND run_after <= " now " ORDER BY task_priority "   \
     "DESC, task_id LIMIT " limit " FOR UPDATE SKIP LOCKED)"
 
@@ -58,7 +58,7 @@ static void claim_candidates(void **state)
     int n = dsp_claim_sql_candidates(buf, sizeof buf, types, 2, 1000, 7, NULL, NULL);
 #define CAND(lit)                                                                                  \
     "(SELECT task_id, task_type, task_priority FROM task FORCE INDEX (claim_idx) WHERE "          \
-    "task_state = 0 AND `delayed` = 0 AND task_type = " lit " AND run_after <= 1000 ORDER BY "    \
+    "claim_lane = 0 AND `delayed` = 0 AND task_type = " lit " AND run_after <= 1000 ORDER BY "    \
     "task_priority DESC, task_id LIMIT 7)"
     assert_string_equal(buf, CAND("_utf8mb4 X'61'") " UNION ALL " CAND("_utf8mb4 X'62'"));
 #undef CAND
@@ -484,35 +484,83 @@ static void inventory_statements(void **state)
     dsp_strbuf_free(&b);
 }
 
+/* task_claim.task_ids comes from the table: only what a dispatcher writes parses. */
+static void claim_ids_parse(void **state)
+{
+    (void)state;
+    uint64_t ids[4];
+    size_t n = 99;
+    static const char *const bad[] = {"", ",", "1,", ",1", "1,,2", " 1", "1 ", "+1", "-1", "0",
+                                      "1,0", "0x10", "18446744073709551616",
+                                      "000000000000000000001", "1;2", "1\n"};
+
+    assert_int_equal(dsp_claim_ids_parse("7", 1, ids, 4, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], 7);
+    assert_int_equal(dsp_claim_ids_parse("18446744073709551615,1,42", 25, ids, 4, &n), 0);
+    assert_int_equal(n, 3);
+    assert_true(ids[0] == UINT64_MAX && ids[1] == 1 && ids[2] == 42);
+    /* The length given is what counts, not a NUL. */
+    assert_int_equal(dsp_claim_ids_parse("12,34", 2, ids, 4, &n), 0);
+    assert_true(n == 1 && ids[0] == 12);
+    /* More than cap ids. */
+    assert_int_equal(dsp_claim_ids_parse("1,2,3,4,5", 9, ids, 4, &n), -1);
+    assert_int_equal(n, 0);
+    assert_int_equal(dsp_claim_ids_parse(NULL, 0, ids, 4, &n), -1);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        n = 99;
+        if (dsp_claim_ids_parse(bad[i], strlen(bad[i]), ids, 4, &n) != -1)
+            fail_msg("parsed \"%s\"", bad[i]);
+        assert_int_equal(n, 0);
+    }
+}
+
 static void recover_and_stats(void **state)
 {
     (void)state;
     dsp_strbuf b = {0};
-    dsp_db_sql_recover(&b, 4, 123, 1000, NULL);
-    assert_string_equal(b.p, "UPDATE task FORCE INDEX (claim_idx) SET task_state = IF(attempts >="
+    uint64_t ids[3] = {7, 9, 12}, seqs[2] = {5, 6};
+    dsp_db_sql_recover_ids(&b, 4, 123, ids, 3, NULL);
+    assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = IF(attempts >="
                              " max_attempts, 3, 0), `delayed` = 0, err_msg = IF(attempts >= max_attempts,"
                              " 'the dispatcher stopped during the last attempt', err_msg),"
-                             " last_update_time = 123 WHERE task_state = 1 AND epoch < 4 LIMIT 1000");
+                             " last_update_time = 123 WHERE task_id IN (7, 9, 12)"
+                             " AND task_state = 1 AND epoch = 4");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_recover_probe(&b, 4, NULL);
-    assert_string_equal(b.p, "SELECT task_id FROM task FORCE INDEX (claim_idx)"
-                             " WHERE task_state = 1 AND epoch < 4 LIMIT 1");
+    dsp_db_sql_claim_log_probe(&b, 4, "");
+    assert_string_equal(b.p, "SELECT seq FROM task_claim WHERE epoch < 4 AND shard = '' LIMIT 1");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_claim_log_next(&b, 9, NULL, 4, 17);
+    assert_string_equal(b.p, "SELECT epoch, seq, task_ids FROM task_claim WHERE epoch < 9"
+                             " AND (epoch > 4 OR (epoch = 4 AND seq > 17))"
+                             " ORDER BY epoch, seq LIMIT 1 FOR UPDATE");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_claim_log_insert(&b, 9, 3, "video", ids, 3);
+    assert_string_equal(b.p, "INSERT INTO task_claim (epoch, seq, shard, task_ids)"
+                             " VALUES (9, 3, 'video', '7,9,12')");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_claim_log_delete(&b, 9, seqs, 2);
+    assert_string_equal(b.p, "DELETE FROM task_claim WHERE epoch = 9 AND seq IN (5, 6)");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_still_processing(&b, 4, ids, 2);
+    assert_string_equal(b.p, "SELECT COUNT(*) FROM task FORCE INDEX (PRIMARY)"
+                             " WHERE task_id IN (7, 9) AND task_state = 1 AND epoch = 4");
     dsp_strbuf_reset(&b);
     dsp_db_sql_stats_counts(&b, 55, NULL);
-    assert_string_equal(b.p, "SELECT task_state, `delayed`, task_type, COUNT(*), SUM(run_after <= 55),"
+    assert_string_equal(b.p, "SELECT claim_lane, `delayed`, task_type, COUNT(*), SUM(run_after <= 55),"
                              " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)"
-                             " FROM task FORCE INDEX (claim_idx) WHERE task_state IN (0, 1, 3)"
-                             " GROUP BY task_state, `delayed`, task_type");
+                             " FROM task FORCE INDEX (claim_idx) WHERE claim_lane IN (0, 3)"
+                             " GROUP BY claim_lane, `delayed`, task_type");
     dsp_strbuf_reset(&b);
     dsp_db_sql_stats_successful(&b, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
     assert_string_equal(b.p, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
-                             " WHERE task_state = 2 LIMIT 1000000) x");
+                             " WHERE claim_lane = 1 LIMIT 1000000) x");
     dsp_strbuf_free(&b);
 }
 
 #define OLDEST(lit, prio)                                                                          \
     "(SELECT task_type t, GREATEST(insert_time, run_after) g FROM task FORCE INDEX (claim_idx) WHERE " \
-    "task_state = 0 AND `delayed` = 0 AND task_type = " lit " AND task_priority = " prio          \
+    "claim_lane = 0 AND `delayed` = 0 AND task_type = " lit " AND task_priority = " prio          \
     " AND run_after <= 8 ORDER BY task_id LIMIT 1)"
 
 static void stats_oldest(void **state)
@@ -532,10 +580,10 @@ static void retention_and_requeue(void **state)
     (void)state;
     dsp_strbuf b = {0};
     dsp_db_sql_retention(&b, 2, 1000, 500, NULL);
-    assert_string_equal(b.p, "DELETE FROM task WHERE task_state = 2 AND last_update_time < 1000 LIMIT 500");
+    assert_string_equal(b.p, "DELETE FROM task WHERE claim_lane = 1 AND task_state = 2 AND last_update_time < 1000 LIMIT 500");
     dsp_strbuf_reset(&b);
     dsp_db_sql_retention(&b, 3, -5, 1, NULL);
-    assert_string_equal(b.p, "DELETE FROM task WHERE task_state = 3 AND last_update_time < -5 LIMIT 1");
+    assert_string_equal(b.p, "DELETE FROM task WHERE claim_lane = 3 AND task_state = 3 AND last_update_time < -5 LIMIT 1");
     dsp_strbuf_reset(&b);
     for (int s = -1; s < 5; s++)
         if (s != 2 && s != 3)
@@ -544,7 +592,7 @@ static void retention_and_requeue(void **state)
 
 #define REQUEUE_HEAD                                                                               \
     "UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0, `delayed` = 0,"        \
-    " run_after = 0, last_update_time = 6 WHERE task_state = 3"
+    " run_after = 0, last_update_time = 6 WHERE claim_lane = 3"
     dsp_db_sql_requeue_failed(&b, NULL, 6, 100, NULL);
     assert_string_equal(b.p, REQUEUE_HEAD " LIMIT 100");
     dsp_strbuf_reset(&b);
@@ -578,11 +626,11 @@ static void task_requests(void **state)
     dsp_strbuf_reset(&b);
     dsp_db_sql_failed_next_type(&b, 0, NULL, 0, NULL);
     assert_string_equal(b.p, "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx)"
-                             " WHERE task_state = 3 AND `delayed` = 0");
+                             " WHERE claim_lane = 3 AND `delayed` = 0");
     dsp_strbuf_reset(&b);
     dsp_db_sql_failed_next_type(&b, 1, "x'", 2, NULL);
     assert_string_equal(b.p, "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx)"
-                             " WHERE task_state = 3 AND `delayed` = 1 AND task_type > _utf8mb4 X'7827'");
+                             " WHERE claim_lane = 3 AND `delayed` = 1 AND task_type > _utf8mb4 X'7827'");
     dsp_strbuf_reset(&b);
     dsp_db_sql_failed_part(&b, true, 0, "a", 1, 2, 20, 1000, NULL);
     dsp_db_sql_failed_part(&b, false, 1, "", 0, 0, 20, 1000, NULL);
@@ -590,10 +638,10 @@ static void task_requests(void **state)
     assert_string_equal(
         b.p, "SELECT * FROM ((SELECT task_id, task_type, task_priority, attempts, max_attempts,"
              " last_update_time, LEFT(err_msg, 1000) FROM task FORCE INDEX (claim_idx)"
-             " WHERE task_state = 3 AND `delayed` = 0 AND task_type = _utf8mb4 X'61' AND task_priority = 2"
+             " WHERE claim_lane = 3 AND `delayed` = 0 AND task_type = _utf8mb4 X'61' AND task_priority = 2"
              " ORDER BY task_id DESC LIMIT 20) UNION ALL (SELECT task_id, task_type, task_priority,"
              " attempts, max_attempts, last_update_time, LEFT(err_msg, 1000) FROM task FORCE INDEX"
-             " (claim_idx) WHERE task_state = 3 AND `delayed` = 1 AND task_type = '' AND task_priority = 0"
+             " (claim_idx) WHERE claim_lane = 3 AND `delayed` = 1 AND task_type = '' AND task_priority = 0"
              " ORDER BY task_id DESC LIMIT 20)) u ORDER BY task_id DESC LIMIT 20");
     dsp_strbuf_free(&b);
 }
@@ -617,16 +665,18 @@ static void shard_type_filter(void **state)
     assert_string_equal(in.p, IN_AB);
 
     /* The filter goes into the WHERE, before any LIMIT, of each statement. */
-    dsp_db_sql_recover(&b, 4, 123, 1000, in.p);
-    assert_non_null(strstr(b.p, " WHERE task_state = 1 AND epoch < 4" IN_AB " LIMIT 1000"));
+    uint64_t ids[2] = {3, 5};
+    dsp_db_sql_recover_ids(&b, 4, 123, ids, 2, in.p);
+    assert_non_null(strstr(b.p, " WHERE task_id IN (3, 5) AND task_state = 1 AND epoch = 4" IN_AB));
+    assert_int_equal(b.p[b.len - 1], ')');
     dsp_strbuf_reset(&b);
-    dsp_db_sql_recover_probe(&b, 4, in.p);
-    assert_string_equal(b.p, "SELECT task_id FROM task FORCE INDEX (claim_idx)"
-                             " WHERE task_state = 1 AND epoch < 4" IN_AB " LIMIT 1");
+    dsp_db_sql_stats_processing(&b, ids, 2, in.p);
+    assert_string_equal(b.p, "SELECT task_type, COUNT(*) FROM task FORCE INDEX (PRIMARY)"
+                             " WHERE task_id IN (3, 5) AND task_state = 1" IN_AB " GROUP BY task_type");
     dsp_strbuf_reset(&b);
     dsp_db_sql_retention(&b, 2, 1000, 500, in.p);
-    assert_string_equal(b.p, "DELETE FROM task WHERE task_state = 2 AND last_update_time < 1000"
-                             IN_AB " LIMIT 500");
+    assert_string_equal(b.p, "DELETE FROM task WHERE claim_lane = 1 AND task_state = 2"
+                             " AND last_update_time < 1000" IN_AB " LIMIT 500");
     dsp_strbuf_reset(&b);
     dsp_db_sql_requeue_failed(&b, "a", 6, 100, in.p);
     assert_string_equal(b.p, REQUEUE_HEAD " AND task_type = _utf8mb4 X'61'" IN_AB " LIMIT 100");
@@ -646,18 +696,18 @@ static void shard_type_filter(void **state)
     dsp_strbuf_reset(&b);
     dsp_db_sql_failed_next_type(&b, 1, "x", 1, in.p);
     assert_string_equal(b.p, "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx) WHERE"
-                             " task_state = 3 AND `delayed` = 1 AND task_type > _utf8mb4 X'78'" IN_AB);
+                             " claim_lane = 3 AND `delayed` = 1 AND task_type > _utf8mb4 X'78'" IN_AB);
     dsp_strbuf_reset(&b);
     dsp_db_sql_failed_part(&b, true, 0, "a", 1, 2, 20, 1000, in.p);
     assert_non_null(strstr(b.p, "task_type = _utf8mb4 X'61'" IN_AB " AND task_priority = 2 ORDER BY"));
     dsp_strbuf_reset(&b);
     dsp_db_sql_stats_counts(&b, 55, in.p);
-    assert_non_null(strstr(b.p, " WHERE task_state IN (0, 1, 3)" IN_AB
-                                " GROUP BY task_state, `delayed`, task_type"));
+    assert_non_null(strstr(b.p, " WHERE claim_lane IN (0, 3)" IN_AB
+                                " GROUP BY claim_lane, `delayed`, task_type"));
     dsp_strbuf_reset(&b);
     dsp_db_sql_stats_successful(&b, 10, in.p);
     assert_string_equal(b.p, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
-                             " WHERE task_state = 2" IN_AB " LIMIT 10) x");
+                             " WHERE claim_lane = 1" IN_AB " LIMIT 10) x");
     dsp_strbuf_free(&b);
 
     /* The lane sweeps; too small a buffer for the filter fails whole. */
@@ -891,6 +941,7 @@ int main(void)
         cmocka_unit_test(write_longest_batch_within_cost),
         cmocka_unit_test(claim_mark_and_release),
         cmocka_unit_test(lock_free_and_still_ours),
+        cmocka_unit_test(claim_ids_parse),
         cmocka_unit_test(recover_and_stats),
         cmocka_unit_test(stats_oldest),
         cmocka_unit_test(retention_and_requeue),
