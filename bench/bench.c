@@ -467,7 +467,7 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
 }
 
 /* The header: where and with what the figures were taken. */
-static void print_header(const bench_opts *o, MYSQL *admin)
+static void print_header(const bench_opts *o, MYSQL *admin, pid_t db_pid)
 {
     struct utsname un;
     char cpu[256] = "unknown", line[512], date[64];
@@ -490,6 +490,15 @@ static void print_header(const bench_opts *o, MYSQL *admin)
     json_object_set_new(h, "host", json_string(un.nodename));
     json_object_set_new(h, "cpus", json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
     json_object_set_new(h, "cpu", json_string(cpu));
+    /* The CPUs each side may run on (bench/run.sh --db-cpus, --bench-cpus): on a
+     * small machine the workers' cost comes out of the database's share unless pinned. */
+    char bench_cpus[128] = "unknown", db_cpus[128] = "unknown";
+    bench_proc_cpus_allowed(getpid(), bench_cpus, sizeof bench_cpus);
+    bench_proc_cpus_allowed(db_pid, db_cpus, sizeof db_cpus);
+    json_t *aff = json_object();
+    json_object_set_new(aff, "bench", json_string(bench_cpus));
+    json_object_set_new(aff, "mariadbd", json_string(db_cpus));
+    json_object_set_new(h, "cpus_allowed", aff);
     json_object_set_new(h, "server", bench_db_settings(admin));
     json_object_set_new(h, "n", json_integer((json_int_t)o->n));
     json_object_set_new(h, "n_poll", json_integer((json_int_t)o->n_poll));
@@ -513,6 +522,7 @@ static void print_header(const bench_opts *o, MYSQL *admin)
         json_t *sv = json_object_get(h, "server");
         printf("- taskpush-bench %s on %s (%ld cpus, %s)\n", date, un.nodename,
                sysconf(_SC_NPROCESSORS_ONLN), cpu);
+        printf("- CPUs allowed: bench and taskpushd %s, mariadbd %s\n", bench_cpus, db_cpus);
         printf("- server %s, innodb_flush_log_at_trx_commit=%s, innodb_buffer_pool_size=%s,"
                " innodb_log_file_size=%s\n",
                json_string_value(json_object_get(sv, "version")),
@@ -553,6 +563,8 @@ static void print_run(const bench_run *r)
     json_object_set_new(o, "mariadbd_cpu_s_per_1000", num_or_null(r->db_cpu_s * per_k, r->db_cpu_s >= 0));
     json_object_set_new(o, "taskpushd_cpu_s_per_1000",
                         num_or_null(r->tpd_cpu_s * per_k, r->tpd_cpu_s >= 0));
+    json_object_set_new(o, "bench_cpu_s_per_1000",
+                        num_or_null(r->bench_cpu_s * per_k, r->bench_cpu_s >= 0));
     json_object_set_new(o, "taskpushd_peak_rss_kb",
                         r->tpd_rss_kb >= 0 ? json_integer(r->tpd_rss_kb) : json_null());
     json_object_set_new(o, "verified", json_boolean(r->verified));
@@ -575,7 +587,7 @@ static void run_one(bench_ctx *ctx, const bench_design *d, unsigned k, unsigned 
     r->k = d->single ? 1 : k;
     r->n = !d->polling ? o->n : k >= BENCH_LARGE_K ? o->n_poll_large_k : o->n_poll;
     r->round = round;
-    r->db_cpu_s = r->tpd_cpu_s = -1;
+    r->db_cpu_s = r->tpd_cpu_s = r->bench_cpu_s = -1;
     r->tpd_rss_kb = -1;
     r->daemon_succeeded = r->daemon_failed = -1;
     if (d->drain == bench_drain_taskpush)
@@ -622,26 +634,43 @@ static double median_rate(const bench_run *runs, size_t nruns, const char *desig
 
 static void print_table(const bench_opts *o, const bench_run *runs, size_t nruns)
 {
+    /* With more than one K, the last column is the flatness: the lowest median over the
+     * highest, for the designs that run at every K. */
+    bool spread = o->nks > 1;
     printf("\n| design |");
     for (int j = 0; j < o->nks; j++)
         printf(" K=%u |", o->ks[j]);
-    printf("\n|---|");
+    printf("%s\n|---|", spread ? " lowest ÷ highest |" : "");
     for (int j = 0; j < o->nks; j++)
         printf("---|");
-    printf("\n");
+    printf("%s\n", spread ? "---|" : "");
     for (int i = 0; i < o->ndesigns; i++) {
         const bench_design *d = o->designs[i];
+        double lo = 0, hi = 0;
+        bool all = true;
         printf("| %s%s |", d->name, d->single ? " (1 connection)" : "");
         for (int j = 0; j < o->nks; j++) {
             double rate = median_rate(runs, nruns, d->name, d->single ? 1 : o->ks[j]);
             double cas = median_rate(runs, nruns, "cas", o->ks[j]);
             if (rate <= 0)
+                all = false;
+            else {
+                lo = j == 0 || rate < lo ? rate : lo;
+                hi = rate > hi ? rate : hi;
+            }
+            if (d->single && j > 0)
+                printf(" |");
+            else if (rate <= 0)
                 printf(" failed |");
             else if (cas > 0)
                 printf(" %.0f (%.2f× cas) |", rate, rate / cas);
             else
                 printf(" %.0f |", rate);
         }
+        if (spread && (d->single || !all || hi <= 0))
+            printf(" |");
+        else if (spread)
+            printf(" %.2f |", lo / hi);
         printf("\n");
     }
     printf("\nMedian tasks/s of %u round(s), verified runs only; N=%" PRIu64 " (polling designs %"
@@ -683,7 +712,7 @@ int main(int argc, char **argv)
     ctx.db_pid = bench_db_pid(ctx.admin);
     if (o.mode == BENCH_MODE_DRAIN)
         warn_connections(&o, ctx.admin);
-    print_header(&o, ctx.admin);
+    print_header(&o, ctx.admin, ctx.db_pid);
     if (o.mode != BENCH_MODE_DRAIN) {
         int failed = bench_modes_main(&ctx);
         bench_db_drop(ctx.admin, &o.db);

@@ -122,6 +122,7 @@ typedef struct bench_snap {
     uint64_t handler_reads;    /* sum of Handler_read_* (Innodb_rows_read is gone in MariaDB 10.11) */
     double db_cpu;         /* mariadbd utime+stime seconds, < 0 unknown */
     double tpd_cpu;        /* taskpushd's, < 0 unknown */
+    double bench_cpu;      /* this process's: the clients or the workers */
 } bench_snap;
 
 /* One run's figures: one JSON line. */
@@ -136,6 +137,7 @@ typedef struct bench_run {
     bool has_latency;
     double p50_ms, p99_ms;
     double db_cpu_s, tpd_cpu_s;   /* < 0: unknown */
+    double bench_cpu_s;           /* the bench's own (clients, workers); < 0: unknown */
     long tpd_rss_kb;              /* < 0: unknown */
     long long daemon_succeeded;   /* taskpush: /stats tasks.succeeded_total, else -1 */
     long long daemon_failed;
@@ -206,6 +208,8 @@ void bench_snap_delta(const bench_snap *a, const bench_snap *b, bench_run *r);
 double bench_now(void);
 double bench_proc_cpu(pid_t pid);  /* seconds, < 0 unknown */
 long bench_proc_hwm_kb(pid_t pid); /* VmHWM, < 0 unknown */
+/* Cpus_allowed_list of /proc/PID/status ("0-1"): 0, or -1 unknown. */
+int bench_proc_cpus_allowed(pid_t pid, char *buf, size_t len);
 json_t *bench_http_json(const char *hostport, const char *path);
 long long bench_json_int(json_t *root, const char *dotted);
 

@@ -25,7 +25,8 @@ DESIGNS = ["cas", "cas-backoff", "skiplocked-1", "skiplocked-10", "ceiling",
            "taskpush-rr", "taskpush-ll"]
 FIELDS = ["design", "k", "n", "seconds", "tasks_per_s", "statements_per_task",
           "row_lock_waits", "cas_misses", "claim_p50_ms", "claim_p99_ms",
-          "mariadbd_cpu_s_per_1000", "taskpushd_cpu_s_per_1000", "taskpushd_peak_rss_kb",
+          "mariadbd_cpu_s_per_1000", "taskpushd_cpu_s_per_1000", "bench_cpu_s_per_1000",
+          "taskpushd_peak_rss_kb",
           "verified"]
 
 failures = []
@@ -55,6 +56,10 @@ def quick(prog):
         srv = settings[0].get("server", {})
         check(srv.get("innodb_flush_log_at_trx_commit") is not None and srv.get("version"),
               "settings name the server's version and flush setting")
+        aff = settings[0].get("cpus_allowed", {})
+        check(re.fullmatch(r"[0-9][0-9,-]*", aff.get("bench", "")) is not None and
+              re.fullmatch(r"[0-9][0-9,-]*", aff.get("mariadbd", "")) is not None,
+              "settings name the CPUs the bench and mariadbd may run on: %s" % aff)
     want = sorted((d, k) for d in DESIGNS for k in ([1] if d == "ceiling" else [4, 64]))
     got = sorted((r.get("design"), r.get("k")) for r in runs)
     check(got == want, "one run per design and K: %s" % got)
@@ -64,6 +69,8 @@ def quick(prog):
         check(r.get("verified") is True, name + ": verified (%s)" % r.get("why", ""))
         check(r.get("n", 0) > 0 and r.get("tasks_per_s", 0) > 0, name + ": n and tasks/s > 0")
         check(r.get("statements_per_task", 0) > 0, name + ": the server counted statements")
+        check(r.get("bench_cpu_s_per_1000") is not None and r["bench_cpu_s_per_1000"] >= 0,
+              name + ": the bench's own CPU reported")
         tp = r.get("design", "").startswith("taskpush")
         check((r.get("taskpushd_peak_rss_kb") is not None) == tp,
               name + ": taskpushd RSS reported exactly for taskpush")
@@ -111,6 +118,16 @@ def flags(prog):
     p = subprocess.run([prog, "--help"], stdout=subprocess.PIPE, text=True, timeout=30)
     check(p.returncode == 0 and "--design" in p.stdout and "--sabotage" not in p.stdout,
           "--help exits 0 and lists the flags (not the hidden one)")
+    # bench/run.sh refuses a half or malformed pinning before it installs or starts anything.
+    run_sh = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run.sh")
+    for bad, word in ((["--db-cpus", "0"], "together"), (["--bench-cpus", "1"], "together"),
+                      (["--db-cpus", "x", "--bench-cpus", "1"], "CPU list"),
+                      (["--db-cpus", "0", "--bench-cpus", "1;id"], "CPU list")):
+        p = subprocess.run(["bash", run_sh] + bad, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=30)
+        check(p.returncode == 2 and word in p.stderr,
+              "run.sh %s exits 2 naming %s (got %d: %s)" % (" ".join(bad), word, p.returncode,
+                                                           p.stderr.strip()))
 
 
 MODE_FIELDS = {

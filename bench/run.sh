@@ -12,13 +12,35 @@
 #                                              modes in turn (FLAGS go to each, e.g. --quick),
 #                                              into bench/results/DATE-HOST-modes.{jsonl,md}
 #   bench/run.sh --mode latency --poll-ms 10   one mode
+#   bench/run.sh --db-cpus 0 --bench-cpus 1 --design taskpush-rr,ceiling --flat
+#                                              mariadbd on CPU 0, the bench (its clients,
+#                                              workers and taskpushd) on CPU 1: the
+#                                              database on a core of its own, as on a
+#                                              machine of its own (bench/README.md)
+# --modes, --db-cpus and --bench-cpus come first; the rest goes to taskpush-bench.
 set -euo pipefail
 
 modes=""
-if [ "${1:-}" = "--modes" ]; then
-  shift
-  modes="stream latency connections backlog"
+db_cpus=""
+bench_cpus=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --modes) modes="stream latency connections backlog"; shift ;;
+    --db-cpus) db_cpus=${2:?--db-cpus wants a CPU list, e.g. 0}; shift 2 ;;
+    --bench-cpus) bench_cpus=${2:?--bench-cpus wants a CPU list, e.g. 1}; shift 2 ;;
+    *) break ;;
+  esac
+done
+if { [ -n "$db_cpus" ] && [ -z "$bench_cpus" ]; } || { [ -z "$db_cpus" ] && [ -n "$bench_cpus" ]; }; then
+  echo "run.sh: --db-cpus and --bench-cpus go together" >&2
+  exit 2
 fi
+for l in "$db_cpus" "$bench_cpus"; do
+  if [ -n "$l" ] && ! [[ "$l" =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]]; then
+    echo "run.sh: '$l' is not a CPU list (e.g. 0 or 0-1 or 0,2)" >&2
+    exit 2
+  fi
+done
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TASKPUSH_BUILD_DIR:-$root/build}
@@ -40,6 +62,13 @@ cleanup() {
 }
 trap cleanup EXIT
 eval "$(scripts/tp-mariadb start "$dbdir")"
+pin=()
+if [ -n "$db_cpus" ]; then
+  # Every thread of mariadbd, and what it starts later, on db_cpus; the bench and what
+  # it starts (taskpushd) on bench_cpus. The settings line names both.
+  taskset -a -p -c "$db_cpus" "$(cat "$dbdir/mysqld.pid")" >/dev/null
+  pin=(taskset -c "$bench_cpus")
+fi
 
 mkdir -p bench/results
 out=bench/results/$(date -u +%Y-%m-%d-%H%M)-$(hostname -s)
@@ -50,11 +79,14 @@ if [ -n "$modes" ]; then
   out=$out-modes
   : >"$out.log"
   for m in $modes; do
-    "$build/bench/taskpush-bench" --mode "$m" "$@" >>"$out.log" || status=1
+    "${pin[@]}" "$build/bench/taskpush-bench" --mode "$m" "$@" >>"$out.log" || status=1
   done
   set -- --modes "$@"
 else
-  "$build/bench/taskpush-bench" "$@" >"$out.log" || status=$?
+  "${pin[@]}" "$build/bench/taskpush-bench" "$@" >"$out.log" || status=$?
+fi
+if [ -n "$db_cpus" ]; then
+  set -- --db-cpus "$db_cpus" --bench-cpus "$bench_cpus" "$@"
 fi
 grep '^{' "$out.log" >"$out.jsonl" || true
 {

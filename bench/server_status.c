@@ -74,6 +74,34 @@ static long proc_status_kb(pid_t pid, const char *key)
     return kb;
 }
 
+int bench_proc_cpus_allowed(pid_t pid, char *buf, size_t len)
+{
+    char path[64], line[512];
+    int rc = -1;
+    if (pid <= 0 || len == 0)
+        return -1;
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    while (rc < 0 && fgets(line, sizeof line, f)) {
+        const char *key = "Cpus_allowed_list:";
+        if (strncmp(line, key, strlen(key)) != 0)
+            continue;
+        const char *v = line + strlen(key);
+        v += strspn(v, " \t");
+        size_t n = strcspn(v, "\n");
+        if (n > 0 && n < len) {
+            memcpy(buf, v, n);
+            buf[n] = '\0';
+            rc = 0;
+        }
+        break;
+    }
+    fclose(f);
+    return rc;
+}
+
 long bench_proc_hwm_kb(pid_t pid)
 {
     return proc_status_kb(pid, "VmHWM");
@@ -111,6 +139,7 @@ int bench_snap_take(bench_ctx *ctx, pid_t tpd_pid, bench_snap *s)
     mysql_free_result(res);
     s->db_cpu = bench_proc_cpu(ctx->db_pid);
     s->tpd_cpu = bench_proc_cpu(tpd_pid);
+    s->bench_cpu = bench_proc_cpu(getpid());
     s->t = bench_now();
     return 0;
 }
@@ -123,6 +152,7 @@ void bench_snap_delta(const bench_snap *a, const bench_snap *b, bench_run *r)
     r->handler_reads = b->handler_reads >= a->handler_reads ? b->handler_reads - a->handler_reads : 0;
     r->db_cpu_s = a->db_cpu >= 0 && b->db_cpu >= 0 ? b->db_cpu - a->db_cpu : -1;
     r->tpd_cpu_s = a->tpd_cpu >= 0 && b->tpd_cpu >= 0 ? b->tpd_cpu - a->tpd_cpu : -1;
+    r->bench_cpu_s = a->bench_cpu >= 0 && b->bench_cpu >= 0 ? b->bench_cpu - a->bench_cpu : -1;
 }
 
 /* One answer of the admin port. */
