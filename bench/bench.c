@@ -655,7 +655,7 @@ static void print_table(const bench_opts *o, const bench_run *runs, size_t nruns
             if (rate <= 0)
                 all = false;
             else {
-                lo = j == 0 || rate < lo ? rate : lo;
+                lo = lo == 0 || rate < lo ? rate : lo;
                 hi = rate > hi ? rate : hi;
             }
             if (d->single && j > 0)

@@ -55,28 +55,12 @@ double bench_proc_cpu(pid_t pid)
     return hz > 0 ? (double)(ut + st) / (double)hz : -1;
 }
 
-/* One "Key: N kB" line of /proc/PID/status; < 0 unknown. */
-static long proc_status_kb(pid_t pid, const char *key)
-{
-    char path[64], line[256], fmt[48];
-    long kb = -1;
-    if (pid <= 0)
-        return -1;
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    snprintf(fmt, sizeof fmt, "%s: %%ld kB", key);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, fmt, &kb) == 1)
-            break;
-    fclose(f);
-    return kb;
-}
-
-int bench_proc_cpus_allowed(pid_t pid, char *buf, size_t len)
+/* The value of the line "Key:\tvalue" of /proc/PID/status, without the blanks before
+ * it, into buf: 0, or -1 when the process, the key or room for the value is missing. */
+static int proc_status_value(pid_t pid, const char *key, char *buf, size_t len)
 {
     char path[64], line[512];
+    size_t klen = strlen(key);
     int rc = -1;
     if (pid <= 0 || len == 0)
         return -1;
@@ -84,11 +68,10 @@ int bench_proc_cpus_allowed(pid_t pid, char *buf, size_t len)
     FILE *f = fopen(path, "r");
     if (f == NULL)
         return -1;
-    while (rc < 0 && fgets(line, sizeof line, f)) {
-        const char *key = "Cpus_allowed_list:";
-        if (strncmp(line, key, strlen(key)) != 0)
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, klen) != 0 || line[klen] != ':')
             continue;
-        const char *v = line + strlen(key);
+        const char *v = line + klen + 1;
         v += strspn(v, " \t");
         size_t n = strcspn(v, "\n");
         if (n > 0 && n < len) {
@@ -100,6 +83,21 @@ int bench_proc_cpus_allowed(pid_t pid, char *buf, size_t len)
     }
     fclose(f);
     return rc;
+}
+
+/* One "Key: N kB" line of /proc/PID/status; < 0 unknown. */
+static long proc_status_kb(pid_t pid, const char *key)
+{
+    char v[64];
+    long kb;
+    if (proc_status_value(pid, key, v, sizeof v) < 0 || sscanf(v, "%ld kB", &kb) != 1)
+        return -1;
+    return kb;
+}
+
+int bench_proc_cpus_allowed(pid_t pid, char *buf, size_t len)
+{
+    return proc_status_value(pid, "Cpus_allowed_list", buf, len);
 }
 
 long bench_proc_hwm_kb(pid_t pid)
