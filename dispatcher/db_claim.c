@@ -941,12 +941,10 @@ static int claim_mark(struct claim_ctx *x, struct claim_run *cr)
         if (affected != cr->nmark)
             log_error(db->log, "claim marked %" PRIu64 " row(s) of %zu kept", affected, cr->nmark);
         /* The list recovery reads (task_claim), in the same transaction as the mark. */
-        seq = dsp_dbi_claim_seq_next(db);
-        dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_claim_log_insert(&x->sql, x->epoch, seq, db->shard, cr->mark, cr->nmark);
-        if (x->sql.oom)
+        int rc = dsp_dbi_claim_list(db, &x->c, &x->sql, x->epoch, cr->mark, cr->nmark, &seq);
+        if (rc == -2)
             return STEP_OOM_ROLLBACK;
-        if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &affected) < 0)
+        if (rc < 0)
             return STEP_DB_ERROR;
     }
     if (commit(&x->c) < 0) {

@@ -129,11 +129,8 @@ static int half_run(dsp_claim_half *h)
         if (h->sql.oom || dsp_dbi_exec(&h->c, h->sql.p, h->sql.len, NULL) < 0)
             return -1;
         /* Its own task_claim row, in its own transaction (db_claim.c claim_mark). */
-        h->seq = dsp_dbi_claim_seq_next(h->db);
-        dsp_strbuf_reset(&h->sql);
-        dsp_db_sql_claim_log_insert(&h->sql, h->epoch, h->seq, h->db->shard, h->locked,
-                                    h->nlocked);
-        if (h->sql.oom || dsp_dbi_exec(&h->c, h->sql.p, h->sql.len, NULL) < 0)
+        if (dsp_dbi_claim_list(h->db, &h->c, &h->sql, h->epoch, h->locked, h->nlocked,
+                               &h->seq) < 0)
             return -1;
     }
     if (dsp_dbi_exec_str(&h->c, "COMMIT") < 0) {

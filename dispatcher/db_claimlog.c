@@ -13,9 +13,15 @@ struct open_claim {
     uint32_t left; /* rows still PROCESSING */
 };
 
-uint64_t dsp_dbi_claim_seq_next(dsp_db *db)
+int dsp_dbi_claim_list(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, uint32_t epoch,
+                       const uint64_t *ids, size_t n, uint64_t *seq)
 {
-    return atomic_fetch_add_explicit(&db->claim_seq, 1, memory_order_relaxed) + 1;
+    *seq = atomic_fetch_add_explicit(&db->claim_seq, 1, memory_order_relaxed) + 1;
+    dsp_strbuf_reset(sql);
+    dsp_db_sql_claim_log_insert(sql, epoch, *seq, db->shard, ids, n);
+    if (sql->oom)
+        return -2;
+    return dsp_dbi_exec(c, sql->p, sql->len, NULL) < 0 ? -1 : 0;
 }
 
 /* Forgets every open claim (their epoch is over for this process). mu held. */

@@ -166,16 +166,14 @@ static int write_adopt(struct write_ctx *w, size_t i)
     /* Listed in task_claim under our epoch first (autocommit): a crash between the two
      * statements leaves a list naming a row that is not ours, which recovery skips, and
      * never a row of ours that no list names. */
-    seq = dsp_dbi_claim_seq_next(w->db);
-    dsp_strbuf_reset(&w->sql);
-    dsp_db_sql_claim_log_insert(&w->sql, e->epoch, seq, w->db->shard, &e->o.task_id, 1);
-    if (w->sql.oom)
-        return -1;
-    if (dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, &affected) < 0) {
+    switch (dsp_dbi_claim_list(w->db, &w->c, &w->sql, e->epoch, &e->o.task_id, 1, &seq)) {
+    case -2: return -1;
+    case -1:
         if (dsp_dbi_error_is_transient(w->c.err))
             return -1;
         a->ok = false; /* cannot be listed: not adopted */
         return 0;
+    default: break;
     }
     dsp_strbuf_reset(&w->sql);
     dsp_db_sql_adopt(&w->sql, e->epoch, wall_ms(), e->o.task_id, e->o.dlv_epoch,
