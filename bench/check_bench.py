@@ -6,7 +6,8 @@ private MariaDB of scripts/tp-mariadb (TASKPUSH_TEST_MYSQL_* in the environment)
             one run line per design and K (ceiling once), each verified, with the
             figures every line must carry.
   sabotage  with --sabotage (a row set to FAILED after each drain) every run says
-            verified false with a reason, and the exit status is 1.
+            verified false with a reason, and the exit status is 1; with --repeat 2
+            the second round runs in the reverse order.
   flags     bad flags exit 2 with a message; --help exits 0.
   stream, latency, connections, backlog
             --mode M --quick --json-only exits 0 and prints one line per result with
@@ -81,11 +82,17 @@ def quick(prog):
 
 
 def sabotage(prog):
-    rc, lines, _ = run(prog, ["--quick", "--json-only", "--k", "4", "--sabotage",
-                              "--design", "ceiling,taskpush-ll,skiplocked-10"])
+    rc, lines, _ = run(prog, ["--quick", "--json-only", "--k", "4,64", "--repeat", "2",
+                              "--sabotage", "--design", "ceiling,taskpush-ll,skiplocked-10"])
     check(rc == 1, "--sabotage exits 1 (got %d)" % rc)
     runs = [l for l in lines if l.get("kind") == "run"]
-    check(len(runs) == 3, "three run lines")
+    # The second round runs backwards; the ceiling once a round, at the round's first K.
+    want = [(1, "ceiling", 1), (1, "taskpush-ll", 4), (1, "skiplocked-10", 4),
+            (1, "taskpush-ll", 64), (1, "skiplocked-10", 64),
+            (2, "skiplocked-10", 64), (2, "taskpush-ll", 64), (2, "ceiling", 1),
+            (2, "skiplocked-10", 4), (2, "taskpush-ll", 4)]
+    got = [(r.get("round"), r.get("design"), r.get("k")) for r in runs]
+    check(got == want, "runs in ABBA order: %s" % got)
     for r in runs:
         check(r.get("verified") is False and "SUCCESSFUL" in r.get("why", ""),
               "%s: verification failed and says why (%s)" % (r.get("design"), r.get("why")))
