@@ -673,6 +673,25 @@ static void print_table(const bench_opts *o, const bench_run *runs, size_t nruns
             printf(" %.2f |", lo / hi);
         printf("\n");
     }
+    /* The ceiling does the same work in every round: how far its rounds lie apart is
+     * the machine's own spread in this run, the limit on what a ratio of medians shows. */
+    for (int i = 0; i < o->ndesigns; i++) {
+        const bench_design *d = o->designs[i];
+        double lo = 0, hi = 0;
+        unsigned n = 0;
+        for (size_t r = 0; d->single && r < nruns; r++) {
+            if (!runs[r].verified || strcmp(runs[r].design, d->name) != 0 || runs[r].seconds <= 0)
+                continue;
+            double rate = (double)runs[r].n / runs[r].seconds;
+            lo = n == 0 || rate < lo ? rate : lo;
+            hi = rate > hi ? rate : hi;
+            n++;
+        }
+        if (n > 1)
+            printf("\n%s, the same work in each of %u rounds: lowest ÷ highest round %.2f "
+                   "(%.0f ÷ %.0f), the machine's own spread in this run.\n", d->name, n, lo / hi,
+                   lo, hi);
+    }
     printf("\nMedian tasks/s of %u round(s), verified runs only; N=%" PRIu64 " (polling designs %"
            PRIu64 ", %" PRIu64 " at K >= %u), taskpush capacity %s.\n", o->repeat, o->n, o->n_poll,
            o->n_poll_large_k, BENCH_LARGE_K,

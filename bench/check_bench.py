@@ -5,6 +5,8 @@ private MariaDB of scripts/tp-mariadb (TASKPUSH_TEST_MYSQL_* in the environment)
   quick     taskpush-bench --quick --json-only exits 0, prints the settings line and
             one run line per design and K (ceiling once), each verified, with the
             figures every line must carry.
+  spread    with --repeat 2 the table says how far the ceiling's two rounds lie apart
+            (lowest ÷ highest), from the run lines' own figures.
   sabotage  with --sabotage (a row set to FAILED after each drain) every run says
             verified false with a reason, and the exit status is 1; with --repeat 2
             the second round runs in the reverse order.
@@ -79,6 +81,24 @@ def quick(prog):
               name + ": claim latency reported exactly for the polling designs")
         if not r.get("design", "").startswith("cas"):
             check(r.get("cas_misses") == 0, name + ": no CAS misses outside cas")
+
+
+def spread(prog):
+    """The table names the ceiling's spread over its rounds: the machine's own."""
+    rc, lines, out = run(prog, ["--quick", "--design", "ceiling,taskpush-rr", "--k", "4",
+                                "--repeat", "2"])
+    check(rc == 0, "--repeat 2 exits 0 (got %d)" % rc)
+    rates = [l["tasks_per_s"] for l in lines if l.get("kind") == "run" and l.get("design") == "ceiling"]
+    m = re.search(r"^ceiling, the same work in each of (\d+) rounds: lowest ÷ highest round "
+                  r"([0-9.]+) \(([0-9]+) ÷ ([0-9]+)\)", out, re.M)
+    check(m is not None and len(rates) == 2, "the ceiling's spread over its 2 rounds is printed")
+    if m and len(rates) == 2:
+        lo, hi = float(m.group(3)), float(m.group(4))
+        check(m.group(1) == "2" and abs(lo - min(rates)) <= 1 and abs(hi - max(rates)) <= 1 and
+              abs(float(m.group(2)) - lo / hi) <= 0.006,
+              "the spread is the lowest round over the highest: %s against %s" % (m.group(0), rates))
+    check(not re.search(r"^taskpush-rr, the same work", out, re.M),
+          "only a design that runs once a round gets the line")
 
 
 def sabotage(prog):
@@ -268,7 +288,8 @@ def modes_sabotage(prog):
 
 
 if __name__ == "__main__":
-    {"quick": quick, "sabotage": sabotage, "flags": flags, "stream": stream, "latency": latency,
+    {"quick": quick, "spread": spread, "sabotage": sabotage, "flags": flags, "stream": stream,
+     "latency": latency,
      "connections": connections, "backlog": backlog,
      "modes-sabotage": modes_sabotage}[sys.argv[2]](sys.argv[1])
     if failures:
