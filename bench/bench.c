@@ -493,8 +493,8 @@ static void print_header(const bench_opts *o, MYSQL *admin, pid_t db_pid)
     /* The CPUs each side may run on (bench/run.sh --db-cpus, --bench-cpus): on a
      * small machine the workers' cost comes out of the database's share unless pinned. */
     char bench_cpus[128] = "unknown", db_cpus[128] = "unknown";
-    bench_proc_cpus_allowed(getpid(), bench_cpus, sizeof bench_cpus);
-    bench_proc_cpus_allowed(db_pid, db_cpus, sizeof db_cpus);
+    procfs_status_value(getpid(), "Cpus_allowed_list", bench_cpus, sizeof bench_cpus);
+    procfs_status_value(db_pid, "Cpus_allowed_list", db_cpus, sizeof db_cpus);
     json_t *aff = json_object();
     json_object_set_new(aff, "bench", json_string(bench_cpus));
     json_object_set_new(aff, "mariadbd", json_string(db_cpus));

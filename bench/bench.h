@@ -24,6 +24,7 @@
 #include <mysql.h>
 #include <pthread.h>
 
+#include "procfs.h"
 #include "taskpush.h"
 
 #define BENCH_MAX_K 4096u          /* threads and connections of one run */
@@ -206,10 +207,6 @@ int bench_parse_url(const char *url, bench_dbconf *c, char *err, size_t errcap);
 int bench_snap_take(bench_ctx *ctx, pid_t tpd_pid, bench_snap *s);
 void bench_snap_delta(const bench_snap *a, const bench_snap *b, bench_run *r);
 double bench_now(void);
-double bench_proc_cpu(pid_t pid);  /* seconds, < 0 unknown */
-long bench_proc_hwm_kb(pid_t pid); /* VmHWM, < 0 unknown */
-/* Cpus_allowed_list of /proc/PID/status ("0-1"): 0, or -1 unknown. */
-int bench_proc_cpus_allowed(pid_t pid, char *buf, size_t len);
 json_t *bench_http_json(const char *hostport, const char *path);
 long long bench_json_int(json_t *root, const char *dotted);
 
@@ -248,7 +245,6 @@ void bench_mode_emit(json_t *line);        /* prints one JSON line, takes the re
 void bench_mode_row(json_t *rows, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* statements, handler reads, lock waits and CPU of a window, per task of n */
 void bench_mode_server_figures(json_t *j, const bench_run *r, uint64_t n);
-long bench_proc_rss_kb(pid_t pid);         /* VmRSS, < 0 unknown */
 int bench_wait_workers(const bench_daemon *dp, long long want, double timeout_s);
 int bench_verify_subset(bench_ctx *ctx, uint64_t rows, char *why, size_t cap);
 extern const char *const bench_producer_names[]; /* "sql", "submit" */

@@ -286,7 +286,7 @@ pid_t bench_db_pid(MYSQL *m)
             pid = pid_from_file(json_string_value(v));
         json_decref(v);
     }
-    if (pid > 0 && bench_proc_cpu(pid) < 0)
+    if (pid > 0 && procfs_cpu_seconds(pid) < 0)
         pid = 0; /* not on this machine, or not ours to read */
     return pid;
 }

@@ -282,7 +282,7 @@ int bench_drain_taskpush(bench_ctx *ctx, const bench_design *d, unsigned k, benc
     if (bench_wait_drained(ctx, &dp, r) < 0 || bench_snap_take(ctx, dp.pid, &b) < 0)
         goto done;
     bench_snap_delta(&a, &b, r);
-    r->tpd_rss_kb = bench_proc_hwm_kb(dp.pid);
+    r->tpd_rss_kb = procfs_status_kb(dp.pid, "VmHWM");
     json_t *s = bench_http_json(dp.admin, "/stats");
     r->daemon_succeeded = bench_json_int(s, "tasks.succeeded_total");
     r->daemon_failed = bench_json_int(s, "tasks.failed_total");

@@ -221,14 +221,14 @@ static void connections_run(bench_ctx *ctx, idle_set *is, scale_result *sr, benc
         goto done;
     }
     bench_sleep_ms(1000); /* a few heartbeats each way */
-    sr->rss_before_kb = bench_proc_rss_kb(dp.pid);
+    sr->rss_before_kb = procfs_status_kb(dp.pid, "VmRSS");
     if (bench_workers_make(ws, k, o->capacity, dp.listen, NULL, NULL, &ctx->tally) < 0 ||
         bench_snap_take(ctx, dp.pid, &a) < 0 || bench_workers_start(ws, k, ctx->o->worker_threads, &ctx->tally) < 0 ||
         bench_wait_drained(ctx, &dp, r) < 0 || bench_snap_take(ctx, dp.pid, &b) < 0)
         goto done;
     bench_snap_delta(&a, &b, r);
-    sr->rss_after_kb = bench_proc_rss_kb(dp.pid);
-    sr->peak_kb = r->tpd_rss_kb = bench_proc_hwm_kb(dp.pid);
+    sr->rss_after_kb = procfs_status_kb(dp.pid, "VmRSS");
+    sr->peak_kb = r->tpd_rss_kb = procfs_status_kb(dp.pid, "VmHWM");
     json_t *s = bench_http_json(dp.admin, "/stats");
     r->daemon_succeeded = bench_json_int(s, "tasks.succeeded_total");
     r->daemon_failed = bench_json_int(s, "tasks.failed_total");
@@ -362,7 +362,7 @@ static void backlog_run(bench_ctx *ctx, uint64_t slice, scale_result *sr, bench_
     if (ws == NULL || bench_daemon_start(ctx, NULL, &dp) < 0)
         goto done;
     bench_sleep_ms(o->quick ? 1000 : 5000);
-    sr->rss_before_kb = bench_proc_rss_kb(dp.pid);
+    sr->rss_before_kb = procfs_status_kb(dp.pid, "VmRSS");
     json_t *s = bench_http_json(dp.admin, "/stats");
     sr->buffered = bench_json_int(s, "queue.buffered");
     json_decref(s);
@@ -372,8 +372,8 @@ static void backlog_run(bench_ctx *ctx, uint64_t slice, scale_result *sr, bench_
         goto done;
     bench_snap_delta(&a, &b, r);
     r->n = atomic_load(&ctx->tally.calls); /* the slice as run, for the rate */
-    sr->rss_after_kb = bench_proc_rss_kb(dp.pid);
-    sr->peak_kb = bench_proc_hwm_kb(dp.pid);
+    sr->rss_after_kb = procfs_status_kb(dp.pid, "VmRSS");
+    sr->peak_kb = procfs_status_kb(dp.pid, "VmHWM");
 done:
     if (dp.pid > 0)
         bench_daemon_stop(&dp, SIGTERM, 60);

@@ -207,7 +207,7 @@ static int stream_with(bench_ctx *ctx, bench_producer kind, bench_tally *acked, 
     if (inserted == 0 || bench_wait_drained(ctx, &dp, r) < 0)
         goto done;
     sr->tail = bench_now() - t_end;
-    r->tpd_rss_kb = bench_proc_hwm_kb(dp.pid);
+    r->tpd_rss_kb = procfs_status_kb(dp.pid, "VmHWM");
     s = bench_http_json(dp.admin, "/stats");
     r->daemon_succeeded = bench_json_int(s, "tasks.succeeded_total");
     r->daemon_failed = bench_json_int(s, "tasks.failed_total");

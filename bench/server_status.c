@@ -1,6 +1,6 @@
 /* server_status.c: what is measured around a drain. The server's own counters
- * (SHOW GLOBAL STATUS deltas), CPU time and peak RSS of mariadbd and taskpushd from
- * /proc, and a GET of taskpushd's admin port parsed as JSON. */
+ * (SHOW GLOBAL STATUS deltas), CPU time of mariadbd, taskpushd and the bench from
+ * /proc (procfs.c), and a GET of taskpushd's admin port parsed as JSON. */
 #include "bench.h"
 
 #include <event2/buffer.h>
@@ -31,85 +31,6 @@ double bench_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-double bench_proc_cpu(pid_t pid)
-{
-    char path[64], buf[1024];
-    if (pid <= 0)
-        return -1;
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    size_t len = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    /* The command name may hold spaces and ')': fields resume after the last ')'. */
-    char *p = strrchr(buf, ')');
-    if (p == NULL)
-        return -1;
-    unsigned long long ut = 0, st = 0;
-    /* After ") ": state(3) ... utime is field 14, stime 15. */
-    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-        return -1;
-    long hz = sysconf(_SC_CLK_TCK);
-    return hz > 0 ? (double)(ut + st) / (double)hz : -1;
-}
-
-/* The value of the line "Key:\tvalue" of /proc/PID/status, without the blanks before
- * it, into buf: 0, or -1 when the process, the key or room for the value is missing. */
-static int proc_status_value(pid_t pid, const char *key, char *buf, size_t len)
-{
-    char path[64], line[512];
-    size_t klen = strlen(key);
-    int rc = -1;
-    if (pid <= 0 || len == 0)
-        return -1;
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, key, klen) != 0 || line[klen] != ':')
-            continue;
-        const char *v = line + klen + 1;
-        v += strspn(v, " \t");
-        size_t n = strcspn(v, "\n");
-        if (n > 0 && n < len) {
-            memcpy(buf, v, n);
-            buf[n] = '\0';
-            rc = 0;
-        }
-        break;
-    }
-    fclose(f);
-    return rc;
-}
-
-/* One "Key: N kB" line of /proc/PID/status; < 0 unknown. */
-static long proc_status_kb(pid_t pid, const char *key)
-{
-    char v[64];
-    long kb;
-    if (proc_status_value(pid, key, v, sizeof v) < 0 || sscanf(v, "%ld kB", &kb) != 1)
-        return -1;
-    return kb;
-}
-
-int bench_proc_cpus_allowed(pid_t pid, char *buf, size_t len)
-{
-    return proc_status_value(pid, "Cpus_allowed_list", buf, len);
-}
-
-long bench_proc_hwm_kb(pid_t pid)
-{
-    return proc_status_kb(pid, "VmHWM");
-}
-
-long bench_proc_rss_kb(pid_t pid)
-{
-    return proc_status_kb(pid, "VmRSS");
-}
-
 int bench_snap_take(bench_ctx *ctx, pid_t tpd_pid, bench_snap *s)
 {
     memset(s, 0, sizeof *s);
@@ -135,9 +56,9 @@ int bench_snap_take(bench_ctx *ctx, pid_t tpd_pid, bench_snap *s)
                 s->statements += v;
     }
     mysql_free_result(res);
-    s->db_cpu = bench_proc_cpu(ctx->db_pid);
-    s->tpd_cpu = bench_proc_cpu(tpd_pid);
-    s->bench_cpu = bench_proc_cpu(getpid());
+    s->db_cpu = procfs_cpu_seconds(ctx->db_pid);
+    s->tpd_cpu = procfs_cpu_seconds(tpd_pid);
+    s->bench_cpu = procfs_cpu_seconds(getpid());
     s->t = bench_now();
     return 0;
 }

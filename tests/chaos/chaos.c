@@ -382,7 +382,7 @@ static int audit_setup(struct chaos *c)
 /* VmRSS of pid in kB; -1 when unavailable. */
 static long rss_kb(pid_t pid)
 {
-    return tp_proc_status_kb(pid, "VmRSS");
+    return procfs_status_kb(pid, "VmRSS");
 }
 
 /* Waits for pid (a child) at most ms, then SIGKILLs it. Returns the exit code or 128 + signal. */
@@ -615,31 +615,13 @@ static void feed(struct chaos *c)
         insert_tasks(c, ATTACK_BACKLOG);
 }
 
-/* CPU time (user + system) pid has used, in clock ticks; -1 when unavailable. */
-static long long cpu_ticks(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-    unsigned long long ut, st;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-        return -1;
-    return (long long)(ut + st);
-}
-
 /* One window of the attack phase: feeds, samples RSS and /healthz every 200 ms.
  * Returns completions per second over the window; *cpu gets taskpushd's CPU use over
  * it in % of one core. */
 static double attack_window(struct chaos *c, int seconds, bool during, double *cpu)
 {
     attack_figures *a = &c->atk;
-    long long cpu0 = cpu_ticks(c->d.pid);
+    double cpu0 = procfs_cpu_seconds(c->d.pid);
     long long start = completions(c), t = tp_mono_ms(), end = t + (long long)seconds * 1000, next = 0;
     while (tp_mono_ms() < end && !past_deadline(c)) {
         if (tp_mono_ms() >= next) {
@@ -657,11 +639,10 @@ static double attack_window(struct chaos *c, int seconds, bool during, double *c
         }
         tick(c);
     }
-    long long n = completions(c), cpu1 = cpu_ticks(c->d.pid);
+    long long n = completions(c);
+    double cpu1 = procfs_cpu_seconds(c->d.pid);
     double secs = (double)(tp_mono_ms() - t) / 1000.0;
-    *cpu = cpu0 >= 0 && cpu1 >= cpu0 && secs > 0
-               ? 100.0 * (double)(cpu1 - cpu0) / (double)sysconf(_SC_CLK_TCK) / secs
-               : -1;
+    *cpu = cpu0 >= 0 && cpu1 >= cpu0 && secs > 0 ? 100.0 * (cpu1 - cpu0) / secs : -1;
     return n >= start && start >= 0 && secs > 0 ? (double)(n - start) / secs : -1;
 }
 
@@ -692,8 +673,8 @@ static void attack_phase(struct chaos *c)
     a->q[0] = a->before = attack_window(c, c->o.before_s, false, &a->cpu_before);
     a->rss_base_kb = rss_kb(c->d.pid);
     a->rss_peak_kb = a->rss_base_kb;
-    a->anon_base_kb = tp_proc_status_kb(c->d.pid, "RssAnon");
-    a->file_base_kb = tp_proc_status_kb(c->d.pid, "RssFile");
+    a->anon_base_kb = procfs_status_kb(c->d.pid, "RssAnon");
+    a->file_base_kb = procfs_status_kb(c->d.pid, "RssFile");
     note(c, "attack phase: %.0f completions/s before; %d hostile connections in %d round%s of %d s", a->before,
          c->o.attack, a->rounds, a->rounds == 1 ? "" : "s", c->o.during_s);
     double cpu_sum = 0, during_sum = 0, ratio_sum = 0;
@@ -723,8 +704,8 @@ static void attack_phase(struct chaos *c)
     a->cpu_during = cpu_sum / a->rounds;
     a->after = a->q[a->rounds];
     a->rss_after_kb = rss_kb(c->d.pid);
-    a->anon_after_kb = tp_proc_status_kb(c->d.pid, "RssAnon");
-    a->file_after_kb = tp_proc_status_kb(c->d.pid, "RssFile");
+    a->anon_after_kb = procfs_status_kb(c->d.pid, "RssAnon");
+    a->file_after_kb = procfs_status_kb(c->d.pid, "RssFile");
     note(c, "attack phase: %.0f completions/s after; RSS %ld -> peak %ld -> %ld kB", a->after, a->rss_base_kb,
          a->rss_peak_kb, a->rss_after_kb);
 }

@@ -163,7 +163,7 @@ static uint64_t count_rows(struct fx *fx, const char *type, int state)
 /* VmRSS of the daemon in KiB. */
 static long rss_kib(const struct fx *fx)
 {
-    return tp_proc_status_kb(fx->d.pid, "VmRSS");
+    return procfs_status_kb(fx->d.pid, "VmRSS");
 }
 
 /* Closes the peers opened so far of one role, or all when role < 0 (the daemon sees
@@ -936,17 +936,17 @@ static void test_rss_back_to_baseline(void **state)
     close_peers(fx, -1);
     assert_true(PUMP_UNTIL(fx, stat_of(fx, "connections.open") == 0));
     tp_sleep_ms(1200);
-    long before = tp_proc_status_kb(fx->d.pid, "RssAnon");
+    long before = procfs_status_kb(fx->d.pid, "RssAnon");
     fx->npeers = 0;
     for (int i = 0; i < N; i++)
         worker_hello_types(fx, 1000 + i);
     assert_true(PUMP_UNTIL(fx, all_welcomed(fx)));
     assert_int_equal(stat_of(fx, "connections.open"), N);
-    long peak = tp_proc_status_kb(fx->d.pid, "RssAnon");
+    long peak = procfs_status_kb(fx->d.pid, "RssAnon");
     close_peers(fx, -1);
     assert_true(PUMP_UNTIL(fx, stat_of(fx, "connections.open") == 0));
     tp_sleep_ms(1200); /* the housekeeping trims freed memory once a second */
-    long after = tp_proc_status_kb(fx->d.pid, "RssAnon");
+    long after = procfs_status_kb(fx->d.pid, "RssAnon");
     print_message("# RssAnon %ld KiB before, %ld KiB with %d connections, %ld KiB after\n", before, peak, N, after);
 #if !defined(__SANITIZE_ADDRESS__)
     assert_true(before > 0 && after - before <= 256);

@@ -246,21 +246,3 @@ long long tp_daemon_stat(const tp_daemon *d, const char *dotted)
     json_decref(root);
     return v;
 }
-
-long tp_proc_status_kb(pid_t pid, const char *field)
-{
-    char path[64], line[256], fmt[64];
-    long kb = -1;
-    if (pid <= 0)
-        return -1;
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    snprintf(fmt, sizeof fmt, "%s: %%ld kB", field);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, fmt, &kb) == 1)
-            break;
-    fclose(f);
-    return kb;
-}

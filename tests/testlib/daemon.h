@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "procfs.h" /* the daemon's memory and CPU: procfs_status_kb(d.pid, "VmRSS") */
 #include "wait.h" /* tp_mono_ms(), tp_sleep_ms() */
 
 typedef struct tp_daemon {
@@ -58,11 +59,5 @@ long long tp_json_int_at(json_t *root, const char *dotted);
 
 /* The same read from a fresh GET /stats. */
 long long tp_daemon_stat(const tp_daemon *d, const char *dotted);
-
-/* One "Field: N kB" line of /proc/PID/status, e.g. "VmRSS", or "RssAnon" (the heap and
- * stacks without the library pages, which only grow as code runs for the first time);
- * -1 when unavailable. */
-long tp_proc_status_kb(pid_t pid, const char *field);
-
 
 #endif
