@@ -679,7 +679,9 @@ static void print_table(const bench_opts *o, const bench_run *runs, size_t nruns
         const bench_design *d = o->designs[i];
         double lo = 0, hi = 0;
         unsigned n = 0;
-        for (size_t r = 0; d->single && r < nruns; r++) {
+        if (!d->single)
+            continue;
+        for (size_t r = 0; r < nruns; r++) {
             if (!runs[r].verified || strcmp(runs[r].design, d->name) != 0 || runs[r].seconds <= 0)
                 continue;
             double rate = (double)runs[r].n / runs[r].seconds;
