@@ -143,6 +143,7 @@ struct claim_ctx {
     uint64_t announced_gen;  /* the one epoch was announced under */
     int64_t next_recover;    /* monotonic */
     dsp_strbuf sql;
+    dsp_strbuf ids_csv;    /* the claim's locked ids, formatted once (dsp_db_sql_id_csv) */
     uint64_t *recover_ids; /* recovery's scratch: one task_claim row's ids */
     size_t recover_cap;
     uint32_t bad_epoch;    /* the last task_claim row that listed no ids, logged once */
@@ -865,9 +866,11 @@ static int claim_lock(struct claim_ctx *x, struct claim_run *cr)
 {
     dsp_db *db = x->db;
 
+    dsp_strbuf_reset(&x->ids_csv);
+    dsp_db_sql_id_csv(&x->ids_csv, cr->ids, cr->nmine);
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_claim_lock(&x->sql, cr->now_ms, cr->ids, cr->nmine);
-    if (x->sql.oom)
+    dsp_db_sql_claim_lock(&x->sql, cr->now_ms, x->ids_csv.p, x->ids_csv.len);
+    if (x->ids_csv.oom || x->sql.oom)
         return STEP_OOM_ROLLBACK;
     atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
     if (mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
@@ -932,16 +935,22 @@ static int claim_mark(struct claim_ctx *x, struct claim_run *cr)
         if (x->cands[i].locked)
             cr->mark[cr->nmark++] = x->cands[i].id;
     if (cr->nmark > 0) {
+        /* Usually every row locked: the lock's list is the mark's (a set, in any order). */
+        if (cr->nmark != cr->nmine) {
+            dsp_strbuf_reset(&x->ids_csv);
+            dsp_db_sql_id_csv(&x->ids_csv, cr->mark, cr->nmark);
+        }
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_claim_mark(&x->sql, x->epoch, wall_ms(), cr->mark, cr->nmark);
-        if (x->sql.oom)
+        dsp_db_sql_claim_mark(&x->sql, x->epoch, wall_ms(), x->ids_csv.p, x->ids_csv.len);
+        if (x->ids_csv.oom || x->sql.oom)
             return STEP_OOM_ROLLBACK;
         if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &affected) < 0)
             return STEP_DB_ERROR;
         if (affected != cr->nmark)
             log_error(db->log, "claim marked %" PRIu64 " row(s) of %zu kept", affected, cr->nmark);
         /* The list recovery reads (task_claim), in the same transaction as the mark. */
-        int rc = dsp_dbi_claim_list(db, &x->c, &x->sql, x->epoch, cr->mark, cr->nmark, &seq);
+        int rc = dsp_dbi_claim_list(db, &x->c, &x->sql, x->epoch, x->ids_csv.p, x->ids_csv.len,
+                                    &seq);
         if (rc == -2)
             return STEP_OOM_ROLLBACK;
         if (rc < 0)
@@ -1510,6 +1519,7 @@ void *dsp_dbi_claim_main(void *arg)
     dsp_dbi_half_stop(x.half);
     claim_finish(&x);
     dsp_strbuf_free(&x.sql);
+    dsp_strbuf_free(&x.ids_csv);
     free(x.release_ids);
     free(x.recover_ids);
     free(x.cands);

@@ -50,6 +50,7 @@ struct dsp_claim_half {
 
     struct dbconn c;   /* the helper thread's only */
     dsp_strbuf sql;
+    dsp_strbuf ids_csv; /* the locked ids, formatted once for the three statements */
 };
 
 /* Reads the epoch counter with a shared lock: 1 when it is still epoch, 0 when it
@@ -72,9 +73,11 @@ static int half_lock(dsp_claim_half *h)
     dsp_db *db = h->db;
     MYSQL_ROW row;
 
+    dsp_strbuf_reset(&h->ids_csv);
+    dsp_db_sql_id_csv(&h->ids_csv, h->ids, h->n);
     dsp_strbuf_reset(&h->sql);
-    dsp_db_sql_claim_lock(&h->sql, h->now_ms, h->ids, h->n);
-    if (h->sql.oom)
+    dsp_db_sql_claim_lock(&h->sql, h->now_ms, h->ids_csv.p, h->ids_csv.len);
+    if (h->ids_csv.oom || h->sql.oom)
         return -1;
     atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
     if (mysql_real_query(h->c.m, h->sql.p, (unsigned long)h->sql.len) != 0 ||
@@ -124,12 +127,17 @@ static int half_run(dsp_claim_half *h)
         return -1;
     h->seq = 0;
     if (h->nlocked > 0) {
+        /* Every row locked: the lock's list is the mark's (a set, in any order). */
+        if (h->nlocked != h->n) {
+            dsp_strbuf_reset(&h->ids_csv);
+            dsp_db_sql_id_csv(&h->ids_csv, h->locked, h->nlocked);
+        }
         dsp_strbuf_reset(&h->sql);
-        dsp_db_sql_claim_mark(&h->sql, h->epoch, wall_ms(), h->locked, h->nlocked);
-        if (h->sql.oom || dsp_dbi_exec(&h->c, h->sql.p, h->sql.len, NULL) < 0)
+        dsp_db_sql_claim_mark(&h->sql, h->epoch, wall_ms(), h->ids_csv.p, h->ids_csv.len);
+        if (h->ids_csv.oom || h->sql.oom || dsp_dbi_exec(&h->c, h->sql.p, h->sql.len, NULL) < 0)
             return -1;
         /* Its own task_claim row, in its own transaction (db_claim.c claim_mark). */
-        if (dsp_dbi_claim_list(h->db, &h->c, &h->sql, h->epoch, h->locked, h->nlocked,
+        if (dsp_dbi_claim_list(h->db, &h->c, &h->sql, h->epoch, h->ids_csv.p, h->ids_csv.len,
                                &h->seq) < 0)
             return -1;
     }
@@ -298,6 +306,7 @@ void dsp_dbi_half_stop(dsp_claim_half *h)
     pthread_mutex_unlock(&h->mu);
     pthread_join(h->thr, NULL);
     dsp_strbuf_free(&h->sql);
+    dsp_strbuf_free(&h->ids_csv);
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     free(h);

@@ -14,11 +14,11 @@ struct open_claim {
 };
 
 int dsp_dbi_claim_list(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, uint32_t epoch,
-                       const uint64_t *ids, size_t n, uint64_t *seq)
+                       const char *ids_csv, size_t len, uint64_t *seq)
 {
     *seq = atomic_fetch_add_explicit(&db->claim_seq, 1, memory_order_relaxed) + 1;
     dsp_strbuf_reset(sql);
-    dsp_db_sql_claim_log_insert(sql, epoch, *seq, db->shard, ids, n);
+    dsp_db_sql_claim_log_insert(sql, epoch, *seq, db->shard, ids_csv, len);
     if (sql->oom)
         return -2;
     return dsp_dbi_exec(c, sql->p, sql->len, NULL) < 0 ? -1 : 0;

@@ -307,12 +307,12 @@ void dsp_dbi_lease_destroy(dsp_db *db);
 
 /* ---- db_claimlog.c: the claims listed in task_claim ---- */
 
-/* Inserts the task_claim row listing ids under epoch, on c in its current transaction
- * (or autocommit), with a new seq (unique in this process, so under each of its epochs)
- * stored in *seq. Returns 0, -1 on a database error (c->err set), or -2 out of memory
- * (nothing sent). */
+/* Inserts the task_claim row listing ids_csv (dsp_db_sql_id_csv's text, len bytes, at
+ * least one id) under epoch, on c in its current transaction (or autocommit), with a new
+ * seq (unique in this process, so under each of its epochs) stored in *seq. Returns 0,
+ * -1 on a database error (c->err set), or -2 out of memory (nothing sent). */
 int dsp_dbi_claim_list(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, uint32_t epoch,
-                       const uint64_t *ids, size_t n, uint64_t *seq);
+                       const char *ids_csv, size_t len, uint64_t *seq);
 /* The claim seq under epoch listed n rows now PROCESSING (its transaction committed).
  * A claim of another epoch than the one held forgets every older claim first: their
  * rows are the next leader's (recovery). Returns 0, or -1 out of memory (then the row

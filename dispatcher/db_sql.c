@@ -406,25 +406,38 @@ bool dsp_db_sql_write(dsp_strbuf *b, int kind, uint32_t epoch, int64_t now_ms,
     return true;
 }
 
-void dsp_db_sql_claim_lock(dsp_strbuf *b, int64_t now_ms, const uint64_t *ids, size_t n)
+void dsp_db_sql_id_csv(dsp_strbuf *b, const uint64_t *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dsp_strbuf_put_u64(b, i ? "," : "", ids[i]);
+}
+
+static void put_id_csv_list(dsp_strbuf *b, const char *ids_csv, size_t len)
+{
+    dsp_strbuf_puts(b, " WHERE task_id IN (");
+    dsp_strbuf_put(b, ids_csv, len);
+    dsp_strbuf_puts(b, ")");
+}
+
+void dsp_db_sql_claim_lock(dsp_strbuf *b, int64_t now_ms, const char *ids_csv, size_t len)
 {
     dsp_strbuf_puts(b, "SELECT task_id, attempts, max_attempts, timeout_ms, payload"
                        " FROM task FORCE INDEX (PRIMARY)");
-    put_id_list(b, ids, NULL, n);
+    put_id_csv_list(b, ids_csv, len);
     dsp_strbuf_printf(b,
                       " AND task_state = 0 AND `delayed` = 0 AND run_after <= %" PRId64
                       " FOR UPDATE SKIP LOCKED",
                       now_ms);
 }
 
-void dsp_db_sql_claim_mark(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const uint64_t *ids,
-                           size_t n)
+void dsp_db_sql_claim_mark(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const char *ids_csv,
+                           size_t len)
 {
     dsp_strbuf_printf(b,
                       "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 1, epoch = %" PRIu32
                       ", last_update_time = %" PRId64,
                       epoch, now_ms);
-    put_id_list(b, ids, NULL, n);
+    put_id_csv_list(b, ids_csv, len);
 }
 
 void dsp_db_sql_release_ids(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const uint64_t *ids,
@@ -505,14 +518,14 @@ void dsp_db_sql_recover_ids(dsp_strbuf *b, uint32_t row_epoch, int64_t now_ms,
 }
 
 void dsp_db_sql_claim_log_insert(dsp_strbuf *b, uint32_t epoch, uint64_t seq, const char *shard,
-                                 const uint64_t *ids, size_t n)
+                                 const char *ids_csv, size_t len)
 {
-    /* The shard name is [A-Za-z0-9_.-] (shard.c): no quoting needed. */
+    /* The shard name is [A-Za-z0-9_.-] (shard.c) and the list digits and commas: no
+     * quoting needed. */
     dsp_strbuf_printf(b, "INSERT INTO task_claim (epoch, seq, shard, task_ids) VALUES (%" PRIu32
                          ", %" PRIu64 ", '%s', '",
                       epoch, seq, shard ? shard : "");
-    for (size_t i = 0; i < n; i++)
-        dsp_strbuf_put_u64(b, i ? "," : "", ids[i]);
+    dsp_strbuf_put(b, ids_csv, len);
     dsp_strbuf_puts(b, "')");
 }
 

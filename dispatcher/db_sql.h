@@ -94,6 +94,11 @@ size_t dsp_db_sql_write_row_cost(int kind, const dsp_db_sql_row *row);
 bool dsp_db_sql_write(dsp_strbuf *b, int kind, uint32_t epoch, int64_t now_ms,
                       const dsp_db_sql_row *rows, size_t n);
 
+/* Appends ids[0..n) as "id,id,...", the form task_claim.task_ids stores. A claim formats
+ * its ids once and hands the text to its lock, its mark and its task_claim row (each
+ * claim names 1,000 to 2,000 ids three times). */
+void dsp_db_sql_id_csv(dsp_strbuf *b, const uint64_t *ids, size_t n);
+
 /* Appends the claim's lock of the candidates it kept (see dsp_claim_sql_candidates),
  * by primary key, reading what the dispatcher needs of each:
  *   SELECT task_id, attempts, max_attempts, timeout_ms, payload
@@ -101,8 +106,9 @@ bool dsp_db_sql_write(dsp_strbuf *b, int kind, uint32_t epoch, int64_t now_ms,
  *     AND `delayed` = 0 AND run_after <= now_ms FOR UPDATE SKIP LOCKED
  * The state is read again under the lock: a row changed since the candidates' read
  * (cancelled, say) or locked by another transaction is not returned and stays as it is.
- * Rows come in primary-key order, not in the order of ids. */
-void dsp_db_sql_claim_lock(dsp_strbuf *b, int64_t now_ms, const uint64_t *ids, size_t n);
+ * Rows come in primary-key order, not in the order of the list. ids_csv is the kept
+ * ids as dsp_db_sql_id_csv wrote them (len bytes, at least one id). */
+void dsp_db_sql_claim_lock(dsp_strbuf *b, int64_t now_ms, const char *ids_csv, size_t len);
 
 /* The columns of dsp_db_sql_claim_lock's rows. */
 enum {
@@ -114,11 +120,11 @@ enum {
     DSP_DB_SQL_LOCK_NCOLS
 };
 
-/* Appends the claim's mark of exactly the kept rows:
+/* Appends the claim's mark of exactly the rows it locked (ids_csv as for the lock):
  *   UPDATE task FORCE INDEX (PRIMARY) SET task_state = 1, epoch = E,
  *     last_update_time = now_ms WHERE task_id IN (...) */
-void dsp_db_sql_claim_mark(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const uint64_t *ids,
-                           size_t n);
+void dsp_db_sql_claim_mark(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const char *ids_csv,
+                           size_t len);
 
 /* Appends the release of rows whose claim may have committed while its answer was
  * lost (back to NEW, no attempt used):
@@ -153,9 +159,10 @@ void dsp_db_sql_type_in(dsp_strbuf *b, const char *const *types, size_t n);
  * and recovery reads those rows (docs/schema.md, task_claim). */
 
 /* Appends the row of one claim: INSERT INTO task_claim (epoch, seq, shard, task_ids)
- * VALUES (E, S, 'shard', 'id,id,...'); n >= 1, shard NULL or "" when unsharded. */
+ * VALUES (E, S, 'shard', 'id,id,...'), the list being ids_csv (dsp_db_sql_id_csv, at
+ * least one id); shard NULL or "" when unsharded. */
 void dsp_db_sql_claim_log_insert(dsp_strbuf *b, uint32_t epoch, uint64_t seq, const char *shard,
-                                 const uint64_t *ids, size_t n);
+                                 const char *ids_csv, size_t len);
 /* Appends DELETE FROM task_claim WHERE epoch = E AND seq IN (...) over seqs[0..n), n >= 1. */
 void dsp_db_sql_claim_log_delete(dsp_strbuf *b, uint32_t epoch, const uint64_t *seqs, size_t n);
 /* Appends the locking read of the next row, after (after_epoch, after_seq) in (epoch,

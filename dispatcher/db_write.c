@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,7 +167,9 @@ static int write_adopt(struct write_ctx *w, size_t i)
     /* Listed in task_claim under our epoch first (autocommit): a crash between the two
      * statements leaves a list naming a row that is not ours, which recovery skips, and
      * never a row of ours that no list names. */
-    switch (dsp_dbi_claim_list(w->db, &w->c, &w->sql, e->epoch, &e->o.task_id, 1, &seq)) {
+    char id_csv[24];
+    int id_len = snprintf(id_csv, sizeof id_csv, "%" PRIu64, e->o.task_id);
+    switch (dsp_dbi_claim_list(w->db, &w->c, &w->sql, e->epoch, id_csv, (size_t)id_len, &seq)) {
     case -2: return -1;
     case -1:
         if (dsp_dbi_error_is_transient(w->c.err))

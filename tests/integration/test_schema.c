@@ -1177,7 +1177,10 @@ static void test_claim_candidates_then_lock(void **ctx)
     assert_int_equal(tp_testdb_exec(db, "UPDATE task SET task_state = 3 WHERE task_id = %" PRIu64,
                                     want[1]),
                      1);
-    dsp_db_sql_claim_lock(&lock, st->big_now_ms, cand, (size_t)nc);
+    dsp_strbuf cand_csv = {0};
+    dsp_db_sql_id_csv(&cand_csv, cand, (size_t)nc);
+    dsp_db_sql_claim_lock(&lock, st->big_now_ms, cand_csv.p, cand_csv.len);
+    dsp_strbuf_free(&cand_csv);
     assert_false(lock.oom);
     nl = query_ids(db->conn, lock.p, &locked);
     assert_int_equal(nl, CLAIM_N - 2);

@@ -128,6 +128,22 @@ static void rows_fill(struct rows *r)
     }
 }
 
+/* As a claim does: its ids formatted once, then the mark (5) or the task_claim row (9)
+ * built from that text; a failure of either allocation shows as b->oom, as the claim
+ * thread treats it. */
+static void claim_csv_then(dsp_strbuf *b, const struct rows *r, int which)
+{
+    dsp_strbuf csv = {0};
+    dsp_db_sql_id_csv(&csv, r->ids, NROWS);
+    if (csv.oom)
+        b->oom = true;
+    else if (which == 5)
+        dsp_db_sql_claim_mark(b, 9, 1, csv.p, csv.len);
+    else
+        dsp_db_sql_claim_log_insert(b, 9, 1, "", csv.p, csv.len);
+    dsp_strbuf_free(&csv);
+}
+
 /* Builder number `which` into b; false when there is no such builder. */
 static bool build(int which, dsp_strbuf *b, const struct rows *r)
 {
@@ -140,7 +156,7 @@ static bool build(int which, dsp_strbuf *b, const struct rows *r)
         (void)dsp_db_sql_write(b, which, 9, 123456789, r->row, NROWS);
         return true;
     case 5:
-        dsp_db_sql_claim_mark(b, 9, 1, r->ids, NROWS);
+        claim_csv_then(b, r, 5);
         return true;
     case 6:
         dsp_db_sql_release_ids(b, 9, 1, r->ids, NROWS);
@@ -153,7 +169,7 @@ static bool build(int which, dsp_strbuf *b, const struct rows *r)
         return true;
     case 9:
         dsp_db_sql_recover_ids(b, 9, 1, r->ids, NROWS, NULL);
-        dsp_db_sql_claim_log_insert(b, 9, 1, "", r->ids, NROWS);
+        claim_csv_then(b, r, 9);
         return true;
     case 10:
         dsp_db_sql_stats_counts(b, 1, NULL);

@@ -419,16 +419,19 @@ static void claim_mark_and_release(void **state)
 {
     (void)state;
     const uint64_t ids[] = {5, 3, UINT64_MAX};
-    dsp_strbuf b = {0};
-    dsp_db_sql_claim_mark(&b, 2, 77, ids, 3);
+    dsp_strbuf b = {0}, csv = {0};
+    dsp_db_sql_id_csv(&csv, ids, 3);
+    assert_string_equal(csv.p, "5,3,18446744073709551615");
+    dsp_db_sql_claim_mark(&b, 2, 77, csv.p, csv.len);
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 1, epoch = 2,"
-                             " last_update_time = 77 WHERE task_id IN (5, 3, 18446744073709551615)");
+                             " last_update_time = 77 WHERE task_id IN (5,3,18446744073709551615)");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_claim_lock(&b, 77, ids, 3);
+    dsp_db_sql_claim_lock(&b, 77, csv.p, csv.len);
     assert_string_equal(b.p, "SELECT task_id, attempts, max_attempts, timeout_ms, payload FROM task"
-                             " FORCE INDEX (PRIMARY) WHERE task_id IN (5, 3, 18446744073709551615)"
+                             " FORCE INDEX (PRIMARY) WHERE task_id IN (5,3,18446744073709551615)"
                              " AND task_state = 0 AND `delayed` = 0 AND run_after <= 77"
                              " FOR UPDATE SKIP LOCKED");
+    dsp_strbuf_free(&csv);
     dsp_strbuf_reset(&b);
     dsp_db_sql_release_ids(&b, 2, 77, ids, 1);
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 0,"
@@ -535,9 +538,18 @@ static void recover_and_stats(void **state)
                              " AND (epoch > 4 OR (epoch = 4 AND seq > 17))"
                              " ORDER BY epoch, seq LIMIT 1 FOR UPDATE");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_claim_log_insert(&b, 9, 3, "video", ids, 3);
+    dsp_strbuf csv = {0};
+    dsp_db_sql_id_csv(&csv, ids, 3);
+    dsp_db_sql_claim_log_insert(&b, 9, 3, "video", csv.p, csv.len);
     assert_string_equal(b.p, "INSERT INTO task_claim (epoch, seq, shard, task_ids)"
                              " VALUES (9, 3, 'video', '7,9,12')");
+    /* What the claim writes, recovery reads back. */
+    uint64_t back[4];
+    size_t nback = 0;
+    assert_int_equal(dsp_claim_ids_parse(csv.p, csv.len, back, 4, &nback), 0);
+    assert_int_equal(nback, 3);
+    assert_memory_equal(back, ids, sizeof ids);
+    dsp_strbuf_free(&csv);
     dsp_strbuf_reset(&b);
     dsp_db_sql_claim_log_delete(&b, 9, seqs, 2);
     assert_string_equal(b.p, "DELETE FROM task_claim WHERE epoch = 9 AND seq IN (5, 6)");
