@@ -561,6 +561,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
         c->frame_started_ms = 0;
     else if (c->frame_started_ms == 0)
         c->frame_started_ms = c->last_rx_ms;
+    dsp_dispatch_refill(srv, c);
     if (c->read_suspended && evbuffer_get_length(in) < c->read_high) {
         c->read_suspended = false;
         event_add(c->read_ev, NULL);

@@ -472,12 +472,25 @@ void dsp_dispatch_lease_defer(dsp_server *srv, dsp_task *t, int64_t at_ms)
 /* Outcomes handed to the database and not yet written. Each would run again if the
  * daemon died now, so dispatch waits while there are more than --max-unwritten: the
  * duplicates of a crash stay bounded by what is in flight plus that. */
+static bool unwritten_over_limit(const dsp_server *srv)
+{
+    return (int64_t)(srv->noutbox + dsp_db_pending_writes(srv->db)) > srv->cfg->max_unwritten;
+}
+
 static bool too_many_unwritten(dsp_server *srv)
 {
-    if ((int64_t)(srv->noutbox + dsp_db_pending_writes(srv->db)) <= srv->cfg->max_unwritten)
+    if (!unwritten_over_limit(srv))
         return false;
     srv->conn_stats.dispatch_throttled_total++;
     return true;
+}
+
+/* Dispatch order across types: whether h, the head of one type's queue, goes out before
+ * bt, the best head seen so far (NULL: none yet): the higher priority, then the lower
+ * seq. */
+static bool goes_first(const dsp_task *h, const dsp_task *bt)
+{
+    return !bt || prio_of(h) > prio_of(bt) || (prio_of(h) == prio_of(bt) && h->seq < bt->seq);
 }
 
 /* Least-loaded with many workers goes through the type's heap, rebuilt at each pass
@@ -506,6 +519,25 @@ static void ll_dirty_others(dsp_conn *c, const dsp_type *ty)
             c->types[i]->ll.gen = 0;
 }
 
+/* Hands ty's next task to c, which has a free slot. false (nothing done) when its lease
+ * finds no memory. */
+static bool deliver_next(dsp_server *srv, dsp_type *ty, dsp_conn *c, int64_t pass_us, int64_t now)
+{
+    /* The lease's place in the heap, taken before the task leaves its queue. */
+    if (dsp_deadline_reserve(&srv->leases, srv->leases.n + 1) < 0) {
+        log_error(&srv->log, "out of memory: dispatch waits");
+        return false;
+    }
+    if (ty->max_rate)
+        dsp_bucket_take(&ty->bucket, ty->max_rate, now);
+    dsp_task *t = dsp_dispatch_dequeue(srv, ty);
+    srv->nbuffered--;
+    t->delivered_us = pass_us;
+    ll_dirty_others(c, ty);
+    dsp_conn_deliver(c, t, now);
+    return true;
+}
+
 void dsp_dispatch_run(dsp_server *srv)
 {
     if (!srv->busy_types || srv->room == 0 || too_many_unwritten(srv))
@@ -514,8 +546,7 @@ void dsp_dispatch_run(dsp_server *srv)
     int64_t pass_us = dsp_now_us(), now = pass_us / 1000;
     srv->sched_gen++;
     for (;;) {
-        /* The type whose next task comes first (the highest priority, then the lowest
-         * seq), among types with room.
+        /* The type whose next task comes first, among types with room.
          * Only types with buffered tasks are looked at: a pass costs the same however
          * many idle types workers registered. */
         dsp_type *best = NULL;
@@ -524,7 +555,7 @@ void dsp_dispatch_run(dsp_server *srv)
             if (ty->room == 0 || ty->paused || !limit_allows(srv, ty, now))
                 continue;
             const dsp_task *h = dsp_dispatch_peek(ty);
-            if (!bt || prio_of(h) > prio_of(bt) || (prio_of(h) == prio_of(bt) && h->seq < bt->seq)) {
+            if (goes_first(h, bt)) {
                 best = ty;
                 bt = h;
             }
@@ -538,19 +569,36 @@ void dsp_dispatch_run(dsp_server *srv)
             best->room = 0;
             continue;
         }
-        /* The lease's place in the heap, taken before the task leaves its queue. */
-        if (dsp_deadline_reserve(&srv->leases, srv->leases.n + 1) < 0) {
-            log_error(&srv->log, "out of memory: dispatch waits");
+        if (!deliver_next(srv, best, container_of(best->workers[i], dsp_conn, slots), pass_us, now))
             break;
+    }
+}
+
+void dsp_dispatch_refill(dsp_server *srv, dsp_conn *c)
+{
+    if (srv->nbuffered == 0 || free_slots(c) == 0 || !c->slots.accepting ||
+        c->state != DSP_CONN_ACTIVE || dsp_dispatch_stopped(srv) || srv->paused_all ||
+        unwritten_over_limit(srv))
+        return;
+    int64_t pass_us = dsp_now_us(), now = pass_us / 1000;
+    while (free_slots(c) > 0) {
+        dsp_type *best = NULL;
+        const dsp_task *bt = NULL;
+        for (size_t i = 0; i < c->ntypes; i++) {
+            dsp_type *ty = c->types[i];
+            if (ty->nbuffered == 0 || ty->paused || !limit_allows(srv, ty, now))
+                continue;
+            const dsp_task *h = dsp_dispatch_peek(ty);
+            if (goes_first(h, bt)) {
+                best = ty;
+                bt = h;
+            }
         }
-        dsp_conn *c = container_of(best->workers[i], dsp_conn, slots);
-        if (best->max_rate)
-            dsp_bucket_take(&best->bucket, best->max_rate, now);
-        dsp_task *t = dsp_dispatch_dequeue(srv, best);
-        srv->nbuffered--;
-        t->delivered_us = pass_us;
-        ll_dirty_others(c, best);
-        dsp_conn_deliver(c, t, now);
+        /* Another worker of that type has room as well: choosing between them is the
+         * scheduler's, in the pass at the end of this loop iteration. */
+        if (!best || best->room > (uint64_t)free_slots(c) ||
+            !deliver_next(srv, best, c, pass_us, now))
+            break;
     }
 }
 

@@ -160,6 +160,13 @@ void dsp_dispatch_lease_defer(dsp_server *srv, dsp_task *t, int64_t at_ms);
 bool dsp_dispatch_stopped(const dsp_server *srv);
 /* One dispatch pass: buffered tasks to workers with room, in dispatch order. */
 void dsp_dispatch_run(dsp_server *srv);
+/* c's DONEs were just read: while tasks of its types are buffered and no other worker
+ * of theirs has a free slot (so any scheduler would choose c), c gets them now, in
+ * dispatch order, rather than in the pass at the end of this loop iteration. When many
+ * workers answer in one iteration and fewer tasks are buffered than their free slots,
+ * the first to answer are filled, in one write each, instead of every one getting a
+ * share in a write of its own (bench/README.md, "Refills as DONEs are read"). */
+void dsp_dispatch_refill(dsp_server *srv, dsp_conn *c);
 /* Asks the database thread for the next claim when room and pacing allow. */
 /* Rows were just committed ready (a SUBMIT): claims now rather than at the next poll,
  * and once more after a claim already running, whose answer may predate them. */

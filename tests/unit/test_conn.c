@@ -27,6 +27,7 @@
 
 #include "config.h"
 #include "conn.h"
+#include "dispatch.h"
 #include "proto.h"
 #include "server.h"
 
@@ -408,6 +409,191 @@ static void test_direct_write_and_rest(void **state)
     assert_int_equal(f->srv.nconns, 1);
 }
 
+/* ---- refills: two workers on their own socketpairs, frames read here ---- */
+
+/* A worker end for the scheduling tests, with the deliveries it holds. */
+typedef struct worker {
+    int fd;
+    uint8_t in[16384];
+    size_t nin;
+    uint64_t ids[16];
+    uint32_t epochs[16], attempts[16];
+    size_t nheld;  /* TASKs received and not answered yet */
+    bool welcomed;
+} worker;
+
+/* Takes in what the server sent w: TASKs join w's deliveries, WELCOME is noted, the
+ * rest (CONFIRM) is read past. */
+static void worker_take(worker *w)
+{
+    if (w->fd < 0)
+        return; /* not connected yet */
+    for (;;) {
+        ssize_t n = recv(w->fd, w->in + w->nin, sizeof w->in - w->nin, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        assert_true(n > 0);
+        w->nin += (size_t)n;
+    }
+    size_t at = 0;
+    for (;;) {
+        uint32_t body_len = 0;
+        proto_msg m;
+        int st = proto_frame_check(w->in + at, w->nin - at, PROTO_MAX_BODY_DEFAULT, &body_len);
+        if (st == PROTO_NEED_MORE)
+            break;
+        assert_int_equal(st, PROTO_OK);
+        assert_int_equal(proto_msg_decode(w->in + at + PROTO_LEN_PREFIX, body_len, &m), PROTO_OK);
+        if (m.type == PROTO_WELCOME)
+            w->welcomed = true;
+        if (m.type == PROTO_TASK) {
+            assert_true(w->nheld < 16);
+            w->ids[w->nheld] = m.u.task.task_id;
+            w->epochs[w->nheld] = m.u.task.epoch;
+            w->attempts[w->nheld++] = m.u.task.attempt;
+        }
+        at += PROTO_LEN_PREFIX + (size_t)body_len;
+    }
+    memmove(w->in, w->in + at, w->nin - at);
+    w->nin -= at;
+}
+
+/* One loop pass of the server, then each worker takes in what it was sent. */
+static void pump_workers(fixture *f, worker *a, worker *b)
+{
+    event_base_loop(f->srv.base, EVLOOP_NONBLOCK);
+    worker_take(a);
+    worker_take(b);
+}
+
+/* A connection for w, its HELLO (capacity 2, type "resize"), and its WELCOME. */
+static void worker_join(fixture *f, worker *w, worker *other, const char *name)
+{
+    int sv[2];
+    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(40001)};
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    peer.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    dsp_conn_accept(&f->srv, sv[0], (const struct sockaddr *)&peer, (int)sizeof peer);
+    w->fd = sv[1];
+    assert_int_equal(evutil_make_socket_nonblocking(w->fd), 0);
+    proto_msg m = {.type = PROTO_HELLO};
+    m.u.hello.version = PROTO_VERSION;
+    m.u.hello.capacity = 2;
+    m.u.hello.name = (proto_bytes){(const uint8_t *)name, strlen(name)};
+    m.u.hello.ntypes = 1;
+    m.u.hello.types[0] = (proto_bytes){(const uint8_t *)"resize", 6};
+    uint8_t buf[512];
+    size_t n = proto_msg_encode(&m, buf, sizeof buf);
+    assert_int_equal(send(w->fd, buf, n, MSG_NOSIGNAL), (ssize_t)n);
+    for (int pass = 0; pass < MAX_PASSES && !w->welcomed; pass++)
+        pump_workers(f, w, other);
+    assert_true(w->welcomed);
+}
+
+/* Buffers n claimed tasks of "resize", as a claim's answer does (server.c), without
+ * asking for a dispatch pass. */
+static void buffer_tasks(fixture *f, uint64_t first_id, size_t n)
+{
+    dsp_server *srv = &f->srv;
+    dsp_type *ty = dsp_server_type_find(srv, (const uint8_t *)"resize", 6);
+    assert_non_null(ty);
+    for (size_t i = 0; i < n; i++) {
+        dsp_task *t = dsp_server_task_new(srv);
+        assert_non_null(t);
+        t->id = first_id + i;
+        dsp_deadline_node_init(&t->lease);
+        t->seq = srv->next_seq++;
+        t->type = ty;
+        t->max_attempts = 3;
+        t->timeout_ms = 60000;
+        t->priority = 1;
+        assert_int_equal(dsp_taskmap_put(&srv->tasks, t->id, t), 0);
+        dsp_dispatch_enqueue(srv, ty, t);
+        srv->nbuffered++;
+    }
+}
+
+/* w answers every delivery it holds with a success, in one write. */
+static void worker_done_all(worker *w)
+{
+    uint8_t buf[4096];
+    size_t len = 0;
+    for (size_t i = 0; i < w->nheld; i++) {
+        proto_msg m = {.type = PROTO_DONE};
+        m.u.done.task_id = w->ids[i];
+        m.u.done.epoch = w->epochs[i];
+        m.u.done.attempt = w->attempts[i];
+        m.u.done.outcome = PROTO_OUTCOME_SUCCESS;
+        size_t n = proto_msg_encode(&m, buf + len, sizeof buf - len);
+        assert_true(n > 0);
+        len += n;
+    }
+    assert_int_equal(send(w->fd, buf, len, MSG_NOSIGNAL), (ssize_t)len);
+    w->nheld = 0;
+}
+
+/* Two workers of capacity 2, both full; 2 tasks wait. Both answer in the same loop pass:
+ * the first whose DONEs are read is refilled with both tasks in one write, rather than
+ * each getting one (the pass's least-loaded choice once both answers are known). */
+static void test_refill_fills_the_first_to_answer(void **state)
+{
+    fixture *f = *state;
+    worker a = {.fd = -1}, b = {.fd = -1};
+    worker_join(f, &a, &b, "a");
+    worker_join(f, &b, &a, "b");
+    buffer_tasks(f, 100, 4);
+    dsp_server_kick(&f->srv);
+    for (int pass = 0; pass < MAX_PASSES && a.nheld + b.nheld < 4; pass++)
+        pump_workers(f, &a, &b);
+    assert_int_equal(a.nheld, 2); /* both idle: the pass gives each its 2 */
+    assert_int_equal(b.nheld, 2);
+
+    buffer_tasks(f, 200, 2); /* no room: they wait */
+    worker_done_all(&a);
+    worker_done_all(&b);
+    for (int pass = 0; pass < 64; pass++)
+        pump_workers(f, &a, &b);
+    assert_int_equal(f->srv.task_stats.succeeded_total, 4);
+    assert_int_equal(f->srv.nbuffered, 0);
+    assert_true((a.nheld == 2 && b.nheld == 0) || (a.nheld == 0 && b.nheld == 2));
+    worker *got = a.nheld ? &a : &b;
+    assert_true(got->ids[0] == 200 && got->ids[1] == 201); /* in dispatch order */
+    close(a.fd);
+    close(b.fd);
+}
+
+/* When another worker of the type already has a free slot, the worker whose DONEs are
+ * read is not refilled on the spot: the pass chooses among both by the scheduler, and
+ * least-loaded, both idle, gives each one task. */
+static void test_refill_leaves_the_choice_to_the_scheduler(void **state)
+{
+    fixture *f = *state;
+    worker a = {.fd = -1}, b = {.fd = -1};
+    worker_join(f, &a, &b, "a");
+    worker_join(f, &b, &a, "b");
+    buffer_tasks(f, 100, 2);
+    dsp_server_kick(&f->srv);
+    for (int pass = 0; pass < MAX_PASSES && a.nheld + b.nheld < 2; pass++)
+        pump_workers(f, &a, &b);
+    assert_int_equal(a.nheld + b.nheld, 2); /* one each */
+    assert_int_equal(a.nheld, 1);
+    worker_done_all(&b); /* b is idle, its free slots known */
+    for (int pass = 0; pass < 64; pass++)
+        pump_workers(f, &a, &b);
+    assert_int_equal(f->srv.task_stats.succeeded_total, 1);
+
+    buffer_tasks(f, 200, 2); /* buffered while b has room: no pass asked for yet */
+    worker_done_all(&a);
+    for (int pass = 0; pass < 64; pass++)
+        pump_workers(f, &a, &b);
+    assert_int_equal(f->srv.task_stats.succeeded_total, 2);
+    assert_int_equal(f->srv.nbuffered, 0);
+    assert_int_equal(a.nheld, 1);
+    assert_int_equal(b.nheld, 1);
+    close(a.fd);
+    close(b.fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -423,6 +609,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_frame_budget_yields, setup, teardown),
         cmocka_unit_test_setup_teardown(test_half_frame_stalls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_direct_write_and_rest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refill_fills_the_first_to_answer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refill_leaves_the_choice_to_the_scheduler, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
