@@ -485,12 +485,19 @@ static bool too_many_unwritten(dsp_server *srv)
     return true;
 }
 
-/* Dispatch order across types: whether h, the head of one type's queue, goes out before
- * bt, the best head seen so far (NULL: none yet): the higher priority, then the lower
- * seq. */
-static bool goes_first(const dsp_task *h, const dsp_task *bt)
+/* Dispatch order across types: ty, which has buffered tasks, becomes *best when it may
+ * start one now and its next task goes out before *bt, the best head seen so far (NULL:
+ * none yet): the higher priority, then the lower seq. */
+static void keep_if_first(dsp_server *srv, dsp_type *ty, int64_t now, dsp_type **best,
+                          const dsp_task **bt)
 {
-    return !bt || prio_of(h) > prio_of(bt) || (prio_of(h) == prio_of(bt) && h->seq < bt->seq);
+    if (ty->paused || !limit_allows(srv, ty, now))
+        return;
+    const dsp_task *h = dsp_dispatch_peek(ty);
+    if (!*bt || prio_of(h) > prio_of(*bt) || (prio_of(h) == prio_of(*bt) && h->seq < (*bt)->seq)) {
+        *best = ty;
+        *bt = h;
+    }
 }
 
 /* Least-loaded with many workers goes through the type's heap, rebuilt at each pass
@@ -551,15 +558,9 @@ void dsp_dispatch_run(dsp_server *srv)
          * many idle types workers registered. */
         dsp_type *best = NULL;
         const dsp_task *bt = NULL;
-        for (dsp_type *ty = srv->busy_types; ty; ty = ty->busy_next) {
-            if (ty->room == 0 || ty->paused || !limit_allows(srv, ty, now))
-                continue;
-            const dsp_task *h = dsp_dispatch_peek(ty);
-            if (goes_first(h, bt)) {
-                best = ty;
-                bt = h;
-            }
-        }
+        for (dsp_type *ty = srv->busy_types; ty; ty = ty->busy_next)
+            if (ty->room > 0)
+                keep_if_first(srv, ty, now, &best, &bt);
         if (!best)
             break;
         int i = pick_worker(srv, best);
@@ -584,16 +585,9 @@ void dsp_dispatch_refill(dsp_server *srv, dsp_conn *c)
     while (free_slots(c) > 0) {
         dsp_type *best = NULL;
         const dsp_task *bt = NULL;
-        for (size_t i = 0; i < c->ntypes; i++) {
-            dsp_type *ty = c->types[i];
-            if (ty->nbuffered == 0 || ty->paused || !limit_allows(srv, ty, now))
-                continue;
-            const dsp_task *h = dsp_dispatch_peek(ty);
-            if (goes_first(h, bt)) {
-                best = ty;
-                bt = h;
-            }
-        }
+        for (size_t i = 0; i < c->ntypes; i++)
+            if (c->types[i]->nbuffered > 0)
+                keep_if_first(srv, c->types[i], now, &best, &bt);
         /* Another worker of that type has room as well: choosing between them is the
          * scheduler's, in the pass at the end of this loop iteration. */
         if (!best || best->room > (uint64_t)free_slots(c) ||

@@ -532,6 +532,18 @@ static void worker_done_all(worker *w)
     w->nheld = 0;
 }
 
+/* Workers a and b join, n tasks (ids from 100) are buffered and a pass hands them out. */
+static void two_workers_given(fixture *f, worker *a, worker *b, size_t n)
+{
+    worker_join(f, a, b, "a");
+    worker_join(f, b, a, "b");
+    buffer_tasks(f, 100, n);
+    dsp_server_kick(&f->srv);
+    for (int pass = 0; pass < MAX_PASSES && a->nheld + b->nheld < n; pass++)
+        pump_workers(f, a, b);
+    assert_int_equal(a->nheld + b->nheld, n);
+}
+
 /* Two workers of capacity 2, both full; 2 tasks wait. Both answer in the same loop pass:
  * the first whose DONEs are read is refilled with both tasks in one write, rather than
  * each getting one (the pass's least-loaded choice once both answers are known). */
@@ -539,12 +551,7 @@ static void test_refill_fills_the_first_to_answer(void **state)
 {
     fixture *f = *state;
     worker a = {.fd = -1}, b = {.fd = -1};
-    worker_join(f, &a, &b, "a");
-    worker_join(f, &b, &a, "b");
-    buffer_tasks(f, 100, 4);
-    dsp_server_kick(&f->srv);
-    for (int pass = 0; pass < MAX_PASSES && a.nheld + b.nheld < 4; pass++)
-        pump_workers(f, &a, &b);
+    two_workers_given(f, &a, &b, 4);
     assert_int_equal(a.nheld, 2); /* both idle: the pass gives each its 2 */
     assert_int_equal(b.nheld, 2);
 
@@ -569,14 +576,8 @@ static void test_refill_leaves_the_choice_to_the_scheduler(void **state)
 {
     fixture *f = *state;
     worker a = {.fd = -1}, b = {.fd = -1};
-    worker_join(f, &a, &b, "a");
-    worker_join(f, &b, &a, "b");
-    buffer_tasks(f, 100, 2);
-    dsp_server_kick(&f->srv);
-    for (int pass = 0; pass < MAX_PASSES && a.nheld + b.nheld < 2; pass++)
-        pump_workers(f, &a, &b);
-    assert_int_equal(a.nheld + b.nheld, 2); /* one each */
-    assert_int_equal(a.nheld, 1);
+    two_workers_given(f, &a, &b, 2);
+    assert_int_equal(a.nheld, 1); /* one each */
     worker_done_all(&b); /* b is idle, its free slots known */
     for (int pass = 0; pass < 64; pass++)
         pump_workers(f, &a, &b);
