@@ -143,7 +143,7 @@ struct claim_ctx {
     uint64_t announced_gen;  /* the one epoch was announced under */
     int64_t next_recover;    /* monotonic */
     dsp_strbuf sql;
-    dsp_strbuf ids_csv;    /* the claim's locked ids, formatted once (dsp_db_sql_id_csv) */
+    dsp_strbuf ids_csv;    /* the ids this thread locks, then marks: formatted once a claim */
     uint64_t *recover_ids; /* recovery's scratch: one task_claim row's ids */
     size_t recover_cap;
     uint32_t bad_epoch;    /* the last task_claim row that listed no ids, logged once */

@@ -50,7 +50,7 @@ struct dsp_claim_half {
 
     struct dbconn c;   /* the helper thread's only */
     dsp_strbuf sql;
-    dsp_strbuf ids_csv; /* the locked ids, formatted once for the three statements */
+    dsp_strbuf ids_csv; /* the job's ids, then the locked ones: formatted once a claim */
 };
 
 /* Reads the epoch counter with a shared lock: 1 when it is still epoch, 0 when it
