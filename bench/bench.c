@@ -31,6 +31,9 @@ const size_t bench_ndesigns = sizeof bench_designs / sizeof bench_designs[0];
 /* The polling designs crawl at K >= 64 (100-400 tasks/s: a run of 10,000 rows took
  * 30 s to 3 min each); 2,000 rows still take several seconds there. */
 #define DEFAULT_N_POLL_LARGE_K 2000u
+/* A polling run stops claiming after this long (--poll-seconds): a design that
+ * collapses must not hold the comparison for an hour (designs_poll.c). */
+#define DEFAULT_POLL_SECONDS 60u
 #define QUICK_N 2000u
 #define QUICK_N_POLL 400u
 /* The modes beyond the drain: full size, and --quick's. */
@@ -52,7 +55,7 @@ static const char *const mode_names[] = {"drain", "stream", "latency", "connecti
 enum { OPT_DB = 1000, OPT_DESIGN, OPT_K, OPT_N, OPT_N_POLL, OPT_REPEAT, OPT_CAPACITY, OPT_FLAT,
        OPT_TASKPUSHD, OPT_QUICK, OPT_JSON_ONLY, OPT_SABOTAGE, OPT_HELP, OPT_MODE, OPT_PRODUCERS,
        OPT_ROWS_PER_INSERT, OPT_SECONDS, OPT_INTERVAL_MS, OPT_POLL_MS, OPT_CONNECTIONS,
-       OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG, OPT_PRODUCER, OPT_WORKER_THREADS };
+       OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG, OPT_PRODUCER, OPT_WORKER_THREADS, OPT_POLL_SECONDS };
 
 static const struct option long_opts[] = {
     {"db", required_argument, NULL, OPT_DB},
@@ -60,6 +63,7 @@ static const struct option long_opts[] = {
     {"k", required_argument, NULL, OPT_K},
     {"n", required_argument, NULL, OPT_N},
     {"n-poll", required_argument, NULL, OPT_N_POLL},
+    {"poll-seconds", required_argument, NULL, OPT_POLL_SECONDS},
     {"repeat", required_argument, NULL, OPT_REPEAT},
     {"capacity", required_argument, NULL, OPT_CAPACITY},
     {"flat", no_argument, NULL, OPT_FLAT},
@@ -98,6 +102,8 @@ static void usage(FILE *f)
         "  --n N             tasks per run for taskpush and the ceiling (default %u)\n"
         "  --n-poll N        tasks per run for the polling designs (default %u, and %u at\n"
         "                    K >= %u; given, at every K; at most N)\n"
+        "  --poll-seconds S  a polling run stops claiming after S s and its figures are\n"
+        "                    over the rows it did, marked cut (default %u; 0: never)\n"
         "  --repeat R        interleaved rounds; each figure is the median (default 3)\n"
         "  --capacity C      taskpush: capacity of each worker (default 16)\n"
         "  --flat            taskpush: total capacity %u at every K (capacity %u/K)\n"
@@ -129,7 +135,8 @@ static void usage(FILE *f)
         "  --connections C   connections: idle workers (default %u)\n"
         "  --backlog-rows N  backlog: NEW rows waiting (default %u)\n"
         "  --quick           with a mode: K=%u, P=%u, %u s, %u connections, %u rows, N=%u\n",
-        DEFAULT_N, DEFAULT_N_POLL, DEFAULT_N_POLL_LARGE_K, BENCH_LARGE_K, BENCH_FLAT_SLOTS,
+        DEFAULT_N, DEFAULT_N_POLL, DEFAULT_N_POLL_LARGE_K, BENCH_LARGE_K, DEFAULT_POLL_SECONDS,
+        BENCH_FLAT_SLOTS,
         BENCH_FLAT_SLOTS, BENCH_WORKER_THREADS, BENCH_MAX_TPD_ARGS, QUICK_N,
         QUICK_N_POLL, MODE_K, DEFAULT_PRODUCERS, DEFAULT_SECONDS, DEFAULT_INTERVAL_MS, DEFAULT_CONNECTIONS,
         DEFAULT_BACKLOG, QUICK_MODE_K, QUICK_PRODUCERS, QUICK_SECONDS, QUICK_CONNECTIONS,
@@ -348,6 +355,7 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
     memset(o, 0, sizeof *o);
     o->capacity = 16;
     o->worker_threads = BENCH_WORKER_THREADS;
+    o->poll_seconds = DEFAULT_POLL_SECONDS;
     default_taskpushd(o->taskpushd, sizeof o->taskpushd);
     int c;
     while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
@@ -389,6 +397,11 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
             if (parse_u64(optarg, 0, BENCH_MAX_K, &v) < 0)
                 return -bad_flag("--worker-threads: want 0..4096, got '%s'", optarg) - 1;
             o->worker_threads = (unsigned)v;
+            break;
+        case OPT_POLL_SECONDS:
+            if (parse_u64(optarg, 0, 86400, &v) < 0)
+                return -bad_flag("--poll-seconds: want 0..86400, got '%s'", optarg) - 1;
+            o->poll_seconds = (unsigned)v;
             break;
         case OPT_TASKPUSHD:
             if (strlen(optarg) == 0 || strlen(optarg) >= sizeof o->taskpushd)
@@ -503,6 +516,7 @@ static void print_header(const bench_opts *o, MYSQL *admin, pid_t db_pid)
     json_object_set_new(h, "n", json_integer((json_int_t)o->n));
     json_object_set_new(h, "n_poll", json_integer((json_int_t)o->n_poll));
     json_object_set_new(h, "n_poll_large_k", json_integer((json_int_t)o->n_poll_large_k));
+    json_object_set_new(h, "poll_seconds", json_integer(o->poll_seconds));
     json_object_set_new(h, "repeat", json_integer(o->repeat));
     json_object_set_new(h, "capacity", o->flat ? json_string("flat") : json_integer(o->capacity));
     json_object_set_new(h, "worker_threads", json_integer(o->worker_threads));
@@ -544,19 +558,23 @@ static json_t *num_or_null(double v, bool known)
 
 static void print_run(const bench_run *r)
 {
-    double per_k = r->n ? 1000.0 / (double)r->n : 0;
+    /* Per task: over the rows done, which is N unless the run was cut. */
+    double done = (double)r->done, per_k = r->done ? 1000.0 / done : 0;
     json_t *o = json_object();
     json_object_set_new(o, "kind", json_string("run"));
     json_object_set_new(o, "design", json_string(r->design));
     json_object_set_new(o, "k", json_integer(r->k));
     json_object_set_new(o, "n", json_integer((json_int_t)r->n));
+    json_object_set_new(o, "done", json_integer((json_int_t)r->done));
+    json_object_set_new(o, "cut", json_boolean(r->cut));
     json_object_set_new(o, "capacity", r->capacity ? json_integer(r->capacity) : json_null());
     json_object_set_new(o, "round", json_integer(r->round));
     json_object_set_new(o, "seconds", json_real(r->seconds));
-    json_object_set_new(o, "tasks_per_s", json_real(r->seconds > 0 ? (double)r->n / r->seconds : 0));
-    json_object_set_new(o, "statements_per_task", json_real((double)r->statements / (double)r->n));
+    json_object_set_new(o, "tasks_per_s", json_real(r->seconds > 0 ? done / r->seconds : 0));
+    json_object_set_new(o, "statements_per_task", json_real(done > 0 ? (double)r->statements / done : 0));
     json_object_set_new(o, "row_lock_waits", json_integer((json_int_t)r->lock_waits));
-    json_object_set_new(o, "handler_reads_per_task", json_real((double)r->handler_reads / (double)r->n));
+    json_object_set_new(o, "handler_reads_per_task",
+                        json_real(done > 0 ? (double)r->handler_reads / done : 0));
     json_object_set_new(o, "cas_misses", json_integer((json_int_t)r->cas_misses));
     json_object_set_new(o, "claim_p50_ms", num_or_null(r->p50_ms, r->has_latency));
     json_object_set_new(o, "claim_p99_ms", num_or_null(r->p99_ms, r->has_latency));
@@ -586,6 +604,7 @@ static void run_one(bench_ctx *ctx, const bench_design *d, unsigned k, unsigned 
     r->design = d->name;
     r->k = d->single ? 1 : k;
     r->n = !d->polling ? o->n : k >= BENCH_LARGE_K ? o->n_poll_large_k : o->n_poll;
+    r->done = r->n;
     r->round = round;
     r->db_cpu_s = r->tpd_cpu_s = r->bench_cpu_s = -1;
     r->tpd_rss_kb = -1;
@@ -617,15 +636,22 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median tasks/s of the verified runs of (design, k); 0 when none. */
-static double median_rate(const bench_run *runs, size_t nruns, const char *design, unsigned k)
+/* Median tasks/s of the verified runs of (design, k); 0 when none. *cut (when not
+ * NULL) tells whether one of them was cut at --poll-seconds. */
+static double median_rate(const bench_run *runs, size_t nruns, const char *design, unsigned k,
+                          bool *cut)
 {
     double v[100];
     size_t n = 0;
+    if (cut)
+        *cut = false;
     for (size_t i = 0; i < nruns && n < 100; i++)
         if (runs[i].verified && strcmp(runs[i].design, design) == 0 && runs[i].k == k &&
-            runs[i].seconds > 0)
-            v[n++] = (double)runs[i].n / runs[i].seconds;
+            runs[i].seconds > 0) {
+            v[n++] = (double)runs[i].done / runs[i].seconds;
+            if (cut)
+                *cut |= runs[i].cut;
+        }
     if (n == 0)
         return 0;
     qsort(v, n, sizeof *v, cmp_double);
@@ -636,7 +662,7 @@ static void print_table(const bench_opts *o, const bench_run *runs, size_t nruns
 {
     /* With more than one K, the last column is the flatness: the lowest median over the
      * highest, for the designs that run at every K. */
-    bool spread = o->nks > 1;
+    bool spread = o->nks > 1, any_cut = false;
     printf("\n| design |");
     for (int j = 0; j < o->nks; j++)
         printf(" K=%u |", o->ks[j]);
@@ -650,8 +676,11 @@ static void print_table(const bench_opts *o, const bench_run *runs, size_t nruns
         bool all = true;
         printf("| %s%s |", d->name, d->single ? " (1 connection)" : "");
         for (int j = 0; j < o->nks; j++) {
-            double rate = median_rate(runs, nruns, d->name, d->single ? 1 : o->ks[j]);
-            double cas = median_rate(runs, nruns, "cas", o->ks[j]);
+            bool cut;
+            double rate = median_rate(runs, nruns, d->name, d->single ? 1 : o->ks[j], &cut);
+            double cas = median_rate(runs, nruns, "cas", o->ks[j], NULL);
+            const char *mark = cut ? "*" : "";
+            any_cut |= cut;
             if (rate <= 0)
                 all = false;
             else {
@@ -663,9 +692,9 @@ static void print_table(const bench_opts *o, const bench_run *runs, size_t nruns
             else if (rate <= 0)
                 printf(" failed |");
             else if (cas > 0)
-                printf(" %.0f (%.2f× cas) |", rate, rate / cas);
+                printf(" %.0f%s (%.2f× cas) |", rate, mark, rate / cas);
             else
-                printf(" %.0f |", rate);
+                printf(" %.0f%s |", rate, mark);
         }
         if (spread && (d->single || !all || hi <= 0))
             printf(" |");
@@ -684,7 +713,7 @@ static void print_table(const bench_opts *o, const bench_run *runs, size_t nruns
         for (size_t r = 0; r < nruns; r++) {
             if (!runs[r].verified || strcmp(runs[r].design, d->name) != 0 || runs[r].seconds <= 0)
                 continue;
-            double rate = (double)runs[r].n / runs[r].seconds;
+            double rate = (double)runs[r].done / runs[r].seconds;
             lo = n == 0 || rate < lo ? rate : lo;
             hi = rate > hi ? rate : hi;
             n++;
@@ -698,6 +727,11 @@ static void print_table(const bench_opts *o, const bench_run *runs, size_t nruns
            PRIu64 ", %" PRIu64 " at K >= %u), taskpush capacity %s.\n", o->repeat, o->n, o->n_poll,
            o->n_poll_large_k, BENCH_LARGE_K,
            o->flat ? "1024/K per worker" : "per worker as --capacity");
+    if (any_cut)
+        printf("\n\\* A run of this figure was cut at --poll-seconds %u: it stopped claiming after "
+               "%u s, its tasks/s are over the rows it did (\"done\" in its JSON line), each "
+               "verified exactly-once, the others left NEW and never claimed.\n",
+               o->poll_seconds, o->poll_seconds);
 }
 
 /* K polling clients need K connections at once (plus the bench's and taskpushd's):

@@ -72,6 +72,7 @@ typedef struct bench_opts {
     uint64_t n;       /* rows for taskpush and the ceiling */
     uint64_t n_poll;  /* rows for the polling designs */
     uint64_t n_poll_large_k; /* ... at K >= BENCH_LARGE_K: they run at 100 tasks/s there */
+    unsigned poll_seconds;   /* a polling run stops claiming after this long; 0: never */
     unsigned repeat;
     unsigned capacity;
     bool flat;
@@ -111,6 +112,7 @@ typedef struct bench_tally {
     _Atomic uint64_t dups;     /* ids run more than once */
     _Atomic uint64_t strays;   /* ids outside 1..n */
     _Atomic uint64_t misses;   /* CAS updates that matched no row */
+    _Atomic int cut;           /* a polling client stopped at --poll-seconds */
     _Atomic int failed;        /* a design thread hit an error; why holds the first */
     char why[BENCH_WHY_LEN - 64];
 } bench_tally;
@@ -130,7 +132,9 @@ typedef struct bench_snap {
 typedef struct bench_run {
     const char *design;
     unsigned k;
-    uint64_t n;
+    uint64_t n;            /* rows preloaded */
+    uint64_t done;         /* rows done: n, or fewer when the run was cut */
+    bool cut;              /* stopped at --poll-seconds (polling designs only) */
     unsigned capacity;     /* taskpush only, else 0 */
     unsigned round;        /* 1-based index of the interleaved round */
     double seconds;
@@ -153,6 +157,7 @@ typedef struct bench_ctx {
     pid_t db_pid;        /* mariadbd, for /proc; 0 unknown */
     bench_tally tally;
     unsigned serial;     /* names taskpushd's ready and log files apart */
+    double poll_deadline; /* bench_now() when polling clients stop claiming; 0: never */
 } bench_ctx;
 
 typedef int (*bench_drain_fn)(bench_ctx *ctx, const struct bench_design *d, unsigned k,

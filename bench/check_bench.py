@@ -11,6 +11,10 @@ private MariaDB of scripts/tp-mariadb (TASKPUSH_TEST_MYSQL_* in the environment)
             verified false with a reason, and the exit status is 1; with --repeat 2
             the second round runs in the reverse order.
   flags     bad flags exit 2 with a message; --help exits 0.
+  cut       polling runs past --poll-seconds stop claiming: each says cut, its
+            figures are over the rows it did, verification checks those and that the
+            others were never claimed (and fails when a row is changed behind its
+            back); the table marks the figure and says why.
   stream, latency, connections, backlog
             --mode M --quick --json-only exits 0 and prints one line per result with
             every field, verified exactly-once, the figures sane (no timing asserted);
@@ -26,7 +30,7 @@ import sys
 
 DESIGNS = ["cas", "cas-backoff", "skiplocked-1", "skiplocked-10", "ceiling",
            "taskpush-rr", "taskpush-ll"]
-FIELDS = ["design", "k", "n", "seconds", "tasks_per_s", "statements_per_task",
+FIELDS = ["design", "k", "n", "done", "cut", "seconds", "tasks_per_s", "statements_per_task",
           "row_lock_waits", "cas_misses", "claim_p50_ms", "claim_p99_ms",
           "mariadbd_cpu_s_per_1000", "taskpushd_cpu_s_per_1000", "bench_cpu_s_per_1000",
           "taskpushd_peak_rss_kb",
@@ -71,6 +75,8 @@ def quick(prog):
         check(all(f in r for f in FIELDS), name + ": every field present")
         check(r.get("verified") is True, name + ": verified (%s)" % r.get("why", ""))
         check(r.get("n", 0) > 0 and r.get("tasks_per_s", 0) > 0, name + ": n and tasks/s > 0")
+        check(r.get("cut") is False and r.get("done") == r.get("n"),
+              name + ": not cut, every row done (%s of %s)" % (r.get("done"), r.get("n")))
         check(r.get("statements_per_task", 0) > 0, name + ": the server counted statements")
         check(r.get("bench_cpu_s_per_1000") is not None and r["bench_cpu_s_per_1000"] >= 0,
               name + ": the bench's own CPU reported")
@@ -136,7 +142,9 @@ def flags(prog):
                       (["--mode", "stream", "--rows-per-insert", "1001"], "--rows-per-insert"),
                       (["--connections", "100001"], "--connections"),
                       (["--backlog-rows", "0"], "--backlog-rows"),
-                      (["--taskpushd-arg", ""], "--taskpushd-arg")):
+                      (["--taskpushd-arg", ""], "--taskpushd-arg"),
+                      (["--poll-seconds", "x"], "--poll-seconds"),
+                      (["--poll-seconds", "86401"], "--poll-seconds")):
         p = subprocess.run([prog] + bad, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, timeout=30)
         check(p.returncode == 2 and word in p.stderr,
@@ -155,6 +163,38 @@ def flags(prog):
         check(p.returncode == 2 and word in p.stderr,
               "run.sh %s exits 2 naming %s (got %d: %s)" % (" ".join(bad), word, p.returncode,
                                                            p.stderr.strip()))
+
+
+def cut(prog):
+    """20,000 rows take a polling design at K=4 several seconds on any machine this
+    runs on (1,000-2,000 rows a second here): cut at 1 s, each run did part of them."""
+    args = ["--design", "skiplocked-1,cas,ceiling", "--k", "4", "--n", "20000",
+            "--n-poll", "20000", "--poll-seconds", "1", "--repeat", "1"]
+    rc, lines, out = run(prog, args)
+    check(rc == 0, "runs cut at --poll-seconds 1 exit 0 (got %d)" % rc)
+    runs = {r.get("design"): r for r in lines if r.get("kind") == "run"}
+    check(sorted(runs) == ["cas", "ceiling", "skiplocked-1"], "one run per design: %s" % sorted(runs))
+    for name in ("skiplocked-1", "cas"):
+        r = runs.get(name, {})
+        done, n = r.get("done", 0), r.get("n", 0)
+        check(r.get("cut") is True and 0 < done < n == 20000,
+              "%s: cut, %s of %s rows done" % (name, done, n))
+        check(r.get("verified") is True, "%s: the rows done verified (%s)" % (name, r.get("why", "")))
+        sec = r.get("seconds", 0)
+        check(sec > 0 and abs(r.get("tasks_per_s", 0) - done / sec) <= 0.01 * done / sec,
+              "%s: tasks/s over the rows done (%s, %s rows in %s s)" % (name, r.get("tasks_per_s"), done, sec))
+        check(sec >= 1, "%s: claimed until the deadline (%s s)" % (name, sec))
+    # The ceiling is no polling design: never cut.
+    c = runs.get("ceiling", {})
+    check(c.get("cut") is False and c.get("done") == c.get("n") and c.get("verified") is True,
+          "ceiling: not cut, all %s rows done" % c.get("n"))
+    check(re.search(r"^\| skiplocked-1 \| [0-9]+\* ", out, re.M) is not None and
+          "cut at --poll-seconds 1" in out, "the table marks the cut figures and says why")
+    # A row changed behind a cut run's back fails it, done or not.
+    rc, lines, _ = run(prog, args + ["--json-only", "--sabotage"])
+    res = [r for r in lines if r.get("kind") == "run"]
+    check(rc == 1 and res and all(r.get("verified") is False and r.get("why") for r in res),
+          "--sabotage fails every run, cut or not (%s)" % [(r.get("design"), r.get("why")) for r in res])
 
 
 MODE_FIELDS = {
@@ -288,7 +328,8 @@ def modes_sabotage(prog):
 
 
 if __name__ == "__main__":
-    {"quick": quick, "spread": spread, "sabotage": sabotage, "flags": flags, "stream": stream,
+    {"quick": quick, "spread": spread, "sabotage": sabotage, "flags": flags, "cut": cut,
+     "stream": stream,
      "latency": latency,
      "connections": connections, "backlog": backlog,
      "modes-sabotage": modes_sabotage}[sys.argv[2]](sys.argv[1])

@@ -112,8 +112,10 @@ static void *side_main(void *arg)
          * workers with it), then finds the answers that came in meanwhile. */
         double ahead = s->rate > 0 ? (double)s->trips * s->tasks / s->rate - (now_s() - t0) : 0;
         if (ahead > 0) {
-            struct timespec nap = {.tv_sec = 0, .tv_nsec = (long)(ahead * 1e9)};
+            /* At most 0.1 s at a time, so that the end of the run is seen. */
+            struct timespec nap = {.tv_sec = 0, .tv_nsec = (long)((ahead < 0.1 ? ahead : 0.1) * 1e9)};
             nanosleep(&nap, NULL);
+            continue;
         }
         int n = epoll_wait(s->epfd, evs, 256, 100);
         if (n < 0 && errno != EINTR) {
