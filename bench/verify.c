@@ -3,8 +3,9 @@
  * after the drain the table must hold the N preloaded rows, all SUCCESSFUL, each
  * claimed once (attempts = 1), and for taskpush the dispatcher must count N
  * successes. A polling run cut at --poll-seconds must have run each row it did exactly
- * once, and left every other row NEW and never claimed (attempts = 0). bench_sabotage changes a row behind the design's back so that a test
- * can see a failed verification end in a non-zero exit. */
+ * once, and left every other row NEW and never claimed (attempts = 0). bench_sabotage
+ * changes a row behind the design's back so that a test can see a failed verification
+ * end in a non-zero exit. */
 #include "bench.h"
 
 #include <inttypes.h>
