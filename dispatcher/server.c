@@ -71,9 +71,13 @@ int64_t dsp_wall_ms(void)
 
 void dsp_server_kick(dsp_server *srv)
 {
-    /* One pass per loop iteration however many events asked for it. */
-    if (!event_pending(srv->dispatch_ev, EV_TIMEOUT, NULL))
-        event_active(srv->dispatch_ev, EV_TIMEOUT, 0);
+    /* One pass per loop iteration however many events asked for it. A kick comes with
+     * every answered task; the flag spares each one the event base's lock (only the
+     * loop thread kicks: the database threads' replies reach it through db.c's queue). */
+    if (srv->dispatch_due)
+        return;
+    srv->dispatch_due = true;
+    event_active(srv->dispatch_ev, EV_TIMEOUT, 0);
 }
 
 /* ---- task records ---- */
@@ -269,6 +273,7 @@ static void dispatch_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     dsp_server *srv = arg;
+    srv->dispatch_due = false; /* a kick from here on asks for another pass */
     if (!dsp_dispatch_stopped(srv) && !srv->paused_all)
         dsp_dispatch_run(srv);
     outbox_flush(srv);

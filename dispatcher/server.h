@@ -98,6 +98,7 @@ struct dsp_server {
     struct event *claim_timer;
     struct event *tick_timer;  /* housekeeping: leases, heartbeats, drain */
     struct event *dispatch_ev; /* activated when slots or tasks appear; runs once per loop pass */
+    bool dispatch_due;         /* dispatch_ev is active and its pass has not started yet */
     struct event *flush_ev;    /* writes the output of flush_head's connections (conn.c) */
     dsp_conn *flush_head;      /* plaintext connections with output added this loop pass */
     struct event *confirm_ev;  /* sends the CONFIRMs of confirm_head's connections (inventory.c) */
