@@ -556,6 +556,12 @@ static json_t *num_or_null(double v, bool known)
     return known ? json_real(v) : json_null();
 }
 
+/* A run's tasks a second: over the rows done, which is N unless the run was cut. */
+static double run_rate(const bench_run *r)
+{
+    return r->seconds > 0 ? (double)r->done / r->seconds : 0;
+}
+
 static void print_run(const bench_run *r)
 {
     /* Per task: over the rows done, which is N unless the run was cut. */
@@ -570,7 +576,7 @@ static void print_run(const bench_run *r)
     json_object_set_new(o, "capacity", r->capacity ? json_integer(r->capacity) : json_null());
     json_object_set_new(o, "round", json_integer(r->round));
     json_object_set_new(o, "seconds", json_real(r->seconds));
-    json_object_set_new(o, "tasks_per_s", json_real(r->seconds > 0 ? done / r->seconds : 0));
+    json_object_set_new(o, "tasks_per_s", json_real(run_rate(r)));
     json_object_set_new(o, "statements_per_task", json_real(done > 0 ? (double)r->statements / done : 0));
     json_object_set_new(o, "row_lock_waits", json_integer((json_int_t)r->lock_waits));
     json_object_set_new(o, "handler_reads_per_task",
@@ -648,7 +654,7 @@ static double median_rate(const bench_run *runs, size_t nruns, const char *desig
     for (size_t i = 0; i < nruns && n < 100; i++)
         if (runs[i].verified && strcmp(runs[i].design, design) == 0 && runs[i].k == k &&
             runs[i].seconds > 0) {
-            v[n++] = (double)runs[i].done / runs[i].seconds;
+            v[n++] = run_rate(&runs[i]);
             if (cut)
                 *cut |= runs[i].cut;
         }
@@ -713,7 +719,7 @@ static void print_table(const bench_opts *o, const bench_run *runs, size_t nruns
         for (size_t r = 0; r < nruns; r++) {
             if (!runs[r].verified || strcmp(runs[r].design, d->name) != 0 || runs[r].seconds <= 0)
                 continue;
-            double rate = (double)runs[r].done / runs[r].seconds;
+            double rate = run_rate(&runs[r]);
             lo = n == 0 || rate < lo ? rate : lo;
             hi = rate > hi ? rate : hi;
             n++;

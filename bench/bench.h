@@ -134,7 +134,7 @@ typedef struct bench_run {
     unsigned k;
     uint64_t n;            /* rows preloaded */
     uint64_t done;         /* rows done: n, or fewer when the run was cut */
-    bool cut;              /* stopped at --poll-seconds (polling designs only) */
+    bool cut;              /* stopped at --poll-seconds (polling designs only; verify.c) */
     unsigned capacity;     /* taskpush only, else 0 */
     unsigned round;        /* 1-based index of the interleaved round */
     double seconds;

@@ -300,7 +300,6 @@ int bench_drain_poll(bench_ctx *ctx, const bench_design *d, unsigned k, bench_ru
     r->p50_ms = bench_lat_pct(&all, 50);
     r->p99_ms = bench_lat_pct(&all, 99);
     r->cas_misses = atomic_load(&ctx->tally.misses);
-    r->cut = atomic_load(&ctx->tally.cut);
     rc = 0;
 done:
     if (rc < 0 && !atomic_load(&ctx->tally.failed))

@@ -108,9 +108,9 @@ void bench_verify(bench_ctx *ctx, bench_run *r)
     uint64_t strays = atomic_load(&t->strays);
 
     r->verified = false;
-    /* A cut run's figures are over the rows it did; the table must agree with them. */
-    if (r->cut && calls == r->n)
-        r->cut = false; /* the deadline came as the last rows were done: not cut */
+    /* A cut run's figures are over the rows it did; the table must agree with them. A
+     * deadline that came as the last rows were done cut nothing. */
+    r->cut = atomic_load(&t->cut) && calls < r->n;
     r->done = r->cut ? calls : r->n;
     if (atomic_load(&t->failed))
         snprintf(r->why, sizeof r->why, "the design failed: %s", t->why);
