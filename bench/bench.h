@@ -158,6 +158,7 @@ typedef struct bench_ctx {
     bench_tally tally;
     unsigned serial;     /* names taskpushd's ready and log files apart */
     double poll_deadline; /* bench_now() when polling clients stop claiming; 0: never */
+    _Atomic uint64_t submit_resent; /* tp_submit answered TP_EUNAVAIL and was sent again */
 } bench_ctx;
 
 typedef int (*bench_drain_fn)(bench_ctx *ctx, const struct bench_design *d, unsigned k,

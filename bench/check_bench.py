@@ -21,12 +21,20 @@ private MariaDB of scripts/tp-mariadb (TASKPUSH_TEST_MYSQL_* in the environment)
             stream and latency once per producer, SQL and SUBMIT (tp_submit).
   modes-sabotage
             each mode's verification fails, and the exit status is 1, when a row is
-            changed behind its back; --taskpushd-arg reaches taskpushd."""
+            changed behind its back; --taskpushd-arg reaches taskpushd.
+  submit-flap
+            taskpushd frozen (SIGSTOP) for longer than its lease while SUBMIT producers
+            stream: it gives its lease up when it wakes and takes it again, its
+            producers' submissions are answered UNAVAILABLE meanwhile, and the bench
+            sends them again, as a producer should (submit_resent > 0), instead of
+            failing the run."""
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 DESIGNS = ["cas", "cas-backoff", "skiplocked-1", "skiplocked-10", "ceiling",
            "taskpush-rr", "taskpush-ll"]
@@ -202,9 +210,10 @@ MODE_FIELDS = {
                "producer_rows_per_s_alone", "alone_before", "alone_after",
                "producer_rows_per_s_with_taskpush", "ratio", "completed_per_s",
                "row_lock_waits", "row_lock_waits_alone", "tail_seconds",
-               "statements_per_task", "taskpushd_peak_rss_kb"],
+               "statements_per_task", "taskpushd_peak_rss_kb", "submit_resent"],
     "latency": ["producer", "poll_ms", "interval_ms", "n", "p50_ms", "p99_ms", "max_ms",
-                "sent_p50_ms", "sent_p99_ms", "sent_max_ms", "early", "idle_statements_per_s", "idle_mariadbd_cpu", "target_p99_ms"],
+                "sent_p50_ms", "sent_p99_ms", "sent_max_ms", "early", "idle_statements_per_s",
+                "idle_mariadbd_cpu", "submit_resent", "target_p99_ms"],
     "connections": ["idle_workers", "active_workers", "n", "seconds", "tasks_per_s",
                     "taskpushd_rss_kb_idle_connected", "taskpushd_rss_kb_after",
                     "taskpushd_peak_rss_kb", "workers_seen", "idle_lost", "target_peak_rss_kb",
@@ -327,12 +336,63 @@ def modes_sabotage(prog):
         os.remove(m.group(1))
 
 
+def children_named(pid, name):
+    """Pids of pid's children whose command is name (from /proc)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        if ppid == pid and comm == name:
+            out.append(int(d))
+    return out
+
+
+def submit_flap(prog):
+    # Not --quick: its 2 s window is too short to freeze taskpushd in the middle of.
+    args = ["--mode", "stream", "--producer", "submit", "--rows-per-insert", "1",
+            "--producers", "2", "--k", "16", "--seconds", "5", "--json-only"]
+    p = subprocess.Popen([prog] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    frozen = None
+    deadline = time.monotonic() + 60
+    while frozen is None and time.monotonic() < deadline and p.poll() is None:
+        tpd = children_named(p.pid, "taskpushd")
+        if tpd:
+            time.sleep(1.5)  # it leads, and the producers are submitting
+            frozen = tpd[0]
+            os.kill(frozen, signal.SIGSTOP)
+            time.sleep(1.8)  # longer than the default --lease-ms of 1000
+            os.kill(frozen, signal.SIGCONT)
+        else:
+            time.sleep(0.02)
+    out, err = p.communicate(timeout=300)
+    sys.stderr.write(err)
+    check(frozen is not None, "the first window's taskpushd was frozen and woken")
+    res = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    res = [r for r in res if r.get("kind") == "stream"]
+    check(p.returncode == 0, "stream exits 0 (got %d)" % p.returncode)
+    check(len(res) == 1, "one stream line (%d)" % len(res))
+    for r in res:
+        check(r.get("verified") is True, "verified (%s)" % r.get("why", ""))
+        check((r.get("submit_resent") or 0) > 0,
+              "submissions answered UNAVAILABLE were sent again (submit_resent %s)"
+              % r.get("submit_resent"))
+        check((r.get("producer_rows_per_s_alone") or 0) > 0, "a rate alone")
+
+
 if __name__ == "__main__":
     {"quick": quick, "spread": spread, "sabotage": sabotage, "flags": flags, "cut": cut,
      "stream": stream,
      "latency": latency,
      "connections": connections, "backlog": backlog,
-     "modes-sabotage": modes_sabotage}[sys.argv[2]](sys.argv[1])
+     "modes-sabotage": modes_sabotage, "submit-flap": submit_flap}[sys.argv[2]](sys.argv[1])
     if failures:
         print("%d check(s) failed" % len(failures))
         sys.exit(1)

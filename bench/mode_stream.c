@@ -289,6 +289,8 @@ static void stream_emit(bench_ctx *ctx, json_t *rows, bench_producer kind, unsig
                         jnum(r->n ? (double)r->statements / (double)r->n : -1));
     json_object_set_new(j, "taskpushd_peak_rss_kb",
                         r->tpd_rss_kb >= 0 ? json_integer(r->tpd_rss_kb) : json_null());
+    json_object_set_new(j, "submit_resent",
+                        json_integer((json_int_t)atomic_load(&ctx->submit_resent)));
     json_object_set_new(j, "target", json_string("ratio >= 0.95 and 0 row-lock waits"));
     json_object_set_new(j, "met", json_boolean(met));
     json_object_set_new(j, "verified", json_boolean(r->verified));
@@ -322,6 +324,7 @@ int bench_mode_stream(bench_ctx *ctx, json_t *rows)
                 fprintf(stderr, "taskpush-bench: stream: %u %s producers x %u rows per %s, %u s\n",
                         o->producers, bench_producer_names[kind], rpi,
                         kind == BENCH_PRODUCER_SQL ? "INSERT" : "tp_submit", o->seconds);
+            atomic_store(&ctx->submit_resent, 0);
             stream_one(ctx, kind, rpi, &sr, &r);
             stream_emit(ctx, rows, kind, rpi, &sr, &r);
             failed += !r.verified;
@@ -499,6 +502,8 @@ static void latency_emit(bench_ctx *ctx, json_t *rows, bench_producer kind, unsi
     json_object_set_new(j, "early", json_integer((json_int_t)lr->early));
     json_object_set_new(j, "idle_statements_per_s", jnum(lr->idle_stmts));
     json_object_set_new(j, "idle_mariadbd_cpu", jnum(lr->idle_db_cpu));
+    json_object_set_new(j, "submit_resent",
+                        json_integer((json_int_t)atomic_load(&ctx->submit_resent)));
     json_object_set_new(j, "target_p99_ms", json_real(poll_ms + 5.0));
     json_object_set_new(j, "met", json_boolean(met));
     json_object_set_new(j, "verified", json_boolean(r->verified));
@@ -549,6 +554,7 @@ static void latency_run(bench_ctx *ctx, bench_producer kind, unsigned poll_ms, u
         snprintf(r.why, sizeof r.why, "could not prepare the table");
         bench_tally_free(&ctx->tally);
     } else {
+        atomic_store(&ctx->submit_resent, 0);
         latency_one(ctx, kind, poll_ms, &ls, commit, &lr, &r);
         if (o->sabotage)
             bench_sabotage(ctx);

@@ -14,6 +14,10 @@
 /* One answer may wait behind a busy dispatcher's commit; longer is a failure. */
 #define SUBMIT_TIMEOUT_MS 30000u
 #define CONNECT_TIMEOUT_S 30.0
+/* An unavailable dispatcher (it gave its lease up when a renewal took longer than
+ * --lease-ms, and takes it again) is asked again this often, for this long at most. */
+#define RESEND_PAUSE_MS 20u
+#define RESEND_FOR_S 10.0
 
 typedef struct submitter {
     tp_worker *w;
@@ -25,6 +29,7 @@ typedef struct submitter {
     _Atomic uint64_t *total;
     bench_tally *acked; /* NULL: the ids are not kept (the window alone) */
     bench_tally *t;     /* where a failure is told */
+    _Atomic uint64_t *resent;
 } submitter;
 
 static void *io_main(void *arg)
@@ -109,6 +114,21 @@ static int take_answer(submitter *sp, const tp_submit_result *res, unsigned n)
     return 0;
 }
 
+/* tp_submit, sent again while the dispatcher answers TP_EUNAVAIL: nothing was
+ * committed, and docs/producers.md tells a producer to send again. */
+static int submit_resending(submitter *sp, const tp_submit_task *tasks, unsigned n,
+                            tp_submit_result *res, tp_error *err)
+{
+    double give_up = bench_now() + RESEND_FOR_S;
+    for (;;) {
+        int rc = tp_submit(sp->w, tasks, n, 0, SUBMIT_TIMEOUT_MS, res, err);
+        if (rc != TP_EUNAVAIL || bench_now() > give_up || atomic_load(&sp->t->failed))
+            return rc;
+        atomic_fetch_add(sp->resent, 1);
+        bench_sleep_ms(RESEND_PAUSE_MS);
+    }
+}
+
 static void *submit_main(void *arg)
 {
     submitter *sp = arg;
@@ -128,7 +148,7 @@ static void *submit_main(void *arg)
     while (bench_now() < sp->end && !atomic_load(&sp->t->failed)) {
         if (atomic_load(sp->total) + sp->rows > sp->cap)
             break;
-        int rc = tp_submit(sp->w, tasks, sp->rows, 0, SUBMIT_TIMEOUT_MS, res, &err);
+        int rc = submit_resending(sp, tasks, sp->rows, res, &err);
         if (rc != 0) {
             bench_tally_fail(sp->t, "tp_submit of %u tasks: %s", sp->rows, err.text);
             break;
@@ -169,6 +189,7 @@ double bench_submit_stream(bench_ctx *ctx, const char *addr, unsigned np, unsign
         sp->cap = cap;
         sp->total = &total;
         sp->acked = acked;
+        sp->resent = &ctx->submit_resent;
         if (pthread_create(&sp->sub_thr, NULL, submit_main, sp) != 0) {
             bench_tally_fail(t, "cannot start submit producer thread %u", submitting);
             break;
@@ -201,6 +222,7 @@ int bench_submit_latency(bench_ctx *ctx, const char *addr, uint64_t count, doubl
     memset(&sp, 0, sizeof sp);
     if (submitter_start(&sp, addr, 0, t) < 0 || wait_connected(&sp, 1, t) < 0)
         goto done;
+    sp.resent = &ctx->submit_resent;
     tp_submit_task_init(&task);
     task.type = "default";
     task.payload = payload;
@@ -213,7 +235,7 @@ int bench_submit_latency(bench_ctx *ctx, const char *addr, uint64_t count, doubl
         double s0 = bench_now();
         /* The handler reads the send time back from the payload, as with INSERT. */
         task.payload_len = (size_t)snprintf(payload, sizeof payload, "%.0f", s0 * 1e6);
-        if (tp_submit(sp.w, &task, 1, 0, SUBMIT_TIMEOUT_MS, &res, &err) != 0) {
+        if (submit_resending(&sp, &task, 1, &res, &err) != 0) {
             bench_tally_fail(t, "latency tp_submit: %s", err.text);
             rc = -1;
             break;
