@@ -53,7 +53,7 @@ const size_t bench_ndesigns = sizeof bench_designs / sizeof bench_designs[0];
 static const char *const mode_names[] = {"drain", "stream", "latency", "connections", "backlog"};
 
 enum { OPT_DB = 1000, OPT_DESIGN, OPT_K, OPT_N, OPT_N_POLL, OPT_REPEAT, OPT_CAPACITY, OPT_FLAT,
-       OPT_TASKPUSHD, OPT_QUICK, OPT_JSON_ONLY, OPT_SABOTAGE, OPT_HELP, OPT_MODE, OPT_PRODUCERS,
+       OPT_TASKPUSHD, OPT_QUICK, OPT_JSON_ONLY, OPT_SABOTAGE, OPT_HOLD_ROW, OPT_HELP, OPT_MODE, OPT_PRODUCERS,
        OPT_ROWS_PER_INSERT, OPT_SECONDS, OPT_INTERVAL_MS, OPT_POLL_MS, OPT_CONNECTIONS,
        OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG, OPT_PRODUCER, OPT_WORKER_THREADS, OPT_POLL_SECONDS };
 
@@ -72,6 +72,7 @@ static const struct option long_opts[] = {
     {"quick", no_argument, NULL, OPT_QUICK},
     {"json-only", no_argument, NULL, OPT_JSON_ONLY},
     {"sabotage", no_argument, NULL, OPT_SABOTAGE}, /* hidden: for the verification test */
+    {"hold-row", no_argument, NULL, OPT_HOLD_ROW}, /* hidden: for the cut's test */
     {"help", no_argument, NULL, OPT_HELP},
     {"mode", required_argument, NULL, OPT_MODE},
     {"producers", required_argument, NULL, OPT_PRODUCERS},
@@ -102,8 +103,9 @@ static void usage(FILE *f)
         "  --n N             tasks per run for taskpush and the ceiling (default %u)\n"
         "  --n-poll N        tasks per run for the polling designs (default %u, and %u at\n"
         "                    K >= %u; given, at every K; at most N)\n"
-        "  --poll-seconds S  a polling run stops claiming after S s and its figures are\n"
-        "                    over the rows it did, marked cut (default %u; 0: never)\n"
+        "  --poll-seconds S  a polling run stops claiming after S s (a claim still running\n"
+        "                    2 s later is interrupted) and its figures are over the rows\n"
+        "                    it did, marked cut (default %u; 0: never)\n"
         "  --repeat R        interleaved rounds; each figure is the median (default 3)\n"
         "  --capacity C      taskpush: capacity of each worker (default 16)\n"
         "  --flat            taskpush: total capacity %u at every K (capacity %u/K)\n"
@@ -416,6 +418,7 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
         case OPT_QUICK: quick = true; break;
         case OPT_JSON_ONLY: o->json_only = true; break;
         case OPT_SABOTAGE: o->sabotage = true; break;
+        case OPT_HOLD_ROW: o->hold_row = true; break;
         case OPT_HELP: usage(stdout); return -1;
         case OPT_MODE:
             if (parse_mode(optarg, o) < 0)
@@ -582,6 +585,7 @@ static void print_run(const bench_run *r)
     json_object_set_new(o, "handler_reads_per_task",
                         json_real(done > 0 ? (double)r->handler_reads / done : 0));
     json_object_set_new(o, "cas_misses", json_integer((json_int_t)r->cas_misses));
+    json_object_set_new(o, "interrupted", json_integer((json_int_t)r->interrupted));
     json_object_set_new(o, "claim_p50_ms", num_or_null(r->p50_ms, r->has_latency));
     json_object_set_new(o, "claim_p99_ms", num_or_null(r->p99_ms, r->has_latency));
     json_object_set_new(o, "mariadbd_cpu_s_per_1000", num_or_null(r->db_cpu_s * per_k, r->db_cpu_s >= 0));

@@ -79,6 +79,7 @@ typedef struct bench_opts {
     unsigned worker_threads; /* taskpush: threads the K workers share; 0: one each */
     bool json_only;
     bool sabotage;    /* hidden: breaks a row after the drain, for the test */
+    bool hold_row;    /* hidden: a polling run's last row is locked throughout, for the test */
     char taskpushd[1024];
     const char *taskpushd_args[BENCH_MAX_TPD_ARGS]; /* --taskpushd-arg, from argv */
     int ntaskpushd_args;
@@ -113,6 +114,7 @@ typedef struct bench_tally {
     _Atomic uint64_t strays;   /* ids outside 1..n */
     _Atomic uint64_t misses;   /* CAS updates that matched no row */
     _Atomic int cut;           /* a polling client stopped at --poll-seconds */
+    _Atomic uint64_t interrupted; /* claims still running past the cut, interrupted */
     _Atomic int failed;        /* a design thread hit an error; why holds the first */
     char why[BENCH_WHY_LEN - 64];
 } bench_tally;
@@ -139,6 +141,7 @@ typedef struct bench_run {
     unsigned round;        /* 1-based index of the interleaved round */
     double seconds;
     uint64_t statements, lock_waits, handler_reads, cas_misses;
+    uint64_t interrupted;  /* claim statements interrupted past the cut (designs_poll.c) */
     bool has_latency;
     double p50_ms, p99_ms;
     double db_cpu_s, tpd_cpu_s;   /* < 0: unknown */

@@ -14,7 +14,8 @@ private MariaDB of scripts/tp-mariadb (TASKPUSH_TEST_MYSQL_* in the environment)
   cut       polling runs past --poll-seconds stop claiming: each says cut, its
             figures are over the rows it did, verification checks those and that the
             others were never claimed (and fails when a row is changed behind its
-            back); the table marks the figure and says why.
+            back); the table marks the figure and says why; a claim still waiting
+            past the cut (a row held by another transaction) is interrupted.
   stream, latency, connections, backlog
             --mode M --quick --json-only exits 0 and prints one line per result with
             every field, verified exactly-once, the figures sane (no timing asserted);
@@ -39,7 +40,7 @@ import time
 DESIGNS = ["cas", "cas-backoff", "skiplocked-1", "skiplocked-10", "ceiling",
            "taskpush-rr", "taskpush-ll"]
 FIELDS = ["design", "k", "n", "done", "cut", "seconds", "tasks_per_s", "statements_per_task",
-          "row_lock_waits", "cas_misses", "claim_p50_ms", "claim_p99_ms",
+          "row_lock_waits", "cas_misses", "interrupted", "claim_p50_ms", "claim_p99_ms",
           "mariadbd_cpu_s_per_1000", "taskpushd_cpu_s_per_1000", "bench_cpu_s_per_1000",
           "taskpushd_peak_rss_kb",
           "verified"]
@@ -203,6 +204,22 @@ def cut(prog):
     res = [r for r in lines if r.get("kind") == "run"]
     check(rc == 1 and res and all(r.get("verified") is False and r.get("why") for r in res),
           "--sabotage fails every run, cut or not (%s)" % [(r.get("design"), r.get("why")) for r in res])
+    # A claim still running past the cut is interrupted: with the last row locked
+    # throughout (hidden --hold-row), every CAS client ends up waiting for it in its
+    # UPDATE (InnoDB waits 50 s, and the wait is retried), so the run ends only because
+    # the bench interrupts those UPDATEs; the row stays NEW and the run verifies.
+    rc, lines, _ = run(prog, ["--design", "cas", "--k", "4", "--n-poll", "400",
+                              "--poll-seconds", "1", "--repeat", "1", "--json-only",
+                              "--hold-row"], timeout=170)
+    res = [r for r in lines if r.get("kind") == "run"]
+    r = res[0] if len(res) == 1 else {}
+    check(rc == 0 and r.get("verified") is True,
+          "cas with a row held past the cut exits 0 and verifies (%d, %s)" % (rc, r.get("why", "")))
+    check(r.get("cut") is True and r.get("done") == 399 and r.get("n") == 400,
+          "cas with a row held: cut with every row but the held one done (%s of %s)"
+          % (r.get("done"), r.get("n")))
+    check((r.get("interrupted") or 0) >= 1,
+          "the claims waiting past the cut were interrupted (%s)" % r.get("interrupted"))
 
 
 MODE_FIELDS = {

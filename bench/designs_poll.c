@@ -18,7 +18,9 @@
  * drain, its 256 clients spinning over the last locked rows) would hold the whole
  * comparison for an hour: past --poll-seconds each client finishes the claim it holds
  * and stops, and the run's figures are over the rows done (verify.c checks those, and
- * that the others were never touched). */
+ * that the others were never touched). A claim statement still running CUT_GRACE_S
+ * later (one took two more minutes) is interrupted with KILL QUERY ID, by its query id
+ * so that nothing else is hit; its transaction rolls back and its rows stay NEW. */
 #include "bench.h"
 
 #include <errno.h>
@@ -36,7 +38,14 @@
 /* Deadlock and lock wait timeout: the statement (or transaction) is retried. */
 #define ER_LOCK_WAIT 1205
 #define ER_DEADLOCK 1213
+#define ER_QUERY_INTERRUPTED 1317
 #define MAX_RETRIES 20
+/* Past the cut, claims still running after this are interrupted, again every second. */
+#define CUT_GRACE_S 2.0
+
+/* The claims' statements as the processlist shows them (KILL QUERY ID picks them). */
+#define CLAIM_SELECT_LIKE "SELECT task_id FROM task WHERE claim_lane = 0%"
+#define CLAIM_UPDATE_LIKE "UPDATE task SET task_state = 1, attempts = attempts + 1 WHERE %"
 
 typedef struct poller {
     bench_ctx *ctx;
@@ -48,6 +57,8 @@ typedef struct poller {
     char *sql;         /* room for a statement with d->batch ids */
     size_t sqlcap;
     unsigned seed;
+    unsigned long conn_id; /* the server's id of conn */
+    _Atomic bool finished;
 } poller;
 
 int bench_lat_add(bench_lat *l, double us)
@@ -91,14 +102,30 @@ static bool retryable(MYSQL *m)
     return e == ER_LOCK_WAIT || e == ER_DEADLOCK;
 }
 
-/* One autocommit statement, retried on a deadlock or lock wait timeout. Returns the
- * affected rows, or -1 (the tally says why). */
-static int exec_retry(poller *p, const char *sql)
+static bool out_of_time(poller *p);
+
+/* A claim statement that failed past the cut: interrupted there (or retried into it).
+ * The run is cut, not failed. */
+static bool stopped_at_cut(poller *p)
+{
+    if (!out_of_time(p))
+        return false;
+    if (mysql_errno(p->conn) == ER_QUERY_INTERRUPTED)
+        atomic_fetch_add(&p->ctx->tally.interrupted, 1);
+    return mysql_errno(p->conn) == ER_QUERY_INTERRUPTED || retryable(p->conn);
+}
+
+/* One autocommit statement, retried on a deadlock or lock wait timeout. A claim's stops
+ * quietly past the cut; an outcome's always goes on (its row ran). Returns the affected
+ * rows, or -1 (the tally says why, unless the claim stopped at the cut). */
+static int exec_retry(poller *p, const char *sql, bool claim)
 {
     for (int i = 0; i < MAX_RETRIES; i++) {
         int n = bench_db_exec(p->conn, sql);
         if (n >= 0)
             return n;
+        if (claim && stopped_at_cut(p))
+            return -1;
         if (!retryable(p->conn))
             break;
     }
@@ -163,14 +190,15 @@ static void run_cas(poller *p)
                 return;
             int n = select_ids(p, "SELECT task_id " CLAIM_WHERE " LIMIT 1", &id, 1);
             if (n < 0) {
-                bench_tally_fail(t, "%s: %s", p->d->name, mysql_error(p->conn));
+                if (!stopped_at_cut(p))
+                    bench_tally_fail(t, "%s: %s", p->d->name, mysql_error(p->conn));
                 return;
             }
             if (n == 0)
                 return;
             snprintf(sql, sizeof sql, "UPDATE task SET task_state = 1, attempts = attempts + 1"
                      " WHERE task_id = %" PRIu64 " AND task_state = 0", id);
-            int got = exec_retry(p, sql);
+            int got = exec_retry(p, sql, true);
             if (got < 0)
                 return;
             if (got == 1)
@@ -182,7 +210,7 @@ static void run_cas(poller *p)
         bench_lat_add(&p->lat, (bench_now() - t0) * 1e6);
         bench_tally_ran(t, id);
         snprintf(sql, sizeof sql, "UPDATE task SET task_state = 2 WHERE task_id = %" PRIu64, id);
-        if (exec_retry(p, sql) < 0)
+        if (exec_retry(p, sql, false) < 0)
             return;
     }
 }
@@ -199,6 +227,10 @@ static int claim_skiplocked(poller *p)
             (n = select_ids(p, sel, p->ids, p->d->batch)) < 0 ||
             (n > 0 && bench_db_exec(p->conn, update_in(p, 1, p->ids, n)) != n) ||
             bench_db_exec(p->conn, "COMMIT") < 0) {
+            if (stopped_at_cut(p)) {
+                bench_db_exec(p->conn, "ROLLBACK");
+                return 0;
+            }
             bool again = retryable(p->conn);
             if (!again && mysql_errno(p->conn) == 0)
                 bench_tally_fail(&p->ctx->tally, "%s: the claim UPDATE missed rows it locked",
@@ -230,7 +262,7 @@ static void run_skiplocked(poller *p)
         bench_lat_add(&p->lat, (bench_now() - t0) * 1e6);
         for (int i = 0; i < n; i++)
             bench_tally_ran(&p->ctx->tally, p->ids[i]);
-        if (exec_retry(p, update_in(p, 2, p->ids, n)) < 0)
+        if (exec_retry(p, update_in(p, 2, p->ids, n), false) < 0)
             return;
     }
 }
@@ -242,7 +274,64 @@ static void *poller_main(void *arg)
         run_cas(p);
     else
         run_skiplocked(p);
+    atomic_store(&p->finished, true);
     return NULL;
+}
+
+/* KILL QUERY ID for each claim statement of these clients still running. MariaDB's
+ * syntax; elsewhere it fails and the claims finish as they would. */
+static void interrupt_claims(bench_ctx *ctx, const poller *ps, unsigned k)
+{
+    size_t cap = 256 + (size_t)k * 24, len;
+    char *sql = malloc(cap);
+    if (sql == NULL)
+        return;
+    len = (size_t)snprintf(sql, cap, "SELECT QUERY_ID FROM information_schema.PROCESSLIST WHERE ID IN (");
+    for (unsigned i = 0; i < k; i++)
+        len += (size_t)snprintf(sql + len, cap - len, "%s%lu", i ? "," : "", ps[i].conn_id);
+    snprintf(sql + len, cap - len, ") AND (INFO LIKE '%s' OR INFO LIKE '%s')", CLAIM_SELECT_LIKE,
+             CLAIM_UPDATE_LIKE);
+    MYSQL_RES *res = mysql_query(ctx->admin, sql) == 0 ? mysql_store_result(ctx->admin) : NULL;
+    MYSQL_ROW row;
+    while (res && (row = mysql_fetch_row(res)) != NULL) {
+        char kill[64];
+        if (row[0] == NULL)
+            continue;
+        snprintf(kill, sizeof kill, "KILL QUERY ID %llu", strtoull(row[0], NULL, 10));
+        (void)mysql_query(ctx->admin, kill); /* it may have ended meanwhile */
+    }
+    if (res)
+        mysql_free_result(res);
+    free(sql);
+}
+
+/* --hold-row: the last NEW row in dispatch order, locked until release_row, so that a
+ * CAS client waits on it past the cut (the test of the interruption). */
+static MYSQL *hold_row(bench_ctx *ctx)
+{
+    MYSQL *m = bench_db_connect(&ctx->o->db, ctx->o->db.dbname);
+    uint64_t id = 0;
+    if (m == NULL)
+        return NULL;
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    char sql[128];
+    if (bench_db_exec(m, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED") >= 0 &&
+        mysql_query(m, "SELECT MAX(task_id) FROM task WHERE task_priority = "
+                       "(SELECT MIN(task_priority) FROM task)") == 0 &&
+        (res = mysql_store_result(m)) != NULL && (row = mysql_fetch_row(res)) != NULL && row[0])
+        id = strtoull(row[0], NULL, 10);
+    if (res)
+        mysql_free_result(res);
+    snprintf(sql, sizeof sql, "SELECT task_id FROM task WHERE task_id = %" PRIu64 " FOR UPDATE", id);
+    if (id == 0 || bench_db_exec(m, "BEGIN") < 0 || mysql_query(m, sql) != 0 ||
+        (res = mysql_store_result(m)) == NULL) {
+        bench_tally_fail(&ctx->tally, "--hold-row: %s", mysql_error(m));
+        mysql_close(m);
+        return NULL;
+    }
+    mysql_free_result(res);
+    return m;
 }
 
 static void pollers_free(poller *ps, unsigned k)
@@ -263,6 +352,7 @@ int bench_drain_poll(bench_ctx *ctx, const bench_design *d, unsigned k, bench_ru
     unsigned started = 0;
     bench_snap a, b;
     bench_lat all = {0};
+    MYSQL *held = NULL; /* --hold-row */
     poller *ps = calloc(k, sizeof *ps);
     if (ps == NULL)
         return -1;
@@ -278,7 +368,10 @@ int bench_drain_poll(bench_ctx *ctx, const bench_design *d, unsigned k, bench_ru
         p->conn = bench_db_connect(&ctx->o->db, ctx->o->db.dbname);
         if (p->sql == NULL || p->ids == NULL || p->conn == NULL)
             goto done;
+        p->conn_id = mysql_thread_id(p->conn);
     }
+    if (ctx->o->hold_row && (held = hold_row(ctx)) == NULL)
+        goto done;
     if (bench_snap_take(ctx, 0, &a) < 0)
         goto done;
     ctx->poll_deadline = d->polling && ctx->o->poll_seconds ? a.t + ctx->o->poll_seconds : 0;
@@ -287,8 +380,25 @@ int bench_drain_poll(bench_ctx *ctx, const bench_design *d, unsigned k, bench_ru
             bench_tally_fail(&ctx->tally, "cannot start thread %u", started);
             break;
         }
+    for (double next_kill = ctx->poll_deadline + CUT_GRACE_S;;) {
+        unsigned running = 0;
+        for (unsigned i = 0; i < started; i++)
+            running += !atomic_load(&ps[i].finished);
+        if (running == 0)
+            break;
+        if (ctx->poll_deadline > 0 && bench_now() >= next_kill) {
+            interrupt_claims(ctx, ps, started);
+            next_kill = bench_now() + 1.0;
+        }
+        bench_sleep_ms(20);
+    }
     for (unsigned i = 0; i < started; i++)
         pthread_join(ps[i].thr, NULL);
+    if (held) {
+        bench_db_exec(held, "ROLLBACK");
+        mysql_close(held);
+        held = NULL;
+    }
     if (bench_snap_take(ctx, 0, &b) < 0)
         goto done;
     bench_snap_delta(&a, &b, r);
@@ -300,8 +410,11 @@ int bench_drain_poll(bench_ctx *ctx, const bench_design *d, unsigned k, bench_ru
     r->p50_ms = bench_lat_pct(&all, 50);
     r->p99_ms = bench_lat_pct(&all, 99);
     r->cas_misses = atomic_load(&ctx->tally.misses);
+    r->interrupted = atomic_load(&ctx->tally.interrupted);
     rc = 0;
 done:
+    if (held)
+        mysql_close(held);
     if (rc < 0 && !atomic_load(&ctx->tally.failed))
         bench_tally_fail(&ctx->tally, "%s: setup failed", d->name);
     bench_lat_free(&all);
