@@ -58,7 +58,6 @@ typedef struct poller {
     size_t sqlcap;
     unsigned seed;
     unsigned long conn_id; /* the server's id of conn */
-    _Atomic bool finished;
 } poller;
 
 int bench_lat_add(bench_lat *l, double us)
@@ -274,7 +273,6 @@ static void *poller_main(void *arg)
         run_cas(p);
     else
         run_skiplocked(p);
-    atomic_store(&p->finished, true);
     return NULL;
 }
 
@@ -305,8 +303,8 @@ static void interrupt_claims(bench_ctx *ctx, const poller *ps, unsigned k)
     free(sql);
 }
 
-/* --hold-row: the last NEW row in dispatch order, locked until release_row, so that a
- * CAS client waits on it past the cut (the test of the interruption). */
+/* --hold-row: the last NEW row in dispatch order, locked until the clients have
+ * stopped, so that CAS clients wait on it past the cut (the test of the interruption). */
 static MYSQL *hold_row(bench_ctx *ctx)
 {
     MYSQL *m = bench_db_connect(&ctx->o->db, ctx->o->db.dbname);
@@ -380,20 +378,31 @@ int bench_drain_poll(bench_ctx *ctx, const bench_design *d, unsigned k, bench_ru
             bench_tally_fail(&ctx->tally, "cannot start thread %u", started);
             break;
         }
-    for (double next_kill = ctx->poll_deadline + CUT_GRACE_S;;) {
-        unsigned running = 0;
-        for (unsigned i = 0; i < started; i++)
-            running += !atomic_load(&ps[i].finished);
-        if (running == 0)
-            break;
-        if (ctx->poll_deadline > 0 && bench_now() >= next_kill) {
+    /* Joined as each ends (the run's time is read right after); past the cut and its
+     * grace, the claims still running are interrupted, again every second. */
+    double next_kill = ctx->poll_deadline + CUT_GRACE_S;
+    for (unsigned i = 0; i < started;) {
+        if (ctx->poll_deadline <= 0) {
+            pthread_join(ps[i++].thr, NULL);
+            continue;
+        }
+        struct timespec until;
+        double wait = next_kill - bench_now();
+        clock_gettime(CLOCK_REALTIME, &until);
+        if (wait > 0) {
+            long long ns = (long long)until.tv_nsec + (long long)(wait * 1e9);
+            until.tv_sec += (time_t)(ns / 1000000000);
+            until.tv_nsec = (long)(ns % 1000000000);
+            if (pthread_timedjoin_np(ps[i].thr, NULL, &until) == 0) {
+                i++;
+                continue;
+            }
+        }
+        if (bench_now() >= next_kill) {
             interrupt_claims(ctx, ps, started);
             next_kill = bench_now() + 1.0;
         }
-        bench_sleep_ms(20);
     }
-    for (unsigned i = 0; i < started; i++)
-        pthread_join(ps[i].thr, NULL);
     if (held) {
         bench_db_exec(held, "ROLLBACK");
         mysql_close(held);
