@@ -280,6 +280,8 @@ struct tp_worker {
     tpi_kept *kept_head;      /* outcomes sent and not yet confirmed, oldest first */
     tpi_kept *kept_tail;
     size_t nkept;
+    tpi_kept *kept_spare; /* confirmed small records, for the next DONEs */
+    size_t nkept_spare;
 };
 
 /* ---- options.c ---- */
