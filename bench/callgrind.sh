@@ -9,6 +9,10 @@
 # 100 instructions a task).
 #   bench/callgrind.sh                    N1 = 10000, N2 = 30000, K = 16, capacity 16
 #   bench/callgrind.sh 20000 60000 256 4  N1, N2, K workers of capacity C
+#   bench/callgrind.sh 10000 30000 256 4 workers
+#                                         the other side: the bench process under
+#                                         callgrind (its worker threads on libtaskpush,
+#                                         summed), taskpushd not
 # Needs valgrind (apt-get install valgrind). Takes under a minute. CALLGRIND_KEEP=1 keeps
 # the profiles (one file per thread) for callgrind_annotate.
 set -euo pipefail
@@ -16,6 +20,11 @@ n1=${1:-10000}
 n2=${2:-30000}
 k=${3:-16}
 cap=${4:-16}
+side=${5:-taskpushd}
+case $side in
+  taskpushd | workers) ;;
+  *) echo "callgrind.sh: the fifth argument is taskpushd or workers, not '$side'" >&2; exit 2 ;;
+esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TASKPUSH_BUILD_DIR:-$root/build}
 cd "$root"
@@ -45,8 +54,15 @@ EOF
 chmod +x "$work/taskpushd"
 
 for n in "$n1" "$n2"; do
-  CG_RUN=$n "$build/bench/taskpush-bench" --design taskpush-ll --k "$k" --capacity "$cap" --n "$n" \
-    --repeat 1 --taskpushd "$work/taskpushd" --json-only >"$work/bench.$n.json"
+  if [ "$side" = workers ]; then
+    valgrind --tool=callgrind --separate-threads=yes --dump-instr=no \
+      --callgrind-out-file="$work/out.$n.%p" -q "$build/bench/taskpush-bench" --design taskpush-ll \
+      --k "$k" --capacity "$cap" --n "$n" --repeat 1 --taskpushd "$build/dispatcher/taskpushd" \
+      --json-only >"$work/bench.$n.json"
+  else
+    CG_RUN=$n "$build/bench/taskpush-bench" --design taskpush-ll --k "$k" --capacity "$cap" --n "$n" \
+      --repeat 1 --taskpushd "$work/taskpushd" --json-only >"$work/bench.$n.json"
+  fi
   grep -q '"verified":true' "$work/bench.$n.json" || {
     echo "callgrind.sh: the drain of $n tasks failed verification" >&2
     cat "$work/bench.$n.json" >&2
@@ -54,15 +70,19 @@ for n in "$n1" "$n2"; do
   }
 done
 
-python3 - "$work" "$n1" "$n2" "$k" "$cap" <<'EOF'
+python3 - "$work" "$n1" "$n2" "$k" "$cap" "$side" <<'EOF'
 import glob, os, re, sys
-work, n1, n2, k, cap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+work, n1, n2, k, cap, side = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4],
+                              sys.argv[5], sys.argv[6])
 
 # A thread is named by the start function of taskpushd's that appears in its file.
 STARTS = [("dsp_dbi_claim_main", "claim"), ("half_main", "claim helper"),
           ("dsp_dbi_write_main", "write"), ("dsp_dbi_lease_main", "lease"),
           ("dsp_dbi_stats_main", "stats"), ("dsp_dbi_sched_main", "schedule"),
           ("submit_main", "submit")]
+if side == "workers":
+    # The bench's threads: its K workers share a few threads (worker_main, summed).
+    STARTS = [("worker_main", "workers (libtaskpush)")]
 
 def per_thread(n):
     """{thread name: instructions} of the run of n tasks (one file per thread)."""
@@ -79,13 +99,14 @@ def per_thread(n):
                 if line.startswith("totals:") or line.startswith("summary:"):
                     total = int(line.split()[1])
         if name is None:
-            name = "event loop" if m is None or int(m.group(1)) == 1 else "thread %s" % m.group(1)
+            first = "bench" if side == "workers" else "event loop"
+            name = first if m is None or int(m.group(1)) == 1 else "thread %s" % m.group(1)
         out[name] = out.get(name, 0) + total
     return out
 
 a, b = per_thread(n1), per_thread(n2)
-print("taskpushd instructions per task (callgrind, taskpush-ll K=%s of capacity %s, N = %d and %d)"
-      % (k, cap, n1, n2))
+print("%s instructions per task (callgrind, taskpush-ll K=%s of capacity %s, N = %d and %d)"
+      % ("the bench's" if side == "workers" else "taskpushd", k, cap, n1, n2))
 print("| thread | Ir, N=%d | Ir, N=%d | Ir per task |" % (n1, n2))
 print("|---|---|---|---|")
 for t in sorted(set(a) | set(b), key=lambda t: -(b.get(t, 0) - a.get(t, 0))):
