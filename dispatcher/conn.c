@@ -498,74 +498,142 @@ static bool handle_frame(dsp_conn *c, const proto_msg *m, const uint8_t *body, s
 
 static void event_cb(struct bufferevent *bev, short what, void *arg);
 
+/* Takes one whole frame (rd has announced it; frame starts with its length prefix).
+ * Returns false when the connection is closing and must not be read further. */
+static bool take_frame(dsp_conn *c, const proto_frame_reader *rd, const uint8_t *frame)
+{
+    dsp_server *srv = c->srv;
+    uint32_t body_len = rd->body_len;
+    /* PROTOCOL.md fixes where HELLO keeps its version in every version, so a
+     * newer worker hears "version" even if the rest of its HELLO differs. */
+    if (frame && c->state == DSP_CONN_WANT_HELLO && body_len >= 3 &&
+        frame[PROTO_LEN_PREFIX] == PROTO_HELLO &&
+        (((frame[PROTO_LEN_PREFIX + 1] << 8) | frame[PROTO_LEN_PREFIX + 2]) < PROTO_VERSION_MIN ||
+         ((frame[PROTO_LEN_PREFIX + 1] << 8) | frame[PROTO_LEN_PREFIX + 2]) > PROTO_VERSION)) {
+        srv->conn_stats.rejected_total++;
+        dsp_conn_close(c, PROTO_ERR_VERSION, "protocol version not supported");
+        return false;
+    }
+    proto_msg m;
+    if (!frame || proto_frame_decode(rd, frame + PROTO_LEN_PREFIX, &m) != PROTO_OK) {
+        srv->conn_stats.bad_frames_total++;
+        log_limited(&srv->log, &srv->peer_log, c->last_rx_ms, DSP_LOG_WARN,
+                    "%s: malformed frame (type %u, length %u); closing", c->addr,
+                    frame ? frame[PROTO_LEN_PREFIX] : 0, (unsigned)body_len);
+        dsp_conn_close(c, PROTO_ERR_BAD_FRAME, "bad frame");
+        return false;
+    }
+    srv->conn_stats.frames_in_total++;
+    return handle_frame(c, &m, frame + PROTO_LEN_PREFIX, body_len);
+}
+
+/* Looks at the next frame of the bytes avail (starting with prefix). Returns
+ * PROTO_FRAME_WHOLE when one can be taken now; otherwise the caller stops reading:
+ * PROTO_FRAME_NEED_MORE, a yield (the connection's turn is over, YIELDED), or an error
+ * (the connection is closed). */
+enum { YIELDED = 100 };
+static int next_frame(dsp_conn *c, proto_frame_reader *rd, const uint8_t *prefix, size_t avail)
+{
+    dsp_server *srv = c->srv;
+    uint32_t max_body = c->state == DSP_CONN_WANT_HELLO ? PRE_HELLO_MAX_BODY : (uint32_t)srv->cfg->max_frame;
+    int st = proto_frame_next(rd, prefix, avail, max_body);
+    if (st < 0) {
+        srv->conn_stats.bad_frames_total++;
+        log_limited(&srv->log, &srv->peer_log, c->last_rx_ms, DSP_LOG_WARN,
+                    "%s: %s frame (length %u); closing", c->addr, proto_status_text(st),
+                    (unsigned)rd->body_len);
+        dsp_conn_close(c, PROTO_ERR_BAD_FRAME, st == PROTO_FRAME_TOO_BIG ? "frame too big" : "bad frame");
+        return st;
+    }
+    if (st == PROTO_FRAME_WHOLE && proto_frame_reader_spent(rd)) {
+        /* come back after the other ready connections had their turn */
+        srv->conn_stats.yields_total++;
+        return YIELDED;
+    }
+    return st;
+}
+
+/* After a read's frames: whether a frame is begun, the refill, reading again. */
+static void read_done(dsp_conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    if (evbuffer_get_length(in) == 0)
+        c->frame_started_ms = 0;
+    else if (c->frame_started_ms == 0)
+        c->frame_started_ms = c->last_rx_ms;
+    dsp_dispatch_refill(c->srv, c);
+    if (c->read_suspended && evbuffer_get_length(in) < c->read_high) {
+        c->read_suspended = false;
+        event_add(c->read_ev, NULL);
+    }
+}
+
 static void read_cb(struct bufferevent *bev, void *arg)
 {
     dsp_conn *c = arg;
-    dsp_server *srv = c->srv;
     struct evbuffer *in = bufferevent_get_input(bev);
     proto_frame_reader rd;
     c->last_rx_ms = dsp_now_ms();
     proto_frame_reader_init(&rd, FRAMES_PER_EVENT);
     while (c->state != DSP_CONN_CLOSING && !c->submit_paused) {
         uint8_t prefix[PROTO_LEN_PREFIX];
-        size_t avail = evbuffer_get_length(in);
         evbuffer_copyout(in, prefix, sizeof prefix);
-        uint32_t max_body = c->state == DSP_CONN_WANT_HELLO ? PRE_HELLO_MAX_BODY : (uint32_t)srv->cfg->max_frame;
-        int st = proto_frame_next(&rd, prefix, avail, max_body);
-        if (st < 0) {
-            srv->conn_stats.bad_frames_total++;
-            log_limited(&srv->log, &srv->peer_log, c->last_rx_ms, DSP_LOG_WARN,
-                        "%s: %s frame (length %u); closing", c->addr, proto_status_text(st),
-                     (unsigned)rd.body_len);
-            dsp_conn_close(c, PROTO_ERR_BAD_FRAME,
-                           st == PROTO_FRAME_TOO_BIG ? "frame too big" : "bad frame");
+        int st = next_frame(c, &rd, prefix, evbuffer_get_length(in));
+        if (st < 0)
             return;
-        }
-        if (st == PROTO_FRAME_NEED_MORE)
-            break;
-        if (proto_frame_reader_spent(&rd)) {
-            /* come back after the other ready connections had their turn */
-            srv->conn_stats.yields_total++;
+        if (st == YIELDED)
             bufferevent_trigger(bev, EV_READ, BEV_OPT_DEFER_CALLBACKS);
+        if (st != PROTO_FRAME_WHOLE)
             break;
-        }
-        uint32_t body_len = rd.body_len;
         const uint8_t *frame = evbuffer_pullup(in, (ssize_t)proto_frame_size(&rd));
-        /* PROTOCOL.md fixes where HELLO keeps its version in every version, so a
-         * newer worker hears "version" even if the rest of its HELLO differs. */
-        if (frame && c->state == DSP_CONN_WANT_HELLO && body_len >= 3 &&
-            frame[PROTO_LEN_PREFIX] == PROTO_HELLO &&
-            (((frame[PROTO_LEN_PREFIX + 1] << 8) | frame[PROTO_LEN_PREFIX + 2]) < PROTO_VERSION_MIN ||
-             ((frame[PROTO_LEN_PREFIX + 1] << 8) | frame[PROTO_LEN_PREFIX + 2]) > PROTO_VERSION)) {
-            srv->conn_stats.rejected_total++;
-            dsp_conn_close(c, PROTO_ERR_VERSION, "protocol version not supported");
-            return;
-        }
-        proto_msg m;
-        if (!frame || proto_frame_decode(&rd, frame + PROTO_LEN_PREFIX, &m) != PROTO_OK) {
-            srv->conn_stats.bad_frames_total++;
-            log_limited(&srv->log, &srv->peer_log, c->last_rx_ms, DSP_LOG_WARN,
-                        "%s: malformed frame (type %u, length %u); closing", c->addr,
-                     frame ? frame[PROTO_LEN_PREFIX] : 0, (unsigned)body_len);
-            dsp_conn_close(c, PROTO_ERR_BAD_FRAME, "bad frame");
-            return;
-        }
-        srv->conn_stats.frames_in_total++;
-        bool go_on = handle_frame(c, &m, frame + PROTO_LEN_PREFIX, body_len);
+        bool go_on = take_frame(c, &rd, frame);
         evbuffer_drain(in, proto_frame_size(&rd));
         if (!go_on)
             return;
         c->frame_started_ms = c->last_rx_ms;
     }
-    if (evbuffer_get_length(in) == 0)
-        c->frame_started_ms = 0;
-    else if (c->frame_started_ms == 0)
-        c->frame_started_ms = c->last_rx_ms;
-    dsp_dispatch_refill(srv, c);
-    if (c->read_suspended && evbuffer_get_length(in) < c->read_high) {
-        c->read_suspended = false;
-        event_add(c->read_ev, NULL);
+    read_done(c);
+}
+
+/* The frames of one read when nothing was buffered before it, taken where they lie
+ * rather than through the input evbuffer (whose chains are allocated by each add and
+ * freed by the drain that empties them, with its callbacks run at each: a third of the
+ * loop's instructions per task with 256 workers of 4 slots). What is left, part of a
+ * frame or the frames after a yield, goes into the input for read_cb. */
+static void read_frames_from(dsp_conn *c, const uint8_t *buf, size_t n)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    proto_frame_reader rd;
+    size_t off = 0;
+    bool yielded = false;
+    c->last_rx_ms = dsp_now_ms();
+    proto_frame_reader_init(&rd, FRAMES_PER_EVENT);
+    while (c->state != DSP_CONN_CLOSING && !c->submit_paused) {
+        int st = next_frame(c, &rd, buf + off, n - off);
+        if (st < 0)
+            return;
+        yielded = st == YIELDED;
+        if (st != PROTO_FRAME_WHOLE)
+            break;
+        bool go_on = take_frame(c, &rd, buf + off);
+        off += proto_frame_size(&rd);
+        if (!go_on)
+            break;
     }
+    if (c->state == DSP_CONN_CLOSING)
+        return;
+    if (off < n) {
+        evbuffer_unfreeze(in, 0); /* the bufferevent keeps the input's end frozen */
+        int rc = evbuffer_add(in, buf + off, n - off);
+        evbuffer_freeze(in, 0);
+        if (rc < 0) {
+            dsp_conn_close(c, 0, "out of memory");
+            return;
+        }
+        if (yielded)
+            bufferevent_trigger(c->bev, EV_READ, BEV_OPT_DEFER_CALLBACKS);
+    }
+    read_done(c);
 }
 
 /* A plaintext connection reads its socket itself: libevent's own read first asks the
@@ -585,14 +653,18 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
     size_t want = c->welcomed ? READ_MAX : READ_MAX_PRE_HELLO;
     if (want > c->read_high - have)
         want = c->read_high - have;
-    /* Read into the stack and copy: the input then grows by what came, as with
-     * libevent's reads, not by a whole chunk (an idle peer that sent one byte holds 1
-     * KiB, not 8). */
+    /* Read into the stack: whole frames are taken from there, and the input grows by
+     * what is left, not by a whole chunk (an idle peer that sent one byte holds 1 KiB,
+     * not 8). */
     uint8_t buf[READ_MAX];
     ssize_t n = read(fd, buf, want);
     int err = errno;
     if (n > 0) {
-        evbuffer_unfreeze(in, 0); /* the bufferevent keeps the input's end frozen */
+        if (have == 0) {
+            read_frames_from(c, buf, (size_t)n);
+            return;
+        }
+        evbuffer_unfreeze(in, 0);
         int rc = evbuffer_add(in, buf, (size_t)n);
         evbuffer_freeze(in, 0);
         if (rc < 0)

@@ -197,29 +197,24 @@ static void on_read(struct bufferevent *bev, void *arg);
 static void on_event(struct bufferevent *bev, short what, void *arg);
 static void close_after_flush(tp_worker *w, int level, const char *why);
 
-/* A plaintext connection reads its socket itself, too: libevent's own read first asks
- * the kernel how much is waiting (ioctl FIONREAD), one system call in three of a
- * worker's round trip. What it reads goes into the bufferevent's input as before. */
-static void on_sock_read(evutil_socket_t fd, short what, void *arg)
+static void read_frames_from(tp_worker *w, const uint8_t *buf, size_t n);
+
+/* Reads the socket into the end of the input (something is buffered there already).
+ * Returns what read returned, or -2 when out of memory (the connection is closed). */
+static ssize_t read_into_input(tp_worker *w, evutil_socket_t fd, struct evbuffer *in)
 {
-    tp_worker *w = arg;
-    struct evbuffer *in;
     struct evbuffer_iovec v[2];
     struct iovec iov[2];
     int nv;
     ssize_t n;
     int err;
 
-    (void)what;
-    if (w->bev == NULL)
-        return;
-    in = bufferevent_get_input(w->bev);
     evbuffer_unfreeze(in, 0); /* the bufferevent keeps the input's end frozen */
     nv = evbuffer_reserve_space(in, TPI_READ_MAX, v, 2);
     if (nv <= 0) {
         evbuffer_freeze(in, 0);
         close_after_flush(w, TP_LOG_ERROR, "out of memory");
-        return;
+        return -2;
     }
     for (int i = 0; i < nv; i++) {
         iov[i].iov_base = v[i].iov_base;
@@ -237,10 +232,44 @@ static void on_sock_read(evutil_socket_t fd, short what, void *arg)
         evbuffer_commit_space(in, v, nv);
     }
     evbuffer_freeze(in, 0);
-    if (n > 0) {
-        on_read(w->bev, w);
+    errno = err;
+    return n;
+}
+
+/* A plaintext connection reads its socket itself, too: libevent's own read first asks
+ * the kernel how much is waiting (ioctl FIONREAD), one system call in three of a
+ * worker's round trip. With nothing buffered, the frames are taken from the stack
+ * (read_frames_from); else what comes joins the input, as the bufferevent would. */
+static void on_sock_read(evutil_socket_t fd, short what, void *arg)
+{
+    tp_worker *w = arg;
+    struct evbuffer *in;
+    ssize_t n;
+    int err;
+
+    (void)what;
+    if (w->bev == NULL)
         return;
+    in = bufferevent_get_input(w->bev);
+    if (evbuffer_get_length(in) == 0) {
+        uint8_t buf[TPI_READ_MAX];
+
+        n = read(fd, buf, sizeof(buf));
+        err = errno;
+        if (n > 0) {
+            read_frames_from(w, buf, (size_t)n);
+            return;
+        }
+    } else {
+        n = read_into_input(w, fd, in);
+        err = errno;
+        if (n > 0) {
+            on_read(w->bev, w);
+            return;
+        }
     }
+    if (n == -2)
+        return;
     if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR))
         return;
     errno = err;
@@ -872,9 +901,10 @@ static const tpi_type *find_type(const tp_worker *w, const uint8_t *name, size_t
     return NULL;
 }
 
-/* receive_task takes the TASK frame rd announced off the input: the body
- * is copied once, into the task, which the payload then points into. */
-static void receive_task(tp_worker *w, struct evbuffer *in, const proto_frame_reader *rd)
+/* receive_task takes the TASK frame rd announced: from body when not NULL, else off the
+ * input in. The body is copied once, into the task, which the payload then points into. */
+static void receive_task(tp_worker *w, const proto_frame_reader *rd, const uint8_t *body,
+                         struct evbuffer *in)
 {
     uint32_t body_len = rd->body_len;
     tp_task *t = NULL;
@@ -900,10 +930,15 @@ static void receive_task(tp_worker *w, struct evbuffer *in, const proto_frame_re
         close_after_flush(w, TP_LOG_ERROR, "out of memory");
         goto done;
     }
-    evbuffer_drain(in, PROTO_LEN_PREFIX);
-    if (evbuffer_remove(in, t->body, body_len) != (int)body_len ||
-        proto_frame_decode(rd, t->body, &m) != PROTO_OK) {
-        protocol_error(w, PROTO_ERR_BAD_FRAME, "malformed TASK frame of %u bytes", body_len);
+    if (body != NULL) {
+        memcpy(t->body, body, body_len);
+    } else {
+        evbuffer_drain(in, PROTO_LEN_PREFIX);
+        if (evbuffer_remove(in, t->body, body_len) != (int)body_len)
+            body_len = 0; /* a short read: the decode below refuses an empty body */
+    }
+    if (body_len != rd->body_len || proto_frame_decode(rd, t->body, &m) != PROTO_OK) {
+        protocol_error(w, PROTO_ERR_BAD_FRAME, "malformed TASK frame of %u bytes", rd->body_len);
         goto done;
     }
     t->body[body_len] = '\0';
@@ -1085,6 +1120,21 @@ static void handle_msg(tp_worker *w, const proto_msg *m)
     }
 }
 
+/* take_msg decodes the whole frame at p (rd announced it; not a TASK) and acts on it.
+ * Returns 0, or -1 when it was malformed (the connection is being closed). */
+static int take_msg(tp_worker *w, const proto_frame_reader *rd, const uint8_t *p)
+{
+    proto_msg m;
+
+    if (proto_frame_decode(rd, p + PROTO_LEN_PREFIX, &m) != PROTO_OK) {
+        protocol_error(w, PROTO_ERR_BAD_FRAME, "malformed %s frame of %u bytes",
+                       proto_type_name(p[PROTO_LEN_PREFIX]), rd->body_len);
+        return -1;
+    }
+    handle_msg(w, &m);
+    return 0;
+}
+
 /* process_input decodes whole frames from the input, at most
  * TPI_FRAMES_PER_EVENT of them; if more are waiting it re-arms more_ev and
  * returns, so that timers and other events run in between. Only the frame
@@ -1100,7 +1150,6 @@ static void process_input(tp_worker *w)
         size_t avail = evbuffer_get_length(in);
         const uint8_t *p;
         uint32_t body_len;
-        proto_msg m;
         int rc;
 
         if (avail < PROTO_LEN_PREFIX)
@@ -1125,7 +1174,7 @@ static void process_input(tp_worker *w)
         TPI_COUNT(w, frames_received);
         p = evbuffer_pullup(in, PROTO_LEN_PREFIX + 1);
         if (p[PROTO_LEN_PREFIX] == PROTO_TASK) {
-            receive_task(w, in, &rd);
+            receive_task(w, &rd, NULL, in);
             continue;
         }
         p = evbuffer_pullup(in, (ssize_t)proto_frame_size(&rd));
@@ -1133,12 +1182,8 @@ static void process_input(tp_worker *w)
             close_after_flush(w, TP_LOG_ERROR, "out of memory");
             break;
         }
-        if (proto_frame_decode(&rd, p + PROTO_LEN_PREFIX, &m) != PROTO_OK) {
-            protocol_error(w, PROTO_ERR_BAD_FRAME, "malformed %s frame of %u bytes",
-                           proto_type_name(p[PROTO_LEN_PREFIX]), body_len);
+        if (take_msg(w, &rd, p) < 0)
             break;
-        }
-        handle_msg(w, &m);
         if (w->bev != NULL && w->gen == gen)
             evbuffer_drain(in, proto_frame_size(&rd));
     }
@@ -1158,6 +1203,61 @@ static void on_more(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     process_input(arg);
+}
+
+/* read_frames_from takes the frames of one read when nothing was buffered before it,
+ * where they lie rather than through the input evbuffer (whose chains are allocated by
+ * each read and freed by the drain that empties them, with its callbacks run at each
+ * add and drain). The rules are process_input's. What is left, part of a frame or the
+ * frames after a yield, goes into the input for process_input. */
+static void read_frames_from(tp_worker *w, const uint8_t *buf, size_t n)
+{
+    proto_frame_reader rd;
+    uint64_t gen = w->gen;
+    size_t off = 0;
+    int yielded = 0;
+
+    w->last_rx_ns = tpi_now_ns();
+    proto_frame_reader_init(&rd, TPI_FRAMES_PER_EVENT);
+    while (w->bev != NULL && w->gen == gen && receiving(w) && n - off >= PROTO_LEN_PREFIX) {
+        const uint8_t *p = buf + off;
+        int rc;
+
+        if (proto_frame_reader_spent(&rd)) {
+            yielded = 1;
+            break;
+        }
+        rc = proto_frame_next(&rd, p, n - off, w->max_body_in);
+        if (rc == PROTO_FRAME_NEED_MORE)
+            break;
+        if (rc != PROTO_FRAME_WHOLE) {
+            protocol_error(w, PROTO_ERR_BAD_FRAME, "frame announcing %u bytes: %s (limit %u)",
+                           rd.body_len, proto_status_text(rc), w->max_body_in);
+            return;
+        }
+        TPI_COUNT(w, frames_received);
+        off += proto_frame_size(&rd);
+        if (p[PROTO_LEN_PREFIX] == PROTO_TASK) {
+            receive_task(w, &rd, p + PROTO_LEN_PREFIX, NULL);
+            continue;
+        }
+        if (take_msg(w, &rd, p) < 0)
+            return;
+    }
+    if (off == n || w->bev == NULL || w->gen != gen)
+        return;
+    struct evbuffer *in = bufferevent_get_input(w->bev);
+    evbuffer_unfreeze(in, 0); /* the bufferevent keeps the input's end frozen */
+    int rc = evbuffer_add(in, buf + off, n - off);
+    evbuffer_freeze(in, 0);
+    if (rc < 0) {
+        close_after_flush(w, TP_LOG_ERROR, "out of memory");
+        return;
+    }
+    if (yielded) {
+        TPI_COUNT(w, read_yields);
+        event_active(w->more_ev, EV_TIMEOUT, 0);
+    }
 }
 
 static void on_heartbeat(evutil_socket_t fd, short what, void *arg)

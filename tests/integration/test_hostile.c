@@ -12,6 +12,9 @@
  *   pre_hello_frame     a 16 MiB frame before HELLO was buffered whole (RSS)
  *   max_connections     no cap on connections
  *   half_frame          a peer dripping a frame byte by byte was never dropped
+ *   split_frames        frames that arrive cut anywhere, several to a read or a piece
+ *                       of one, are read whole (the reads that take frames straight
+ *                       from the socket's bytes, and those that go through the input)
  *   unread_output       a worker that never reads its socket was never dropped
  *   accept_emfile       out of descriptors, the accept loop spun and flooded the log
  *   blackhole           capacity INT_MAX that never answers got every task, and
@@ -69,6 +72,7 @@ enum role {
     ROLE_BLACKHOLE, /* reads and drops every frame, sends heartbeats, never answers */
     ROLE_NOREAD,    /* sends heartbeats, never reads */
     ROLE_DRIP,      /* sends one byte of a frame every 200 ms */
+    ROLE_SPLIT,     /* as ROLE_HONEST, each batch of frames sent cut (send_split) */
 };
 
 typedef struct peer {
@@ -82,6 +86,7 @@ typedef struct peer {
     long long last_hb_ms, last_drip_ms;
     uint64_t tasks, dones;
     size_t drip_pos;
+    size_t split_pos; /* ROLE_SPLIT: pieces sent, which choose the next cut */
 } peer;
 
 struct fx {
@@ -245,9 +250,31 @@ static void send_simple(peer *p, uint8_t type)
     peer_send(p, frame, sizeof frame);
 }
 
+/* ROLE_SPLIT: sends the n frames at buf (frame i at at[i], at[n] the end) as pieces of
+ * some whole frames (0, 1 or 2) and the first bytes of the next (1, 2, ... up to all
+ * but one, going on from the last batch), then the rest of that frame, 1 ms apart: so
+ * a read that finds nothing buffered ends inside a prefix or a body at every place. */
+static void send_split(peer *p, const uint8_t *buf, const size_t *at, size_t n)
+{
+    for (size_t i = 0; i < n && !p->closed; p->split_pos++) {
+        size_t whole = p->split_pos % 3;
+        if (i + whole >= n)
+            whole = n - 1 - i;
+        size_t flen = at[i + whole + 1] - at[i + whole];
+        size_t cut = flen > 1 ? 1 + p->split_pos % (flen - 1) : flen;
+        peer_send(p, buf + at[i], at[i + whole] + cut - at[i]);
+        tp_sleep_ms(1);
+        peer_send(p, buf + at[i + whole] + cut, flen - cut);
+        tp_sleep_ms(1);
+        i += whole + 1;
+    }
+}
+
 /* Handles the whole frames read so far, as the peer's role says. */
 static void peer_parse(peer *p)
 {
+    uint8_t out[4096]; /* ROLE_SPLIT: this batch's DONEs, then a HEARTBEAT */
+    size_t at[130], nframes = 0, nout = 0;
     size_t off = 0;
     for (;;) {
         uint32_t body = 0;
@@ -266,7 +293,7 @@ static void peer_parse(peer *p)
             p->error_code = m.u.error.code;
         else if (m.type == PROTO_TASK) {
             p->tasks++;
-            if (p->role == ROLE_HONEST) {
+            if (p->role == ROLE_HONEST || p->role == ROLE_SPLIT) {
                 proto_msg d;
                 memset(&d, 0, sizeof d);
                 d.type = PROTO_DONE;
@@ -274,10 +301,24 @@ static void peer_parse(peer *p)
                 d.u.done.epoch = m.u.task.epoch;
                 d.u.done.attempt = m.u.task.attempt;
                 d.u.done.outcome = PROTO_OUTCOME_SUCCESS;
-                send_msg(p, &d);
+                if (p->role == ROLE_HONEST) {
+                    send_msg(p, &d);
+                } else {
+                    size_t n = proto_msg_encode(&d, out + nout, sizeof out - nout - PROTO_LEN_PREFIX - 1);
+                    assert_true(n > 0 && nframes + 2 < sizeof at / sizeof at[0]);
+                    at[nframes++] = nout;
+                    nout += n;
+                }
                 p->dones++;
             }
         }
+    }
+    if (nout > 0) {
+        const uint8_t hb[PROTO_LEN_PREFIX + 1] = {0, 0, 0, 1, PROTO_HEARTBEAT};
+        memcpy(out + nout, hb, sizeof hb);
+        at[nframes++] = nout;
+        at[nframes] = nout + sizeof hb;
+        send_split(p, out, at, nframes);
     }
     memmove(p->in, p->in + off, p->len - off);
     p->len -= off;
@@ -293,7 +334,8 @@ static void pump(struct fx *fx, int wait_ms)
         peer *p = &fx->peers[i];
         if (p->fd < 0 || p->closed)
             continue;
-        if (p->role == ROLE_HONEST || p->role == ROLE_BLACKHOLE || p->role == ROLE_NOREAD) {
+        if (p->role == ROLE_HONEST || p->role == ROLE_BLACKHOLE || p->role == ROLE_NOREAD ||
+            p->role == ROLE_SPLIT) {
             if (now - p->last_hb_ms >= 100) {
                 send_simple(p, PROTO_HEARTBEAT);
                 p->last_hb_ms = now;
@@ -629,6 +671,28 @@ static void test_half_frame(void **state)
         fail_msg("a peer dripping one byte of a frame every 200 ms was never dropped (%zu bytes sent)",
                  p->drip_pos);
     assert_true(stat_of(fx, "connections.stalled_total") >= 1);
+    fx->passed = true;
+}
+
+static void test_split_frames(void **state)
+{
+    struct fx *fx = *state;
+    const char *args[] = {"--heartbeat-ms", "1000", "--poll-ms", "20", NULL};
+    start(fx, "hostile_split", args);
+    peer *p = peer_open(fx, ROLE_IDLE);
+    send_hello1(p, 16, "t");
+    assert_true(PUMP_UNTIL(fx, p->welcomed || p->closed));
+    assert_true(p->welcomed);
+    p->role = ROLE_SPLIT;
+    insert_tasks(fx, "t", 400, 10);
+    if (!PUMP_UNTIL(fx, count_rows(fx, "t", 2) == 400 || p->closed))
+        fail_msg("%llu of 400 tasks done with their DONEs cut into pieces (peer %s, %llu DONEs sent)",
+                 (unsigned long long)count_rows(fx, "t", 2), p->closed ? "closed" : "open",
+                 (unsigned long long)p->dones);
+    assert_false(p->closed);
+    assert_int_equal(p->error_code, 0);
+    assert_int_equal(stat_of(fx, "connections.bad_frames_total"), 0);
+    assert_int_equal(p->tasks, 400);
     fx->passed = true;
 }
 
@@ -980,7 +1044,7 @@ int main(void)
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
         T(test_capacity_wrap),   T(test_bad_types),      T(test_types_freed),
         T(test_pre_hello_frame), T(test_max_connections), T(test_failed_handshakes_pause),
-        T(test_half_frame),
+        T(test_half_frame),      T(test_split_frames),
         T(test_unread_output),   T(test_accept_emfile),  T(test_blackhole),
         T(test_orphaned_type),   T(test_locked_row),     T(test_unwritten_bound),
         T(test_admin_pause_types_bounded), T(test_rss_bounded), T(test_pre_hello_memory),

@@ -1160,6 +1160,77 @@ static void test_inline_batch_and_yield(void **state)
     hctx_destroy(&s.h);
 }
 
+/* TASK frames cut anywhere. Each piece sent is some whole frames (0, 1 or 2) and the
+ * first bytes of the next (1 byte, then 2, ... up to all but one), and the piece after
+ * it the rest of that frame: so a read that finds nothing buffered ends inside a
+ * prefix or a body at every place, and the read after it completes the frame from the
+ * buffered part. Each task is run once, with its own payload. */
+static void test_split_frames(void **state)
+{
+    enum { N = 200 };
+    setup s;
+    proto_msg m;
+    uint8_t *frames;
+    size_t at[N + 1]; /* where frame i starts; at[N] is the end */
+    size_t len = 0;
+    size_t cap = (size_t)N * 64;
+    static int seen[N + 1];
+
+    (void)state;
+    memset(seen, 0, sizeof(seen));
+    hctx_init(&s.h);
+    setup_start(&s, N, 0);
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    frames = malloc(cap);
+    assert_non_null(frames);
+    for (uint64_t id = 1; id <= N; id++) {
+        proto_msg t = {.type = PROTO_TASK};
+        char payload[16];
+
+        snprintf(payload, sizeof(payload), "p%llu", (unsigned long long)id);
+        t.u.task.task_id = id;
+        t.u.task.attempt = 1;
+        t.u.task.type.ptr = (const uint8_t *)"alpha";
+        t.u.task.type.len = 5;
+        t.u.task.payload.ptr = (const uint8_t *)payload;
+        t.u.task.payload.len = strlen(payload);
+        at[id - 1] = len;
+        len += proto_msg_encode(&t, frames + len, cap - len);
+    }
+    at[N] = len;
+    for (size_t i = 0, k = 0; i < N; k++) {
+        size_t whole = k % 3;
+        size_t cut;
+
+        if (i + whole >= N)
+            whole = N - 1 - i;
+        cut = 1 + k % (at[i + whole + 1] - at[i + whole] - 1);
+        send_all(s.f.fd, frames + at[i], at[i + whole] + cut - at[i]);
+        usleep(1000); /* a read of its own */
+        send_all(s.f.fd, frames + at[i + whole] + cut, at[i + whole + 1] - at[i + whole] - cut);
+        usleep(1000);
+        i += whole + 1;
+    }
+    free(frames);
+    for (int i = 0; i < N; i++) {
+        char want[16];
+
+        fake_expect(&s.f, &m, PROTO_DONE);
+        assert_true(m.u.done.task_id >= 1 && m.u.done.task_id <= N);
+        seen[m.u.done.task_id]++;
+        snprintf(want, sizeof(want), "p%llu", (unsigned long long)m.u.done.task_id);
+        assert_int_equal(m.u.done.data.len, strlen(want));
+        assert_memory_equal(m.u.done.data.ptr, want, strlen(want));
+    }
+    for (int id = 1; id <= N; id++)
+        assert_int_equal(seen[id], 1);
+    assert_int_equal(stats_of(s.r.w).tasks_completed, N);
+    assert_int_equal(stats_of(s.r.w).protocol_errors, 0);
+    assert_int_equal(stats_of(s.r.w).connections, 1);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
 static void test_two_workers_in_one_process(void **state)
 {
     setup a;
@@ -1494,6 +1565,7 @@ int main(void)
         cmocka_unit_test(test_stop_twice_abandons),
         cmocka_unit_test(test_dispatcher_stop),
         cmocka_unit_test(test_inline_batch_and_yield),
+        cmocka_unit_test(test_split_frames),
         cmocka_unit_test(test_two_workers_in_one_process),
         cmocka_unit_test(test_sigpipe_safe),
         cmocka_unit_test(test_submit_producer),
