@@ -782,16 +782,19 @@ void dsp_conn_deliver(dsp_conn *c, dsp_task *t, int64_t now_ms)
     c->delivered_total++;
     srv->task_stats.dispatched_total++;
 
-    proto_msg m = {.type = PROTO_TASK};
-    m.u.task.task_id = t->id;
-    m.u.task.epoch = srv->epoch;
-    m.u.task.attempt = t->attempts;
-    m.u.task.timeout_ms = t->timeout_ms;
-    m.u.task.priority = t->priority;
-    m.u.task.type.ptr = (const uint8_t *)t->type->name;
-    m.u.task.type.len = t->type->len;
-    m.u.task.payload.ptr = t->payload;
-    m.u.task.payload.len = t->payload_len;
+    /* Not `proto_msg m = {...}`: that zeroes the whole union, a HELLO's 64 types
+     * included (over 1 KiB), for every task. */
+    proto_msg m;
+    m.type = PROTO_TASK;
+    m.u.task = (proto_task){
+        .task_id = t->id,
+        .epoch = srv->epoch,
+        .attempt = t->attempts,
+        .timeout_ms = t->timeout_ms,
+        .priority = t->priority,
+        .type = {(const uint8_t *)t->type->name, t->type->len},
+        .payload = {t->payload, t->payload_len},
+    };
     uint8_t head[PROTO_LEN_PREFIX + 32 + PROTO_MAX_TYPE_LEN];
     size_t n = proto_msg_encode_head(&m, head, sizeof head);
     struct evbuffer *out = bufferevent_get_output(c->bev);

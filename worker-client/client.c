@@ -764,7 +764,7 @@ static void done_of(const tp_task *t, proto_done *d, char *note, size_t note_len
 /* send_done writes t's DONE; in a version-3 session it also keeps a copy until confirmed. */
 static void send_done(tp_worker *w, tp_task *t)
 {
-    proto_msg m = {.type = PROTO_DONE};
+    proto_msg m; /* not `= {...}`, which zeroes the whole union (over 1 KiB) per task */
     proto_done *d = &m.u.done;
     struct evbuffer *out = bufferevent_get_output(w->bev);
     uint8_t head[64];
@@ -773,7 +773,8 @@ static void send_done(tp_worker *w, tp_task *t)
     size_t len;
     size_t n;
 
-    done_of(t, d, note, sizeof(note));
+    m.type = PROTO_DONE;
+    done_of(t, d, note, sizeof(note)); /* fills all of *d */
     data = d->data.ptr;
     len = d->data.len;
     if (w->session_version >= 3)
