@@ -679,11 +679,8 @@ static void test_split_frames(void **state)
     struct fx *fx = *state;
     const char *args[] = {"--heartbeat-ms", "1000", "--poll-ms", "20", NULL};
     start(fx, "hostile_split", args);
-    peer *p = peer_open(fx, ROLE_IDLE);
-    send_hello1(p, 16, "t");
-    assert_true(PUMP_UNTIL(fx, p->welcomed || p->closed));
-    assert_true(p->welcomed);
-    p->role = ROLE_SPLIT;
+    peer *p = honest(fx, "t", 16);
+    p->role = ROLE_SPLIT; /* before any task exists */
     insert_tasks(fx, "t", 400, 10);
     if (!PUMP_UNTIL(fx, count_rows(fx, "t", 2) == 400 || p->closed))
         fail_msg("%llu of 400 tasks done with their DONEs cut into pieces (peer %s, %llu DONEs sent)",

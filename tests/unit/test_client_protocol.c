@@ -1110,50 +1110,73 @@ static void test_dispatcher_stop(void **state)
     hctx_destroy(&s.h);
 }
 
-static void test_inline_batch_and_yield(void **state)
+/* Encodes the TASKs of ids 1..n (type "alpha", payload "p<id>") into frames; when at is
+ * not NULL, at[i] is where task i + 1's frame starts and at[n] the end. Returns the
+ * bytes written. */
+static size_t encode_numbered_tasks(uint8_t *frames, size_t cap, int n, size_t *at)
 {
-    enum { N = 1000 };
-    setup s;
-    proto_msg m;
-    uint8_t *frames;
-    size_t off = 0;
-    size_t cap = (size_t)N * 64;
-    static int seen[N + 1];
+    size_t len = 0;
 
-    (void)state;
-    memset(seen, 0, sizeof(seen));
-    hctx_init(&s.h);
-    setup_start(&s, N, 0); /* handlers inline on the I/O thread */
-    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
-    frames = malloc(cap);
-    assert_non_null(frames);
-    for (uint64_t id = 1; id <= N; id++) {
+    for (int id = 1; id <= n; id++) {
         proto_msg t = {.type = PROTO_TASK};
         char payload[16];
 
-        snprintf(payload, sizeof(payload), "p%llu", (unsigned long long)id);
-        t.u.task.task_id = id;
+        snprintf(payload, sizeof(payload), "p%d", id);
+        t.u.task.task_id = (uint64_t)id;
         t.u.task.attempt = 1;
         t.u.task.type.ptr = (const uint8_t *)"alpha";
         t.u.task.type.len = 5;
         t.u.task.payload.ptr = (const uint8_t *)payload;
         t.u.task.payload.len = strlen(payload);
-        off += proto_msg_encode(&t, frames + off, cap - off);
+        if (at != NULL)
+            at[id - 1] = len;
+        len += proto_msg_encode(&t, frames + len, cap - len);
     }
-    send_all(s.f.fd, frames, off); /* one burst: far more than one read's budget */
-    free(frames);
-    for (int i = 0; i < N; i++) {
+    if (at != NULL)
+        at[n] = len;
+    return len;
+}
+
+/* Reads n DONEs: each of the tasks 1..n answered once, with its payload as its result. */
+static void expect_numbered_dones(fake *f, int n)
+{
+    int *seen = calloc((size_t)n + 1, sizeof(*seen));
+    proto_msg m;
+
+    assert_non_null(seen);
+    for (int i = 0; i < n; i++) {
         char want[16];
 
-        fake_expect(&s.f, &m, PROTO_DONE);
-        assert_true(m.u.done.task_id >= 1 && m.u.done.task_id <= N);
+        fake_expect(f, &m, PROTO_DONE);
+        assert_true(m.u.done.task_id >= 1 && m.u.done.task_id <= (uint64_t)n);
         seen[m.u.done.task_id]++;
         snprintf(want, sizeof(want), "p%llu", (unsigned long long)m.u.done.task_id);
         assert_int_equal(m.u.done.data.len, strlen(want));
         assert_memory_equal(m.u.done.data.ptr, want, strlen(want));
     }
-    for (int id = 1; id <= N; id++)
+    for (int id = 1; id <= n; id++)
         assert_int_equal(seen[id], 1);
+    free(seen);
+}
+
+static void test_inline_batch_and_yield(void **state)
+{
+    enum { N = 1000 };
+    setup s;
+    uint8_t *frames;
+    size_t len;
+    size_t cap = (size_t)N * 64;
+
+    (void)state;
+    hctx_init(&s.h);
+    setup_start(&s, N, 0); /* handlers inline on the I/O thread */
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    frames = malloc(cap);
+    assert_non_null(frames);
+    len = encode_numbered_tasks(frames, cap, N, NULL);
+    send_all(s.f.fd, frames, len); /* one burst: far more than one read's budget */
+    free(frames);
+    expect_numbered_dones(&s.f, N);
     assert_true(stats_of(s.r.w).read_yields >= 1);
     assert_int_equal(stats_of(s.r.w).tasks_completed, N);
     setup_finish(&s);
@@ -1169,35 +1192,17 @@ static void test_split_frames(void **state)
 {
     enum { N = 200 };
     setup s;
-    proto_msg m;
     uint8_t *frames;
     size_t at[N + 1]; /* where frame i starts; at[N] is the end */
-    size_t len = 0;
     size_t cap = (size_t)N * 64;
-    static int seen[N + 1];
 
     (void)state;
-    memset(seen, 0, sizeof(seen));
     hctx_init(&s.h);
     setup_start(&s, N, 0);
     fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
     frames = malloc(cap);
     assert_non_null(frames);
-    for (uint64_t id = 1; id <= N; id++) {
-        proto_msg t = {.type = PROTO_TASK};
-        char payload[16];
-
-        snprintf(payload, sizeof(payload), "p%llu", (unsigned long long)id);
-        t.u.task.task_id = id;
-        t.u.task.attempt = 1;
-        t.u.task.type.ptr = (const uint8_t *)"alpha";
-        t.u.task.type.len = 5;
-        t.u.task.payload.ptr = (const uint8_t *)payload;
-        t.u.task.payload.len = strlen(payload);
-        at[id - 1] = len;
-        len += proto_msg_encode(&t, frames + len, cap - len);
-    }
-    at[N] = len;
+    encode_numbered_tasks(frames, cap, N, at);
     for (size_t i = 0, k = 0; i < N; k++) {
         size_t whole = k % 3;
         size_t cut;
@@ -1212,18 +1217,7 @@ static void test_split_frames(void **state)
         i += whole + 1;
     }
     free(frames);
-    for (int i = 0; i < N; i++) {
-        char want[16];
-
-        fake_expect(&s.f, &m, PROTO_DONE);
-        assert_true(m.u.done.task_id >= 1 && m.u.done.task_id <= N);
-        seen[m.u.done.task_id]++;
-        snprintf(want, sizeof(want), "p%llu", (unsigned long long)m.u.done.task_id);
-        assert_int_equal(m.u.done.data.len, strlen(want));
-        assert_memory_equal(m.u.done.data.ptr, want, strlen(want));
-    }
-    for (int id = 1; id <= N; id++)
-        assert_int_equal(seen[id], 1);
+    expect_numbered_dones(&s.f, N);
     assert_int_equal(stats_of(s.r.w).tasks_completed, N);
     assert_int_equal(stats_of(s.r.w).protocol_errors, 0);
     assert_int_equal(stats_of(s.r.w).connections, 1);
