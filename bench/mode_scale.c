@@ -228,7 +228,8 @@ static void connections_run(bench_ctx *ctx, idle_set *is, scale_result *sr, benc
         goto done;
     bench_snap_delta(&a, &b, r);
     sr->rss_after_kb = procfs_status_kb(dp.pid, "VmRSS");
-    sr->peak_kb = r->tpd_rss_kb = procfs_status_kb(dp.pid, "VmHWM");
+    sr->peak_kb = r->tpd_rss_kb = procfs_peak_rss_kb(
+        dp.pid, sr->rss_before_kb > sr->rss_after_kb ? sr->rss_before_kb : sr->rss_after_kb);
     json_t *s = bench_http_json(dp.admin, "/stats");
     r->daemon_succeeded = bench_json_int(s, "tasks.succeeded_total");
     r->daemon_failed = bench_json_int(s, "tasks.failed_total");
@@ -373,7 +374,8 @@ static void backlog_run(bench_ctx *ctx, uint64_t slice, scale_result *sr, bench_
     bench_snap_delta(&a, &b, r);
     r->n = atomic_load(&ctx->tally.calls); /* the slice as run, for the rate */
     sr->rss_after_kb = procfs_status_kb(dp.pid, "VmRSS");
-    sr->peak_kb = procfs_status_kb(dp.pid, "VmHWM");
+    sr->peak_kb = procfs_peak_rss_kb(
+        dp.pid, sr->rss_before_kb > sr->rss_after_kb ? sr->rss_before_kb : sr->rss_after_kb);
 done:
     if (dp.pid > 0)
         bench_daemon_stop(&dp, SIGTERM, 60);

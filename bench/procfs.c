@@ -65,3 +65,9 @@ long procfs_status_kb(pid_t pid, const char *key)
         return -1;
     return kb;
 }
+
+long procfs_peak_rss_kb(pid_t pid, long seen_kb)
+{
+    long hwm = procfs_status_kb(pid, "VmHWM");
+    return hwm < 0 ? -1 : hwm > seen_kb ? hwm : seen_kb;
+}

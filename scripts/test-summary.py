@@ -6,8 +6,10 @@ Each argument is either a meson testlog.json, or a plain file holding lines
 run). A TAP test counts each "ok"/"not ok" line; cases its plan announced but
 that never reported (a crash, a timeout) count as failed, and so does a TAP
 test that failed without reporting any failing case. A non-TAP test counts
-once. Skips and timeouts count as failed. Prints the failures, then the line
-"N passed, N failed". Exit status 1 when anything failed or nothing ran.
+once. Skips and timeouts count as failed. Prints the failures, each non-TAP
+one with the lines of its output that say why (CI keeps only the tail of a run's
+output), then the line "N passed, N failed". Exit status 1 when anything failed
+or nothing ran.
 """
 import json
 import re
@@ -41,6 +43,16 @@ def count_tap(stdout):
     return passed, failed, failures
 
 
+def why_lines(t, limit=8):
+    """What a failed non-TAP test printed about its failure: its "FAIL" lines (the
+    project's checkers print one per failed check), else the last lines it printed."""
+    out = ((t.get("stdout") or "") + "\n" + (t.get("stderr") or "")).splitlines()
+    lines = [l.strip() for l in out if l.startswith("FAIL")]
+    if not lines:
+        lines = [l.strip() for l in out if l.strip()][-limit:]
+    return [l[:300] for l in lines[:limit]]
+
+
 def main(paths):
     passed = failed = 0
     for path in paths:
@@ -53,7 +65,8 @@ def main(paths):
                 t = json.loads(line)
                 name = f"{path.split('/')[-3] if path.count('/') >= 2 else path}:{t['name']}"
                 ok = t["result"] in ("OK", "EXPECTEDFAIL")
-                if t.get("protocol") == "tap" or PLAN.search(t.get("stdout") or ""):
+                tap = t.get("protocol") == "tap" or PLAN.search(t.get("stdout") or "")
+                if tap:
                     p, fl, failures = count_tap(t.get("stdout") or "")
                     if not ok and fl == 0:
                         fl, failures = 1, [f"{t['result']} (exit {t.get('returncode')})"]
@@ -66,6 +79,9 @@ def main(paths):
                 failed += fl
                 for why in failures:
                     print(f"FAILED {name}: {why}")
+                if fl and not tap:
+                    for line in why_lines(t):
+                        print(f"    {line}")
         else:
             for line in text.splitlines():
                 parts = line.split()
