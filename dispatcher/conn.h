@@ -75,6 +75,8 @@ struct dsp_conn {
     bool read_suspended;       /* read_ev is off until the input drops under read_high */
     bool flush_queued;         /* on the server's flush list */
     dsp_conn *flush_next;
+    uint8_t *stage;            /* plaintext: this pass's frames, written at its flush */
+    size_t stage_len, stage_cap;
     uint16_t version;          /* the protocol version of its HELLO (1 .. 3) */
     dsp_adopting *adopting;    /* declared deliveries waiting for the write thread */
     uint32_t nadopting, adopting_cap;
@@ -116,8 +118,14 @@ void dsp_conn_tick(dsp_conn *c, int64_t now_ms);
  * when c is closing. */
 bool dsp_conn_note_timeout(dsp_conn *c);
 
-/* Output was added to c's bufferevent: a plaintext connection writes it in this loop
- * pass (flush_ev). Everything that adds output must call it. */
+/* Room for a frame of n bytes at the end of c's output, in its stage: the caller writes
+ * the frame there and adds n to c->stage_len. NULL when the frame goes to the
+ * bufferevent's output instead (TLS, a large frame, no memory); whatever the stage held
+ * was moved there first, so frames keep their order. */
+uint8_t *dsp_conn_stage_reserve(dsp_conn *c, size_t n);
+
+/* Output was added to c's stage or bufferevent: a plaintext connection writes it in this
+ * loop pass (flush_ev). Everything that adds output must call it. */
 void dsp_conn_output_added(dsp_conn *c);
 
 /* The server's flush_ev: writes every connection given output in this loop pass. */

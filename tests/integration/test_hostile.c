@@ -16,6 +16,10 @@
  *                       of one, are read whole (the reads that take frames straight
  *                       from the socket's bytes, and those that go through the input)
  *   unread_output       a worker that never reads its socket was never dropped
+ *   slow_reader         a worker that reads late gets every frame whole and in order,
+ *                       though the dispatcher's sends were refused in part and its later
+ *                       frames queued behind the rest (a guard of conn.c's per-pass
+ *                       send, not a past defect)
  *   accept_emfile       out of descriptors, the accept loop spun and flooded the log
  *   blackhole           capacity INT_MAX that never answers got every task, and
  *                       each task's attempts were used up by its timeouts
@@ -87,6 +91,8 @@ typedef struct peer {
     uint64_t tasks, dones;
     size_t drip_pos;
     size_t split_pos; /* ROLE_SPLIT: pieces sent, which choose the next cut */
+    bool check_payloads; /* each TASK's payload is "LLLLL" then L times one letter */
+    uint64_t bad_payloads;
 } peer;
 
 struct fx {
@@ -270,6 +276,25 @@ static void send_split(peer *p, const uint8_t *buf, const size_t *at, size_t n)
     }
 }
 
+/* A payload of slow_reader: its length in 5 digits, then that many of one letter. */
+static bool payload_whole(proto_bytes pl)
+{
+    if (pl.len < 6)
+        return false;
+    size_t want = 0;
+    for (size_t i = 0; i < 5; i++) {
+        if (pl.ptr[i] < '0' || pl.ptr[i] > '9')
+            return false;
+        want = want * 10 + (size_t)(pl.ptr[i] - '0');
+    }
+    if (pl.len != 5 + want)
+        return false;
+    for (size_t i = 6; i < pl.len; i++)
+        if (pl.ptr[i] != pl.ptr[5])
+            return false;
+    return true;
+}
+
 /* Handles the whole frames read so far, as the peer's role says. */
 static void peer_parse(peer *p)
 {
@@ -293,6 +318,8 @@ static void peer_parse(peer *p)
             p->error_code = m.u.error.code;
         else if (m.type == PROTO_TASK) {
             p->tasks++;
+            if (p->check_payloads && !payload_whole(m.u.task.payload))
+                p->bad_payloads++;
             if (p->role == ROLE_HONEST || p->role == ROLE_SPLIT) {
                 proto_msg d;
                 memset(&d, 0, sizeof d);
@@ -717,6 +744,43 @@ static void test_unread_output(void **state)
     fx->passed = true;
 }
 
+static void test_slow_reader(void **state)
+{
+    struct fx *fx = *state;
+    const char *args[] = {"--heartbeat-ms", "1000", "--poll-ms", "20", NULL};
+    start(fx, "hostile_slowread", args);
+    /* Payloads of 1 to 16,000 bytes: 1,000 in flight are about 8 MB, more than the
+     * sockets hold (4 MiB of send buffer at most), and a pass's frames pass the 64 KiB
+     * the dispatcher gathers at once. */
+    assert_int_equal(tp_testdb_exec(&fx->db,
+                                    "INSERT INTO task (task_type, payload) SELECT 't',"
+                                    " CONCAT(LPAD(1 + seq * 7919 %% 16000, 5, '0'),"
+                                    " REPEAT(CHAR(97 + seq %% 26), 1 + seq * 7919 %% 16000))"
+                                    " FROM seq_1_to_3000"),
+                     3000);
+    peer *p = peer_open(fx, ROLE_IDLE);
+    p->check_payloads = true;
+    send_hello1(p, 1000, "t");
+    assert_true(PUMP_UNTIL(fx, p->welcomed || p->closed));
+    assert_true(p->welcomed);
+    /* It reads nothing for a second (well within 3 heartbeats), then everything. */
+    p->role = ROLE_NOREAD;
+    for (long long until = tp_mono_ms() + 1000; tp_mono_ms() < until;)
+        pump(fx, 20);
+    p->role = ROLE_HONEST;
+    if (!PUMP_UNTIL(fx, count_rows(fx, "t", 2) == 3000 || p->closed))
+        fail_msg("%llu of 3000 tasks done by a worker that read late (peer %s, %llu TASKs, "
+                 "%llu bad payloads)",
+                 (unsigned long long)count_rows(fx, "t", 2), p->closed ? "closed" : "open",
+                 (unsigned long long)p->tasks, (unsigned long long)p->bad_payloads);
+    assert_false(p->closed);
+    assert_int_equal(p->error_code, 0);
+    assert_int_equal(p->bad_payloads, 0);
+    assert_int_equal(p->tasks, 3000);
+    assert_int_equal(stat_of(fx, "connections.stalled_total"), 0);
+    fx->passed = true;
+}
+
 static void test_accept_emfile(void **state)
 {
     struct fx *fx = *state;
@@ -1042,7 +1106,7 @@ int main(void)
         T(test_capacity_wrap),   T(test_bad_types),      T(test_types_freed),
         T(test_pre_hello_frame), T(test_max_connections), T(test_failed_handshakes_pause),
         T(test_half_frame),      T(test_split_frames),
-        T(test_unread_output),   T(test_accept_emfile),  T(test_blackhole),
+        T(test_unread_output),   T(test_slow_reader),    T(test_accept_emfile),  T(test_blackhole),
         T(test_orphaned_type),   T(test_locked_row),     T(test_unwritten_bound),
         T(test_admin_pause_types_bounded), T(test_rss_bounded), T(test_pre_hello_memory),
         T(test_rss_back_to_baseline),

@@ -44,7 +44,7 @@ typedef struct fixture {
     dsp_config cfg;
     dsp_server srv;
     int peer;           /* the worker's end */
-    uint8_t in[65536];  /* what the server sent */
+    uint8_t in[262144]; /* what the server sent */
     size_t nin, parsed; /* bytes received; bytes already taken as frames */
     bool eof;           /* the server closed its end */
 } fixture;
@@ -117,10 +117,9 @@ static void send_prefix(fixture *f, uint32_t body_len)
     send_bytes(f, p, sizeof p);
 }
 
-/* One loop pass, then whatever the server sent is taken in. */
-static void pump(fixture *f)
+/* Whatever the server sent is taken in. */
+static void take_in(fixture *f)
 {
-    event_base_loop(f->srv.base, EVLOOP_NONBLOCK);
     while (!f->eof) {
         ssize_t n = recv(f->peer, f->in + f->nin, sizeof f->in - f->nin, 0);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -130,6 +129,13 @@ static void pump(fixture *f)
         f->nin += (size_t)n;
         f->eof = n == 0;
     }
+}
+
+/* One loop pass, then whatever the server sent is taken in. */
+static void pump(fixture *f)
+{
+    event_base_loop(f->srv.base, EVLOOP_NONBLOCK);
+    take_in(f);
 }
 
 /* next_frame runs the loop until the server has sent a whole frame, and decodes it
@@ -366,10 +372,24 @@ static void test_half_frame_stalls(void **state)
     expect_error_and_close(f, PROTO_ERR_TIMEOUT, "a frame stopped arriving halfway");
 }
 
-/* A plaintext connection writes its socket itself in the loop pass that produced the
- * output (conn.c, conn_flush): one pass after a frame is queued, the peer has it and
- * the bufferevent's write event is off. When the socket takes only part of the output,
- * the write event carries the rest, in order, and goes off again once it is written. */
+/* Queues n CANCEL frames numbered from first (task_id), as one pass's output. */
+static void send_numbered(dsp_conn *c, uint64_t first, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        proto_msg m = {.type = PROTO_CANCEL};
+        m.u.cancel.task_id = first + i;
+        m.u.cancel.epoch = 7;
+        m.u.cancel.attempt = 1;
+        dsp_conn_send_frame(c, &m);
+    }
+}
+
+/* A plaintext connection gathers a pass's frames and writes its socket itself in the
+ * loop pass that produced them (conn.c, stage_send): one pass after a frame is queued,
+ * the peer has it and the bufferevent's write event is off. When the socket takes only
+ * part of them, the write event carries the rest; frames of later passes, and those past
+ * the 64 KiB gathered at once, queue behind it; all arrive whole and in order, and the
+ * write event goes off again once everything is written. */
 static void test_direct_write_and_rest(void **state)
 {
     fixture *f = *state;
@@ -387,23 +407,40 @@ static void test_direct_write_and_rest(void **state)
     assert_int_equal(evbuffer_get_length(bufferevent_get_output(bev)), 0);
     assert_int_equal(bufferevent_get_enabled(bev) & EV_WRITE, 0);
 
-    /* More than a small send buffer takes at once: 8,000 heartbeats, 40,000 bytes. */
+    /* A pass of 2,000 CANCELs (42,000 bytes) against a small send buffer: sent in part. */
     int small = 4096;
     assert_int_equal(setsockopt(bufferevent_getfd(bev), SOL_SOCKET, SO_SNDBUF, &small,
                                 sizeof small), 0);
-    enum { NFRAMES = 8000 };
-    for (int i = 0; i < NFRAMES; i++)
-        dsp_conn_send_simple(c, PROTO_HEARTBEAT);
+    enum { FIRST = 2000, SECOND = 4000 };
+    send_numbered(c, 0, FIRST);
     event_base_loop(f->srv.base, EVLOOP_NONBLOCK);
     assert_true(evbuffer_get_length(bufferevent_get_output(bev)) > 0);
     assert_true(bufferevent_get_enabled(bev) & EV_WRITE);
+    /* The peer reads what the socket holds; the next pass, 84,000 bytes (past 64 KiB),
+     * comes before the write event has sent the rest of the first. */
     before = f->nin;
-    for (int pass = 0; pass < MAX_PASSES && f->nin - before < NFRAMES * 5; pass++)
+    take_in(f);
+    assert_true(f->nin > before);
+    send_numbered(c, FIRST, SECOND);
+    event_base_loop(f->srv.base, EVLOOP_NONBLOCK);
+
+    for (int pass = 0; pass < MAX_PASSES && evbuffer_get_length(bufferevent_get_output(bev)) > 0;
+         pass++)
         pump(f);
-    assert_int_equal(f->nin - before, NFRAMES * 5);
-    for (size_t i = before; i < f->nin; i += 5)
-        assert_memory_equal(f->in + i, "\0\0\0\1\3", 5);
     pump(f); /* the write callback has seen the output empty */
+    uint64_t want = 0;
+    for (size_t at = before; at < f->nin; want++) {
+        uint32_t body_len = 0;
+        proto_msg m;
+        assert_int_equal(proto_frame_check(f->in + at, f->nin - at, PROTO_MAX_BODY_DEFAULT, &body_len),
+                         PROTO_OK);
+        assert_true(f->nin - at >= PROTO_LEN_PREFIX + (size_t)body_len);
+        assert_int_equal(proto_msg_decode(f->in + at + PROTO_LEN_PREFIX, body_len, &m), PROTO_OK);
+        assert_int_equal(m.type, PROTO_CANCEL);
+        assert_int_equal(m.u.cancel.task_id, want);
+        at += PROTO_LEN_PREFIX + (size_t)body_len;
+    }
+    assert_int_equal(want, FIRST + SECOND);
     assert_int_equal(evbuffer_get_length(bufferevent_get_output(bev)), 0);
     assert_int_equal(bufferevent_get_enabled(bev) & EV_WRITE, 0);
     assert_int_equal(f->srv.nconns, 1);
