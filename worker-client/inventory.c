@@ -149,8 +149,7 @@ static int send_kept(tp_worker *w, const tpi_kept *k)
     m.u.done.data.ptr = k->data;
     m.u.done.data.len = k->len;
     n = proto_msg_encode_head(&m, head, sizeof(head));
-    if (n == 0 || bufferevent_write(w->bev, head, n) != 0 ||
-        (k->len > 0 && bufferevent_write(w->bev, k->data, k->len) != 0))
+    if (n == 0 || tpi_write(w, head, n) != 0 || (k->len > 0 && tpi_write(w, k->data, k->len) != 0))
         return -1;
     return 0;
 }
@@ -235,7 +234,7 @@ static int send_holding(tp_worker *w)
         m.u.holding.n = n;
         m.u.holding.items = items;
         len = proto_msg_encode(&m, buf, cap);
-        if (len == 0 || bufferevent_write(w->bev, buf, len) != 0)
+        if (len == 0 || tpi_write(w, buf, len) != 0)
             rc = -1;
     }
     free(items);

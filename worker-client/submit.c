@@ -113,7 +113,7 @@ static void send_one(tp_worker *w, tpi_submit *s)
     p[1] = (uint8_t)(s->request_id >> 16);
     p[2] = (uint8_t)(s->request_id >> 8);
     p[3] = (uint8_t)s->request_id;
-    if (bufferevent_write(w->bev, s->frame, s->frame_len) != 0) {
+    if (tpi_write(w, s->frame, s->frame_len) != 0) {
         finish(w, s, TP_ENOMEM, "cannot queue the SUBMIT frame");
         return;
     }

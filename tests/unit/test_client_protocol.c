@@ -1225,6 +1225,77 @@ static void test_split_frames(void **state)
     hctx_destroy(&s.h);
 }
 
+/* Task id's payload for test_output_backpressure, also its expected result: "p<id>:"
+ * then one letter up to 16 to 12,015 bytes in all. Returns its length. */
+static size_t numbered_big_payload(char *buf, int id)
+{
+    size_t len = 16 + (size_t)id * 7919 % 12000;
+    int head = snprintf(buf, 16, "p%d:", id);
+
+    memset(buf + head, 'a' + id % 26, len - (size_t)head);
+    return len;
+}
+
+/* Results of 16 bytes to 12 KB, 18 MB in all, answered while the dispatcher sends and
+ * reads nothing: the worker's sends are refused in part, later DONEs queue behind the
+ * rest, and a pass's DONEs pass the 64 KiB gathered for one send. Every DONE arrives
+ * whole, once, with its own result. */
+static void test_output_backpressure(void **state)
+{
+    enum { N = 3000 };
+    setup s;
+    size_t cap = (size_t)N * 12100, len = 0;
+    uint8_t *frames = malloc(cap);
+    char *payload = malloc(12100), *want = malloc(12100);
+    int *seen = calloc(N + 1, sizeof(*seen));
+    int small = 65536;
+    proto_msg m;
+
+    (void)state;
+    assert_non_null(frames);
+    assert_non_null(payload);
+    assert_non_null(want);
+    assert_non_null(seen);
+    hctx_init(&s.h);
+    setup_start(&s, N, 0); /* inline: each read's tasks answered in the same pass */
+    fake_handshake(&s.f, 0, PROTO_MAX_BODY_DEFAULT);
+    /* A receive window of its own size, and no more: the worker's sends fill up. */
+    assert_int_equal(setsockopt(s.f.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+    for (int id = 1; id <= N; id++) {
+        proto_msg t = {.type = PROTO_TASK};
+
+        t.u.task.task_id = (uint64_t)id;
+        t.u.task.attempt = 1;
+        t.u.task.type.ptr = (const uint8_t *)"alpha";
+        t.u.task.type.len = 5;
+        t.u.task.payload.ptr = (const uint8_t *)payload;
+        t.u.task.payload.len = numbered_big_payload(payload, id);
+        len += proto_msg_encode(&t, frames + len, cap - len);
+    }
+    send_all(s.f.fd, frames, len);
+    for (int i = 0; i < N; i++) {
+        size_t wlen;
+
+        fake_expect(&s.f, &m, PROTO_DONE);
+        assert_true(m.u.done.task_id >= 1 && m.u.done.task_id <= N);
+        seen[m.u.done.task_id]++;
+        wlen = numbered_big_payload(want, (int)m.u.done.task_id);
+        assert_int_equal(m.u.done.data.len, wlen);
+        assert_memory_equal(m.u.done.data.ptr, want, wlen);
+    }
+    for (int id = 1; id <= N; id++)
+        assert_int_equal(seen[id], 1);
+    assert_int_equal(stats_of(s.r.w).tasks_completed, N);
+    assert_int_equal(stats_of(s.r.w).protocol_errors, 0);
+    assert_int_equal(stats_of(s.r.w).connections, 1);
+    free(seen);
+    free(want);
+    free(payload);
+    free(frames);
+    setup_finish(&s);
+    hctx_destroy(&s.h);
+}
+
 static void test_two_workers_in_one_process(void **state)
 {
     setup a;
@@ -1560,6 +1631,7 @@ int main(void)
         cmocka_unit_test(test_dispatcher_stop),
         cmocka_unit_test(test_inline_batch_and_yield),
         cmocka_unit_test(test_split_frames),
+        cmocka_unit_test(test_output_backpressure),
         cmocka_unit_test(test_two_workers_in_one_process),
         cmocka_unit_test(test_sigpipe_safe),
         cmocka_unit_test(test_submit_producer),
