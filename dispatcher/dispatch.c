@@ -68,27 +68,29 @@ int dsp_sched_pick(int policy, dsp_sched_slots *const *ws, size_t n, size_t *cur
 
 /* ---- least-loaded over many workers ---- */
 
-static bool ll_less(const dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t n, uint32_t a, uint32_t b)
+/* The tie-break's rank is computed once per build: comparing (a + n - base) % n at each
+ * step took two divisions, the larger part of a pick at K=256. */
+static bool ll_less(dsp_sched_slots *const *ws, dsp_ll_entry a, dsp_ll_entry b)
 {
-    const dsp_sched_slots *sa = ws[a], *sb = ws[b];
+    const dsp_sched_slots *sa = ws[a.idx], *sb = ws[b.idx];
     uint64_t la = (uint64_t)sa->in_flight * sb->capacity, lb = (uint64_t)sb->in_flight * sa->capacity;
     if (la != lb)
         return la < lb;
-    return (a + n - h->base) % n < (b + n - h->base) % n;
+    return a.rank < b.rank;
 }
 
-static void ll_sift_down(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t n, size_t i)
+static void ll_sift_down(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t i)
 {
-    uint32_t *x = h->idx;
+    dsp_ll_entry *x = h->e;
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < h->n && ll_less(h, ws, n, x[l], x[m]))
+        if (l < h->n && ll_less(ws, x[l], x[m]))
             m = l;
-        if (r < h->n && ll_less(h, ws, n, x[r], x[m]))
+        if (r < h->n && ll_less(ws, x[r], x[m]))
             m = r;
         if (m == i)
             return;
-        uint32_t tmp = x[i];
+        dsp_ll_entry tmp = x[i];
         x[i] = x[m];
         x[m] = tmp;
         i = m;
@@ -100,34 +102,35 @@ int dsp_ll_build(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t n, size_t cu
     if (n > UINT32_MAX)
         return -1;
     if (h->cap < n) {
-        uint32_t *idx = realloc(h->idx, n * sizeof *idx);
-        if (!idx)
+        dsp_ll_entry *e = realloc(h->e, n * sizeof *e);
+        if (!e)
             return -1;
-        h->idx = idx;
+        h->e = e;
         h->cap = n;
     }
-    h->base = n ? cursor % n : 0;
+    size_t base = n ? cursor % n : 0;
     h->n = 0;
     for (size_t i = 0; i < n; i++)
         if (dsp_sched_has_room(ws[i]))
-            h->idx[h->n++] = (uint32_t)i;
+            h->e[h->n++] = (dsp_ll_entry){(uint32_t)i, (uint32_t)(i >= base ? i - base : i + n - base)};
     for (size_t i = h->n / 2; i-- > 0;)
-        ll_sift_down(h, ws, n, i);
+        ll_sift_down(h, ws, i);
     return 0;
 }
 
 int dsp_ll_pick(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t n, size_t *cursor)
 {
+    (void)n;
     while (h->n > 0) {
         /* The last pick was the root, and its load may have grown since: sifting the
          * root down restores the order (nothing else changed). */
-        ll_sift_down(h, ws, n, 0);
-        uint32_t r = h->idx[0];
+        ll_sift_down(h, ws, 0);
+        uint32_t r = h->e[0].idx;
         if (dsp_sched_has_room(ws[r])) {
             *cursor = (size_t)r + 1;
             return (int)r;
         }
-        h->idx[0] = h->idx[--h->n]; /* full: out until the next build */
+        h->e[0] = h->e[--h->n]; /* full: out until the next build */
     }
     return -1;
 }

@@ -39,9 +39,13 @@ int dsp_sched_pick(int policy, dsp_sched_slots *const *ws, size_t n, size_t *cur
  * out T tasks to K workers costs O(K + T log K). Valid while only the picks change
  * loads (each pick's in_flight may grow before the next pick; nothing else may change);
  * the owner rebuilds it otherwise (gen is the owner's to compare). */
+typedef struct dsp_ll_entry {
+    uint32_t idx;  /* the worker's index in ws */
+    uint32_t rank; /* its place in the round-robin order from the cursor: the tie-break */
+} dsp_ll_entry;
 typedef struct dsp_ll_heap {
-    uint32_t *idx;
-    size_t n, cap, base;
+    dsp_ll_entry *e;
+    size_t n, cap;
     uint64_t gen;
 } dsp_ll_heap;
 /* Returns 0, or -1 when out of memory (h unchanged: use dsp_sched_pick). */

@@ -82,7 +82,7 @@ dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t le
 static void type_free(dsp_type *t)
 {
     free(t->workers);
-    free(t->ll.idx);
+    free(t->ll.e);
     free(t->name);
     free(t);
 }

@@ -181,7 +181,7 @@ static void test_ll_heap_picks_least_loaded(void **state)
         }
         assert_int_equal(picks, room);
     }
-    free(h.idx);
+    free(h.e);
 }
 
 /* Equal idle workers are taken in turn from the cursor, as dsp_sched_pick does. */
@@ -202,7 +202,7 @@ static void test_ll_heap_takes_turns(void **state)
         assert_int_equal(p, (5 + k) % 16);
         w[p].in_flight++;
     }
-    free(h.idx);
+    free(h.e);
 }
 
 /* ---- the per-type priority queues ---- */
