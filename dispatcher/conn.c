@@ -27,14 +27,6 @@
 #define READ_MAX_PRE_HELLO 4096
 #define READ_MAX 16384
 
-/* The frames of one pass to one plaintext connection are gathered in its stage and go to
- * the socket in one send, past the bufferevent: an evbuffer_add per frame ran the
- * buffer's two callbacks and allocated a chain at the first add of each pass (about 550
- * instructions a task at K=256 of capacity 4). A stage larger than STAGE_KEEP is freed
- * once written; a frame larger than STAGE_MAX goes through the bufferevent. */
-#define STAGE_MAX (64 * 1024)
-#define STAGE_KEEP (4 * 1024)
-
 /* A CLOSING connection whose peer does not read its last frame is freed after this. */
 #define CLOSING_LINGER_MS 1000
 
@@ -83,56 +75,41 @@ void dsp_conn_output_added(dsp_conn *c)
 /* The stage's frames go after what the output already holds. */
 static void stage_spill(dsp_conn *c)
 {
-    if (c->stage_len == 0)
+    if (c->stage.len == 0)
         return;
-    if (evbuffer_add(bufferevent_get_output(c->bev), c->stage, c->stage_len) < 0)
-        log_error(&c->srv->log, "out of memory: %zu bytes to %s lost", c->stage_len, c->addr);
-    c->stage_len = 0;
+    if (evbuffer_add(bufferevent_get_output(c->bev), c->stage.buf, c->stage.len) < 0)
+        log_error(&c->srv->log, "out of memory: %zu bytes to %s lost", c->stage.len, c->addr);
+    c->stage.len = 0;
 }
 
+/* A pass's frames to a plaintext connection are gathered in its stage (frame_stage.h)
+ * and go to the socket in one send, past the bufferevent: about 550 instructions a task
+ * less at K=256 of capacity 4. */
 uint8_t *dsp_conn_stage_reserve(dsp_conn *c, size_t n)
 {
-    if (!c->direct_write || n > STAGE_MAX - c->stage_len) {
+    if (!c->direct_write) {
+        stage_spill(c); /* frames staged before a close turned direct writes off */
+        return NULL;
+    }
+    uint8_t *p = proto_frame_stage_reserve(&c->stage, n);
+    if (!p) { /* full, too large a frame, or no memory */
         stage_spill(c);
-        if (!c->direct_write || n > STAGE_MAX)
-            return NULL;
+        p = proto_frame_stage_reserve(&c->stage, n);
     }
-    if (n > c->stage_cap - c->stage_len) {
-        size_t cap = c->stage_cap ? c->stage_cap : 512;
-        while (cap < c->stage_len + n)
-            cap *= 2;
-        uint8_t *p = realloc(c->stage, cap);
-        if (!p) {
-            stage_spill(c);
-            return NULL;
-        }
-        c->stage = p;
-        c->stage_cap = cap;
-    }
-    return c->stage + c->stage_len;
+    return p;
 }
 
 /* Sends the stage when the output is empty; what the socket does not take now, and
  * the whole stage otherwise, joins the output. */
 static void stage_send(dsp_conn *c)
 {
-    if (c->stage_len == 0)
+    if (c->stage.len == 0)
         return;
-    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
-        ssize_t n = send(bufferevent_getfd(c->bev), c->stage, c->stage_len, MSG_NOSIGNAL);
-        if (n > 0) {
-            c->out_progress_ms = dsp_now_ms();
-            if ((size_t)n < c->stage_len)
-                memmove(c->stage, c->stage + n, c->stage_len - (size_t)n);
-            c->stage_len -= (size_t)n;
-        }
-    }
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
+        proto_frame_stage_send(&c->stage, bufferevent_getfd(c->bev)) > 0)
+        c->out_progress_ms = dsp_now_ms();
     stage_spill(c);
-    if (c->stage_cap > STAGE_KEEP) {
-        free(c->stage);
-        c->stage = NULL;
-        c->stage_cap = 0;
-    }
+    proto_frame_stage_shrink(&c->stage);
 }
 
 /* Writes what the socket takes now. On EAGAIN or an error the rest waits for the write
@@ -209,7 +186,7 @@ static void conn_write(dsp_conn *c, const void *data, size_t len)
     uint8_t *p = dsp_conn_stage_reserve(c, len);
     if (p) {
         memcpy(p, data, len);
-        c->stage_len += len;
+        c->stage.len += len;
     } else {
         evbuffer_add(bufferevent_get_output(c->bev), data, len);
     }
@@ -313,7 +290,7 @@ void dsp_conn_free(dsp_conn *c)
     event_free(c->free_ev);
     free(c->name);
     free(c->types);
-    free(c->stage);
+    proto_frame_stage_free(&c->stage);
     free(c);
 }
 
@@ -871,7 +848,7 @@ void dsp_conn_deliver(dsp_conn *c, dsp_task *t, int64_t now_ms)
         size_t n = proto_msg_encode_head(&m, p, sizeof head);
         if (t->payload_len)
             memcpy(p + n, t->payload, t->payload_len);
-        c->stage_len += n + t->payload_len;
+        c->stage.len += n + t->payload_len;
     } else {
         size_t n = proto_msg_encode_head(&m, head, sizeof head);
         struct evbuffer *out = bufferevent_get_output(c->bev);

@@ -10,6 +10,7 @@
 #define TASKPUSH_DSP_CONN_H
 
 #include "dispatch.h"
+#include "frame_stage.h"
 #include "proto.h"
 #include "server.h"
 
@@ -75,8 +76,7 @@ struct dsp_conn {
     bool read_suspended;       /* read_ev is off until the input drops under read_high */
     bool flush_queued;         /* on the server's flush list */
     dsp_conn *flush_next;
-    uint8_t *stage;            /* plaintext: this pass's frames, written at its flush */
-    size_t stage_len, stage_cap;
+    proto_frame_stage stage;   /* plaintext: this pass's frames, sent at its flush */
     uint16_t version;          /* the protocol version of its HELLO (1 .. 3) */
     dsp_adopting *adopting;    /* declared deliveries waiting for the write thread */
     uint32_t nadopting, adopting_cap;
@@ -119,7 +119,7 @@ void dsp_conn_tick(dsp_conn *c, int64_t now_ms);
 bool dsp_conn_note_timeout(dsp_conn *c);
 
 /* Room for a frame of n bytes at the end of c's output, in its stage: the caller writes
- * the frame there and adds n to c->stage_len. NULL when the frame goes to the
+ * the frame there and adds n to c->stage.len. NULL when the frame goes to the
  * bufferevent's output instead (TLS, a large frame, no memory); whatever the stage held
  * was moved there first, so frames keep their order. */
 uint8_t *dsp_conn_stage_reserve(dsp_conn *c, size_t n);

@@ -25,7 +25,7 @@ void dsp_conn_send_frame(dsp_conn *c, const proto_msg *m)
     uint8_t *p = dsp_conn_stage_reserve(c, n);
     if (p) {
         proto_msg_encode(m, p, n);
-        c->stage_len += n;
+        c->stage.len += n;
     } else {
         /* Written in place: a SUBMITTED of 1000 results or an OUTCOME with a 16 MiB result. */
         struct evbuffer *out = bufferevent_get_output(c->bev);

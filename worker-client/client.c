@@ -146,11 +146,10 @@ static void maybe_finish(tp_worker *w)
 
 /* A plaintext connection writes its socket itself, once per loop pass, rather than
  * through the bufferevent's write event: that saves two epoll_ctl calls and a loop
- * pass for every batch of DONEs. The pass's frames are gathered in the stage and go out
- * in one send: an evbuffer_add per frame ran the buffer's callbacks and took a chain at
- * the first add of each pass (about 500 instructions a task at capacity 4). The write
- * event is on only while the socket refuses part of the output. TLS connections keep
- * the bufferevent's own writes. */
+ * pass for every batch of DONEs. The pass's frames are gathered in the stage
+ * (frame_stage.h) and go out in one send: about 500 instructions a task less at
+ * capacity 4. The write event is on only while the socket refuses part of the output.
+ * TLS connections keep the bufferevent's own writes. */
 static void queue_flush(tp_worker *w)
 {
     if (!w->flush_queued) {
@@ -173,37 +172,30 @@ static int stage_spill(tp_worker *w)
 {
     int rc = 0;
 
-    if (w->stage_len > 0 && w->bev != NULL)
-        rc = evbuffer_add(bufferevent_get_output(w->bev), w->stage, w->stage_len);
-    w->stage_len = 0;
+    if (w->stage.len > 0 && w->bev != NULL)
+        rc = evbuffer_add(bufferevent_get_output(w->bev), w->stage.buf, w->stage.len);
+    w->stage.len = 0;
     return rc;
 }
 
 /* Room for n bytes at the end of the stage, or NULL (see tpi_write). */
 static uint8_t *stage_reserve(tp_worker *w, size_t n)
 {
-    if (!w->direct_write || n > TPI_STAGE_MAX - w->stage_len) {
-        if (stage_spill(w) != 0 || !w->direct_write || n > TPI_STAGE_MAX)
-            return NULL;
-    }
-    if (n > w->stage_cap - w->stage_len) {
-        size_t cap = w->stage_cap ? w->stage_cap : 512;
-        uint8_t *p;
+    uint8_t *p;
 
-        while (cap < w->stage_len + n)
-            cap *= 2;
-        p = realloc(w->stage, cap);
-        if (p == NULL)
-            return stage_spill(w), NULL;
-        w->stage = p;
-        w->stage_cap = cap;
+    if (!w->direct_write) {
+        (void)stage_spill(w); /* frames staged before a close turned direct writes off */
+        return NULL;
     }
-    return w->stage + w->stage_len;
+    p = proto_frame_stage_reserve(&w->stage, n);
+    if (p == NULL && stage_spill(w) == 0) /* full, too large a frame, or no memory */
+        p = proto_frame_stage_reserve(&w->stage, n);
+    return p;
 }
 
 static void stage_commit(tp_worker *w, size_t n)
 {
-    w->stage_len += n;
+    w->stage.len += n;
     queue_flush(w);
 }
 
@@ -225,23 +217,12 @@ int tpi_write(tp_worker *w, const void *data, size_t len)
  * whole stage otherwise, joins the output. */
 static void stage_send(tp_worker *w)
 {
-    if (w->stage_len == 0)
+    if (w->stage.len == 0)
         return;
-    if (evbuffer_get_length(bufferevent_get_output(w->bev)) == 0) {
-        ssize_t n = send(bufferevent_getfd(w->bev), w->stage, w->stage_len, MSG_NOSIGNAL);
-
-        if (n > 0) {
-            if ((size_t)n < w->stage_len)
-                memmove(w->stage, w->stage + n, w->stage_len - (size_t)n);
-            w->stage_len -= (size_t)n;
-        }
-    }
+    if (evbuffer_get_length(bufferevent_get_output(w->bev)) == 0)
+        (void)proto_frame_stage_send(&w->stage, bufferevent_getfd(w->bev));
     (void)stage_spill(w); /* out of memory: those frames are lost with the connection */
-    if (w->stage_cap > TPI_STAGE_KEEP) {
-        free(w->stage);
-        w->stage = NULL;
-        w->stage_cap = 0;
-    }
+    proto_frame_stage_shrink(&w->stage);
 }
 
 static void on_flush(evutil_socket_t fd, short what, void *arg)
@@ -462,7 +443,7 @@ static void release(tp_worker *w)
         bufferevent_free(w->bev); /* closes the socket */
     w->bev = NULL;
     w->direct_write = 0;
-    w->stage_len = 0; /* the connection's unsent frames go with it, as its output does */
+    w->stage.len = 0; /* the connection's unsent frames go with it, as its output does */
     event_del(w->hs_ev);
     event_del(w->hb_ev);
     event_del(w->more_ev);
@@ -1604,7 +1585,7 @@ void tp_worker_free(tp_worker *w)
     free(w->token);
     free(w->addrs);
     tpi_tls_ctx_free(w->tls_ctx);
-    free(w->stage);
+    proto_frame_stage_free(&w->stage);
     free(w);
 }
 

@@ -16,6 +16,7 @@
 #define TASKPUSH_CLIENT_INTERNAL_H
 
 #include "taskpush.h"
+#include "frame_stage.h"
 #include "proto.h"
 
 #include <pthread.h>
@@ -45,11 +46,6 @@ struct ssl_ctx_st;
 /* Results at least this large are handed to the output buffer by reference
  * instead of being copied. */
 #define TPI_RESULT_BY_REFERENCE 16384
-/* A plaintext connection gathers a loop pass's frames in its stage and sends them in one
- * send (client.c, on_flush); a frame that would take it past this goes through the
- * bufferevent's output, and a stage larger than TPI_STAGE_KEEP is freed once sent. */
-#define TPI_STAGE_MAX (64 * 1024)
-#define TPI_STAGE_KEEP (4 * 1024)
 
 /* One "host:port" of tp_worker_options.addresses. A host is a DNS name or an
  * address (an IPv6 address without its brackets). */
@@ -241,8 +237,7 @@ struct tp_worker {
     uint64_t session_tasks;    /* tasks received on this connection */
     int direct_write;          /* plaintext and connected: flush_ev writes the socket */
     int flush_queued;          /* flush_ev is active */
-    uint8_t *stage;            /* direct_write: this pass's frames, sent by on_flush */
-    size_t stage_len, stage_cap;
+    proto_frame_stage stage;   /* direct_write: this pass's frames, sent by on_flush */
     char close_reason[160];    /* why a CLOSING connection closes */
     int close_level;           /* and the level of its log line */
     int stop_sent;             /* we sent STOP */

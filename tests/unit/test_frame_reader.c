@@ -1,7 +1,9 @@
 /* test_frame_reader.c: unit tests of the framing step shared by the dispatcher's and
  * the worker library's read loops (proto/frame_reader.h): frames fed a byte at a
  * time and split at every boundary, coalesced frames, the caller's limit at its edge,
- * the extreme prefixes, bodies that do not decode, and the per-turn budget. */
+ * the extreme prefixes, bodies that do not decode, and the per-turn budget. And of the
+ * send stage both write paths share (proto/frame_stage.h): its bound, a send the
+ * socket takes in part, and its memory given back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,10 +11,14 @@
 
 #include <cmocka.h>
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "frame_reader.h"
+#include "frame_stage.h"
 #include "proto.h"
 
 /* The dispatcher's limit before HELLO (dispatcher/conn.c): the largest HELLO body. */
@@ -256,6 +262,58 @@ static void test_announced(void **state)
     assert_int_equal(proto_frame_announced(prefix, 1000), 0x01020304u);
 }
 
+/* The stage holds up to PROTO_STAGE_MAX bytes; a send the socket takes in part leaves
+ * the rest, in order, at the stage's start; a stage grown past PROTO_STAGE_KEEP is
+ * freed once empty, a smaller one kept. */
+static void test_stage(void **state)
+{
+    (void)state;
+    proto_frame_stage st = {0};
+    int sv[2], small = 4096;
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+
+    uint8_t *p = proto_frame_stage_reserve(&st, PROTO_STAGE_MAX);
+    assert_non_null(p);
+    for (size_t i = 0; i < PROTO_STAGE_MAX; i++)
+        p[i] = (uint8_t)(i * 7 + i / 251);
+    st.len = PROTO_STAGE_MAX;
+    assert_null(proto_frame_stage_reserve(&st, 1)); /* full */
+
+    uint8_t *got = malloc(PROTO_STAGE_MAX);
+    assert_non_null(got);
+    size_t have = 0;
+    for (int round = 0; round < 100000 && have < PROTO_STAGE_MAX; round++) {
+        ssize_t n = proto_frame_stage_send(&st, sv[0]);
+        assert_true(n > 0 || (n < 0 && errno == EAGAIN));
+        ssize_t r = recv(sv[1], got + have, PROTO_STAGE_MAX - have, MSG_DONTWAIT);
+        if (r > 0)
+            have += (size_t)r;
+    }
+    assert_int_equal(have, PROTO_STAGE_MAX);
+    assert_int_equal(st.len, 0);
+    for (size_t i = 0; i < PROTO_STAGE_MAX; i++)
+        assert_int_equal(got[i], (uint8_t)(i * 7 + i / 251));
+    assert_int_equal(proto_frame_stage_send(&st, sv[0]), 0); /* nothing to send */
+
+    proto_frame_stage_shrink(&st); /* grown past PROTO_STAGE_KEEP: given back */
+    assert_null(st.buf);
+    assert_int_equal(st.cap, 0);
+    assert_null(proto_frame_stage_reserve(&st, PROTO_STAGE_MAX + 1)); /* too large a frame */
+    assert_non_null(proto_frame_stage_reserve(&st, 100));
+    st.len = 100;
+    proto_frame_stage_shrink(&st); /* not empty: kept */
+    assert_non_null(st.buf);
+    st.len = 0;
+    proto_frame_stage_shrink(&st); /* small: kept for the next pass */
+    assert_non_null(st.buf);
+    proto_frame_stage_free(&st);
+    assert_null(st.buf);
+    free(got);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -267,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_body_fails_to_decode),
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_announced),
+        cmocka_unit_test(test_stage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
