@@ -1,23 +1,27 @@
 #include "frame_stage.h"
 
+_Static_assert((PROTO_STAGE_MAX & (PROTO_STAGE_MAX - 1)) == 0 && PROTO_STAGE_MAX >= 512,
+               "the growth by doubling from 512 stops at PROTO_STAGE_MAX");
+
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
-uint8_t *proto_frame_stage_reserve(proto_frame_stage *s, size_t n)
+/* Doubling from 512 up to the first power of two that holds len + n <= PROTO_STAGE_MAX
+ * (itself a power of two): cap never exceeds PROTO_STAGE_MAX, which the inline fast
+ * path relies on. */
+uint8_t *proto_frame_stage_grow(proto_frame_stage *s, size_t n)
 {
     if (n > PROTO_STAGE_MAX - s->len)
         return NULL;
-    if (n > s->cap - s->len) {
-        size_t cap = s->cap ? s->cap : 512;
-        while (cap < s->len + n)
-            cap *= 2;
-        uint8_t *p = realloc(s->buf, cap);
-        if (!p)
-            return NULL;
-        s->buf = p;
-        s->cap = cap;
-    }
+    size_t cap = s->cap ? s->cap : 512;
+    while (cap < s->len + n)
+        cap *= 2;
+    uint8_t *p = realloc(s->buf, cap);
+    if (!p)
+        return NULL;
+    s->buf = p;
+    s->cap = cap;
     return s->buf + s->len;
 }
 

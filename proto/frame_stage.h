@@ -26,10 +26,18 @@ typedef struct proto_frame_stage {
     size_t len, cap;
 } proto_frame_stage;
 
+uint8_t *proto_frame_stage_grow(proto_frame_stage *s, size_t n);
+
 /* Room for n more bytes, or NULL when they would take the stage past PROTO_STAGE_MAX
  * or there is no memory (the stage is unchanged: spill it, then write elsewhere). The
- * caller writes the bytes there and adds n to s->len. */
-uint8_t *proto_frame_stage_reserve(proto_frame_stage *s, size_t n);
+ * caller writes the bytes there and adds n to s->len. Inline: once per frame sent, and
+ * the room is nearly always there (cap never exceeds PROTO_STAGE_MAX). */
+static inline uint8_t *proto_frame_stage_reserve(proto_frame_stage *s, size_t n)
+{
+    if (n <= s->cap - s->len)
+        return s->buf + s->len;
+    return proto_frame_stage_grow(s, n);
+}
 
 /* Sends what the socket takes now (MSG_NOSIGNAL) and drops it from the stage. Returns
  * the bytes sent, or -1 with errno (EAGAIN: nothing taken). */
