@@ -109,7 +109,7 @@ static void stage_send(dsp_conn *c)
         proto_frame_stage_send(&c->stage, bufferevent_getfd(c->bev)) > 0)
         c->out_progress_ms = dsp_now_ms();
     stage_spill(c);
-    proto_frame_stage_shrink(&c->stage);
+    proto_frame_stage_shrink(&c->stage, c->slots.in_flight > 0);
 }
 
 /* Writes what the socket takes now. On EAGAIN or an error the rest waits for the write

@@ -118,9 +118,8 @@ int dsp_ll_build(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t n, size_t cu
     return 0;
 }
 
-int dsp_ll_pick(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t n, size_t *cursor)
+int dsp_ll_pick(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t *cursor)
 {
-    (void)n;
     while (h->n > 0) {
         /* The last pick was the root, and its load may have grown since: sifting the
          * root down restores the order (nothing else changed). */
@@ -517,7 +516,7 @@ static int pick_worker(dsp_server *srv, dsp_type *ty)
             return dsp_sched_pick(srv->cfg->scheduler, ty->workers, ty->nworkers, &ty->cursor);
         ty->ll.gen = srv->sched_gen;
     }
-    return dsp_ll_pick(&ty->ll, ty->workers, ty->nworkers, &ty->cursor);
+    return dsp_ll_pick(&ty->ll, ty->workers, &ty->cursor);
 }
 
 static void ll_dirty_others(dsp_conn *c, const dsp_type *ty)

@@ -51,7 +51,7 @@ typedef struct dsp_ll_heap {
 /* Returns 0, or -1 when out of memory (h unchanged: use dsp_sched_pick). */
 int dsp_ll_build(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t n, size_t cursor);
 /* As dsp_sched_pick(DSP_SCHED_LEAST_LOADED, ...) over the heap built from ws. */
-int dsp_ll_pick(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t n, size_t *cursor);
+int dsp_ll_pick(dsp_ll_heap *h, dsp_sched_slots *const *ws, size_t *cursor);
 
 /* The rate limit of a type (--type-limit T:rate=R): a token bucket in thousandths of a
  * task, refilled by R per second on the loop's monotonic clock and holding at most one

@@ -38,9 +38,9 @@ ssize_t proto_frame_stage_send(proto_frame_stage *s, int fd)
     return n;
 }
 
-void proto_frame_stage_shrink(proto_frame_stage *s)
+void proto_frame_stage_shrink(proto_frame_stage *s, int busy)
 {
-    if (s->len == 0 && s->cap > PROTO_STAGE_KEEP)
+    if (s->len == 0 && (!busy || s->cap > PROTO_STAGE_KEEP))
         proto_frame_stage_free(s);
 }
 

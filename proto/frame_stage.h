@@ -18,7 +18,7 @@
 /* The most one stage holds: a frame that would take it past this goes through the
  * caller's output (after a spill). */
 #define PROTO_STAGE_MAX (64 * 1024)
-/* A stage larger than this is freed once sent, so that idle connections hold none. */
+/* The most a stage keeps between passes of a busy connection (see shrink). */
 #define PROTO_STAGE_KEEP (4 * 1024)
 
 typedef struct proto_frame_stage {
@@ -43,8 +43,10 @@ static inline uint8_t *proto_frame_stage_reserve(proto_frame_stage *s, size_t n)
  * the bytes sent, or -1 with errno (EAGAIN: nothing taken). */
 ssize_t proto_frame_stage_send(proto_frame_stage *s, int fd);
 
-/* After a send and a spill (s->len 0): frees a stage grown past PROTO_STAGE_KEEP. */
-void proto_frame_stage_shrink(proto_frame_stage *s);
+/* After a send and a spill (s->len 0): frees the stage unless busy (the connection has
+ * deliveries out, so more frames come soon) and it is no larger than PROTO_STAGE_KEEP.
+ * Idle connections, 10,000 of them heartbeating, hold none. */
+void proto_frame_stage_shrink(proto_frame_stage *s, int busy);
 
 void proto_frame_stage_free(proto_frame_stage *s);
 

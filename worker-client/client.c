@@ -222,7 +222,7 @@ static void stage_send(tp_worker *w)
     if (evbuffer_get_length(bufferevent_get_output(w->bev)) == 0)
         (void)proto_frame_stage_send(&w->stage, bufferevent_getfd(w->bev));
     (void)stage_spill(w); /* out of memory: those frames are lost with the connection */
-    proto_frame_stage_shrink(&w->stage);
+    proto_frame_stage_shrink(&w->stage, 1); /* a worker has one connection: keep up to 4 KiB */
 }
 
 static void on_flush(evutil_socket_t fd, short what, void *arg)

@@ -169,7 +169,7 @@ static void test_ll_heap_picks_least_loaded(void **state)
         assert_int_equal(dsp_ll_build(&h, wp, LN, cursor), 0);
         uint64_t picks = 0;
         int p;
-        while ((p = dsp_ll_pick(&h, wp, LN, &cursor)) >= 0) {
+        while ((p = dsp_ll_pick(&h, wp, &cursor)) >= 0) {
             assert_true(dsp_sched_has_room(&w[p]));
             for (int j = 0; j < LN; j++)
                 if (dsp_sched_has_room(&w[j]))
@@ -198,7 +198,7 @@ static void test_ll_heap_takes_turns(void **state)
     size_t cursor = 5;
     assert_int_equal(dsp_ll_build(&h, wp, 16, cursor), 0);
     for (int k = 0; k < 32; k++) {
-        int p = dsp_ll_pick(&h, wp, 16, &cursor);
+        int p = dsp_ll_pick(&h, wp, &cursor);
         assert_int_equal(p, (5 + k) % 16);
         w[p].in_flight++;
     }

@@ -3,7 +3,7 @@
  * time and split at every boundary, coalesced frames, the caller's limit at its edge,
  * the extreme prefixes, bodies that do not decode, and the per-turn budget. And of the
  * send stage both write paths share (proto/frame_stage.h): its bound, a send the
- * socket takes in part, and its memory given back. */
+ * socket takes in part, and its memory given back (always when idle). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -296,17 +296,19 @@ static void test_stage(void **state)
         assert_int_equal(got[i], (uint8_t)(i * 7 + i / 251));
     assert_int_equal(proto_frame_stage_send(&st, sv[0]), 0); /* nothing to send */
 
-    proto_frame_stage_shrink(&st); /* grown past PROTO_STAGE_KEEP: given back */
+    proto_frame_stage_shrink(&st, 1); /* grown past PROTO_STAGE_KEEP: given back */
     assert_null(st.buf);
     assert_int_equal(st.cap, 0);
     assert_null(proto_frame_stage_reserve(&st, PROTO_STAGE_MAX + 1)); /* too large a frame */
     assert_non_null(proto_frame_stage_reserve(&st, 100));
     st.len = 100;
-    proto_frame_stage_shrink(&st); /* not empty: kept */
+    proto_frame_stage_shrink(&st, 0); /* not empty: kept */
     assert_non_null(st.buf);
     st.len = 0;
-    proto_frame_stage_shrink(&st); /* small: kept for the next pass */
+    proto_frame_stage_shrink(&st, 1); /* small and busy: kept for the next pass */
     assert_non_null(st.buf);
+    proto_frame_stage_shrink(&st, 0); /* idle: given back */
+    assert_null(st.buf);
     proto_frame_stage_free(&st);
     assert_null(st.buf);
     free(got);
