@@ -90,7 +90,7 @@ size_t dsp_claim_sql_select_bound(const char *const *types, size_t ntypes)
 {
     /* One part without its type literal, with the longest numbers: 20 digits for now_ms
      * and 10 for the limit. Counted generously; the test checks it holds. */
-    static const size_t part_fixed = 400;
+    static const size_t part_fixed = 400 + DSP_CLAIM_SQL_AFTER_MAX;
     size_t total = 1, i;
 
     for (i = 0; i < ntypes; i++) {
@@ -104,6 +104,7 @@ size_t dsp_claim_sql_select_bound(const char *const *types, size_t ntypes)
  * after its LIMIT (dsp_claim_sql_select and dsp_claim_sql_candidates). */
 static int claim_union(char *buf, size_t cap, const char *columns, const char *tail,
                        const char *const *types, size_t ntypes, int64_t now_ms, unsigned limit,
+                       const uint8_t *after_prio, const uint64_t *after_id,
                        dsp_claim_sql_quote_fn quote, void *quote_ctx)
 {
     struct sqlbuf b = {buf, cap, 0, 0};
@@ -137,6 +138,11 @@ static int claim_union(char *buf, size_t cap, const char *columns, const char *t
             break;
         }
         b.len += (size_t)q;
+        if (after_prio != NULL && after_id != NULL)
+            sqlbuf_printf(&b,
+                          " AND (task_priority < %u OR (task_priority = %u AND task_id > %" PRIu64
+                          "))",
+                          (unsigned)after_prio[i], (unsigned)after_prio[i], after_id[i]);
         sqlbuf_printf(&b,
                       " AND run_after <= %" PRId64
                       " ORDER BY task_priority DESC, task_id LIMIT %u%s)",
@@ -150,7 +156,7 @@ int dsp_claim_sql_select(char *buf, size_t cap, const char *const *types, size_t
                          void *quote_ctx)
 {
     return claim_union(buf, cap, DSP_CLAIM_SQL_COLUMNS, " FOR UPDATE SKIP LOCKED", types, ntypes,
-                       now_ms, limit, quote, quote_ctx);
+                       now_ms, limit, NULL, NULL, quote, quote_ctx);
 }
 
 int dsp_claim_sql_candidates(char *buf, size_t cap, const char *const *types, size_t ntypes,
@@ -158,7 +164,21 @@ int dsp_claim_sql_candidates(char *buf, size_t cap, const char *const *types, si
                              void *quote_ctx)
 {
     return claim_union(buf, cap, DSP_CLAIM_SQL_CAND_COLUMNS, "", types, ntypes, now_ms, limit,
-                       quote, quote_ctx);
+                       NULL, NULL, quote, quote_ctx);
+}
+
+int dsp_claim_sql_candidates_after(char *buf, size_t cap, const char *const *types,
+                                   size_t ntypes, int64_t now_ms, unsigned limit,
+                                   const uint8_t *after_prio, const uint64_t *after_id,
+                                   dsp_claim_sql_quote_fn quote, void *quote_ctx)
+{
+    if (after_prio == NULL || after_id == NULL) {
+        if (buf != NULL && cap > 0)
+            buf[0] = '\0';
+        return -1;
+    }
+    return claim_union(buf, cap, DSP_CLAIM_SQL_CAND_COLUMNS, "", types, ntypes, now_ms, limit,
+                       after_prio, after_id, quote, quote_ctx);
 }
 
 int dsp_claim_sql_promote(char *buf, size_t cap, int64_t now_ms, unsigned limit)

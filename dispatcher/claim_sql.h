@@ -129,8 +129,26 @@ DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_candidates(char *buf, size_t cap,
                                                     int64_t now_ms, unsigned limit,
                                                     dsp_claim_sql_quote_fn quote, void *quote_ctx);
 
-/* A buffer size always large enough for dsp_claim_sql_select() on these types (with any
- * quote function obeying DSP_CLAIM_SQL_LITERAL_MAX). */
+/* The candidates after a position: the same parts as dsp_claim_sql_candidates(), each
+ * with " AND (task_priority < P OR (task_priority = P AND task_id > ID))" for its own
+ * after_prio[i] and after_id[i], so that part i reads on from the last row a claim
+ * already tried (a range of claim_idx in ORDER BY order, no filesort). A claim whose
+ * rows were locked by another transaction reads past them this way (db_claim.c).
+ * Same returns and bound as dsp_claim_sql_candidates(); -1 also for NULL arrays. */
+DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_candidates_after(char *buf, size_t cap,
+                                                          const char *const *types, size_t ntypes,
+                                                          int64_t now_ms, unsigned limit,
+                                                          const uint8_t *after_prio,
+                                                          const uint64_t *after_id,
+                                                          dsp_claim_sql_quote_fn quote,
+                                                          void *quote_ctx);
+
+/* The longest text a part's position adds (dsp_claim_sql_candidates_after). */
+#define DSP_CLAIM_SQL_AFTER_MAX 96
+
+/* A buffer size always large enough for dsp_claim_sql_select(), candidates() and
+ * candidates_after() on these types (with any quote function obeying
+ * DSP_CLAIM_SQL_LITERAL_MAX). */
 size_t dsp_claim_sql_select_bound(const char *const *types, size_t ntypes);
 
 /* Promote: NEW rows of the delayed lane whose run_after has passed become ready.

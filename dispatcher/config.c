@@ -45,6 +45,9 @@ static const opt_def option_table[] = {
      "claim ahead about what the workers finish in this long, within --prefetch; 0: all of --prefetch"},
     {"claim-split", OPT_INT, F(claim_split), "0", 0, 10000, "N",
      "a claim of N rows or more is split over two connections; 0: never"},
+    {"max-buffered-bytes", OPT_INT, F(max_buffered_bytes), "67108864", 65536, (int64_t)1 << 40, "BYTES",
+     "payload bytes of the tasks taskpushd holds (buffered and in flight); claims stop at it,"
+     " a claim always takes one task"},
     {"heartbeat-ms", OPT_INT, F(heartbeat_ms), "1000", 10, 3600000, "N",
      "heartbeat interval; a peer silent for 3 intervals is lost"},
     {"shutdown-grace-ms", OPT_INT, F(shutdown_grace_ms), "10000", 0, 3600000, "N",

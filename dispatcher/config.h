@@ -50,6 +50,7 @@ typedef struct dsp_config {
     int64_t prefetch;
     int64_t prefetch_ms;     /* claim ahead what the workers finish in this long; 0: --prefetch */
     int64_t claim_split; /* a claim keeping this many rows is split over two connections; 0: never */
+    int64_t max_buffered_bytes; /* payload bytes held (buffered and in flight): claims stop at it */
     int64_t heartbeat_ms;
     int64_t shutdown_grace_ms;
     int64_t result_flush_ms; /* longest a result waits before it is written */

@@ -533,6 +533,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     atomic_init(&db->claims, 0);
     atomic_init(&db->claimed_rows, 0);
     atomic_init(&db->claim_us_total, 0);
+    atomic_init(&db->claim_skipped, 0);
     atomic_init(&db->write_batches, 0);
     atomic_init(&db->reconnects, 0);
     atomic_init(&db->retention_deleted, 0);
@@ -652,6 +653,7 @@ int dsp_db_claim(dsp_db *db, const dsp_claim_request *req)
         return -1;
     r->ntypes = req->ntypes;
     r->total = req->total;
+    r->max_bytes = req->max_bytes;
     r->types = calloc(req->ntypes ? req->ntypes : 1, sizeof *r->types);
     r->limits = calloc(req->ntypes ? req->ntypes : 1, sizeof *r->limits);
     if (!r->types || !r->limits)

@@ -52,6 +52,9 @@ typedef struct dsp_claim_request {
     const char *const *types; /* copied by dsp_db_claim */
     const uint32_t *limits;   /* per type: most rows of that type */
     uint32_t total;           /* most rows in all */
+    /* Payload bytes the claim may take (--max-buffered-bytes less what the loop holds);
+     * a claim takes at least one row whatever its size. 0: no limit. */
+    uint64_t max_bytes;
 } dsp_claim_request;
 
 typedef struct dsp_claim_reply {

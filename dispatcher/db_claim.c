@@ -59,6 +59,11 @@
 #define DUE_REFRESH_MS 5000   /* re-read MIN(run_after) of the delayed lane at least this often */
 #define SCHEMA_RETRY_MS 2000  /* while the tables are missing */
 #define RECOVER_EVERY_MS 1000 /* recovery while leading: rows of older epochs */
+/* A claim whose candidates were locked by another transaction reads on past them, in
+ * the same transaction: at most CONT_ROUNDS more reads, each part reading at most
+ * CONT_READ_MAX candidates (twice the rows still wanted at the first, doubling). */
+#define CONT_ROUNDS 6
+#define CONT_READ_MAX 2048u
 
 /* ---- claim replies ---- */
 
@@ -111,9 +116,11 @@ struct cand {
     uint16_t type_index;
     uint32_t attempts, max_attempts;
     int64_t timeout_ms;
-    const char *payload;
+    uint8_t *payload; /* malloc'd (the one copy of it), until the reply takes it */
     unsigned long payload_len;
-    bool locked; /* returned by the lock read */
+    bool seen;   /* returned by the lock read: locked by this claim */
+    bool locked; /* seen, and taken: its payload is held and it will be marked */
+    bool cut;    /* seen, not taken: past the byte budget or beyond what its type wants */
 };
 
 /* See the opening comment. The order matters: a step to a later state up to SERVE
@@ -158,6 +165,9 @@ struct claim_ctx {
     struct cand *cands;
     size_t cands_cap;
     dsp_claim_half *half; /* NULL: every claim runs whole here */
+    uint64_t row_bytes;   /* payload bytes per row the last claim's lock read returned */
+    bool row_bytes_known;
+    bool skip_logged;     /* a claim skipped locked rows and no claim since found none */
 };
 
 static bool claim_stopping(dsp_db *db)
@@ -559,6 +569,16 @@ static int cand_cmp(const void *pa, const void *pb)
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
+/* Per type of a claim: where its candidates' read stands, for reading past rows
+ * locked by another transaction (claim_continue). */
+struct claim_cursor {
+    uint64_t id;     /* the last candidate tried (locked or not) */
+    uint8_t prio;
+    bool more;       /* rows may follow it: the read was cut by its LIMIT, or merge left some */
+    uint32_t nread;  /* candidates the first read returned */
+    uint32_t need;   /* rows tried and found locked: to take from further on */
+};
+
 /* One claim transaction, as do_claim's steps (plan, select, merge, mark) pass it on. */
 struct claim_run {
     struct claim_req *r;
@@ -567,6 +587,7 @@ struct claim_run {
     uint32_t *taken;        /* per type of r: rows kept */
     size_t nparts;
     uint32_t limit;         /* most rows per part */
+    uint64_t max_bytes;     /* r->max_bytes */
     MYSQL_RES *res;         /* the lock read's rows; x->cands' payloads point into them */
     size_t ncand, nkept;
     uint64_t *ids;          /* the kept rows, in dispatch order */
@@ -578,6 +599,20 @@ struct claim_run {
     dsp_claim_reply *reply;
     int64_t now_ms;         /* wall clock of the claim: run_after <= now_ms */
     int64_t t0;             /* the SELECT went out (monotonic, us) */
+    struct claim_cursor *cur; /* per type of r */
+    size_t ncand_all;       /* x->cands[0..ncand_all) may hold payloads: the kept rows, then
+                             * those claim_continue read on */
+    /* The byte budget (r->max_bytes, 0: none): the rows taken, in dispatch order, stop
+     * where their payloads would pass it; at least one row is taken. */
+    uint64_t bytes;         /* payloads of the rows taken */
+    size_t ntaken;
+    size_t top;             /* every taken row is below this rank (index in x->cands) */
+    size_t evict_lo;        /* rows below this rank are in the reply already */
+    size_t cut_rank;        /* the best rank cut for the budget; SIZE_MAX: none */
+    uint64_t seen_bytes;    /* payloads of every row the lock reads returned */
+    size_t nseen;
+    size_t skipped;         /* rows tried that the lock read did not return */
+    uint64_t first_skipped;
 };
 
 /* A kept candidate by id (claim_lock). */
@@ -607,7 +642,10 @@ static int claim_plan(struct claim_ctx *x, struct claim_run *cr)
     cr->pindex = calloc(r->ntypes ? r->ntypes : 1, sizeof *cr->pindex);
     cr->taken = calloc(r->ntypes ? r->ntypes : 1, sizeof *cr->taken);
     cr->reply = calloc(1, sizeof *cr->reply);
-    if (!cr->ptypes || !cr->pindex || !cr->taken || !cr->reply)
+    cr->cur = calloc(r->ntypes ? r->ntypes : 1, sizeof *cr->cur);
+    cr->max_bytes = r->max_bytes;
+    cr->cut_rank = SIZE_MAX;
+    if (!cr->ptypes || !cr->pindex || !cr->taken || !cr->reply || !cr->cur)
         return STEP_OOM;
     /* Only types that may take rows; a type name the table cannot hold has no rows. */
     for (i = 0; i < r->ntypes; i++) {
@@ -634,14 +672,15 @@ static int claim_plan(struct claim_ctx *x, struct claim_run *cr)
 
 /* The part of a row whose type is t[0..tl): p when it is p's (the usual case: the
  * parts come one after the other), else the part found, or nparts for none. */
-static size_t claim_row_part(const struct claim_run *cr, size_t p, const char *t, size_t tl)
+static size_t claim_row_part(const char *const *ptypes, size_t nparts, size_t p, const char *t,
+                             size_t tl)
 {
     size_t q;
 
-    if (p < cr->nparts && strlen(cr->ptypes[p]) == tl && memcmp(cr->ptypes[p], t, tl) == 0)
+    if (p < nparts && strlen(ptypes[p]) == tl && memcmp(ptypes[p], t, tl) == 0)
         return p;
-    for (q = 0; q < cr->nparts; q++)
-        if (strlen(cr->ptypes[q]) == tl && memcmp(cr->ptypes[q], t, tl) == 0)
+    for (q = 0; q < nparts; q++)
+        if (strlen(ptypes[q]) == tl && memcmp(ptypes[q], t, tl) == 0)
             break;
     return q;
 }
@@ -711,7 +750,8 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
 
         if (row[DSP_CLAIM_COL_TASK_ID] == NULL || row[DSP_CLAIM_COL_TASK_TYPE] == NULL)
             continue;
-        q = claim_row_part(cr, p, row[DSP_CLAIM_COL_TASK_TYPE], len[DSP_CLAIM_COL_TASK_TYPE]);
+        q = claim_row_part(cr->ptypes, cr->nparts, p, row[DSP_CLAIM_COL_TASK_TYPE],
+                           len[DSP_CLAIM_COL_TASK_TYPE]);
         if (q == cr->nparts) {
             /* Equal in SQL but not byte for byte (utf8mb4_bin pads: 'a ' = 'a'):
              * no worker asked for it. It stays NEW. */
@@ -720,8 +760,12 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
             continue;
         }
         p = q;
+        cr->cur[cr->pindex[p]].nread++;
         cand_fill(&x->cands[cr->ncand++], row, cr->pindex[p]);
     }
+    for (p = 0; p < cr->nparts; p++)
+        if (cr->cur[cr->pindex[p]].nread >= cr->limit)
+            cr->cur[cr->pindex[p]].more = true;
     if (nforeign)
         log_warn(db->log,
                  "claim returned %zu row(s) whose task_type is not byte for byte a type asked"
@@ -747,11 +791,15 @@ static int claim_merge(struct claim_ctx *x, struct claim_run *cr)
     sort_unless_sorted(x->cands, cr->ncand, sizeof *x->cands, cand_cmp);
     for (i = 0; i < cr->ncand && cr->nkept < r->total; i++) {
         struct cand *cd = &x->cands[i];
-        if (cr->taken[cd->type_index] >= r->limits[cd->type_index])
+        if (cr->taken[cd->type_index] >= r->limits[cd->type_index]) {
+            cr->cur[cd->type_index].more = true;
             continue;
+        }
         cr->taken[cd->type_index]++;
         x->cands[cr->nkept++] = *cd; /* compacts in place: nkept <= i */
     }
+    for (; i < cr->ncand; i++) /* left out by the total */
+        cr->cur[x->cands[i].type_index].more = true;
     return STEP_OK;
 }
 
@@ -762,16 +810,16 @@ static int idpos_cmp(const void *pa, const void *pb)
 }
 
 
-/* The candidate whose id is id, or NULL. */
-static struct cand *claim_find(struct claim_ctx *x, const struct claim_run *cr, uint64_t id)
+/* The candidate whose id is id among byid[0..n) (sorted by id), or NULL. */
+static struct cand *claim_find(struct claim_ctx *x, const struct idpos *byid, size_t n, uint64_t id)
 {
-    size_t lo = 0, hi = cr->nkept;
+    size_t lo = 0, hi = n;
 
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (cr->byid[mid].id == id)
-            return &x->cands[cr->byid[mid].pos];
-        if (cr->byid[mid].id < id)
+        if (byid[mid].id == id)
+            return &x->cands[byid[mid].pos];
+        if (byid[mid].id < id)
             lo = mid + 1;
         else
             hi = mid;
@@ -804,20 +852,39 @@ static int claim_index(struct claim_ctx *x, struct claim_run *cr)
 {
     size_t i;
 
+    /* The last claim's rows tell how large a row is: ask for no more than the byte
+     * budget holds of such rows (the lock read would return the rest for nothing). */
+    if (cr->max_bytes && x->row_bytes_known && x->row_bytes > 0) {
+        uint64_t most = cr->max_bytes / x->row_bytes;
+        if (most == 0)
+            most = 1;
+        for (i = most; i < cr->nkept; i++)
+            cr->cur[x->cands[i].type_index].more = true;
+        if (cr->nkept > most)
+            cr->nkept = (size_t)most;
+    }
+    cr->ncand_all = cr->nkept;
     cr->ids = malloc(cr->nkept * sizeof *cr->ids);
     cr->byid = malloc(cr->nkept * sizeof *cr->byid);
     cr->mark = malloc(cr->nkept * sizeof *cr->mark);
     if (!cr->ids || !cr->byid || !cr->mark)
         return STEP_OOM_ROLLBACK;
     for (i = 0; i < cr->nkept; i++) {
+        struct claim_cursor *c = &cr->cur[x->cands[i].type_index];
         cr->ids[i] = x->cands[i].id;
         cr->byid[i] = (struct idpos){x->cands[i].id, i};
+        c->id = x->cands[i].id; /* in dispatch order: the type's last one stays */
+        c->prio = x->cands[i].priority;
     }
     sort_unless_sorted(cr->byid, cr->nkept, sizeof *cr->byid, idpos_cmp);
     cr->nmine = cr->nkept;
     /* A large claim is split (--claim-split): the claim helper locks and marks the
-     * second half on its own connection while this thread does the first. */
-    if (x->db->opts.claim_split > 0 && cr->nkept >= x->db->opts.claim_split && cr->nkept >= 2) {
+     * second half on its own connection while this thread does the first. The helper
+     * keeps its lock read's whole result until the join: only when the last claim's
+     * rows say that the claim's payloads are a small part of the byte budget. */
+    if (x->db->opts.claim_split > 0 && cr->nkept >= x->db->opts.claim_split && cr->nkept >= 2 &&
+        (cr->max_bytes == 0 ||
+         (x->row_bytes_known && x->row_bytes <= cr->max_bytes / 4 / cr->nkept))) {
         size_t half = cr->nkept / 2;
         if (dsp_dbi_half_post(x->half, cr->ids + half, cr->nkept - half, x->epoch, cr->now_ms)) {
             cr->nmine = half;
@@ -827,79 +894,335 @@ static int claim_index(struct claim_ctx *x, struct claim_run *cr)
     return STEP_OK;
 }
 
-/* Marks the candidates whose rows res returned (a lock read's result) as locked, with
- * the rest of each row; payloads point into res. A row that names no candidate cannot
- * happen; it would be left out. */
-static void claim_fill(struct claim_ctx *x, const struct claim_run *cr, MYSQL_RES *res)
+/* Gives back a taken row: its payload is freed, it is not marked (it stays NEW; the
+ * lock goes at the commit). */
+static void claim_untake(struct claim_run *cr, struct cand *cd)
 {
-    MYSQL_ROW row;
+    free(cd->payload);
+    cd->payload = NULL;
+    cr->bytes -= cd->payload_len;
+    cr->ntaken--;
+    cd->locked = false;
+    cd->cut = true;
+}
 
-    while ((row = mysql_fetch_row(res)) != NULL) {
-        unsigned long *len = mysql_fetch_lengths(res);
-        struct cand *cd;
-        long long a, ma;
+/* Gives back the taken row of worst rank at or above evict_lo; false when there is none. */
+static bool claim_evict_worst(struct claim_ctx *x, struct claim_run *cr)
+{
+    size_t i = cr->top;
 
-        if (row[DSP_DB_SQL_LOCK_ID] == NULL ||
-            (cd = claim_find(x, cr, strtoull(row[DSP_DB_SQL_LOCK_ID], NULL, 10))) == NULL ||
-            cd->locked)
+    while (i > cr->evict_lo) {
+        struct cand *cd = &x->cands[--i];
+        if (!cd->locked)
             continue;
-        a = row[DSP_DB_SQL_LOCK_ATTEMPTS] ? strtoll(row[DSP_DB_SQL_LOCK_ATTEMPTS], NULL, 10) : 0;
-        ma = row[DSP_DB_SQL_LOCK_MAX_ATTEMPTS]
-                 ? strtoll(row[DSP_DB_SQL_LOCK_MAX_ATTEMPTS], NULL, 10)
-                 : 0;
-        cd->attempts = a < 0 ? 0 : a > UINT32_MAX ? UINT32_MAX : (uint32_t)a;
-        cd->max_attempts = ma < 0 ? 0 : ma > UINT32_MAX ? UINT32_MAX : (uint32_t)ma;
-        cd->timeout_ms = row[DSP_DB_SQL_LOCK_TIMEOUT_MS]
-                             ? strtoll(row[DSP_DB_SQL_LOCK_TIMEOUT_MS], NULL, 10)
-                             : -1;
-        cd->payload = row[DSP_DB_SQL_LOCK_PAYLOAD];
-        cd->payload_len = row[DSP_DB_SQL_LOCK_PAYLOAD] ? len[DSP_DB_SQL_LOCK_PAYLOAD] : 0;
-        cd->locked = true;
+        claim_untake(cr, cd);
+        if (i < cr->cut_rank)
+            cr->cut_rank = i;
+        cr->top = i;
+        return true;
+    }
+    return false;
+}
+
+/* One row of a lock read: its candidate gets the rest of the row and the one copy of
+ * its payload (the row itself is the connection's buffer, or the helper's result,
+ * freed right after). The byte budget keeps the rows taken a prefix in dispatch order:
+ * rows come in primary-key order, so a row past the budget gives back the taken rows
+ * of worse rank first, and a row ranked after one cut for bytes is not taken. 0, or -1
+ * out of memory. */
+static int claim_take_row(struct claim_ctx *x, struct claim_run *cr, const struct idpos *byid,
+                          size_t nbyid, MYSQL_ROW row, const unsigned long *len)
+{
+    struct cand *cd;
+    long long a, ma;
+    unsigned long plen;
+    size_t rank;
+
+    if (row[DSP_DB_SQL_LOCK_ID] == NULL ||
+        (cd = claim_find(x, byid, nbyid, strtoull(row[DSP_DB_SQL_LOCK_ID], NULL, 10))) == NULL ||
+        cd->seen)
+        return 0;
+    cd->seen = true;
+    rank = (size_t)(cd - x->cands);
+    a = row[DSP_DB_SQL_LOCK_ATTEMPTS] ? strtoll(row[DSP_DB_SQL_LOCK_ATTEMPTS], NULL, 10) : 0;
+    ma = row[DSP_DB_SQL_LOCK_MAX_ATTEMPTS] ? strtoll(row[DSP_DB_SQL_LOCK_MAX_ATTEMPTS], NULL, 10)
+                                           : 0;
+    cd->attempts = a < 0 ? 0 : a > UINT32_MAX ? UINT32_MAX : (uint32_t)a;
+    cd->max_attempts = ma < 0 ? 0 : ma > UINT32_MAX ? UINT32_MAX : (uint32_t)ma;
+    cd->timeout_ms = row[DSP_DB_SQL_LOCK_TIMEOUT_MS]
+                         ? strtoll(row[DSP_DB_SQL_LOCK_TIMEOUT_MS], NULL, 10)
+                         : -1;
+    plen = row[DSP_DB_SQL_LOCK_PAYLOAD] ? len[DSP_DB_SQL_LOCK_PAYLOAD] : 0;
+    cr->seen_bytes += plen;
+    cr->nseen++;
+    if (cr->max_bytes && rank > cr->cut_rank) {
+        cd->cut = true;
+        return 0;
+    }
+    if (plen) {
+        if ((cd->payload = malloc(plen)) == NULL)
+            return -1;
+        memcpy(cd->payload, row[DSP_DB_SQL_LOCK_PAYLOAD], plen);
+    }
+    cd->payload_len = plen;
+    cd->locked = true;
+    cr->bytes += plen;
+    cr->ntaken++;
+    if (rank >= cr->top)
+        cr->top = rank + 1;
+    while (cr->max_bytes && cr->bytes > cr->max_bytes && cr->ntaken > 1 &&
+           claim_evict_worst(x, cr))
+        ;
+    return 0;
+}
+
+/* The rows tried among cands[from..to) that the lock read did not return: locked by
+ * another transaction (or changed since the candidates' read). Counted, and (owe: the
+ * rows the claim kept) each is owed to its type by claim_continue. */
+static void claim_note_skipped(struct claim_ctx *x, struct claim_run *cr, size_t from, size_t to,
+                               bool owe)
+{
+    for (size_t i = from; i < to; i++) {
+        const struct cand *cd = &x->cands[i];
+        if (cd->seen)
+            continue;
+        if (cr->skipped++ == 0)
+            cr->first_skipped = cd->id;
+        if (owe)
+            cr->cur[cd->type_index].need++;
     }
 }
 
-/* Lock: locks this thread's share of the kept rows by primary key (FOR UPDATE SKIP
- * LOCKED, the state read again under the lock) and reads the rest of each row. A
- * candidate not returned (changed since the candidates' read, or locked by another
- * transaction) is left out of the claim. */
-static int claim_lock(struct claim_ctx *x, struct claim_run *cr)
+/* Locks the candidates ids[0..n) by primary key (FOR UPDATE SKIP LOCKED, the state read
+ * again under the lock) and takes their rows (claim_take_row), reading the result a row
+ * at a time (mysql_use_result): a payload is held once, in its candidate, and the
+ * budget is applied as the rows come. A candidate not returned (changed since the
+ * candidates' read, or locked by another transaction) is left out of the claim. byid:
+ * the candidates by id. */
+static int claim_lock_ids(struct claim_ctx *x, struct claim_run *cr, const uint64_t *ids,
+                          size_t n, const struct idpos *byid, size_t nbyid)
 {
     dsp_db *db = x->db;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int rc = STEP_OK;
 
     dsp_strbuf_reset(&x->ids_csv);
-    dsp_db_sql_id_csv(&x->ids_csv, cr->ids, cr->nmine);
+    dsp_db_sql_id_csv(&x->ids_csv, ids, n);
     dsp_strbuf_reset(&x->sql);
     dsp_db_sql_claim_lock(&x->sql, cr->now_ms, x->ids_csv.p, x->ids_csv.len);
     if (x->ids_csv.oom || x->sql.oom)
         return STEP_OOM_ROLLBACK;
     atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
     if (mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
-        (cr->res = mysql_store_result(x->c.m)) == NULL) {
+        (res = mysql_use_result(x->c.m)) == NULL) {
         x->c.err = mysql_errno(x->c.m);
         log_warn(db->log, "claim: locking: %s (error %u)",
                  x->c.err ? mysql_error(x->c.m) : "no result", x->c.err);
         return STEP_DB_ERROR;
     }
-    if (mysql_num_fields(cr->res) != DSP_DB_SQL_LOCK_NCOLS) {
-        log_error(db->log, "claim: locking: %u columns, expected %d", mysql_num_fields(cr->res),
+    if (mysql_num_fields(res) != DSP_DB_SQL_LOCK_NCOLS) {
+        log_error(db->log, "claim: locking: %u columns, expected %d", mysql_num_fields(res),
                   DSP_DB_SQL_LOCK_NCOLS);
+        mysql_free_result(res);
         return STEP_DB_ERROR;
     }
-    claim_fill(x, cr, cr->res);
-    return STEP_OK;
+    /* Every row is read, even after a failure: the connection must be free again. */
+    while ((row = mysql_fetch_row(res)) != NULL)
+        if (rc == STEP_OK && claim_take_row(x, cr, byid, nbyid, row, mysql_fetch_lengths(res)) < 0)
+            rc = STEP_OOM_ROLLBACK;
+    if (mysql_errno(x->c.m) != 0) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(db->log, "claim: locking: reading rows: %s", mysql_error(x->c.m));
+        rc = STEP_DB_ERROR;
+    }
+    mysql_free_result(res);
+    return rc;
 }
 
-/* Copy: the locked rows among cands[from..to) into the reply, in dispatch order, their
- * payloads copied out of the result. The reply has room for every kept row. */
+/* Lock: this thread's share of the kept rows, ids[0..nmine). */
+static int claim_lock(struct claim_ctx *x, struct claim_run *cr)
+{
+    int rc = claim_lock_ids(x, cr, cr->ids, cr->nmine, cr->byid, cr->nkept);
+
+    if (rc == STEP_OK)
+        claim_note_skipped(x, cr, 0, cr->nmine, true);
+    return rc;
+}
+
+/* Continue: the rows the lock read skipped (locked by another transaction: a user's
+ * long SELECT ... FOR UPDATE on the oldest rows) are made up for from the rows after
+ * them, in the same transaction: each type that lost some reads its candidates on from
+ * the last one tried (dsp_claim_sql_candidates_after), locks them, and takes as many as
+ * it lost, in dispatch order. Without this, every claim read the same locked head again
+ * and the type stalled while the lock was held. Bounded: CONT_ROUNDS reads of at most
+ * CONT_READ_MAX rows a part; none once the byte budget cut a row. The normal claim (no
+ * row skipped) runs none of it. */
+static int claim_continue(struct claim_ctx *x, struct claim_run *cr)
+{
+    dsp_db *db = x->db;
+    struct claim_req *r = cr->r;
+    const char **ptypes = NULL;
+    uint16_t *pt = NULL;
+    uint8_t *aprio = NULL;
+    uint64_t *aid = NULL, *ids = NULL;
+    uint32_t *got = NULL;
+    struct idpos *byid = NULL;
+    char *sel = NULL;
+    int rc = STEP_OK;
+
+    if (cr->skipped == 0 || cr->half_posted)
+        return STEP_OK;
+    ptypes = calloc(r->ntypes, sizeof *ptypes);
+    pt = calloc(r->ntypes, sizeof *pt);
+    aprio = calloc(r->ntypes, sizeof *aprio);
+    aid = calloc(r->ntypes, sizeof *aid);
+    got = calloc(r->ntypes, sizeof *got);
+    if (!ptypes || !pt || !aprio || !aid || !got) {
+        rc = STEP_OOM_ROLLBACK;
+        goto out;
+    }
+    for (unsigned round = 1; round <= CONT_ROUNDS && cr->cut_rank == SIZE_MAX; round++) {
+        size_t np = 0, base = cr->ncand_all, nnew = 0, cap, p = 0, q;
+        uint64_t lim = 0;
+        MYSQL_RES *res;
+        MYSQL_ROW row;
+        int n;
+
+        for (size_t t = 0; t < r->ntypes; t++) {
+            struct claim_cursor *c = &cr->cur[t];
+            uint64_t l;
+            if (c->need == 0 || !c->more)
+                continue;
+            ptypes[np] = r->types[t];
+            pt[np] = (uint16_t)t;
+            aprio[np] = c->prio;
+            aid[np++] = c->id;
+            l = (uint64_t)c->need << round;
+            lim = l > lim ? l : lim;
+        }
+        if (np == 0)
+            break;
+        if (lim > CONT_READ_MAX)
+            lim = CONT_READ_MAX;
+        cap = dsp_claim_sql_select_bound(ptypes, np);
+        free(sel);
+        if ((sel = malloc(cap)) == NULL) {
+            rc = STEP_OOM_ROLLBACK;
+            goto out;
+        }
+        n = dsp_claim_sql_candidates_after(sel, cap, ptypes, np, cr->now_ms, (unsigned)lim, aprio,
+                                           aid, NULL, NULL);
+        if (n < 0) {
+            log_error(db->log, "cannot build the claim's read past locked rows");
+            rc = STEP_FAILED;
+            goto out;
+        }
+        atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+        if (mysql_real_query(x->c.m, sel, (unsigned long)n) != 0 ||
+            (res = mysql_store_result(x->c.m)) == NULL) {
+            x->c.err = mysql_errno(x->c.m);
+            log_warn(db->log, "claim: reading past locked rows: %s (error %u)",
+                     x->c.err ? mysql_error(x->c.m) : "no result", x->c.err);
+            rc = STEP_DB_ERROR;
+            goto out;
+        }
+        if (mysql_num_fields(res) != DSP_CLAIM_SQL_CAND_COL_COUNT) {
+            mysql_free_result(res);
+            rc = STEP_DB_ERROR;
+            goto out;
+        }
+        if (base + mysql_num_rows(res) > x->cands_cap) {
+            size_t want = base + (size_t)mysql_num_rows(res);
+            struct cand *nc = realloc(x->cands, want * sizeof *nc);
+            if (nc == NULL) {
+                mysql_free_result(res);
+                rc = STEP_OOM_ROLLBACK;
+                goto out;
+            }
+            x->cands = nc;
+            x->cands_cap = want;
+        }
+        memset(got, 0, r->ntypes * sizeof *got);
+        while ((row = mysql_fetch_row(res)) != NULL) {
+            unsigned long *len = mysql_fetch_lengths(res);
+            struct cand *cd;
+            if (row[DSP_CLAIM_COL_TASK_ID] == NULL || row[DSP_CLAIM_COL_TASK_TYPE] == NULL)
+                continue;
+            q = claim_row_part(ptypes, np, p, row[DSP_CLAIM_COL_TASK_TYPE],
+                               len[DSP_CLAIM_COL_TASK_TYPE]);
+            if (q == np)
+                continue; /* not byte for byte a type asked for: claim_select logs those */
+            p = q;
+            cd = &x->cands[base + nnew++];
+            cand_fill(cd, row, pt[p]);
+            got[pt[p]]++;
+            cr->cur[pt[p]].id = cd->id;
+            cr->cur[pt[p]].prio = cd->priority;
+        }
+        mysql_free_result(res);
+        for (q = 0; q < np; q++)
+            if (got[pt[q]] < lim)
+                cr->cur[pt[q]].more = false; /* read to its end */
+        if (nnew == 0)
+            break;
+        cr->ncand_all = base + nnew;
+
+        free(ids);
+        free(byid);
+        ids = malloc(nnew * sizeof *ids);
+        byid = malloc(nnew * sizeof *byid);
+        if (!ids || !byid) {
+            rc = STEP_OOM_ROLLBACK;
+            goto out;
+        }
+        for (size_t i = 0; i < nnew; i++) {
+            ids[i] = x->cands[base + i].id;
+            byid[i] = (struct idpos){ids[i], base + i};
+        }
+        qsort(byid, nnew, sizeof *byid, idpos_cmp);
+        if ((rc = claim_lock_ids(x, cr, ids, nnew, byid, nnew)) != STEP_OK)
+            goto out;
+        claim_note_skipped(x, cr, base, base + nnew, false);
+        /* Each type takes as many as it lost, the best ranked; the rest this read locked
+         * is given back (locked until the commit, not marked). */
+        memset(got, 0, r->ntypes * sizeof *got);
+        for (size_t i = base; i < base + nnew; i++) {
+            struct cand *cd = &x->cands[i];
+            if (!cd->locked)
+                continue;
+            if (got[cd->type_index] >= cr->cur[cd->type_index].need)
+                claim_untake(cr, cd);
+            else
+                got[cd->type_index]++;
+        }
+        for (size_t t = 0; t < r->ntypes; t++)
+            cr->cur[t].need -= got[t] < cr->cur[t].need ? got[t] : cr->cur[t].need;
+    }
+out:
+    free(sel);
+    free(ids);
+    free(byid);
+    free(ptypes);
+    free(pt);
+    free(aprio);
+    free(aid);
+    free(got);
+    return rc;
+}
+
+/* Copy: the taken rows among cands[from..to) into the reply, in dispatch order; the
+ * reply takes their payloads over. The reply has room for every candidate. */
 static int claim_copy(struct claim_ctx *x, struct claim_run *cr, size_t from, size_t to)
 {
     dsp_claim_reply *reply = cr->reply;
     size_t i;
 
-    if (reply->tasks == NULL && (reply->tasks = calloc(cr->nkept, sizeof *reply->tasks)) == NULL)
+    if (reply->tasks == NULL &&
+        (reply->tasks = calloc(cr->ncand_all ? cr->ncand_all : 1, sizeof *reply->tasks)) == NULL)
         return STEP_OOM_ROLLBACK;
     for (i = from; i < to; i++) {
-        const struct cand *cd = &x->cands[i];
+        struct cand *cd = &x->cands[i];
         dsp_claimed_task *t = &reply->tasks[reply->ntasks];
 
         if (!cd->locked)
@@ -911,11 +1234,8 @@ static int claim_copy(struct claim_ctx *x, struct claim_run *cr, size_t from, si
         t->priority = cd->priority;
         t->type_index = cd->type_index;
         t->payload_len = cd->payload_len;
-        if (cd->payload_len) {
-            if ((t->payload = malloc(cd->payload_len)) == NULL)
-                return STEP_OOM_ROLLBACK;
-            memcpy(t->payload, cd->payload, cd->payload_len);
-        }
+        t->payload = cd->payload;
+        cd->payload = NULL;
         reply->ntasks++;
     }
     return STEP_OK;
@@ -929,14 +1249,21 @@ static int claim_mark(struct claim_ctx *x, struct claim_run *cr)
     uint64_t affected, seq = 0;
     size_t i;
 
-    mysql_free_result(cr->res); /* the reply has its copies */
-    cr->res = NULL;
+    if (cr->ncand_all > cr->nkept) { /* claim_continue's rows */
+        uint64_t *m = realloc(cr->mark, (cr->nmine + cr->ncand_all - cr->nkept) * sizeof *m);
+        if (m == NULL)
+            return STEP_OOM_ROLLBACK;
+        cr->mark = m;
+    }
     for (i = 0; i < cr->nmine; i++)
+        if (x->cands[i].locked)
+            cr->mark[cr->nmark++] = x->cands[i].id;
+    for (i = cr->nkept; i < cr->ncand_all; i++)
         if (x->cands[i].locked)
             cr->mark[cr->nmark++] = x->cands[i].id;
     if (cr->nmark > 0) {
         /* Usually every row locked: the lock's list is the mark's (a set, in any order). */
-        if (cr->nmark != cr->nmine) {
+        if (cr->nmark != cr->nmine || cr->ncand_all > cr->nkept) {
             dsp_strbuf_reset(&x->ids_csv);
             dsp_db_sql_id_csv(&x->ids_csv, cr->mark, cr->nmark);
         }
@@ -990,9 +1317,19 @@ static void claim_join(struct claim_ctx *x, struct claim_run *cr, bool keep)
     rc = dsp_dbi_half_wait(x->half, &res, &ids, &n);
     if (rc == DSP_HALF_CLAIMED && keep) {
         uint64_t seq = dsp_dbi_half_seq(x->half);
+        MYSQL_ROW row;
+        bool oom = false;
+        size_t nback = 0;
         was = cr->reply->ntasks;
-        claim_fill(x, cr, res);
-        if (claim_copy(x, cr, cr->nmine, cr->nkept) != STEP_OK) {
+        /* Its rows join under the same budget; ours are in the reply already. */
+        cr->evict_lo = cr->nmine;
+        if (cr->top < cr->nmine)
+            cr->top = cr->nmine;
+        while (res && (row = mysql_fetch_row(res)) != NULL)
+            if (!oom && claim_take_row(x, cr, cr->byid, cr->nkept, row, mysql_fetch_lengths(res)) < 0)
+                oom = true;
+        claim_note_skipped(x, cr, cr->nmine, cr->nkept, false);
+        if (oom || claim_copy(x, cr, cr->nmine, cr->nkept) != STEP_OK) {
             log_error(x->db->log, "out of memory copying a claim's second half; releasing it");
             for (size_t i = was; i < cr->reply->ntasks; i++) {
                 free(cr->reply->tasks[i].payload);
@@ -1003,6 +1340,14 @@ static void claim_join(struct claim_ctx *x, struct claim_run *cr, bool keep)
         } else {
             for (size_t i = was; i < cr->reply->ntasks; i++)
                 cr->reply->tasks[i].claim_seq = seq;
+            /* Rows the helper marked that the budget left out: back to NEW at the next
+             * step, as for a half that could not be copied. */
+            for (size_t i = 0; i < n; i++) {
+                struct cand *cd = claim_find(x, cr->byid, cr->nkept, ids[i]);
+                if (cd == NULL || !cd->locked)
+                    ids[nback++] = ids[i];
+            }
+            claim_release_later(x, ids, nback);
         }
     }
     if (rc != DSP_HALF_NONE && !keep)
@@ -1012,10 +1357,21 @@ static void claim_join(struct claim_ctx *x, struct claim_run *cr, bool keep)
     free(ids);
 }
 
+/* The payloads no reply took (rows cut, or a claim that failed). */
+static void claim_cands_free(struct claim_ctx *x, struct claim_run *cr)
+{
+    for (size_t i = 0; i < cr->ncand_all; i++) {
+        free(x->cands[i].payload);
+        x->cands[i].payload = NULL;
+    }
+    cr->ncand_all = 0;
+}
+
 static void claim_run_free(struct claim_run *cr)
 {
     if (cr->res)
         mysql_free_result(cr->res);
+    free(cr->cur);
     dsp_claim_reply_free(cr->reply);
     free(cr->ids);
     free(cr->byid);
@@ -1033,6 +1389,7 @@ static int claim_run_fail(struct claim_ctx *x, struct claim_run *cr, int rc)
     bool db_error = rc == STEP_DB_ERROR;
 
     claim_join(x, cr, false);
+    claim_cands_free(x, cr);
     if (rc == STEP_OOM_ROLLBACK) {
         log_error(db->log, "out of memory during a claim; rolling it back");
         if (cr->res) {
@@ -1084,13 +1441,36 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
         if (rc == STEP_OK)
             rc = claim_lock(x, &cr);
         if (rc == STEP_OK)
+            rc = claim_continue(x, &cr);
+        if (rc == STEP_OK)
             rc = claim_copy(x, &cr, 0, cr.nmine);
+        if (rc == STEP_OK)
+            rc = claim_copy(x, &cr, cr.nkept, cr.ncand_all);
     }
     if (rc == STEP_OK)
         rc = claim_mark(x, &cr);
     if (rc != STEP_OK)
         return claim_run_fail(x, &cr, rc);
     claim_join(x, &cr, true);
+    claim_cands_free(x, &cr);
+    if (cr.nseen > 0) {
+        x->row_bytes = cr.seen_bytes / cr.nseen;
+        x->row_bytes_known = true;
+    }
+    /* Rows locked by another transaction: counted, and logged once while it lasts. */
+    if (cr.skipped > 0) {
+        atomic_fetch_add_explicit(&db->claim_skipped, cr.skipped, memory_order_relaxed);
+        if (!x->skip_logged)
+            log_warn(db->log,
+                     "claim: %zu row(s) locked by another transaction were skipped (e.g. task %" PRIu64
+                     "); claims read past them while they stay locked"
+                     " (db.claim_skipped_locked_total)",
+                     cr.skipped, cr.first_skipped);
+        x->skip_logged = true;
+    } else if (x->skip_logged && cr.nmine > 0) {
+        log_info(db->log, "claims no longer find rows locked by another transaction");
+        x->skip_logged = false;
+    }
 
     cr.reply->duration_us = mono_us() - cr.t0;
     atomic_fetch_add_explicit(&db->claims, 1, memory_order_relaxed);

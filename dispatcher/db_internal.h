@@ -120,6 +120,7 @@ struct claim_req {
     char **types;
     uint32_t *limits;
     uint32_t total;
+    uint64_t max_bytes; /* dsp_claim_request.max_bytes */
 };
 
 /* A queued outcome. */
@@ -233,7 +234,8 @@ struct dsp_db {
     _Atomic uint32_t loop_epoch;
 
     _Atomic uint64_t statements, claims, claimed_rows, claim_us_total, write_batches,
-        reconnects, retention_deleted, submitted_rows, submit_duplicates, submit_batches;
+        reconnects, retention_deleted, submitted_rows, submit_duplicates, submit_batches,
+        claim_skipped;
 
     struct dsp_submitter *sub; /* the submit thread and the waited-for tasks (db_submit.c) */
     _Atomic bool leader;

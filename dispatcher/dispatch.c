@@ -746,6 +746,11 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     int64_t want = (int64_t)dsp_claim_budget(srv->room, ahead, held, (uint64_t)cfg->batch);
     if (want <= 0)
         return;
+    /* The byte budget: no claim while the payloads held reach it; a task's end frees
+     * its bytes and kicks a dispatch pass, which comes back here. */
+    uint64_t max_bytes = (uint64_t)cfg->max_buffered_bytes;
+    if (srv->payload_bytes >= max_bytes)
+        return;
     if (now < srv->claim_not_before) {
         arm_claim_timer(srv, srv->claim_not_before);
         return;
@@ -798,7 +803,8 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     }
     for (int g = 0; g < 2; g++)
         srv->claim_rotor[g] = count[g] ? (start[g] + take[g]) % count[g] : 0;
-    dsp_claim_request req = {.ntypes = n, .types = names, .limits = limits, .total = (uint32_t)want};
+    dsp_claim_request req = {.ntypes = n, .types = names, .limits = limits, .total = (uint32_t)want,
+                              .max_bytes = max_bytes - srv->payload_bytes};
     if (n > 0 && dsp_db_claim(srv->db, &req) == 0) {
         srv->claim_outstanding = true;
         srv->claim_again = false;

@@ -136,6 +136,7 @@ static void task_pool_free(dsp_server *srv)
 static void task_free(dsp_server *srv, dsp_task *t)
 {
     dsp_taskmap_del(&srv->tasks, t->id);
+    srv->payload_bytes -= t->payload_len <= srv->payload_bytes ? t->payload_len : srv->payload_bytes;
     free(t->payload);
     dsp_server_task_put(srv, t);
 }
@@ -329,6 +330,7 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
         t->payload = ct->payload;
         t->payload_len = ct->payload_len;
         ct->payload = NULL; /* stolen */
+        srv->payload_bytes += t->payload_len;
         srv->task_stats.claimed_total++;
         if (dsp_dispatch_stopped(srv) || !srv->leader) {
             release_task(srv, t);

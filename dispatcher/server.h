@@ -136,6 +136,7 @@ struct dsp_server {
     uint64_t next_seq;
     uint64_t room;             /* free slots over accepting workers */
     uint64_t nbuffered;
+    uint64_t payload_bytes;    /* payloads of the claimed tasks held, buffered or in flight */
     dsp_pace pace;             /* deliveries answered per second, all types */
     uint64_t ninflight;        /* current deliveries (not counting cancelled ones) */
     dsp_deadline_heap leases;  /* the current deliveries, by when the tick must look at them */

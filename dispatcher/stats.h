@@ -66,7 +66,9 @@
     X(submit_duplicates, "submit_duplicates_total", "db_submit_duplicates_total", 1,          \
       "submitted tasks answered as duplicates (dedup_key present)")                           \
     X(submit_batches, "submit_batches_total", "db_submit_batches_total", 1,                   \
-      "submission transactions committed")
+      "submission transactions committed")                                                    \
+    X(claim_skipped, "claim_skipped_locked_total", "db_claim_skipped_locked_total", 1,        \
+      "rows a claim found locked by another transaction (or changed) and skipped")
 
 #define DSP_STATS_FIELD(name, help) uint64_t name;
 

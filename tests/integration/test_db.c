@@ -448,7 +448,7 @@ static void test_second_dispatcher_waits(void **state)
     assert_int_equal(fx->rec[1].nleader, 0);
     const char *types[1] = {"a"};
     uint32_t limits[1] = {1};
-    dsp_claim_request req = {1, types, limits, 1};
+    dsp_claim_request req = {1, types, limits, 1, 0};
     assert_int_equal(dsp_db_claim(fx->db[1], &req), -1);
 
     stop_db(fx, 0);
@@ -785,7 +785,7 @@ static void test_claim_rules(void **state)
     struct fx *fx = *state;
     const char *types[1] = {"a"};
     uint32_t limits[1] = {5};
-    dsp_claim_request req = {1, types, limits, 5};
+    dsp_claim_request req = {1, types, limits, 5, 0};
 
     start_db(fx, 0, 5, 2000);
     /* Not leader yet (or about to be): either refused, or answered. */
@@ -1440,7 +1440,7 @@ static void test_lease_lost_then_taken_back(void **state)
     uint64_t x = ins(fx, "task_type", "'a'");
     const char *types[1] = {"a"};
     uint32_t limits[1] = {1};
-    dsp_claim_request req = {1, types, limits, 1};
+    dsp_claim_request req = {1, types, limits, 1, 0};
 
     uint32_t e = start_leader(fx, 5, 2000);
     dsp_claim_reply_free(claim1(fx, "a", 10));
