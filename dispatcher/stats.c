@@ -113,6 +113,7 @@ void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
     snap->ntypes = srv->ntypes;
     snap->nbuffered = srv->nbuffered;
     snap->ninflight = srv->ninflight;
+    snap->payload_bytes = srv->payload_bytes;
     snap->draining = srv->draining || srv->admin_draining;
     snap->shutting_down = srv->draining;
     snap->paused_all = srv->paused_all;
@@ -271,13 +272,14 @@ json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
     json_t *table = snap->table ? table_json(snap->table, snap->wall_ms) : json_null();
 
     /* "draining": either kind (POST /drain, or a signal's drain before exit). */
-    json_t *o = json_pack("{s:I, s:b, s:b, s:I, s:s, s:I, s:b, s:o, s:{s:I, s:I}, s:o, s:o, s:o}",
+    json_t *o = json_pack("{s:I, s:b, s:b, s:I, s:s, s:I, s:b, s:o, s:{s:I, s:I, s:I}, s:o, s:o, s:o}",
                      "uptime_s", (json_int_t)(snap->uptime_ms / 1000),
                      "db_connected", snap->db_connected, "leader", snap->leader, "epoch",
                      (json_int_t)snap->epoch, "scheduler", snap->scheduler,
                      "workers", (json_int_t)snap->nworkers, "draining", snap->draining, "tasks", tasks,
                      "queue", "buffered", (json_int_t)snap->nbuffered, "in_flight",
-                     (json_int_t)snap->ninflight, "connections", conns, "db", db, "settings", settings);
+                     (json_int_t)snap->ninflight, "payload_bytes", (json_int_t)snap->payload_bytes,
+                     "connections", conns, "db", db, "settings", settings);
     if (!o) {
         json_decref(table);
         return NULL;
@@ -436,6 +438,8 @@ void dsp_stats_metrics(const dsp_stats_snapshot *snap, struct evbuffer *out)
     gauge(out, "types", "task types held: registered by a worker, buffered or paused", (double)snap->ntypes);
     gauge(out, "queue_buffered", "claimed tasks waiting in memory for a worker", (double)snap->nbuffered);
     gauge(out, "queue_in_flight", "tasks delivered and not yet done", (double)snap->ninflight);
+    gauge(out, "queue_payload_bytes", "payload bytes of the claimed tasks held (--max-buffered-bytes)",
+          (double)snap->payload_bytes);
     gauge(out, "db_connected", "1 while the database is reachable", snap->db_connected ? 1 : 0);
     gauge(out, "leader", "1 while this dispatcher leads the table", snap->leader ? 1 : 0);
     gauge(out, "epoch", "the fencing epoch of this dispatcher", (double)snap->epoch);

@@ -220,6 +220,7 @@ typedef struct dsp_stats_snapshot {
     uint32_t epoch;
     size_t nconns, nworkers, ntypes;
     uint64_t nbuffered, ninflight;
+    uint64_t payload_bytes;         /* of the claimed tasks held, buffered or in flight */
     bool draining;                  /* either kind: POST /drain, or a signal's drain before exit */
     bool shutting_down;             /* a signal's drain */
     bool paused_all;

@@ -1203,6 +1203,56 @@ static void test_claim_candidates_then_lock(void **ctx)
     mysql_close(other);
 }
 
+/* A claim that found its candidates locked reads on after the last one it tried
+ * (dsp_claim_sql_candidates_after): the next rows in dispatch order, across a priority
+ * boundary, from claim_idx as a range with no filesort, reading about as many index
+ * entries as rows returned. */
+static void test_claim_candidates_after(void **ctx)
+{
+    struct state *st = *ctx;
+    tp_testdb *db = &st->big;
+    const char *const one[] = {"resize"};
+    size_t cap = dsp_claim_sql_select_bound(one, 1) + 32;
+    char *sql = malloc(cap);
+    uint64_t *want, *got, before, after, p;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    long n;
+
+    assert_non_null(sql);
+    assert_int_equal(expected_order(db, "resize", st->big_now_ms, 2 * CLAIM_N, &want), 2 * CLAIM_N);
+    p = tp_testdb_query_u64(db, "SELECT task_priority FROM task WHERE task_id = %" PRIu64,
+                            want[CLAIM_N - 1]);
+    assert_true(p <= 2);
+    uint8_t prio = (uint8_t)p;
+    memcpy(sql, "EXPLAIN ", 8);
+    assert_true(dsp_claim_sql_candidates_after(sql + 8, cap - 8, one, 1, st->big_now_ms, CLAIM_N,
+                                               &prio, &want[CLAIM_N - 1], NULL, NULL) > 0);
+    assert_int_equal(mysql_query(db->conn, sql), 0);
+    res = mysql_store_result(db->conn);
+    assert_non_null(res);
+    row = mysql_fetch_row(res);
+    assert_non_null(row);
+    printf("# candidates after (%u, %" PRIu64 "): type=%s key=%s Extra=%s\n", (unsigned)prio,
+           want[CLAIM_N - 1], row[3] ? row[3] : "NULL", row[5] ? row[5] : "NULL",
+           row[9] ? row[9] : "");
+    assert_string_equal(row[5], "claim_idx");
+    assert_null(strstr(row[9], "filesort"));
+    mysql_free_result(res);
+
+    before = index_reads(db->conn);
+    n = query_ids(db->conn, sql + 8, &got);
+    after = index_reads(db->conn);
+    printf("# %ld candidates after a position: %" PRIu64 " index entries read\n", n,
+           after - before);
+    assert_int_equal(n, CLAIM_N);
+    assert_memory_equal(got, want + CLAIM_N, CLAIM_N * sizeof *want);
+    assert_true(after - before <= 4 * CLAIM_N);
+    free(got);
+    free(want);
+    free(sql);
+}
+
 /* The sweeps read delay_idx as a range, not the table. */
 static void test_sweep_plans(void **ctx)
 {
@@ -1264,6 +1314,7 @@ int main(void)
         cmocka_unit_test(test_claim_skips_locked_rows),
         cmocka_unit_test(test_concurrent_claims_disjoint),
         cmocka_unit_test(test_claim_candidates_then_lock),
+        cmocka_unit_test(test_claim_candidates_after),
         cmocka_unit_test(test_sweep_plans),
     };
 #undef SMALL

@@ -72,6 +72,51 @@ static void claim_candidates(void **state)
     assert_string_equal(buf, "");
 }
 
+/* The candidates after a position (a claim reading past locked rows): each part with
+ * its own position; the bound holds with the longest numbers and names. */
+static void claim_candidates_after(void **state)
+{
+    (void)state;
+    const char *types[] = {"a", "b"};
+    const uint8_t prio[] = {1, 0};
+    const uint64_t id[] = {100, 7};
+    char buf[2048];
+    int n = dsp_claim_sql_candidates_after(buf, sizeof buf, types, 2, 1000, 16, prio, id, NULL,
+                                           NULL);
+#define CAND(lit, after)                                                                           \
+    "(SELECT task_id, task_type, task_priority FROM task FORCE INDEX (claim_idx) WHERE "          \
+    "claim_lane = 0 AND `delayed` = 0 AND task_type = " lit after " AND run_after <= 1000 ORDER " \
+    "BY task_priority DESC, task_id LIMIT 16)"
+    assert_string_equal(buf, CAND("_utf8mb4 X'61'", " AND (task_priority < 1 OR (task_priority = 1"
+                                                    " AND task_id > 100))")
+                             " UNION ALL "
+                             CAND("_utf8mb4 X'62'", " AND (task_priority < 0 OR (task_priority = 0"
+                                                    " AND task_id > 7))"));
+#undef CAND
+    assert_int_equal(n, (int)strlen(buf));
+    assert_int_equal(dsp_claim_sql_candidates_after(buf, sizeof buf, types, 2, 1000, 16, NULL, id,
+                                                    NULL, NULL),
+                     -1);
+    assert_int_equal(dsp_claim_sql_candidates_after(buf, (size_t)n, types, 2, 1000, 16, prio, id,
+                                                    NULL, NULL),
+                     -1);
+    assert_string_equal(buf, "");
+
+    char name[DSP_CLAIM_SQL_TYPE_MAX_BYTES + 1];
+    memset(name, 'n', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    const char *longest[] = {name, name, name};
+    const uint8_t pmax[] = {255, 255, 255};
+    const uint64_t imax[] = {UINT64_MAX, UINT64_MAX, UINT64_MAX};
+    size_t cap = dsp_claim_sql_select_bound(longest, 3);
+    char *big = malloc(cap);
+    assert_non_null(big);
+    n = dsp_claim_sql_candidates_after(big, cap, longest, 3, INT64_MAX, 4294967295u, pmax, imax,
+                                       NULL, NULL);
+    assert_true(n > 0 && (size_t)n < cap);
+    free(big);
+}
+
 static void claim_two_types(void **state)
 {
     (void)state;
@@ -940,6 +985,7 @@ int main(void)
         cmocka_unit_test(task_requests),
         cmocka_unit_test(claim_two_types),
         cmocka_unit_test(claim_candidates),
+        cmocka_unit_test(claim_candidates_after),
         cmocka_unit_test(claim_hostile_types),
         cmocka_unit_test(claim_refuses_bad_arguments),
         cmocka_unit_test(claim_exact_buffer_size),
