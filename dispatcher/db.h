@@ -64,6 +64,7 @@ typedef struct dsp_claim_reply {
     size_t ntypes;
     char **types;             /* the request's types */
     int64_t duration_us;      /* the claim transaction, BEGIN to COMMIT */
+    bool more;                /* cut short by the byte budget, not by the rows there are */
 } dsp_claim_reply;
 
 /* What to write for one task. */

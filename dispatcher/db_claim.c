@@ -64,6 +64,10 @@
  * CONT_READ_MAX candidates (twice the rows still wanted at the first, doubling). */
 #define CONT_ROUNDS 6
 #define CONT_READ_MAX 2048u
+/* Rows a claim asks for while no claim has told how large a row is (under a byte
+ * budget): the rows past the budget come through the lock read all the same, only to be
+ * dropped, and that read is what a SIGTERM waits for. */
+#define FIRST_CLAIM_ROWS 32u
 
 /* ---- claim replies ---- */
 
@@ -588,7 +592,7 @@ struct claim_run {
     size_t nparts;
     uint32_t limit;         /* most rows per part */
     uint64_t max_bytes;     /* r->max_bytes */
-    MYSQL_RES *res;         /* the lock read's rows; x->cands' payloads point into them */
+    MYSQL_RES *res;         /* the candidates' rows, until merge */
     size_t ncand, nkept;
     uint64_t *ids;          /* the kept rows, in dispatch order */
     struct idpos *byid;     /* the kept rows by id, to find a locked row's candidate */
@@ -854,14 +858,16 @@ static int claim_index(struct claim_ctx *x, struct claim_run *cr)
 
     /* The last claim's rows tell how large a row is: ask for no more than the byte
      * budget holds of such rows (the lock read would return the rest for nothing). */
-    if (cr->max_bytes && x->row_bytes_known && x->row_bytes > 0) {
-        uint64_t most = cr->max_bytes / x->row_bytes;
+    if (cr->max_bytes && (!x->row_bytes_known || x->row_bytes > 0)) {
+        uint64_t most = x->row_bytes_known ? cr->max_bytes / x->row_bytes : FIRST_CLAIM_ROWS;
         if (most == 0)
             most = 1;
         for (i = most; i < cr->nkept; i++)
             cr->cur[x->cands[i].type_index].more = true;
-        if (cr->nkept > most)
+        if (cr->nkept > most) {
             cr->nkept = (size_t)most;
+            cr->reply->more = true;
+        }
     }
     cr->ncand_all = cr->nkept;
     cr->ids = malloc(cr->nkept * sizeof *cr->ids);
@@ -1453,6 +1459,8 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
         return claim_run_fail(x, &cr, rc);
     claim_join(x, &cr, true);
     claim_cands_free(x, &cr);
+    if (cr.cut_rank != SIZE_MAX)
+        cr.reply->more = true;
     if (cr.nseen > 0) {
         x->row_bytes = cr.seen_bytes / cr.nseen;
         x->row_bytes_known = true;

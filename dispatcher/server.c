@@ -344,7 +344,7 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
         if (types[i])
             dsp_server_type_release_if_unused(srv, types[i]);
     free(types);
-    bool full = reply->ntasks >= srv->claim_requested;
+    bool full = reply->ntasks >= srv->claim_requested || reply->more;
     srv->claim_not_before = full || srv->claim_again ? 0 : now + srv->cfg->poll_ms;
     srv->claim_again = false;
     log_debug(&srv->log, "claimed %zu of %u in %lld us", reply->ntasks, (unsigned)srv->claim_requested,
