@@ -1077,7 +1077,9 @@ static int claim_continue(struct claim_ctx *x, struct claim_run *cr)
     char *sel = NULL;
     int rc = STEP_OK;
 
-    if (cr->skipped == 0 || cr->half_posted)
+    /* With the helper's half out, this reads on after the helper's rows too (the cursors
+     * are the last kept of each type); only this thread's skipped rows are made up. */
+    if (cr->skipped == 0)
         return STEP_OK;
     ptypes = calloc(r->ntypes, sizeof *ptypes);
     pt = calloc(r->ntypes, sizeof *pt);
@@ -1327,10 +1329,10 @@ static void claim_join(struct claim_ctx *x, struct claim_run *cr, bool keep)
         bool oom = false;
         size_t nback = 0;
         was = cr->reply->ntasks;
-        /* Its rows join under the same budget; ours are in the reply already. */
+        /* Its rows join under the same budget; ours (claim_continue's too, ranked from
+         * nkept on) are in the reply already: only its own may be given back. */
         cr->evict_lo = cr->nmine;
-        if (cr->top < cr->nmine)
-            cr->top = cr->nmine;
+        cr->top = cr->nkept;
         while (res && (row = mysql_fetch_row(res)) != NULL)
             if (!oom && claim_take_row(x, cr, cr->byid, cr->nkept, row, mysql_fetch_lengths(res)) < 0)
                 oom = true;

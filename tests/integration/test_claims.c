@@ -10,7 +10,7 @@
  * inserted one by one behind them while a worker of 16 slots serves the type. At least
  * NEWER_RUN of the newer rows must run while the lock is held (a claim that reads the
  * same locked head again and again runs none); after the COMMIT the locked rows run
- * too, and no task runs twice. /stats counts the rows skipped because locked
+ * too, and no task runs twice. locked_head_split: the same with --claim-split 2. /stats counts the rows skipped because locked
  * (db.claim_skipped_locked_total).
  *
  * Case payload_bytes: N_BIG rows of BIG_LEN-byte payloads, a worker of N_BIG slots whose
@@ -116,9 +116,8 @@ static uint64_t count_state(tp_testdb *db, const char *where, int state)
                                state);
 }
 
-static void test_locked_head(void **state)
+static void locked_head(struct fx *fx, const char *const *args)
 {
-    struct fx *fx = *state;
     assert_int_equal(tp_testdb_create("claims_locked", &fx->db), 0);
     for (int i = 0; i < N_LOCKED; i++)
         assert_int_equal(tp_testdb_exec(&fx->db, "INSERT INTO task (task_type, payload)"
@@ -141,7 +140,6 @@ static void test_locked_head(void **state)
     assert_int_equal(mysql_num_rows(res), N_LOCKED);
     mysql_free_result(res);
 
-    const char *const args[] = {"--poll-ms", "20", NULL};
     assert_int_equal(tp_daemon_start(&fx->d, fx->db.url, args), 0);
     fx->have_daemon = true;
     assert_int_equal(tp_daemon_wait_leader(&fx->d, WAIT_MS), 0);
@@ -190,6 +188,19 @@ static void test_locked_head(void **state)
     assert_int_equal(tp_daemon_stop(&fx->d, SIGTERM, STOP_MS), 0);
     fx->have_daemon = false;
     fx->passed = true;
+}
+
+static void test_locked_head(void **state)
+{
+    const char *const args[] = {"--poll-ms", "20", NULL};
+    locked_head(*state, args);
+}
+
+/* The same with every claim of 2 rows or more split with the claim helper. */
+static void test_locked_head_split(void **state)
+{
+    const char *const args[] = {"--poll-ms", "20", "--claim-split", "2", NULL};
+    locked_head(*state, args);
 }
 
 /* The payload of row i (1-based insert order): 8 digits of i, then one letter repeated. */
@@ -273,6 +284,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_locked_head, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_locked_head_split, setup, teardown),
         cmocka_unit_test_setup_teardown(test_payload_bytes, setup, teardown),
     };
     return cmocka_run_group_tests_name("claims", tests, NULL, NULL);
