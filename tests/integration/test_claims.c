@@ -17,7 +17,10 @@
  * handlers hold each task HOLD_MS. taskpushd's peak RSS (VmHWM) stays under RSS_BOUND_KB
  * with the default --max-buffered-bytes (64 MiB); a claim that counts rows only takes
  * all of them at once (the lock read's result plus a copy of each payload: over 800 MB).
- * Every task ends SUCCESSFUL with its payload intact, and SIGTERM then exits 0. */
+ * Every task ends SUCCESSFUL with its payload intact, and SIGTERM then exits 0.
+ *
+ * Case payload_over_budget: --max-buffered-bytes 65536 and 4 MiB payloads: every task
+ * still runs, one at a time (/stats queue.payload_bytes and the tasks held, sampled). */
 #include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -280,12 +283,63 @@ static void test_payload_bytes(void **state)
     fx->passed = true;
 }
 
+/* A budget smaller than one payload: each task still runs, one at a time (a claim
+ * always takes one row; none is made while the payloads held reach the budget). */
+static void test_payload_over_budget(void **state)
+{
+    struct fx *fx = *state;
+    enum { N = 6 };
+    assert_int_equal(tp_testdb_create("claims_over", &fx->db), 0);
+    for (int i = 1; i <= N; i++)
+        assert_int_equal(tp_testdb_exec(&fx->db,
+                                        "INSERT INTO task (task_type, payload) VALUES ('big',"
+                                        " CONCAT(LPAD(%d, 8, '0'), REPEAT(CHAR(%d), %d)))",
+                                        i, 'A' + i % 26, BIG_LEN - 8),
+                         1);
+    const char *const args[] = {"--poll-ms", "20", "--max-buffered-bytes", "65536", NULL};
+    assert_int_equal(tp_daemon_start(&fx->d, fx->db.url, args), 0);
+    fx->have_daemon = true;
+    assert_int_equal(tp_daemon_wait_leader(&fx->d, WAIT_MS), 0);
+    fx->w = tp_inproc_start_one(&fx->run, fx->d.listen, "claims-over", N, "big", on_big, fx);
+    assert_non_null(fx->w);
+
+    long long most_held = 0, most_out = 0;
+    bool all = false;
+    for (long long end = tp_mono_ms() + WAIT_MS; !all && tp_mono_ms() < end; tp_sleep_ms(20)) {
+        json_t *s = tp_daemon_json(&fx->d, "/stats");
+        if (s) {
+            long long held = tp_json_int_at(s, "queue.payload_bytes");
+            long long out = tp_json_int_at(s, "queue.in_flight") + tp_json_int_at(s, "queue.buffered");
+            most_held = held > most_held ? held : most_held;
+            most_out = out > most_out ? out : most_out;
+            json_decref(s);
+        }
+        all = count_state(&fx->db, "1", 2) + count_state(&fx->db, "1", 3) == N;
+    }
+    tp_diag("--max-buffered-bytes 65536, %d tasks of %d bytes: at most %lld payload bytes and %lld"
+            " tasks held at once",
+            N, BIG_LEN, most_held, most_out);
+    assert_true(all);
+    assert_int_equal(count_state(&fx->db, "1", 2), N);
+    assert_true(most_held <= BIG_LEN);
+    assert_true(most_out <= 1);
+    pthread_mutex_lock(&fx->mu);
+    assert_int_equal(fx->bad_payloads, 0);
+    pthread_mutex_unlock(&fx->mu);
+    assert_int_equal(tp_daemon_stop(&fx->d, SIGTERM, STOP_MS), 0);
+    fx->have_daemon = false;
+    tp_worker_stop(fx->w);
+    assert_int_equal(tp_inproc_join(&fx->run), 0);
+    fx->passed = true;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_locked_head, setup, teardown),
         cmocka_unit_test_setup_teardown(test_locked_head_split, setup, teardown),
         cmocka_unit_test_setup_teardown(test_payload_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_payload_over_budget, setup, teardown),
     };
     return cmocka_run_group_tests_name("claims", tests, NULL, NULL);
 }
