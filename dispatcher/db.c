@@ -409,9 +409,11 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
     }
     /* The writes are the statements that can grow large. */
     c->stmt_limit = STMT_MARGIN;
+    c->max_packet = 0;
     if (want_packet) {
         if (dsp_dbi_query_u64(c, "SELECT @@max_allowed_packet", &packet, &isnull, 0) != 0)
             goto fail;
+        c->max_packet = packet > SIZE_MAX ? SIZE_MAX : (size_t)packet;
         if (packet > STMT_CAP)
             packet = STMT_CAP;
         c->stmt_limit = packet > 2 * STMT_MARGIN ? (size_t)packet - STMT_MARGIN : STMT_MARGIN;
@@ -717,6 +719,8 @@ void dsp_db_write(dsp_db *db, dsp_outcome *outcomes, size_t n)
             dst[i].o = outcomes[i];
             dst[i].epoch = epoch;
             dst[i].queued_ms = now;
+            dst[i].bytes = outcomes[i].data ? outcomes[i].len : 0;
+            db->qbytes += dst[i].bytes;
         }
         was = db->qlen;
         db->qlen += n;
@@ -741,6 +745,23 @@ size_t dsp_db_pending_writes(dsp_db *db)
     n = db->qlen + db->writing;
     pthread_mutex_unlock(&db->mu);
     return n;
+}
+
+size_t dsp_db_pending_write_bytes(dsp_db *db)
+{
+    size_t n;
+    if (db == NULL)
+        return 0;
+    pthread_mutex_lock(&db->mu);
+    n = db->qbytes;
+    pthread_mutex_unlock(&db->mu);
+    return n;
+}
+
+size_t dsp_db_result_max(dsp_db *db)
+{
+    size_t n = db ? atomic_load(&db->result_max) : 0;
+    return n ? n : DSP_DB_RESULT_MAX;
 }
 
 void dsp_db_stop(dsp_db *db, int64_t deadline_ms)
