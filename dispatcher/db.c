@@ -531,6 +531,8 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     if (db->tstats)
         db->tstats->oldest_ready_age_ms = -1;
     atomic_init(&db->loop_epoch, 0);
+    atomic_init(&db->qbytes, 0);
+    atomic_init(&db->result_max, 0);
     atomic_init(&db->statements, 0);
     atomic_init(&db->claims, 0);
     atomic_init(&db->claimed_rows, 0);
@@ -715,13 +717,15 @@ void dsp_db_write(dsp_db *db, dsp_outcome *outcomes, size_t n)
     }
     if (why == NULL) {
         struct wentry *dst = db->q + db->qhead + db->qlen;
+        size_t bytes = 0;
         for (i = 0; i < n; i++) {
             dst[i].o = outcomes[i];
             dst[i].epoch = epoch;
             dst[i].queued_ms = now;
             dst[i].bytes = outcomes[i].data ? outcomes[i].len : 0;
-            db->qbytes += dst[i].bytes;
+            bytes += dst[i].bytes;
         }
+        atomic_fetch_add_explicit(&db->qbytes, bytes, memory_order_relaxed);
         was = db->qlen;
         db->qlen += n;
         if (was == 0 || (was < db->max_batch && db->qlen >= db->max_batch))
@@ -749,13 +753,7 @@ size_t dsp_db_pending_writes(dsp_db *db)
 
 size_t dsp_db_pending_write_bytes(dsp_db *db)
 {
-    size_t n;
-    if (db == NULL)
-        return 0;
-    pthread_mutex_lock(&db->mu);
-    n = db->qbytes;
-    pthread_mutex_unlock(&db->mu);
-    return n;
+    return db ? atomic_load_explicit(&db->qbytes, memory_order_relaxed) : 0;
 }
 
 size_t dsp_db_result_max(dsp_db *db)

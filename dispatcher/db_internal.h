@@ -192,8 +192,10 @@ struct dsp_db {
     struct wentry *q;      /* the write queue: q[qhead .. qhead + qlen) */
     size_t qhead, qlen, qcap;
     size_t writing;        /* taken by the write thread, not finished */
-    size_t qbytes;         /* result and error bytes of the queue and of the batch being
-                            * written (--max-unwritten-bytes counts them) */
+    /* Result and error bytes of the queue and of the batch being written
+     * (--max-unwritten-bytes). Changed under mu; atomic so that the loop's check at each
+     * dispatch pass reads it without taking mu. */
+    _Atomic size_t qbytes;
     bool write_stop;
     int64_t write_deadline_ms; /* monotonic */
     bool write_exited;

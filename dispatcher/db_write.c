@@ -774,6 +774,7 @@ static void write_batch(struct write_ctx *w)
     size_t left = w->n, i;
     int64_t retry_min = INT64_MAX;
     struct msg *m;
+    size_t freed = 0;
 
     memset(&rep, 0, sizeof rep);
     memset(w->done, 0, w->n);
@@ -840,11 +841,12 @@ static void write_batch(struct write_ctx *w)
             continue; /* its bytes stay counted */
         if (w->defer[i])
             w->dropped++;
-        db->qbytes -= w->batch[i].bytes;
+        freed += w->batch[i].bytes;
         free(w->batch[i].o.data);
         w->batch[i].o.data = NULL;
     }
     /* No longer pending by the time the loop hears of it. */
+    atomic_fetch_sub_explicit(&db->qbytes, freed, memory_order_relaxed);
     db->writing = 0;
     if (m) {
         m->report = rep;
@@ -947,7 +949,7 @@ void *dsp_dbi_write_main(void *arg)
     /* Whatever is still queued could not be written (no memory for batches). */
     for (k = 0; k < db->qlen; k++) {
         free(db->q[db->qhead + k].o.data);
-        db->qbytes -= db->q[db->qhead + k].bytes;
+        atomic_fetch_sub_explicit(&db->qbytes, db->q[db->qhead + k].bytes, memory_order_relaxed);
     }
     w.dropped += db->qlen;
     db->qlen = db->qhead = 0;
