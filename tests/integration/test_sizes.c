@@ -9,8 +9,8 @@
  *                        MEDIUMBLOB column) ends FAILED with an err_msg that says so, never
  *                        SUCCESSFUL; /stats counts one failure, two successes
  *   submit_large_payload SUBMIT of a 12,000,000-byte payload (WAIT) and of a 16,777,215-byte
- *                        one (PROTOCOL.md's largest) are stored whole; the first's echo
- *                        comes back whole as its result
+ *                        one (PROTOCOL.md's largest) are stored whole; their echoes come
+ *                        back whole as results (stored, and in the OUTCOME)
  *   over_packet          with the server's max_allowed_packet at 4 MiB: a 4,000,000-byte
  *                        result is stored whole (above the hex text's 2 MiB), a
  *                        5,000,000-byte one fails with "exceeds the database's
@@ -316,19 +316,23 @@ static void submit_large_payload(void **state)
                                                   " AND task_state = 2 AND %s", id, cond),
                      1);
 
-    /* The largest payload PROTOCOL.md allows, stored whole (no worker takes "keep"). */
+    /* The largest payload PROTOCOL.md allows: stored whole, delivered whole, and its
+     * echo (a result of the column's largest size) stored whole. */
     fill(payload, max, 7);
-    t.type = "keep";
     t.payload_len = max;
-    rc = tp_submit(p, &t, 1, 0, SUBMIT_TIMEOUT_MS, &r, &err);
+    rc = tp_submit(p, &t, 1, TP_SUBMIT_WAIT, SUBMIT_TIMEOUT_MS, &r, &err);
     if (rc != 0)
         fprintf(stderr, "# tp_submit of %zu bytes: %d %s\n", max, rc, err.text);
     assert_int_equal(rc, 0);
+    assert_int_equal(r.state, TP_TASK_SUCCESSFUL);
+    assert_true(matches(r.output, r.output_len, 7, max));
+    id = r.task_id;
+    tp_submit_results_free(&r, 1);
     assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_id = %" PRIu64
-                                                  " AND LENGTH(payload) = %zu AND LEFT(payload, %zu) ="
+                                                  " AND task_state = 2 AND LENGTH(payload) = %zu AND LEFT(payload, %zu) ="
                                                   " REPEAT(CAST(CONCAT('t=', LPAD(7, 14, '0'), ';') AS BINARY(16)), %zu)"
-                                                  " AND RIGHT(payload, 15) = 'xxxxxxxxxxxxxxx'",
-                                      r.task_id, max, max - max % BLOCK, max / BLOCK),
+                                                  " AND RIGHT(payload, 15) = 'xxxxxxxxxxxxxxx' AND result = payload",
+                                      id, max, max - max % BLOCK, max / BLOCK),
                      1);
     free(payload);
     fx->passed = true;
