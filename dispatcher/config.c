@@ -70,6 +70,8 @@ static const opt_def option_table[] = {
      "a worker whose deliveries time out this many times in a row is disconnected"},
     {"max-unwritten", OPT_INT, F(max_unwritten), "8000", 1, 1000000, "N",
      "no new delivery while more outcomes than this wait to be written"},
+    {"max-unwritten-bytes", OPT_INT, F(max_unwritten_bytes), "268435456", 1048576, INT64_C(1) << 40, "BYTES",
+     "no new delivery while the outcomes waiting to be written hold more result and error bytes than this"},
     {"adopt-grace-ms", OPT_INT, F(adopt_grace_ms), "3000", 0, 600000, "N",
      "a new leader recovers rows of older epochs only this long after it starts leading, so"
      " that workers can declare what they still run (0: at once)"},

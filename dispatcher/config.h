@@ -62,6 +62,7 @@ typedef struct dsp_config {
     int64_t max_types;       /* distinct types held by all workers */
     int64_t max_timeouts;    /* consecutive lease expiries before a worker is dropped */
     int64_t max_unwritten;   /* outcomes waiting for the database before dispatch pauses */
+    int64_t max_unwritten_bytes; /* their result and error bytes before dispatch pauses */
     int64_t adopt_grace_ms;  /* a new leader recovers older epochs' rows only after this */
     int64_t orphan_grace_ms; /* buffered tasks of a type with no worker go back after this */
     char *token_file;

@@ -409,9 +409,11 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
     }
     /* The writes are the statements that can grow large. */
     c->stmt_limit = STMT_MARGIN;
+    c->max_packet = 0;
     if (want_packet) {
         if (dsp_dbi_query_u64(c, "SELECT @@max_allowed_packet", &packet, &isnull, 0) != 0)
             goto fail;
+        c->max_packet = packet > SIZE_MAX ? SIZE_MAX : (size_t)packet;
         if (packet > STMT_CAP)
             packet = STMT_CAP;
         c->stmt_limit = packet > 2 * STMT_MARGIN ? (size_t)packet - STMT_MARGIN : STMT_MARGIN;
@@ -529,6 +531,8 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     if (db->tstats)
         db->tstats->oldest_ready_age_ms = -1;
     atomic_init(&db->loop_epoch, 0);
+    atomic_init(&db->qbytes, 0);
+    atomic_init(&db->result_max, 0);
     atomic_init(&db->statements, 0);
     atomic_init(&db->claims, 0);
     atomic_init(&db->claimed_rows, 0);
@@ -715,11 +719,15 @@ void dsp_db_write(dsp_db *db, dsp_outcome *outcomes, size_t n)
     }
     if (why == NULL) {
         struct wentry *dst = db->q + db->qhead + db->qlen;
+        size_t bytes = 0;
         for (i = 0; i < n; i++) {
             dst[i].o = outcomes[i];
             dst[i].epoch = epoch;
             dst[i].queued_ms = now;
+            dst[i].bytes = outcomes[i].data ? outcomes[i].len : 0;
+            bytes += dst[i].bytes;
         }
+        atomic_fetch_add_explicit(&db->qbytes, bytes, memory_order_relaxed);
         was = db->qlen;
         db->qlen += n;
         if (was == 0 || (was < db->max_batch && db->qlen >= db->max_batch))
@@ -743,6 +751,17 @@ size_t dsp_db_pending_writes(dsp_db *db)
     n = db->qlen + db->writing;
     pthread_mutex_unlock(&db->mu);
     return n;
+}
+
+size_t dsp_db_pending_write_bytes(dsp_db *db)
+{
+    return db ? atomic_load_explicit(&db->qbytes, memory_order_relaxed) : 0;
+}
+
+size_t dsp_db_result_max(dsp_db *db)
+{
+    size_t n = db ? atomic_load(&db->result_max) : 0;
+    return n ? n : DSP_DB_RESULT_MAX;
 }
 
 void dsp_db_stop(dsp_db *db, int64_t deadline_ms)

@@ -312,6 +312,13 @@ void dsp_db_write(dsp_db *db, dsp_outcome *outcomes, size_t n);
 
 /* Outcomes queued or being written. */
 size_t dsp_db_pending_writes(dsp_db *db);
+/* The result and error bytes of those outcomes (--max-unwritten-bytes). */
+size_t dsp_db_pending_write_bytes(dsp_db *db);
+
+/* The largest result the table can take: the write connection's max_allowed_packet,
+ * at most the column's 16 MiB - 1 (that, before the first connect). A larger result
+ * cannot be stored whole: its task fails instead (never a cut result called success). */
+size_t dsp_db_result_max(dsp_db *db);
 
 /* Stops claiming, writes every queued outcome (retrying while the database is
  * unreachable, for at most deadline_ms), releases the lock and joins the

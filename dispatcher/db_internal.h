@@ -128,6 +128,7 @@ struct wentry {
     dsp_outcome o;
     uint32_t epoch;    /* the epoch the loop held when it queued it: the fence */
     int64_t queued_ms; /* monotonic */
+    size_t bytes;      /* o.len when queued: what it adds to dsp_db.qbytes */
 };
 
 enum { CONN_CLAIM = 0, CONN_WRITE = 1 };
@@ -192,6 +193,10 @@ struct dsp_db {
     struct wentry *q;      /* the write queue: q[qhead .. qhead + qlen) */
     size_t qhead, qlen, qcap;
     size_t writing;        /* taken by the write thread, not finished */
+    /* Result and error bytes of the queue and of the batch being written
+     * (--max-unwritten-bytes). Changed under mu; atomic so that the loop's check at each
+     * dispatch pass reads it without taking mu. */
+    _Atomic size_t qbytes;
     bool write_stop;
     int64_t write_deadline_ms; /* monotonic */
     bool write_exited;
@@ -233,6 +238,11 @@ struct dsp_db {
      * after it belong to it. */
     _Atomic uint32_t loop_epoch;
 
+    /* The largest result the write connection can store (its max_allowed_packet, at
+     * most the column's 16 MiB - 1); 0 before it first connected. The loop fails a
+     * larger result at once (dsp_db_result_max). */
+    _Atomic size_t result_max;
+
     _Atomic uint64_t statements, claims, claimed_rows, claim_us_total, write_batches,
         reconnects, retention_deleted, submitted_rows, submit_duplicates, submit_batches,
         claim_skipped;
@@ -256,6 +266,7 @@ struct dbconn {
     unsigned err;         /* mysql_errno of the last failure */
     char errtext[256];    /* mysql_error of the last failed connect */
     size_t stmt_limit;    /* the largest statement this connection may send */
+    size_t max_packet;    /* the session's max_allowed_packet (want_packet), else 0 */
     bool no_lock_wait;    /* innodb_lock_wait_timeout = 0: a locked row fails at once */
     unsigned long client_flag; /* mysql_real_connect's: CLIENT_FOUND_ROWS for the lease */
     unsigned rw_timeout_s;     /* read and write timeout; 0: the default */
@@ -282,6 +293,13 @@ bool dsp_dbi_error_is_transient(unsigned e);
 bool dsp_dbi_error_is_config(unsigned e);
 int dsp_dbi_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affected);
 int dsp_dbi_exec_str(struct dbconn *c, const char *sql);
+/* Runs sql, a statement with one '?' (a value too large for the hex text of a statement:
+ * results, payloads), as a prepared statement whose parameter is data[0..len) sent in
+ * pieces (mysql_stmt_send_long_data): no copy of the bytes, and a value may be as large
+ * as max_allowed_packet. Returns 0 (*affected set when not NULL), or -1 with c->err set
+ * (logged). db_write.c. */
+int dsp_dbi_exec_blob(struct dbconn *c, const char *sql, size_t sql_len, const uint8_t *data,
+                      size_t len, uint64_t *affected);
 int dsp_dbi_query_u64(struct dbconn *c, const char *sql, uint64_t *out, bool *isnull,
                       unsigned quiet_err);
 void dsp_dbi_conn_close(struct dbconn *c);

@@ -406,6 +406,17 @@ bool dsp_db_sql_write(dsp_strbuf *b, int kind, uint32_t epoch, int64_t now_ms,
     return true;
 }
 
+void dsp_db_sql_write_result_param(dsp_strbuf *b, uint32_t epoch, int64_t now_ms,
+                                   const dsp_db_sql_row *row)
+{
+    dsp_strbuf_puts(b, "UPDATE task FORCE INDEX (PRIMARY) SET ");
+    dsp_strbuf_puts(b, kind_set[DSP_WRITE_SUCCEEDED]);
+    dsp_strbuf_put_u64(b, ", result = ?, attempts = ", row->attempts);
+    dsp_strbuf_printf(b, ", last_update_time = %" PRId64, now_ms);
+    put_id_list(b, NULL, row, 1);
+    dsp_strbuf_printf(b, " AND task_state = 1 AND epoch = %" PRIu32, epoch);
+}
+
 void dsp_db_sql_id_csv(dsp_strbuf *b, const uint64_t *ids, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -94,6 +94,20 @@ size_t dsp_db_sql_write_row_cost(int kind, const dsp_db_sql_row *row);
 bool dsp_db_sql_write(dsp_strbuf *b, int kind, uint32_t epoch, int64_t now_ms,
                       const dsp_db_sql_row *rows, size_t n);
 
+/* Appends the UPDATE of dsp_db_sql_write for one SUCCEEDED row whose result is the
+ * statement's one parameter ('?', sent by dsp_dbi_exec_blob): a result too large for
+ * the hex text of a batch.
+ *   UPDATE task FORCE INDEX (PRIMARY) SET task_state = 2, result = ?, attempts = A,
+ *     last_update_time = now_ms WHERE task_id IN (id) AND task_state = 1 AND epoch = E */
+void dsp_db_sql_write_result_param(dsp_strbuf *b, uint32_t epoch, int64_t now_ms,
+                                   const dsp_db_sql_row *row);
+
+/* Results of this many bytes or more are written by dsp_db_sql_write_result_param, one
+ * statement each: their hex text (twice their size) would be copied and parsed for
+ * nothing, and from 8 MiB on it would not fit max_allowed_packet. Smaller ones share the
+ * batch's statement (one per kind for the whole batch). */
+#define DSP_DB_RESULT_PARAM_MIN (64u * 1024)
+
 /* Appends ids[0..n) as "id,id,...", the form task_claim.task_ids stores. A claim formats
  * its ids once and hands the text to its lock, its mark and its task_claim row (each
  * claim names 1,000 to 2,000 ids three times). */

@@ -11,6 +11,12 @@
  *
  *     INSERT IGNORE INTO task (...) VALUES (...), (...) RETURNING task_id, dedup_key
  *
+ * A payload of DSP_DB_RESULT_PARAM_MIN bytes or more goes in as '' and is then set by an
+ * UPDATE of its own whose parameter is the payload (dsp_dbi_exec_blob), in the same
+ * transaction, before COMMIT: no hex copy of it (twice its size) in the INSERT, and a
+ * payload may be as large as max_allowed_packet (the hex text stopped at half of it).
+ * A payload larger than that is answered INVALID with the limit.
+ *
  * IGNORE turns a dedup_key already present into a skipped row, and RETURNING (MariaDB
  * 10.5 and later) names the rows that went in, so the ids need no LAST_INSERT_ID()
  * arithmetic (which breaks as soon as one row is skipped). Each returned row is matched
@@ -346,10 +352,23 @@ static int krow_push(struct krow **rows, size_t *n, size_t *cap, const char *key
     return 0;
 }
 
+/* Its payload is set afterwards by set_large_payloads, not written in the INSERT. */
+static bool payload_is_large(const dsp_submit_item *it)
+{
+    return it->payload_len >= DSP_DB_RESULT_PARAM_MIN;
+}
+
 /* The most a row of it adds to an INSERT (hex doubles the bytes). */
 static size_t row_cost(const dsp_submit_item *it)
 {
-    return ROW_FIXED + 2 * (it->type_len + it->key_len + it->payload_len);
+    return ROW_FIXED + 2 * (it->type_len + it->key_len + (payload_is_large(it) ? 0 : it->payload_len));
+}
+
+/* The largest payload the table takes from c: a parameter may be as large as the
+ * session's max_allowed_packet; the column holds 16 MiB - 1. */
+static size_t payload_cap(const struct dbconn *c)
+{
+    return c->max_packet && c->max_packet < DSP_DB_RESULT_MAX ? c->max_packet : DSP_DB_RESULT_MAX;
 }
 
 static void put_row(dsp_strbuf *b, const dsp_submit_item *it, int64_t now)
@@ -357,7 +376,7 @@ static void put_row(dsp_strbuf *b, const dsp_submit_item *it, int64_t now)
     dsp_strbuf_puts(b, "(");
     dsp_strbuf_put_hex(b, it->type, it->type_len, true);
     dsp_strbuf_printf(b, ",%u,", (unsigned)it->priority);
-    if (it->payload_len > 0)
+    if (it->payload_len > 0 && !payload_is_large(it))
         dsp_strbuf_put_hex(b, it->payload, it->payload_len, false);
     else
         dsp_strbuf_puts(b, "''"); /* an empty payload, as given: not NULL */
@@ -465,6 +484,31 @@ static int insert_all(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq, int
         dsp_strbuf_puts(&x->sql, INSERT_TAIL);
         if (x->sql.oom || run_insert(x) < 0)
             return -1;
+    }
+    return 0;
+}
+
+/* Sets the payload of each inserted task whose payload the INSERT left out (after
+ * match_results, before COMMIT: nobody else sees the row meanwhile). Returns 0 or -1. */
+static int set_large_payloads(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
+{
+    for (size_t r = 0; r < nreq; r++) {
+        for (size_t i = 0; reqs[r] && i < reqs[r]->nitems; i++) {
+            const dsp_submit_item *it = &reqs[r]->items[i];
+            uint64_t affected = 0;
+            if (!payload_is_large(it) || it->result != PROTO_SUBMIT_INSERTED)
+                continue;
+            dsp_strbuf_reset(&x->sql);
+            dsp_strbuf_put_u64(&x->sql, "UPDATE task FORCE INDEX (PRIMARY) SET payload = ? WHERE task_id = ",
+                               it->task_id);
+            if (x->sql.oom ||
+                dsp_dbi_exec_blob(&x->c, x->sql.p, x->sql.len, it->payload, it->payload_len, &affected) < 0)
+                return -1;
+            if (affected != 1) {
+                log_error(x->db->log, "submit: the payload of task %" PRIu64 " found no row", it->task_id);
+                return -1;
+            }
+        }
     }
     return 0;
 }
@@ -594,8 +638,16 @@ static void run_batch(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
             continue;
         }
         for (size_t i = 0; i < q->nitems; i++) {
+            char text[160];
+            if (q->items[i].payload_len > payload_cap(&x->c)) {
+                snprintf(text, sizeof text,
+                         "task %zu: payload of %zu bytes exceeds the database's max_allowed_packet of %zu", i,
+                         q->items[i].payload_len, payload_cap(&x->c));
+                answer(q, PROTO_SUBMIT_INVALID, text);
+                reqs[r] = NULL;
+                break;
+            }
             if (INSERT_FIXED + row_cost(&q->items[i]) > x->c.stmt_limit) {
-                char text[160];
                 snprintf(text, sizeof text, "task %zu is larger than the database accepts (max_allowed_packet)", i);
                 answer(q, PROTO_SUBMIT_INVALID, text);
                 reqs[r] = NULL;
@@ -621,6 +673,8 @@ static void run_batch(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
         log_error(db->log, "submit: the rows inserted do not match the submissions; rolled back");
         goto failed;
     }
+    if (set_large_payloads(x, reqs, nreq) < 0)
+        goto failed;
     if (add_waiters(x, reqs, nreq) < 0) {
         drop_waiters(x, reqs, nreq);
         goto failed;

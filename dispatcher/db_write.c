@@ -73,8 +73,8 @@ static void write_sleep(dsp_db *db, int64_t ms)
     pthread_mutex_unlock(&db->mu);
 }
 
-/* Makes each outcome's data fit its column: error texts valid UTF-8 of at most
- * 65,535 bytes, results at most 16 MiB - 1. */
+/* Makes each outcome's error text fit its column: valid UTF-8 of at most 65,535 bytes.
+ * Results are never cut: one the table cannot hold whole fails its task (result_refuse). */
 static void write_prepare(struct write_ctx *w, size_t *left)
 {
     dsp_db *db = w->db;
@@ -92,11 +92,6 @@ static void write_prepare(struct write_ctx *w, size_t *left)
             o->len = 0; /* err_msg stays as it was */
             break;
         case DSP_WRITE_SUCCEEDED:
-            if (o->len > DSP_DB_RESULT_MAX) {
-                log_warn(db->log, "result of task %" PRIu64 " cut from %zu to %u bytes",
-                         o->task_id, o->len, DSP_DB_RESULT_MAX);
-                o->len = DSP_DB_RESULT_MAX;
-            }
             break;
         case DSP_WRITE_FAILED:
         case DSP_WRITE_RETRY: {
@@ -126,6 +121,161 @@ static void write_prepare(struct write_ctx *w, size_t *left)
             break;
         }
     }
+}
+
+/* ---- results too large for a statement's text ---- */
+
+/* Pieces of a parameter sent by dsp_dbi_exec_blob: each is one packet to the server. */
+#define BLOB_CHUNK (1024u * 1024)
+
+int dsp_dbi_exec_blob(struct dbconn *c, const char *sql, size_t sql_len, const uint8_t *data,
+                      size_t len, uint64_t *affected)
+{
+    dsp_db *db = c->db;
+    MYSQL_STMT *st = mysql_stmt_init(c->m);
+    MYSQL_BIND bind;
+    unsigned long none = 0; /* the value comes as long data, not from a buffer */
+    size_t off, n;
+    int rc = -1;
+
+    if (st == NULL) {
+        c->err = mysql_errno(c->m) ? mysql_errno(c->m) : 2008; /* CR_OUT_OF_MEMORY */
+        log_warn(db->log, "%s connection: no statement handle (error %u)", c->who, c->err);
+        return -1;
+    }
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_stmt_prepare(st, sql, (unsigned long)sql_len) != 0)
+        goto out;
+    memset(&bind, 0, sizeof bind);
+    bind.buffer_type = MYSQL_TYPE_BLOB;
+    bind.length = &none;
+    if (mysql_stmt_bind_param(st, &bind) != 0)
+        goto out;
+    for (off = 0; off < len; off += n) {
+        n = len - off < BLOB_CHUNK ? len - off : BLOB_CHUNK;
+        if (mysql_stmt_send_long_data(st, 0, (const char *)data + off, (unsigned long)n) != 0)
+            goto out;
+    }
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_stmt_execute(st) != 0)
+        goto out;
+    if (affected) {
+        uint64_t a = (uint64_t)mysql_stmt_affected_rows(st);
+        *affected = a == UINT64_MAX ? 0 : a;
+    }
+    rc = 0;
+out:
+    if (rc < 0) {
+        c->err = mysql_stmt_errno(st);
+        log_warn(db->log, "%s connection: %s (error %u) in: %.160s", c->who, mysql_stmt_error(st),
+                 c->err, sql);
+    }
+    mysql_stmt_close(st);
+    return rc;
+}
+
+/* The largest result c can store whole: a parameter sent as long data may be as large
+ * as the session's max_allowed_packet; the column holds 16 MiB - 1. */
+static size_t result_cap(const struct dbconn *c)
+{
+    return c->max_packet && c->max_packet < DSP_DB_RESULT_MAX ? c->max_packet : DSP_DB_RESULT_MAX;
+}
+
+/* Written by write_large rather than in the text of a batch statement. */
+static bool result_is_large(const struct write_ctx *w, const dsp_outcome *o)
+{
+    return o->len >= DSP_DB_RESULT_PARAM_MIN ||
+           DSP_DB_SQL_WRITE_FIXED + 2 * (size_t)o->len + 512 > w->c.stmt_limit;
+}
+
+/* A result the table cannot hold whole: the task fails with a text that says why (a
+ * cut result must never be called a success), written as any FAILED outcome is. */
+static void result_refuse(struct write_ctx *w, dsp_outcome *o)
+{
+    size_t cap = result_cap(&w->c);
+    char text[200];
+    int n;
+    uint8_t *copy;
+
+    if (cap < DSP_DB_RESULT_MAX)
+        n = snprintf(text, sizeof text, "result of %zu bytes exceeds the database's max_allowed_packet of %zu",
+                     o->len, cap);
+    else
+        n = snprintf(text, sizeof text, "result of %zu bytes exceeds the result column's largest value of %u",
+                     o->len, DSP_DB_RESULT_MAX);
+    log_error(w->db->log, "task %" PRIu64 ": %s; the task fails", o->task_id, text);
+    free(o->data);
+    o->data = NULL;
+    o->len = 0;
+    if (n > 0 && (copy = malloc((size_t)n)) != NULL) {
+        memcpy(copy, text, (size_t)n);
+        o->data = copy;
+        o->len = (size_t)n;
+    }
+    o->kind = DSP_WRITE_FAILED;
+}
+
+/* A large result (result_is_large): one UPDATE of its own, the bytes its parameter (no
+ * hex copy). One too large for the table becomes a FAILED outcome, which the pass writes
+ * with the other failures. Returns 0, or -1 on a connection error. */
+static int write_large(struct write_ctx *w, size_t i, dsp_write_report *rep, size_t *left)
+{
+    dsp_outcome *o = &w->batch[i].o;
+    dsp_db_sql_row row = {o->task_id, o->attempts, o->run_after_ms, o->data, o->len};
+    uint64_t affected = 0;
+
+    if (o->len > result_cap(&w->c)) {
+        result_refuse(w, o);
+        return 0;
+    }
+    /* A row another transaction holds refuses this read at once (the connection does
+     * not wait for locks): its outcome is deferred without sending the bytes, which a
+     * deferred outcome would otherwise send again at every flush. */
+    dsp_strbuf_reset(&w->sql);
+    dsp_strbuf_put_u64(&w->sql, "SELECT task_id FROM task FORCE INDEX (PRIMARY) WHERE task_id = ", o->task_id);
+    dsp_strbuf_puts(&w->sql, " FOR UPDATE");
+    if (w->sql.oom)
+        return -1;
+    int probe = dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, NULL);
+    if (probe == 0) {
+        dsp_strbuf_reset(&w->sql);
+        dsp_db_sql_write_result_param(&w->sql, w->batch[i].epoch, wall_ms(), &row);
+        if (w->sql.oom)
+            return -1;
+    }
+    if (probe < 0 ||
+        dsp_dbi_exec_blob(&w->c, w->sql.p, w->sql.len, o->data, o->len, &affected) < 0) {
+        if (w->c.err == ER_LOCK_WAIT_TIMEOUT_) {
+            /* Another transaction holds the row: queued again, like the batch's. A row
+             * no longer ours by then is fenced by the later try. */
+            w->done[i] = 1;
+            w->defer[i] = 1;
+            rep->deferred++;
+            (*left)--;
+            return 0;
+        }
+        if (w->c.err == ER_NET_PACKET_TOO_LARGE_) {
+            result_refuse(w, o); /* the server's limit moved: fail it, after a reconnect */
+            return -1;
+        }
+        if (dsp_dbi_error_is_transient(w->c.err))
+            return -1;
+        log_error(w->db->log, "result of task %" PRIu64 " cannot be written (error %u); its row stays PROCESSING",
+                  o->task_id, w->c.err);
+        w->done[i] = 1;
+        w->lost[i] = 1;
+        (*left)--;
+        w->dropped++;
+        return 0;
+    }
+    w->done[i] = 1;
+    w->final[i] = affected == 1;
+    if (affected == 1)
+        rep->written[DSP_WRITE_SUCCEEDED]++;
+    else
+        rep->fenced++;
+    (*left)--;
+    return 0;
 }
 
 /* ---- the inventory's entries (protocol version 3) ---- */
@@ -221,13 +371,24 @@ static int write_foreign(struct write_ctx *w, size_t i, dsp_write_report *rep, i
     int last = kind == DSP_WRITE_RETRY ? 0 : -1;
     uint64_t affected = 0;
 
+    if (kind == DSP_WRITE_SUCCEEDED && o->len > result_cap(&w->c)) {
+        result_refuse(w, o);
+        kind = o->kind;
+        row.data = o->data;
+        row.len = o->len;
+    }
     for (;;) {
+        bool blob = kind == DSP_WRITE_SUCCEEDED && result_is_large(w, o);
         dsp_strbuf_reset(&w->sql);
-        dsp_db_sql_write(&w->sql, kind, o->dlv_epoch, wall_ms(), &row, 1);
+        if (blob)
+            dsp_db_sql_write_result_param(&w->sql, o->dlv_epoch, wall_ms(), &row);
+        else
+            dsp_db_sql_write(&w->sql, kind, o->dlv_epoch, wall_ms(), &row, 1);
         dsp_db_sql_foreign_fence(&w->sql, o->dlv_attempt, last);
         if (w->sql.oom)
             return -1;
-        if (dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, &affected) < 0) {
+        if ((blob ? dsp_dbi_exec_blob(&w->c, w->sql.p, w->sql.len, o->data, o->len, &affected)
+                  : dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, &affected)) < 0) {
             if (w->c.err == ER_LOCK_WAIT_TIMEOUT_) {
                 w->defer[i] = 1; /* queued again, like any outcome whose row is locked */
                 rep->deferred++;
@@ -401,6 +562,13 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
         for (i = 0; i < w->n; i++) {
             if (w->done[i] || w->batch[i].o.kind != kind)
                 continue;
+            if (kind == DSP_WRITE_SUCCEEDED && result_is_large(w, &w->batch[i].o)) {
+                /* Large results go one by one; one refused becomes FAILED, which comes
+                 * later in kind_order. */
+                if (write_large(w, i, rep, left) < 0)
+                    return -1;
+                continue;
+            }
             w->refs[m].task_id = w->batch[i].o.task_id;
             w->refs[m++].i = i;
         }
@@ -431,16 +599,17 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
                 }
             }
             cnt = e - s;
-            if (cnt == 1 && cost > limit && w->rows[s].len > 0) {
-                /* One outcome larger than a statement may be: keep what fits. */
+            if (cnt == 1 && cost > limit && w->rows[s].len > 0 && kind != DSP_WRITE_SUCCEEDED) {
+                /* An error text larger than a statement may be (a max_allowed_packet
+                 * under 128 KiB): keep what fits, at a character's end. Results never
+                 * get here (write_large). */
                 dsp_db_sql_row *r = &w->rows[s];
                 size_t room = limit > DSP_DB_SQL_WRITE_FIXED + 512
                                   ? (limit - DSP_DB_SQL_WRITE_FIXED - 512) / 2
                                   : 0;
-                size_t nl = kind == DSP_WRITE_SUCCEEDED ? room : dsp_utf8_cut(r->data, r->len, room);
-                log_warn(db->log,
-                         "%s of task %" PRIu64 " cut from %zu to %zu bytes to fit max_allowed_packet",
-                         kind == DSP_WRITE_SUCCEEDED ? "result" : "error text", r->task_id, r->len, nl);
+                size_t nl = dsp_utf8_cut(r->data, r->len, room);
+                log_warn(db->log, "error text of task %" PRIu64 " cut from %zu to %zu bytes to fit max_allowed_packet",
+                         r->task_id, r->len, nl);
                 r->len = nl;
                 w->batch[w->idx[s]].o.len = nl;
             }
@@ -605,6 +774,7 @@ static void write_batch(struct write_ctx *w)
     size_t left = w->n, i;
     int64_t retry_min = INT64_MAX;
     struct msg *m;
+    size_t freed = 0;
 
     memset(&rep, 0, sizeof rep);
     memset(w->done, 0, w->n);
@@ -624,6 +794,7 @@ static void write_batch(struct write_ctx *w)
                 write_sleep(db, dsp_dbi_backoff_next(&w->c));
                 continue;
             }
+            atomic_store(&db->result_max, result_cap(&w->c));
             dsp_dbi_set_conn_ok(db, CONN_WRITE, true);
         }
         /* Leadership (db_lease.c): only the leader of the batch's epoch writes, on a
@@ -667,13 +838,15 @@ static void write_batch(struct write_ctx *w)
             dsp_dbi_claims_settle_locked(db, w->batch[i].epoch, o->claim_seq);
         if (w->defer[i] && !(db->write_stop && mono_ms() >= db->write_deadline_ms) &&
             write_requeue_locked(db, &w->batch[i]) == 0)
-            continue;
+            continue; /* its bytes stay counted */
         if (w->defer[i])
             w->dropped++;
+        freed += w->batch[i].bytes;
         free(w->batch[i].o.data);
         w->batch[i].o.data = NULL;
     }
     /* No longer pending by the time the loop hears of it. */
+    atomic_fetch_sub_explicit(&db->qbytes, freed, memory_order_relaxed);
     db->writing = 0;
     if (m) {
         m->report = rep;
@@ -737,6 +910,7 @@ void *dsp_dbi_write_main(void *arg)
                 /* Connect while idle, so that on_health tells the truth early. */
                 pthread_mutex_unlock(&db->mu);
                 if (dsp_dbi_conn_open(&w.c, true, true) == 0) {
+                    atomic_store(&db->result_max, result_cap(&w.c));
                     dsp_dbi_set_conn_ok(db, CONN_WRITE, true);
                 } else {
                     dsp_dbi_set_conn_ok(db, CONN_WRITE, false);
@@ -773,8 +947,10 @@ void *dsp_dbi_write_main(void *arg)
         pthread_mutex_lock(&db->mu);
     }
     /* Whatever is still queued could not be written (no memory for batches). */
-    for (k = 0; k < db->qlen; k++)
+    for (k = 0; k < db->qlen; k++) {
         free(db->q[db->qhead + k].o.data);
+        atomic_fetch_sub_explicit(&db->qbytes, db->q[db->qhead + k].bytes, memory_order_relaxed);
+    }
     w.dropped += db->qlen;
     db->qlen = db->qhead = 0;
     db->write_exited = true;

@@ -473,10 +473,15 @@ void dsp_dispatch_lease_defer(dsp_server *srv, dsp_task *t, int64_t at_ms)
 
 /* Outcomes handed to the database and not yet written. Each would run again if the
  * daemon died now, so dispatch waits while there are more than --max-unwritten: the
- * duplicates of a crash stay bounded by what is in flight plus that. */
+ * duplicates of a crash stay bounded by what is in flight plus that. Their results are
+ * held in memory until written, so dispatch also waits while they hold more than
+ * --max-unwritten-bytes (16 large results would otherwise pile up by the thousand
+ * behind a slow write). */
 static bool unwritten_over_limit(const dsp_server *srv)
 {
-    return (int64_t)(srv->noutbox + dsp_db_pending_writes(srv->db)) > srv->cfg->max_unwritten;
+    return (int64_t)(srv->noutbox + dsp_db_pending_writes(srv->db)) > srv->cfg->max_unwritten ||
+           (int64_t)(srv->outbox_bytes + dsp_db_pending_write_bytes(srv->db)) >
+               srv->cfg->max_unwritten_bytes;
 }
 
 static bool too_many_unwritten(dsp_server *srv)

@@ -162,6 +162,7 @@ dsp_outcome *dsp_server_outbox_add(dsp_server *srv, uint64_t task_id, uint8_t ki
     if (len && (o->data = malloc(len))) {
         memcpy(o->data, data, len);
         o->len = len;
+        srv->outbox_bytes += len;
     }
     return o;
 }
@@ -180,6 +181,7 @@ static void outbox_flush(dsp_server *srv)
     if (srv->noutbox) {
         dsp_db_write(srv->db, srv->outbox, srv->noutbox);
         srv->noutbox = 0;
+        srv->outbox_bytes = 0;
     }
 }
 
@@ -244,6 +246,21 @@ void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t out
 
     if (t->delivered_us > 0)
         dsp_hist_add(&srv->hist.exec, (double)(dsp_now_us() - t->delivered_us) / 1000.0);
+    char msg[200];
+    if (outcome == PROTO_OUTCOME_SUCCESS && len > dsp_db_result_max(srv->db)) {
+        /* The table cannot hold it whole: the task fails, saying so, rather than keep a
+         * cut result as a success (the write thread checks again against its
+         * connection's max_allowed_packet). */
+        size_t max = dsp_db_result_max(srv->db);
+        int n = snprintf(msg, sizeof msg, "result of %zu bytes exceeds the %s of %zu", len,
+                         max < DSP_DB_RESULT_MAX ? "database's max_allowed_packet"
+                                                 : "result column's largest value",
+                         max);
+        log_warn(&srv->log, "task %llu: %s; the task fails", (unsigned long long)t->id, msg);
+        outcome = PROTO_OUTCOME_FAIL_PERM;
+        data = (const uint8_t *)msg;
+        len = n > 0 && (size_t)n < sizeof msg ? (size_t)n : 0;
+    }
     switch (outcome) {
     case PROTO_OUTCOME_SUCCESS:
         o = outbox_push(srv, t, DSP_WRITE_SUCCEEDED, 0, data, len);

@@ -157,6 +157,7 @@ struct dsp_server {
 
     dsp_outcome *outbox;       /* outcomes handed to the database once per loop pass */
     size_t noutbox, outbox_cap;
+    size_t outbox_bytes; /* result and error bytes in the outbox (--max-unwritten-bytes) */
 
     bool draining;
     int64_t drain_deadline_ms;

@@ -126,6 +126,7 @@ void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
     DSP_DB_COUNTERS(X)
 #undef X
     snap->pending_writes = srv->noutbox + dsp_db_pending_writes(srv->db);
+    snap->pending_write_bytes = srv->outbox_bytes + dsp_db_pending_write_bytes(srv->db);
     snap->hist = srv->hist;
     for (int i = 0; i < DSP_STATS_RATE_WINDOWS; i++)
         dsp_rates_get(&srv->rates, rate_windows_s[i], &snap->dispatched_per_s[i],
@@ -266,6 +267,7 @@ json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
     DSP_DB_COUNTERS(X)
 #undef X
     json_object_set_new(db, "pending_writes", json_integer((json_int_t)snap->pending_writes));
+    json_object_set_new(db, "pending_write_bytes", json_integer((json_int_t)snap->pending_write_bytes));
     json_t *settings = json_object();
     dsp_config_each(snap->cfg, add_setting, settings);
 
@@ -452,6 +454,8 @@ void dsp_stats_metrics(const dsp_stats_snapshot *snap, struct evbuffer *out)
 #undef X
     gauge(out, "db_pending_writes", "outcomes not yet written (in the loop's outbox, queued or being written)",
           (double)snap->pending_writes);
+    gauge(out, "db_pending_write_bytes", "result and error bytes of the outcomes not yet written",
+          (double)snap->pending_write_bytes);
 
 #define X(field, name, help) histogram(out, name, help, &snap->hist.field);
     DSP_HISTOGRAMS(X)

@@ -230,6 +230,7 @@ typedef struct dsp_stats_snapshot {
     dsp_conn_stats conns;
     dsp_db_stats db;
     uint64_t pending_writes;        /* in the loop's outbox, queued or being written */
+    uint64_t pending_write_bytes;   /* their result and error bytes */
     dsp_histograms hist;
     double dispatched_per_s[DSP_STATS_RATE_WINDOWS];
     double completed_per_s[DSP_STATS_RATE_WINDOWS];

@@ -376,6 +376,20 @@ static void write_refuses_nothing_and_bad_kinds(void **state)
     assert_null(b.p);
 }
 
+/* A large result is the statement's one parameter, never in its text. */
+static void write_result_param(void **state)
+{
+    (void)state;
+    static const uint8_t data[4] = {'a', 'b', 'c', 'd'};
+    dsp_db_sql_row row = {.task_id = 18446744073709551615u, .attempts = 4294967295u, .data = data, .len = 4};
+    dsp_strbuf b = {0};
+    dsp_db_sql_write_result_param(&b, 4294967295u, -5, &row);
+    assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 2, result = ?,"
+                             " attempts = 4294967295, last_update_time = -5 WHERE task_id IN"
+                             " (18446744073709551615) AND task_state = 1 AND epoch = 4294967295");
+    dsp_strbuf_free(&b);
+}
+
 /* Beyond DSP_DB_SQL_FLAT_CASE_MAX sorted rows the CASE has two levels of about sqrt(n)
  * groups; unsorted rows keep one flat CASE. */
 static void write_two_level_case(void **state)
@@ -995,6 +1009,7 @@ int main(void)
         cmocka_unit_test(write_one_value_per_column),
         cmocka_unit_test(write_values_that_differ),
         cmocka_unit_test(write_refuses_nothing_and_bad_kinds),
+        cmocka_unit_test(write_result_param),
         cmocka_unit_test(write_two_level_case),
         cmocka_unit_test(write_longest_batch_within_cost),
         cmocka_unit_test(claim_mark_and_release),

@@ -78,6 +78,7 @@ static void fill_distinct(dsp_stats_snapshot *s, const dsp_config *cfg)
     s->nbuffered = 29;
     s->ninflight = 31;
     s->pending_writes = 37;
+    s->pending_write_bytes = 4242;
     s->db_connected = true;
 }
 
@@ -171,8 +172,9 @@ static void test_every_counter_in_stats(void **state)
     assert_int_equal(json_object_size(tasks), NTASK);
     assert_int_equal(json_object_size(conns), NCONN + 1);
     assert_member(conns, "open", 21);
-    assert_int_equal(json_object_size(db), NDB + 1);
+    assert_int_equal(json_object_size(db), NDB + 2);
     assert_member(db, "pending_writes", 37);
+    assert_member(db, "pending_write_bytes", 4242);
 }
 
 static void test_every_counter_in_metrics(void **state)
@@ -255,6 +257,8 @@ static void test_stats_shape(void **state)
     assert_family(fx->metrics, "draining", "gauge", "1 while draining", "1");
     assert_family(fx->metrics, "db_pending_writes", "gauge",
                   "outcomes not yet written (in the loop's outbox, queued or being written)", "37");
+    assert_family(fx->metrics, "db_pending_write_bytes", "gauge",
+                  "result and error bytes of the outcomes not yet written", "4242");
     /* No table figures: no table family beyond what a missing table allows. */
     assert_null(strstr(fx->metrics, "taskpush_table_"));
 }
