@@ -52,7 +52,7 @@
 #define N_BIG 100
 #define BIG_LEN (4 * 1024 * 1024)
 #define HOLD_MS 200
-#define RSS_BOUND_KB (200 * 1024)
+#define RSS_BOUND_KB tp_daemon_rss_bound_kb(200 * 1024)
 
 struct fx {
     tp_testdb db;
@@ -264,7 +264,7 @@ static void test_payload_bytes(void **state)
     }
     long long claimed = tp_daemon_stat(&fx->d, "tasks.claimed_total");
     tp_diag("%d rows of %d-byte payloads, %d slots: taskpushd VmRSS %ld kB at start, VmHWM %ld kB"
-            " (bound %d kB), %lld claimed",
+            " (bound %ld kB), %lld claimed",
             N_BIG, BIG_LEN, N_BIG, rss_start, hwm, RSS_BOUND_KB, claimed);
     assert_true(hwm > 0);
     assert_true(hwm < RSS_BOUND_KB);

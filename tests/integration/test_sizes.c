@@ -399,7 +399,7 @@ static void over_packet(void **state)
 
 #define HELD_TASKS 350
 #define HELD_RESULT 2000000u
-#define RSS_BOUND_KB (480L * 1024)
+#define RSS_BOUND_KB tp_daemon_rss_bound_kb(480L * 1024)
 
 /* "held": takes the row's lock in the test's open transaction first (while the test
  * holds them), so that its outcome cannot be written; then answers HELD_RESULT bytes. */
