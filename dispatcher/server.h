@@ -89,6 +89,11 @@ struct dsp_server {
     struct event_base *base;
     struct evconnlistener *listener;
     struct evhttp *http;
+    /* Admin connections (admin_http.c): each is known from its accept, for the cap and
+     * the deadline of a whole request. */
+    struct dsp_admin_conn *admin_conns;
+    size_t nadmin_conns;
+    struct event *admin_adopt_ev, *admin_tick_ev;
     struct dsp_tls *tls;       /* NULL unless --tls-cert: both ports speak TLS */
     bool admin_loopback;      /* the admin port listens on loopback only: Host is checked */
     dsp_db *db;
