@@ -185,8 +185,15 @@ bool dsp_conn_output_room(dsp_conn *c, size_t n)
         if (conn_output_len(c) == 0 || (int64_t)(conn_output_len(c) + n) <= max)
             return true;
     }
-    /* Holding more would let one slow reader hold every answer in memory (each OUTCOME
-     * up to 16 MiB): it is stalled. What it waited for is in the table. */
+    /* Over the bound: a burst (one write batch's OUTCOMEs) gets 3 heartbeats to drain
+     * under it (dsp_conn_tick), within twice the bound. Beyond, holding more would let
+     * one slow reader hold every answer in memory (each OUTCOME up to 16 MiB): it is
+     * stalled. What it waited for is in the table. */
+    if ((int64_t)(conn_output_len(c) + n) <= 2 * max) {
+        if (c->out_over_ms == 0)
+            c->out_over_ms = dsp_now_ms();
+        return true;
+    }
     c->srv->conn_stats.stalled_total++;
     dsp_conn_close(c, 0, "does not read what it is sent fast enough (--max-conn-output-bytes)");
     event_active(c->free_ev, EV_TIMEOUT, 0); /* its output will not drain in time */
@@ -1040,7 +1047,10 @@ static bool conn_stalled(dsp_conn *c, int64_t now_ms, int64_t hb)
             return true;
         }
     }
-    if (evbuffer_get_length(bufferevent_get_output(c->bev)) > 0 && now_ms - c->out_progress_ms > 3 * hb) {
+    if (c->out_over_ms > 0 && (int64_t)conn_output_len(c) <= c->srv->cfg->max_conn_output_bytes)
+        c->out_over_ms = 0;
+    if ((evbuffer_get_length(bufferevent_get_output(c->bev)) > 0 && now_ms - c->out_progress_ms > 3 * hb) ||
+        (c->out_over_ms > 0 && now_ms - c->out_over_ms > 3 * hb)) {
         c->srv->conn_stats.stalled_total++;
         dsp_conn_close(c, 0, "does not read what it is sent");
         event_active(c->free_ev, EV_TIMEOUT, 0); /* its output will never drain */

@@ -70,6 +70,7 @@ struct dsp_conn {
     int64_t frame_started_ms;  /* when the bytes now waiting in the input began, or the last
                                 * whole frame after them: a half frame must complete in time */
     int64_t out_progress_ms;   /* the output was last empty or drained by the peer then */
+    int64_t out_over_ms;       /* the output went over --max-conn-output-bytes then (0: under) */
     bool direct_write;         /* plaintext: conn.c writes the socket itself (conn_flush) */
     struct event *read_ev;     /* plaintext: its socket readable; conn.c reads it itself */
     size_t read_high;          /* input buffered beyond which reading stops */
@@ -153,8 +154,9 @@ void dsp_conn_submit_closed(dsp_conn *c);
 /* The database's callbacks (server.c wires them). */
 void dsp_conn_on_submitted(void *arg, dsp_submit_req *req);
 void dsp_conn_on_outcome(void *arg, const dsp_submit_outcome *o);
-/* Whether a frame of n bytes may join c's output: beyond --max-conn-output-bytes
- * (after writing what the socket takes now) c is closed as stalled and false returned. */
+/* Whether a frame of n bytes may join c's output: beyond twice --max-conn-output-bytes
+ * (after writing what the socket takes now) c is closed as stalled and false returned;
+ * beyond once, for 3 heartbeats, dsp_conn_tick closes it. */
 bool dsp_conn_output_room(dsp_conn *c, size_t n);
 /* Writes a whole frame of any size (SUBMITTED, OUTCOME) to c. */
 void dsp_conn_send_frame(dsp_conn *c, const proto_msg *m);
