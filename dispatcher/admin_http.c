@@ -11,6 +11,8 @@
 #include "tls.h"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
@@ -531,9 +533,153 @@ static const struct {
 
 /* Every request comes here (no per-path evhttp callbacks), so that none skips
  * the Host check. Paths compare decoded, as evhttp_set_cb's would. */
+/* ---- admin connections: a cap and a deadline for each whole request ----
+ *
+ * evhttp of libevent 2.1 has neither a connection limit nor a deadline for a whole
+ * request (its timeout restarts at each byte: a peer trickling a header byte a second
+ * holds its descriptor for ever). Each connection is known from its accept: evhttp asks
+ * for its bufferevent (admin_bev_cb); once evhttp has made the connection around it, the
+ * connection is found from the bufferevent (its callbacks' argument) and followed until
+ * its close callback. Descriptors taken by such peers are the database's reconnects'. */
+
+typedef struct dsp_admin_conn {
+    struct bufferevent *bev;
+    struct evhttp_connection *evcon; /* NULL until adopted */
+    int64_t since_ms; /* accepted, or its last answer sent: the next request is due by then + timeout */
+    bool busy;        /* a request is with its handler, not yet answered */
+    struct dsp_admin_conn *prev, *next;
+} dsp_admin_conn;
+
+static void admin_conn_unlink(dsp_server *srv, dsp_admin_conn *a)
+{
+    if (a->prev)
+        a->prev->next = a->next;
+    else
+        srv->admin_conns = a->next;
+    if (a->next)
+        a->next->prev = a->prev;
+    srv->nadmin_conns--;
+    free(a);
+}
+
+static dsp_admin_conn *admin_conn_of(dsp_server *srv, const struct evhttp_connection *evcon)
+{
+    for (dsp_admin_conn *a = srv->admin_conns; evcon && a; a = a->next)
+        if (a->evcon == evcon)
+            return a;
+    return NULL;
+}
+
+static void admin_closed_cb(struct evhttp_connection *evcon, void *arg)
+{
+    dsp_server *srv = arg;
+    dsp_admin_conn *a = admin_conn_of(srv, evcon);
+    if (a)
+        admin_conn_unlink(srv, a);
+}
+
+/* The connection that has waited longest for its request, other than keep, or NULL. A
+ * connection whose request is with a handler is never chosen (its answer is due). */
+static dsp_admin_conn *admin_oldest_idle(dsp_server *srv, const dsp_admin_conn *keep)
+{
+    dsp_admin_conn *oldest = NULL;
+    for (dsp_admin_conn *a = srv->admin_conns; a; a = a->next)
+        if (a != keep && a->evcon && !a->busy && (!oldest || a->since_ms <= oldest->since_ms))
+            oldest = a;
+    return oldest;
+}
+
+/* Runs after evhttp made its connections around the bufferevents of this pass's accepts. */
+static void admin_adopt_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    dsp_server *srv = arg;
+    for (dsp_admin_conn *a = srv->admin_conns, *next; a; a = next) {
+        next = a->next;
+        if (a->evcon)
+            continue;
+        void *cbarg = NULL;
+        bufferevent_getcb(a->bev, NULL, NULL, NULL, &cbarg);
+        struct bufferevent *bev = a->bev;
+        if (cbarg) {
+            a->evcon = cbarg; /* evhttp's own argument to its bufferevent callbacks */
+            evhttp_connection_set_closecb(a->evcon, admin_closed_cb, srv);
+        } else {
+            admin_conn_unlink(srv, a); /* evhttp failed to make it and freed it */
+        }
+        bufferevent_decref(bev); /* held since admin_bev_cb */
+    }
+    /* Over the cap: the connections that waited longest for their request go first, so
+     * that a peer asking now (a probe's /healthz) is served whatever holds the others. */
+    while ((int64_t)srv->nadmin_conns > srv->cfg->admin_max_connections) {
+        dsp_admin_conn *victim = admin_oldest_idle(srv, srv->admin_conns);
+        if (!victim)
+            victim = srv->admin_conns->evcon ? srv->admin_conns : NULL; /* all busy: the newest */
+        if (!victim)
+            break;
+        log_limited(&srv->log, &srv->peer_log, dsp_now_ms(), DSP_LOG_WARN, "%s",
+                    "admin connection closed: --admin-max-connections reached");
+        evhttp_connection_free(victim->evcon); /* admin_closed_cb unlinks it */
+    }
+}
+
+static struct bufferevent *admin_bev_cb(struct event_base *base, void *arg)
+{
+    dsp_server *srv = arg;
+    struct bufferevent *bev = srv->tls ? dsp_tls_http_bev_new(base, srv->tls->admin)
+                                       : bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    dsp_admin_conn *a = bev ? calloc(1, sizeof *a) : NULL;
+    if (!a)
+        return bev; /* not followed: out of memory */
+    /* Held until adopted, so that a connection evhttp fails to make is seen, not reused. */
+    bufferevent_incref(bev);
+    a->bev = bev;
+    a->since_ms = dsp_now_ms();
+    a->next = srv->admin_conns;
+    if (a->next)
+        a->next->prev = a;
+    srv->admin_conns = a;
+    srv->nadmin_conns++;
+    event_active(srv->admin_adopt_ev, EV_TIMEOUT, 0);
+    return bev;
+}
+
+/* Closes every connection that has not sent a whole request within the deadline. */
+static void admin_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    dsp_server *srv = arg;
+    int64_t now = dsp_now_ms();
+    for (dsp_admin_conn *a = srv->admin_conns, *next; a; a = next) {
+        next = a->next;
+        if (a->evcon && !a->busy && now - a->since_ms > srv->cfg->admin_request_timeout_ms) {
+            log_limited(&srv->log, &srv->peer_log, now, DSP_LOG_INFO, "%s",
+                        "admin connection closed: no whole request within --admin-request-timeout-ms");
+            evhttp_connection_free(a->evcon); /* admin_closed_cb unlinks it */
+        }
+    }
+}
+
+static void admin_answered_cb(struct evhttp_request *req, void *arg)
+{
+    dsp_admin_conn *a = admin_conn_of(arg, evhttp_request_get_connection(req));
+    if (a) {
+        a->busy = false;
+        a->since_ms = dsp_now_ms(); /* the next request has its own deadline */
+    }
+}
+
 static void request_cb(struct evhttp_request *req, void *arg)
 {
     dsp_server *srv = arg;
+    /* A whole request is here: its connection waits on us until it is answered. */
+    dsp_admin_conn *ac = admin_conn_of(srv, evhttp_request_get_connection(req));
+    if (ac) {
+        ac->busy = true;
+        evhttp_request_set_on_complete_cb(req, admin_answered_cb, srv);
+    }
     if (!host_allowed(req, srv))
         return;
     const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
@@ -546,13 +692,6 @@ static void request_cb(struct evhttp_request *req, void *arg)
         }
     free(decoded);
     send_error_text(req, HTTP_NOTFOUND, "no such path");
-}
-
-/* With TLS, evhttp wraps each accepted connection in what this returns. */
-static struct bufferevent *tls_bev_cb(struct event_base *base, void *arg)
-{
-    dsp_server *srv = arg;
-    return dsp_tls_http_bev_new(base, srv->tls->admin);
 }
 
 bool dsp_addr_is_loopback(const struct sockaddr_storage *ss)
@@ -577,9 +716,36 @@ int dsp_admin_http_new(dsp_server *srv)
     evhttp_set_timeout(srv->http, 10);
     evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD);
     evhttp_set_gencb(srv->http, request_cb, srv);
-    if (srv->tls)
-        evhttp_set_bevcb(srv->http, tls_bev_cb, srv);
+    /* Every accepted connection's bufferevent (TLS-wrapped with TLS) comes from here. */
+    evhttp_set_bevcb(srv->http, admin_bev_cb, srv);
+    srv->admin_adopt_ev = event_new(srv->base, -1, 0, admin_adopt_cb, srv);
+    srv->admin_tick_ev = event_new(srv->base, -1, EV_PERSIST, admin_tick_cb, srv);
+    if (!srv->admin_adopt_ev || !srv->admin_tick_ev)
+        return -1;
+    int64_t tick = srv->cfg->admin_request_timeout_ms / 4;
+    if (tick > 1000)
+        tick = 1000;
+    struct timeval tv = {(time_t)(tick / 1000), (suseconds_t)(tick % 1000 * 1000)};
+    event_add(srv->admin_tick_ev, &tv);
     return 0;
+}
+
+void dsp_admin_http_free(dsp_server *srv)
+{
+    if (srv->http) /* closes every connection: admin_closed_cb unlinks the adopted ones */
+        evhttp_free(srv->http);
+    srv->http = NULL;
+    while (srv->admin_conns) { /* accepted in the last pass, not adopted */
+        struct bufferevent *bev = srv->admin_conns->evcon ? NULL : srv->admin_conns->bev;
+        admin_conn_unlink(srv, srv->admin_conns);
+        if (bev)
+            bufferevent_decref(bev);
+    }
+    if (srv->admin_adopt_ev)
+        event_free(srv->admin_adopt_ev);
+    if (srv->admin_tick_ev)
+        event_free(srv->admin_tick_ev);
+    srv->admin_adopt_ev = srv->admin_tick_ev = NULL;
 }
 
 int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)

@@ -57,6 +57,10 @@ typedef struct dsp_config {
     int64_t max_frame;       /* largest frame body accepted from a worker */
     int64_t max_capacity;    /* a HELLO's capacity is cut to this */
     int64_t max_connections; /* worker connections at once */
+    int64_t max_conn_output_bytes; /* output waiting for one peer beyond which it is stalled */
+    int64_t max_submit_bytes;      /* submissions held for the database, all connections */
+    int64_t admin_max_connections; /* admin HTTP connections at once */
+    int64_t admin_request_timeout_ms; /* a whole admin request must arrive within this */
     int64_t max_failed_handshakes; /* per second; more pause the listener (0: no limit) */
     int64_t max_types_per_worker;
     int64_t max_types;       /* distinct types held by all workers */

@@ -40,6 +40,8 @@
  * (slowloris) is dropped, a large result on a slow link is not. */
 #define MIN_FRAME_BYTES_PER_MS 64
 
+static void submit_budget_leave(dsp_conn *c);
+
 static const char *const state_names[DSP_CONN_NSTATES] = {"want-hello", "active", "closing"};
 
 const char *dsp_conn_state_text(int state)
@@ -164,6 +166,40 @@ static void conn_unqueue_flush(dsp_conn *c)
     c->flush_queued = false;
 }
 
+/* Bytes waiting to be sent to c (its output and its stage). */
+static size_t conn_output_len(dsp_conn *c)
+{
+    return evbuffer_get_length(bufferevent_get_output(c->bev)) + c->stage.len;
+}
+
+bool dsp_conn_output_room(dsp_conn *c, size_t n)
+{
+    int64_t max = c->srv->cfg->max_conn_output_bytes;
+    if (c->state == DSP_CONN_CLOSING)
+        return false;
+    /* One frame always fits (a result of --max-frame into an empty output). */
+    if (conn_output_len(c) == 0 || (int64_t)(conn_output_len(c) + n) <= max)
+        return true;
+    if (c->direct_write) { /* a reader that keeps up takes a burst's frames as they come */
+        conn_write_socket(c);
+        if (conn_output_len(c) == 0 || (int64_t)(conn_output_len(c) + n) <= max)
+            return true;
+    }
+    /* Over the bound: a burst (one write batch's OUTCOMEs) gets 3 heartbeats to drain
+     * under it (dsp_conn_tick), within twice the bound. Beyond, holding more would let
+     * one slow reader hold every answer in memory (each OUTCOME up to 16 MiB): it is
+     * stalled. What it waited for is in the table. */
+    if ((int64_t)(conn_output_len(c) + n) <= 2 * max) {
+        if (c->out_over_ms == 0)
+            c->out_over_ms = dsp_now_ms();
+        return true;
+    }
+    c->srv->conn_stats.stalled_total++;
+    dsp_conn_close(c, 0, "does not read what it is sent fast enough (--max-conn-output-bytes)");
+    event_active(c->free_ev, EV_TIMEOUT, 0); /* its output will not drain in time */
+    return false;
+}
+
 /* The write event of a direct-write connection goes off again once the socket took
  * the rest of the output. */
 static void drained_cb(struct bufferevent *bev, void *arg)
@@ -241,6 +277,7 @@ void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why)
                     "connection %s closed before HELLO: %s", c->addr, why);
     }
     c->slots.accepting = false;
+    submit_budget_leave(c);
     conn_set_state(c, DSP_CONN_CLOSING);
     c->last_rx_ms = dsp_now_ms(); /* start of the linger */
     bufferevent_disable(c->bev, EV_READ);
@@ -266,6 +303,7 @@ void dsp_conn_free(dsp_conn *c)
 {
     dsp_server *srv = c->srv;
     dsp_conn_submit_closed(c);
+    submit_budget_leave(c);
     dsp_inv_conn_freed(c);
     if (c->state == DSP_CONN_ACTIVE)
         dsp_dispatch_worker_left(srv, c, c->refund);
@@ -292,6 +330,88 @@ void dsp_conn_free(dsp_conn *c)
     free(c->types);
     proto_frame_stage_free(&c->stage);
     free(c);
+}
+
+/* ---- the server's budget of submissions (--max-submit-bytes) ---- */
+
+/* Whether c may read the SUBMIT frame of size bytes now: it reserves the bytes in the
+ * budget, which they stay in as the frame's copy until the rows are committed. One frame
+ * is always admitted when nothing else is held, so a frame larger than the budget still
+ * goes (alone). */
+static bool submit_budget_take(dsp_conn *c, uint64_t size)
+{
+    dsp_server *srv = c->srv;
+    if (c->submit_reserved > 0)
+        return true; /* reserved when it began */
+    uint64_t held = srv->submit_bytes_held + srv->submit_bytes_reserved;
+    if (held > 0 && held + size > (uint64_t)srv->cfg->max_submit_bytes)
+        return false;
+    c->submit_reserved = size;
+    srv->submit_bytes_reserved += size;
+    return true;
+}
+
+/* Whether the frame at head (avail bytes of it here, at least its prefix) may be read on:
+ * anything but a SUBMIT may; a SUBMIT when the budget takes it. */
+static bool frame_admitted(dsp_conn *c, const uint8_t *head, size_t avail)
+{
+    if (c->state != DSP_CONN_ACTIVE || avail < PROTO_LEN_PREFIX + 1 || head[PROTO_LEN_PREFIX] != PROTO_SUBMIT)
+        return true;
+    return submit_budget_take(c, (uint64_t)PROTO_LEN_PREFIX + proto_frame_announced(head, avail));
+}
+
+/* c is not read until the budget has room (dsp_conn_submit_budget_freed). */
+static void submit_budget_wait(dsp_conn *c)
+{
+    if (c->budget_wait)
+        return;
+    c->budget_wait = true;
+    c->srv->submit_budget_waiters++;
+    if (c->read_ev)
+        event_del(c->read_ev);
+    else
+        bufferevent_disable(c->bev, EV_READ);
+}
+
+/* The frame c reserved was taken (its copy, if queued, is held instead) or dropped. */
+static void submit_budget_release(dsp_conn *c)
+{
+    if (c->submit_reserved == 0)
+        return;
+    c->srv->submit_bytes_reserved -= c->submit_reserved;
+    c->submit_reserved = 0;
+    dsp_conn_submit_budget_freed(c->srv);
+}
+
+/* c closes: it reserves and waits for nothing any more. */
+static void submit_budget_leave(dsp_conn *c)
+{
+    if (c->budget_wait) {
+        c->budget_wait = false;
+        c->srv->submit_budget_waiters--;
+    }
+    submit_budget_release(c);
+}
+
+void dsp_conn_submit_budget_freed(dsp_server *srv)
+{
+    if (srv->submit_budget_waiters == 0)
+        return;
+    for (dsp_conn *c = srv->conns; c && srv->submit_budget_waiters > 0; c = c->next) {
+        if (!c->budget_wait)
+            continue;
+        c->budget_wait = false;
+        srv->submit_budget_waiters--;
+        if (c->state != DSP_CONN_ACTIVE)
+            continue;
+        if (c->read_ev) {
+            c->read_suspended = false; /* sock_read_cb suspends it again if need be */
+            event_add(c->read_ev, NULL);
+        } else {
+            bufferevent_enable(c->bev, EV_READ);
+        }
+        bufferevent_trigger(c->bev, EV_READ, BEV_OPT_DEFER_CALLBACKS); /* what is buffered */
+    }
 }
 
 /* ---- frames from the worker ---- */
@@ -608,8 +728,14 @@ static void read_done(dsp_conn *c)
         c->frame_started_ms = 0;
     else if (c->frame_started_ms == 0)
         c->frame_started_ms = c->last_rx_ms;
+    /* A SUBMIT begun is read on only once the budget holds all of it: connections that
+     * wait hold a few KiB each, not a frame of up to --max-frame. */
+    uint8_t head[PROTO_LEN_PREFIX + 1];
+    size_t have = evbuffer_copyout(in, head, sizeof head) == (ev_ssize_t)sizeof head ? sizeof head : 0;
+    if (have && !frame_admitted(c, head, have))
+        submit_budget_wait(c);
     dsp_dispatch_refill(c->srv, c);
-    if (c->read_suspended && evbuffer_get_length(in) < c->read_high) {
+    if (c->read_suspended && !c->budget_wait && evbuffer_get_length(in) < c->read_high) {
         c->read_suspended = false;
         event_add(c->read_ev, NULL);
     }
@@ -622,7 +748,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
     proto_frame_reader rd;
     c->last_rx_ms = dsp_now_ms();
     proto_frame_reader_init(&rd, FRAMES_PER_EVENT);
-    while (c->state != DSP_CONN_CLOSING && !c->submit_paused) {
+    while (c->state != DSP_CONN_CLOSING && !c->submit_paused && !c->budget_wait) {
         uint8_t prefix[PROTO_LEN_PREFIX];
         evbuffer_copyout(in, prefix, sizeof prefix);
         int st = next_frame(c, &rd, prefix, evbuffer_get_length(in));
@@ -633,8 +759,13 @@ static void read_cb(struct bufferevent *bev, void *arg)
         if (st != PROTO_FRAME_WHOLE)
             break;
         const uint8_t *frame = evbuffer_pullup(in, (ssize_t)proto_frame_size(&rd));
+        if (frame && !frame_admitted(c, frame, proto_frame_size(&rd))) {
+            submit_budget_wait(c);
+            break;
+        }
         bool go_on = take_frame(c, &rd, frame);
         evbuffer_drain(in, proto_frame_size(&rd));
+        submit_budget_release(c);
         if (!go_on)
             return;
         c->frame_started_ms = c->last_rx_ms;
@@ -655,15 +786,20 @@ static void read_frames_from(dsp_conn *c, const uint8_t *buf, size_t n)
     bool yielded = false;
     c->last_rx_ms = dsp_now_ms();
     proto_frame_reader_init(&rd, FRAMES_PER_EVENT);
-    while (c->state != DSP_CONN_CLOSING && !c->submit_paused) {
+    while (c->state != DSP_CONN_CLOSING && !c->submit_paused && !c->budget_wait) {
         int st = next_frame(c, &rd, buf + off, n - off);
         if (st < 0)
             return;
         yielded = st == YIELDED;
         if (st != PROTO_FRAME_WHOLE)
             break;
+        if (!frame_admitted(c, buf + off, proto_frame_size(&rd))) {
+            submit_budget_wait(c);
+            break;
+        }
         bool go_on = take_frame(c, &rd, buf + off);
         off += proto_frame_size(&rd);
+        submit_budget_release(c);
         if (!go_on)
             break;
     }
@@ -692,6 +828,10 @@ static void sock_read_cb(evutil_socket_t fd, short what, void *arg)
     dsp_conn *c = arg;
     struct evbuffer *in = bufferevent_get_input(c->bev);
     size_t have = evbuffer_get_length(in);
+    if (c->budget_wait) {
+        event_del(c->read_ev);
+        return;
+    }
     if (have >= c->read_high) {
         event_del(c->read_ev);
         c->read_suspended = true;
@@ -897,7 +1037,7 @@ static bool conn_stalled(dsp_conn *c, int64_t now_ms, int64_t hb)
     struct evbuffer *in = bufferevent_get_input(c->bev);
     size_t pending = evbuffer_get_length(in);
     /* While paused for its submissions, its input waits on us, not on the peer. */
-    if (pending > 0 && c->frame_started_ms > 0 && !c->submit_paused) {
+    if (pending > 0 && c->frame_started_ms > 0 && !c->submit_paused && !c->budget_wait) {
         uint8_t prefix[PROTO_LEN_PREFIX] = {0};
         evbuffer_copyout(in, prefix, sizeof prefix);
         uint32_t announced = proto_frame_announced(prefix, pending);
@@ -907,7 +1047,10 @@ static bool conn_stalled(dsp_conn *c, int64_t now_ms, int64_t hb)
             return true;
         }
     }
-    if (evbuffer_get_length(bufferevent_get_output(c->bev)) > 0 && now_ms - c->out_progress_ms > 3 * hb) {
+    if (c->out_over_ms > 0 && (int64_t)conn_output_len(c) <= c->srv->cfg->max_conn_output_bytes)
+        c->out_over_ms = 0;
+    if ((evbuffer_get_length(bufferevent_get_output(c->bev)) > 0 && now_ms - c->out_progress_ms > 3 * hb) ||
+        (c->out_over_ms > 0 && now_ms - c->out_over_ms > 3 * hb)) {
         c->srv->conn_stats.stalled_total++;
         dsp_conn_close(c, 0, "does not read what it is sent");
         event_active(c->free_ev, EV_TIMEOUT, 0); /* its output will never drain */
@@ -927,7 +1070,7 @@ void dsp_conn_tick(dsp_conn *c, int64_t now_ms)
             dsp_conn_close(c, PROTO_ERR_TIMEOUT, "no HELLO within 3 heartbeats");
         break;
     case DSP_CONN_ACTIVE:
-        if (c->submit_paused)
+        if (c->submit_paused || c->budget_wait)
             c->last_rx_ms = now_ms; /* not read by choice: silence means nothing */
         if (now_ms - c->last_rx_ms > 3 * hb) {
             c->srv->conn_stats.lost_total++;

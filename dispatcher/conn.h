@@ -70,6 +70,7 @@ struct dsp_conn {
     int64_t frame_started_ms;  /* when the bytes now waiting in the input began, or the last
                                 * whole frame after them: a half frame must complete in time */
     int64_t out_progress_ms;   /* the output was last empty or drained by the peer then */
+    int64_t out_over_ms;       /* the output went over --max-conn-output-bytes then (0: under) */
     bool direct_write;         /* plaintext: conn.c writes the socket itself (conn_flush) */
     struct event *read_ev;     /* plaintext: its socket readable; conn.c reads it itself */
     size_t read_high;          /* input buffered beyond which reading stops */
@@ -90,6 +91,8 @@ struct dsp_conn {
     uint64_t wait_reserved;    /* tasks of pending WAIT submissions */
     uint64_t waiting;          /* inserted tasks whose OUTCOME is still to come */
     bool submit_paused;        /* reading stopped until answers bring it under the bounds */
+    uint64_t submit_reserved;  /* bytes of the SUBMIT frame being read, in the server's budget */
+    bool budget_wait;          /* not read until the server's submission budget has room */
     dsp_conn *prev, *next;  /* the server's list */
 };
 
@@ -143,11 +146,18 @@ struct proto_submit;
 /* A SUBMIT frame of c (body: the frame's body, borrowed): checks every task, answers
  * INVALID or UNAVAILABLE at once, or hands a copy to the submit thread. */
 void dsp_conn_submit(dsp_conn *c, const struct proto_submit *s, const uint8_t *body, size_t len);
+/* The server's submission budget (--max-submit-bytes) has room again: connections that
+ * waited for it are read again. */
+void dsp_conn_submit_budget_freed(dsp_server *srv);
 /* c closes: its waited-for tasks are forgotten (the answers still due are dropped). */
 void dsp_conn_submit_closed(dsp_conn *c);
 /* The database's callbacks (server.c wires them). */
 void dsp_conn_on_submitted(void *arg, dsp_submit_req *req);
 void dsp_conn_on_outcome(void *arg, const dsp_submit_outcome *o);
+/* Whether a frame of n bytes may join c's output: beyond twice --max-conn-output-bytes
+ * (after writing what the socket takes now) c is closed as stalled and false returned;
+ * beyond once, for 3 heartbeats, dsp_conn_tick closes it. */
+bool dsp_conn_output_room(dsp_conn *c, size_t n);
 /* Writes a whole frame of any size (SUBMITTED, OUTCOME) to c. */
 void dsp_conn_send_frame(dsp_conn *c, const proto_msg *m);
 /* Why a task type cannot name rows of the table, or NULL (conn.c). */

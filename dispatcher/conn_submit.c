@@ -22,6 +22,8 @@ void dsp_conn_send_frame(dsp_conn *c, const proto_msg *m)
         log_error(&c->srv->log, "cannot encode a %s frame", proto_type_name(m->type));
         return;
     }
+    if (!dsp_conn_output_room(c, n))
+        return;
     uint8_t *p = dsp_conn_stage_reserve(c, n);
     if (p) {
         proto_msg_encode(m, p, n);
@@ -160,6 +162,7 @@ void dsp_conn_submit(dsp_conn *c, const proto_submit *s, const uint8_t *body, si
     }
     c->submits_pending++;
     c->submit_bytes_pending += len;
+    srv->submit_bytes_held += len; /* until committed (--max-submit-bytes) */
     if (wait)
         c->wait_reserved += ntasks;
     pause_if_full(c);
@@ -199,6 +202,8 @@ void dsp_conn_on_submitted(void *arg, dsp_submit_req *r)
     dsp_conn *c = conn_by_id(srv, r->conn_id);
     uint64_t inserted = 0;
 
+    srv->submit_bytes_held -= r->body_len;
+    dsp_conn_submit_budget_freed(srv);
     if (r->status == PROTO_SUBMIT_OK) {
         for (size_t i = 0; i < r->nitems; i++)
             inserted += r->items[i].result == PROTO_SUBMIT_INSERTED;

@@ -11,18 +11,39 @@
 #include <stdio.h>
 #include <sys/resource.h>
 
-/* Lets the daemon hold --max-connections workers: the soft descriptor limit (often 1024)
- * is raised as far as the hard one allows. Past it, accept() fails with EMFILE and the
- * listener backs off (server.c). */
-static void raise_fd_limit(int64_t want)
+/* Descriptors kept for the database's connections (each thread's, and a reconnect of
+ * each while its old socket closes) and the admin listener's backlog, which evhttp
+ * accepts in one pass before the admin cap closes the excess; then a margin for
+ * listeners, logs, the ready file. */
+#define DB_FD_RESERVE 32
+#define ADMIN_BACKLOG 128
+#define FD_MARGIN 64
+
+/* Lets the daemon hold --max-connections workers and --admin-max-connections admin
+ * connections and still open the database's: the soft descriptor limit (often 1024) is
+ * raised as far as the hard one allows. When the hard limit is lower, --max-connections
+ * is lowered to fit, so that the worker listener refuses (server.c) before workers eat
+ * the descriptors a database reconnect needs. */
+static void raise_fd_limit(dsp_config *cfg)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return;
-    rlim_t need = (rlim_t)want + 64; /* database connections, listeners, logs */
+    int64_t others = cfg->admin_max_connections + ADMIN_BACKLOG + DB_FD_RESERVE + FD_MARGIN;
+    rlim_t need = (rlim_t)(cfg->max_connections + others);
     if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
         rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || need < rl.rlim_max ? need : rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        int64_t fit = (int64_t)rl.rlim_cur - others;
+        if (fit < 1)
+            fit = 1;
+        fprintf(stderr, "taskpushd: the descriptor limit is %llu: --max-connections lowered from %lld"
+                " to %lld, so that the admin port and the database keep theirs\n",
+                (unsigned long long)rl.rlim_cur, (long long)cfg->max_connections, (long long)fit);
+        cfg->max_connections = fit;
     }
 }
 
@@ -38,7 +59,7 @@ int main(int argc, char **argv)
         return rc == DSP_CONFIG_EXIT_OK ? 0 : 2;
     }
 
-    raise_fd_limit(cfg.max_connections);
+    raise_fd_limit(&cfg);
     /* A worker that vanishes mid-write must cost an EPIPE, not the process. */
     signal(SIGPIPE, SIG_IGN);
     /* The database threads wake the loop with event_active. */

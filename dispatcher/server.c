@@ -1101,8 +1101,7 @@ void dsp_server_free(dsp_server *srv)
     forget_all_tasks(srv);
     if (srv->db)
         dsp_db_free(srv->db);
-    if (srv->http)
-        evhttp_free(srv->http);
+    dsp_admin_http_free(srv);
     if (srv->listener)
         evconnlistener_free(srv->listener);
     dsp_tls_free(srv->tls);

@@ -89,6 +89,11 @@ struct dsp_server {
     struct event_base *base;
     struct evconnlistener *listener;
     struct evhttp *http;
+    /* Admin connections (admin_http.c): each is known from its accept, for the cap and
+     * the deadline of a whole request. */
+    struct dsp_admin_conn *admin_conns;
+    size_t nadmin_conns;
+    struct event *admin_adopt_ev, *admin_tick_ev;
     struct dsp_tls *tls;       /* NULL unless --tls-cert: both ports speak TLS */
     bool admin_loopback;      /* the admin port listens on loopback only: Host is checked */
     dsp_db *db;
@@ -101,6 +106,10 @@ struct dsp_server {
     bool dispatch_due;         /* dispatch_ev is active and its pass has not started yet */
     struct event *flush_ev;    /* writes the output of flush_head's connections (conn.c) */
     dsp_conn *flush_head;      /* plaintext connections with output added this loop pass */
+    /* Submissions held for the database (copies queued, frames reserved while they
+     * arrive), all connections together, within --max-submit-bytes (conn.c). */
+    uint64_t submit_bytes_held, submit_bytes_reserved;
+    size_t submit_budget_waiters; /* connections not read until the budget has room */
     struct event *confirm_ev;  /* sends the CONFIRMs of confirm_head's connections (inventory.c) */
     dsp_conn *confirm_head;    /* connections with CONFIRMs waiting */
     struct event *signal_evs[3];
