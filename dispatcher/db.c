@@ -197,6 +197,26 @@ void dsp_dbi_set_conn_ok(dsp_db *db, int which, bool ok)
         dsp_dbi_wake_loop(db);
 }
 
+void dsp_dbi_set_problem(dsp_db *db, const char *text)
+{
+    pthread_mutex_lock(&db->mu);
+    snprintf(db->problem, sizeof db->problem, "%s", text ? text : "");
+    pthread_mutex_unlock(&db->mu);
+}
+
+bool dsp_db_problem(dsp_db *db, char *out, size_t cap)
+{
+    if (cap == 0)
+        return false;
+    out[0] = '\0';
+    if (db == NULL)
+        return false;
+    pthread_mutex_lock(&db->mu);
+    snprintf(out, cap, "%s", db->problem);
+    pthread_mutex_unlock(&db->mu);
+    return out[0] != '\0';
+}
+
 /* ---- one connection ---- */
 
 static uint64_t rng_next(uint64_t *s)

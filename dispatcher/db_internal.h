@@ -197,6 +197,9 @@ struct dsp_db {
 
     bool conn_ok[2];
     bool healthy;
+    /* Why this dispatcher cannot do its job although connected (no schema, statements
+     * failing in a loop); "" when none. dsp_db_problem reads it for /healthz. */
+    char problem[DSP_DB_PROBLEM_MAX];
 
     struct dsp_lease lease; /* db_lease.c */
 
@@ -271,6 +274,8 @@ void dsp_dbi_post(dsp_db *db, struct msg *m);
 struct msg *dsp_dbi_msg_new(enum msg_kind kind);
 /* Reachability: healthy while both the claim and the write connection are up. */
 void dsp_dbi_set_conn_ok(dsp_db *db, int which, bool ok);
+/* Sets (text) or clears (NULL) the reason /healthz is 503 while connected. */
+void dsp_dbi_set_problem(dsp_db *db, const char *text);
 
 /* ---- db.c: one connection ---- */
 
