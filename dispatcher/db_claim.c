@@ -299,8 +299,10 @@ static void missing_sql(dsp_strbuf *sql, const char *const *names, size_t n, con
 }
 
 /* Whether the table task is taskpush's (SPEC, "The database": a team's own task table is
- * never adopted). have_version: taskpush_meta has a schema version. 0: it is, or there is
- * no task table at all; 1: it is not, why in out; -1: connection error. */
+ * never adopted): it has the columns and indexes taskpush's statements name. A taskpush
+ * table whose taskpush_meta is missing is a missing schema (503, retried), not a foreign
+ * table. have_version: taskpush_meta has a schema version (for the message). 2: it is
+ * taskpush's; 0: there is no task table; 1: it is not, why in out; -1: connection error. */
 static int foreign_table(struct claim_ctx *x, bool have_version, char *out, size_t cap)
 {
     const char *dbname = x->db->opts.url->dbname;
@@ -315,13 +317,6 @@ static int foreign_table(struct claim_ctx *x, bool have_version, char *out, size
         return -1;
     if (n == 0)
         return 0;
-    if (!have_version) {
-        snprintf(out, cap,
-                 "refusing to start: the table task of database %.64s is not taskpush's: taskpush_meta"
-                 " has no schema_version (it was not made by sql/schema.sql); taskpushd changes"
-                 " nothing (docs/adopting.md moves a table of one's own to taskpush)", dbname);
-        return 1;
-    }
     dsp_strbuf_reset(&x->sql);
     missing_sql(&x->sql, task_columns, sizeof task_columns / sizeof *task_columns, "columns",
                 "column_name");
@@ -333,12 +328,13 @@ static int foreign_table(struct claim_ctx *x, bool have_version, char *out, size
     if (x->sql.oom || query_text(&x->c, x->sql.p, idx, sizeof idx) < 0)
         return -1;
     if (cols[0] == '\0' && idx[0] == '\0')
-        return 0;
+        return 2;
     snprintf(out, cap,
              "refusing to start: the table task of database %.64s is not taskpush's: it lacks%s%.160s%s%.60s"
-             " that taskpush needs (sql/schema.sql); taskpushd changes nothing",
+             " that taskpush needs (sql/schema.sql)%s; taskpushd changes nothing (docs/adopting.md"
+             " moves a table of one's own to taskpush)",
              dbname, cols[0] ? " the columns " : "", cols, idx[0] ? (cols[0] ? " and the indexes " : " the indexes ") : "",
-             idx);
+             idx, have_version ? "" : ", and taskpush_meta has no schema_version");
     return 1;
 }
 
@@ -375,11 +371,11 @@ static int check_schema(struct claim_ctx *x)
         int f = foreign_table(x, rc == 0 && !isnull, text, sizeof text);
         if (f < 0 || commit(&x->c) < 0)
             return -1;
-        if (f > 0) {
+        if (f == 1) {
             foreign_fatal(x, text);
             return 0;
         }
-        x->shape_ok = rc == 0 && !isnull;
+        x->shape_ok = f == 2;
     }
     x->schema_missing = rc != 0 || isnull;
     claim_health(x);

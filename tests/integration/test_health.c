@@ -258,7 +258,7 @@ static void foreign_table(void **state)
     assert_true(tp_testdb_exec(&fx->db, "INSERT INTO task (task_state, payload) VALUES (0, 'x')") >= 0);
     /* The team's table alone: no schema version. */
     const char *no_meta[] = {"refusing to start", "the table task of database", "not taskpush's",
-                             "no schema_version", NULL};
+                             "task_type", "claim_idx, delay_idx", "no schema_version", NULL};
     expect_refused(fx, no_meta);
     /* sql/schema.sql loaded beside it (CREATE TABLE IF NOT EXISTS leaves it as it is):
      * a version, but not taskpush's columns and indexes. */
