@@ -283,8 +283,8 @@ int dsp_dbi_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affect
     atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
     if (mysql_real_query(c->m, sql, (unsigned long)len) != 0) {
         c->err = mysql_errno(c->m);
-        log_warn(db->log, "%s connection: %s (error %u) in: %.160s", c->who, mysql_error(c->m),
-                 c->err, sql);
+        dsp_log_at(db->log, c->quiet ? DSP_LOG_DEBUG : DSP_LOG_WARN, "%s connection: %s (error %u) in: %.160s",
+               c->who, mysql_error(c->m), c->err, sql);
         return -1;
     }
     if (mysql_field_count(c->m) != 0) {
@@ -331,8 +331,8 @@ int dsp_dbi_query_u64(struct dbconn *c, const char *sql, uint64_t *out, bool *is
         (res = mysql_store_result(c->m)) == NULL) {
         c->err = mysql_errno(c->m);
         if (c->err != quiet_err)
-            log_warn(db->log, "%s connection: %s (error %u) in: %.160s", c->who,
-                     c->err ? mysql_error(c->m) : "no result", c->err, sql);
+            dsp_log_at(db->log, c->quiet ? DSP_LOG_DEBUG : DSP_LOG_WARN, "%s connection: %s (error %u) in: %.160s",
+                   c->who, c->err ? mysql_error(c->m) : "no result", c->err, sql);
         return -1;
     }
     if ((row = mysql_fetch_row(res)) != NULL) {
@@ -439,7 +439,7 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
 
     if (c->ever_connected) {
         atomic_fetch_add_explicit(&db->reconnects, 1, memory_order_relaxed);
-        log_info(db->log, "%s connection: reconnected", c->who);
+        dsp_log_at(db->log, c->quiet ? DSP_LOG_DEBUG : DSP_LOG_INFO, "%s connection: reconnected", c->who);
     }
     c->ever_connected = true;
     c->down_logged = false;

@@ -214,9 +214,14 @@ static void claim_idle(struct claim_ctx *x, int64_t ms)
 
 static void claim_drop(struct claim_ctx *x)
 {
+    /* A server that answered with an error of its own (below 2000) is reachable: the
+     * reconnect is not an outage, and /healthz names the failing statement instead. */
+    bool answered = x->c.m && mysql_errno(x->c.m) != 0 && mysql_errno(x->c.m) < 2000;
+
     dsp_dbi_conn_close(&x->c);
     x->have_lock = false;
-    dsp_dbi_set_conn_ok(x->db, CONN_CLAIM, false);
+    if (!answered)
+        dsp_dbi_set_conn_ok(x->db, CONN_CLAIM, false);
 }
 
 static int commit(struct dbconn *c)
@@ -250,6 +255,7 @@ static void drops_end(struct claim_ctx *x)
         log_info(x->db->log, "claim connection: statements succeed again");
     x->drops = 0;
     x->drop_backoff = 0;
+    x->c.quiet = false;
     claim_health(x);
 }
 
@@ -631,7 +637,8 @@ static int confirm_leadership(struct claim_ctx *x)
         if (e == x->epoch) {
             if (release_unknown(x) < 0)
                 return -1;
-            log_info(db->log, "kept the table with epoch %u", (unsigned)x->epoch);
+            dsp_log_at(db->log, x->drops ? DSP_LOG_DEBUG : DSP_LOG_INFO, "kept the table with epoch %u",
+                       (unsigned)x->epoch);
             return 1;
         }
         leadership_lost(x);
@@ -1562,6 +1569,7 @@ static enum claim_state claim_on_drop(struct claim_ctx *x)
         log_debug(x->db->log, "claim connection: reconnecting (%u in a row)", x->drops);
     claim_health(x);
     claim_drop(x);
+    x->c.quiet = x->drops >= 2; /* this line reports the streak from now on */
     x->c.backoff_ms = x->drop_backoff;
     wait = dsp_dbi_backoff_next(&x->c);
     x->drop_backoff = x->c.backoff_ms;

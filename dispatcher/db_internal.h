@@ -260,6 +260,8 @@ struct dbconn {
     bool no_lock_wait;    /* innodb_lock_wait_timeout = 0: a locked row fails at once */
     unsigned long client_flag; /* mysql_real_connect's: CLIENT_FOUND_ROWS for the lease */
     unsigned rw_timeout_s;     /* read and write timeout; 0: the default */
+    bool quiet;                /* its owner reports a streak of failures: statement errors
+                                * and reconnects logged at debug, not once per retry */
 };
 
 /* ---- db.c: messages to the loop ---- */

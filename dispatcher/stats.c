@@ -105,11 +105,14 @@ bool dsp_stats_health(const dsp_server *srv, char *why, size_t cap)
     if (cap == 0)
         return srv->db_connected;
     why[0] = '\0';
+    /* The more precise reason first: a failing statement's reconnect is no outage. */
+    if (dsp_db_problem(srv->db, why, cap))
+        return false;
     if (!srv->db_connected) {
         snprintf(why, cap, "database unreachable");
         return false;
     }
-    return !dsp_db_problem(srv->db, why, cap);
+    return true;
 }
 
 void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
