@@ -43,8 +43,8 @@ cleanup() {
 }
 trap "{ cleanup; } 2>/dev/null" EXIT
 
-eval "$(scripts/tp-mariadb start "$tmp/db" --database taskpush 2>"$tmp/tp-mariadb.log")" ||
-  { cat "$tmp/tp-mariadb.log" >&2; exit 2; }
+eval "$(scripts/tp-mariadb start "$tmp/db" --database taskpush 2>"$tmp/tp-mariadb.log")" || true
+[ -n "${TASKPUSH_TEST_MYSQL_PORT:-}" ] || { echo "$0: the private MariaDB did not start:" >&2; cat "$tmp/tp-mariadb.log" >&2; exit 2; }
 mysql_cmd=(mysql --no-defaults -h "$TASKPUSH_TEST_MYSQL_HOST" -P "$TASKPUSH_TEST_MYSQL_PORT"
            -u "$TASKPUSH_TEST_MYSQL_USER" taskpush)
 
