@@ -77,8 +77,9 @@ static void healthz_cb(struct evhttp_request *req, void *arg)
     if (!only_get(req))
         return;
     struct evbuffer *out = evbuffer_new();
-    bool ok = srv->db_connected;
-    evbuffer_add_printf(out, "%s\n", ok ? "ok" : "database unreachable");
+    char why[DSP_DB_PROBLEM_MAX];
+    bool ok = dsp_stats_health(srv, why, sizeof why);
+    evbuffer_add_printf(out, "%s\n", ok ? "ok" : why);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain");
     evhttp_send_reply(req, ok ? HTTP_OK : 503, ok ? "OK" : "Service Unavailable", out);
     evbuffer_free(out);

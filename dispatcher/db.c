@@ -197,6 +197,26 @@ void dsp_dbi_set_conn_ok(dsp_db *db, int which, bool ok)
         dsp_dbi_wake_loop(db);
 }
 
+void dsp_dbi_set_problem(dsp_db *db, const char *text)
+{
+    pthread_mutex_lock(&db->mu);
+    snprintf(db->problem, sizeof db->problem, "%s", text ? text : "");
+    pthread_mutex_unlock(&db->mu);
+}
+
+bool dsp_db_problem(dsp_db *db, char *out, size_t cap)
+{
+    if (cap == 0)
+        return false;
+    out[0] = '\0';
+    if (db == NULL)
+        return false;
+    pthread_mutex_lock(&db->mu);
+    snprintf(out, cap, "%s", db->problem);
+    pthread_mutex_unlock(&db->mu);
+    return out[0] != '\0';
+}
+
 /* ---- one connection ---- */
 
 static uint64_t rng_next(uint64_t *s)
@@ -263,8 +283,8 @@ int dsp_dbi_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affect
     atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
     if (mysql_real_query(c->m, sql, (unsigned long)len) != 0) {
         c->err = mysql_errno(c->m);
-        log_warn(db->log, "%s connection: %s (error %u) in: %.160s", c->who, mysql_error(c->m),
-                 c->err, sql);
+        dsp_log_at(db->log, c->quiet ? DSP_LOG_DEBUG : DSP_LOG_WARN, "%s connection: %s (error %u) in: %.160s",
+               c->who, mysql_error(c->m), c->err, sql);
         return -1;
     }
     if (mysql_field_count(c->m) != 0) {
@@ -311,8 +331,8 @@ int dsp_dbi_query_u64(struct dbconn *c, const char *sql, uint64_t *out, bool *is
         (res = mysql_store_result(c->m)) == NULL) {
         c->err = mysql_errno(c->m);
         if (c->err != quiet_err)
-            log_warn(db->log, "%s connection: %s (error %u) in: %.160s", c->who,
-                     c->err ? mysql_error(c->m) : "no result", c->err, sql);
+            dsp_log_at(db->log, c->quiet ? DSP_LOG_DEBUG : DSP_LOG_WARN, "%s connection: %s (error %u) in: %.160s",
+                   c->who, c->err ? mysql_error(c->m) : "no result", c->err, sql);
         return -1;
     }
     if ((row = mysql_fetch_row(res)) != NULL) {
@@ -421,7 +441,7 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
 
     if (c->ever_connected) {
         atomic_fetch_add_explicit(&db->reconnects, 1, memory_order_relaxed);
-        log_info(db->log, "%s connection: reconnected", c->who);
+        dsp_log_at(db->log, c->quiet ? DSP_LOG_DEBUG : DSP_LOG_INFO, "%s connection: reconnected", c->who);
     }
     c->ever_connected = true;
     c->down_logged = false;

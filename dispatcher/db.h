@@ -337,6 +337,13 @@ void dsp_db_lease_check(dsp_db *db);
 /* Whether the lease is held and not past on the monotonic clock (true for NULL): /stats
  * says leader only then, also in the moment between a thaw and the tick that steps down. */
 bool dsp_db_lease_valid(dsp_db *db);
+/* Longest reason dsp_db_problem copies, with its NUL. */
+#define DSP_DB_PROBLEM_MAX 320
+/* Copies why this dispatcher cannot do its job although the database is reachable (no
+ * taskpush schema, its statements failing in a loop) into out (cap bytes, NUL-ended);
+ * returns false, out "", when there is nothing wrong. Takes only a mutex: the loop may
+ * call it. */
+bool dsp_db_problem(dsp_db *db, char *out, size_t cap);
 
 /* Copies the latest table figures (thread-safe; cheap: no query). */
 void dsp_db_table_stats_get(dsp_db *db, dsp_table_stats *out);

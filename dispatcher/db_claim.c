@@ -46,6 +46,7 @@
 #include <mysql.h>
 
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -57,7 +58,9 @@
 #define PROMOTE_GAP_MS 200    /* least time between two promote sweeps */
 #define DEMOTE_EVERY_MS 1000  /* demote at most this often */
 #define DUE_REFRESH_MS 5000   /* re-read MIN(run_after) of the delayed lane at least this often */
-#define SCHEMA_RETRY_MS 2000  /* while the tables are missing */
+#define SCHEMA_RETRY_MS 2000  /* while the tables are missing; a standby's re-check */
+#define DROPS_UNHEALTHY 3     /* DROPs in a row that make /healthz 503 (one is a KILL, a blip) */
+#define DROPS_CLEAR_MS 10000  /* serving this long without a DROP ends such a streak */
 #define RECOVER_EVERY_MS 1000 /* recovery while leading: rows of older epochs */
 /* A claim whose candidates were locked by another transaction reads on past them, in
  * the same transaction: at most CONT_ROUNDS more reads, each part reading at most
@@ -172,6 +175,14 @@ struct claim_ctx {
     uint64_t row_bytes;   /* payload bytes per row the last claim's lock read returned */
     bool row_bytes_known;
     bool skip_logged;     /* a claim skipped locked rows and no claim since found none */
+    /* Health (dsp_dbi_set_problem): */
+    bool shape_ok;          /* the table was found taskpush's once; later faults are not fatal */
+    bool schema_missing;    /* the last schema read found no taskpush schema */
+    unsigned drops;         /* DROPs in a row without a stretch of working statements */
+    int64_t drop_backoff;   /* that streak's backoff: a reconnect does not reset it */
+    int64_t serve_since;    /* monotonic: SERVE entered */
+    int64_t next_schema;    /* monotonic: a standby reads the schema again then */
+    char drop_text[200];    /* the error that ended the last step */
 };
 
 static bool claim_stopping(dsp_db *db)
@@ -217,14 +228,146 @@ static void claim_idle(struct claim_ctx *x, int64_t ms)
 
 static void claim_drop(struct claim_ctx *x)
 {
+    /* A server that answered with an error of its own (below 2000) is reachable: the
+     * reconnect is not an outage, and /healthz names the failing statement instead. */
+    bool answered = x->c.m && mysql_errno(x->c.m) != 0 && mysql_errno(x->c.m) < 2000;
+
     dsp_dbi_conn_close(&x->c);
     x->have_lock = false;
-    dsp_dbi_set_conn_ok(x->db, CONN_CLAIM, false);
+    if (!answered)
+        dsp_dbi_set_conn_ok(x->db, CONN_CLAIM, false);
 }
 
 static int commit(struct dbconn *c)
 {
     return dsp_dbi_exec(c, "COMMIT", 6, NULL);
+}
+
+/* Tells dsp_db what /healthz should say about this thread (see db.h, dsp_db_problem). */
+static void claim_health(struct claim_ctx *x)
+{
+    char text[DSP_DB_PROBLEM_MAX];
+
+    if (x->schema_missing)
+        snprintf(text, sizeof text, "database %s has no taskpush schema (taskpush_meta.schema_version);"
+                                    " load sql/schema.sql", x->db->opts.url->dbname);
+    else if (x->drops >= DROPS_UNHEALTHY)
+        snprintf(text, sizeof text, "the claim connection's statements keep failing (%u times in a row): %s",
+                 x->drops, x->drop_text);
+    else
+        text[0] = '\0';
+    dsp_dbi_set_problem(x->db, text[0] ? text : NULL);
+}
+
+/* The statements work again (a standby's schema read, or SERVE without a DROP for
+ * DROPS_CLEAR_MS): the streak of DROPs ends. */
+static void drops_end(struct claim_ctx *x)
+{
+    if (x->drops == 0)
+        return;
+    if (x->drops >= DROPS_UNHEALTHY)
+        log_info(x->db->log, "claim connection: statements succeed again");
+    x->drops = 0;
+    x->drop_backoff = 0;
+    x->c.quiet = false;
+    claim_health(x);
+}
+
+/* Runs sql, whose answer is one text (or NULL: ""), into out. 0 or -1 (logged). */
+static int query_text(struct dbconn *c, const char *sql, char *out, size_t cap)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    out[0] = '\0';
+    atomic_fetch_add_explicit(&c->db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(c->m, sql, (unsigned long)strlen(sql)) != 0 ||
+        (res = mysql_store_result(c->m)) == NULL) {
+        c->err = mysql_errno(c->m);
+        log_warn(c->db->log, "%s connection: %s (error %u) in: %.160s", c->who,
+                 c->err ? mysql_error(c->m) : "no result", c->err, sql);
+        return -1;
+    }
+    if ((row = mysql_fetch_row(res)) != NULL && mysql_num_fields(res) >= 1 && row[0]) {
+        unsigned long n = mysql_fetch_lengths(res)[0];
+        if (n >= cap)
+            n = (unsigned long)cap - 1; /* names the catalog returned: bounded here */
+        memcpy(out, row[0], n);
+        out[n] = '\0';
+    }
+    mysql_free_result(res);
+    return 0;
+}
+
+/* The columns and indexes of task that taskpush's statements name (sql/schema.sql). */
+static const char *const task_columns[] = {
+    "task_id", "task_type", "task_state", "task_priority", "payload", "insert_time",
+    "last_update_time", "attempts", "max_attempts", "run_after", "timeout_ms", "dedup_key",
+    "err_msg", "result", "epoch", "delayed", "claim_lane"};
+static const char *const task_indexes[] = {"claim_idx", "delay_idx"};
+
+/* Appends to sql a query for those of names[0..n) that the catalog's table (columns or
+ * statistics) lists under col for the table task, as one comma-separated text. */
+static void missing_sql(dsp_strbuf *sql, const char *const *names, size_t n, const char *table,
+                        const char *col)
+{
+    dsp_strbuf_puts(sql, "SELECT GROUP_CONCAT(n ORDER BY o SEPARATOR ', ') FROM (");
+    for (size_t i = 0; i < n; i++)
+        dsp_strbuf_printf(sql, "%sSELECT %zu AS o, '%s' AS n", i ? " UNION ALL " : "", i, names[i]);
+    dsp_strbuf_printf(sql, ") w WHERE n NOT IN (SELECT %s FROM information_schema.%s WHERE"
+                           " table_schema = DATABASE() AND table_name = 'task')", col, table);
+}
+
+/* Whether the table task is taskpush's (SPEC, "The database": a team's own task table is
+ * never adopted): it has the columns and indexes taskpush's statements name. A taskpush
+ * table whose taskpush_meta is missing is a missing schema (503, retried), not a foreign
+ * table. have_version: taskpush_meta has a schema version (for the message). 2: it is
+ * taskpush's; 0: there is no task table; 1: it is not, why in out; -1: connection error. */
+static int foreign_table(struct claim_ctx *x, bool have_version, char *out, size_t cap)
+{
+    const char *dbname = x->db->opts.url->dbname;
+    char cols[256], idx[128];
+    uint64_t n;
+    bool isnull;
+
+    if (dsp_dbi_query_u64(&x->c,
+                          "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema ="
+                          " DATABASE() AND table_name = 'task'",
+                          &n, &isnull, 0) < 0)
+        return -1;
+    if (n == 0)
+        return 0;
+    dsp_strbuf_reset(&x->sql);
+    missing_sql(&x->sql, task_columns, sizeof task_columns / sizeof *task_columns, "columns",
+                "column_name");
+    if (x->sql.oom || query_text(&x->c, x->sql.p, cols, sizeof cols) < 0)
+        return -1;
+    dsp_strbuf_reset(&x->sql);
+    missing_sql(&x->sql, task_indexes, sizeof task_indexes / sizeof *task_indexes, "statistics",
+                "index_name");
+    if (x->sql.oom || query_text(&x->c, x->sql.p, idx, sizeof idx) < 0)
+        return -1;
+    if (cols[0] == '\0' && idx[0] == '\0')
+        return 2;
+    snprintf(out, cap,
+             "refusing to start: the table task of database %.64s is not taskpush's: it lacks%s%.160s%s%.60s"
+             " that taskpush needs (sql/schema.sql)%s; taskpushd changes nothing (docs/adopting.md"
+             " moves a table of one's own to taskpush)",
+             dbname, cols[0] ? " the columns " : "", cols, idx[0] ? (cols[0] ? " and the indexes " : " the indexes ") : "",
+             idx, have_version ? "" : ", and taskpush_meta has no schema_version");
+    return 1;
+}
+
+/* Reports a table that is not taskpush's at start: the loop exits 1 (on_fatal). */
+static void foreign_fatal(struct claim_ctx *x, const char *text)
+{
+    struct msg *m = dsp_dbi_msg_new(MSG_FATAL);
+
+    if (m) {
+        m->text = strdup(text);
+        dsp_dbi_post(x->db, m);
+    }
+    x->fatal = true;
 }
 
 /* 1: the schema is one this build knows; 0: not yet (missing tables, retry later, or
@@ -242,6 +385,20 @@ static int check_schema(struct claim_ctx *x)
      * which would make an ALTER or DROP (and everything queued behind it) wait. */
     if (commit(&x->c) < 0)
         return -1;
+    x->next_schema = mono_ms() + SCHEMA_RETRY_MS;
+    if (!x->shape_ok) {
+        char text[640];
+        int f = foreign_table(x, rc == 0 && !isnull, text, sizeof text);
+        if (f < 0 || commit(&x->c) < 0)
+            return -1;
+        if (f == 1) {
+            foreign_fatal(x, text);
+            return 0;
+        }
+        x->shape_ok = f == 2;
+    }
+    x->schema_missing = rc != 0 || isnull;
+    claim_health(x);
     if (rc != 0 || isnull) {
         if (!x->schema_logged)
             log_warn(db->log,
@@ -494,7 +651,8 @@ static int confirm_leadership(struct claim_ctx *x)
         if (e == x->epoch) {
             if (release_unknown(x) < 0)
                 return -1;
-            log_info(db->log, "kept the table with epoch %u", (unsigned)x->epoch);
+            dsp_log_at(db->log, x->drops ? DSP_LOG_DEBUG : DSP_LOG_INFO, "kept the table with epoch %u",
+                       (unsigned)x->epoch);
             return 1;
         }
         leadership_lost(x);
@@ -1701,6 +1859,13 @@ static enum claim_state claim_on_lease(struct claim_ctx *x)
         x->nrelease = 0;
         dsp_dbi_leadership_end(db);
     }
+    if (g < 0) {
+        /* A standby is healthy only while it could take over: its schema read just
+         * worked, and it reads it again every SCHEMA_RETRY_MS. */
+        drops_end(x);
+        if (mono_ms() >= x->next_schema)
+            return CLAIM_SCHEMA;
+    }
     claim_idle_for(x, 1000, id);
     return x->fatal ? CLAIM_FATAL : CLAIM_LEASE;
 }
@@ -1775,9 +1940,30 @@ static enum claim_state claim_on_fatal(struct claim_ctx *x)
 
 static enum claim_state claim_on_drop(struct claim_ctx *x)
 {
-    log_warn(x->db->log, "claim connection: reconnecting");
+    unsigned e = x->c.m ? mysql_errno(x->c.m) : 0;
+    int64_t wait;
+
+    if (e)
+        snprintf(x->drop_text, sizeof x->drop_text, "%s (error %u)", mysql_error(x->c.m), e);
+    else
+        snprintf(x->drop_text, sizeof x->drop_text, "error %u", x->c.err);
+    if (x->drops < UINT_MAX)
+        x->drops++;
+    /* A statement that fails every time (a missing index, a revoked privilege) must
+     * not make a reconnect and a screen of log every 100 ms: the streak's backoff keeps
+     * growing across reconnects (dsp_dbi_conn_open resets the connection's), and only
+     * the streak's 1st, 2nd, 4th, 8th ... drop is logged as a warning. */
+    if ((x->drops & (x->drops - 1)) == 0)
+        log_warn(x->db->log, "claim connection: reconnecting (%u in a row): %s", x->drops, x->drop_text);
+    else
+        log_debug(x->db->log, "claim connection: reconnecting (%u in a row)", x->drops);
+    claim_health(x);
     claim_drop(x);
-    claim_idle(x, dsp_dbi_backoff_next(&x->c));
+    x->c.quiet = x->drops >= 2; /* this line reports the streak from now on */
+    x->c.backoff_ms = x->drop_backoff;
+    wait = dsp_dbi_backoff_next(&x->c);
+    x->drop_backoff = x->c.backoff_ms;
+    claim_idle(x, wait);
     return CLAIM_CONNECT;
 }
 
@@ -1830,6 +2016,8 @@ static enum claim_state claim_step(struct claim_ctx *x)
         break;
     case CLAIM_CONFIRM:
         next = claim_on_confirm(x);
+        if (next == CLAIM_SERVE)
+            x->serve_since = mono_ms();
         break;
     case CLAIM_SERVE:
         if (!claim_may_lead(x))
@@ -1838,6 +2026,8 @@ static enum claim_state claim_step(struct claim_ctx *x)
             next = claim_recover_again(x);
         else
             next = serve(x) == 0 ? CLAIM_SERVE : CLAIM_DROP;
+        if (next == CLAIM_SERVE && mono_ms() - x->serve_since >= DROPS_CLEAR_MS)
+            drops_end(x);
         break;
     case CLAIM_FATAL:
         next = claim_on_fatal(x);

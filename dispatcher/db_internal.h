@@ -203,6 +203,9 @@ struct dsp_db {
 
     bool conn_ok[2];
     bool healthy;
+    /* Why this dispatcher cannot do its job although connected (no schema, statements
+     * failing in a loop); "" when none. dsp_db_problem reads it for /healthz. */
+    char problem[DSP_DB_PROBLEM_MAX];
 
     struct dsp_lease lease; /* db_lease.c */
 
@@ -270,6 +273,8 @@ struct dbconn {
     bool no_lock_wait;    /* innodb_lock_wait_timeout = 0: a locked row fails at once */
     unsigned long client_flag; /* mysql_real_connect's: CLIENT_FOUND_ROWS for the lease */
     unsigned rw_timeout_s;     /* read and write timeout; 0: the default */
+    bool quiet;                /* its owner reports a streak of failures: statement errors
+                                * and reconnects logged at debug, not once per retry */
 };
 
 /* ---- db.c: messages to the loop ---- */
@@ -284,6 +289,8 @@ void dsp_dbi_post(dsp_db *db, struct msg *m);
 struct msg *dsp_dbi_msg_new(enum msg_kind kind);
 /* Reachability: healthy while both the claim and the write connection are up. */
 void dsp_dbi_set_conn_ok(dsp_db *db, int which, bool ok);
+/* Sets (text) or clears (NULL) the reason /healthz is 503 while connected. */
+void dsp_dbi_set_problem(dsp_db *db, const char *text);
 
 /* ---- db.c: one connection ---- */
 

@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,6 +100,21 @@ static void fill_types(dsp_stats_snapshot *snap, const dsp_server *srv)
     free(by_ptr);
 }
 
+bool dsp_stats_health(const dsp_server *srv, char *why, size_t cap)
+{
+    if (cap == 0)
+        return srv->db_connected;
+    why[0] = '\0';
+    /* The more precise reason first: a failing statement's reconnect is no outage. */
+    if (dsp_db_problem(srv->db, why, cap))
+        return false;
+    if (!srv->db_connected) {
+        snprintf(why, cap, "database unreachable");
+        return false;
+    }
+    return true;
+}
+
 void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
 {
     memset(snap, 0, sizeof *snap);
@@ -106,6 +122,7 @@ void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
     snap->cfg = srv->cfg;
     snap->scheduler = dsp_sched_policy_name(srv->cfg->scheduler);
     snap->db_connected = srv->db_connected;
+    snap->health_ok = dsp_stats_health(srv, snap->health_reason, sizeof snap->health_reason);
     snap->leader = srv->leader && dsp_db_lease_valid(srv->db);
     snap->epoch = srv->leader && !snap->leader ? 0 : srv->epoch; /* on_leader_lost zeroes it too */
     snap->nconns = srv->nconns;
@@ -287,6 +304,13 @@ json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
         return NULL;
     }
     json_object_set_new(o, "shutting_down", json_boolean(snap->shutting_down));
+    {
+        /* The reason comes from the database's error texts: made valid UTF-8. */
+        char *why = snap->health_ok ? NULL : dsp_stats_utf8_copy(snap->health_reason);
+        json_object_set_new(o, "health", json_pack("{s:b, s:o}", "ok", snap->health_ok, "reason",
+                                                   why ? json_string(why) : json_null()));
+        free(why);
+    }
     json_object_set_new(o, "types", json_integer((json_int_t)snap->ntypes));
     json_object_set_new(o, "paused", paused_json(snap));
     json_object_set_new(o, "rates", rates_json(snap));

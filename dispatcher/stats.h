@@ -217,6 +217,9 @@ typedef struct dsp_stats_snapshot {
     const struct dsp_config *cfg;   /* borrowed: the effective settings */
     const char *scheduler;          /* the policy's name */
     bool db_connected, leader;
+    /* What /healthz answers (dsp_stats_health): ok, or the reason it is 503. */
+    bool health_ok;
+    char health_reason[320];
     uint32_t epoch;
     size_t nconns, nworkers, ntypes;
     uint64_t nbuffered, ninflight;
@@ -248,6 +251,10 @@ typedef struct dsp_stats_snapshot {
 /* Fills snap from srv; call dsp_stats_snapshot_clear after. When out of memory
  * it shows less (no table, no paused type or worker listed) rather than fail. */
 void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const struct dsp_server *srv);
+/* Whether this dispatcher can do its job (SPEC, /healthz): the database reachable, the
+ * schema taskpush's and its statements succeeding. false with the reason in why (cap
+ * bytes, NUL-ended; "" when ok). */
+bool dsp_stats_health(const struct dsp_server *srv, char *why, size_t cap);
 void dsp_stats_snapshot_clear(dsp_stats_snapshot *snap);
 
 /* The /stats object (docs/admin.md); a new reference, NULL when out of memory. */

@@ -223,7 +223,7 @@ static void test_stats_shape(void **state)
     build_views(fx);
     static const char *const keys[] = {"uptime_s", "db_connected", "leader", "epoch", "scheduler",
                                        "workers", "draining", "tasks", "queue", "connections", "db",
-                                       "settings", "shutting_down", "types", "paused", "rates",
+                                       "settings", "shutting_down", "health", "types", "paused", "rates",
                                        "table", "last_requeue", "by_type", "by_type_cut", "limits"};
     size_t i = 0;
     const char *key;
@@ -234,6 +234,9 @@ static void test_stats_shape(void **state)
     }
     assert_int_equal(i, sizeof keys / sizeof keys[0]);
     assert_member(fx->json, "uptime_s", 12);
+    json_t *h = json_object_get(fx->json, "health"); /* /healthz's answer: ok, or why not */
+    assert_true(json_is_boolean(json_object_get(h, "ok")));
+    assert_non_null(json_object_get(h, "reason"));
     assert_member(fx->json, "epoch", 17);
     assert_member(fx->json, "workers", 19);
     assert_member(fx->json, "types", 23);
