@@ -59,6 +59,8 @@
 #define DUE_REFRESH_MS 5000   /* re-read MIN(run_after) of the delayed lane at least this often */
 #define SCHEMA_RETRY_MS 2000  /* while the tables are missing */
 #define RECOVER_EVERY_MS 1000 /* recovery while leading: rows of older epochs */
+#define ORPHAN_STEP_ROWS 5000u /* rows of the table one step of the orphan scan reads */
+#define ORPHAN_REST_FACTOR 10  /* a step waits 10 x its own duration before the next one */
 
 /* ---- claim replies ---- */
 
@@ -149,6 +151,8 @@ struct claim_ctx {
     uint32_t bad_epoch;    /* the last task_claim row that listed no ids, logged once */
     uint64_t bad_seq;
     bool recovered_once;   /* this epoch's first recovery (every shard's rows) ran */
+    uint64_t orphan_after; /* the orphan scan's place: the last task_id it read */
+    int64_t next_orphan;   /* monotonic: the orphan scan's next step */
     uint64_t *release_ids; /* rows of a claim whose COMMIT has an unknown outcome */
     size_t nrelease;
     int64_t next_due_wall;   /* earliest run_after of the delayed lane, as last read */
@@ -1419,6 +1423,71 @@ static enum claim_state claim_recover_again(struct claim_ctx *x)
     return recover(x, false) < 0 ? CLAIM_DROP : CLAIM_SERVE;
 }
 
+/* One step of the orphan scan (db_sql.h): the next ORPHAN_STEP_ROWS rows of the table
+ * by primary key; the orphans among them unchanged for --task-timeout-ms go back to NEW
+ * (or FAILED, recovery's rule). No index tells PROCESSING from SUCCESSFUL rows (the
+ * claim lane puts them together), so the scan reads the table: a step reads a bounded
+ * range, the next waits ORPHAN_REST_FACTOR times as long as it took (at most a tenth
+ * of the claim connection's time), and a whole pass starts every half of
+ * --task-timeout-ms (1 s to 60 s). So an orphan runs again about 2 x --task-timeout-ms
+ * after its last change on a table a pass reads in that time. Runs only after this
+ * epoch's first recovery, i.e. after --adopt-grace-ms: the rows that workers of an
+ * older epoch declare are adopted (moved to this epoch) first. */
+static enum claim_state claim_orphans(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    int64_t t0 = mono_ms(), age = db->opts.orphan_age_ms > 0 ? db->opts.orphan_age_ms : 60000;
+    int64_t pass = age / 2 < 1000 ? 1000 : age / 2 > 60000 ? 60000 : age / 2;
+    uint64_t count = 0, hi = 0, n = 0;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    x->next_orphan = t0 + pass;
+    dsp_strbuf_reset(&x->sql);
+    dsp_db_sql_orphan_range(&x->sql, x->orphan_after, ORPHAN_STEP_ROWS);
+    if (x->sql.oom)
+        return CLAIM_SERVE;
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
+        (res = mysql_store_result(x->c.m)) == NULL) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(db->log, "orphan scan: %s (error %u)", mysql_error(x->c.m), x->c.err);
+        return CLAIM_DROP;
+    }
+    row = mysql_num_fields(res) == 2 ? mysql_fetch_row(res) : NULL;
+    if (row && row[0] && row[1]) {
+        count = strtoull(row[0], NULL, 10);
+        hi = strtoull(row[1], NULL, 10);
+    }
+    mysql_free_result(res);
+    if (count > 0 && hi > x->orphan_after) {
+        dsp_strbuf_reset(&x->sql);
+        dsp_db_sql_orphan_recover(&x->sql, x->epoch, wall_ms(), x->orphan_after, hi, wall_ms() - age,
+                                  db->in);
+        if (x->sql.oom)
+            return CLAIM_SERVE;
+        if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0)
+            return CLAIM_DROP;
+    }
+    if (commit(&x->c) < 0)
+        return CLAIM_DROP;
+    if (n > 0) {
+        atomic_fetch_add_explicit(&db->orphans_recovered, n, memory_order_relaxed);
+        log_warn(db->log,
+                 "put back %" PRIu64 " PROCESSING row(s) that no dispatcher held (task ids %" PRIu64
+                 " to %" PRIu64 "; written PROCESSING by something other than taskpushd?)",
+                 n, x->orphan_after + 1, hi);
+    }
+    if (count >= ORPHAN_STEP_ROWS && hi > x->orphan_after) {
+        int64_t spent = mono_ms() - t0;
+        x->orphan_after = hi; /* more to read in this pass */
+        x->next_orphan = mono_ms() + (spent > 0 ? spent * ORPHAN_REST_FACTOR : 1);
+    } else {
+        x->orphan_after = 0; /* the pass is over */
+    }
+    return CLAIM_SERVE;
+}
+
 /* Runs the current state's step and returns the next state. DROP runs at once, in
  * the same step: the connection it closes is broken. */
 static enum claim_state claim_step(struct claim_ctx *x)
@@ -1446,6 +1515,8 @@ static enum claim_state claim_step(struct claim_ctx *x)
             next = claim_step_down(x);
         else if (mono_ms() >= x->next_recover)
             next = claim_recover_again(x);
+        else if (x->recovered_once && mono_ms() >= x->next_orphan)
+            next = claim_orphans(x);
         else
             next = serve(x) == 0 ? CLAIM_SERVE : CLAIM_DROP;
         break;

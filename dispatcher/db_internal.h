@@ -233,7 +233,7 @@ struct dsp_db {
     _Atomic uint32_t loop_epoch;
 
     _Atomic uint64_t statements, claims, claimed_rows, claim_us_total, write_batches,
-        reconnects, retention_deleted, submitted_rows, submit_duplicates, submit_batches;
+        reconnects, retention_deleted, orphans_recovered, submitted_rows, submit_duplicates, submit_batches;
 
     struct dsp_submitter *sub; /* the submit thread and the waited-for tasks (db_submit.c) */
     _Atomic bool leader;

@@ -517,6 +517,41 @@ void dsp_db_sql_recover_ids(dsp_strbuf *b, uint32_t row_epoch, int64_t now_ms,
     put_in(b, in);
 }
 
+/* The orphan condition (db_sql.h): an epoch older than the leader's, or one the counter
+ * never handed out. The counter is read in the statement: an epoch taken meanwhile by
+ * another shard's leader is at most the counter's value, and so never an orphan's. */
+static void put_orphan_epoch(dsp_strbuf *b, uint32_t epoch)
+{
+    dsp_strbuf_printf(b,
+                      " AND task_state = 1 AND (epoch < %" PRIu32
+                      " OR epoch > (SELECT value FROM taskpush_meta WHERE name = 'epoch'))",
+                      epoch);
+}
+
+void dsp_db_sql_orphan_range(dsp_strbuf *b, uint64_t after_id, unsigned limit)
+{
+    dsp_strbuf_printf(b,
+                      "SELECT COUNT(*), MAX(task_id) FROM (SELECT task_id FROM task FORCE INDEX"
+                      " (PRIMARY) WHERE task_id > %" PRIu64 " ORDER BY task_id LIMIT %u) s",
+                      after_id, limit);
+}
+
+void dsp_db_sql_orphan_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, uint64_t after_id,
+                               uint64_t hi_id, int64_t older_than_ms, const char *in)
+{
+    dsp_strbuf_printf(b,
+                      "UPDATE task FORCE INDEX (PRIMARY) SET"
+                      " task_state = IF(attempts >= max_attempts, 3, 0),"
+                      " `delayed` = 0,"
+                      " err_msg = IF(attempts >= max_attempts,"
+                      " 'the dispatcher stopped during the last attempt', err_msg),"
+                      " last_update_time = %" PRId64 " WHERE task_id > %" PRIu64
+                      " AND task_id <= %" PRIu64 " AND last_update_time < %" PRId64,
+                      now_ms, after_id, hi_id, older_than_ms);
+    put_orphan_epoch(b, epoch);
+    put_in(b, in);
+}
+
 void dsp_db_sql_claim_log_insert(dsp_strbuf *b, uint32_t epoch, uint64_t seq, const char *shard,
                                  const char *ids_csv, size_t len)
 {
@@ -795,5 +830,16 @@ void dsp_db_sql_task_cancel(dsp_strbuf *b, uint64_t task_id, int64_t now_ms, con
                       "UPDATE task SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
                       " last_update_time = %" PRId64 " WHERE task_id = %" PRIu64 " AND task_state = 0",
                       now_ms, task_id);
+    put_in(b, in);
+}
+
+void dsp_db_sql_task_cancel_orphan(dsp_strbuf *b, uint64_t task_id, uint32_t epoch, int64_t now_ms,
+                                   const char *in)
+{
+    dsp_strbuf_printf(b,
+                      "UPDATE task SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
+                      " last_update_time = %" PRId64 " WHERE task_id = %" PRIu64,
+                      now_ms, task_id);
+    put_orphan_epoch(b, epoch);
     put_in(b, in);
 }

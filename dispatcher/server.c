@@ -1050,6 +1050,7 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         .lease_ms = cfg->lease_ms,
         .lease_renew_ms = cfg->lease_renew_ms,
         .adopt_grace_ms = cfg->adopt_grace_ms,
+        .orphan_age_ms = cfg->task_timeout_ms,
         .shard = &cfg->shard_spec,
         .cb = {on_leader, on_leader_lost, on_claim, on_written, on_health, on_requeued, on_fatal,
                dsp_admin_taskop_answer, dsp_conn_on_submitted, dsp_conn_on_outcome},
