@@ -280,7 +280,8 @@ static void put_value(dsp_strbuf *b, enum col c, int kind, const dsp_db_sql_row 
         dsp_strbuf_put_hex(b, r->data, r->len, kind != DSP_WRITE_SUCCEEDED);
         break;
     case COL_ATTEMPTS:
-        dsp_strbuf_put_u64(b, "", r->attempts);
+        /* Never a value the column's CHECK refuses: one refused row fails its batch. */
+        dsp_strbuf_put_u64(b, "", r->attempts < DSP_DB_ATTEMPTS_MAX ? r->attempts : DSP_DB_ATTEMPTS_MAX);
         break;
     case COL_RUN_AFTER:
         dsp_strbuf_put_i64(b, "", r->run_after_ms);
@@ -647,7 +648,8 @@ void dsp_db_sql_adopt(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, uint64_t ta
                       "UPDATE task FORCE INDEX (PRIMARY) SET epoch = %" PRIu32
                       ", attempts = %" PRIu32 ", last_update_time = %" PRId64
                       " WHERE task_id = %" PRIu64 " AND task_state = 1 AND epoch = %" PRIu32,
-                      epoch, attempt, now_ms, task_id, old_epoch);
+                      epoch, attempt < DSP_DB_ATTEMPTS_MAX ? attempt : DSP_DB_ATTEMPTS_MAX, now_ms,
+                      task_id, old_epoch);
     put_attempt_fence(b, attempt);
     put_in(b, in);
 }

@@ -185,6 +185,10 @@ void dsp_db_sql_recover_ids(dsp_strbuf *b, uint32_t row_epoch, int64_t now_ms,
 /* Appends SELECT COUNT(*) FROM task WHERE task_id IN (...) AND task_state = 1 AND
  * epoch = row_epoch (every shard): a claim's row is deleted only when this is 0. */
 void dsp_db_sql_still_processing(dsp_strbuf *b, uint32_t row_epoch, const uint64_t *ids, size_t n);
+/* The largest attempts the schema accepts (CHECK attempts_max, version 6; max_attempts
+ * is at most 1000 too): what the dispatcher writes is capped to it. */
+#define DSP_DB_ATTEMPTS_MAX 1000u
+
 /* Orphans: PROCESSING rows that no dispatcher can hold, because no task_claim row lists
  * them (a producer wrote task_state 1 itself, or a path nobody foresaw left them). A
  * row is an orphan for the leader of epoch E when its epoch is older than E (past the

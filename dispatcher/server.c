@@ -334,6 +334,17 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
             release_task(srv, t);
             continue;
         }
+        if (t->attempts >= t->max_attempts) {
+            /* Written so by someone else (or released after its last delivery): no
+             * attempt is left, and delivering it would count past max_attempts. */
+            char msg[160];
+            int n = snprintf(msg, sizeof msg, "no attempt left: attempts %u of max_attempts %u when claimed",
+                             (unsigned)t->attempts, (unsigned)t->max_attempts);
+            outbox_push(srv, t, DSP_WRITE_FAILED, 0, msg, (size_t)n);
+            srv->task_stats.failed_total++;
+            task_free(srv, t);
+            continue;
+        }
         dsp_dispatch_enqueue(srv, ty, t);
         srv->nbuffered++;
     }

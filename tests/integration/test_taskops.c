@@ -23,6 +23,10 @@
  *                     was given) run and end SUCCESSFUL with --task-timeout-ms 3000;
  *                     table.orphans_recovered_total counts them; a row a live worker holds
  *                     past that age is never touched (it runs once, attempts 1)
+ *   attempts_none_left rows claimed with no attempt left (attempts 2147483647 of 3, with
+ *                     the table's attempts_max dropped as an older table had it; 50 of 1)
+ *                     end FAILED "no attempt left: ..." without running; the 26 others of
+ *                     their claim run and are written in batches (none one by one)
  *   orphan_cancel     such a row is cancelled at once (FAILED "cancelled", "unheld"), long
  *                     before the scan would find it; a PROCESSING row of the leader's
  *                     own epoch that it does not hold still answers 409
@@ -650,6 +654,37 @@ static void cancel_finished(void **state)
     fx->passed = true;
 }
 
+/* ---- rows with no attempt left ---- */
+
+static void attempts_none_left(void **state)
+{
+    struct fx *fx = *state;
+    fx_start(fx, "taskops_attempts", NULL);
+    /* As a table of schema version 5 or older (no upper bound on attempts). */
+    assert_int_equal(tp_testdb_exec(&fx->db, "ALTER TABLE task DROP CONSTRAINT IF EXISTS attempts_max"), 0);
+    assert_int_equal(tp_rows_insert(&fx->db, "x", 13, false), 0);
+    uint64_t huge = insert_row(fx, "task_type, attempts, max_attempts", "'x', 2147483647, 3");
+    uint64_t fifty = insert_row(fx, "task_type, attempts, max_attempts", "'x', 50, 1");
+    assert_int_equal(tp_rows_insert(&fx->db, "x", 13, false), 0);
+    struct wk *k = wk_start(fx, "att-w", 32, "x", false, false);
+    wait_row(fx, huge, 3, NULL);
+    wait_row(fx, fifty, 3, NULL);
+    assert_int_equal(row_u64(fx, "err_msg LIKE 'no attempt left: attempts % of max_attempts 3 when claimed'", huge), 1);
+    assert_int_equal(row_u64(fx, "err_msg = 'no attempt left: attempts 50 of max_attempts 1 when claimed'", fifty), 1);
+    assert_int_equal(row_u64(fx, "attempts", fifty), 50);
+    long long end = tp_mono_ms() + WAIT_MS;
+    while (tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state = 2 AND attempts = 1") != 26) {
+        if (tp_mono_ms() > end)
+            fail_msg("the 26 other tasks never all ended SUCCESSFUL");
+        tp_sleep_ms(POLL_MS);
+    }
+    assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state IN (0, 1)"), 0);
+    assert_int_equal(atomic_load(&k->started), 26);
+    assert_int_equal(tp_daemon_log_count(&fx->d, "one by one"), 0);
+    assert_int_equal(tp_daemon_log_count(&fx->d, "cannot be written"), 0);
+    fx->passed = true;
+}
+
 /* ---- PROCESSING rows no dispatcher holds (orphans) ---- */
 
 static void wait_stat_at_least(struct fx *fx, const char *key, long long want)
@@ -837,6 +872,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(cancel_buffered, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(cancel_running, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(cancel_finished, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(attempts_none_left, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(orphan_runs, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(orphan_cancel, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(pause_unknown, fx_setup, fx_teardown),
