@@ -727,6 +727,115 @@ static void test_migrate_v5_attempts(void **state)
     mysql_free_result(res);
 }
 
+/* Builds version 4 from version 1 with the migrations 002 to 004 run by hand. */
+static void make_v4(tp_testdb *db)
+{
+    static const char *const files[] = {"002-row-value-checks.sql", "003-leadership-lease.sql",
+                                        "004-task-schedule.sql"};
+    const char *root = getenv("TASKPUSH_SOURCE_ROOT");
+    char path[1024];
+
+    make_v1(db);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/sql/migrations/%s", root ? root : ".", files[i]);
+        assert_int_equal(tp_testdb_load_file(db->conn, path), 0);
+    }
+    assert_int_equal(version(db), 4);
+}
+
+/* A fingerprint of many rows (fingerprint's text would pass max_allowed_packet): the sum
+ * of each row's CRC32 over every column, with the count. */
+static uint64_t big_fingerprint(tp_testdb *db)
+{
+    uint64_t v = tp_testdb_query_u64(
+        db, "SELECT COUNT(*) * 4294967296 + SUM(CRC32(CONCAT_WS(',', task_id, HEX(task_type), task_state,"
+            " task_priority, IFNULL(HEX(payload), '-'), insert_time, last_update_time, attempts,"
+            " max_attempts, run_after, IFNULL(timeout_ms, '-'), IFNULL(HEX(dedup_key), '-'),"
+            " IFNULL(HEX(err_msg), '-'), IFNULL(HEX(result), '-'), epoch, `delayed`))) FROM task");
+    assert_true(v != TP_TESTDB_U64_ERR);
+    return v;
+}
+
+/* The id of a connection of db running an ALTER TABLE of task, 0 when none. */
+static uint64_t alter_running(tp_testdb *db)
+{
+    uint64_t id = tp_testdb_query_u64(db, "SELECT IFNULL(MAX(ID), 0) FROM information_schema.PROCESSLIST"
+                                          " WHERE DB = DATABASE() AND INFO LIKE 'ALTER TABLE task%%'");
+    assert_true(id != TP_TESTDB_U64_ERR);
+    return id;
+}
+
+/* kill -9 of --migrate while the server runs its ALTER: the server goes on with the rest
+ * of that migration's text. A --migrate run at once after it waits for those statements
+ * (it says so), then upgrades what is left; the schema ends current, every row intact. */
+static void test_migrate_killed_then_rerun(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    char out[OUT_MAX], path[256];
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    uint64_t rows, before, killed_conn;
+    long long end;
+    int status;
+    pid_t pid;
+
+    assert_int_equal(tp_testdb_create("migrate_killed", db), 0);
+    make_v4(db);
+    /* Enough rows that rebuilding claim_idx (migration 5) takes a while. */
+    assert_int_equal(tp_testdb_exec(db, "INSERT INTO task (task_type, task_state, task_priority, payload,"
+                                        " epoch) SELECT CONCAT('t', seq %% 7), seq %% 4, seq %% 3,"
+                                        " REPEAT('p', seq %% 50), IF(seq %% 4 = 1, 3, 0) FROM seq_1_to_4000"),
+                     4000);
+    for (int i = 0; i < 7; i++)
+        assert_true(tp_testdb_exec(db, "INSERT INTO task (task_type, task_state, task_priority, payload,"
+                                       " epoch) SELECT task_type, task_state, task_priority, payload, epoch"
+                                       " FROM task") > 0);
+    rows = tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task");
+    assert_int_equal(rows, 4000u << 7);
+    before = big_fingerprint(db);
+
+    snprintf(path, sizeof path, "%s/test-migrate-killed-%d.out", tmp, (int)getpid());
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execl(tp_build_path("dispatcher/taskpushd"), "taskpushd", "--db", db->url, "--migrate",
+              (char *)NULL);
+        _exit(127);
+    }
+    for (end = tp_mono_ms() + RUN_LIMIT_MS; (killed_conn = alter_running(db)) == 0; tp_sleep_ms(2)) {
+        if (waitpid(pid, &status, WNOHANG) == pid || tp_mono_ms() > end) {
+            kill(pid, SIGKILL);
+            unlink(path);
+            fail_msg("the migration's ALTER TABLE was never seen running");
+        }
+    }
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    unlink(path);
+    bool still = alter_running(db) == killed_conn;
+    printf("# killed --migrate during its ALTER (connection %" PRIu64 "); still running after the"
+           " kill: %s\n",
+           killed_conn, still ? "yes" : "no");
+
+    assert_int_equal(migrate(db, out), 0);
+    if (still)
+        assert_non_null(strstr(out, "waiting for the statements of an earlier --migrate"));
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task"), rows);
+    assert_int_equal(big_fingerprint(db), before);
+    /* Every row of migration 5's list is there: one per PROCESSING row. */
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task_claim"),
+                     tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE task_state = 1"));
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "nothing to do"));
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, fx_setup, fx_teardown)
@@ -740,6 +849,7 @@ int main(void)
         T(test_migrate_refuses_while_led),
         T(test_migrate_without_schema_and_bad_flags),
         T(test_migrate_v5_attempts),
+        T(test_migrate_killed_then_rerun),
     };
 #undef T
     return cmocka_run_group_tests_name("migrate", tests, NULL, NULL);
