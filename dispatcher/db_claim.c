@@ -1423,24 +1423,59 @@ static enum claim_state claim_recover_again(struct claim_ctx *x)
     return recover(x, false) < 0 ? CLAIM_DROP : CLAIM_SERVE;
 }
 
+/* Runs x->sql, a query of task ids, into x->recover_ids (at most ORPHAN_STEP_ROWS).
+ * Returns how many, or -1 on a database error. */
+static long orphan_ids(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    size_t n = 0;
+
+    if (x->recover_cap < ORPHAN_STEP_ROWS) {
+        uint64_t *p = realloc(x->recover_ids, ORPHAN_STEP_ROWS * sizeof *p);
+        if (p == NULL)
+            return 0; /* tried again at the next pass */
+        x->recover_ids = p;
+        x->recover_cap = ORPHAN_STEP_ROWS;
+    }
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
+        (res = mysql_store_result(x->c.m)) == NULL) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(db->log, "orphan scan: %s (error %u)", mysql_error(x->c.m), x->c.err);
+        return -1;
+    }
+    while ((row = mysql_fetch_row(res)) != NULL && n < ORPHAN_STEP_ROWS)
+        if (row[0])
+            x->recover_ids[n++] = strtoull(row[0], NULL, 10);
+    mysql_free_result(res);
+    return (long)n;
+}
+
 /* One step of the orphan scan (db_sql.h): the next ORPHAN_STEP_ROWS rows of the table
  * by primary key; the orphans among them unchanged for --task-timeout-ms go back to NEW
  * (or FAILED, recovery's rule). No index tells PROCESSING from SUCCESSFUL rows (the
  * claim lane puts them together), so the scan reads the table: a step reads a bounded
- * range, the next waits ORPHAN_REST_FACTOR times as long as it took (at most a tenth
- * of the claim connection's time), and a whole pass starts every half of
- * --task-timeout-ms (1 s to 60 s). So an orphan runs again about 2 x --task-timeout-ms
- * after its last change on a table a pass reads in that time. Runs only after this
- * epoch's first recovery, i.e. after --adopt-grace-ms: the rows that workers of an
- * older epoch declare are adopted (moved to this epoch) first. */
+ * range with plain reads (no lock), the next waits ORPHAN_REST_FACTOR times as long as
+ * it took (at most a tenth of the claim connection's time), and a whole pass starts every
+ * half of --task-timeout-ms (1 s to 60 s). So an orphan runs again about 1.5 x
+ * --task-timeout-ms after its last change on a table a pass reads in that time. Only the
+ * orphans found are locked, skipping any another transaction holds (found again at a
+ * later pass). Runs only after this epoch's first recovery, i.e. after
+ * --adopt-grace-ms: the rows that workers of an older epoch declare are adopted (moved
+ * to this epoch) first. */
 static enum claim_state claim_orphans(struct claim_ctx *x)
 {
     dsp_db *db = x->db;
     int64_t t0 = mono_ms(), age = db->opts.orphan_age_ms > 0 ? db->opts.orphan_age_ms : 60000;
     int64_t pass = age / 2 < 1000 ? 1000 : age / 2 > 60000 ? 60000 : age / 2;
     uint64_t count = 0, hi = 0, n = 0;
+    dsp_db_sql_orphan o = {.epoch = x->epoch, .older_than_ms = wall_ms() - age, .in = db->in};
+    bool isnull;
     MYSQL_RES *res;
     MYSQL_ROW row;
+    long found;
 
     x->next_orphan = t0 + pass;
     dsp_strbuf_reset(&x->sql);
@@ -1461,13 +1496,26 @@ static enum claim_state claim_orphans(struct claim_ctx *x)
     }
     mysql_free_result(res);
     if (count > 0 && hi > x->orphan_after) {
+        /* The counter first: an epoch above it was never handed out. */
+        if (dsp_dbi_query_u64(&x->c, "SELECT value FROM taskpush_meta WHERE name = 'epoch'", &o.counter,
+                              &isnull, 0) != 0 || isnull)
+            return commit(&x->c) < 0 ? CLAIM_DROP : CLAIM_SERVE;
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_orphan_recover(&x->sql, x->epoch, wall_ms(), x->orphan_after, hi, wall_ms() - age,
-                                  db->in);
-        if (x->sql.oom)
-            return CLAIM_SERVE;
-        if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0)
-            return CLAIM_DROP;
+        dsp_db_sql_orphan_select(&x->sql, &o, x->orphan_after, hi, ORPHAN_STEP_ROWS, NULL, 0);
+        if (x->sql.oom || (found = orphan_ids(x)) < 0)
+            return x->sql.oom ? CLAIM_SERVE : CLAIM_DROP;
+        if (found > 0) {
+            dsp_strbuf_reset(&x->sql);
+            dsp_db_sql_orphan_select(&x->sql, &o, 0, 0, 0, x->recover_ids, (size_t)found);
+            if (x->sql.oom || (found = orphan_ids(x)) < 0)
+                return x->sql.oom ? CLAIM_SERVE : CLAIM_DROP;
+        }
+        if (found > 0) {
+            dsp_strbuf_reset(&x->sql);
+            dsp_db_sql_orphan_recover(&x->sql, &o, wall_ms(), x->recover_ids, (size_t)found);
+            if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0)
+                return x->sql.oom ? CLAIM_SERVE : CLAIM_DROP;
+        }
     }
     if (commit(&x->c) < 0)
         return CLAIM_DROP;

@@ -537,8 +537,32 @@ void dsp_db_sql_orphan_range(dsp_strbuf *b, uint64_t after_id, unsigned limit)
                       after_id, limit);
 }
 
-void dsp_db_sql_orphan_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, uint64_t after_id,
-                               uint64_t hi_id, int64_t older_than_ms, const char *in)
+static void put_orphan(dsp_strbuf *b, const dsp_db_sql_orphan *o)
+{
+    dsp_strbuf_printf(b,
+                      " AND task_state = 1 AND (epoch < %" PRIu32 " OR epoch > %" PRIu64
+                      ") AND last_update_time < %" PRId64,
+                      o->epoch, o->counter, o->older_than_ms);
+    put_in(b, o->in);
+}
+
+void dsp_db_sql_orphan_select(dsp_strbuf *b, const dsp_db_sql_orphan *o, uint64_t after_id,
+                              uint64_t hi_id, unsigned limit, const uint64_t *ids, size_t n)
+{
+    dsp_strbuf_puts(b, "SELECT task_id FROM task FORCE INDEX (PRIMARY)");
+    if (ids) {
+        put_id_list(b, ids, NULL, n);
+        put_orphan(b, o);
+        dsp_strbuf_puts(b, " FOR UPDATE SKIP LOCKED");
+    } else {
+        dsp_strbuf_printf(b, " WHERE task_id > %" PRIu64 " AND task_id <= %" PRIu64, after_id, hi_id);
+        put_orphan(b, o);
+        dsp_strbuf_printf(b, " LIMIT %u", limit);
+    }
+}
+
+void dsp_db_sql_orphan_recover(dsp_strbuf *b, const dsp_db_sql_orphan *o, int64_t now_ms,
+                               const uint64_t *ids, size_t n)
 {
     dsp_strbuf_printf(b,
                       "UPDATE task FORCE INDEX (PRIMARY) SET"
@@ -546,11 +570,10 @@ void dsp_db_sql_orphan_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, ui
                       " `delayed` = 0,"
                       " err_msg = IF(attempts >= max_attempts,"
                       " 'the dispatcher stopped during the last attempt', err_msg),"
-                      " last_update_time = %" PRId64 " WHERE task_id > %" PRIu64
-                      " AND task_id <= %" PRIu64 " AND last_update_time < %" PRId64,
-                      now_ms, after_id, hi_id, older_than_ms);
-    put_orphan_epoch(b, epoch);
-    put_in(b, in);
+                      " last_update_time = %" PRId64,
+                      now_ms);
+    put_id_list(b, ids, NULL, n);
+    put_orphan(b, o);
 }
 
 void dsp_db_sql_claim_log_insert(dsp_strbuf *b, uint32_t epoch, uint64_t seq, const char *shard,

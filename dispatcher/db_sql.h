@@ -200,10 +200,23 @@ void dsp_db_sql_still_processing(dsp_strbuf *b, uint32_t row_epoch, const uint64
  *   SELECT COUNT(*), MAX(task_id) FROM (SELECT task_id FROM task FORCE INDEX (PRIMARY)
  *   WHERE task_id > AFTER ORDER BY task_id LIMIT L) s */
 void dsp_db_sql_orphan_range(dsp_strbuf *b, uint64_t after_id, unsigned limit);
-/* Appends the put-back of the orphans with AFTER < task_id <= HI whose last_update_time
- * is before older_than_ms, with recovery's attempts rule (dsp_db_sql_recover_ids). */
-void dsp_db_sql_orphan_recover(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, uint64_t after_id,
-                               uint64_t hi_id, int64_t older_than_ms, const char *in);
+/* The orphan condition for the leader of epoch, with the epoch counter's value read just
+ * before (counter), for rows whose last_update_time is before older_than_ms. */
+typedef struct dsp_db_sql_orphan {
+    uint32_t epoch;
+    uint64_t counter;
+    int64_t older_than_ms;
+    const char *in; /* the shard's filter, or NULL */
+} dsp_db_sql_orphan;
+/* Appends the orphans' ids: with ids NULL, a plain read of those with AFTER < task_id <=
+ * HI, at most limit; else a locking read of ids[0..n) still orphans, skipping rows
+ * another transaction holds (FOR UPDATE SKIP LOCKED: an orphan never makes a wait). */
+void dsp_db_sql_orphan_select(dsp_strbuf *b, const dsp_db_sql_orphan *o, uint64_t after_id,
+                              uint64_t hi_id, unsigned limit, const uint64_t *ids, size_t n);
+/* Appends the put-back of the orphans ids[0..n) (locked by the read above), with
+ * recovery's attempts rule (dsp_db_sql_recover_ids). */
+void dsp_db_sql_orphan_recover(dsp_strbuf *b, const dsp_db_sql_orphan *o, int64_t now_ms,
+                               const uint64_t *ids, size_t n);
 /* Parses task_claim.task_ids as read from the table, which is untrusted: decimal ids in
  * 1..2^64-1 of at most 20 digits, separated by single commas, no sign, space or empty
  * item, at most cap of them. Returns 0 with *n ids in ids[], or -1. */

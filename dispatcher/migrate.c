@@ -187,7 +187,8 @@ static int apply(const dsp_db_url *url, const dsp_migration *mig, const char *ml
 
     if (m == NULL)
         return -1;
-    snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', 0)", mlock);
+    /* A wait: the previous migration's connection may not be ended on the server yet. */
+    snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', %d)", mlock, MIGRATION_WAIT_STEP_S);
     if (query_u64(m, sql, &got) != 0 || got != 1) {
         /* Nobody else can take it while this run holds the leadership lock, but a
          * killed run's leftover can, in theory, still hold it. */
@@ -210,7 +211,11 @@ static int apply(const dsp_db_url *url, const dsp_migration *mig, const char *ml
     } else {
         rc = 0;
     }
-    mysql_close(m); /* the server frees the migration lock once the text is done */
+    /* Every result was read (or the text stopped at an error): its statements are over.
+     * Were this process killed before, the server would free the lock once the text ends. */
+    snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK('%s')", mlock);
+    (void)query_u64(m, sql, &got);
+    mysql_close(m);
     return rc;
 }
 
