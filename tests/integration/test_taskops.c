@@ -714,11 +714,13 @@ static void orphan_runs(void **state)
     }
     /* Its row changed last before these are inserted: a scan that finds them old
      * enough found it old enough too. */
+    long long t0 = tp_mono_ms();
     uint64_t a = insert_row(fx, "task_type, task_state", "'o', 1");
     uint64_t b = insert_row(fx, "task_type, task_state, epoch", "'o', 1, 4000000000");
     char *body = NULL;
     wait_row(fx, a, 2, NULL);
     wait_row(fx, b, 2, NULL);
+    printf("# the orphans ran within %lld ms of their INSERT (--task-timeout-ms 3000)\n", tp_mono_ms() - t0);
     assert_int_equal(row_u64(fx, "attempts", a), 1);
     assert_int_equal(row_u64(fx, "attempts", b), 1);
     wait_stat_at_least(fx, "table.orphans_recovered_total", 2);
