@@ -572,7 +572,9 @@ static void print_task_action(const char *cmd, json_t *o)
                num(o, "task_id"), worker ? worker : "?");
     else
         printf("task %lld: cancelled (%s); FAILED \"cancelled\"\n", num(o, "task_id"),
-               was && strcmp(was, "buffered") == 0 ? "was buffered in the dispatcher" : "was NEW");
+               was && strcmp(was, "buffered") == 0 ? "was buffered in the dispatcher"
+               : was && strcmp(was, "unheld") == 0 ? "was PROCESSING, held by no dispatcher"
+                                                    : "was NEW");
 }
 
 /* GET path and print the answer with print (or as it is with --json). */

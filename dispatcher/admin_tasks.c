@@ -244,9 +244,18 @@ void dsp_admin_taskop_answer(void *arg, dsp_taskop *op)
                                           "state", "NEW"));
         }
     } else if (op->status == DSP_TASKOP_OK) {
-        answer_cancelled(req, op->task_id, "new", NULL);
+        answer_cancelled(req, op->task_id, op->kind == DSP_TASKOP_CANCEL ? "new" : "unheld", NULL);
     } else if (op->state == 1 && cancel_held(srv, req, op->task_id)) {
         /* Claimed by this dispatcher while the UPDATE ran: cancelled in memory. */
+    } else if (op->state == 1 && op->kind == DSP_TASKOP_CANCEL && srv->leader && srv->epoch != 0) {
+        /* PROCESSING and not held here: ended at once if no dispatcher can hold it (an
+         * orphan, db_sql.h); a row of this epoch (a claim on its way to the loop, an
+         * outcome being written) or of a newer one is left alone, and answers 409. */
+        op->kind = DSP_TASKOP_CANCEL_ORPHAN;
+        op->epoch = srv->epoch;
+        op->status = DSP_TASKOP_ERROR;
+        taskop_submit(srv, req, op);
+        return;
     } else if (op->state == 1) {
         snprintf(text, sizeof text,
                  "task %llu is PROCESSING but not held by this dispatcher (claimed by another, or "

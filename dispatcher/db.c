@@ -561,6 +561,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     atomic_init(&db->write_batches, 0);
     atomic_init(&db->reconnects, 0);
     atomic_init(&db->retention_deleted, 0);
+    atomic_init(&db->orphans_recovered, 0);
     atomic_init(&db->submitted_rows, 0);
     atomic_init(&db->submit_duplicates, 0);
     atomic_init(&db->submit_batches, 0);
@@ -907,6 +908,7 @@ void dsp_db_table_stats_get(dsp_db *db, dsp_table_stats *out)
     memcpy(out, db->tstats, sizeof *out);
     pthread_mutex_unlock(&db->mu);
     out->retention_deleted_total = atomic_load_explicit(&db->retention_deleted, memory_order_relaxed);
+    out->orphans_recovered_total = atomic_load_explicit(&db->orphans_recovered, memory_order_relaxed);
 }
 
 int dsp_db_requeue_failed(dsp_db *db, const char *type, uint64_t request_id)

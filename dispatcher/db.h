@@ -157,6 +157,7 @@ typedef struct dsp_table_stats {
     size_t ntypes;              /* types with NEW, PROCESSING or FAILED rows, at most the max */
     dsp_table_type_stats types[DSP_TABLE_STATS_MAX_TYPES];
     uint64_t retention_deleted_total; /* rows deleted by retention since start */
+    uint64_t orphans_recovered_total; /* orphaned PROCESSING rows put back since start */
 } dsp_table_stats;
 
 /* A task-level operator request (docs/admin.md: GET /task, GET /failed, POST /retry,
@@ -167,6 +168,7 @@ enum dsp_taskop_kind {
     DSP_TASKOP_FAILED, /* the latest FAILED rows (of type, or all), at most limit */
     DSP_TASKOP_RETRY,  /* FAILED -> NEW, attempts 0, err_msg NULL, due now */
     DSP_TASKOP_CANCEL, /* NEW -> FAILED "cancelled" (a row no dispatcher holds) */
+    DSP_TASKOP_CANCEL_ORPHAN, /* PROCESSING -> FAILED "cancelled", an orphan for epoch */
 };
 enum dsp_taskop_status {
     DSP_TASKOP_OK = 0,
@@ -179,6 +181,7 @@ enum dsp_taskop_status {
 typedef struct dsp_taskop {
     int kind;            /* enum dsp_taskop_kind */
     uint64_t task_id;    /* SHOW, RETRY, CANCEL */
+    uint32_t epoch;      /* CANCEL_ORPHAN: the epoch the loop leads with */
     char *type;          /* FAILED: NULL for every type; owned */
     unsigned limit;      /* FAILED: 1 .. DSP_TASKOP_LIMIT_MAX */
     void *ctx;           /* the caller's (the HTTP request), given back untouched */
@@ -275,6 +278,9 @@ typedef struct dsp_db_options {
     int64_t lease_renew_ms;      /* how often the leader renews it; 0: 250 */
     int64_t adopt_grace_ms;      /* a new leader recovers older epochs' rows this long after
                                   * it starts leading (workers declare theirs first); 0: at once */
+    int64_t orphan_age_ms;       /* a PROCESSING row no dispatcher can hold (db_sql.h, orphans)
+                                  * goes back to NEW once unchanged this long (--task-timeout-ms);
+                                  * 0: 60000 */
     /* The shard (shard.h; borrowed): with types, every statement on task rows is limited
      * to them, and the lease, epoch row and lock are the shard's. NULL or empty: all. */
     const struct dsp_shard *shard;

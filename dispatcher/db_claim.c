@@ -71,6 +71,8 @@
  * budget): the rows past the budget come through the lock read all the same, only to be
  * dropped, and that read is what a SIGTERM waits for. */
 #define FIRST_CLAIM_ROWS 32u
+#define ORPHAN_STEP_ROWS 5000u /* rows of the table one step of the orphan scan reads */
+#define ORPHAN_REST_FACTOR 10  /* a step waits 10 x its own duration before the next one */
 
 /* ---- claim replies ---- */
 
@@ -163,6 +165,8 @@ struct claim_ctx {
     uint32_t bad_epoch;    /* the last task_claim row that listed no ids, logged once */
     uint64_t bad_seq;
     bool recovered_once;   /* this epoch's first recovery (every shard's rows) ran */
+    uint64_t orphan_after; /* the orphan scan's place: the last task_id it read */
+    int64_t next_orphan;   /* monotonic: the orphan scan's next step */
     uint64_t *release_ids; /* rows of a claim whose COMMIT has an unknown outcome */
     size_t nrelease;
     int64_t next_due_wall;   /* earliest run_after of the delayed lane, as last read */
@@ -1995,6 +1999,119 @@ static enum claim_state claim_recover_again(struct claim_ctx *x)
     return recover(x, false) < 0 ? CLAIM_DROP : CLAIM_SERVE;
 }
 
+/* Runs x->sql, a query of task ids, into x->recover_ids (at most ORPHAN_STEP_ROWS).
+ * Returns how many, or -1 on a database error. */
+static long orphan_ids(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    size_t n = 0;
+
+    if (x->recover_cap < ORPHAN_STEP_ROWS) {
+        uint64_t *p = realloc(x->recover_ids, ORPHAN_STEP_ROWS * sizeof *p);
+        if (p == NULL)
+            return 0; /* tried again at the next pass */
+        x->recover_ids = p;
+        x->recover_cap = ORPHAN_STEP_ROWS;
+    }
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
+        (res = mysql_store_result(x->c.m)) == NULL) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(db->log, "orphan scan: %s (error %u)", mysql_error(x->c.m), x->c.err);
+        return -1;
+    }
+    while ((row = mysql_fetch_row(res)) != NULL && n < ORPHAN_STEP_ROWS)
+        if (row[0])
+            x->recover_ids[n++] = strtoull(row[0], NULL, 10);
+    mysql_free_result(res);
+    return (long)n;
+}
+
+/* One step of the orphan scan (db_sql.h): the next ORPHAN_STEP_ROWS rows of the table
+ * by primary key; the orphans among them unchanged for --task-timeout-ms go back to NEW
+ * (or FAILED, recovery's rule). No index tells PROCESSING from SUCCESSFUL rows (the
+ * claim lane puts them together), so the scan reads the table: a step reads a bounded
+ * range with plain reads (no lock), the next waits ORPHAN_REST_FACTOR times as long as
+ * it took (at most a tenth of the claim connection's time), and a whole pass starts every
+ * half of --task-timeout-ms (1 s to 60 s). So an orphan runs again about 1.5 x
+ * --task-timeout-ms after its last change on a table a pass reads in that time. Only the
+ * orphans found are locked, skipping any another transaction holds (found again at a
+ * later pass). Runs only after this epoch's first recovery, i.e. after
+ * --adopt-grace-ms: the rows that workers of an older epoch declare are adopted (moved
+ * to this epoch) first. */
+static enum claim_state claim_orphans(struct claim_ctx *x)
+{
+    dsp_db *db = x->db;
+    int64_t t0 = mono_ms(), age = db->opts.orphan_age_ms > 0 ? db->opts.orphan_age_ms : 60000;
+    int64_t pass = age / 2 < 1000 ? 1000 : age / 2 > 60000 ? 60000 : age / 2;
+    uint64_t count = 0, hi = 0, n = 0;
+    dsp_db_sql_orphan o = {.epoch = x->epoch, .older_than_ms = wall_ms() - age, .in = db->in};
+    bool isnull;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    long found;
+
+    x->next_orphan = t0 + pass;
+    dsp_strbuf_reset(&x->sql);
+    dsp_db_sql_orphan_range(&x->sql, x->orphan_after, ORPHAN_STEP_ROWS);
+    if (x->sql.oom)
+        return CLAIM_SERVE;
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
+        (res = mysql_store_result(x->c.m)) == NULL) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(db->log, "orphan scan: %s (error %u)", mysql_error(x->c.m), x->c.err);
+        return CLAIM_DROP;
+    }
+    row = mysql_num_fields(res) == 2 ? mysql_fetch_row(res) : NULL;
+    if (row && row[0] && row[1]) {
+        count = strtoull(row[0], NULL, 10);
+        hi = strtoull(row[1], NULL, 10);
+    }
+    mysql_free_result(res);
+    if (count > 0 && hi > x->orphan_after) {
+        /* The counter first: an epoch above it was never handed out. */
+        if (dsp_dbi_query_u64(&x->c, "SELECT value FROM taskpush_meta WHERE name = 'epoch'", &o.counter,
+                              &isnull, 0) != 0 || isnull)
+            return commit(&x->c) < 0 ? CLAIM_DROP : CLAIM_SERVE;
+        dsp_strbuf_reset(&x->sql);
+        dsp_db_sql_orphan_select(&x->sql, &o, x->orphan_after, hi, ORPHAN_STEP_ROWS, NULL, 0);
+        if (x->sql.oom || (found = orphan_ids(x)) < 0)
+            return x->sql.oom ? CLAIM_SERVE : CLAIM_DROP;
+        if (found > 0) {
+            dsp_strbuf_reset(&x->sql);
+            dsp_db_sql_orphan_select(&x->sql, &o, 0, 0, 0, x->recover_ids, (size_t)found);
+            if (x->sql.oom || (found = orphan_ids(x)) < 0)
+                return x->sql.oom ? CLAIM_SERVE : CLAIM_DROP;
+        }
+        if (found > 0) {
+            dsp_strbuf_reset(&x->sql);
+            dsp_db_sql_orphan_recover(&x->sql, &o, wall_ms(), x->recover_ids, (size_t)found);
+            if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0)
+                return x->sql.oom ? CLAIM_SERVE : CLAIM_DROP;
+        }
+    }
+    if (commit(&x->c) < 0)
+        return CLAIM_DROP;
+    if (n > 0) {
+        atomic_fetch_add_explicit(&db->orphans_recovered, n, memory_order_relaxed);
+        log_warn(db->log,
+                 "put back %" PRIu64 " PROCESSING row(s) that no dispatcher held (task ids %" PRIu64
+                 " to %" PRIu64 "; written PROCESSING by something other than taskpushd?)",
+                 n, x->orphan_after + 1, hi);
+    }
+    if (count >= ORPHAN_STEP_ROWS && hi > x->orphan_after) {
+        int64_t spent = mono_ms() - t0;
+        x->orphan_after = hi; /* more to read in this pass */
+        x->next_orphan = mono_ms() + (spent > 0 ? spent * ORPHAN_REST_FACTOR : 1);
+    } else {
+        x->orphan_after = 0; /* the pass is over */
+    }
+    return CLAIM_SERVE;
+}
+
 /* Runs the current state's step and returns the next state. DROP runs at once, in
  * the same step: the connection it closes is broken. */
 static enum claim_state claim_step(struct claim_ctx *x)
@@ -2024,6 +2141,8 @@ static enum claim_state claim_step(struct claim_ctx *x)
             next = claim_step_down(x);
         else if (mono_ms() >= x->next_recover)
             next = claim_recover_again(x);
+        else if (x->recovered_once && mono_ms() >= x->next_orphan)
+            next = claim_orphans(x);
         else
             next = serve(x) == 0 ? CLAIM_SERVE : CLAIM_DROP;
         if (next == CLAIM_SERVE && mono_ms() - x->serve_since >= DROPS_CLEAR_MS)

@@ -247,8 +247,8 @@ struct dsp_db {
     _Atomic size_t result_max;
 
     _Atomic uint64_t statements, claims, claimed_rows, claim_us_total, write_batches,
-        reconnects, retention_deleted, submitted_rows, submit_duplicates, submit_batches,
-        claim_skipped;
+        reconnects, retention_deleted, orphans_recovered, submitted_rows, submit_duplicates,
+        submit_batches, claim_skipped;
 
     struct dsp_submitter *sub; /* the submit thread and the waited-for tasks (db_submit.c) */
     _Atomic bool leader;

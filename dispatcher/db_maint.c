@@ -578,6 +578,8 @@ static void taskop_update(struct stats_ctx *x, dsp_taskop *op)
     dsp_strbuf_reset(&x->sql);
     if (op->kind == DSP_TASKOP_RETRY)
         dsp_db_sql_task_retry(&x->sql, op->task_id, wall_ms(), x->db->in);
+    else if (op->kind == DSP_TASKOP_CANCEL_ORPHAN)
+        dsp_db_sql_task_cancel_orphan(&x->sql, op->task_id, op->epoch, wall_ms(), x->db->in);
     else
         dsp_db_sql_task_cancel(&x->sql, op->task_id, wall_ms(), x->db->in);
     if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
@@ -589,7 +591,9 @@ static void taskop_update(struct stats_ctx *x, dsp_taskop *op)
         op->status = DSP_TASKOP_OK;
         op->state = op->kind == DSP_TASKOP_RETRY ? 0 : 3;
         log_info(x->db->log, "task %" PRIu64 ": %s by the operator", op->task_id,
-                 op->kind == DSP_TASKOP_RETRY ? "FAILED back to NEW" : "NEW cancelled");
+                 op->kind == DSP_TASKOP_RETRY    ? "FAILED back to NEW"
+                 : op->kind == DSP_TASKOP_CANCEL ? "NEW cancelled"
+                                                 : "PROCESSING held by no dispatcher cancelled");
         return;
     }
     dsp_strbuf_reset(&x->sql);

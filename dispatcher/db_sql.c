@@ -280,7 +280,8 @@ static void put_value(dsp_strbuf *b, enum col c, int kind, const dsp_db_sql_row 
         dsp_strbuf_put_hex(b, r->data, r->len, kind != DSP_WRITE_SUCCEEDED);
         break;
     case COL_ATTEMPTS:
-        dsp_strbuf_put_u64(b, "", r->attempts);
+        /* Never a value the column's CHECK refuses: one refused row fails its batch. */
+        dsp_strbuf_put_u64(b, "", r->attempts < DSP_DB_ATTEMPTS_MAX ? r->attempts : DSP_DB_ATTEMPTS_MAX);
         break;
     case COL_RUN_AFTER:
         dsp_strbuf_put_i64(b, "", r->run_after_ms);
@@ -528,6 +529,64 @@ void dsp_db_sql_recover_ids(dsp_strbuf *b, uint32_t row_epoch, int64_t now_ms,
     put_in(b, in);
 }
 
+/* The orphan condition (db_sql.h): an epoch older than the leader's, or one the counter
+ * never handed out. The counter is read in the statement: an epoch taken meanwhile by
+ * another shard's leader is at most the counter's value, and so never an orphan's. */
+static void put_orphan_epoch(dsp_strbuf *b, uint32_t epoch)
+{
+    dsp_strbuf_printf(b,
+                      " AND task_state = 1 AND (epoch < %" PRIu32
+                      " OR epoch > (SELECT value FROM taskpush_meta WHERE name = 'epoch'))",
+                      epoch);
+}
+
+void dsp_db_sql_orphan_range(dsp_strbuf *b, uint64_t after_id, unsigned limit)
+{
+    dsp_strbuf_printf(b,
+                      "SELECT COUNT(*), MAX(task_id) FROM (SELECT task_id FROM task FORCE INDEX"
+                      " (PRIMARY) WHERE task_id > %" PRIu64 " ORDER BY task_id LIMIT %u) s",
+                      after_id, limit);
+}
+
+static void put_orphan(dsp_strbuf *b, const dsp_db_sql_orphan *o)
+{
+    dsp_strbuf_printf(b,
+                      " AND task_state = 1 AND (epoch < %" PRIu32 " OR epoch > %" PRIu64
+                      ") AND last_update_time < %" PRId64,
+                      o->epoch, o->counter, o->older_than_ms);
+    put_in(b, o->in);
+}
+
+void dsp_db_sql_orphan_select(dsp_strbuf *b, const dsp_db_sql_orphan *o, uint64_t after_id,
+                              uint64_t hi_id, unsigned limit, const uint64_t *ids, size_t n)
+{
+    dsp_strbuf_puts(b, "SELECT task_id FROM task FORCE INDEX (PRIMARY)");
+    if (ids) {
+        put_id_list(b, ids, NULL, n);
+        put_orphan(b, o);
+        dsp_strbuf_puts(b, " FOR UPDATE SKIP LOCKED");
+    } else {
+        dsp_strbuf_printf(b, " WHERE task_id > %" PRIu64 " AND task_id <= %" PRIu64, after_id, hi_id);
+        put_orphan(b, o);
+        dsp_strbuf_printf(b, " LIMIT %u", limit);
+    }
+}
+
+void dsp_db_sql_orphan_recover(dsp_strbuf *b, const dsp_db_sql_orphan *o, int64_t now_ms,
+                               const uint64_t *ids, size_t n)
+{
+    dsp_strbuf_printf(b,
+                      "UPDATE task FORCE INDEX (PRIMARY) SET"
+                      " task_state = IF(attempts >= max_attempts, 3, 0),"
+                      " `delayed` = 0,"
+                      " err_msg = IF(attempts >= max_attempts,"
+                      " 'the dispatcher stopped during the last attempt', err_msg),"
+                      " last_update_time = %" PRId64,
+                      now_ms);
+    put_id_list(b, ids, NULL, n);
+    put_orphan(b, o);
+}
+
 void dsp_db_sql_claim_log_insert(dsp_strbuf *b, uint32_t epoch, uint64_t seq, const char *shard,
                                  const char *ids_csv, size_t len)
 {
@@ -623,7 +682,8 @@ void dsp_db_sql_adopt(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, uint64_t ta
                       "UPDATE task FORCE INDEX (PRIMARY) SET epoch = %" PRIu32
                       ", attempts = %" PRIu32 ", last_update_time = %" PRId64
                       " WHERE task_id = %" PRIu64 " AND task_state = 1 AND epoch = %" PRIu32,
-                      epoch, attempt, now_ms, task_id, old_epoch);
+                      epoch, attempt < DSP_DB_ATTEMPTS_MAX ? attempt : DSP_DB_ATTEMPTS_MAX, now_ms,
+                      task_id, old_epoch);
     put_attempt_fence(b, attempt);
     put_in(b, in);
 }
@@ -806,5 +866,16 @@ void dsp_db_sql_task_cancel(dsp_strbuf *b, uint64_t task_id, int64_t now_ms, con
                       "UPDATE task SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
                       " last_update_time = %" PRId64 " WHERE task_id = %" PRIu64 " AND task_state = 0",
                       now_ms, task_id);
+    put_in(b, in);
+}
+
+void dsp_db_sql_task_cancel_orphan(dsp_strbuf *b, uint64_t task_id, uint32_t epoch, int64_t now_ms,
+                                   const char *in)
+{
+    dsp_strbuf_printf(b,
+                      "UPDATE task SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
+                      " last_update_time = %" PRId64 " WHERE task_id = %" PRIu64,
+                      now_ms, task_id);
+    put_orphan_epoch(b, epoch);
     put_in(b, in);
 }

@@ -199,6 +199,38 @@ void dsp_db_sql_recover_ids(dsp_strbuf *b, uint32_t row_epoch, int64_t now_ms,
 /* Appends SELECT COUNT(*) FROM task WHERE task_id IN (...) AND task_state = 1 AND
  * epoch = row_epoch (every shard): a claim's row is deleted only when this is 0. */
 void dsp_db_sql_still_processing(dsp_strbuf *b, uint32_t row_epoch, const uint64_t *ids, size_t n);
+/* The largest attempts the schema accepts (CHECK attempts_max, version 6; max_attempts
+ * is at most 1000 too): what the dispatcher writes is capped to it. */
+#define DSP_DB_ATTEMPTS_MAX 1000u
+
+/* Orphans: PROCESSING rows that no dispatcher can hold, because no task_claim row lists
+ * them (a producer wrote task_state 1 itself, or a path nobody foresaw left them). A
+ * row is an orphan for the leader of epoch E when its epoch is older than E (past the
+ * adoption grace every delivery of an older epoch was adopted, and moved to E, or is
+ * fair game for recovery anyway) or was never handed out (above the epoch counter).
+ * Rows of E itself and of newer epochs (another shard's leader, or one that took this
+ * shard over) are never orphans. */
+/* Appends the end of the next step of the orphan scan, in primary-key order:
+ *   SELECT COUNT(*), MAX(task_id) FROM (SELECT task_id FROM task FORCE INDEX (PRIMARY)
+ *   WHERE task_id > AFTER ORDER BY task_id LIMIT L) s */
+void dsp_db_sql_orphan_range(dsp_strbuf *b, uint64_t after_id, unsigned limit);
+/* The orphan condition for the leader of epoch, with the epoch counter's value read just
+ * before (counter), for rows whose last_update_time is before older_than_ms. */
+typedef struct dsp_db_sql_orphan {
+    uint32_t epoch;
+    uint64_t counter;
+    int64_t older_than_ms;
+    const char *in; /* the shard's filter, or NULL */
+} dsp_db_sql_orphan;
+/* Appends the orphans' ids: with ids NULL, a plain read of those with AFTER < task_id <=
+ * HI, at most limit; else a locking read of ids[0..n) still orphans, skipping rows
+ * another transaction holds (FOR UPDATE SKIP LOCKED: an orphan never makes a wait). */
+void dsp_db_sql_orphan_select(dsp_strbuf *b, const dsp_db_sql_orphan *o, uint64_t after_id,
+                              uint64_t hi_id, unsigned limit, const uint64_t *ids, size_t n);
+/* Appends the put-back of the orphans ids[0..n) (locked by the read above), with
+ * recovery's attempts rule (dsp_db_sql_recover_ids). */
+void dsp_db_sql_orphan_recover(dsp_strbuf *b, const dsp_db_sql_orphan *o, int64_t now_ms,
+                               const uint64_t *ids, size_t n);
 /* Parses task_claim.task_ids as read from the table, which is untrusted: decimal ids in
  * 1..2^64-1 of at most 20 digits, separated by single commas, no sign, space or empty
  * item, at most cap of them. Returns 0 with *n ids in ids[], or -1. */
@@ -332,5 +364,9 @@ void dsp_db_sql_task_retry(dsp_strbuf *b, uint64_t task_id, int64_t now_ms, cons
  * claim racing it has the row locked; once it commits the row is PROCESSING and this
  * changes nothing. */
 void dsp_db_sql_task_cancel(dsp_strbuf *b, uint64_t task_id, int64_t now_ms, const char *in);
+/* POST /cancel of a PROCESSING row that the leader of epoch does not hold and that is an
+ * orphan for it (see dsp_db_sql_orphan_range): FAILED, err_msg 'cancelled'. */
+void dsp_db_sql_task_cancel_orphan(dsp_strbuf *b, uint64_t task_id, uint32_t epoch, int64_t now_ms,
+                                   const char *in);
 
 #endif

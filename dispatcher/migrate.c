@@ -5,6 +5,14 @@
  * whole run, so that no taskpushd can lead the table while its schema changes under it,
  * and each migration gets a fresh connection of its own (its session settings and user
  * variables die with it).
+ *
+ * A migration's text is one multi-statement query, and the server runs all of it even
+ * when the client is gone (kill -9 of --migrate): the lock connection's end frees the
+ * leadership lock while the rest of the text still runs. So each migration connection
+ * also holds the migration lock ('taskpush-migrate.<dbname>') from before its text until
+ * the server ends that connection, i.e. after its last statement; a --migrate waits for
+ * that lock to be free before it reads the version, and so never runs a step beside a
+ * killed run's leftover (which made a rerun fail with "Duplicate column name").
  */
 #include "migrate.h"
 
@@ -27,6 +35,29 @@
 #define MIGRATION_LOCK_WAIT_S 60
 
 #define ER_NO_SUCH_TABLE_ 1146u
+
+/* How long --migrate waits for an earlier run's statements to end (a killed --migrate's
+ * ALTER of a large table runs on), in waits of MIGRATION_WAIT_STEP_S. */
+#define MIGRATION_WAIT_MAX_S 3600
+#define MIGRATION_WAIT_STEP_S 10
+
+/* The migration lock's name: 'taskpush-migrate.<dbname>', cut to the 64 bytes MySQL
+ * allows at a UTF-8 boundary (as dsp_db_lock_name cuts). Returns its length, 0 if none. */
+static size_t migration_lock_name(const char *dbname, char *out, size_t cap)
+{
+    size_t n;
+
+    if (cap <= DSP_DB_LOCK_NAME_MAX)
+        return 0;
+    snprintf(out, cap, "taskpush-migrate.%s", dbname);
+    n = strlen(out);
+    if (n > DSP_DB_LOCK_NAME_MAX)
+        n = DSP_DB_LOCK_NAME_MAX;
+    while (n > 0 && ((unsigned char)out[n] & 0xC0) == 0x80)
+        n--; /* not in the middle of a character */
+    out[n] = '\0';
+    return n;
+}
 
 int dsp_schema_version_problem(uint64_t v, char *buf, size_t cap)
 {
@@ -144,16 +175,29 @@ static int run_text(MYSQL *m, const dsp_migration *mig, unsigned *failed)
     return -1;
 }
 
-/* Applies one migration on a connection of its own. Returns 0 or -1 (reported). */
-static int apply(const dsp_db_url *url, const dsp_migration *mig, FILE *err)
+/* Applies one migration on a connection of its own, which holds the migration lock (named
+ * by the quoted mlock) until the server ends it. Returns 0 or -1 (reported). */
+static int apply(const dsp_db_url *url, const dsp_migration *mig, const char *mlock, FILE *err)
 {
-    char sql[64];
+    char sql[64 + 2 * DSP_DB_LOCK_NAME_MAX];
     unsigned failed;
+    uint64_t got = 0;
     int rc = -1;
     MYSQL *m = open_conn(url, true, err);
 
     if (m == NULL)
         return -1;
+    /* A wait: the previous migration's connection may not be ended on the server yet. */
+    snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', %d)", mlock, MIGRATION_WAIT_STEP_S);
+    if (query_u64(m, sql, &got) != 0 || got != 1) {
+        /* Nobody else can take it while this run holds the leadership lock, but a
+         * killed run's leftover can, in theory, still hold it. */
+        fprintf(err, "taskpushd: schema %u -> %u: the migration lock is held by another"
+                     " connection; nothing more was applied. Run --migrate again\n",
+                mig->version - 1, mig->version);
+        mysql_close(m);
+        return -1;
+    }
     snprintf(sql, sizeof sql, "SET SESSION lock_wait_timeout = %d", MIGRATION_LOCK_WAIT_S);
     if (mysql_query(m, sql) != 0) {
         report_sql_error(err, m, "setting lock_wait_timeout");
@@ -167,8 +211,61 @@ static int apply(const dsp_db_url *url, const dsp_migration *mig, FILE *err)
     } else {
         rc = 0;
     }
+    /* Every result was read (or the text stopped at an error): its statements are over.
+     * Were this process killed before, the server would free the lock once the text ends. */
+    snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK('%s')", mlock);
+    (void)query_u64(m, sql, &got);
     mysql_close(m);
     return rc;
+}
+
+/* Waits, on the lock connection, until no connection holds the migration lock (quoted
+ * mlock): a killed --migrate's text may still be running. Returns 0 once free, -1 when it
+ * stays held (reported). */
+static int wait_migration_lock(MYSQL *lk, const char *mlock, FILE *out, FILE *err)
+{
+    char sql[64 + 2 * DSP_DB_LOCK_NAME_MAX];
+    uint64_t got, holder = 0;
+    bool told = false;
+
+    for (int waited = 0;; waited += MIGRATION_WAIT_STEP_S) {
+        snprintf(sql, sizeof sql, "SELECT IS_USED_LOCK('%s')", mlock);
+        if (query_u64(lk, sql, &holder) == 1)
+            return 0; /* NULL: free */
+        if (mysql_errno(lk) != 0) {
+            report_sql_error(err, lk, "reading the migration lock");
+            return -1;
+        }
+        if (waited >= MIGRATION_WAIT_MAX_S) {
+            fprintf(err,
+                    "taskpushd: the statements of an earlier --migrate still run on connection"
+                    " %" PRIu64 " after %d s (SHOW PROCESSLIST shows them); run --migrate again"
+                    " once they ended. Nothing was changed\n",
+                    holder, waited);
+            return -1;
+        }
+        if (!told)
+            fprintf(out,
+                    "waiting for the statements of an earlier --migrate (killed?) still running"
+                    " on connection %" PRIu64 " to end\n",
+                    holder);
+        fflush(out);
+        told = true;
+        /* Waits on the server for the lock, and lets it go at once. */
+        snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', %d)", mlock, MIGRATION_WAIT_STEP_S);
+        if (query_u64(lk, sql, &got) < 0) {
+            report_sql_error(err, lk, "waiting for the migration lock");
+            return -1;
+        }
+        if (got == 1) {
+            snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK('%s')", mlock);
+            if (query_u64(lk, sql, &got) < 0) {
+                report_sql_error(err, lk, "releasing the migration lock");
+                return -1;
+            }
+            return 0;
+        }
+    }
 }
 
 /* Reads schema_version on m: 0 with *v; 1 when the database has no version (a message
@@ -210,6 +307,7 @@ int dsp_migrate_run(const dsp_db_url *url, FILE *out, FILE *err)
 {
     char name[DSP_DB_LOCK_NAME_MAX + 1], quoted[2 * DSP_DB_LOCK_NAME_MAX + 1];
     char sql[3 * DSP_DB_LOCK_NAME_MAX + 64], why[DSP_SCHEMA_PROBLEM_MAX];
+    char mname[DSP_DB_LOCK_NAME_MAX + 32], mquoted[2 * DSP_DB_LOCK_NAME_MAX + 1];
     uint64_t v = 0, got, holder;
     bool locked = false;
     int status = 1, rc;
@@ -246,6 +344,14 @@ int dsp_migrate_run(const dsp_db_url *url, FILE *out, FILE *err)
     }
     locked = true;
 
+    if (migration_lock_name(url->dbname, mname, sizeof mname) == 0) {
+        fprintf(err, "taskpushd: database name '%s' makes no lock name\n", url->dbname);
+        goto done;
+    }
+    mysql_real_escape_string(lk, mquoted, mname, (unsigned long)strlen(mname));
+    if (wait_migration_lock(lk, mquoted, out, err) < 0)
+        goto done;
+
     rc = read_version(lk, url->dbname, &v, err);
     if (rc != 0)
         goto done;
@@ -263,7 +369,7 @@ int dsp_migrate_run(const dsp_db_url *url, FILE *out, FILE *err)
         const dsp_migration *mig = &dsp_migrations[i];
         if (mig->version <= v)
             continue;
-        if (apply(url, mig, err) < 0)
+        if (apply(url, mig, mquoted, err) < 0)
             goto done;
         rc = query_u64(lk, DSP_CLAIM_SQL_SCHEMA_VERSION, &got);
         if (rc < 0) {

@@ -353,6 +353,17 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
             release_task(srv, t);
             continue;
         }
+        if (t->attempts >= t->max_attempts) {
+            /* Written so by someone else (or released after its last delivery): no
+             * attempt is left, and delivering it would count past max_attempts. */
+            char msg[160];
+            int n = snprintf(msg, sizeof msg, "no attempt left: attempts %u of max_attempts %u when claimed",
+                             (unsigned)t->attempts, (unsigned)t->max_attempts);
+            outbox_push(srv, t, DSP_WRITE_FAILED, 0, msg, (size_t)n);
+            srv->task_stats.failed_total++;
+            task_free(srv, t);
+            continue;
+        }
         dsp_dispatch_enqueue(srv, ty, t);
         srv->nbuffered++;
     }
@@ -1069,6 +1080,7 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         .lease_ms = cfg->lease_ms,
         .lease_renew_ms = cfg->lease_renew_ms,
         .adopt_grace_ms = cfg->adopt_grace_ms,
+        .orphan_age_ms = cfg->task_timeout_ms,
         .shard = &cfg->shard_spec,
         .cb = {on_leader, on_leader_lost, on_claim, on_written, on_health, on_requeued, on_fatal,
                dsp_admin_taskop_answer, dsp_conn_on_submitted, dsp_conn_on_outcome},

@@ -208,11 +208,12 @@ static json_t *table_json(const dsp_table_stats *ts, int64_t wall_ms)
                                                "oldest_ready_age_ms", (json_int_t)t->oldest_ready_age_ms));
     }
     int64_t age = ts->valid ? wall_ms - ts->refreshed_wall_ms : -1;
-    return json_pack("{s:b, s:I, s:I, s:o, s:b, s:o, s:I, s:o, s:I}", "valid", ts->valid, "age_ms",
+    return json_pack("{s:b, s:I, s:I, s:o, s:b, s:o, s:I, s:o, s:I, s:I}", "valid", ts->valid, "age_ms",
                      (json_int_t)age, "refresh_us", (json_int_t)ts->duration_us, "by_state", states,
                      "successful_capped", ts->successful_capped, "new_by_priority", prio,
                      "oldest_ready_age_ms", (json_int_t)ts->oldest_ready_age_ms, "types", types,
-                     "retention_deleted_total", (json_int_t)ts->retention_deleted_total);
+                     "retention_deleted_total", (json_int_t)ts->retention_deleted_total,
+                     "orphans_recovered_total", (json_int_t)ts->orphans_recovered_total);
 }
 
 static json_t *paused_json(const dsp_stats_snapshot *snap)
@@ -402,6 +403,8 @@ static void metrics_table(struct evbuffer *out, const dsp_table_stats *ts, int64
           ts->valid ? 1 : 0);
     counter(out, "table_retention_deleted_total", "finished rows deleted by retention",
             ts->retention_deleted_total);
+    counter(out, "table_orphans_recovered_total",
+            "PROCESSING rows no dispatcher could hold, put back to NEW", ts->orphans_recovered_total);
     if (!ts->valid)
         return;
     gauge(out, "table_stats_age_seconds", "age of the table-side figures",

@@ -1,6 +1,6 @@
 -- taskpush schema. This is the one file a user runs on a new database:
 --     mariadb DBNAME < sql/schema.sql
--- It creates the current version (schema_version 5) directly. On an existing database it
+-- It creates the current version (schema_version 6) directly. On an existing database it
 -- changes nothing (see "Safe to run twice"), so it never upgrades one: that is what the
 -- migrations do. To upgrade, stop every taskpushd on the database, then run
 --     taskpushd --db URL --migrate
@@ -46,8 +46,8 @@ CREATE TABLE IF NOT EXISTS task (
     -- Milliseconds since 1970-01-01 UTC.
     insert_time      BIGINT NOT NULL DEFAULT (UNIX_TIMESTAMP(NOW(3)) * 1000),
     last_update_time BIGINT NOT NULL DEFAULT (UNIX_TIMESTAMP(NOW(3)) * 1000),
-    -- Deliveries to a worker so far; the task becomes FAILED when a failed attempt
-    -- reaches max_attempts.
+    -- Deliveries to a worker so far, 0 to 1000; the task becomes FAILED when a failed
+    -- attempt reaches max_attempts (or when it is claimed with none left).
     attempts         INT NOT NULL DEFAULT 0,
     max_attempts     INT NOT NULL DEFAULT 3,
     -- Not dispatched before this time (ms since the epoch).
@@ -94,7 +94,10 @@ CREATE TABLE IF NOT EXISTS task (
     CONSTRAINT max_attempts_range CHECK (max_attempts BETWEEN 1 AND 1000),
     CONSTRAINT timeout_ms_positive CHECK (timeout_ms IS NULL OR timeout_ms > 0),
     CONSTRAINT run_after_min CHECK (run_after >= 0),
-    CONSTRAINT task_type_not_empty CHECK (task_type <> '')
+    CONSTRAINT task_type_not_empty CHECK (task_type <> ''),
+    -- Version 6 (sql/migrations/006-attempts-max.sql): no count the dispatcher writes is
+    -- larger (it delivers only while attempts < max_attempts <= 1000).
+    CONSTRAINT attempts_max CHECK (attempts <= 1000)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_unicode_ci;
 
 -- Named counters of the dispatcher.
@@ -118,7 +121,7 @@ CREATE TABLE IF NOT EXISTS taskpush_meta (
     PRIMARY KEY (name)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
-INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 5), ('epoch', 0), ('lease', 0);
+INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 6), ('epoch', 0), ('lease', 0);
 
 -- Periodic tasks (version 4, sql/migrations/004-task-schedule.sql): one row per
 -- schedule; the leading taskpushd inserts its due runs into task (docs/schema.md).

@@ -306,7 +306,7 @@ static void assert_v2_checks(tp_testdb *db)
     assert_int_equal(tp_testdb_exec(db, "START TRANSACTION"), 0);
     assert_int_equal(tp_testdb_exec(db, "INSERT INTO task (max_attempts, timeout_ms, attempts,"
                                         " run_after, task_type) VALUES (1000, 1, 0, 0, 'x'),"
-                                        " (1, 2147483647, 2147483647, 0, 'y')"),
+                                        " (1, 2147483647, 1000, 0, 'y')"),
                      2);
     assert_int_equal(tp_testdb_exec(db, "ROLLBACK"), 0);
 }
@@ -516,7 +516,7 @@ static void test_old_schema_refused(void **state)
     before = fingerprint(db, "1");
 
     assert_int_equal(serve(db, out), 1);
-    assert_non_null(strstr(out, "schema version 1 is older than this taskpushd (5)"));
+    assert_non_null(strstr(out, "schema version 1 is older than this taskpushd (6)"));
     assert_non_null(strstr(out, "taskpushd --db ... --migrate"));
     /* It never led: no epoch taken, the PROCESSING row not recovered. */
     assert_int_equal(tp_testdb_query_u64(db, "SELECT value FROM taskpush_meta WHERE name = 'epoch'"),
@@ -537,10 +537,10 @@ static void test_newer_schema_refused(void **state)
                                         " 'schema_version'"),
                      1);
     assert_int_equal(serve(db, out), 1);
-    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (5):"
+    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (6):"
                                 " upgrade taskpushd"));
     assert_int_equal(migrate(db, out), 1);
-    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (5)"));
+    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (6)"));
     assert_int_equal(version(db), 99);
 }
 
@@ -666,6 +666,176 @@ static void test_migrate_without_schema_and_bad_flags(void **state)
     assert_non_null(strstr(out, "cannot connect to database nodb"));
 }
 
+/* Replaces the fresh schema with version 5: without the attempts_max of version 6. */
+static void make_v5(tp_testdb *db)
+{
+    assert_int_equal(tp_testdb_exec(db, "ALTER TABLE task DROP CONSTRAINT IF EXISTS attempts_max"), 0);
+    assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 5 WHERE name = 'schema_version'"), 1);
+}
+
+/* A version 5 database with attempts out of version 6's range (2147483647 NEW, 5000
+ * FAILED, 1001 PROCESSING) is upgraded: those are clamped to 1000, every other row is
+ * unchanged, the migration never fails on them, the new check holds (1001 refused, 1000
+ * accepted), and a second run is a no-op. */
+static void test_migrate_v5_attempts(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    char out[OUT_MAX];
+    uint64_t huge, big, proc, before, after;
+    MYSQL_RES *res;
+
+    assert_int_equal(tp_testdb_create("migrate_v5_att", db), 0);
+    make_v5(db);
+    for (int i = 0; i < 20; i++)
+        ins(db, "task_type, attempts, max_attempts", i % 2 ? "'a', 1000, 1000" : "'a', 2, 3");
+    huge = ins(db, "task_type, attempts, max_attempts", "'a', 2147483647, 3");
+    big = ins(db, "task_type, task_state, attempts, err_msg", "'a', 3, 5000, 'e'");
+    proc = ins(db, "task_type, task_state, attempts, epoch", "'a', 1, 1001, 4");
+    before = fingerprint(db, "attempts <= 1000");
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "schema 5 -> 6"));
+    assert_int_equal(version(db), 6);
+    ASSERT_ROW(db, huge, "attempts = 1000 AND task_state = 0 AND max_attempts = 3");
+    ASSERT_ROW(db, big, "attempts = 1000 AND task_state = 3 AND err_msg = 'e'");
+    ASSERT_ROW(db, proc, "attempts = 1000 AND task_state = 1 AND epoch = 4");
+    assert_int_equal(fingerprint(db, "task_id NOT IN (SELECT task_id FROM task WHERE attempts = 1000"
+                                     " AND max_attempts <> 1000)"),
+                     before);
+    /* The check: 1001 refused (INSERT IGNORE too), 1000 accepted. */
+    assert_int_equal(insert_checked(db->conn, "INSERT IGNORE INTO task (attempts) VALUES (1001)"), 0);
+    assert_int_not_equal(mysql_query(db->conn, "UPDATE task SET attempts = attempts + 1 WHERE attempts = 1000 LIMIT 1"), 0);
+    assert_check_error(mysql_errno(db->conn));
+    assert_int_equal(insert_checked(db->conn, "INSERT INTO task (attempts, max_attempts) VALUES (1000, 1000)"), 1);
+    after = fingerprint(db, "1");
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "nothing to do"));
+    /* By hand, twice more: the same. */
+    char path[1024];
+    const char *root = getenv("TASKPUSH_SOURCE_ROOT");
+    snprintf(path, sizeof path, "%s/sql/migrations/006-attempts-max.sql", root ? root : ".");
+    assert_int_equal(tp_testdb_load_file(db->conn, path), 0);
+    assert_int_equal(version(db), 6);
+    assert_int_equal(fingerprint(db, "1"), after);
+    assert_int_equal(mysql_query(db->conn, "SELECT COUNT(*) FROM information_schema.CHECK_CONSTRAINTS"
+                                           " WHERE CONSTRAINT_SCHEMA = DATABASE() AND CONSTRAINT_NAME ="
+                                           " 'attempts_max'"),
+                     0);
+    res = mysql_store_result(db->conn);
+    assert_non_null(res);
+    assert_string_equal(mysql_fetch_row(res)[0], "1");
+    mysql_free_result(res);
+}
+
+/* Builds version 4 from version 1 with the migrations 002 to 004 run by hand. */
+static void make_v4(tp_testdb *db)
+{
+    static const char *const files[] = {"002-row-value-checks.sql", "003-leadership-lease.sql",
+                                        "004-task-schedule.sql"};
+    const char *root = getenv("TASKPUSH_SOURCE_ROOT");
+    char path[1024];
+
+    make_v1(db);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/sql/migrations/%s", root ? root : ".", files[i]);
+        assert_int_equal(tp_testdb_load_file(db->conn, path), 0);
+    }
+    assert_int_equal(version(db), 4);
+}
+
+/* A fingerprint of many rows (fingerprint's text would pass max_allowed_packet): the sum
+ * of each row's CRC32 over every column, with the count. */
+static uint64_t big_fingerprint(tp_testdb *db)
+{
+    uint64_t v = tp_testdb_query_u64(
+        db, "SELECT COUNT(*) * 4294967296 + SUM(CRC32(CONCAT_WS(',', task_id, HEX(task_type), task_state,"
+            " task_priority, IFNULL(HEX(payload), '-'), insert_time, last_update_time, attempts,"
+            " max_attempts, run_after, IFNULL(timeout_ms, '-'), IFNULL(HEX(dedup_key), '-'),"
+            " IFNULL(HEX(err_msg), '-'), IFNULL(HEX(result), '-'), epoch, `delayed`))) FROM task");
+    assert_true(v != TP_TESTDB_U64_ERR);
+    return v;
+}
+
+/* The id of a connection of db running an ALTER TABLE of task, 0 when none. */
+static uint64_t alter_running(tp_testdb *db)
+{
+    uint64_t id = tp_testdb_query_u64(db, "SELECT IFNULL(MAX(ID), 0) FROM information_schema.PROCESSLIST"
+                                          " WHERE DB = DATABASE() AND INFO LIKE 'ALTER TABLE task%%'");
+    assert_true(id != TP_TESTDB_U64_ERR);
+    return id;
+}
+
+/* kill -9 of --migrate while the server runs its ALTER: the server goes on with the rest
+ * of that migration's text. A --migrate run at once after it waits for those statements
+ * (it says so), then upgrades what is left; the schema ends current, every row intact. */
+static void test_migrate_killed_then_rerun(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    char out[OUT_MAX], path[256];
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    uint64_t rows, before, killed_conn;
+    long long end;
+    int status;
+    pid_t pid;
+
+    assert_int_equal(tp_testdb_create("migrate_killed", db), 0);
+    make_v4(db);
+    /* Enough rows that rebuilding claim_idx (migration 5) takes a while. */
+    assert_int_equal(tp_testdb_exec(db, "INSERT INTO task (task_type, task_state, task_priority, payload,"
+                                        " epoch) SELECT CONCAT('t', seq %% 7), seq %% 4, seq %% 3,"
+                                        " REPEAT('p', seq %% 50), IF(seq %% 4 = 1, 3, 0) FROM seq_1_to_4000"),
+                     4000);
+    for (int i = 0; i < 7; i++)
+        assert_true(tp_testdb_exec(db, "INSERT INTO task (task_type, task_state, task_priority, payload,"
+                                       " epoch) SELECT task_type, task_state, task_priority, payload, epoch"
+                                       " FROM task") > 0);
+    rows = tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task");
+    assert_int_equal(rows, 4000u << 7);
+    before = big_fingerprint(db);
+
+    snprintf(path, sizeof path, "%s/test-migrate-killed-%d.out", tmp, (int)getpid());
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execl(tp_build_path("dispatcher/taskpushd"), "taskpushd", "--db", db->url, "--migrate",
+              (char *)NULL);
+        _exit(127);
+    }
+    for (end = tp_mono_ms() + RUN_LIMIT_MS; (killed_conn = alter_running(db)) == 0; tp_sleep_ms(2)) {
+        if (waitpid(pid, &status, WNOHANG) == pid || tp_mono_ms() > end) {
+            kill(pid, SIGKILL);
+            unlink(path);
+            fail_msg("the migration's ALTER TABLE was never seen running");
+        }
+    }
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    unlink(path);
+    bool still = alter_running(db) == killed_conn;
+    printf("# killed --migrate during its ALTER (connection %" PRIu64 "); still running after the"
+           " kill: %s\n",
+           killed_conn, still ? "yes" : "no");
+
+    assert_int_equal(migrate(db, out), 0);
+    if (still)
+        assert_non_null(strstr(out, "waiting for the statements of an earlier --migrate"));
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task"), rows);
+    assert_int_equal(big_fingerprint(db), before);
+    /* Every row of migration 5's list is there: one per PROCESSING row. */
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task_claim"),
+                     tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE task_state = 1"));
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "nothing to do"));
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, fx_setup, fx_teardown)
@@ -678,6 +848,8 @@ int main(void)
         T(test_migrated_equals_fresh),
         T(test_migrate_refuses_while_led),
         T(test_migrate_without_schema_and_bad_flags),
+        T(test_migrate_v5_attempts),
+        T(test_migrate_killed_then_rerun),
     };
 #undef T
     return cmocka_run_group_tests_name("migrate", tests, NULL, NULL);

@@ -19,6 +19,17 @@
  *   cancel_running    the worker's handler sees the cancel (tp_task_cancelled); the row is
  *                     FAILED "cancelled" and stays so; the slot comes back
  *   cancel_finished   SUCCESSFUL -> 409; taskpushctl exits 1
+ *   orphan_runs       rows written PROCESSING by SQL (epoch 0, and an epoch no dispatcher
+ *                     was given) run and end SUCCESSFUL with --task-timeout-ms 3000;
+ *                     table.orphans_recovered_total counts them; a row a live worker holds
+ *                     past that age is never touched (it runs once, attempts 1)
+ *   attempts_none_left rows claimed with no attempt left (attempts 2147483647 of 3, with
+ *                     the table's attempts_max dropped as an older table had it; 50 of 1)
+ *                     end FAILED "no attempt left: ..." without running; the 26 others of
+ *                     their claim run and are written in batches (none one by one)
+ *   orphan_cancel     such a row is cancelled at once (FAILED "cancelled", "unheld"), long
+ *                     before the scan would find it; a PROCESSING row of the leader's
+ *                     own epoch that it does not hold still answers 409
  *   pause_unknown     pause/resume of a type nobody registered: 404, with force 200; a type
  *                     a worker registers, registered (gone since) or the table has rows of:
  *                     200; taskpushctl --force
@@ -643,6 +654,123 @@ static void cancel_finished(void **state)
     fx->passed = true;
 }
 
+/* ---- rows with no attempt left ---- */
+
+static void attempts_none_left(void **state)
+{
+    struct fx *fx = *state;
+    fx_start(fx, "taskops_attempts", NULL);
+    /* As a table of schema version 5 or older (no upper bound on attempts). */
+    assert_int_equal(tp_testdb_exec(&fx->db, "ALTER TABLE task DROP CONSTRAINT IF EXISTS attempts_max"), 0);
+    assert_int_equal(tp_rows_insert(&fx->db, "x", 13, false), 0);
+    uint64_t huge = insert_row(fx, "task_type, attempts, max_attempts", "'x', 2147483647, 3");
+    uint64_t fifty = insert_row(fx, "task_type, attempts, max_attempts", "'x', 50, 1");
+    assert_int_equal(tp_rows_insert(&fx->db, "x", 13, false), 0);
+    struct wk *k = wk_start(fx, "att-w", 32, "x", false, false);
+    wait_row(fx, huge, 3, NULL);
+    wait_row(fx, fifty, 3, NULL);
+    assert_int_equal(row_u64(fx, "err_msg LIKE 'no attempt left: attempts % of max_attempts 3 when claimed'", huge), 1);
+    assert_int_equal(row_u64(fx, "err_msg = 'no attempt left: attempts 50 of max_attempts 1 when claimed'", fifty), 1);
+    assert_int_equal(row_u64(fx, "attempts", fifty), 50);
+    long long end = tp_mono_ms() + WAIT_MS;
+    while (tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state = 2 AND attempts = 1") != 26) {
+        if (tp_mono_ms() > end)
+            fail_msg("the 26 other tasks never all ended SUCCESSFUL");
+        tp_sleep_ms(POLL_MS);
+    }
+    assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state IN (0, 1)"), 0);
+    assert_int_equal(atomic_load(&k->started), 26);
+    assert_int_equal(tp_daemon_log_count(&fx->d, "one by one"), 0);
+    assert_int_equal(tp_daemon_log_count(&fx->d, "cannot be written"), 0);
+    fx->passed = true;
+}
+
+/* ---- PROCESSING rows no dispatcher holds (orphans) ---- */
+
+static void wait_stat_at_least(struct fx *fx, const char *key, long long want)
+{
+    long long end = tp_mono_ms() + WAIT_MS;
+    while (tp_daemon_stat(&fx->d, key) < want) {
+        if (tp_mono_ms() > end)
+            fail_msg("%s never reached %lld: %lld", key, want, tp_daemon_stat(&fx->d, key));
+        tp_sleep_ms(POLL_MS);
+    }
+}
+
+static void orphan_runs(void **state)
+{
+    struct fx *fx = *state;
+    static const char *const extra[] = {"--task-timeout-ms", "3000", NULL};
+    fx_start(fx, "taskops_orphan_runs", extra);
+    struct wk *held = wk_start(fx, "held-w", 1, "h", true, false);
+    struct wk *ow = wk_start(fx, "orphan-w", 2, "o", false, false);
+    /* A task a worker holds far longer than --task-timeout-ms (its own timeout_ms). */
+    uint64_t h = insert_row(fx, "task_type, timeout_ms", "'h', 600000");
+    long long end = tp_mono_ms() + WAIT_MS;
+    while (tp_gate_waiting(&fx->gate) < 1 || row_u64(fx, "attempts", h) != 1) {
+        if (tp_mono_ms() > end)
+            fail_msg("the held task never started (or its delivery was never recorded)");
+        tp_sleep_ms(POLL_MS);
+    }
+    /* Its row changed last before these are inserted: a scan that finds them old
+     * enough found it old enough too. */
+    long long t0 = tp_mono_ms();
+    uint64_t a = insert_row(fx, "task_type, task_state", "'o', 1");
+    uint64_t b = insert_row(fx, "task_type, task_state, epoch", "'o', 1, 4000000000");
+    char *body = NULL;
+    wait_row(fx, a, 2, NULL);
+    wait_row(fx, b, 2, NULL);
+    printf("# the orphans ran within %lld ms of their INSERT (--task-timeout-ms 3000)\n", tp_mono_ms() - t0);
+    assert_int_equal(row_u64(fx, "attempts", a), 1);
+    assert_int_equal(row_u64(fx, "attempts", b), 1);
+    wait_stat_at_least(fx, "table.orphans_recovered_total", 2);
+    assert_int_equal(tp_daemon_stat(&fx->d, "table.orphans_recovered_total"), 2);
+    assert_int_equal(tp_http_request(fx->d.admin, "GET", "/metrics", &body), 200);
+    assert_non_null(strstr(body, "taskpush_table_orphans_recovered_total 2"));
+    free(body);
+    assert_true(tp_daemon_log_count(&fx->d, "no dispatcher held") >= 1);
+    /* The held task was left alone: still PROCESSING under the leader's epoch, running
+     * once; it ends SUCCESSFUL on its first attempt. */
+    assert_int_equal(row_u64(fx, "task_state", h), 1);
+    assert_int_equal(row_u64(fx, "epoch", h), (uint64_t)tp_daemon_stat(&fx->d, "epoch"));
+    assert_int_equal(atomic_load(&held->started), 1);
+    tp_gate_set(&fx->gate, true);
+    wait_row(fx, h, 2, NULL);
+    assert_int_equal(row_u64(fx, "attempts", h), 1);
+    assert_int_equal(atomic_load(&held->started), 1);
+    assert_int_equal(atomic_load(&ow->done), 2);
+    fx->passed = true;
+}
+
+static void orphan_cancel(void **state)
+{
+    struct fx *fx = *state;
+    /* The default --task-timeout-ms (60 s): the scan would not find these for a minute. */
+    fx_start(fx, "taskops_orphan_cancel", NULL);
+    uint64_t a = insert_row(fx, "task_type, task_state", "'c', 1");
+    uint64_t b = insert_row(fx, "task_type, task_state", "'c', 1");
+    long long epoch = tp_daemon_stat(&fx->d, "epoch");
+    assert_true(epoch > 0);
+    char vals[64];
+    snprintf(vals, sizeof vals, "'c', 1, %lld", epoch);
+    uint64_t mine = insert_row(fx, "task_type, task_state, epoch", vals);
+    json_t *o;
+    assert_int_equal(http_json(fx, "POST", &o, "/cancel?id=%llu", (unsigned long long)a), 200);
+    assert_string_equal(jstr(o, "cancelled"), "unheld");
+    json_decref(o);
+    assert_int_equal(row_u64(fx, "task_state = 3 AND err_msg = 'cancelled'", a), 1);
+    char out[4096];
+    assert_int_equal(ctl(fx, out, sizeof out, "cancel %llu", (unsigned long long)b), 0);
+    assert_non_null(strstr(out, "held by no dispatcher"));
+    assert_int_equal(row_u64(fx, "task_state = 3 AND err_msg = 'cancelled' AND `delayed` = 0", b), 1);
+    assert_int_equal(ctl(fx, NULL, 0, "cancel %llu", (unsigned long long)b), 1);
+    /* Its own epoch: maybe a claim on its way to the loop; left alone. */
+    assert_int_equal(http_json(fx, "POST", NULL, "/cancel?id=%llu", (unsigned long long)mine), 409);
+    assert_int_equal(row_u64(fx, "task_state", mine), 1);
+    assert_int_equal(tp_daemon_stat(&fx->d, "table.orphans_recovered_total"), 0);
+    fx->passed = true;
+}
+
 /* ---- pause and resume of unknown types ---- */
 
 static void pause_unknown(void **state)
@@ -746,6 +874,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(cancel_buffered, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(cancel_running, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(cancel_finished, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(attempts_none_left, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(orphan_runs, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(orphan_cancel, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(pause_unknown, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(post_protections, fx_setup, fx_teardown),
     };

@@ -695,6 +695,42 @@ static void task_requests(void **state)
     assert_string_equal(b.p, "UPDATE task SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
                              " last_update_time = 1000 WHERE task_id = 7 AND task_state = 0");
     dsp_strbuf_reset(&b);
+    {
+        /* attempts written never passes the schema's CHECK (attempts_max). */
+        const dsp_db_sql_row r = {.task_id = 5, .attempts = 2147483648u};
+        dsp_db_sql_write(&b, DSP_WRITE_DELIVERED, 3, 1000, &r, 1);
+        assert_non_null(strstr(b.p, "attempts = 1000"));
+        assert_null(strstr(b.p, "2147483648"));
+        dsp_strbuf_reset(&b);
+    }
+    /* Orphans: an epoch older than the leader's or above the counter; never its own. */
+    dsp_db_sql_task_cancel_orphan(&b, 7, 9, 1000, NULL);
+    assert_string_equal(b.p, "UPDATE task SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
+                             " last_update_time = 1000 WHERE task_id = 7 AND task_state = 1 AND (epoch < 9"
+                             " OR epoch > (SELECT value FROM taskpush_meta WHERE name = 'epoch'))");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_orphan_range(&b, 10, 5000);
+    assert_string_equal(b.p, "SELECT COUNT(*), MAX(task_id) FROM (SELECT task_id FROM task FORCE INDEX"
+                             " (PRIMARY) WHERE task_id > 10 ORDER BY task_id LIMIT 5000) s");
+    dsp_strbuf_reset(&b);
+    {
+        const dsp_db_sql_orphan o = {.epoch = 9, .counter = 12, .older_than_ms = 500, .in = NULL};
+        const uint64_t oids[2] = {11, 13};
+        dsp_db_sql_orphan_select(&b, &o, 10, 20, 5000, NULL, 0);
+        assert_string_equal(b.p, "SELECT task_id FROM task FORCE INDEX (PRIMARY) WHERE task_id > 10 AND"
+                                 " task_id <= 20 AND task_state = 1 AND (epoch < 9 OR epoch > 12) AND"
+                                 " last_update_time < 500 LIMIT 5000");
+        dsp_strbuf_reset(&b);
+        dsp_db_sql_orphan_select(&b, &o, 0, 0, 0, oids, 2);
+        assert_string_equal(b.p, "SELECT task_id FROM task FORCE INDEX (PRIMARY) WHERE task_id IN (11, 13)"
+                                 " AND task_state = 1 AND (epoch < 9 OR epoch > 12) AND last_update_time < 500"
+                                 " FOR UPDATE SKIP LOCKED");
+        dsp_strbuf_reset(&b);
+        dsp_db_sql_orphan_recover(&b, &o, 1000, oids, 2);
+        assert_non_null(strstr(b.p, " WHERE task_id IN (11, 13) AND task_state = 1 AND (epoch < 9 OR epoch > 12)"
+                                    " AND last_update_time < 500"));
+        dsp_strbuf_reset(&b);
+    }
     dsp_db_sql_failed_next_type(&b, 0, NULL, 0, NULL);
     assert_string_equal(b.p, "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx)"
                              " WHERE claim_lane = 3 AND `delayed` = 0");
