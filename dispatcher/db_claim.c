@@ -390,32 +390,12 @@ static int check_schema(struct claim_ctx *x)
     if (commit(&x->c) < 0)
         return -1;
     x->next_schema = mono_ms() + SCHEMA_RETRY_MS;
-    if (!x->shape_ok) {
-        char text[640];
-        int f = foreign_table(x, rc == 0 && !isnull, text, sizeof text);
-        if (f < 0 || commit(&x->c) < 0)
-            return -1;
-        if (f == 1) {
-            foreign_fatal(x, text);
-            return 0;
-        }
-        x->shape_ok = f == 2;
-    }
-    x->schema_missing = rc != 0 || isnull;
-    claim_health(x);
-    if (rc != 0 || isnull) {
-        if (!x->schema_logged)
-            log_warn(db->log,
-                     "database %s has no taskpush schema (taskpush_meta.schema_version);"
-                     " load sql/schema.sql. Retrying every %d s",
-                     db->opts.url->dbname, SCHEMA_RETRY_MS / 1000);
-        x->schema_logged = true;
-        return 0;
-    }
-    x->schema_logged = false;
-    /* Older (taskpushd --migrate upgrades it) or newer: fatal, a retry cannot mend it. */
+    bool have_version = rc == 0 && !isnull;
+    /* A version row makes the table taskpush's: older (taskpushd --migrate upgrades it)
+     * or newer is fatal with its own message, before any look at the table's shape, which
+     * an older version's table does not have yet. A retry cannot mend either. */
     char text[DSP_SCHEMA_PROBLEM_MAX];
-    if (dsp_schema_version_problem(v, text, sizeof text) != 0) {
+    if (have_version && dsp_schema_version_problem(v, text, sizeof text) != 0) {
         struct msg *m = dsp_dbi_msg_new(MSG_FATAL);
         log_error(db->log, "database %s: %s", db->opts.url->dbname, text);
         if (m) {
@@ -425,6 +405,29 @@ static int check_schema(struct claim_ctx *x)
         x->fatal = true;
         return 0;
     }
+    if (!x->shape_ok) {
+        char shape[640];
+        int f = foreign_table(x, have_version, shape, sizeof shape);
+        if (f < 0 || commit(&x->c) < 0)
+            return -1;
+        if (f == 1) {
+            foreign_fatal(x, shape);
+            return 0;
+        }
+        x->shape_ok = f == 2;
+    }
+    x->schema_missing = !have_version;
+    claim_health(x);
+    if (!have_version) {
+        if (!x->schema_logged)
+            log_warn(db->log,
+                     "database %s has no taskpush schema (taskpush_meta.schema_version);"
+                     " load sql/schema.sql. Retrying every %d s",
+                     db->opts.url->dbname, SCHEMA_RETRY_MS / 1000);
+        x->schema_logged = true;
+        return 0;
+    }
+    x->schema_logged = false;
     return 1;
 }
 
