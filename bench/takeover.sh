@@ -148,7 +148,10 @@ steps() {
     /took the table.s lease from holder/ { t = ms($1); k = -1; l = -1; match($0, /expired -?[0-9]+ ms/); late = substr($0, RSTART + 8, RLENGTH - 11) }
     /killed the old leader/ { if (t) k = ms($1) - t }
     /leading the table with epoch/ { if (t) l = ms($1) - t }
-    END { if (t) printf "took the lease %s ms after it expired, KILLs +%d, leading +%d", late, k, l; else printf "?" }
+    END { if (!t) { printf "?"; exit }
+          printf "took the lease %s ms after it expired, ", late
+          if (k < 0) printf "no old connection to KILL"; else printf "KILLs +%d", k
+          printf ", leading +%d", l }
   ' "$tmp/taskpushd-$1.log"
 }
 
