@@ -507,6 +507,20 @@ static void put_in(dsp_strbuf *b, const char *in)
         dsp_strbuf_puts(b, in);
 }
 
+/* The SET of a recovery: a row back to NEW, or FAILED when its last allowed delivery
+ * was made (recovery of an older epoch's listed rows, and of orphans, alike). */
+static void put_recover_set(dsp_strbuf *b, int64_t now_ms)
+{
+    dsp_strbuf_printf(b,
+                      "UPDATE task FORCE INDEX (PRIMARY) SET"
+                      " task_state = IF(attempts >= max_attempts, 3, 0),"
+                      " `delayed` = 0,"
+                      " err_msg = IF(attempts >= max_attempts,"
+                      " 'the dispatcher stopped during the last attempt', err_msg),"
+                      " last_update_time = %" PRId64,
+                      now_ms);
+}
+
 void dsp_db_sql_recover_ids(dsp_strbuf *b, uint32_t row_epoch, int64_t now_ms,
                             const uint64_t *ids, size_t n, const char *in)
 {
@@ -516,14 +530,7 @@ void dsp_db_sql_recover_ids(dsp_strbuf *b, uint32_t row_epoch, int64_t now_ms,
      * a claim that was never delivered. A row whose last allowed delivery was made and
      * whose outcome died with the dispatcher ends FAILED, as it would have had its
      * worker been lost. */
-    dsp_strbuf_printf(b,
-                      "UPDATE task FORCE INDEX (PRIMARY) SET"
-                      " task_state = IF(attempts >= max_attempts, 3, 0),"
-                      " `delayed` = 0,"
-                      " err_msg = IF(attempts >= max_attempts,"
-                      " 'the dispatcher stopped during the last attempt', err_msg),"
-                      " last_update_time = %" PRId64,
-                      now_ms);
+    put_recover_set(b, now_ms);
     put_id_list(b, ids, NULL, n);
     dsp_strbuf_printf(b, " AND task_state = 1 AND epoch = %" PRIu32, row_epoch);
     put_in(b, in);
@@ -575,14 +582,7 @@ void dsp_db_sql_orphan_select(dsp_strbuf *b, const dsp_db_sql_orphan *o, uint64_
 void dsp_db_sql_orphan_recover(dsp_strbuf *b, const dsp_db_sql_orphan *o, int64_t now_ms,
                                const uint64_t *ids, size_t n)
 {
-    dsp_strbuf_printf(b,
-                      "UPDATE task FORCE INDEX (PRIMARY) SET"
-                      " task_state = IF(attempts >= max_attempts, 3, 0),"
-                      " `delayed` = 0,"
-                      " err_msg = IF(attempts >= max_attempts,"
-                      " 'the dispatcher stopped during the last attempt', err_msg),"
-                      " last_update_time = %" PRId64,
-                      now_ms);
+    put_recover_set(b, now_ms);
     put_id_list(b, ids, NULL, n);
     put_orphan(b, o);
 }
