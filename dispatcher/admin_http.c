@@ -5,7 +5,7 @@
 
 #include "conn.h"
 #include "dashboard.h"
-#include "db_sql.h"
+#include "utf8.h"
 #include "server.h"
 #include "stats.h"
 #include "tls.h"
@@ -106,7 +106,7 @@ static void stats_cb(struct evhttp_request *req, void *arg)
 
 static json_t *json_text(const char *s)
 {
-    char *clean = dsp_stats_utf8_copy(s);
+    char *clean = dsp_utf8_copy(s);
     json_t *j = clean ? json_string(clean) : NULL;
     free(clean);
     return j;
@@ -392,8 +392,8 @@ static void schedules_cb(struct evhttp_request *req, void *arg)
     json_t *a = json_array();
     for (size_t i = 0; i < l->n; i++) {
         const dsp_schedule_row *r = &l->rows[i];
-        char *name = dsp_stats_utf8_copy(r->name), *type = dsp_stats_utf8_copy(r->type),
-             *cron = dsp_stats_utf8_copy(r->cron);
+        char *name = dsp_utf8_copy(r->name), *type = dsp_utf8_copy(r->type),
+             *cron = dsp_utf8_copy(r->cron);
         json_t *o = json_pack("{s:s?, s:s?, s:i, s:o, s:o, s:s, s:I, s:I, s:o}", "name", name, "type", type,
                               "priority", (int)r->priority,
                               "interval_ms", r->interval_ms > 0 ? json_integer(r->interval_ms) : json_null(),

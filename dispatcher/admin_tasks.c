@@ -7,7 +7,7 @@
 #include "admin_http.h"
 
 #include "conn.h"
-#include "db_sql.h"
+#include "utf8.h"
 #include "server.h"
 
 #include <event2/http.h>
@@ -172,7 +172,7 @@ static bool cancel_held(dsp_server *srv, struct evhttp_request *req, uint64_t id
     char worker[256] = "";
     if (t->holder)
         snprintf(worker, sizeof worker, "%s", t->holder->name ? t->holder->name : "");
-    char *clean = worker[0] ? dsp_stats_utf8_copy(worker) : NULL;
+    char *clean = worker[0] ? dsp_utf8_copy(worker) : NULL;
     const char *was = dsp_server_cancel_held(srv, t);
     answer_cancelled(req, id, was, clean);
     free(clean);
@@ -201,7 +201,7 @@ static json_t *held_json(dsp_server *srv, uint64_t id)
         return json_null();
     if (!t->holder)
         return json_pack("{s:s}", "state", "buffered");
-    char *name = dsp_stats_utf8_copy(t->holder->name ? t->holder->name : "");
+    char *name = dsp_utf8_copy(t->holder->name ? t->holder->name : "");
     int64_t since = dsp_wall_ms() - (dsp_now_us() - t->delivered_us) / 1000;
     json_t *o = json_pack("{s:s, s:s?, s:s, s:I, s:I}", "state", "running", "worker", name, "addr",
                           t->holder->addr, "since_ms", (json_int_t)since, "attempt", (json_int_t)t->attempts);

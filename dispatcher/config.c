@@ -1,6 +1,6 @@
 #include "config.h"
 
-#include "db_sql.h"
+#include "utf8.h"
 #include "log.h"
 #include "proto.h"
 #include "tls.h"

@@ -8,19 +8,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "db.h" /* dsp_db_url */
 #include "shard.h"
 
 enum dsp_sched_policy { DSP_SCHED_ROUND_ROBIN = 0, DSP_SCHED_LEAST_LOADED = 1 };
-
-/* A parsed mysql:// URL. Strings are owned by the struct (dsp_db_url_clear). */
-typedef struct dsp_db_url {
-    char *user;
-    char *password; /* NULL when none */
-    char *host;
-    unsigned port;  /* 0: none given */
-    char *socket;   /* NULL unless ?socket= and no port */
-    char *dbname;
-} dsp_db_url;
 
 /* A per-type limit (--type-limit T:concurrency=N,rate=R): at most N deliveries of type
  * T running at once, at most R started per second; 0 is no limit (dispatch.c). */

@@ -1,6 +1,6 @@
 #include "conn.h"
 
-#include "db_sql.h"
+#include "utf8.h"
 #include "frame_reader.h"
 #include "proto.h"
 #include "tls.h"

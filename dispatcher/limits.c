@@ -2,7 +2,7 @@
  * table by type name, filled from --type-limit and changed by POST /limit, and handed to
  * each type when it is interned, since a type is freed and made again as workers come
  * and go. The enforcement itself is dispatch.c's. Runs on the loop thread. */
-#include "db_sql.h"
+#include "utf8.h"
 #include "proto.h"
 #include "server.h"
 

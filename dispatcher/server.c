@@ -2,7 +2,7 @@
 
 #include "admin_http.h"
 #include "conn.h"
-#include "db_sql.h"
+#include "utf8.h"
 #include "notify.h"
 #include "proto.h"
 #include "tls.h"
@@ -44,30 +44,6 @@
 
 /* --max-failed-handshakes is enforced per window of this length (a tenth of it each). */
 #define FAILED_HANDSHAKE_WINDOW_MS 100
-
-int64_t dsp_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-int64_t dsp_now_ms(void)
-{
-    return dsp_now_us() / 1000;
-}
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t dsp_wall_ms(void)
-{
-    return wall_ms();
-}
 
 void dsp_server_kick(dsp_server *srv)
 {
@@ -276,7 +252,7 @@ void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t out
             srv->task_stats.failed_total++;
         } else {
             int64_t delay = dsp_server_retry_delay_ms(srv, outcome, retry_after_ms, t->attempts, t->id);
-            o = outbox_push(srv, t, DSP_WRITE_RETRY, wall_ms() + delay, data, len);
+            o = outbox_push(srv, t, DSP_WRITE_RETRY, dsp_wall_ms() + delay, data, len);
             srv->task_stats.retried_total++;
         }
         break;

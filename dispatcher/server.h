@@ -7,6 +7,7 @@
 #ifndef TASKPUSH_DSP_SERVER_H
 #define TASKPUSH_DSP_SERVER_H
 
+#include "clock.h"
 #include "config.h"
 #include "db.h"
 #include "deadline.h"
@@ -33,7 +34,7 @@ typedef struct dsp_task dsp_task;
 struct dsp_task {
     uint64_t id;
     uint64_t seq;          /* dispatch order: claim after claim, priority desc, id asc */
-    uint64_t claim_seq;    /* the task_claim row listing it (db_claimlog.c); 0: none */
+    uint64_t claim_seq;    /* the task_claim row listing it (db_claim_log.c); 0: none */
     dsp_type *type;
     uint32_t attempts;     /* the row's attempts plus deliveries made since the claim */
     uint32_t max_attempts;
@@ -190,9 +191,6 @@ struct dsp_server {
     bool limit_waiting;        /* a dispatch pass left a type waiting for its rate: the tick kicks */
 };
 
-int64_t dsp_now_ms(void);
-int64_t dsp_now_us(void);
-
 /* Sets up sockets, timers and the database side. Returns 0 or -1 (logged). */
 int dsp_server_init(dsp_server *srv, const dsp_config *cfg) __attribute__((warn_unused_result));
 /* The loop and its timers only: no signal handler, listener, admin port or
@@ -260,7 +258,6 @@ void dsp_server_resume(dsp_server *srv, const char *type); /* without a type als
 void dsp_server_drain(dsp_server *srv);
 /* Returns the request id (> 0), or 0 when it could not be queued. */
 uint64_t dsp_server_requeue_failed(dsp_server *srv, const char *type);
-int64_t dsp_wall_ms(void);
 /* An operator's cancel of a task this dispatcher holds: a buffered one leaves its
  * queue, a delivered one gets a CANCEL frame (its slot stays taken until the worker
  * answers); either way its row becomes FAILED "cancelled" through the fenced write

@@ -3,7 +3,7 @@
  * the loop thread; the /stats JSON object and the Prometheus text are built from
  * that snapshot alone. */
 #include "conn.h"
-#include "db_sql.h" /* dsp_utf8_sanitize: worker names are whatever HELLO said */
+#include "utf8.h" /* dsp_utf8_copy: worker names are whatever HELLO said */
 #include "server.h"
 #include "stats.h"
 
@@ -230,7 +230,7 @@ static json_t *limits_json(const dsp_stats_snapshot *snap)
     json_t *a = json_array();
     for (size_t i = 0; i < snap->nlimits; i++) {
         const dsp_type_limit *l = &snap->limits[i];
-        char *name = dsp_stats_utf8_copy(l->type);
+        char *name = dsp_utf8_copy(l->type);
         json_array_append_new(a, json_pack("{s:s?, s:I, s:I}", "type", name, "concurrency",
                                            (json_int_t)l->concurrency, "rate", (json_int_t)l->rate));
         free(name);
@@ -243,7 +243,7 @@ static json_t *held_types_json(const dsp_stats_snapshot *snap)
     json_t *a = json_array();
     for (size_t i = 0; i < snap->nheld_types; i++) {
         const dsp_stats_type *t = &snap->held_types[i];
-        char *name = dsp_stats_utf8_copy(t->name);
+        char *name = dsp_utf8_copy(t->name);
         json_array_append_new(a, json_pack("{s:s?, s:I, s:I, s:I, s:b, s:I, s:I}", "type", name, "workers",
                                            (json_int_t)t->workers, "buffered", (json_int_t)t->buffered,
                                            "in_flight", (json_int_t)t->in_flight, "paused", t->paused,
@@ -307,7 +307,7 @@ json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
     json_object_set_new(o, "shutting_down", json_boolean(snap->shutting_down));
     {
         /* The reason comes from the database's error texts: made valid UTF-8. */
-        char *why = snap->health_ok ? NULL : dsp_stats_utf8_copy(snap->health_reason);
+        char *why = snap->health_ok ? NULL : dsp_utf8_copy(snap->health_reason);
         json_object_set_new(o, "health", json_pack("{s:b, s:o}", "ok", snap->health_ok, "reason",
                                                    why ? json_string(why) : json_null()));
         free(why);
@@ -321,18 +321,6 @@ json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
     json_object_set_new(o, "by_type_cut", json_boolean(snap->held_types_cut));
     json_object_set_new(o, "limits", limits_json(snap));
     return o;
-}
-
-/* A copy of s (malloc'd; NULL when out of memory) with each byte that is not valid
- * UTF-8 replaced by U+FFFD: a worker's name is whatever its HELLO said, and JSON
- * (jansson refuses such a string) and the Prometheus format want UTF-8. */
-char *dsp_stats_utf8_copy(const char *s)
-{
-    size_t n = strlen(s);
-    char *out = n < SIZE_MAX / 3 ? malloc(3 * n + 1) : NULL;
-    if (out)
-        out[dsp_utf8_sanitize((const uint8_t *)s, n, (uint8_t *)out, 3 * n)] = '\0';
-    return out;
 }
 
 /* ---- GET /metrics: Prometheus text exposition format 0.0.4 ---- */
@@ -445,7 +433,7 @@ static void metrics_workers(struct evbuffer *out, const dsp_stats_snapshot *snap
             const dsp_stats_worker *w = &snap->workers[i];
             uint64_t v = k == 0 ? w->capacity : k == 1 ? w->in_flight : w->completed_total;
             evbuffer_add_printf(out, "taskpush_%s{worker=\"", wnames[k]);
-            char *name = dsp_stats_utf8_copy(w->name);
+            char *name = dsp_utf8_copy(w->name);
             label_value(out, name ? name : "");
             free(name);
             evbuffer_add_printf(out, "\",conn=\"%llu\"} %llu\n", (unsigned long long)w->conn_id,

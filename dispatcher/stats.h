@@ -8,6 +8,8 @@
 #ifndef TASKPUSH_DSP_STATS_H
 #define TASKPUSH_DSP_STATS_H
 
+#include "db.h" /* DSP_DB_COUNTERS */
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,27 +51,6 @@
     X(stalled_total, "connections dropped for a half frame or an unread output")           \
     X(dispatch_throttled_total, "dispatch passes held back by --max-unwritten")
 
-/* The "db" object of /stats: the database threads' counters (dsp_db_counters,
- * db.h), X(field, /stats key, /metrics name, divisor, help). /metrics shows
- * value / divisor: claim time is summed in microseconds and shown in seconds. */
-#define DSP_DB_COUNTERS(X)                                                                    \
-    X(statements, "statements_total", "db_statements_total", 1,                               \
-      "statements sent to the database") /* every statement, all connections */               \
-    X(claims, "claims_total", "db_claims_total", 1, "claim transactions committed")            \
-    X(claimed_rows, "claimed_rows_total", "db_claimed_rows_total", 1, "rows claimed")          \
-    X(claim_us_total, "claim_us_total", "db_claim_seconds_total", 1000000,                    \
-      "claim transaction time summed")                                                        \
-    X(write_batches, "write_batches_total", "db_write_batches_total", 1, "outcome batches written") \
-    X(reconnects, "reconnects_total", "db_reconnects_total", 1, "database reconnections")      \
-    X(submitted_rows, "submitted_rows_total", "db_submitted_rows_total", 1,                   \
-      "rows inserted by SUBMIT frames")                                                       \
-    X(submit_duplicates, "submit_duplicates_total", "db_submit_duplicates_total", 1,          \
-      "submitted tasks answered as duplicates (dedup_key present)")                           \
-    X(submit_batches, "submit_batches_total", "db_submit_batches_total", 1,                   \
-      "submission transactions committed")                                                    \
-    X(claim_skipped, "claim_skipped_locked_total", "db_claim_skipped_locked_total", 1,        \
-      "rows a claim found locked by another transaction (or changed) and skipped")
-
 #define DSP_STATS_FIELD(name, help) uint64_t name;
 
 typedef struct dsp_task_stats {
@@ -79,8 +60,6 @@ typedef struct dsp_task_stats {
 typedef struct dsp_conn_stats {
     DSP_CONN_COUNTERS(DSP_STATS_FIELD)
 } dsp_conn_stats;
-
-#define DSP_DB_STATS_FIELD(field, key, metric, divisor, help) uint64_t field;
 
 /* Latency histograms: fixed log-scale buckets, upper bounds in milliseconds
  * (inclusive, as Prometheus' "le"), plus the +Inf bucket. Counts per bucket are
@@ -261,8 +240,5 @@ void dsp_stats_snapshot_clear(dsp_stats_snapshot *snap);
 struct json_t *dsp_stats_json(const dsp_stats_snapshot *snap);
 /* Appends the /metrics text (Prometheus text format 0.0.4, docs/admin.md) to out. */
 void dsp_stats_metrics(const dsp_stats_snapshot *snap, struct evbuffer *out);
-/* A copy of s (malloc'd; NULL when out of memory) with each byte that is not valid
- * UTF-8 replaced by U+FFFD. */
-char *dsp_stats_utf8_copy(const char *s);
 
 #endif

@@ -17,7 +17,7 @@
 -- A migrated database must end up exactly like a fresh one (tests/integration/
 -- test_migrate.c compares SHOW CREATE TABLE), so new constraints go after the old ones.
 -- The build checks that the migrations are numbered 2..N without gaps, that each one
--- ends with its version UPDATE, and that N is the version below and in claim_sql.h.
+-- ends with its version UPDATE, and that N is the version below and in db_claim_sql.h.
 --
 -- Safe to run twice: every statement is CREATE ... IF NOT EXISTS or INSERT IGNORE, so
 -- a second run on a table full of rows changes nothing (the epoch counter is not reset).

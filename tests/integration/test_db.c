@@ -1,4 +1,4 @@
-/* test_db: dispatcher/db.c against a real MariaDB.
+/* test_db: dispatcher/db/ (db.h) against a real MariaDB.
  *
  * Each case gets a fresh database (tests/testlib/testdb.h) and runs a real event_base in
  * the test thread; the database threads call back into it. Every wait is bounded and
@@ -24,6 +24,7 @@
 #include <event2/thread.h>
 #include <mysql.h>
 
+#include "config.h" /* dsp_db_url_parse */
 #include "db.h"
 #include "db_sql.h"
 #include "rows.h"

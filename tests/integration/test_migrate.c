@@ -25,7 +25,7 @@
 
 #include <cmocka.h>
 
-#include "claim_sql.h"
+#include "db_claim_sql.h"
 #include "daemon.h"
 #include "testdb.h"
 

@@ -1,4 +1,4 @@
-/* test_schema: sql/schema.sql and dispatcher/claim_sql against a real MariaDB.
+/* test_schema: sql/schema.sql and dispatcher/db/db_claim_sql.c against a real MariaDB.
  *
  * Needs a server from scripts/tp-mariadb (see tests/testlib/testdb.h); without one every
  * case fails. Two databases: `small` is emptied before each case; `big` holds 100,000
@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "claim_sql.h"
+#include "db_claim_sql.h"
 #include "db_sql.h"
 #include "sb.h"
 #include "testdb.h"

@@ -1,5 +1,5 @@
-/* Allocation failure in the codec (proto/) and the SQL builders (dispatcher/claim_sql.c,
- * dispatcher/db_sql.c): for every N, the Nth allocation of a call fails, until the call
+/* Allocation failure in the codec (proto/) and the SQL builders (dispatcher/db/db_claim_sql.c,
+ * dispatcher/db/db_sql.c): for every N, the Nth allocation of a call fails, until the call
  * makes no more allocations than N - 1; each run must end with the builder's failure
  * flag set (never a statement that looks whole) and nothing left allocated.
  *
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "claim_sql.h"
+#include "db_claim_sql.h"
 #include "db_sql.h"
 #include "proto.h"
 

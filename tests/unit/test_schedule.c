@@ -1,5 +1,5 @@
 /* test_schedule: the cron parser, next due times, and the due times a round inserts
- * under 'skip' and 'catch-up' (dispatcher/schedule.h). */
+ * under 'skip' and 'catch-up' (dispatcher/common/cron.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "schedule.h"
+#include "cron.h"
 
 #define MIN 60000LL
 #define HOUR 3600000LL

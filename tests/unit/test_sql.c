@@ -1,4 +1,4 @@
-/* Unit tests of the SQL text builders (dispatcher/claim_sql.c and dispatcher/db_sql.c),
+/* Unit tests of the SQL text builders (dispatcher/db/db_claim_sql.c and dispatcher/db/db_sql.c),
  * without a database: the exact statements for representative inputs, hostile type
  * names, the bounds the callers size their buffers by, and the growing text buffer.
  * What the statements do on MariaDB is tested in tests/integration (test_schema, test_db). */
@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "claim_sql.h"
+#include "db_claim_sql.h"
 #include "db_sql.h"
 #include "shard.h"
 
-/* The claim's part for one type, as claim_sql.h documents it. */
+/* The claim's part for one type, as db_claim_sql.h documents it. */
 #define PART(lit, now, limit)                                                                      \
     "(SELECT " DSP_CLAIM_SQL_COLUMNS " FROM task FORCE INDEX (claim_idx) WHERE claim_lane = 0 "   \
     "AND `delayed` = 0 AND task_type = " lit " AND run_after <= " now " ORDER BY task_priority "   \

@@ -1,4 +1,4 @@
-/* Unit tests of the task_id -> task map (dispatcher/taskmap.c). */
+/* Unit tests of the task_id -> task map (dispatcher/common/taskmap.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
-/* db_claim_half.h: the claim helper (db_claim_half.c), used by the claim thread only. */
-#ifndef TASKPUSH_DSP_DB_CLAIM_HALF_H
-#define TASKPUSH_DSP_DB_CLAIM_HALF_H
+/* db_claim_helper.h: the claim helper (db_claim_helper.c), used by the claim thread only. */
+#ifndef TASKPUSH_DSP_DB_CLAIM_HELPER_H
+#define TASKPUSH_DSP_DB_CLAIM_HELPER_H
 
 #include "db_internal.h"
 

@@ -10,7 +10,7 @@
 #include "db_internal.h"
 
 #include "log.h"
-#include "schedule.h"
+#include "cron.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -51,7 +51,7 @@ static void sched_failed(struct sched_ctx *x)
 {
     if (x->c.m && dsp_dbi_error_is_transient(x->c.err)) {
         dsp_dbi_conn_close(&x->c);
-        x->next_connect = mono_ms() + dsp_dbi_backoff_next(&x->c);
+        x->next_connect = dsp_now_ms() + dsp_dbi_backoff_next(&x->c);
     }
 }
 
@@ -199,7 +199,7 @@ static void sched_round(struct sched_ctx *x)
         if (until < wait)
             wait = until < 0 ? 0 : until;
     }
-    x->next_round = mono_ms() + wait;
+    x->next_round = dsp_now_ms() + wait;
 }
 
 static void row_copy(char *dst, size_t cap, const char *src)
@@ -241,7 +241,7 @@ static void sched_list(struct sched_ctx *x)
     mysql_free_result(res);
     l->valid = true;
     l->cut = rows > n;
-    l->read_wall_ms = wall_ms();
+    l->read_wall_ms = dsp_wall_ms();
     l->inserted_total = x->inserted;
     pthread_mutex_lock(&x->db->mu);
     dsp_schedule_list *old = x->db->schedules;
@@ -253,7 +253,7 @@ static void sched_list(struct sched_ctx *x)
 /* One wake-up: connect when due, the leader's round when due, the listing when due. */
 static void sched_tick(struct sched_ctx *x)
 {
-    int64_t now = mono_ms();
+    int64_t now = dsp_now_ms();
     bool lead = leading(x->db);
     bool round = lead && now >= x->next_round, list = now >= x->next_list;
     if (!round && !list)
@@ -262,7 +262,7 @@ static void sched_tick(struct sched_ctx *x)
         if (now < x->next_connect)
             return;
         if (dsp_dbi_conn_open(&x->c, true, false) < 0) {
-            x->next_connect = mono_ms() + dsp_dbi_backoff_next(&x->c);
+            x->next_connect = dsp_now_ms() + dsp_dbi_backoff_next(&x->c);
             return;
         }
     }
@@ -291,14 +291,14 @@ void *dsp_dbi_sched_main(void *arg)
     x->db = db;
     x->c.db = db;
     x->c.who = "schedule";
-    x->c.rng = (uint64_t)mono_us() * 0xD1B54A32D192ED03ULL ^ (uint64_t)(uintptr_t)x;
+    x->c.rng = (uint64_t)dsp_now_us() * 0xD1B54A32D192ED03ULL ^ (uint64_t)(uintptr_t)x;
     if (x->c.rng == 0)
         x->c.rng = 1;
     while (!sched_stopping(db)) {
         sched_tick(x);
         pthread_mutex_lock(&db->mu);
         if (!db->sched_stop)
-            cond_wait_until(&db->sched_cv, &db->mu, mono_ms() + SCHED_TICK_MS);
+            cond_wait_until(&db->sched_cv, &db->mu, dsp_now_ms() + SCHED_TICK_MS);
         pthread_mutex_unlock(&db->mu);
     }
     dsp_dbi_conn_close(&x->c);

@@ -1,59 +1,23 @@
-/* db_sql: the text of the database threads' own statements (claim mark, recovery,
- * outcome writes), and the helpers that make outcome data safe to send (UTF-8 repair,
- * caps).
+/* db_sql: the text of the database threads' statements other than the claim SELECT
+ * and the lane sweeps (those are db_claim_sql.h): the claim mark, recovery, outcome
+ * writes, task_claim rows, the inventory's adoptions, the stats thread's reads,
+ * retention and the operator's task requests.
  *
- * Private to the db*.c files. Pure: no MYSQL *, no global state. The claim SELECT and the lane
- * sweeps come from claim_sql.h; this file only adds what the write thread and the claim
- * thread need beyond them. Every value goes into the text as a number or as an X'hex'
- * literal, so nothing depends on sql_mode, the connection character set or escaping.
+ * Used by dispatcher/db/ (and the unit tests). Pure: no MYSQL *, no global state. Every
+ * value goes into the text as a number or as an X'hex' literal, so nothing depends on
+ * sql_mode, the connection character set or escaping; text that came from outside is
+ * made valid UTF-8 first (common/utf8.h).
  */
 #ifndef TASKPUSH_DISPATCHER_DB_SQL_H
 #define TASKPUSH_DISPATCHER_DB_SQL_H
 
 #include "db.h"
+#include "strbuf.h"
+#include "utf8.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* A growing text buffer. `oom` sticks once an allocation failed; the text is then
- * incomplete and must not be sent. */
-typedef struct dsp_strbuf {
-    char *p;
-    size_t len;
-    size_t cap;
-    bool oom;
-} dsp_strbuf;
-
-void dsp_strbuf_free(dsp_strbuf *b);
-void dsp_strbuf_reset(dsp_strbuf *b); /* empties it, keeps the memory */
-bool dsp_strbuf_reserve(dsp_strbuf *b, size_t extra);
-void dsp_strbuf_put(dsp_strbuf *b, const char *s, size_t n);
-void dsp_strbuf_puts(dsp_strbuf *b, const char *s);
-void dsp_strbuf_printf(dsp_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* prefix, then v in decimal: the per-row lists of the claim and the writes, where
- * vsnprintf was a third of the claim thread's instructions. */
-void dsp_strbuf_put_u64(dsp_strbuf *b, const char *prefix, uint64_t v);
-void dsp_strbuf_put_i64(dsp_strbuf *b, const char *prefix, int64_t v);
-/* Appends X'hex' (with prefix "_utf8mb4 " when utf8mb4), or NULL when len is 0. */
-void dsp_strbuf_put_hex(dsp_strbuf *b, const uint8_t *data, size_t len, bool utf8mb4);
-
-/* Longest err_msg written (TEXT holds 65,535 bytes) and longest result (MEDIUMBLOB). */
-#define DSP_DB_ERR_MSG_MAX 65535u
-#define DSP_DB_RESULT_MAX (16u * 1024 * 1024 - 1)
-
-/* Length of the longest prefix of in[0..len) that is valid UTF-8 (RFC 3629: no
- * overlong forms, no surrogates, nothing above U+10FFFF). */
-size_t dsp_utf8_valid_prefix(const uint8_t *in, size_t len);
-
-/* Copies in[0..len) to out as valid UTF-8: each byte that does not start a valid
- * sequence becomes U+FFFD (EF BF BD). Stops before the first character that would not
- * fit in cap bytes. Returns the bytes written. 3 * len bytes always suffice. */
-size_t dsp_utf8_sanitize(const uint8_t *in, size_t len, uint8_t *out, size_t cap);
-
-/* Length of the longest prefix of the valid UTF-8 text s[0..len) that is at most cap
- * bytes and ends on a character boundary. */
-size_t dsp_utf8_cut(const uint8_t *s, size_t len, size_t cap);
 
 /* One row of an outcome write. data/len is the result (SUCCEEDED) or the error text
  * (FAILED, RETRY; already valid UTF-8 and capped), empty for SQL NULL. */
@@ -254,7 +218,7 @@ void dsp_db_sql_adopted_row(dsp_strbuf *b, uint32_t epoch, uint64_t task_id, uin
  * last -1 either. */
 void dsp_db_sql_foreign_fence(dsp_strbuf *b, uint32_t attempt, int last);
 
-/* ---- the stats thread's statements (see db_maint.c) ----
+/* ---- the stats thread's statements (see db_stats.c) ----
  *
  * Measured on MariaDB 10.11 (tests/integration/test_db.c checks the plans with EXPLAIN):
  * none reads a row of another state than the ones it counts, and only the oldest-ready
@@ -327,7 +291,7 @@ void dsp_db_sql_retention(dsp_strbuf *b, int state, int64_t before_ms, unsigned 
 void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, unsigned limit,
                                const char *in);
 
-/* ---- task-level operator requests (db_maint.c), one row by primary key or a bounded
+/* ---- task-level operator requests (db_stats.c), one row by primary key or a bounded
  * range of claim_idx ---- */
 
 /* GET /task: the row of task_id, columns DSP_DB_SQL_SHOW_* in that order. */

@@ -16,7 +16,7 @@
  */
 #include "migrate.h"
 
-#include "claim_sql.h"
+#include "db_claim_sql.h"
 #include "db.h"
 
 #include <mysql.h>

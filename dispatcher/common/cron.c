@@ -1,7 +1,7 @@
-/* schedule.c: cron expressions, next due times and the due times of a round for
- * periodic tasks (schedule.h). Pure functions over ms since 1970 in UTC; every loop
+/* cron.c: cron expressions, next due times and the due times of a round for
+ * periodic tasks (cron.h). Pure functions over ms since 1970 in UTC; every loop
  * is bounded. */
-#include "schedule.h"
+#include "cron.h"
 
 #include <string.h>
 

@@ -1,9 +1,9 @@
-/* schedule.h: the arithmetic of periodic tasks (docs/producers.md, "Periodic tasks"):
+/* cron.h: the arithmetic of periodic tasks (docs/producers.md, "Periodic tasks"):
  * five-field cron expressions in UTC, the next due time of an interval or a cron
  * schedule, and which due times a round inserts under the 'skip' and 'catch-up' rules.
  * Pure: no clock, no I/O, no allocation; db_schedule.c runs it against the table. */
-#ifndef TASKPUSH_DSP_SCHEDULE_H
-#define TASKPUSH_DSP_SCHEDULE_H
+#ifndef TASKPUSH_DSP_CRON_H
+#define TASKPUSH_DSP_CRON_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* db_claimlog: the claims whose task_claim row still lists a PROCESSING row of ours
+/* db_claim_log: the claims whose task_claim row still lists a PROCESSING row of ours
  * (schema version 5; see db_internal.h). The claim thread opens a claim once its
  * transaction committed; the write thread settles each row as its final outcome is
  * written (or fenced: the row is no longer ours), and deletes the rows of task_claim

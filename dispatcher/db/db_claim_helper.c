@@ -1,4 +1,4 @@
-/* db_claim_half: the claim helper, a thread with a connection of its own that locks and
+/* db_claim_helper: the claim helper, a thread with a connection of its own that locks and
  * marks the second half of a large claim while the claim thread does the first half, so
  * that the two halves' statements and commits overlap (see db_claim.c do_claim). It owns
  * its connection and the one job the claim thread hands it at a time.
@@ -13,7 +13,7 @@
  * While it is not connected, claims run whole on the claim thread; its connection does
  * not count for health. The lease records its connection like the others'.
  */
-#include "db_claim_half.h"
+#include "db_claim_helper.h"
 
 #include "db_sql.h"
 
@@ -133,7 +133,7 @@ static int half_run(dsp_claim_half *h)
             dsp_db_sql_id_csv(&h->ids_csv, h->locked, h->nlocked);
         }
         dsp_strbuf_reset(&h->sql);
-        dsp_db_sql_claim_mark(&h->sql, h->epoch, wall_ms(), h->ids_csv.p, h->ids_csv.len);
+        dsp_db_sql_claim_mark(&h->sql, h->epoch, dsp_wall_ms(), h->ids_csv.p, h->ids_csv.len);
         if (h->ids_csv.oom || h->sql.oom || dsp_dbi_exec(&h->c, h->sql.p, h->sql.len, NULL) < 0)
             return -1;
         /* Its own task_claim row, in its own transaction (db_claim.c claim_mark). */
@@ -189,7 +189,7 @@ static void *half_main(void *arg)
             pthread_mutex_lock(&h->mu);
             h->connected = ok;
             if (!ok && !h->exit)
-                cond_wait_until(&h->cv, &h->mu, mono_ms() + wait_ms);
+                cond_wait_until(&h->cv, &h->mu, dsp_now_ms() + wait_ms);
             continue;
         }
         if (h->state != HALF_POSTED) {
@@ -221,7 +221,7 @@ dsp_claim_half *dsp_dbi_half_start(dsp_db *db)
     h->db = db;
     h->c.db = db;
     h->c.who = "claim helper";
-    h->c.rng = (uint64_t)mono_us() * 0xBF58476D1CE4E5B9ULL ^ (uint64_t)(uintptr_t)h;
+    h->c.rng = (uint64_t)dsp_now_us() * 0xBF58476D1CE4E5B9ULL ^ (uint64_t)(uintptr_t)h;
     if (h->c.rng == 0)
         h->c.rng = 1;
     pthread_mutex_init(&h->mu, NULL);

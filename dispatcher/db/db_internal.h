@@ -1,12 +1,14 @@
-/* db_internal.h: what the files of taskpushd's database side share (db.c, db_claim.c,
- * db_write.c, db_maint.c): the private struct dsp_db, the messages to the loop, one
- * MySQL connection and its helpers. Not installed; used by dsp_db* files only.
+/* db_internal.h: what the files of taskpushd's database side (dispatcher/db/, the
+ * threads db.h lists) share: the private struct dsp_db, the messages to the loop, one
+ * MySQL connection (struct dbconn, db_conn.c) and its helpers. Included by db/ files
+ * only; the loop sees db.h.
  */
 #ifndef TASKPUSH_DSP_DB_INTERNAL_H
 #define TASKPUSH_DSP_DB_INTERNAL_H
 
 #include "db.h"
 
+#include "clock.h"
 #include "db_sql.h"
 #include "shard.h"
 #include "taskmap.h"
@@ -41,25 +43,6 @@
 #define ER_CLIENT_INTERACTION_TIMEOUT_ 4031
 
 /* ---- time ---- */
-
-static inline int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static inline int64_t mono_ms(void)
-{
-    return mono_us() / 1000;
-}
-
-static inline int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Waits on cv (created with CLOCK_MONOTONIC) until the monotonic time until_ms. */
 static inline void cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_ms)
@@ -136,7 +119,7 @@ enum { CONN_CLAIM = 0, CONN_WRITE = 1 };
 /* The connections the lease records (db_lease.c), so that a standby taking over can KILL
  * them; a connection's slot comes from its dbconn.who. */
 /* The connections the lease records, so that a dispatcher taking over KILLs them all:
- * any of them may hold row locks (the claim helper's too, db_claim_half.c). */
+ * any of them may hold row locks (the claim helper's too, db_claim_helper.c). */
 enum { LEASE_CONN_CLAIM = 0, LEASE_CONN_WRITE, LEASE_CONN_LEASE, LEASE_CONN_STATS,
        LEASE_CONN_HELPER, LEASE_NCONN };
 
@@ -210,7 +193,7 @@ struct dsp_db {
     struct dsp_lease lease; /* db_lease.c */
 
     /* The claims of claims_epoch whose task_claim row still lists a PROCESSING row of
-     * ours (db_claimlog.c): seq -> struct open_claim. A claim's rows are settled by the
+     * ours (db_claim_log.c): seq -> struct open_claim. A claim's rows are settled by the
      * write thread as their outcomes are written; once all are, its seq moves to
      * settled, and the write thread deletes those rows of task_claim. */
     dsp_taskmap open_claims;
@@ -253,7 +236,7 @@ struct dsp_db {
     struct dsp_submitter *sub; /* the submit thread and the waited-for tasks (db_submit.c) */
     _Atomic bool leader;
     _Atomic uint32_t epoch;
-    _Atomic uint64_t claim_seq; /* the last task_claim seq handed out (db_claimlog.c) */
+    _Atomic uint64_t claim_seq; /* the last task_claim seq handed out (db_claim_log.c) */
 };
 
 /* ---- one connection ---- */
@@ -332,7 +315,7 @@ void *dsp_dbi_lease_main(void *arg);
 int dsp_dbi_lease_init(dsp_db *db);
 void dsp_dbi_lease_destroy(dsp_db *db);
 
-/* ---- db_claimlog.c: the claims listed in task_claim ---- */
+/* ---- db_claim_log.c: the claims listed in task_claim ---- */
 
 /* Inserts the task_claim row listing ids_csv (dsp_db_sql_id_csv's text, len bytes, at
  * least one id) under epoch, on c in its current transaction (or autocommit), with a new
@@ -359,15 +342,15 @@ void dsp_dbi_claims_free(dsp_db *db);
 /* ---- requests ---- */
 
 void dsp_dbi_claim_req_free(struct claim_req *r);   /* db.c */
-void dsp_dbi_requeue_req_free(struct requeue_req *r); /* db_maint.c */
+void dsp_dbi_requeue_req_free(struct requeue_req *r); /* db_stats.c */
 /* Answers op with DSP_TASKOP_ERROR (the stats thread is gone); frees r. */
-void dsp_dbi_taskop_fail(dsp_db *db, struct taskop_req *r); /* db_maint.c */
+void dsp_dbi_taskop_fail(dsp_db *db, struct taskop_req *r); /* db_stats.c */
 
 /* ---- the threads, started by dsp_db_start with the dsp_db as arg ---- */
 
 void *dsp_dbi_claim_main(void *arg); /* db_claim.c */
 void *dsp_dbi_write_main(void *arg); /* db_write.c */
-void *dsp_dbi_stats_main(void *arg); /* db_maint.c */
+void *dsp_dbi_stats_main(void *arg); /* db_stats.c */
 void *dsp_dbi_sched_main(void *arg); /* db_schedule.c */
 
 /* ---- db_submit.c ---- */

@@ -1,4 +1,4 @@
-/* claim_sql: the text of the dispatcher's claim and lane-sweep statements.
+/* db_claim_sql: the text of the dispatcher's claim and lane-sweep statements.
  *
  * Pure string builders: no MYSQL *, no allocation, no global state. Each writes into a
  * caller buffer, NUL-terminates it, and returns the number of bytes written (without
@@ -20,8 +20,8 @@
  * every ready row of every type. Both MariaDB and MySQL accept FORCE INDEX in SELECT and
  * single-table UPDATE.
  */
-#ifndef TASKPUSH_DISPATCHER_CLAIM_SQL_H
-#define TASKPUSH_DISPATCHER_CLAIM_SQL_H
+#ifndef TASKPUSH_DSP_DB_CLAIM_SQL_H
+#define TASKPUSH_DSP_DB_CLAIM_SQL_H
 
 #include <stddef.h>
 #include <stdint.h>

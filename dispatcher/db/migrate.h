@@ -8,7 +8,7 @@
 #ifndef TASKPUSH_DISPATCHER_MIGRATE_H
 #define TASKPUSH_DISPATCHER_MIGRATE_H
 
-#include "config.h"
+#include "db.h" /* dsp_db_url */
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,35 +1,44 @@
-/* db.h: taskpushd's database side.
+/* db.h: taskpushd's database side, the only code that calls MySQL (dispatcher/db/,
+ * its own library: it links nothing of the loop, tests/check-thread-boundary.sh).
  *
- * The event loop never calls MySQL. This module owns four threads, each with its
- * own connection:
- *  - the lease thread holds the table's leadership lease (db_lease.c): takes it over
- *    once it expired, renews it, gives it up when a renewal did not come in time;
- *  - the claim thread, while the lease is held, holds the table's lock (GET_LOCK),
- *    takes a new epoch, puts rows of older epochs back to NEW,
- *    moves rows between the delayed and ready lanes, and runs claim transactions;
- *  - the write thread writes outcomes in batches, a few statements per batch,
- *    each fenced by "task_state = PROCESSING AND epoch = ours";
- *  - the stats thread reads the table's figures (dsp_table_stats), deletes rows past
- *    their retention and serves the operator's requeue of FAILED rows; it takes no
- *    part in leadership.
- * Requests go in through the thread-safe calls below; replies come back on the
- * loop thread, through callbacks run from a libevent event that the database
- * threads activate (so evthread_use_pthreads() must run before the base exists).
- * While the database is unreachable the threads reconnect with backoff, and the
- * claim and write connections report it through on_health; queued outcomes are
- * kept, never dropped.
+ * The event loop never calls MySQL. This module owns seven threads, each with its own
+ * connection (db_conn.c):
+ *  - lease (db_lease.c): holds the table's leadership lease: takes it over once it
+ *    expired, renews it, gives it up when a renewal did not come in time;
+ *  - claim (db_claim.c): while the lease is held, holds the table's lock (GET_LOCK),
+ *    takes a new epoch, puts rows of older epochs back to NEW, moves rows between the
+ *    delayed and ready lanes, and runs the claim transactions (the SELECT's text:
+ *    db_claim_sql.c; the claims still listed in task_claim: db_claim_log.c);
+ *  - claim helper (db_claim_helper.c): locks and marks the second half of a large claim
+ *    at the same time, connected at the first claim large enough to split;
+ *  - write (db_write.c): writes outcomes in batches, a few statements per batch, each
+ *    fenced by "task_state = PROCESSING AND epoch = ours";
+ *  - stats (db_stats.c): reads the table's figures (dsp_table_stats), deletes rows past
+ *    their retention, serves the operator's requeue of FAILED rows and task requests;
+ *    it takes no part in leadership;
+ *  - submit (db_submit.c): inserts SUBMITted tasks, many per transaction;
+ *  - schedule (db_schedule.c): reads task_schedule and, while leading, inserts due runs
+ *    of periodic tasks.
+ * Every other statement's text is built in db_sql.c. Requests go in through the
+ * thread-safe calls below; replies come back on the loop thread, through callbacks run
+ * from a libevent event that the database threads activate (db.c; so
+ * evthread_use_pthreads() must run before the base exists). While the database is
+ * unreachable the threads reconnect with backoff, and the claim and write connections
+ * report it through on_health; queued outcomes are kept, never dropped.
  */
 #ifndef TASKPUSH_DSP_DB_H
 #define TASKPUSH_DSP_DB_H
 
-#include "config.h"
 #include "log.h"
-#include "stats.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
+
+/* Longest err_msg written (TEXT holds 65,535 bytes) and longest result (MEDIUMBLOB). */
+#define DSP_DB_ERR_MSG_MAX 65535u
+#define DSP_DB_RESULT_MAX (16u * 1024 * 1024 - 1)
 
 struct event_base;
 typedef struct dsp_db dsp_db;
@@ -264,6 +273,16 @@ typedef struct dsp_db_callbacks {
     void (*on_outcome)(void *arg, const dsp_submit_outcome *o);
 } dsp_db_callbacks;
 
+/* A parsed mysql:// URL. Strings are owned by the struct (dsp_db_url_clear, config.h). */
+typedef struct dsp_db_url {
+    char *user;
+    char *password; /* NULL when none */
+    char *host;
+    unsigned port;  /* 0: none given */
+    char *socket;   /* NULL unless ?socket= and no port */
+    char *dbname;
+} dsp_db_url;
+
 typedef struct dsp_db_options {
     const dsp_db_url *url;      /* borrowed for the life of the dsp_db */
     const dsp_log *log;         /* borrowed */
@@ -287,6 +306,29 @@ typedef struct dsp_db_options {
     dsp_db_callbacks cb;
     void *cb_arg;
 } dsp_db_options;
+
+/* The "db" object of /stats: the database threads' counters (dsp_db_counters,
+ * db.h), X(field, /stats key, /metrics name, divisor, help). /metrics shows
+ * value / divisor: claim time is summed in microseconds and shown in seconds. */
+#define DSP_DB_COUNTERS(X)                                                                    \
+    X(statements, "statements_total", "db_statements_total", 1,                               \
+      "statements sent to the database") /* every statement, all connections */               \
+    X(claims, "claims_total", "db_claims_total", 1, "claim transactions committed")            \
+    X(claimed_rows, "claimed_rows_total", "db_claimed_rows_total", 1, "rows claimed")          \
+    X(claim_us_total, "claim_us_total", "db_claim_seconds_total", 1000000,                    \
+      "claim transaction time summed")                                                        \
+    X(write_batches, "write_batches_total", "db_write_batches_total", 1, "outcome batches written") \
+    X(reconnects, "reconnects_total", "db_reconnects_total", 1, "database reconnections")      \
+    X(submitted_rows, "submitted_rows_total", "db_submitted_rows_total", 1,                   \
+      "rows inserted by SUBMIT frames")                                                       \
+    X(submit_duplicates, "submit_duplicates_total", "db_submit_duplicates_total", 1,          \
+      "submitted tasks answered as duplicates (dedup_key present)")                           \
+    X(submit_batches, "submit_batches_total", "db_submit_batches_total", 1,                   \
+      "submission transactions committed")                                                    \
+    X(claim_skipped, "claim_skipped_locked_total", "db_claim_skipped_locked_total", 1,        \
+      "rows a claim found locked by another transaction (or changed) and skipped")
+
+#define DSP_DB_STATS_FIELD(field, key, metric, divisor, help) uint64_t field;
 
 /* dsp_db_write, dsp_db_pending_writes, dsp_db_counters_get, dsp_db_table_stats_get
  * and dsp_db_requeue_failed accept db == NULL (an offline server, see

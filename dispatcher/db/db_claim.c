@@ -39,8 +39,8 @@
 #include "db_internal.h"
 #include "shard.h"
 
-#include "claim_sql.h"
-#include "db_claim_half.h"
+#include "db_claim_sql.h"
+#include "db_claim_helper.h"
 #include "migrate.h"
 
 #include <mysql.h>
@@ -205,7 +205,7 @@ static bool claim_stopping(dsp_db *db)
 static void claim_idle_for(struct claim_ctx *x, int64_t ms, uint64_t lease_id)
 {
     dsp_db *db = x->db;
-    int64_t until = mono_ms() + ms;
+    int64_t until = dsp_now_ms() + ms;
     struct claim_req *r;
 
     pthread_mutex_lock(&db->mu);
@@ -217,7 +217,7 @@ static void claim_idle_for(struct claim_ctx *x, int64_t ms, uint64_t lease_id)
             pthread_mutex_lock(&db->mu);
             continue;
         }
-        if (db->stop_claims || db->claim_exit || mono_ms() >= until ||
+        if (db->stop_claims || db->claim_exit || dsp_now_ms() >= until ||
             (lease_id != 0 && db->lease.held && db->lease.recorded[LEASE_CONN_CLAIM] == lease_id))
             break;
         cond_wait_until(&db->claim_cv, &db->mu, until);
@@ -389,7 +389,7 @@ static int check_schema(struct claim_ctx *x)
      * which would make an ALTER or DROP (and everything queued behind it) wait. */
     if (commit(&x->c) < 0)
         return -1;
-    x->next_schema = mono_ms() + SCHEMA_RETRY_MS;
+    x->next_schema = dsp_now_ms() + SCHEMA_RETRY_MS;
     bool have_version = rc == 0 && !isnull;
     /* A version row makes the table taskpush's: older (taskpushd --migrate upgrades it)
      * or newer is fatal with its own message, before any look at the table's shape, which
@@ -494,7 +494,7 @@ static int release_unknown(struct claim_ctx *x)
     if (x->nrelease == 0)
         return 0;
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_release_ids(&x->sql, x->epoch, wall_ms(), x->release_ids, x->nrelease);
+    dsp_db_sql_release_ids(&x->sql, x->epoch, dsp_wall_ms(), x->release_ids, x->nrelease);
     if (x->sql.oom)
         return -1;
     if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0 || commit(&x->c) < 0)
@@ -520,7 +520,7 @@ static int recover_listed(struct claim_ctx *x, uint32_t row_epoch, uint64_t row_
     for (size_t s = 0; s < n; s += RECOVER_BATCH) {
         size_t m = n - s < RECOVER_BATCH ? n - s : RECOVER_BATCH;
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_recover_ids(&x->sql, row_epoch, wall_ms(), ids + s, m, x->db->in);
+        dsp_db_sql_recover_ids(&x->sql, row_epoch, dsp_wall_ms(), ids + s, m, x->db->in);
         if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &changed) < 0)
             return -1;
         *total += changed;
@@ -693,12 +693,12 @@ static int confirm_leadership(struct claim_ctx *x)
     if (db->opts.adopt_grace_ms > 0) {
         log_info(db->log, "rows of older epochs are recovered in %" PRId64 " ms (--adopt-grace-ms)",
                  db->opts.adopt_grace_ms);
-        x->next_recover = mono_ms() + db->opts.adopt_grace_ms;
+        x->next_recover = dsp_now_ms() + db->opts.adopt_grace_ms;
     } else {
         if (recover(x, true) < 0)
             return -1;
         x->recovered_once = true;
-        x->next_recover = mono_ms() + RECOVER_EVERY_MS;
+        x->next_recover = dsp_now_ms() + RECOVER_EVERY_MS;
     }
     x->announced = true;
     x->announced_gen = x->lease_gen;
@@ -886,7 +886,7 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
         return STEP_FAILED;
     }
 
-    cr->t0 = mono_us();
+    cr->t0 = dsp_now_us();
     atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
     if (mysql_real_query(x->c.m, sel, (unsigned long)n) != 0 ||
         (cr->res = mysql_store_result(x->c.m)) == NULL) {
@@ -1441,7 +1441,7 @@ static int claim_mark(struct claim_ctx *x, struct claim_run *cr)
             dsp_db_sql_id_csv(&x->ids_csv, cr->mark, cr->nmark);
         }
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_claim_mark(&x->sql, x->epoch, wall_ms(), x->ids_csv.p, x->ids_csv.len);
+        dsp_db_sql_claim_mark(&x->sql, x->epoch, dsp_wall_ms(), x->ids_csv.p, x->ids_csv.len);
         if (x->ids_csv.oom || x->sql.oom)
             return STEP_OOM_ROLLBACK;
         if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &affected) < 0)
@@ -1597,7 +1597,7 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
 
     memset(&cr, 0, sizeof cr);
     cr.r = r;
-    cr.now_ms = wall_ms();
+    cr.now_ms = dsp_wall_ms();
     rc = claim_plan(x, &cr);
     if (rc == STEP_OK && (cr.nparts == 0 || cr.limit == 0)) {
         claim_answer(db, r, cr.reply); /* nothing to ask for: an empty success */
@@ -1647,7 +1647,7 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
         x->skip_logged = false;
     }
 
-    cr.reply->duration_us = mono_us() - cr.t0;
+    cr.reply->duration_us = dsp_now_us() - cr.t0;
     atomic_fetch_add_explicit(&db->claims, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&db->claimed_rows, cr.reply->ntasks, memory_order_relaxed);
     atomic_fetch_add_explicit(&db->claim_us_total, (uint64_t)cr.reply->duration_us,
@@ -1664,7 +1664,7 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
 static int sweeps(struct claim_ctx *x)
 {
     dsp_db *db = x->db;
-    int64_t now_m = mono_ms(), now_w = wall_ms(), due, taken_due = INT64_MAX;
+    int64_t now_m = dsp_now_ms(), now_w = dsp_wall_ms(), due, taken_due = INT64_MAX;
     bool promote, demote, refresh;
     uint64_t n, v;
     bool isnull;
@@ -1694,7 +1694,7 @@ static int sweeps(struct claim_ctx *x)
     if (demote) {
         x->next_demote = now_m + DEMOTE_EVERY_MS;
         do {
-            if (dsp_claim_sql_demote_in(sql, cap, wall_ms(), SWEEP_LIMIT, db->in) < 0 ||
+            if (dsp_claim_sql_demote_in(sql, cap, dsp_wall_ms(), SWEEP_LIMIT, db->in) < 0 ||
                 dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
                 goto fail;
             if (n)
@@ -1706,7 +1706,7 @@ static int sweeps(struct claim_ctx *x)
     if (promote) {
         x->last_promote = now_m;
         do {
-            if (dsp_claim_sql_promote_in(sql, cap, wall_ms(), SWEEP_LIMIT, db->in) < 0 ||
+            if (dsp_claim_sql_promote_in(sql, cap, dsp_wall_ms(), SWEEP_LIMIT, db->in) < 0 ||
                 dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
                 goto fail;
             if (n >= SWEEP_LIMIT && commit(&x->c) < 0)
@@ -1760,8 +1760,8 @@ static int serve(struct claim_ctx *x)
             db->req = NULL;
             break;
         }
-        now_m = mono_ms();
-        now_w = wall_ms();
+        now_m = dsp_now_ms();
+        now_w = dsp_wall_ms();
         due = db->retry_due_ms < x->next_due_wall ? db->retry_due_ms : x->next_due_wall;
         if (due == INT64_MAX)
             at = INT64_MAX;
@@ -1870,7 +1870,7 @@ static enum claim_state claim_on_lease(struct claim_ctx *x)
         /* A standby is healthy only while it could take over: its schema read just
          * worked, and it reads it again every SCHEMA_RETRY_MS. */
         drops_end(x);
-        if (mono_ms() >= x->next_schema)
+        if (dsp_now_ms() >= x->next_schema)
             return CLAIM_SCHEMA;
     }
     claim_idle_for(x, 1000, id);
@@ -1982,7 +1982,7 @@ static enum claim_state claim_recover_again(struct claim_ctx *x)
     bool isnull;
     int rc;
 
-    x->next_recover = mono_ms() + RECOVER_EVERY_MS;
+    x->next_recover = dsp_now_ms() + RECOVER_EVERY_MS;
     if (!x->recovered_once) {
         /* The takeover's pass, after --adopt-grace-ms: every shard's rows. */
         rc = recover(x, true);
@@ -2047,10 +2047,10 @@ static long orphan_ids(struct claim_ctx *x)
 static enum claim_state claim_orphans(struct claim_ctx *x)
 {
     dsp_db *db = x->db;
-    int64_t t0 = mono_ms(), age = db->opts.orphan_age_ms > 0 ? db->opts.orphan_age_ms : 60000;
+    int64_t t0 = dsp_now_ms(), age = db->opts.orphan_age_ms > 0 ? db->opts.orphan_age_ms : 60000;
     int64_t pass = age / 2 < 1000 ? 1000 : age / 2 > 60000 ? 60000 : age / 2;
     uint64_t count = 0, hi = 0, n = 0;
-    dsp_db_sql_orphan o = {.epoch = x->epoch, .older_than_ms = wall_ms() - age, .in = db->in};
+    dsp_db_sql_orphan o = {.epoch = x->epoch, .older_than_ms = dsp_wall_ms() - age, .in = db->in};
     bool isnull;
     MYSQL_RES *res;
     MYSQL_ROW row;
@@ -2091,7 +2091,7 @@ static enum claim_state claim_orphans(struct claim_ctx *x)
         }
         if (found > 0) {
             dsp_strbuf_reset(&x->sql);
-            dsp_db_sql_orphan_recover(&x->sql, &o, wall_ms(), x->recover_ids, (size_t)found);
+            dsp_db_sql_orphan_recover(&x->sql, &o, dsp_wall_ms(), x->recover_ids, (size_t)found);
             if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0)
                 return x->sql.oom ? CLAIM_SERVE : CLAIM_DROP;
         }
@@ -2106,9 +2106,9 @@ static enum claim_state claim_orphans(struct claim_ctx *x)
                  n, x->orphan_after + 1, hi);
     }
     if (count >= ORPHAN_STEP_ROWS && hi > x->orphan_after) {
-        int64_t spent = mono_ms() - t0;
+        int64_t spent = dsp_now_ms() - t0;
         x->orphan_after = hi; /* more to read in this pass */
-        x->next_orphan = mono_ms() + (spent > 0 ? spent * ORPHAN_REST_FACTOR : 1);
+        x->next_orphan = dsp_now_ms() + (spent > 0 ? spent * ORPHAN_REST_FACTOR : 1);
     } else {
         x->orphan_after = 0; /* the pass is over */
     }
@@ -2137,18 +2137,18 @@ static enum claim_state claim_step(struct claim_ctx *x)
     case CLAIM_CONFIRM:
         next = claim_on_confirm(x);
         if (next == CLAIM_SERVE)
-            x->serve_since = mono_ms();
+            x->serve_since = dsp_now_ms();
         break;
     case CLAIM_SERVE:
         if (!claim_may_lead(x))
             next = claim_step_down(x);
-        else if (mono_ms() >= x->next_recover)
+        else if (dsp_now_ms() >= x->next_recover)
             next = claim_recover_again(x);
-        else if (x->recovered_once && mono_ms() >= x->next_orphan)
+        else if (x->recovered_once && dsp_now_ms() >= x->next_orphan)
             next = claim_orphans(x);
         else
             next = serve(x) == 0 ? CLAIM_SERVE : CLAIM_DROP;
-        if (next == CLAIM_SERVE && mono_ms() - x->serve_since >= DROPS_CLEAR_MS)
+        if (next == CLAIM_SERVE && dsp_now_ms() - x->serve_since >= DROPS_CLEAR_MS)
             drops_end(x);
         break;
     case CLAIM_FATAL:
@@ -2201,7 +2201,7 @@ void *dsp_dbi_claim_main(void *arg)
     x.db = db;
     x.c.db = db;
     x.c.who = "claim";
-    x.c.rng = (uint64_t)mono_us() * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)&x;
+    x.c.rng = (uint64_t)dsp_now_us() * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)&x;
     if (x.c.rng == 0)
         x.c.rng = 1;
     x.state = CLAIM_CONNECT;

@@ -1,5 +1,5 @@
-/* claim_sql: see claim_sql.h. */
-#include "claim_sql.h"
+/* db_claim_sql: see db_claim_sql.h. */
+#include "db_claim_sql.h"
 
 #include <inttypes.h>
 #include <limits.h>

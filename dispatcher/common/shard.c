@@ -1,7 +1,7 @@
 /* shard: see shard.h. */
 #include "shard.h"
 
-#include "db_sql.h"
+#include "utf8.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -115,7 +115,7 @@ int dsp_dbi_lease_gate(dsp_db *db, int slot, uint64_t conn_id, uint64_t gen, uin
     int rc = 0;
 
     pthread_mutex_lock(&db->mu);
-    if (!db->lease.held || mono_ms() >= db->lease.valid_until || (gen && gen != db->lease.gen))
+    if (!db->lease.held || dsp_now_ms() >= db->lease.valid_until || (gen && gen != db->lease.gen))
         rc = -1;
     else if (epoch && (!atomic_load(&db->leader) || atomic_load(&db->epoch) != epoch))
         rc = -1;
@@ -190,8 +190,8 @@ void dsp_db_lease_check(dsp_db *db)
     if (db == NULL)
         return;
     pthread_mutex_lock(&db->mu);
-    if (db->lease.held && mono_ms() >= db->lease.valid_until)
-        late = mono_ms() - db->lease.valid_until + lease_ms_of(db);
+    if (db->lease.held && dsp_now_ms() >= db->lease.valid_until)
+        late = dsp_now_ms() - db->lease.valid_until + lease_ms_of(db);
     pthread_mutex_unlock(&db->mu);
     if (late >= 0) {
         char why[96];
@@ -207,7 +207,7 @@ bool dsp_db_lease_valid(dsp_db *db)
     if (db == NULL)
         return true; /* an offline server: nothing to say */
     pthread_mutex_lock(&db->mu);
-    ok = db->lease.held && mono_ms() < db->lease.valid_until;
+    ok = db->lease.held && dsp_now_ms() < db->lease.valid_until;
     pthread_mutex_unlock(&db->mu);
     return ok;
 }
@@ -473,7 +473,7 @@ static int lease_acquire(struct lease_ctx *x)
              " + %" PRId64 ", value = 0, conns = '%s' WHERE name = '%s' AND holder = %" PRIu64
              " AND expires_ms = %s",
              x->holder, x->lease_ms, conns, db->lease_row, old, exp >= 0 ? row[1] : "expires_ms");
-    t0 = mono_ms();
+    t0 = dsp_now_ms();
     if (dsp_dbi_exec(&x->c, sql, strlen(sql), &found) < 0)
         return -1;
     if (found != 1)
@@ -519,7 +519,7 @@ static int lease_renew(struct lease_ctx *x)
              "UPDATE taskpush_meta SET expires_ms = " DB_NOW_MS " + %" PRId64 ", value = %" PRIu32
              ", conns = '%s' WHERE name = '%s' AND holder = %" PRIu64,
              x->lease_ms, epoch, conns, db->lease_row, x->holder);
-    t0 = mono_ms();
+    t0 = dsp_now_ms();
     if (dsp_dbi_exec(&x->c, sql, strlen(sql), &found) < 0)
         return -1;
     if (found != 1) {
@@ -594,13 +594,13 @@ void *dsp_dbi_lease_main(void *arg)
     x.c.who = "lease";
     x.c.client_flag = CLIENT_FOUND_ROWS; /* a renewal that changes nothing still matched */
     x.c.rw_timeout_s = LEASE_RW_TIMEOUT_S;
-    x.c.rng = (uint64_t)mono_us() * 0xD6E8FEB86659FD93ULL ^ (uint64_t)(uintptr_t)&x;
+    x.c.rng = (uint64_t)dsp_now_us() * 0xD6E8FEB86659FD93ULL ^ (uint64_t)(uintptr_t)&x;
     if (x.c.rng == 0)
         x.c.rng = 1;
     x.lease_ms = lease_ms_of(db);
     x.renew_ms = renew_ms_of(db);
     /* Unique enough among the dispatchers of one table: time, pid, an address. */
-    x.holder = ((uint64_t)wall_ms() << 20) ^ ((uint64_t)getpid() << 4) ^ (x.c.rng >> 1);
+    x.holder = ((uint64_t)dsp_wall_ms() << 20) ^ ((uint64_t)getpid() << 4) ^ (x.c.rng >> 1);
     x.holder &= INT64_MAX;
     if (x.holder == 0)
         x.holder = 1;
@@ -613,10 +613,10 @@ void *dsp_dbi_lease_main(void *arg)
         dsp_db_lease_check(db); /* past valid_until: give it up before anything else */
         wait = lease_step(&x);
         pthread_mutex_lock(&db->mu);
-        until = mono_ms() + wait;
+        until = dsp_now_ms() + wait;
         if (db->lease.held && db->lease.valid_until < until)
             until = db->lease.valid_until;
-        while (!db->lease.stop && !db->lease.renew_now && mono_ms() < until)
+        while (!db->lease.stop && !db->lease.renew_now && dsp_now_ms() < until)
             cond_wait_until(&db->lease.cv, &db->mu, until);
         db->lease.renew_now = false;
     }

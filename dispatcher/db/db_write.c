@@ -51,7 +51,7 @@ static bool write_past_deadline(dsp_db *db)
 {
     bool past;
     pthread_mutex_lock(&db->mu);
-    past = db->write_stop && mono_ms() >= db->write_deadline_ms;
+    past = db->write_stop && dsp_now_ms() >= db->write_deadline_ms;
     pthread_mutex_unlock(&db->mu);
     return past;
 }
@@ -59,14 +59,14 @@ static bool write_past_deadline(dsp_db *db)
 /* Sleeps ms, or until the stop deadline when that comes first. */
 static void write_sleep(dsp_db *db, int64_t ms)
 {
-    int64_t until = mono_ms() + ms, end;
+    int64_t until = dsp_now_ms() + ms, end;
 
     pthread_mutex_lock(&db->mu);
     for (;;) {
         end = until;
         if (db->write_stop && db->write_deadline_ms < end)
             end = db->write_deadline_ms;
-        if (mono_ms() >= end)
+        if (dsp_now_ms() >= end)
             break;
         cond_wait_until(&db->write_cv, &db->mu, end);
     }
@@ -239,7 +239,7 @@ static int write_large(struct write_ctx *w, size_t i, dsp_write_report *rep, siz
     int probe = dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, NULL);
     if (probe == 0) {
         dsp_strbuf_reset(&w->sql);
-        dsp_db_sql_write_result_param(&w->sql, w->batch[i].epoch, wall_ms(), &row);
+        dsp_db_sql_write_result_param(&w->sql, w->batch[i].epoch, dsp_wall_ms(), &row);
         if (w->sql.oom)
             return -1;
     }
@@ -329,7 +329,7 @@ static int write_adopt(struct write_ctx *w, size_t i)
     default: break;
     }
     dsp_strbuf_reset(&w->sql);
-    dsp_db_sql_adopt(&w->sql, e->epoch, wall_ms(), e->o.task_id, e->o.dlv_epoch,
+    dsp_db_sql_adopt(&w->sql, e->epoch, dsp_wall_ms(), e->o.task_id, e->o.dlv_epoch,
                      e->o.dlv_attempt, w->db->in);
     if (w->sql.oom)
         return -1;
@@ -381,9 +381,9 @@ static int write_foreign(struct write_ctx *w, size_t i, dsp_write_report *rep, i
         bool blob = kind == DSP_WRITE_SUCCEEDED && result_is_large(w, o);
         dsp_strbuf_reset(&w->sql);
         if (blob)
-            dsp_db_sql_write_result_param(&w->sql, o->dlv_epoch, wall_ms(), &row);
+            dsp_db_sql_write_result_param(&w->sql, o->dlv_epoch, dsp_wall_ms(), &row);
         else
-            dsp_db_sql_write(&w->sql, kind, o->dlv_epoch, wall_ms(), &row, 1);
+            dsp_db_sql_write(&w->sql, kind, o->dlv_epoch, dsp_wall_ms(), &row, 1);
         dsp_db_sql_foreign_fence(&w->sql, o->dlv_attempt, last);
         if (w->sql.oom)
             return -1;
@@ -509,7 +509,7 @@ static int write_skip_locked(struct write_ctx *w, int kind, size_t s, size_t e,
             w->sub[m++] = w->rows[s + k];
     if (m > 0) {
         dsp_strbuf_reset(&w->sql);
-        dsp_db_sql_write(&w->sql, kind, epoch, wall_ms(), w->sub, m);
+        dsp_db_sql_write(&w->sql, kind, epoch, dsp_wall_ms(), w->sub, m);
         if (w->sql.oom || dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, &affected) < 0)
             return -1;
     }
@@ -614,7 +614,7 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
                 w->batch[w->idx[s]].o.len = nl;
             }
             dsp_strbuf_reset(&w->sql);
-            dsp_db_sql_write(&w->sql, kind, w->batch[w->idx[s]].epoch, wall_ms(), &w->rows[s], cnt);
+            dsp_db_sql_write(&w->sql, kind, w->batch[w->idx[s]].epoch, dsp_wall_ms(), &w->rows[s], cnt);
             if (w->sql.oom) {
                 log_error(db->log, "out of memory building a write of %zu outcome(s)", cnt);
                 if (cnt > 1) {
@@ -695,7 +695,7 @@ static int write_requeue_locked(dsp_db *db, const struct wentry *e)
         }
     }
     db->q[db->qhead + db->qlen] = *e;
-    db->q[db->qhead + db->qlen].queued_ms = mono_ms();
+    db->q[db->qhead + db->qlen].queued_ms = dsp_now_ms();
     db->qlen++;
     return 0;
 }
@@ -836,7 +836,7 @@ static void write_batch(struct write_ctx *w)
         if (w->done[i] && !w->lost[i] && !w->defer[i] && o->claim_seq && !o->foreign &&
             o->kind != DSP_WRITE_DELIVERED && o->kind < DSP_WRITE_KINDS)
             dsp_dbi_claims_settle_locked(db, w->batch[i].epoch, o->claim_seq);
-        if (w->defer[i] && !(db->write_stop && mono_ms() >= db->write_deadline_ms) &&
+        if (w->defer[i] && !(db->write_stop && dsp_now_ms() >= db->write_deadline_ms) &&
             write_requeue_locked(db, &w->batch[i]) == 0)
             continue; /* its bytes stay counted */
         if (w->defer[i])
@@ -876,7 +876,7 @@ void *dsp_dbi_write_main(void *arg)
     w.db = db;
     w.c.db = db;
     w.c.who = "write";
-    w.c.rng = (uint64_t)mono_us() * 0xBF58476D1CE4E5B9ULL ^ (uint64_t)(uintptr_t)&w;
+    w.c.rng = (uint64_t)dsp_now_us() * 0xBF58476D1CE4E5B9ULL ^ (uint64_t)(uintptr_t)&w;
     if (w.c.rng == 0)
         w.c.rng = 1;
     w.c.no_lock_wait = true;
@@ -906,7 +906,7 @@ void *dsp_dbi_write_main(void *arg)
         if (db->qlen == 0 || cap == 0) {
             if (db->write_stop)
                 break;
-            if (w.c.m == NULL && mono_ms() >= w.next_connect && cap) {
+            if (w.c.m == NULL && dsp_now_ms() >= w.next_connect && cap) {
                 /* Connect while idle, so that on_health tells the truth early. */
                 pthread_mutex_unlock(&db->mu);
                 if (dsp_dbi_conn_open(&w.c, true, true) == 0) {
@@ -914,7 +914,7 @@ void *dsp_dbi_write_main(void *arg)
                     dsp_dbi_set_conn_ok(db, CONN_WRITE, true);
                 } else {
                     dsp_dbi_set_conn_ok(db, CONN_WRITE, false);
-                    w.next_connect = mono_ms() + dsp_dbi_backoff_next(&w.c);
+                    w.next_connect = dsp_now_ms() + dsp_dbi_backoff_next(&w.c);
                 }
                 pthread_mutex_lock(&db->mu);
                 continue;
@@ -927,7 +927,7 @@ void *dsp_dbi_write_main(void *arg)
         }
         if (db->qlen < db->max_batch && !db->write_stop && flush > 0) {
             int64_t until = db->q[db->qhead].queued_ms + flush;
-            if (mono_ms() < until) {
+            if (dsp_now_ms() < until) {
                 cond_wait_until(&db->write_cv, &db->mu, until);
                 continue;
             }

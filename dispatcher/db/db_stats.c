@@ -1,4 +1,4 @@
-/* db_maint: the stats thread (see db_internal.h for what it shares), on a third
+/* db_stats: the stats thread (see db_internal.h for what it shares), on a third
  * connection that takes no part in leadership: the table figures (dsp_table_stats),
  * retention of old SUCCESSFUL/FAILED rows, the operator's requeue of FAILED rows, and
  * the task-level requests (show, failed, retry, cancel: dsp_taskop).
@@ -65,7 +65,7 @@ static MYSQL_RES *db_query_res(struct dbconn *c, const char *sql, size_t len)
 static void stats_drop(struct stats_ctx *x)
 {
     dsp_dbi_conn_close(&x->c);
-    x->next_connect = mono_ms() + dsp_dbi_backoff_next(&x->c);
+    x->next_connect = dsp_now_ms() + dsp_dbi_backoff_next(&x->c);
 }
 
 /* 0 when connected; -1 while the backoff lasts or the connection failed. With now,
@@ -74,10 +74,10 @@ static int stats_connect(struct stats_ctx *x, bool now)
 {
     if (x->c.m)
         return 0;
-    if (!now && mono_ms() < x->next_connect)
+    if (!now && dsp_now_ms() < x->next_connect)
         return -1;
     if (dsp_dbi_conn_open(&x->c, true, false) < 0) {
-        x->next_connect = mono_ms() + dsp_dbi_backoff_next(&x->c);
+        x->next_connect = dsp_now_ms() + dsp_dbi_backoff_next(&x->c);
         return -1;
     }
     return 0;
@@ -195,7 +195,7 @@ static int stats_refresh(struct stats_ctx *x)
 {
     dsp_db *db = x->db;
     dsp_table_stats *w = x->work;
-    int64_t t0 = mono_us(), now = wall_ms();
+    int64_t t0 = dsp_now_us(), now = dsp_wall_ms();
     MYSQL_RES *res;
     MYSQL_ROW row;
     uint64_t v;
@@ -301,7 +301,7 @@ static int stats_refresh(struct stats_ctx *x)
     qsort(w->types, w->ntypes, sizeof w->types[0], type_stats_cmp);
     w->valid = true;
     w->refreshed_wall_ms = now;
-    w->duration_us = mono_us() - t0;
+    w->duration_us = dsp_now_us() - t0;
     pthread_mutex_lock(&db->mu);
     memcpy(db->tstats, w, sizeof *w);
     pthread_mutex_unlock(&db->mu);
@@ -330,7 +330,7 @@ static int stats_retention(struct stats_ctx *x)
         total = 0;
         for (b = 0; b < RETAIN_BATCHES && !stats_stopping(db); b++) {
             dsp_strbuf_reset(&x->sql);
-            dsp_db_sql_retention(&x->sql, states[k], wall_ms() - keep[k], RETAIN_BATCH, db->in);
+            dsp_db_sql_retention(&x->sql, states[k], dsp_wall_ms() - keep[k], RETAIN_BATCH, db->in);
             if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
                 if (total)
                     log_info(db->log, "retention deleted %" PRIu64 " %s row(s)", total,
@@ -388,7 +388,7 @@ static void stats_requeue(struct stats_ctx *x, struct requeue_req *r)
         if (stats_stopping(db))
             break;
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_requeue_failed(&x->sql, r->type, wall_ms(), REQUEUE_BATCH, db->in);
+        dsp_db_sql_requeue_failed(&x->sql, r->type, dsp_wall_ms(), REQUEUE_BATCH, db->in);
         if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
             if (!x->sql.oom)
                 stats_drop(x);
@@ -423,7 +423,7 @@ static json_t *col_text(const char *v)
 {
     if (v == NULL)
         return json_null();
-    char *clean = dsp_stats_utf8_copy(v);
+    char *clean = dsp_utf8_copy(v);
     json_t *j = clean ? json_string(clean) : NULL;
     free(clean);
     return j ? j : json_null();
@@ -577,11 +577,11 @@ static void taskop_update(struct stats_ctx *x, dsp_taskop *op)
 
     dsp_strbuf_reset(&x->sql);
     if (op->kind == DSP_TASKOP_RETRY)
-        dsp_db_sql_task_retry(&x->sql, op->task_id, wall_ms(), x->db->in);
+        dsp_db_sql_task_retry(&x->sql, op->task_id, dsp_wall_ms(), x->db->in);
     else if (op->kind == DSP_TASKOP_CANCEL_ORPHAN)
-        dsp_db_sql_task_cancel_orphan(&x->sql, op->task_id, op->epoch, wall_ms(), x->db->in);
+        dsp_db_sql_task_cancel_orphan(&x->sql, op->task_id, op->epoch, dsp_wall_ms(), x->db->in);
     else
-        dsp_db_sql_task_cancel(&x->sql, op->task_id, wall_ms(), x->db->in);
+        dsp_db_sql_task_cancel(&x->sql, op->task_id, dsp_wall_ms(), x->db->in);
     if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
         if (!x->sql.oom)
             stats_drop(x);
@@ -666,9 +666,9 @@ static void stats_round(struct stats_ctx *x, bool refresh, bool retain)
         stats_drop(x);
         return;
     }
-    if (retain && mono_ms() >= x->next_retain) {
+    if (retain && dsp_now_ms() >= x->next_retain) {
         rc = stats_retention(x);
-        x->next_retain = mono_ms() + (rc == 1 ? 0 : RETAIN_EVERY_MS);
+        x->next_retain = dsp_now_ms() + (rc == 1 ? 0 : RETAIN_EVERY_MS);
         if (rc < 0)
             stats_drop(x);
     }
@@ -684,13 +684,13 @@ void *dsp_dbi_stats_main(void *arg)
     bool refresh = o->table_stats_ms > 0;
     bool retain = o->retain_succeeded_ms > 0 || o->retain_failed_ms > 0;
     int64_t period = refresh ? o->table_stats_ms : retain ? RETAIN_EVERY_MS : 0;
-    int64_t next_round = period > 0 ? mono_ms() : INT64_MAX;
+    int64_t next_round = period > 0 ? dsp_now_ms() : INT64_MAX;
 
     memset(&x, 0, sizeof x);
     x.db = db;
     x.c.db = db;
     x.c.who = "stats";
-    x.c.rng = (uint64_t)mono_us() * 0x94D049BB133111EBULL ^ (uint64_t)(uintptr_t)&x;
+    x.c.rng = (uint64_t)dsp_now_us() * 0x94D049BB133111EBULL ^ (uint64_t)(uintptr_t)&x;
     if (x.c.rng == 0)
         x.c.rng = 1;
     x.work = malloc(sizeof *x.work);
@@ -724,7 +724,7 @@ void *dsp_dbi_stats_main(void *arg)
             pthread_mutex_lock(&db->mu);
             continue;
         }
-        now = mono_ms();
+        now = dsp_now_ms();
         at = next_round;
         if (at != INT64_MAX && x.c.m == NULL && x.next_connect > at)
             at = x.next_connect;
@@ -735,7 +735,7 @@ void *dsp_dbi_stats_main(void *arg)
              * round takes seconds. The next one then waits STATS_REST_FACTOR times as
              * long as this one took, so that the scans use at most a tenth of the
              * database's time however deep the backlog (bench --mode backlog). */
-            int64_t spent = mono_ms() - now;
+            int64_t spent = dsp_now_ms() - now;
             next_round = now + period;
             if (spent > 0 && spent * STATS_REST_FACTOR > period)
                 next_round = now + spent * STATS_REST_FACTOR;

@@ -608,10 +608,10 @@ static int ensure_conn(struct sub_ctx *x)
 {
     if (x->c.m != NULL)
         return 0;
-    if (mono_ms() < x->next_connect)
+    if (dsp_now_ms() < x->next_connect)
         return -1;
     if (dsp_dbi_conn_open(&x->c, false, true) < 0) {
-        x->next_connect = mono_ms() + dsp_dbi_backoff_next(&x->c);
+        x->next_connect = dsp_now_ms() + dsp_dbi_backoff_next(&x->c);
         return -1;
     }
     return 0;
@@ -623,7 +623,7 @@ static void run_batch(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
     dsp_db *db = x->db;
     const char *why = NULL;
     size_t live = 0, inserted = 0, dups = 0;
-    int64_t now = wall_ms(), due = INT64_MAX;
+    int64_t now = dsp_wall_ms(), due = INT64_MAX;
 
     if (!atomic_load(&db->leader))
         why = "this dispatcher does not lead the table; try another or again later";
@@ -711,7 +711,7 @@ static void run_batch(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
 failed:
     if (x->c.m != NULL && mysql_rollback(x->c.m) != 0) {
         dsp_dbi_conn_close(&x->c);
-        x->next_connect = mono_ms() + dsp_dbi_backoff_next(&x->c);
+        x->next_connect = dsp_now_ms() + dsp_dbi_backoff_next(&x->c);
     } else if (x->c.m != NULL && dsp_dbi_error_is_transient(x->c.err)) {
         dsp_dbi_conn_close(&x->c);
     }
@@ -734,7 +734,7 @@ static void *submit_main(void *arg)
     x.db = db;
     x.c.db = db;
     x.c.who = "submit";
-    x.c.rng = (uint64_t)mono_us() * 0x94D049BB133111EBULL ^ (uint64_t)(uintptr_t)&x;
+    x.c.rng = (uint64_t)dsp_now_us() * 0x94D049BB133111EBULL ^ (uint64_t)(uintptr_t)&x;
     if (x.c.rng == 0)
         x.c.rng = 1;
     mysql_thread_init();
