@@ -121,6 +121,57 @@ int dsp_dbi_exec_str(struct dbconn *c, const char *sql)
     return dsp_dbi_exec(c, sql, strlen(sql), NULL);
 }
 
+/* A statement whose one parameter (a result, a payload) is too large for its text:
+ * prepared, and the value sent as long data. */
+/* Pieces of a parameter sent by dsp_dbi_exec_blob: each is one packet to the server. */
+#define BLOB_CHUNK (1024u * 1024)
+
+int dsp_dbi_exec_blob(struct dbconn *c, const char *sql, size_t sql_len, const uint8_t *data,
+                      size_t len, uint64_t *affected)
+{
+    dsp_db *db = c->db;
+    MYSQL_STMT *st = mysql_stmt_init(c->m);
+    MYSQL_BIND bind;
+    unsigned long none = 0; /* the value comes as long data, not from a buffer */
+    size_t off, n;
+    int rc = -1;
+
+    if (st == NULL) {
+        c->err = mysql_errno(c->m) ? mysql_errno(c->m) : 2008; /* CR_OUT_OF_MEMORY */
+        log_warn(db->log, "%s connection: no statement handle (error %u)", c->who, c->err);
+        return -1;
+    }
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_stmt_prepare(st, sql, (unsigned long)sql_len) != 0)
+        goto out;
+    memset(&bind, 0, sizeof bind);
+    bind.buffer_type = MYSQL_TYPE_BLOB;
+    bind.length = &none;
+    if (mysql_stmt_bind_param(st, &bind) != 0)
+        goto out;
+    for (off = 0; off < len; off += n) {
+        n = len - off < BLOB_CHUNK ? len - off : BLOB_CHUNK;
+        if (mysql_stmt_send_long_data(st, 0, (const char *)data + off, (unsigned long)n) != 0)
+            goto out;
+    }
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_stmt_execute(st) != 0)
+        goto out;
+    if (affected) {
+        uint64_t a = (uint64_t)mysql_stmt_affected_rows(st);
+        *affected = a == UINT64_MAX ? 0 : a;
+    }
+    rc = 0;
+out:
+    if (rc < 0) {
+        c->err = mysql_stmt_errno(st);
+        log_warn(db->log, "%s connection: %s (error %u) in: %.160s", c->who, mysql_stmt_error(st),
+                 c->err, sql);
+    }
+    mysql_stmt_close(st);
+    return rc;
+}
+
 /* Runs a query whose answer is one unsigned number. Returns 0 with *out set (*isnull
  * for SQL NULL), 1 when it returned no row, -1 on error (logged unless quiet_err is
  * that error number). */

@@ -42,7 +42,7 @@
 #define ER_CONNECTION_KILLED_ 1927
 #define ER_CLIENT_INTERACTION_TIMEOUT_ 4031
 
-/* ---- time ---- */
+/* ---- waiting ---- */
 
 /* Waits on cv (created with CLOCK_MONOTONIC) until the monotonic time until_ms. */
 static inline void cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_ms)
@@ -275,7 +275,7 @@ void dsp_dbi_set_conn_ok(dsp_db *db, int which, bool ok);
 /* Sets (text) or clears (NULL) the reason /healthz is 503 while connected. */
 void dsp_dbi_set_problem(dsp_db *db, const char *text);
 
-/* ---- db.c: one connection ---- */
+/* ---- db_conn.c: one connection ---- */
 
 int64_t dsp_dbi_backoff_next(struct dbconn *c);
 bool dsp_dbi_error_is_transient(unsigned e);
@@ -287,7 +287,7 @@ int dsp_dbi_exec_str(struct dbconn *c, const char *sql);
  * results, payloads), as a prepared statement whose parameter is data[0..len) sent in
  * pieces (mysql_stmt_send_long_data): no copy of the bytes, and a value may be as large
  * as max_allowed_packet. Returns 0 (*affected set when not NULL), or -1 with c->err set
- * (logged). db_write.c. */
+ * (logged). db_conn.c. */
 int dsp_dbi_exec_blob(struct dbconn *c, const char *sql, size_t sql_len, const uint8_t *data,
                       size_t len, uint64_t *affected);
 int dsp_dbi_query_u64(struct dbconn *c, const char *sql, uint64_t *out, bool *isnull,
