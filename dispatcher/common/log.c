@@ -1,3 +1,4 @@
+/* log: see log.h. */
 #include "log.h"
 
 #include <stdarg.h>

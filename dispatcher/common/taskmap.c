@@ -1,3 +1,4 @@
+/* taskmap: see taskmap.h. */
 #include "taskmap.h"
 
 #include <stdlib.h>

@@ -1,5 +1,5 @@
-/* db_stats: the stats thread (see db_internal.h for what it shares), on a third
- * connection that takes no part in leadership: the table figures (dsp_table_stats),
+/* db_stats: the stats thread (see db_internal.h for what it shares), on a connection of
+ * its own that takes no part in leadership: the table figures (dsp_table_stats),
  * retention of old SUCCESSFUL/FAILED rows, the operator's requeue of FAILED rows, and
  * the task-level requests (show, failed, retry, cancel: dsp_taskop).
  */
