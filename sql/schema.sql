@@ -21,6 +21,7 @@
 --
 -- Safe to run twice: every statement is CREATE ... IF NOT EXISTS or INSERT IGNORE, so
 -- a second run on a table full of rows changes nothing (the epoch counter is not reset).
+-- A task table that is not taskpush's stops it before its first CREATE (see below).
 -- No DELIMITER, no triggers, no procedures: statements end with ';' so that a client
 -- with CLIENT_MULTI_STATEMENTS can send the whole file at once.
 --
@@ -30,6 +31,32 @@
 --
 -- NOTE: `delayed` is a reserved word in both MariaDB and MySQL (INSERT DELAYED): it must
 -- always be written with backquotes.
+
+-- A team's own table named task is never adopted (docs/adopting.md). When this database
+-- has a task table without the columns every taskpush schema has, the third statement
+-- below fails, so the client stops (exit status 1) before anything is created or
+-- stamped, with the message in the error (the server cuts it at about 200 bytes: what to
+-- do comes first). It fails by setting sql_notes to the message:
+-- the one way for a plain script to raise an error with its own text on both MariaDB and
+-- MySQL (SIGNAL needs a procedure). On taskpush's table, of any version, it sets nothing.
+SET @taskpush_missing = (SELECT GROUP_CONCAT(n ORDER BY o SEPARATOR ', ') FROM (
+    SELECT 0 AS o, 'task_id' AS n UNION ALL SELECT 1, 'task_type'
+    UNION ALL SELECT 2, 'task_state' UNION ALL SELECT 3, 'task_priority'
+    UNION ALL SELECT 4, 'payload' UNION ALL SELECT 5, 'insert_time'
+    UNION ALL SELECT 6, 'last_update_time' UNION ALL SELECT 7, 'attempts'
+    UNION ALL SELECT 8, 'max_attempts' UNION ALL SELECT 9, 'run_after'
+    UNION ALL SELECT 10, 'timeout_ms' UNION ALL SELECT 11, 'dedup_key'
+    UNION ALL SELECT 12, 'err_msg' UNION ALL SELECT 13, 'result'
+    UNION ALL SELECT 14, 'epoch' UNION ALL SELECT 15, 'delayed'
+  ) w WHERE n NOT IN (SELECT column_name FROM information_schema.columns
+                      WHERE table_schema = DATABASE() AND table_name = 'task'));
+SET @taskpush_missing = IF(EXISTS (SELECT 1 FROM information_schema.tables
+                                   WHERE table_schema = DATABASE() AND table_name = 'task'),
+                           @taskpush_missing, NULL);
+SET SESSION sql_notes = IF(@taskpush_missing IS NULL, @@session.sql_notes,
+    CONCAT('sql/schema.sql changed nothing: the table task of database ', DATABASE(),
+           ' is not taskpush''s (see docs/adopting.md), it lacks the columns ',
+           @taskpush_missing));
 
 CREATE TABLE IF NOT EXISTS task (
     task_id          BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,

@@ -303,62 +303,33 @@ static int query_text(struct dbconn *c, const char *sql, char *out, size_t cap)
     return 0;
 }
 
-/* The columns and indexes of task that taskpush's statements name (sql/schema.sql). */
-static const char *const task_columns[] = {
-    "task_id", "task_type", "task_state", "task_priority", "payload", "insert_time",
-    "last_update_time", "attempts", "max_attempts", "run_after", "timeout_ms", "dedup_key",
-    "err_msg", "result", "epoch", "delayed", "claim_lane"};
-static const char *const task_indexes[] = {"claim_idx", "delay_idx"};
-
-/* Appends to sql a query for those of names[0..n) that the catalog's table (columns or
- * statistics) lists under col for the table task, as one comma-separated text. */
-static void missing_sql(dsp_strbuf *sql, const char *const *names, size_t n, const char *table,
-                        const char *col)
-{
-    dsp_strbuf_puts(sql, "SELECT GROUP_CONCAT(n ORDER BY o SEPARATOR ', ') FROM (");
-    for (size_t i = 0; i < n; i++)
-        dsp_strbuf_printf(sql, "%sSELECT %zu AS o, '%s' AS n", i ? " UNION ALL " : "", i, names[i]);
-    dsp_strbuf_printf(sql, ") w WHERE n NOT IN (SELECT %s FROM information_schema.%s WHERE"
-                           " table_schema = DATABASE() AND table_name = 'task')", col, table);
-}
-
-/* Whether the table task is taskpush's (SPEC, "The database": a team's own task table is
+/* Whether the table task is taskpush's (docs/adopting.md: a team's own task table is
  * never adopted): it has the columns and indexes taskpush's statements name. A taskpush
  * table whose taskpush_meta is missing is a missing schema (503, retried), not a foreign
  * table. have_version: taskpush_meta has a schema version (for the message). 2: it is
  * taskpush's; 0: there is no task table; 1: it is not, why in out; -1: connection error. */
 static int foreign_table(struct claim_ctx *x, bool have_version, char *out, size_t cap)
 {
-    const char *dbname = x->db->opts.url->dbname;
     char cols[256], idx[128];
     uint64_t n;
     bool isnull;
 
-    if (dsp_dbi_query_u64(&x->c,
-                          "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema ="
-                          " DATABASE() AND table_name = 'task'",
-                          &n, &isnull, 0) < 0)
+    if (dsp_dbi_query_u64(&x->c, DSP_SCHEMA_TASK_EXISTS_SQL, &n, &isnull, 0) < 0)
         return -1;
     if (n == 0)
         return 0;
     dsp_strbuf_reset(&x->sql);
-    missing_sql(&x->sql, task_columns, sizeof task_columns / sizeof *task_columns, "columns",
-                "column_name");
+    dsp_schema_missing_sql(&x->sql, DSP_SCHEMA_COLUMNS_CURRENT);
     if (x->sql.oom || query_text(&x->c, x->sql.p, cols, sizeof cols) < 0)
         return -1;
     dsp_strbuf_reset(&x->sql);
-    missing_sql(&x->sql, task_indexes, sizeof task_indexes / sizeof *task_indexes, "statistics",
-                "index_name");
+    dsp_schema_missing_sql(&x->sql, DSP_SCHEMA_INDEXES_CURRENT);
     if (x->sql.oom || query_text(&x->c, x->sql.p, idx, sizeof idx) < 0)
         return -1;
     if (cols[0] == '\0' && idx[0] == '\0')
         return 2;
-    snprintf(out, cap,
-             "refusing to start: the table task of database %.64s is not taskpush's: it lacks%s%.160s%s%.60s"
-             " that taskpush needs (sql/schema.sql)%s; taskpushd changes nothing (docs/adopting.md"
-             " moves a table of one's own to taskpush)",
-             dbname, cols[0] ? " the columns " : "", cols, idx[0] ? (cols[0] ? " and the indexes " : " the indexes ") : "",
-             idx, have_version ? "" : ", and taskpush_meta has no schema_version");
+    dsp_schema_foreign_text(out, cap, "refusing to start", x->db->opts.url->dbname, cols, idx,
+                            have_version);
     return 1;
 }
 
@@ -406,7 +377,7 @@ static int check_schema(struct claim_ctx *x)
         return 0;
     }
     if (!x->shape_ok) {
-        char shape[640];
+        char shape[DSP_SCHEMA_FOREIGN_MAX];
         int f = foreign_table(x, have_version, shape, sizeof shape);
         if (f < 0 || commit(&x->c) < 0)
             return -1;

@@ -86,6 +86,72 @@ int dsp_schema_version_problem(uint64_t v, char *buf, size_t cap)
     return -1;
 }
 
+/* The names dsp_schema_missing_sql looks for (sql/schema.sql; tests/data/schema-v1.sql
+ * for version 1). */
+static const char *const columns_every_version[] = {
+    "task_id", "task_type", "task_state", "task_priority", "payload", "insert_time",
+    "last_update_time", "attempts", "max_attempts", "run_after", "timeout_ms", "dedup_key",
+    "err_msg", "result", "epoch", "delayed"};
+static const char *const columns_current[] = {
+    "task_id", "task_type", "task_state", "task_priority", "payload", "insert_time",
+    "last_update_time", "attempts", "max_attempts", "run_after", "timeout_ms", "dedup_key",
+    "err_msg", "result", "epoch", "delayed", "claim_lane"};
+static const char *const indexes_current[] = {"claim_idx", "delay_idx"};
+
+void dsp_schema_missing_sql(dsp_strbuf *b, enum dsp_schema_names which)
+{
+    const char *const *names = which == DSP_SCHEMA_COLUMNS_EVERY_VERSION ? columns_every_version
+                               : which == DSP_SCHEMA_COLUMNS_CURRENT    ? columns_current
+                                                                        : indexes_current;
+    size_t n = which == DSP_SCHEMA_COLUMNS_EVERY_VERSION
+                   ? sizeof columns_every_version / sizeof *columns_every_version
+               : which == DSP_SCHEMA_COLUMNS_CURRENT ? sizeof columns_current / sizeof *columns_current
+                                                     : sizeof indexes_current / sizeof *indexes_current;
+    bool index = which == DSP_SCHEMA_INDEXES_CURRENT;
+
+    dsp_strbuf_puts(b, "SELECT GROUP_CONCAT(n ORDER BY o SEPARATOR ', ') FROM (");
+    for (size_t i = 0; i < n; i++)
+        dsp_strbuf_printf(b, "%sSELECT %zu AS o, '%s' AS n", i ? " UNION ALL " : "", i, names[i]);
+    dsp_strbuf_printf(b,
+                      ") w WHERE n NOT IN (SELECT %s FROM information_schema.%s WHERE"
+                      " table_schema = DATABASE() AND table_name = 'task')",
+                      index ? "index_name" : "column_name", index ? "statistics" : "columns");
+}
+
+void dsp_schema_foreign_text(char *out, size_t cap, const char *who, const char *dbname,
+                             const char *cols, const char *idx, bool have_version)
+{
+    snprintf(out, cap,
+             "%s: the table task of database %.64s is not taskpush's: it lacks%s%.160s%s%.60s"
+             " that taskpush needs (sql/schema.sql)%s; taskpushd changes nothing (docs/adopting.md"
+             " moves a table of one's own to taskpush)",
+             who, dbname, cols[0] ? " the columns " : "", cols,
+             idx[0] ? (cols[0] ? " and the indexes " : " the indexes ") : "", idx,
+             have_version ? "" : ", and taskpush_meta has no schema_version");
+}
+
+/* Runs a query of one row and one text column into out (empty for NULL or no row; cut
+ * to cap - 1 bytes). Returns 0 or -1 (mysql_errno(m) says why). */
+static int query_text(MYSQL *m, const char *sql, char *out, size_t cap)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    out[0] = '\0';
+    if (mysql_query(m, sql) != 0 || (res = mysql_store_result(m)) == NULL)
+        return -1;
+    row = mysql_fetch_row(res);
+    if (row && mysql_num_fields(res) >= 1 && row[0]) {
+        unsigned long n = mysql_fetch_lengths(res)[0];
+        if (n >= cap)
+            n = (unsigned long)cap - 1;
+        memcpy(out, row[0], n);
+        out[n] = '\0';
+    }
+    mysql_free_result(res);
+    return 0;
+}
+
 static MYSQL *open_conn(const dsp_db_url *u, bool for_migration, FILE *err)
 {
     unsigned int connect_to = CONNECT_TIMEOUT_S, rw_to = LOCK_CONN_RW_TIMEOUT_S, proto;
@@ -303,6 +369,39 @@ static int read_version(MYSQL *m, const char *dbname, uint64_t *v, FILE *err)
     return 1;
 }
 
+/* A task table without the columns every taskpush schema has is a team's own: --migrate
+ * would ALTER it (with taskpush_meta stamped beside it by an old sql/schema.sql) or find
+ * nothing to do. Returns 0 (no task table, or taskpush's), or 1 after saying why. */
+static int refuse_foreign_table(MYSQL *m, const char *dbname, FILE *err)
+{
+    dsp_strbuf sql = {0};
+    char cols[256], text[DSP_SCHEMA_FOREIGN_MAX];
+    uint64_t ntask = 0, v;
+    int rc = 1;
+
+    if (query_u64(m, DSP_SCHEMA_TASK_EXISTS_SQL, &ntask) < 0) {
+        report_sql_error(err, m, "reading information_schema.tables");
+        return 1;
+    }
+    if (ntask == 0)
+        return 0;
+    dsp_schema_missing_sql(&sql, DSP_SCHEMA_COLUMNS_EVERY_VERSION);
+    if (sql.oom) {
+        fprintf(err, "taskpushd: out of memory\n");
+    } else if (query_text(m, sql.p, cols, sizeof cols) < 0) {
+        report_sql_error(err, m, "reading information_schema.columns");
+    } else if (cols[0] == '\0') {
+        rc = 0;
+    } else {
+        bool have_version = query_u64(m, DSP_CLAIM_SQL_SCHEMA_VERSION, &v) == 0;
+        dsp_schema_foreign_text(text, sizeof text, "--migrate refuses", dbname, cols, "",
+                                have_version);
+        fprintf(err, "taskpushd: %s\n", text);
+    }
+    dsp_strbuf_free(&sql);
+    return rc;
+}
+
 int dsp_migrate_run(const dsp_db_url *url, FILE *out, FILE *err)
 {
     char name[DSP_DB_LOCK_NAME_MAX + 1], quoted[2 * DSP_DB_LOCK_NAME_MAX + 1];
@@ -352,6 +451,8 @@ int dsp_migrate_run(const dsp_db_url *url, FILE *out, FILE *err)
     if (wait_migration_lock(lk, mquoted, out, err) < 0)
         goto done;
 
+    if (refuse_foreign_table(lk, url->dbname, err) != 0)
+        goto done;
     rc = read_version(lk, url->dbname, &v, err);
     if (rc != 0)
         goto done;

@@ -9,6 +9,7 @@
 #define TASKPUSH_DISPATCHER_MIGRATE_H
 
 #include "db.h" /* dsp_db_url */
+#include "strbuf.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -36,11 +37,40 @@ extern const unsigned dsp_migrations_count;
  * with the reason for the operator in buf (at most cap bytes, NUL-terminated). */
 int dsp_schema_version_problem(uint64_t v, char *buf, size_t cap);
 
+/* A team's own table named task is never adopted (docs/adopting.md): taskpushd, --migrate
+ * and sql/schema.sql tell it from taskpush's by the columns and indexes taskpush's
+ * statements name, as the server's information_schema lists them. */
+enum dsp_schema_names {
+    DSP_SCHEMA_COLUMNS_EVERY_VERSION, /* columns schema version 1 already had */
+    DSP_SCHEMA_COLUMNS_CURRENT,       /* columns this build's statements name */
+    DSP_SCHEMA_INDEXES_CURRENT,       /* indexes they name (FORCE INDEX) */
+};
+
+/* Appends to b a query whose one answer is those of the names (which) that the table task
+ * of the current database lacks, comma-separated in schema order, or NULL when none is
+ * missing. */
+void dsp_schema_missing_sql(dsp_strbuf *b, enum dsp_schema_names which);
+
+/* The query whose one answer is how many tables named task the current database has. */
+#define DSP_SCHEMA_TASK_EXISTS_SQL                                                              \
+    "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND"      \
+    " table_name = 'task'"
+
+/* Longest text dsp_schema_foreign_text writes. */
+#define DSP_SCHEMA_FOREIGN_MAX 640
+
+/* The operator's message about a task table that is not taskpush's: who refuses (e.g.
+ * "refusing to start"), the database, the columns and indexes it lacks (either may be
+ * empty), and whether taskpush_meta had a schema version. */
+void dsp_schema_foreign_text(char *out, size_t cap, const char *who, const char *dbname,
+                             const char *cols, const char *idx, bool have_version);
+
 /* taskpushd --migrate: applies every migration above the database's version, in order,
  * each on a connection of its own, while holding the table's leadership lock (it refuses
  * when a taskpushd holds it). Prints one line per migration applied to out, and what
  * went wrong to err. Returns the exit status: 0 (done, or nothing to do) or 1 (database
- * error, a dispatcher leads the table, no schema, or a version it cannot take). */
+ * error, a dispatcher leads the table, no schema, a task table that is not taskpush's,
+ * or a version it cannot take). */
 int dsp_migrate_run(const dsp_db_url *url, FILE *out, FILE *err);
 
 #endif
