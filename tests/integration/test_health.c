@@ -9,7 +9,7 @@
  *   no_schema            a database with no table: /healthz 503 naming the missing schema,
  *                        /stats health {ok false, reason}; sql/schema.sql loaded: 200
  *   foreign_table        a team's own task table (its shape, then with taskpush_meta beside
- *                        it as sql/schema.sql's IF NOT EXISTS leaves it): exit 1, the log
+ *                        it as the sql/schema.sql of before left it): exit 1, the log
  *                        names the table and what differs; SHOW CREATE TABLE unchanged
  *   failing_statements   the leader running, delay_idx dropped: /healthz 503 with the
  *                        error, reconnects back off (few in 10 s, not one per 100 ms);
@@ -263,9 +263,15 @@ static void foreign_table(void **state)
     const char *no_meta[] = {"refusing to start", "the table task of database", "not taskpush's",
                              "task_type", "claim_idx, delay_idx", "no schema_version", NULL};
     expect_refused(fx, no_meta);
-    /* sql/schema.sql loaded beside it (CREATE TABLE IF NOT EXISTS leaves it as it is):
-     * a version, but not taskpush's columns and indexes. */
-    assert_int_equal(tp_testdb_load_file(fx->db.conn, tp_testdb_schema_path()), 0);
+    /* taskpush_meta stamped beside it, as sql/schema.sql did before it refused such a
+     * table (test_adopt): a version, but not taskpush's columns and indexes. */
+    assert_int_equal(tp_testdb_load_file(fx->db.conn, tp_testdb_schema_path()), -1);
+    assert_int_equal(tp_testdb_exec(&fx->db, "CREATE TABLE taskpush_meta (name VARCHAR(64)"
+                                             " PRIMARY KEY, value BIGINT UNSIGNED NOT NULL)"),
+                     0);
+    assert_int_equal(tp_testdb_exec(&fx->db, "INSERT INTO taskpush_meta VALUES"
+                                             " ('schema_version', 6), ('epoch', 0)"),
+                     2);
     const char *lacks[] = {"refusing to start", "not taskpush's", "task_type", "claim_lane",
                            "claim_idx, delay_idx", NULL};
     expect_refused(fx, lacks);
