@@ -14,10 +14,12 @@ or nothing ran.
 --cases FILE also writes every case to FILE, one line each, sorted (byte order):
   BUILD<TAB>SUITE/TEST<TAB>CASE<TAB>ok|fail|skip
 BUILD is the build directory's name (build, build-asan), or "step" for a line of
-a plain result file; CASE is a TAP case's text after "ok N" without the number,
-the " - " and any "# SKIP"/"# TODO" directive, or "-" for a non-TAP test (and for
-a TAP test that reported no case). The list carries no timings or counts, so the
-lists of two runs compare with diff, comm or scripts/compare-cases.sh.
+a plain result file; SUITE/TEST comes from meson's "PROJECT:SUITE / TEST". CASE
+is a TAP case's text after "ok N" without the number, the " - " and what follows
+an unescaped "#" (a SKIP or TODO directive, or the reason a failing case gives:
+a case keeps its name when it fails); "-" for a non-TAP test, and for a TAP test
+that reported no case. The list holds no timings or counts, so that the lists of
+two runs compare with diff, comm or scripts/compare-cases.sh.
 """
 import argparse
 import json
@@ -26,8 +28,9 @@ import sys
 
 PLAN = re.compile(r"^1\.\.(\d+)")
 CASE = re.compile(r"^(not ok|ok)\b(.*)")
-# What --cases keeps of a case line: the description without number and directive.
-CASE_NAME = re.compile(r"^\s*\d*\s*(?:-\s+)?(.*?)\s*(?:(?<!\\)#\s*(?:SKIP|TODO)\b.*)?$", re.I)
+# What --cases keeps of a case line: the description, without the number and without
+# what follows an unescaped "#" (a directive, or the reason a failing case gives).
+CASE_NAME = re.compile(r"^\s*\d*\s*(?:-\s+)?((?:[^#\\]|\\.)*?)\s*(?:#.*)?$")
 
 
 def case_name(rest):
@@ -90,7 +93,7 @@ def main(paths, cases_path=None):
                 name = f"{build}:{t['name']}"
                 ok = t["result"] in ("OK", "EXPECTEDFAIL")
                 tap = t.get("protocol") == "tap" or PLAN.search(t.get("stdout") or "")
-                test = f"{suite_of(t)}/{t['name']}"
+                test = test_id(t["name"])
                 if tap:
                     cases = []
                     p, fl, failures = count_tap(t.get("stdout") or "", cases)
@@ -132,10 +135,10 @@ def main(paths, cases_path=None):
     return 0 if failed == 0 and passed > 0 else 1
 
 
-def suite_of(t):
-    """A test's suites without the "project:" prefix meson gives them, joined by '+'."""
-    suites = t.get("suite") or ["-"]
-    return "+".join(s.split(":", 1)[-1] for s in suites)
+def test_id(name):
+    """SUITE/TEST from meson's "PROJECT:SUITE / TEST" (its testlog names a test so)."""
+    suite, sep, test = name.partition(" / ")
+    return f"{suite.split(':', 1)[-1]}/{test}" if sep else name
 
 
 if __name__ == "__main__":
