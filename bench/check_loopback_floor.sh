@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # loopback-floor runs, moves round trips both ways and reports a CPU figure; a bad
-# argument exits 2 (bench/README.md, "The loopback's floor"). No timing is asserted.
+# argument exits 2 (bench/README.md, "Other tools"). No timing is asserted.
 set -u
 floor=${1:?usage: check_loopback_floor.sh PATH-TO-loopback-floor}
 fail=0

@@ -4,7 +4,8 @@
  * frames back. THREADS threads stand for the bench's workers, each with an epoll over
  * its share of the connections, answering each batch of TASKs with one batch of DONEs.
  * That is the traffic of a flat drain at K = CONNS workers of capacity TASKS: one
- * round trip per TASKS tasks a connection (bench/README.md, "The loopback's floor").
+ * round trip per TASKS tasks a connection (bench/README.md, "Other tools"; the
+ * measurements: docs/journal/bench.md, "The loopback's floor: 256 workers' traffic ...").
  * No parsing, no allocation, no database: the CPU a round trip costs here is the least
  * any dispatcher and its workers can pay on this machine for that traffic.
  *

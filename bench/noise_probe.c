@@ -4,7 +4,8 @@
  * multiplications that never leaves the registers. On a dedicated machine both take the
  * same time every sample; on a shared virtual machine the first moves with what the
  * host's other guests do to the memory system, and the bench's figures move with it
- * (README.md here, "How steady the machine is").
+ * (README.md here, "Other tools"; the measurements: docs/journal/bench.md, "How steady the
+ * machine is").
  *
  * usage: noise-probe [SAMPLES [INTERVAL_MS]]   (default 60 samples, 500 ms apart)
  * Prints one line per sample and a summary of each series. Run it with nothing else

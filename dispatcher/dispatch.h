@@ -169,7 +169,8 @@ void dsp_dispatch_run(dsp_server *srv);
  * dispatch order, rather than in the pass at the end of this loop iteration. When many
  * workers answer in one iteration and fewer tasks are buffered than their free slots,
  * the first to answer are filled, in one write each, instead of every one getting a
- * share in a write of its own (bench/README.md, "Refills as DONEs are read"). */
+ * share in a write of its own (docs/journal/bench.md, "Refills as DONEs are read
+ * (2026-11-27)"). */
 void dsp_dispatch_refill(dsp_server *srv, dsp_conn *c);
 /* Asks the database thread for the next claim when room and pacing allow. */
 /* Rows were just committed ready (a SUBMIT): claims now rather than at the next poll,

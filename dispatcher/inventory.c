@@ -256,7 +256,8 @@ static void adopt_answer(dsp_server *srv, dsp_conn *c, const dsp_write_ack *a)
 
 /* A CONFIRM waits, so that it goes out in the same write as the next frames of its
  * connection: sent on its own, it was every second write of taskpushd and every second
- * wake-up of a worker when 256 workers of capacity 4 drained the table (bench/README.md).
+ * wake-up of a worker when 256 workers of capacity 4 drained the table (docs/journal/bench.md,
+ * "Flatness: 256 workers and their wake-ups").
  * It waits at most CONFIRM_WAIT_MS, and a connection holds at most capacity +
  * CONFIRM_WAIT_SPARE of them: well under the 4 x capacity + 1024 unconfirmed outcomes a
  * worker keeps (docs/protocol.md). */

@@ -2,7 +2,9 @@
 # The whole test suite, from a fresh clone: installs what is missing, builds
 # three trees (gcc; gcc with ASan+UBSan; clang with libFuzzer), starts a private
 # MariaDB, runs every suite in both gcc builds plus a short fuzz run, stops the
-# database, and ends with one line "N passed, N failed".
+# database, and ends with one line "N passed, N failed". The list of every case
+# by name goes to test-cases.txt in the repository's root (format in
+# scripts/test-summary.py; compare two runs with scripts/compare-cases.sh).
 #
 #   scripts/test.sh            everything
 #   scripts/test.sh --quick    gcc build only (no sanitizer build, no fuzz run)
@@ -14,7 +16,7 @@ quick=0
 case "${1:-}" in
   --quick) quick=1 ;;
   "") ;;
-  -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
   *) echo "test.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
 esac
 
@@ -91,4 +93,4 @@ fi
 step mariadb-stop scripts/tp-mariadb stop "$db_dir" >/dev/null
 
 echo "== summary"
-python3 scripts/test-summary.py "${logs[@]}" "$steps"
+python3 scripts/test-summary.py --cases test-cases.txt "${logs[@]}" "$steps"

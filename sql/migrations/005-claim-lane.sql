@@ -2,8 +2,8 @@
 --
 -- Until version 4 claim_idx began with task_state, so writing a task's outcome
 -- (PROCESSING -> SUCCESSFUL) moved its entry in claim_idx, and purge then removed the old
--- one: measured, a fifth to a quarter of the server's CPU per task (bench/README.md,
--- "The result's index move, measured"). Version 5:
+-- one: measured, a fifth to a quarter of the server's CPU per task (docs/journal/bench.md,
+-- "The result's index move, measured (2026-11-24)"). Version 5:
 --   - adds the virtual column claim_lane = task_state with SUCCESSFUL in PROCESSING's
 --     place, and makes claim_idx begin with it instead of task_state (delay_idx is
 --     dropped and added again only so that the keys keep the order of a fresh schema);

@@ -28,7 +28,6 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -46,6 +45,7 @@
 #include "daemon.h"
 #include "inproc_worker.h"
 #include "rows.h"
+#include "tap.h"
 #include "taskpush.h"
 #include "testdb.h"
 
@@ -75,17 +75,8 @@ struct fx {
     chaos_proxy *proxy;
 };
 
-static void note(const struct fx *fx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void note(const struct fx *fx, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "# [%6lld ms] %s\n", tp_mono_ms() - fx->t0, msg);
-}
+/* A progress line on stderr, stamped with the time since the case began (tap.h). */
+#define note(fx, ...) tp_note((fx)->t0, __VA_ARGS__)
 
 #define q64(fx, ...) tp_testdb_query_u64(&(fx)->db, __VA_ARGS__)
 

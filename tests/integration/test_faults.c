@@ -37,7 +37,6 @@
 #include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -64,6 +63,7 @@
 #include "proto.h"
 #include "raw.h"
 #include "rows.h"
+#include "tap.h"
 #include "taskpush.h"
 #include "testdb.h"
 
@@ -176,18 +176,8 @@ static int setup(void **state)
     return 0;
 }
 
-/* A progress line on stderr, stamped with the time since the case began. */
-static void note(const struct fx *fx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void note(const struct fx *fx, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "# [%6lld ms] %s\n", tp_mono_ms() - fx->started_ms, msg);
-}
+/* A progress line on stderr, stamped with the time since the case began (tap.h). */
+#define note(fx, ...) tp_note((fx)->started_ms, __VA_ARGS__)
 
 static void db_create(struct fx *fx, const char *tag)
 {

@@ -130,64 +130,7 @@ static long peak_rss_kb(struct fx *fx, long seen_kb)
     return hwm > seen_kb ? hwm : seen_kb;
 }
 
-/* ---- raw protocol ---- */
-
-static bool raw_send(int fd, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-        if (k <= 0)
-            return false;
-        p += k;
-        n -= (size_t)k;
-    }
-    return true;
-}
-
-static uint8_t *raw_encode(const proto_msg *m, size_t *n)
-{
-    *n = proto_msg_size(m);
-    uint8_t *buf = malloc(*n);
-    assert_non_null(buf);
-    assert_int_equal(proto_msg_encode(m, buf, *n), *n);
-    return buf;
-}
-
-static void raw_send_msg(int fd, const proto_msg *m)
-{
-    size_t n;
-    uint8_t *buf = raw_encode(m, &n);
-    assert_true(raw_send(fd, buf, n));
-    free(buf);
-}
-
-/* Reads one frame (heartbeats skipped) into buf; returns its body length, or -1 on EOF,
- * error or timeout. */
-static long raw_read(int fd, uint8_t *buf, size_t cap)
-{
-    for (;;) {
-        uint8_t pre[4];
-        size_t got = 0;
-        while (got < 4) {
-            ssize_t k = recv(fd, pre + got, 4 - got, 0);
-            if (k <= 0)
-                return -1;
-            got += (size_t)k;
-        }
-        uint32_t n = (uint32_t)pre[0] << 24 | (uint32_t)pre[1] << 16 | (uint32_t)pre[2] << 8 | pre[3];
-        if (n == 0 || n > cap)
-            return -1;
-        got = 0;
-        while (got < n) {
-            ssize_t k = recv(fd, buf + got, n - got, 0);
-            if (k <= 0)
-                return -1;
-            got += (size_t)k;
-        }
-        if (buf[0] != PROTO_HEARTBEAT)
-            return (long)n;
-    }
-}
+/* ---- raw protocol (raw.h) ---- */
 
 /* A producer: connected, HELLO (version 2, no type) answered WELCOME. */
 static int raw_producer(struct fx *fx, int rcvbuf)
@@ -199,9 +142,9 @@ static int raw_producer(struct fx *fx, int rcvbuf)
     proto_msg m = {.type = PROTO_HELLO};
     m.u.hello.version = 2;
     m.u.hello.name = (proto_bytes){(const uint8_t *)"raw", 3};
-    raw_send_msg(fd, &m);
+    assert_int_equal(tp_raw_send_msg(fd, &m), 0);
     static uint8_t buf[65536];
-    long n = raw_read(fd, buf, sizeof buf);
+    long n = tp_raw_read_frame(fd, buf, sizeof buf);
     assert_true(n > 0);
     proto_msg w;
     assert_int_equal(proto_msg_decode(buf, (size_t)n, &w), PROTO_OK);
@@ -301,7 +244,7 @@ static void slow_wait_reader(void **state)
         t[i] = raw_task("big", "p", 1);
     for (uint32_t k = 1; k <= 10; k++) {
         proto_msg m = submit_msg(k, PROTO_SUBMIT_WAIT, t, 10);
-        raw_send_msg(r.fd, &m);
+        assert_int_equal(tp_raw_send_msg(r.fd, &m), 0);
     }
     assert_int_equal(pthread_create(&r.th, NULL, slow_read, &r), 0);
 
@@ -327,11 +270,11 @@ static void slow_wait_reader(void **state)
     int fd = raw_producer(fx, 0);
     proto_submit_task s = raw_task("small", "q", 1);
     proto_msg m = submit_msg(77, PROTO_SUBMIT_WAIT, &s, 1);
-    raw_send_msg(fd, &m);
+    assert_int_equal(tp_raw_send_msg(fd, &m), 0);
     static uint8_t buf[65536];
     bool submitted = false, outcome = false;
     for (int i = 0; i < 4 && !outcome; i++) {
-        long n = raw_read(fd, buf, sizeof buf);
+        long n = tp_raw_read_frame(fd, buf, sizeof buf);
         assert_true(n > 0);
         proto_msg a;
         assert_int_equal(proto_msg_decode(buf, (size_t)n, &a), PROTO_OK);
@@ -371,7 +314,7 @@ static void *produce(void *arg)
 {
     struct producer *p = arg;
     for (int k = 0; k < NFRAMES; k++) {
-        if (!raw_send(p->fd, p->frame[k], p->len[k]))
+        if (tp_raw_send(p->fd, p->frame[k], p->len[k]) < 0)
             return NULL;
         p->sent++;
     }
@@ -396,7 +339,8 @@ static void submit_budget(void **state)
     proto_submit_task t = raw_task("budget", payload, PAYLOAD);
     for (int k = 0; k < NFRAMES; k++) {
         proto_msg m = submit_msg((uint32_t)k + 1, 0, &t, 1);
-        frames[k] = raw_encode(&m, &lens[k]);
+        frames[k] = tp_raw_encode(&m, &lens[k]);
+        assert_non_null(frames[k]);
     }
     MYSQL *locker = tp_testdb_connect(&fx->db);
     assert_non_null(locker);
@@ -443,7 +387,7 @@ static void submit_budget(void **state)
         pthread_join(p[i].th, NULL);
         assert_int_equal(p[i].sent, NFRAMES);
         for (int k = 0; k < NFRAMES; k++) {
-            long n = raw_read(p[i].fd, buf, sizeof buf);
+            long n = tp_raw_read_frame(p[i].fd, buf, sizeof buf);
             assert_true(n > 0);
             proto_msg a;
             assert_int_equal(proto_msg_decode(buf, (size_t)n, &a), PROTO_OK);

@@ -437,54 +437,6 @@ static void from_handler(void **state)
 
 /* ---- raw protocol helpers ---- */
 
-static void raw_send(int fd, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-        assert_true(k > 0);
-        p += k;
-        n -= (size_t)k;
-    }
-}
-
-static void raw_send_msg(int fd, const proto_msg *m)
-{
-    size_t n = proto_msg_size(m);
-    uint8_t *buf = malloc(n);
-    assert_non_null(buf);
-    assert_int_equal(proto_msg_encode(m, buf, n), n);
-    raw_send(fd, buf, n);
-    free(buf);
-}
-
-/* Reads one frame (heartbeats skipped) into buf; returns its body length, or -1 on EOF
- * or timeout. */
-static long raw_read(int fd, uint8_t *buf, size_t cap)
-{
-    for (;;) {
-        uint8_t pre[4];
-        size_t got = 0;
-        while (got < 4) {
-            ssize_t k = recv(fd, pre + got, 4 - got, 0);
-            if (k <= 0)
-                return -1;
-            got += (size_t)k;
-        }
-        uint32_t n = (uint32_t)pre[0] << 24 | (uint32_t)pre[1] << 16 | (uint32_t)pre[2] << 8 | pre[3];
-        if (n == 0 || n > cap)
-            return -1;
-        got = 0;
-        while (got < n) {
-            ssize_t k = recv(fd, buf + got, n - got, 0);
-            if (k <= 0)
-                return -1;
-            got += (size_t)k;
-        }
-        if (buf[0] != PROTO_HEARTBEAT)
-            return (long)n;
-    }
-}
-
 /* Connects and says HELLO: a producer (version 2, no type) or a version-1 worker. */
 static int raw_peer(struct fx *fx, uint16_t version, const char *type)
 {
@@ -498,9 +450,9 @@ static int raw_peer(struct fx *fx, uint16_t version, const char *type)
         m.u.hello.ntypes = 1;
         m.u.hello.types[0] = (proto_bytes){(const uint8_t *)type, strlen(type)};
     }
-    raw_send_msg(fd, &m);
+    assert_int_equal(tp_raw_send_msg(fd, &m), 0);
     static uint8_t buf[65536];
-    long n = raw_read(fd, buf, sizeof buf);
+    long n = tp_raw_read_frame(fd, buf, sizeof buf);
     assert_true(n > 0);
     proto_msg w;
     assert_int_equal(proto_msg_decode(buf, (size_t)n, &w), PROTO_OK);
@@ -516,7 +468,7 @@ static void raw_submit(int fd, uint32_t request_id, uint8_t flags, const proto_s
     m.u.submit.flags = flags;
     m.u.submit.ntasks = n;
     m.u.submit.tasks = t;
-    raw_send_msg(fd, &m);
+    assert_int_equal(tp_raw_send_msg(fd, &m), 0);
 }
 
 static proto_submit_task raw_task(const char *type)
@@ -533,13 +485,13 @@ static proto_submit_task raw_task(const char *type)
 static void expect_error_close(int fd, uint16_t code)
 {
     static uint8_t buf[65536];
-    long n = raw_read(fd, buf, sizeof buf);
+    long n = tp_raw_read_frame(fd, buf, sizeof buf);
     assert_true(n > 0);
     proto_msg m;
     assert_int_equal(proto_msg_decode(buf, (size_t)n, &m), PROTO_OK);
     assert_int_equal(m.type, PROTO_ERROR);
     assert_int_equal(m.u.error.code, code);
-    assert_true(raw_read(fd, buf, sizeof buf) < 0);
+    assert_true(tp_raw_read_frame(fd, buf, sizeof buf) < 0);
     close(fd);
 }
 
@@ -552,7 +504,7 @@ static void v1_hello(void **state)
     int fd = raw_peer(fx, 1, "old");
     assert_int_equal(tp_testdb_exec(&fx->db, "INSERT INTO task (task_type, payload) VALUES ('old', 'v1')"), 1);
     static uint8_t buf[65536];
-    long n = raw_read(fd, buf, sizeof buf);
+    long n = tp_raw_read_frame(fd, buf, sizeof buf);
     assert_true(n > 0);
     proto_msg m;
     assert_int_equal(proto_msg_decode(buf, (size_t)n, &m), PROTO_OK);
@@ -562,7 +514,7 @@ static void v1_hello(void **state)
     d.u.done.epoch = m.u.task.epoch;
     d.u.done.attempt = m.u.task.attempt;
     d.u.done.data = (proto_bytes){(const uint8_t *)"ok", 2};
-    raw_send_msg(fd, &d);
+    assert_int_equal(tp_raw_send_msg(fd, &d), 0);
     assert_true(wait_u64(fx, 1, "SELECT COUNT(*) FROM task WHERE task_state = 2 AND result = 'ok'"));
     /* SUBMIT is a version-2 frame: on this session it is refused. */
     proto_submit_task t = raw_task("old");
@@ -587,7 +539,7 @@ static void commit_before_ack(void **state)
     for (uint32_t round = 1; round <= 5; round++) {
         raw_submit(fd, round, 0, t, 200);
         static uint8_t buf[65536];
-        long n = raw_read(fd, buf, sizeof buf);
+        long n = tp_raw_read_frame(fd, buf, sizeof buf);
         /* The moment the acknowledgement is read, the dispatcher stops. */
         assert_int_equal(kill(fx->d.pid, SIGSTOP), 0);
         assert_true(n > 0);
@@ -670,7 +622,7 @@ static void hostile_submits(void **state)
         }
         if (cases[c].at)
             f[PROTO_LEN_PREFIX + cases[c].at] = cases[c].value;
-        raw_send(fd, f, n + extra);
+        assert_int_equal(tp_raw_send(fd, f, n + extra), 0);
         free(f);
         print_message("# %s\n", cases[c].what);
         expect_error_close(fd, PROTO_ERR_BAD_FRAME);
@@ -696,13 +648,13 @@ static void hostile_submits(void **state)
         size_t blen = (size_t)(pl + 4 - b);
         f[2] = (uint8_t)(blen >> 8);
         f[3] = (uint8_t)blen;
-        raw_send(fd, f, PROTO_LEN_PREFIX + blen);
+        assert_int_equal(tp_raw_send(fd, f, PROTO_LEN_PREFIX + blen), 0);
         expect_error_close(fd, PROTO_ERR_BAD_FRAME);
     }
     /* A type the table cannot hold is INVALID; the connection stays. */
     proto_submit_task bad = raw_task("resize ");
     raw_submit(honest, 5, 0, &bad, 1);
-    long n = raw_read(honest, buf, sizeof buf);
+    long n = tp_raw_read_frame(honest, buf, sizeof buf);
     assert_true(n > 0);
     assert_int_equal(proto_msg_decode(buf, (size_t)n, &m), PROTO_OK);
     assert_int_equal(m.type, PROTO_SUBMITTED);
@@ -713,7 +665,7 @@ static void hostile_submits(void **state)
     assert_int_equal(q64(fx, "SELECT COUNT(*) FROM task"), 0);
     proto_submit_task good = raw_task("fine");
     raw_submit(honest, 6, 0, &good, 1);
-    n = raw_read(honest, buf, sizeof buf);
+    n = tp_raw_read_frame(honest, buf, sizeof buf);
     assert_true(n > 0);
     assert_int_equal(proto_msg_decode(buf, (size_t)n, &m), PROTO_OK);
     assert_int_equal(m.u.submitted.status, PROTO_SUBMIT_OK);
@@ -740,7 +692,7 @@ static void standby_unavailable(void **state)
     proto_submit_task t = raw_task("any");
     raw_submit(fd, 77, 0, &t, 1);
     static uint8_t buf[65536];
-    long n = raw_read(fd, buf, sizeof buf);
+    long n = tp_raw_read_frame(fd, buf, sizeof buf);
     assert_true(n > 0);
     proto_msg m;
     assert_int_equal(proto_msg_decode(buf, (size_t)n, &m), PROTO_OK);

@@ -62,3 +62,62 @@ int tp_raw_hello(int fd, const char *name, size_t name_len, const char *type)
         return -1;
     return send(fd, buf, n, MSG_NOSIGNAL) == (ssize_t)n ? 0 : -1;
 }
+
+int tp_raw_send(int fd, const void *buf, size_t n)
+{
+    const uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+uint8_t *tp_raw_encode(const proto_msg *m, size_t *n)
+{
+    *n = proto_msg_size(m);
+    uint8_t *buf = malloc(*n);
+    if (buf != NULL && proto_msg_encode(m, buf, *n) != *n) {
+        free(buf);
+        buf = NULL;
+    }
+    return buf;
+}
+
+int tp_raw_send_msg(int fd, const proto_msg *m)
+{
+    size_t n;
+    uint8_t *buf = tp_raw_encode(m, &n);
+    int rc = buf != NULL ? tp_raw_send(fd, buf, n) : -1;
+    free(buf);
+    return rc;
+}
+
+long tp_raw_read_frame(int fd, uint8_t *buf, size_t cap)
+{
+    for (;;) {
+        uint8_t pre[4];
+        size_t got = 0;
+        while (got < 4) {
+            ssize_t k = recv(fd, pre + got, 4 - got, 0);
+            if (k <= 0)
+                return -1;
+            got += (size_t)k;
+        }
+        uint32_t n = (uint32_t)pre[0] << 24 | (uint32_t)pre[1] << 16 | (uint32_t)pre[2] << 8 | pre[3];
+        if (n == 0 || n > cap)
+            return -1;
+        got = 0;
+        while (got < n) {
+            ssize_t k = recv(fd, buf + got, n - got, 0);
+            if (k <= 0)
+                return -1;
+            got += (size_t)k;
+        }
+        if (buf[0] != PROTO_HEARTBEAT)
+            return (long)n;
+    }
+}

@@ -5,4 +5,8 @@
 
 void tp_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A progress line "# [   123 ms] ..." on standard error, stamped with the milliseconds
+ * of tp_mono_ms() (wait.h) since t0: where a long case spent its time. */
+void tp_note(long long t0, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif
