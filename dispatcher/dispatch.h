@@ -137,7 +137,7 @@ void dsp_dispatch_worker_stop(dsp_server *srv, dsp_conn *c);
 #define DSP_DELIVERY_RECORD_MS 1000
 
 /* In-flight accounting: the only code that changes a worker's slots.in_flight, the
- * room and srv->ninflight (conn.c and server.c call these two). */
+ * room and srv->sched.ninflight (conn.c and server.c call these two). */
 /* A delivery of t to c begins: t joins c's in-flight list and takes a slot. */
 void dsp_dispatch_inflight_add(dsp_conn *c, dsp_task *t);
 enum dsp_slot {
@@ -153,7 +153,7 @@ void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot);
  * its adoption (inventory.c). */
 void dsp_dispatch_slot_reserve(dsp_conn *c, bool take);
 
-/* Leases: every current delivery is in srv->leases, keyed by when the housekeeping
+/* Leases: every current delivery is in srv->sched.leases, keyed by when the housekeeping
  * tick must look at it next (its attempt's record, or its lease's end). */
 /* The delivery the tick must look at by now_ms (the earliest first), or NULL. */
 dsp_task *dsp_dispatch_lease_due(dsp_server *srv, int64_t now_ms);
@@ -179,7 +179,7 @@ void dsp_dispatch_claim_maybe(dsp_server *srv);
 /* The outstanding claim was answered at now_ms (server.c's on_claim): its round trip
  * joins the average the ahead covers. */
 void dsp_dispatch_claim_answered(dsp_server *srv, int64_t now_ms);
-/* srv->claim_timer's callback (arg: the server). */
+/* srv->claim.timer's callback (arg: the server). */
 void dsp_dispatch_claim_timer_cb(evutil_socket_t fd, short what, void *arg);
 
 #endif
