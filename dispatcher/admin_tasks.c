@@ -237,7 +237,7 @@ void dsp_admin_taskop_answer(void *arg, dsp_taskop *op)
         if (op->status == DSP_TASKOP_CONFLICT) {
             answer_conflict(req, op, "FAILED");
         } else {
-            srv->claim.not_before = 0; /* a row is ready: claim without waiting for the poll */
+            dsp_claim_pacing_hasten(srv); /* a row is ready: claim without waiting for the poll */
             dsp_server_kick(srv);
             dsp_admin_send_json(req, HTTP_OK,
                                 json_pack("{s:b, s:I, s:s}", "ok", 1, "task_id", (json_int_t)op->task_id,

@@ -322,6 +322,8 @@ void dsp_dispatch_worker_stop(dsp_server *srv, dsp_conn *c)
     c->slots.accepting = false;
 }
 
+static void claim_soon_after_join(dsp_server *srv);
+
 void dsp_dispatch_worker_joined(dsp_server *srv, dsp_conn *c)
 {
     for (size_t i = 0; i < c->ntypes; i++) {
@@ -343,15 +345,7 @@ void dsp_dispatch_worker_joined(dsp_server *srv, dsp_conn *c)
     srv->sched.gen++;
     if (c->slots.accepting)
         room_changed(srv, c, free_slots(c));
-    /* New room, maybe new types: claim soon, but at most once per --poll-ms for joins,
-     * so that peers joining in a loop cannot keep the claim thread busy. */
-    int64_t now = dsp_now_ms();
-    if (now - srv->claim.join_ms >= srv->cfg->poll_ms) {
-        srv->claim.join_ms = now;
-        srv->claim.not_before = 0;
-    } else if (srv->claim.not_before > srv->claim.join_ms + srv->cfg->poll_ms) {
-        srv->claim.not_before = srv->claim.join_ms + srv->cfg->poll_ms;
-    }
+    claim_soon_after_join(srv);
     dsp_server_kick(srv);
 }
 
@@ -682,10 +676,25 @@ static bool type_warm(const dsp_type *ty, int64_t now)
     return ty->rows_seen_ms > 0 && now - ty->rows_seen_ms < TYPE_WARM_MS;
 }
 
-void dsp_dispatch_claim_answered(dsp_server *srv, int64_t now_ms)
+/* New room, maybe new types: claim soon, but at most once per --poll-ms for joins, so
+ * that peers joining in a loop cannot keep the claim thread busy. */
+static void claim_soon_after_join(dsp_server *srv)
 {
+    int64_t now = dsp_now_ms();
+    if (now - srv->claim.join_ms >= srv->cfg->poll_ms) {
+        srv->claim.join_ms = now;
+        srv->claim.not_before = 0;
+    } else if (srv->claim.not_before > srv->claim.join_ms + srv->cfg->poll_ms) {
+        srv->claim.not_before = srv->claim.join_ms + srv->cfg->poll_ms;
+    }
+}
+
+void dsp_claim_pacing_answered(dsp_server *srv, int64_t now_ms)
+{
+    srv->claim.outstanding = false;
     double d = (double)(now_ms > srv->claim.sent_ms ? now_ms - srv->claim.sent_ms : 0);
-    srv->claim.round_trip_ms = srv->claim.round_trip_ms > 0 ? srv->claim.round_trip_ms + (d - srv->claim.round_trip_ms) / 4 : d;
+    double *avg = &srv->claim.round_trip_ms;
+    *avg = *avg > 0 ? *avg + (d - *avg) / 4 : d;
 }
 
 /* The horizon the ahead covers: --prefetch-ms plus two claims' round trips, those
@@ -818,11 +827,40 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     }
 }
 
-void dsp_dispatch_claim_timer_cb(evutil_socket_t fd, short what, void *arg)
+static void claim_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     dsp_server *srv = arg;
     srv->claim.timer_armed = false;
     dsp_dispatch_claim_maybe(srv);
+}
+
+int dsp_claim_pacing_init(dsp_server *srv)
+{
+    srv->claim.timer = evtimer_new(srv->base, claim_timer_cb, srv);
+    return srv->claim.timer ? 0 : -1;
+}
+
+void dsp_claim_pacing_free(dsp_server *srv)
+{
+    if (srv->claim.timer)
+        event_free(srv->claim.timer);
+}
+
+void dsp_claim_pacing_failed(dsp_server *srv, int64_t now_ms)
+{
+    srv->claim.not_before = now_ms + srv->cfg->poll_ms;
+}
+
+void dsp_claim_pacing_claimed(dsp_server *srv, int64_t now_ms, size_t got, bool more)
+{
+    bool full = got >= srv->claim.requested || more;
+    srv->claim.not_before = full || srv->claim.again ? 0 : now_ms + srv->cfg->poll_ms;
+    srv->claim.again = false;
+}
+
+void dsp_claim_pacing_hasten(dsp_server *srv)
+{
+    srv->claim.not_before = 0;
 }

@@ -308,11 +308,10 @@ static void release_task(dsp_server *srv, dsp_task *t)
 static void on_claim(void *arg, dsp_claim_reply *reply)
 {
     dsp_server *srv = arg;
-    srv->claim.outstanding = false;
     int64_t now = dsp_now_ms();
-    dsp_dispatch_claim_answered(srv, now);
+    dsp_claim_pacing_answered(srv, now);
     if (reply->status < 0) {
-        srv->claim.not_before = now + srv->cfg->poll_ms;
+        dsp_claim_pacing_failed(srv, now);
         dsp_claim_reply_free(reply);
         dsp_server_kick(srv);
         return;
@@ -372,9 +371,7 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
         if (types[i])
             dsp_server_type_release_if_unused(srv, types[i]);
     free(types);
-    bool full = reply->ntasks >= srv->claim.requested || reply->more;
-    srv->claim.not_before = full || srv->claim.again ? 0 : now + srv->cfg->poll_ms;
-    srv->claim.again = false;
+    dsp_claim_pacing_claimed(srv, now, reply->ntasks, reply->more);
     log_debug(&srv->log, "claimed %zu of %u in %lld us", reply->ntasks, (unsigned)srv->claim.requested,
               (long long)reply->duration_us);
     dsp_claim_reply_free(reply);
@@ -388,7 +385,7 @@ static void on_leader(void *arg, uint32_t epoch)
     dsp_server *srv = arg;
     srv->lead.leading = true;
     srv->lead.epoch = epoch;
-    srv->claim.not_before = 0;
+    dsp_claim_pacing_hasten(srv);
     log_info(&srv->log, "leading the table with epoch %u", (unsigned)epoch);
     dsp_server_kick(srv);
 }
@@ -462,7 +459,7 @@ static void on_requeued(void *arg, uint64_t request_id, int64_t rows)
         srv->control.last_requeue.rows = rows;
     }
     if (rows > 0)
-        srv->claim.not_before = 0;
+        dsp_claim_pacing_hasten(srv);
     dsp_server_kick(srv);
 }
 
@@ -700,7 +697,7 @@ void dsp_server_resume(dsp_server *srv, const char *type)
             }
         }
     }
-    srv->claim.not_before = 0;
+    dsp_claim_pacing_hasten(srv);
     dsp_server_kick(srv);
 }
 
@@ -966,7 +963,6 @@ int dsp_server_init_offline(dsp_server *srv, const dsp_config *cfg)
     srv->cfg = cfg;
     srv->log.level = cfg->log_level;
     srv->stats.started_ms = dsp_now_ms();
-    srv->claim.not_before = 0;
 
     if (dsp_taskmap_init(&srv->tasks.map, 4096) < 0 || dsp_taskmap_init(&srv->inv.v3conns, 64) < 0 ||
         dsp_history_init(&srv->stats.history, DSP_HISTORY_SAMPLES) < 0 || dsp_limits_init(srv) < 0)
@@ -977,13 +973,12 @@ int dsp_server_init_offline(dsp_server *srv, const dsp_config *cfg)
         log_error(&srv->log, "cannot create the event base");
         return -1;
     }
-    srv->claim.timer = evtimer_new(srv->base, dsp_dispatch_claim_timer_cb, srv);
     srv->tick.timer = event_new(srv->base, -1, EV_PERSIST, tick_cb, srv);
     srv->dispatch_ev = event_new(srv->base, -1, 0, dispatch_cb, srv);
     srv->conns.flush_ev = event_new(srv->base, -1, 0, dsp_conn_flush_cb, srv);
     srv->inv.confirm_ev = evtimer_new(srv->base, dsp_inv_confirm_cb, srv);
     srv->accept.retry_ev = evtimer_new(srv->base, accept_retry_cb, srv);
-    if (!srv->claim.timer || !srv->tick.timer || !srv->dispatch_ev || !srv->conns.flush_ev ||
+    if (dsp_claim_pacing_init(srv) < 0 || !srv->tick.timer || !srv->dispatch_ev || !srv->conns.flush_ev ||
         !srv->inv.confirm_ev || !srv->accept.retry_ev)
         return -1;
     int64_t tick = cfg->heartbeat_ms / 4;
@@ -1120,8 +1115,7 @@ void dsp_server_free(dsp_server *srv)
     for (int i = 0; i < 3; i++)
         if (srv->signal_evs[i])
             event_free(srv->signal_evs[i]);
-    if (srv->claim.timer)
-        event_free(srv->claim.timer);
+    dsp_claim_pacing_free(srv);
     if (srv->tick.timer)
         event_free(srv->tick.timer);
     if (srv->dispatch_ev)

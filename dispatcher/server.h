@@ -142,7 +142,7 @@ struct dsp_server {
         double round_trip_ms;      /* claims' round trips, averaged (the ahead covers two) */
         int64_t not_before;        /* earliest time of the next claim (poll back-off) */
         bool again;                /* rows were committed ready while a claim ran: claim at once
-                                    * after it, whatever it found (conn_submit.c) */
+                                    * after it, whatever it found (dsp_dispatch_claim_now) */
         int64_t join_ms;           /* the last claim hastened by a worker joining */
         int64_t gather_until;      /* a small claim waits until then for more room */
         size_t rotor[2];           /* where the next claim starts among cold [0] and warm [1]
