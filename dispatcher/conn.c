@@ -958,24 +958,16 @@ void dsp_conn_accept(dsp_server *srv, int fd, const struct sockaddr *sa, int sal
     log_debug(&srv->log, "connection %llu from %s", (unsigned long long)c->id, c->addr);
 }
 
-void dsp_conn_deliver(dsp_conn *c, dsp_task *t, int64_t now_ms)
+void dsp_conn_send_task(dsp_conn *c, const dsp_task *t, int64_t now_ms)
 {
     dsp_server *srv = c->srv;
-    t->attempts++;
-    t->recorded = false;
-    t->dlv_epoch = srv->lead.epoch;
-    t->deadline_ms = now_ms + t->timeout_ms;
-    dsp_dispatch_inflight_add(c, t);
-    c->delivered_total++;
-    srv->stats.tasks.dispatched_total++;
-
     /* Not `proto_msg m = {...}`: that zeroes the whole union, a HELLO's 64 types
      * included (over 1 KiB), for every task. */
     proto_msg m;
     m.type = PROTO_TASK;
     m.u.task = (proto_task){
         .task_id = t->id,
-        .epoch = srv->lead.epoch,
+        .epoch = t->dlv_epoch,
         .attempt = t->attempts,
         .timeout_ms = t->timeout_ms,
         .priority = t->priority,

@@ -99,8 +99,9 @@ struct dsp_conn {
 /* Takes ownership of fd. */
 void dsp_conn_accept(dsp_server *srv, int fd, const struct sockaddr *sa, int salen);
 
-/* Writes a TASK frame and records the delivery (in-flight list, slots, lease). */
-void dsp_conn_deliver(dsp_conn *c, dsp_task *t, int64_t now_ms);
+/* Writes the TASK frame of t's delivery to c, which dispatch.c has just recorded
+ * (attempt, epoch, in-flight list, slot, lease). */
+void dsp_conn_send_task(dsp_conn *c, const dsp_task *t, int64_t now_ms);
 
 /* Sends CANCEL for t's current delivery and keeps its slot taken until the
  * worker answers; t is unlinked from c. */

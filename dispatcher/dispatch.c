@@ -527,8 +527,10 @@ static void ll_dirty_others(dsp_conn *c, const dsp_type *ty)
             c->types[i]->ll.gen = 0;
 }
 
-/* Hands ty's next task to c, which has a free slot. false (nothing done) when its lease
- * finds no memory. */
+/* Hands ty's next task to c, which has a free slot: the whole bookkeeping of a delivery
+ * (its attempt, epoch and lease's end, the in-flight list, slot and counters) is here, next
+ * to the accounting it feeds; conn.c only writes the TASK frame. false (nothing done) when
+ * its lease finds no memory. */
 static bool deliver_next(dsp_server *srv, dsp_type *ty, dsp_conn *c, int64_t pass_us, int64_t now)
 {
     /* The lease's place in the heap, taken before the task leaves its queue. */
@@ -542,7 +544,14 @@ static bool deliver_next(dsp_server *srv, dsp_type *ty, dsp_conn *c, int64_t pas
     srv->sched.nbuffered--;
     t->delivered_us = pass_us;
     ll_dirty_others(c, ty);
-    dsp_conn_deliver(c, t, now);
+    t->attempts++;
+    t->recorded = false;
+    t->dlv_epoch = srv->lead.epoch;
+    t->deadline_ms = now + t->timeout_ms;
+    dsp_dispatch_inflight_add(c, t);
+    c->delivered_total++;
+    srv->stats.tasks.dispatched_total++;
+    dsp_conn_send_task(c, t, now);
     return true;
 }
 

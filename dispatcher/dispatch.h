@@ -137,7 +137,8 @@ void dsp_dispatch_worker_stop(dsp_server *srv, dsp_conn *c);
 #define DSP_DELIVERY_RECORD_MS 1000
 
 /* In-flight accounting: the only code that changes a worker's slots.in_flight, the
- * room and srv->sched.ninflight (conn.c and server.c call these two). */
+ * room and srv->sched.ninflight (a dispatch pass and inventory.c's adoptions begin
+ * deliveries; conn.c, inventory.c and server.c end them). */
 /* A delivery of t to c begins: t joins c's in-flight list and takes a slot. */
 void dsp_dispatch_inflight_add(dsp_conn *c, dsp_task *t);
 enum dsp_slot {
