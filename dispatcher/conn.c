@@ -148,7 +148,7 @@ void dsp_conn_flush_cb(evutil_socket_t fd, short what, void *arg)
         dsp_conn *c = srv->conns.flush_head;
         srv->conns.flush_head = c->flush_next;
         if (c->nconfirms > 0) /* while still queued, so that they join this write */
-            dsp_inv_send_confirms(c);
+            dsp_conn_send_confirms(c);
         c->flush_queued = false;
         conn_flush(c);
     }
@@ -248,6 +248,58 @@ void dsp_conn_send_simple(dsp_conn *c, uint8_t type)
     conn_write(c, frame, sizeof frame);
 }
 
+void dsp_conn_send_frame(dsp_conn *c, const proto_msg *m)
+{
+    size_t n = proto_msg_size(m);
+    if (n == 0) {
+        log_error(&c->srv->log, "cannot encode a %s frame", proto_type_name(m->type));
+        return;
+    }
+    if (!dsp_conn_output_room(c, n))
+        return;
+    uint8_t *p = dsp_conn_stage_reserve(c, n);
+    if (p) {
+        proto_msg_encode(m, p, n);
+        c->stage.len += n;
+    } else {
+        /* Written in place: a SUBMITTED of 1000 results or an OUTCOME with a 16 MiB result. */
+        struct evbuffer *out = bufferevent_get_output(c->bev);
+        struct evbuffer_iovec v;
+        if (evbuffer_reserve_space(out, (ev_ssize_t)n, &v, 1) < 1 || v.iov_len < n) {
+            log_error(&c->srv->log, "out of memory for a %s frame of %zu bytes",
+                      proto_type_name(m->type), n);
+            return;
+        }
+        proto_msg_encode(m, v.iov_base, n);
+        v.iov_len = n;
+        evbuffer_commit_space(out, &v, 1);
+    }
+    c->last_tx_ms = dsp_now_ms();
+    c->srv->stats.conns.frames_out_total++;
+    dsp_conn_output_added(c);
+}
+
+void dsp_conn_send_confirms(dsp_conn *c)
+{
+    uint32_t sent = 0;
+
+    if (c->state != DSP_CONN_ACTIVE)
+        c->nconfirms = 0;
+    while (sent < c->nconfirms) {
+        uint32_t k = c->nconfirms - sent;
+        proto_msg m = {.type = PROTO_CONFIRM};
+
+        if (k > PROTO_MAX_CONFIRM)
+            k = PROTO_MAX_CONFIRM;
+        m.u.confirm.n = (uint16_t)k;
+        m.u.confirm.items = c->confirms + sent;
+        dsp_conn_send_frame(c, &m);
+        c->srv->stats.tasks.confirmed_total += k;
+        sent += k;
+    }
+    c->nconfirms = 0;
+}
+
 static void free_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -271,7 +323,7 @@ void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why)
                     "worker %s (%s) leaves: %s; %u deliveries taken back",
                  c->name ? c->name : "?", c->addr, why, (unsigned)c->slots.in_flight);
         dsp_dispatch_worker_left(c->srv, c, c->refund);
-        dsp_inv_send_confirms(c); /* what waited: spares the worker sending them again */
+        dsp_conn_send_confirms(c); /* what waited: spares the worker sending them again */
     } else {
         log_limited(&c->srv->log, &c->srv->conns.peer_log, dsp_now_ms(), DSP_LOG_INFO,
                     "connection %s closed before HELLO: %s", c->addr, why);

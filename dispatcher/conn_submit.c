@@ -15,37 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void dsp_conn_send_frame(dsp_conn *c, const proto_msg *m)
-{
-    size_t n = proto_msg_size(m);
-    if (n == 0) {
-        log_error(&c->srv->log, "cannot encode a %s frame", proto_type_name(m->type));
-        return;
-    }
-    if (!dsp_conn_output_room(c, n))
-        return;
-    uint8_t *p = dsp_conn_stage_reserve(c, n);
-    if (p) {
-        proto_msg_encode(m, p, n);
-        c->stage.len += n;
-    } else {
-        /* Written in place: a SUBMITTED of 1000 results or an OUTCOME with a 16 MiB result. */
-        struct evbuffer *out = bufferevent_get_output(c->bev);
-        struct evbuffer_iovec v;
-        if (evbuffer_reserve_space(out, (ev_ssize_t)n, &v, 1) < 1 || v.iov_len < n) {
-            log_error(&c->srv->log, "out of memory for a %s frame of %zu bytes",
-                      proto_type_name(m->type), n);
-            return;
-        }
-        proto_msg_encode(m, v.iov_base, n);
-        v.iov_len = n;
-        evbuffer_commit_space(out, &v, 1);
-    }
-    c->last_tx_ms = dsp_now_ms();
-    c->srv->stats.conns.frames_out_total++;
-    dsp_conn_output_added(c);
-}
-
 /* Answers a submission at once, without the database (nothing inserted). */
 static void answer_now(dsp_conn *c, uint32_t request_id, uint16_t status, const char *why)
 {

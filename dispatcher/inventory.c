@@ -2,8 +2,9 @@
  * worker's HOLDING (each delivery queued for adoption, or refused with CANCEL), the
  * answers of the adoptions, the DONEs of deliveries this dispatcher does not hold
  * (foreign outcomes, written fenced by their own delivery, or only confirmed), and the
- * CONFIRM frames sent after each write report. The statements themselves run on the
- * write thread (db_write.c); nothing here touches MySQL.
+ * CONFIRMs due after each write report: queued here until they can ride in a write,
+ * sent by conn.c (dsp_conn_send_confirms). The statements themselves run on the write
+ * thread (db_write.c); nothing here touches MySQL.
  */
 #include "conn.h"
 #include "server.h"
@@ -263,27 +264,6 @@ static void adopt_answer(dsp_server *srv, dsp_conn *c, const dsp_write_ack *a)
 #define CONFIRM_WAIT_MS 50
 #define CONFIRM_WAIT_SPARE 256
 
-void dsp_inv_send_confirms(dsp_conn *c)
-{
-    uint32_t sent = 0;
-
-    if (c->state != DSP_CONN_ACTIVE)
-        c->nconfirms = 0;
-    while (sent < c->nconfirms) {
-        uint32_t k = c->nconfirms - sent;
-        proto_msg m = {.type = PROTO_CONFIRM};
-
-        if (k > PROTO_MAX_CONFIRM)
-            k = PROTO_MAX_CONFIRM;
-        m.u.confirm.n = (uint16_t)k;
-        m.u.confirm.items = c->confirms + sent;
-        dsp_conn_send_frame(c, &m);
-        c->srv->stats.tasks.confirmed_total += k;
-        sent += k;
-    }
-    c->nconfirms = 0;
-}
-
 static bool confirms_grow(dsp_conn *c, size_t more)
 {
     size_t want = (size_t)c->nconfirms + more;
@@ -307,7 +287,7 @@ static void queue_confirms(dsp_conn *c, const dsp_write_ack *acks, size_t n)
     dsp_server *srv = c->srv;
 
     if (!confirms_grow(c, n)) {
-        dsp_inv_send_confirms(c);
+        dsp_conn_send_confirms(c);
         if (!confirms_grow(c, n)) {
             log_error(&srv->log, "out of memory: worker %s gets no CONFIRM for %zu outcome(s)",
                       c->name, n);
@@ -319,7 +299,7 @@ static void queue_confirms(dsp_conn *c, const dsp_write_ack *acks, size_t n)
             c->confirms[c->nconfirms++] =
                 (proto_dlv){acks[i].task_id, acks[i].epoch, acks[i].attempt};
     if (c->nconfirms >= c->slots.capacity + CONFIRM_WAIT_SPARE || c->flush_queued) {
-        dsp_inv_send_confirms(c); /* too many to wait, or a write of c is due anyway */
+        dsp_conn_send_confirms(c); /* too many to wait, or a write of c is due anyway */
         return;
     }
     if (c->nconfirms > 0 && !c->confirm_queued) {
@@ -344,7 +324,7 @@ void dsp_inv_confirm_cb(evutil_socket_t fd, short what, void *arg)
 
         srv->inv.confirm_head = c->confirm_next;
         c->confirm_queued = false;
-        dsp_inv_send_confirms(c);
+        dsp_conn_send_confirms(c);
     }
 }
 
