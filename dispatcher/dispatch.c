@@ -762,8 +762,8 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
         if (ty->nworkers == 0)
             orphaned += ty->nbuffered;
     int64_t now = dsp_now_ms();
-    uint64_t ahead = dsp_claim_ahead(dsp_pace_rate(&srv->sched.pace, now), ahead_horizon(srv), DSP_AHEAD_FLOOR,
-                                     cfg->prefetch);
+    uint64_t ahead = dsp_claim_ahead(dsp_pace_rate(&srv->sched.pace, now), ahead_horizon(srv),
+                                     DSP_AHEAD_FLOOR, cfg->prefetch);
     /* --batch bounds the total, so the figures below stay far from any overflow. */
     uint64_t held = srv->sched.nbuffered > orphaned ? srv->sched.nbuffered - orphaned : 0;
     int64_t want = (int64_t)dsp_claim_budget(srv->sched.room, ahead, held, (uint64_t)cfg->batch);

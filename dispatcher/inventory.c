@@ -150,7 +150,8 @@ void dsp_inv_done(dsp_conn *c, const proto_done *d, bool zombie)
         return; /* as before version 3: ignored */
     /* A cancelled delivery of c, one of this epoch (taken back), or a task held here in
      * another form: nothing to write, only to confirm. */
-    if (zombie || d->epoch == srv->lead.epoch || !srv->lead.leading || dsp_taskmap_get(&srv->tasks.map, d->task_id)) {
+    if (zombie || d->epoch == srv->lead.epoch || !srv->lead.leading ||
+        dsp_taskmap_get(&srv->tasks.map, d->task_id)) {
         dsp_server_kick(srv);
         confirm_only(c, d);
         return;

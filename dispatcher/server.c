@@ -136,7 +136,8 @@ static void task_pool_free(dsp_server *srv)
 static void task_free(dsp_server *srv, dsp_task *t)
 {
     dsp_taskmap_del(&srv->tasks.map, t->id);
-    srv->tasks.payload_bytes -= t->payload_len <= srv->tasks.payload_bytes ? t->payload_len : srv->tasks.payload_bytes;
+    srv->tasks.payload_bytes -=
+        t->payload_len <= srv->tasks.payload_bytes ? t->payload_len : srv->tasks.payload_bytes;
     free(t->payload);
     dsp_server_task_put(srv, t);
 }
@@ -825,7 +826,8 @@ static void ration_accepts(dsp_server *srv)
         return;
     int64_t now = dsp_now_ms();
     int64_t window = handshake_window_now(srv, now);
-    if (window <= srv->accept.flood_until_window && ++srv->accept.accepts_in_window >= handshakes_per_window(srv))
+    if (window <= srv->accept.flood_until_window &&
+        ++srv->accept.accepts_in_window >= handshakes_per_window(srv))
         pause_accepting_for_window(srv, window, now);
 }
 

@@ -84,8 +84,8 @@ struct dsp_type {
 };
 
 /* The loop's state, by concern: each group says what it is for and which file owns it
- * (writes it; others read it, or go through that file's functions). Nothing here is
- * read by another thread. */
+ * (keeps it up to date; the others mostly read it). server.c's set-up creates and frees
+ * every event. Nothing here is read by another thread. */
 struct dsp_server {
     /* The wiring (server.c). */
     const dsp_config *cfg;
@@ -150,7 +150,8 @@ struct dsp_server {
     } claim;
 
     /* Scheduling: the workers, their free slots, what is buffered and in flight, the
-     * leases (dispatch.c; server.c counts nbuffered as it queues and drops tasks). */
+     * leases (dispatch.c; server.c and inventory.c also count nbuffered and take next_seq
+     * as they hold tasks, and the tick clears limit_waiting). */
     struct {
         uint64_t gen;              /* moves at each dispatch pass, join and leave: the
                                     * types' least-loaded heaps older than it are stale */
@@ -199,7 +200,8 @@ struct dsp_server {
         uint64_t next_id;
         struct event *flush_ev;    /* writes the output of flush_head's connections */
         dsp_conn *flush_head;      /* plaintext connections with output added this loop pass */
-        dsp_log_limit peer_log;    /* lines about peers: connections, HELLOs, bad frames */
+        dsp_log_limit peer_log;    /* lines about peers: connections, HELLOs, bad frames (also
+                                    * server.c's accepts and admin_http.c's connections) */
     } conns;
 
     /* Submissions held for the database (copies queued, frames reserved while they

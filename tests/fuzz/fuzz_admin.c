@@ -63,7 +63,8 @@ static bool contains(const uint8_t *data, size_t size, const char *needle)
 
 static bool state_changed(const dsp_server *srv)
 {
-    bool changed = srv->control.paused_all || srv->control.admin_draining || srv->control.draining || srv->control.last_requeue.id;
+    bool changed = srv->control.paused_all || srv->control.admin_draining ||
+                   srv->control.draining || srv->control.last_requeue.id;
     for (const dsp_type *ty = srv->types.list; ty; ty = ty->next)
         changed |= ty->paused;
     return changed;
