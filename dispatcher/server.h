@@ -84,8 +84,9 @@ struct dsp_type {
 };
 
 /* The loop's state, by concern: each group says what it is for and which file owns it
- * (keeps it up to date; the others mostly read it). server.c's set-up creates and frees
- * every event. Nothing here is read by another thread. */
+ * (keeps it up to date; the others mostly read it). The events are made and freed by
+ * server.c's set-up (the admin port's by admin_http.c, the claim timer through
+ * dsp_claim_pacing_init). Nothing here is read by another thread. */
 struct dsp_server {
     /* The wiring (server.c). */
     const dsp_config *cfg;
