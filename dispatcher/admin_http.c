@@ -88,10 +88,10 @@ static void healthz_cb(struct evhttp_request *req, void *arg)
 static json_t *paused_json(const dsp_server *srv)
 {
     json_t *types = json_array();
-    for (const dsp_type *ty = srv->types; ty; ty = ty->next)
+    for (const dsp_type *ty = srv->types.list; ty; ty = ty->next)
         if (ty->paused)
             json_array_append_new(types, json_string(ty->name));
-    return json_pack("{s:b, s:o}", "all", srv->paused_all, "types", types);
+    return json_pack("{s:b, s:o}", "all", srv->control.paused_all, "types", types);
 }
 
 static void stats_cb(struct evhttp_request *req, void *arg)
@@ -119,7 +119,7 @@ static void workers_cb(struct evhttp_request *req, void *arg)
         return;
     json_t *list = json_array();
     int64_t now = dsp_now_ms();
-    for (dsp_conn *c = srv->conns; c; c = c->next) {
+    for (dsp_conn *c = srv->conns.list; c; c = c->next) {
         if (c->state != DSP_CONN_ACTIVE)
             continue;
         json_t *types = json_array();
@@ -250,7 +250,7 @@ static int query_type(struct evhttp_request *req, char *buf, size_t buflen, cons
 static json_t *state_json(const dsp_server *srv)
 {
     return json_pack("{s:b, s:o, s:b}", "ok", 1, "paused", paused_json(srv), "draining",
-                     srv->draining || srv->admin_draining);
+                     srv->control.draining || srv->control.admin_draining);
 }
 
 /* True when the query string has force=1 (or force=true). */
@@ -409,7 +409,7 @@ static void schedules_cb(struct evhttp_request *req, void *arg)
     }
     json_t *body = json_pack("{s:b, s:I, s:b, s:I, s:b, s:o}", "valid", l->valid, "age_ms",
                              (json_int_t)(l->valid ? wall - l->read_wall_ms : -1), "leader",
-                             srv->leader && dsp_db_lease_valid(srv->db), "inserted_total",
+                             srv->lead.leading && dsp_db_lease_valid(srv->db), "inserted_total",
                              (json_int_t)l->inserted_total, "cut", l->cut, "schedules", a);
     free(l);
     send_json(req, body);
@@ -422,7 +422,7 @@ static void drain_cb(struct evhttp_request *req, void *arg)
         return;
     dsp_server_drain(srv);
     json_t *o = state_json(srv);
-    json_object_set_new(o, "in_flight", json_integer((json_int_t)srv->ninflight));
+    json_object_set_new(o, "in_flight", json_integer((json_int_t)srv->sched.ninflight));
     send_json(req, o);
 }
 
@@ -505,7 +505,7 @@ static bool loopback_host(const char *name)
  * (HTTP/1.0 tools) passes: browsers always send one. */
 static bool host_allowed(struct evhttp_request *req, const dsp_server *srv)
 {
-    if (!srv->admin_loopback)
+    if (!srv->admin.loopback)
         return true;
     const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Host");
     const char *uh = evhttp_uri_get_host(evhttp_request_get_evhttp_uri(req));
@@ -556,16 +556,16 @@ static void admin_conn_unlink(dsp_server *srv, dsp_admin_conn *a)
     if (a->prev)
         a->prev->next = a->next;
     else
-        srv->admin_conns = a->next;
+        srv->admin.conns = a->next;
     if (a->next)
         a->next->prev = a->prev;
-    srv->nadmin_conns--;
+    srv->admin.nconns--;
     free(a);
 }
 
 static dsp_admin_conn *admin_conn_of(dsp_server *srv, const struct evhttp_connection *evcon)
 {
-    for (dsp_admin_conn *a = srv->admin_conns; evcon && a; a = a->next)
+    for (dsp_admin_conn *a = srv->admin.conns; evcon && a; a = a->next)
         if (a->evcon == evcon)
             return a;
     return NULL;
@@ -584,7 +584,7 @@ static void admin_closed_cb(struct evhttp_connection *evcon, void *arg)
 static dsp_admin_conn *admin_oldest_idle(dsp_server *srv, const dsp_admin_conn *keep)
 {
     dsp_admin_conn *oldest = NULL;
-    for (dsp_admin_conn *a = srv->admin_conns; a; a = a->next)
+    for (dsp_admin_conn *a = srv->admin.conns; a; a = a->next)
         if (a != keep && a->evcon && !a->busy && (!oldest || a->since_ms <= oldest->since_ms))
             oldest = a;
     return oldest;
@@ -596,7 +596,7 @@ static void admin_adopt_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     dsp_server *srv = arg;
-    for (dsp_admin_conn *a = srv->admin_conns, *next; a; a = next) {
+    for (dsp_admin_conn *a = srv->admin.conns, *next; a; a = next) {
         next = a->next;
         if (a->evcon)
             continue;
@@ -613,13 +613,13 @@ static void admin_adopt_cb(evutil_socket_t fd, short what, void *arg)
     }
     /* Over the cap: the connections that waited longest for their request go first, so
      * that a peer asking now (a probe's /healthz) is served whatever holds the others. */
-    while ((int64_t)srv->nadmin_conns > srv->cfg->admin_max_connections) {
-        dsp_admin_conn *victim = admin_oldest_idle(srv, srv->admin_conns);
+    while ((int64_t)srv->admin.nconns > srv->cfg->admin_max_connections) {
+        dsp_admin_conn *victim = admin_oldest_idle(srv, srv->admin.conns);
         if (!victim)
-            victim = srv->admin_conns->evcon ? srv->admin_conns : NULL; /* all busy: the newest */
+            victim = srv->admin.conns->evcon ? srv->admin.conns : NULL; /* all busy: the newest */
         if (!victim)
             break;
-        log_limited(&srv->log, &srv->peer_log, dsp_now_ms(), DSP_LOG_WARN, "%s",
+        log_limited(&srv->log, &srv->conns.peer_log, dsp_now_ms(), DSP_LOG_WARN, "%s",
                     "admin connection closed: --admin-max-connections reached");
         evhttp_connection_free(victim->evcon); /* admin_closed_cb unlinks it */
     }
@@ -637,12 +637,12 @@ static struct bufferevent *admin_bev_cb(struct event_base *base, void *arg)
     bufferevent_incref(bev);
     a->bev = bev;
     a->since_ms = dsp_now_ms();
-    a->next = srv->admin_conns;
+    a->next = srv->admin.conns;
     if (a->next)
         a->next->prev = a;
-    srv->admin_conns = a;
-    srv->nadmin_conns++;
-    event_active(srv->admin_adopt_ev, EV_TIMEOUT, 0);
+    srv->admin.conns = a;
+    srv->admin.nconns++;
+    event_active(srv->admin.adopt_ev, EV_TIMEOUT, 0);
     return bev;
 }
 
@@ -653,10 +653,10 @@ static void admin_tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     dsp_server *srv = arg;
     int64_t now = dsp_now_ms();
-    for (dsp_admin_conn *a = srv->admin_conns, *next; a; a = next) {
+    for (dsp_admin_conn *a = srv->admin.conns, *next; a; a = next) {
         next = a->next;
         if (a->evcon && !a->busy && now - a->since_ms > srv->cfg->admin_request_timeout_ms) {
-            log_limited(&srv->log, &srv->peer_log, now, DSP_LOG_INFO, "%s",
+            log_limited(&srv->log, &srv->conns.peer_log, now, DSP_LOG_INFO, "%s",
                         "admin connection closed: no whole request within --admin-request-timeout-ms");
             evhttp_connection_free(a->evcon); /* admin_closed_cb unlinks it */
         }
@@ -708,45 +708,45 @@ bool dsp_addr_is_loopback(const struct sockaddr_storage *ss)
 
 int dsp_admin_http_new(dsp_server *srv)
 {
-    srv->http = evhttp_new(srv->base);
-    if (!srv->http)
+    srv->admin.http = evhttp_new(srv->base);
+    if (!srv->admin.http)
         return -1;
     /* A slow or oversized request costs only its own connection. */
-    evhttp_set_max_headers_size(srv->http, 16 * 1024);
-    evhttp_set_max_body_size(srv->http, 64 * 1024);
-    evhttp_set_timeout(srv->http, 10);
-    evhttp_set_allowed_methods(srv->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD);
-    evhttp_set_gencb(srv->http, request_cb, srv);
+    evhttp_set_max_headers_size(srv->admin.http, 16 * 1024);
+    evhttp_set_max_body_size(srv->admin.http, 64 * 1024);
+    evhttp_set_timeout(srv->admin.http, 10);
+    evhttp_set_allowed_methods(srv->admin.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD);
+    evhttp_set_gencb(srv->admin.http, request_cb, srv);
     /* Every accepted connection's bufferevent (TLS-wrapped with TLS) comes from here. */
-    evhttp_set_bevcb(srv->http, admin_bev_cb, srv);
-    srv->admin_adopt_ev = event_new(srv->base, -1, 0, admin_adopt_cb, srv);
-    srv->admin_tick_ev = event_new(srv->base, -1, EV_PERSIST, admin_tick_cb, srv);
-    if (!srv->admin_adopt_ev || !srv->admin_tick_ev)
+    evhttp_set_bevcb(srv->admin.http, admin_bev_cb, srv);
+    srv->admin.adopt_ev = event_new(srv->base, -1, 0, admin_adopt_cb, srv);
+    srv->admin.tick_ev = event_new(srv->base, -1, EV_PERSIST, admin_tick_cb, srv);
+    if (!srv->admin.adopt_ev || !srv->admin.tick_ev)
         return -1;
     int64_t tick = srv->cfg->admin_request_timeout_ms / 4;
     if (tick > 1000)
         tick = 1000;
     struct timeval tv = {(time_t)(tick / 1000), (suseconds_t)(tick % 1000 * 1000)};
-    event_add(srv->admin_tick_ev, &tv);
+    event_add(srv->admin.tick_ev, &tv);
     return 0;
 }
 
 void dsp_admin_http_free(dsp_server *srv)
 {
-    if (srv->http) /* closes every connection: admin_closed_cb unlinks the adopted ones */
-        evhttp_free(srv->http);
-    srv->http = NULL;
-    while (srv->admin_conns) { /* accepted in the last pass, not adopted */
-        struct bufferevent *bev = srv->admin_conns->evcon ? NULL : srv->admin_conns->bev;
-        admin_conn_unlink(srv, srv->admin_conns);
+    if (srv->admin.http) /* closes every connection: admin_closed_cb unlinks the adopted ones */
+        evhttp_free(srv->admin.http);
+    srv->admin.http = NULL;
+    while (srv->admin.conns) { /* accepted in the last pass, not adopted */
+        struct bufferevent *bev = srv->admin.conns->evcon ? NULL : srv->admin.conns->bev;
+        admin_conn_unlink(srv, srv->admin.conns);
         if (bev)
             bufferevent_decref(bev);
     }
-    if (srv->admin_adopt_ev)
-        event_free(srv->admin_adopt_ev);
-    if (srv->admin_tick_ev)
-        event_free(srv->admin_tick_ev);
-    srv->admin_adopt_ev = srv->admin_tick_ev = NULL;
+    if (srv->admin.adopt_ev)
+        event_free(srv->admin.adopt_ev);
+    if (srv->admin.tick_ev)
+        event_free(srv->admin.tick_ev);
+    srv->admin.adopt_ev = srv->admin.tick_ev = NULL;
 }
 
 int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
@@ -755,7 +755,7 @@ int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
     unsigned port;
     if (dsp_hostport_parse(srv->cfg->admin, host, sizeof host, &port) < 0 || dsp_admin_http_new(srv) < 0)
         return -1;
-    struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(srv->http, host, (ev_uint16_t)port);
+    struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(srv->admin.http, host, (ev_uint16_t)port);
     if (!bs) {
         log_error(&srv->log, "--admin %s: cannot listen there", srv->cfg->admin);
         return -1;
@@ -764,7 +764,7 @@ int dsp_admin_init(dsp_server *srv, char *bound, size_t boundlen)
     socklen_t sl = sizeof ss;
     memset(&ss, 0, sizeof ss);
     getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl);
-    srv->admin_loopback = dsp_addr_is_loopback(&ss);
+    srv->admin.loopback = dsp_addr_is_loopback(&ss);
     unsigned real = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                              : ntohs(((struct sockaddr_in *)&ss)->sin_port);
     dsp_hostport_format(bound, boundlen, host, real);

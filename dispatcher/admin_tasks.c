@@ -166,7 +166,7 @@ static void answer_cancelled(struct evhttp_request *req, uint64_t id, const char
 /* A task this dispatcher holds is cancelled in memory: answers and returns true. */
 static bool cancel_held(dsp_server *srv, struct evhttp_request *req, uint64_t id)
 {
-    dsp_task *t = dsp_taskmap_get(&srv->tasks, id);
+    dsp_task *t = dsp_taskmap_get(&srv->tasks.map, id);
     if (!t)
         return false;
     char worker[256] = "";
@@ -196,7 +196,7 @@ void dsp_admin_cancel_cb(struct evhttp_request *req, void *arg)
  * worker since a wall-clock time. */
 static json_t *held_json(dsp_server *srv, uint64_t id)
 {
-    dsp_task *t = dsp_taskmap_get(&srv->tasks, id);
+    dsp_task *t = dsp_taskmap_get(&srv->tasks.map, id);
     if (!t)
         return json_null();
     if (!t->holder)
@@ -237,7 +237,7 @@ void dsp_admin_taskop_answer(void *arg, dsp_taskop *op)
         if (op->status == DSP_TASKOP_CONFLICT) {
             answer_conflict(req, op, "FAILED");
         } else {
-            srv->claim_not_before = 0; /* a row is ready: claim without waiting for the poll */
+            dsp_claim_pacing_hasten(srv); /* a row is ready: claim without waiting for the poll */
             dsp_server_kick(srv);
             dsp_admin_send_json(req, HTTP_OK,
                                 json_pack("{s:b, s:I, s:s}", "ok", 1, "task_id", (json_int_t)op->task_id,
@@ -247,12 +247,12 @@ void dsp_admin_taskop_answer(void *arg, dsp_taskop *op)
         answer_cancelled(req, op->task_id, op->kind == DSP_TASKOP_CANCEL ? "new" : "unheld", NULL);
     } else if (op->state == 1 && cancel_held(srv, req, op->task_id)) {
         /* Claimed by this dispatcher while the UPDATE ran: cancelled in memory. */
-    } else if (op->state == 1 && op->kind == DSP_TASKOP_CANCEL && srv->leader && srv->epoch != 0) {
+    } else if (op->state == 1 && op->kind == DSP_TASKOP_CANCEL && srv->lead.leading && srv->lead.epoch != 0) {
         /* PROCESSING and not held here: ended at once if no dispatcher can hold it (an
          * orphan, db_sql.h); a row of this epoch (a claim on its way to the loop, an
          * outcome being written) or of a newer one is left alone, and answers 409. */
         op->kind = DSP_TASKOP_CANCEL_ORPHAN;
-        op->epoch = srv->epoch;
+        op->epoch = srv->lead.epoch;
         op->status = DSP_TASKOP_ERROR;
         taskop_submit(srv, req, op);
         return;

@@ -69,9 +69,9 @@ void dsp_conn_output_added(dsp_conn *c)
     if (!c->direct_write || c->flush_queued)
         return;
     c->flush_queued = true;
-    c->flush_next = srv->flush_head;
-    srv->flush_head = c;
-    event_active(srv->flush_ev, EV_TIMEOUT, 0);
+    c->flush_next = srv->conns.flush_head;
+    srv->conns.flush_head = c;
+    event_active(srv->conns.flush_ev, EV_TIMEOUT, 0);
 }
 
 /* The stage's frames go after what the output already holds. */
@@ -144,11 +144,11 @@ void dsp_conn_flush_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     dsp_server *srv = arg;
-    while (srv->flush_head) {
-        dsp_conn *c = srv->flush_head;
-        srv->flush_head = c->flush_next;
+    while (srv->conns.flush_head) {
+        dsp_conn *c = srv->conns.flush_head;
+        srv->conns.flush_head = c->flush_next;
         if (c->nconfirms > 0) /* while still queued, so that they join this write */
-            dsp_inv_send_confirms(c);
+            dsp_conn_send_confirms(c);
         c->flush_queued = false;
         conn_flush(c);
     }
@@ -158,7 +158,7 @@ static void conn_unqueue_flush(dsp_conn *c)
 {
     if (!c->flush_queued)
         return;
-    for (dsp_conn **p = &c->srv->flush_head; *p; p = &(*p)->flush_next)
+    for (dsp_conn **p = &c->srv->conns.flush_head; *p; p = &(*p)->flush_next)
         if (*p == c) {
             *p = c->flush_next;
             break;
@@ -194,7 +194,7 @@ bool dsp_conn_output_room(dsp_conn *c, size_t n)
             c->out_over_ms = dsp_now_ms();
         return true;
     }
-    c->srv->conn_stats.stalled_total++;
+    c->srv->stats.conns.stalled_total++;
     dsp_conn_close(c, 0, "does not read what it is sent fast enough (--max-conn-output-bytes)");
     event_active(c->free_ev, EV_TIMEOUT, 0); /* its output will not drain in time */
     return false;
@@ -227,7 +227,7 @@ static void conn_write(dsp_conn *c, const void *data, size_t len)
         evbuffer_add(bufferevent_get_output(c->bev), data, len);
     }
     c->last_tx_ms = dsp_now_ms();
-    c->srv->conn_stats.frames_out_total++;
+    c->srv->stats.conns.frames_out_total++;
     dsp_conn_output_added(c);
 }
 
@@ -246,6 +246,58 @@ void dsp_conn_send_simple(dsp_conn *c, uint8_t type)
 {
     const uint8_t frame[PROTO_LEN_PREFIX + 1] = {0, 0, 0, 1, type};
     conn_write(c, frame, sizeof frame);
+}
+
+void dsp_conn_send_frame(dsp_conn *c, const proto_msg *m)
+{
+    size_t n = proto_msg_size(m);
+    if (n == 0) {
+        log_error(&c->srv->log, "cannot encode a %s frame", proto_type_name(m->type));
+        return;
+    }
+    if (!dsp_conn_output_room(c, n))
+        return;
+    uint8_t *p = dsp_conn_stage_reserve(c, n);
+    if (p) {
+        proto_msg_encode(m, p, n);
+        c->stage.len += n;
+    } else {
+        /* Written in place: a SUBMITTED of 1000 results or an OUTCOME with a 16 MiB result. */
+        struct evbuffer *out = bufferevent_get_output(c->bev);
+        struct evbuffer_iovec v;
+        if (evbuffer_reserve_space(out, (ev_ssize_t)n, &v, 1) < 1 || v.iov_len < n) {
+            log_error(&c->srv->log, "out of memory for a %s frame of %zu bytes",
+                      proto_type_name(m->type), n);
+            return;
+        }
+        proto_msg_encode(m, v.iov_base, n);
+        v.iov_len = n;
+        evbuffer_commit_space(out, &v, 1);
+    }
+    c->last_tx_ms = dsp_now_ms();
+    c->srv->stats.conns.frames_out_total++;
+    dsp_conn_output_added(c);
+}
+
+void dsp_conn_send_confirms(dsp_conn *c)
+{
+    uint32_t sent = 0;
+
+    if (c->state != DSP_CONN_ACTIVE)
+        c->nconfirms = 0;
+    while (sent < c->nconfirms) {
+        uint32_t k = c->nconfirms - sent;
+        proto_msg m = {.type = PROTO_CONFIRM};
+
+        if (k > PROTO_MAX_CONFIRM)
+            k = PROTO_MAX_CONFIRM;
+        m.u.confirm.n = (uint16_t)k;
+        m.u.confirm.items = c->confirms + sent;
+        dsp_conn_send_frame(c, &m);
+        c->srv->stats.tasks.confirmed_total += k;
+        sent += k;
+    }
+    c->nconfirms = 0;
 }
 
 static void free_cb(evutil_socket_t fd, short what, void *arg)
@@ -267,13 +319,13 @@ void dsp_conn_close(dsp_conn *c, uint16_t code, const char *why)
     if (c->state == DSP_CONN_CLOSING)
         return;
     if (c->state == DSP_CONN_ACTIVE) {
-        log_limited(&c->srv->log, &c->srv->peer_log, dsp_now_ms(), DSP_LOG_INFO,
+        log_limited(&c->srv->log, &c->srv->conns.peer_log, dsp_now_ms(), DSP_LOG_INFO,
                     "worker %s (%s) leaves: %s; %u deliveries taken back",
                  c->name ? c->name : "?", c->addr, why, (unsigned)c->slots.in_flight);
         dsp_dispatch_worker_left(c->srv, c, c->refund);
-        dsp_inv_send_confirms(c); /* what waited: spares the worker sending them again */
+        dsp_conn_send_confirms(c); /* what waited: spares the worker sending them again */
     } else {
-        log_limited(&c->srv->log, &c->srv->peer_log, dsp_now_ms(), DSP_LOG_INFO,
+        log_limited(&c->srv->log, &c->srv->conns.peer_log, dsp_now_ms(), DSP_LOG_INFO,
                     "connection %s closed before HELLO: %s", c->addr, why);
     }
     c->slots.accepting = false;
@@ -315,11 +367,11 @@ void dsp_conn_free(dsp_conn *c)
     if (c->prev)
         c->prev->next = c->next;
     else
-        srv->conns = c->next;
+        srv->conns.list = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    srv->nconns--;
-    srv->closed_since_trim++;
+    srv->conns.n--;
+    srv->tick.closed_since_trim++;
     if (!c->welcomed)
         dsp_server_handshake_failed(srv);
     if (c->read_ev)
@@ -343,11 +395,11 @@ static bool submit_budget_take(dsp_conn *c, uint64_t size)
     dsp_server *srv = c->srv;
     if (c->submit_reserved > 0)
         return true; /* reserved when it began */
-    uint64_t held = srv->submit_bytes_held + srv->submit_bytes_reserved;
+    uint64_t held = srv->submit.bytes_held + srv->submit.bytes_reserved;
     if (held > 0 && held + size > (uint64_t)srv->cfg->max_submit_bytes)
         return false;
     c->submit_reserved = size;
-    srv->submit_bytes_reserved += size;
+    srv->submit.bytes_reserved += size;
     return true;
 }
 
@@ -366,7 +418,7 @@ static void submit_budget_wait(dsp_conn *c)
     if (c->budget_wait)
         return;
     c->budget_wait = true;
-    c->srv->submit_budget_waiters++;
+    c->srv->submit.budget_waiters++;
     if (c->read_ev)
         event_del(c->read_ev);
     else
@@ -378,7 +430,7 @@ static void submit_budget_release(dsp_conn *c)
 {
     if (c->submit_reserved == 0)
         return;
-    c->srv->submit_bytes_reserved -= c->submit_reserved;
+    c->srv->submit.bytes_reserved -= c->submit_reserved;
     c->submit_reserved = 0;
     dsp_conn_submit_budget_freed(c->srv);
 }
@@ -388,20 +440,20 @@ static void submit_budget_leave(dsp_conn *c)
 {
     if (c->budget_wait) {
         c->budget_wait = false;
-        c->srv->submit_budget_waiters--;
+        c->srv->submit.budget_waiters--;
     }
     submit_budget_release(c);
 }
 
 void dsp_conn_submit_budget_freed(dsp_server *srv)
 {
-    if (srv->submit_budget_waiters == 0)
+    if (srv->submit.budget_waiters == 0)
         return;
-    for (dsp_conn *c = srv->conns; c && srv->submit_budget_waiters > 0; c = c->next) {
+    for (dsp_conn *c = srv->conns.list; c && srv->submit.budget_waiters > 0; c = c->next) {
         if (!c->budget_wait)
             continue;
         c->budget_wait = false;
-        srv->submit_budget_waiters--;
+        srv->submit.budget_waiters--;
         if (c->state != DSP_CONN_ACTIVE)
             continue;
         if (c->read_ev) {
@@ -465,7 +517,7 @@ static void drop_types(dsp_conn *c)
 
 static void refuse_hello(dsp_conn *c, uint16_t code, const char *why)
 {
-    c->srv->conn_stats.rejected_total++;
+    c->srv->stats.conns.rejected_total++;
     drop_types(c);
     dsp_conn_close(c, code, why);
 }
@@ -484,7 +536,7 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
     }
     /* A standby would hold a worker idle: it sends it on to the leader. A producer
      * stays; its SUBMITs are answered UNAVAILABLE (conn_submit.c). */
-    if (h->ntypes > 0 && srv->db && !(srv->leader && dsp_db_lease_valid(srv->db))) {
+    if (h->ntypes > 0 && srv->db && !(srv->lead.leading && dsp_db_lease_valid(srv->db))) {
         refuse_hello(c, PROTO_ERR_NOT_LEADER, "this dispatcher does not lead the table");
         return;
     }
@@ -513,7 +565,7 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
         return;
     }
     for (uint16_t i = 0; i < h->ntypes; i++) {
-        size_t before = srv->ntypes;
+        size_t before = srv->types.n;
         dsp_type *t = dsp_server_type_intern(srv, h->types[i].ptr, h->types[i].len);
         if (!t) {
             refuse_hello(c, PROTO_ERR_SHUTDOWN, "out of memory");
@@ -524,7 +576,7 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
             dup |= c->types[k] == t;
         if (!dup)
             c->types[c->ntypes++] = t;
-        if (srv->ntypes > before && (int64_t)srv->ntypes > cfg->max_types) {
+        if (srv->types.n > before && (int64_t)srv->types.n > cfg->max_types) {
             refuse_hello(c, PROTO_ERR_UNEXPECTED, "too many task types on this dispatcher (--max-types)");
             return;
         }
@@ -549,12 +601,12 @@ static void handle_hello(dsp_conn *c, const proto_hello *h)
     c->welcomed = true;
     /* Authenticated: frames up to --max-frame may come now. */
     conn_set_read_high(c, (size_t)cfg->max_frame + PROTO_LEN_PREFIX + 65536);
-    c->slots.accepting = !srv->draining;
+    c->slots.accepting = !srv->control.draining;
     dsp_dispatch_worker_joined(srv, c);
     dsp_inv_conn_joined(c);
-    if (srv->draining)
+    if (srv->control.draining)
         dsp_conn_send_simple(c, PROTO_STOP);
-    log_limited(&srv->log, &srv->peer_log, dsp_now_ms(), DSP_LOG_INFO,
+    log_limited(&srv->log, &srv->conns.peer_log, dsp_now_ms(), DSP_LOG_INFO,
                 "worker %s (%s) joined: capacity %u, %zu type(s)", c->name, c->addr,
              (unsigned)c->slots.capacity, c->ntypes);
 }
@@ -576,7 +628,7 @@ static bool zombie_take(dsp_conn *c, uint64_t task_id, uint32_t attempt)
 /* An adopted delivery keeps the epoch its worker named (dlv_epoch). */
 static dsp_task *current_delivery(dsp_conn *c, uint64_t id, uint32_t epoch, uint32_t attempt)
 {
-    dsp_task *t = dsp_taskmap_get(&c->srv->tasks, id);
+    dsp_task *t = dsp_taskmap_get(&c->srv->tasks.map, id);
     if (t && t->holder == c && t->attempts == attempt && epoch == t->dlv_epoch)
         return t;
     return NULL;
@@ -587,7 +639,7 @@ static void handle_done(dsp_conn *c, const proto_done *d)
     dsp_task *t = current_delivery(c, d->task_id, d->epoch, d->attempt);
     if (!t) {
         bool zombie = zombie_take(c, d->task_id, d->attempt);
-        c->srv->task_stats.late_results_total++;
+        c->srv->stats.tasks.late_results_total++;
         if (zombie)
             dsp_dispatch_inflight_del(c, NULL, DSP_SLOT_FREE);
         dsp_inv_done(c, d, zombie);
@@ -632,7 +684,7 @@ static bool handle_frame(dsp_conn *c, const proto_msg *m, const uint8_t *body, s
         dsp_task *t = current_delivery(c, m->u.extend.task_id, m->u.extend.epoch, m->u.extend.attempt);
         if (t) {
             t->deadline_ms = dsp_now_ms() + m->u.extend.extend_ms;
-            c->srv->task_stats.extends_total++;
+            c->srv->stats.tasks.extends_total++;
         }
         break;
     }
@@ -677,20 +729,20 @@ static bool take_frame(dsp_conn *c, const proto_frame_reader *rd, const uint8_t 
         frame[PROTO_LEN_PREFIX] == PROTO_HELLO &&
         (((frame[PROTO_LEN_PREFIX + 1] << 8) | frame[PROTO_LEN_PREFIX + 2]) < PROTO_VERSION_MIN ||
          ((frame[PROTO_LEN_PREFIX + 1] << 8) | frame[PROTO_LEN_PREFIX + 2]) > PROTO_VERSION)) {
-        srv->conn_stats.rejected_total++;
+        srv->stats.conns.rejected_total++;
         dsp_conn_close(c, PROTO_ERR_VERSION, "protocol version not supported");
         return false;
     }
     proto_msg m;
     if (!frame || proto_frame_decode(rd, frame + PROTO_LEN_PREFIX, &m) != PROTO_OK) {
-        srv->conn_stats.bad_frames_total++;
-        log_limited(&srv->log, &srv->peer_log, c->last_rx_ms, DSP_LOG_WARN,
+        srv->stats.conns.bad_frames_total++;
+        log_limited(&srv->log, &srv->conns.peer_log, c->last_rx_ms, DSP_LOG_WARN,
                     "%s: malformed frame (type %u, length %u); closing", c->addr,
                     frame ? frame[PROTO_LEN_PREFIX] : 0, (unsigned)body_len);
         dsp_conn_close(c, PROTO_ERR_BAD_FRAME, "bad frame");
         return false;
     }
-    srv->conn_stats.frames_in_total++;
+    srv->stats.conns.frames_in_total++;
     return handle_frame(c, &m, frame + PROTO_LEN_PREFIX, body_len);
 }
 
@@ -705,8 +757,8 @@ static int next_frame(dsp_conn *c, proto_frame_reader *rd, const uint8_t *prefix
     uint32_t max_body = c->state == DSP_CONN_WANT_HELLO ? PRE_HELLO_MAX_BODY : (uint32_t)srv->cfg->max_frame;
     int st = proto_frame_next(rd, prefix, avail, max_body);
     if (st < 0) {
-        srv->conn_stats.bad_frames_total++;
-        log_limited(&srv->log, &srv->peer_log, c->last_rx_ms, DSP_LOG_WARN,
+        srv->stats.conns.bad_frames_total++;
+        log_limited(&srv->log, &srv->conns.peer_log, c->last_rx_ms, DSP_LOG_WARN,
                     "%s: %s frame (length %u); closing", c->addr, proto_status_text(st),
                     (unsigned)rd->body_len);
         dsp_conn_close(c, PROTO_ERR_BAD_FRAME, st == PROTO_FRAME_TOO_BIG ? "frame too big" : "bad frame");
@@ -714,7 +766,7 @@ static int next_frame(dsp_conn *c, proto_frame_reader *rd, const uint8_t *prefix
     }
     if (st == PROTO_FRAME_WHOLE && proto_frame_reader_spent(rd)) {
         /* come back after the other ready connections had their turn */
-        srv->conn_stats.yields_total++;
+        srv->stats.conns.yields_total++;
         return YIELDED;
     }
     return st;
@@ -871,7 +923,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     dsp_conn *c = arg;
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
         if (c->state == DSP_CONN_ACTIVE)
-            c->srv->conn_stats.lost_total++;
+            c->srv->stats.conns.lost_total++;
         char why[320];
         dsp_tls_event_text(bev, what, why, sizeof why); /* a failed handshake says why */
         dsp_conn_close(c, 0, why);
@@ -901,7 +953,7 @@ void dsp_conn_accept(dsp_server *srv, int fd, const struct sockaddr *sa, int sal
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->srv = srv;
-    c->id = ++srv->next_conn_id;
+    c->id = ++srv->conns.next_id;
     c->bev = srv->tls ? dsp_tls_accept_bev_new(srv->base, srv->tls->worker, fd)
                       : bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
     c->free_ev = event_new(srv->base, -1, 0, free_cb, c);
@@ -930,12 +982,12 @@ void dsp_conn_accept(dsp_server *srv, int fd, const struct sockaddr *sa, int sal
     c->connected_ms = c->last_rx_ms = c->last_tx_ms = dsp_now_ms();
     c->state = DSP_CONN_WANT_HELLO;
 
-    c->next = srv->conns;
-    if (srv->conns)
-        srv->conns->prev = c;
-    srv->conns = c;
-    srv->nconns++;
-    srv->conn_stats.accepted_total++;
+    c->next = srv->conns.list;
+    if (srv->conns.list)
+        srv->conns.list->prev = c;
+    srv->conns.list = c;
+    srv->conns.n++;
+    srv->stats.conns.accepted_total++;
 
     /* Until HELLO, the largest legal frame is a HELLO. */
     conn_set_read_high(c, PRE_HELLO_MAX_BODY + PROTO_LEN_PREFIX + 4096);
@@ -958,24 +1010,16 @@ void dsp_conn_accept(dsp_server *srv, int fd, const struct sockaddr *sa, int sal
     log_debug(&srv->log, "connection %llu from %s", (unsigned long long)c->id, c->addr);
 }
 
-void dsp_conn_deliver(dsp_conn *c, dsp_task *t, int64_t now_ms)
+void dsp_conn_send_task(dsp_conn *c, const dsp_task *t, int64_t now_ms)
 {
     dsp_server *srv = c->srv;
-    t->attempts++;
-    t->recorded = false;
-    t->dlv_epoch = srv->epoch;
-    t->deadline_ms = now_ms + t->timeout_ms;
-    dsp_dispatch_inflight_add(c, t);
-    c->delivered_total++;
-    srv->task_stats.dispatched_total++;
-
     /* Not `proto_msg m = {...}`: that zeroes the whole union, a HELLO's 64 types
      * included (over 1 KiB), for every task. */
     proto_msg m;
     m.type = PROTO_TASK;
     m.u.task = (proto_task){
         .task_id = t->id,
-        .epoch = srv->epoch,
+        .epoch = t->dlv_epoch,
         .attempt = t->attempts,
         .timeout_ms = t->timeout_ms,
         .priority = t->priority,
@@ -997,7 +1041,7 @@ void dsp_conn_deliver(dsp_conn *c, dsp_task *t, int64_t now_ms)
             evbuffer_add(out, t->payload, t->payload_len);
     }
     c->last_tx_ms = now_ms;
-    srv->conn_stats.frames_out_total++;
+    srv->stats.conns.frames_out_total++;
     dsp_conn_output_added(c);
 }
 
@@ -1024,7 +1068,7 @@ bool dsp_conn_note_timeout(dsp_conn *c)
     dsp_server *srv = c->srv;
     if (++c->timeouts_in_row < (uint64_t)srv->cfg->max_timeouts)
         return false;
-    srv->conn_stats.timeouts_dropped_total++;
+    srv->stats.conns.timeouts_dropped_total++;
     c->refund = true;
     dsp_conn_close(c, PROTO_ERR_TIMEOUT, "every recent delivery timed out");
     return true;
@@ -1042,7 +1086,7 @@ static bool conn_stalled(dsp_conn *c, int64_t now_ms, int64_t hb)
         evbuffer_copyout(in, prefix, sizeof prefix);
         uint32_t announced = proto_frame_announced(prefix, pending);
         if (now_ms - c->frame_started_ms > 3 * hb + (int64_t)(announced / MIN_FRAME_BYTES_PER_MS)) {
-            c->srv->conn_stats.stalled_total++;
+            c->srv->stats.conns.stalled_total++;
             dsp_conn_close(c, PROTO_ERR_TIMEOUT, "a frame stopped arriving halfway");
             return true;
         }
@@ -1051,7 +1095,7 @@ static bool conn_stalled(dsp_conn *c, int64_t now_ms, int64_t hb)
         c->out_over_ms = 0;
     if ((evbuffer_get_length(bufferevent_get_output(c->bev)) > 0 && now_ms - c->out_progress_ms > 3 * hb) ||
         (c->out_over_ms > 0 && now_ms - c->out_over_ms > 3 * hb)) {
-        c->srv->conn_stats.stalled_total++;
+        c->srv->stats.conns.stalled_total++;
         dsp_conn_close(c, 0, "does not read what it is sent");
         event_active(c->free_ev, EV_TIMEOUT, 0); /* its output will never drain */
         return true;
@@ -1073,7 +1117,7 @@ void dsp_conn_tick(dsp_conn *c, int64_t now_ms)
         if (c->submit_paused || c->budget_wait)
             c->last_rx_ms = now_ms; /* not read by choice: silence means nothing */
         if (now_ms - c->last_rx_ms > 3 * hb) {
-            c->srv->conn_stats.lost_total++;
+            c->srv->stats.conns.lost_total++;
             dsp_conn_close(c, PROTO_ERR_TIMEOUT, "silent for 3 heartbeats");
         } else if (now_ms - c->last_tx_ms >= hb) {
             dsp_conn_send_simple(c, PROTO_HEARTBEAT);

@@ -99,8 +99,9 @@ struct dsp_conn {
 /* Takes ownership of fd. */
 void dsp_conn_accept(dsp_server *srv, int fd, const struct sockaddr *sa, int salen);
 
-/* Writes a TASK frame and records the delivery (in-flight list, slots, lease). */
-void dsp_conn_deliver(dsp_conn *c, dsp_task *t, int64_t now_ms);
+/* Writes the TASK frame of t's delivery to c, which dispatch.c has just recorded
+ * (attempt, epoch, in-flight list, slot, lease). */
+void dsp_conn_send_task(dsp_conn *c, const dsp_task *t, int64_t now_ms);
 
 /* Sends CANCEL for t's current delivery and keeps its slot taken until the
  * worker answers; t is unlinked from c. */
@@ -108,6 +109,18 @@ void dsp_conn_cancel(dsp_conn *c, dsp_task *t);
 
 /* Sends a frame with no fields (HEARTBEAT, STOP). */
 void dsp_conn_send_simple(dsp_conn *c, uint8_t type);
+
+/* Whether a frame of n bytes may join c's output: beyond twice --max-conn-output-bytes
+ * (after writing what the socket takes now) c is closed as stalled and false returned;
+ * beyond once, for 3 heartbeats, dsp_conn_tick closes it. */
+bool dsp_conn_output_room(dsp_conn *c, size_t n);
+/* Writes a whole frame of any size (SUBMITTED, OUTCOME, CONFIRM, CANCEL) to c, when
+ * dsp_conn_output_room lets it. */
+void dsp_conn_send_frame(dsp_conn *c, const proto_msg *m);
+/* Sends the CONFIRMs waiting for c now (version 3; they ride in the write its other
+ * frames make), as many CONFIRM frames as PROTO_MAX_CONFIRM needs. inventory.c decides
+ * when; a connection no longer ACTIVE drops them. */
+void dsp_conn_send_confirms(dsp_conn *c);
 
 /* Sends ERROR (when code != 0), stops reading, hands the worker's deliveries
  * back to the server, and frees c once the output is flushed. */
@@ -154,12 +167,6 @@ void dsp_conn_submit_closed(dsp_conn *c);
 /* The database's callbacks (server.c wires them). */
 void dsp_conn_on_submitted(void *arg, dsp_submit_req *req);
 void dsp_conn_on_outcome(void *arg, const dsp_submit_outcome *o);
-/* Whether a frame of n bytes may join c's output: beyond twice --max-conn-output-bytes
- * (after writing what the socket takes now) c is closed as stalled and false returned;
- * beyond once, for 3 heartbeats, dsp_conn_tick closes it. */
-bool dsp_conn_output_room(dsp_conn *c, size_t n);
-/* Writes a whole frame of any size (SUBMITTED, OUTCOME) to c. */
-void dsp_conn_send_frame(dsp_conn *c, const proto_msg *m);
 /* Why a task type cannot name rows of the table, or NULL (conn.c). */
 const char *dsp_conn_type_problem(const uint8_t *type, size_t len);
 
@@ -176,8 +183,6 @@ void dsp_inv_done(dsp_conn *c, const proto_done *d, bool zombie);
 void dsp_inv_confirm_later(dsp_conn *c, dsp_outcome *o, uint32_t epoch, uint32_t attempt);
 /* A write report with acks: CONFIRM frames, adoptions answered. */
 void dsp_inv_on_written(dsp_server *srv, const dsp_write_report *r);
-/* Sends the CONFIRMs waiting for c now (they ride in the write its other frames make). */
-void dsp_inv_send_confirms(dsp_conn *c);
 /* The server's confirm_ev: sends the CONFIRMs that waited their longest. */
 void dsp_inv_confirm_cb(evutil_socket_t fd, short what, void *arg);
 /* c was welcomed (version 3: CONFIRMs find it by id) / is freed. */

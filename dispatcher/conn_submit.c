@@ -15,37 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void dsp_conn_send_frame(dsp_conn *c, const proto_msg *m)
-{
-    size_t n = proto_msg_size(m);
-    if (n == 0) {
-        log_error(&c->srv->log, "cannot encode a %s frame", proto_type_name(m->type));
-        return;
-    }
-    if (!dsp_conn_output_room(c, n))
-        return;
-    uint8_t *p = dsp_conn_stage_reserve(c, n);
-    if (p) {
-        proto_msg_encode(m, p, n);
-        c->stage.len += n;
-    } else {
-        /* Written in place: a SUBMITTED of 1000 results or an OUTCOME with a 16 MiB result. */
-        struct evbuffer *out = bufferevent_get_output(c->bev);
-        struct evbuffer_iovec v;
-        if (evbuffer_reserve_space(out, (ev_ssize_t)n, &v, 1) < 1 || v.iov_len < n) {
-            log_error(&c->srv->log, "out of memory for a %s frame of %zu bytes",
-                      proto_type_name(m->type), n);
-            return;
-        }
-        proto_msg_encode(m, v.iov_base, n);
-        v.iov_len = n;
-        evbuffer_commit_space(out, &v, 1);
-    }
-    c->last_tx_ms = dsp_now_ms();
-    c->srv->conn_stats.frames_out_total++;
-    dsp_conn_output_added(c);
-}
-
 /* Answers a submission at once, without the database (nothing inserted). */
 static void answer_now(dsp_conn *c, uint32_t request_id, uint16_t status, const char *why)
 {
@@ -128,7 +97,7 @@ void dsp_conn_submit(dsp_conn *c, const proto_submit *s, const uint8_t *body, si
     dsp_server *srv = c->srv;
     char why[240];
 
-    if (!srv->db || !srv->leader) {
+    if (!srv->db || !srv->lead.leading) {
         answer_now(c, s->request_id, PROTO_SUBMIT_UNAVAILABLE,
                    "this dispatcher does not lead the table; try another or again later");
         return;
@@ -162,7 +131,7 @@ void dsp_conn_submit(dsp_conn *c, const proto_submit *s, const uint8_t *body, si
     }
     c->submits_pending++;
     c->submit_bytes_pending += len;
-    srv->submit_bytes_held += len; /* until committed (--max-submit-bytes) */
+    srv->submit.bytes_held += len; /* until committed (--max-submit-bytes) */
     if (wait)
         c->wait_reserved += ntasks;
     pause_if_full(c);
@@ -170,7 +139,7 @@ void dsp_conn_submit(dsp_conn *c, const proto_submit *s, const uint8_t *body, si
 
 static dsp_conn *conn_by_id(dsp_server *srv, uint64_t id)
 {
-    for (dsp_conn *c = srv->conns; c; c = c->next)
+    for (dsp_conn *c = srv->conns.list; c; c = c->next)
         if (c->id == id)
             return c;
     return NULL;
@@ -202,7 +171,7 @@ void dsp_conn_on_submitted(void *arg, dsp_submit_req *r)
     dsp_conn *c = conn_by_id(srv, r->conn_id);
     uint64_t inserted = 0;
 
-    srv->submit_bytes_held -= r->body_len;
+    srv->submit.bytes_held -= r->body_len;
     dsp_conn_submit_budget_freed(srv);
     if (r->status == PROTO_SUBMIT_OK) {
         for (size_t i = 0; i < r->nitems; i++)

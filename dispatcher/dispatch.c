@@ -187,7 +187,7 @@ static bool limit_allows(dsp_server *srv, dsp_type *ty, int64_t now_ms)
     if (limit_left(ty) == 0)
         return false;
     if (ty->max_rate && !dsp_bucket_ready(&ty->bucket, ty->max_rate, now_ms)) {
-        srv->limit_waiting = true;
+        srv->sched.limit_waiting = true;
         return false;
     }
     return true;
@@ -198,10 +198,10 @@ static bool limit_allows(dsp_server *srv, dsp_type *ty, int64_t now_ms)
 static void busy_add(dsp_server *srv, dsp_type *ty)
 {
     ty->busy_prev = NULL;
-    ty->busy_next = srv->busy_types;
-    if (srv->busy_types)
-        srv->busy_types->busy_prev = ty;
-    srv->busy_types = ty;
+    ty->busy_next = srv->sched.busy_types;
+    if (srv->sched.busy_types)
+        srv->sched.busy_types->busy_prev = ty;
+    srv->sched.busy_types = ty;
 }
 
 static void busy_remove(dsp_server *srv, dsp_type *ty)
@@ -209,7 +209,7 @@ static void busy_remove(dsp_server *srv, dsp_type *ty)
     if (ty->busy_prev)
         ty->busy_prev->busy_next = ty->busy_next;
     else
-        srv->busy_types = ty->busy_next;
+        srv->sched.busy_types = ty->busy_next;
     if (ty->busy_next)
         ty->busy_next->busy_prev = ty->busy_prev;
     ty->busy_prev = ty->busy_next = NULL;
@@ -285,7 +285,7 @@ dsp_task *dsp_dispatch_dequeue(dsp_server *srv, dsp_type *ty)
  * Claimed tasks then go back to NEW rather than into a type's queue. */
 bool dsp_dispatch_stopped(const dsp_server *srv)
 {
-    return srv->draining || srv->admin_draining;
+    return srv->control.draining || srv->control.admin_draining;
 }
 
 /* ---- workers and room ---- */
@@ -300,7 +300,7 @@ static int64_t free_slots(const dsp_conn *c)
 
 static void room_changed(dsp_server *srv, dsp_conn *c, int64_t delta)
 {
-    srv->room += (uint64_t)delta;
+    srv->sched.room += (uint64_t)delta;
     for (size_t i = 0; i < c->ntypes; i++)
         c->types[i]->room += (uint64_t)delta;
     if (delta > 0)
@@ -322,6 +322,8 @@ void dsp_dispatch_worker_stop(dsp_server *srv, dsp_conn *c)
     c->slots.accepting = false;
 }
 
+static void claim_soon_after_join(dsp_server *srv);
+
 void dsp_dispatch_worker_joined(dsp_server *srv, dsp_conn *c)
 {
     for (size_t i = 0; i < c->ntypes; i++) {
@@ -339,19 +341,11 @@ void dsp_dispatch_worker_joined(dsp_server *srv, dsp_conn *c)
         ty->workers[ty->nworkers++] = &c->slots;
         ty->orphaned_ms = 0;
     }
-    srv->nworkers++;
-    srv->sched_gen++;
+    srv->sched.nworkers++;
+    srv->sched.gen++;
     if (c->slots.accepting)
         room_changed(srv, c, free_slots(c));
-    /* New room, maybe new types: claim soon, but at most once per --poll-ms for joins,
-     * so that peers joining in a loop cannot keep the claim thread busy. */
-    int64_t now = dsp_now_ms();
-    if (now - srv->join_claim_ms >= srv->cfg->poll_ms) {
-        srv->join_claim_ms = now;
-        srv->claim_not_before = 0;
-    } else if (srv->claim_not_before > srv->join_claim_ms + srv->cfg->poll_ms) {
-        srv->claim_not_before = srv->join_claim_ms + srv->cfg->poll_ms;
-    }
+    claim_soon_after_join(srv);
     dsp_server_kick(srv);
 }
 
@@ -366,8 +360,8 @@ void dsp_dispatch_worker_left(dsp_server *srv, dsp_conn *c, bool refund)
                 break;
             }
     }
-    srv->nworkers--;
-    srv->sched_gen++;
+    srv->sched.nworkers--;
+    srv->sched.gen++;
     for (dsp_task *t = c->inflight, *next; t; t = next) {
         next = t->next;
         dsp_dispatch_inflight_del(c, t, DSP_SLOT_KEEP); /* every slot is dropped below */
@@ -376,7 +370,7 @@ void dsp_dispatch_worker_left(dsp_server *srv, dsp_conn *c, bool refund)
              * these: their attempt is given back (docs/taskpushd.md, Attempts: attempts count deliveries to a
              * worker that could run them). */
             t->attempts--;
-            srv->task_stats.refunded_total++;
+            srv->stats.tasks.refunded_total++;
         }
         dsp_server_take_back(srv, t, "worker lost");
     }
@@ -416,7 +410,7 @@ void dsp_dispatch_inflight_add(dsp_conn *c, dsp_task *t)
 {
     /* Cannot fail after the dispatch pass's reservation; without a lease the task
      * would never time out, so say so if it ever does. */
-    if (dsp_deadline_insert(&c->srv->leases, &t->lease, lease_first_look(t)) < 0)
+    if (dsp_deadline_insert(&c->srv->sched.leases, &t->lease, lease_first_look(t)) < 0)
         log_error(&c->srv->log, "out of memory: task %llu has no lease", (unsigned long long)t->id);
     t->holder = c;
     t->prev = NULL;
@@ -427,7 +421,7 @@ void dsp_dispatch_inflight_add(dsp_conn *c, dsp_task *t)
     t->type->running++;
     c->slots.in_flight++;
     room_take(c, -1);
-    c->srv->ninflight++;
+    c->srv->sched.ninflight++;
 }
 
 void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot)
@@ -442,11 +436,11 @@ void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot)
         t->prev = t->next = NULL;
         t->holder = NULL;
         t->type->running--;
-        c->srv->ninflight--;
-        dsp_deadline_remove(&c->srv->leases, &t->lease);
+        c->srv->sched.ninflight--;
+        dsp_deadline_remove(&c->srv->sched.leases, &t->lease);
         if (slot == DSP_SLOT_FREE) { /* answered: the pace of claims follows these */
             dsp_pace_note(&t->type->pace);
-            dsp_pace_note(&c->srv->pace);
+            dsp_pace_note(&c->srv->sched.pace);
         }
     }
     if (slot == DSP_SLOT_KEEP)
@@ -460,13 +454,13 @@ void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot)
 dsp_task *dsp_dispatch_lease_due(dsp_server *srv, int64_t now_ms)
 {
     int64_t at;
-    dsp_deadline_node *n = dsp_deadline_peek(&srv->leases, &at);
+    dsp_deadline_node *n = dsp_deadline_peek(&srv->sched.leases, &at);
     return n && at <= now_ms ? container_of(n, dsp_task, lease) : NULL;
 }
 
 void dsp_dispatch_lease_defer(dsp_server *srv, dsp_task *t, int64_t at_ms)
 {
-    dsp_deadline_update(&srv->leases, &t->lease, at_ms);
+    dsp_deadline_update(&srv->sched.leases, &t->lease, at_ms);
 }
 
 /* ---- dispatch ---- */
@@ -479,8 +473,8 @@ void dsp_dispatch_lease_defer(dsp_server *srv, dsp_task *t, int64_t at_ms)
  * behind a slow write). */
 static bool unwritten_over_limit(const dsp_server *srv)
 {
-    return (int64_t)(srv->noutbox + dsp_db_pending_writes(srv->db)) > srv->cfg->max_unwritten ||
-           (int64_t)(srv->outbox_bytes + dsp_db_pending_write_bytes(srv->db)) >
+    return (int64_t)(srv->outbox.n + dsp_db_pending_writes(srv->db)) > srv->cfg->max_unwritten ||
+           (int64_t)(srv->outbox.bytes + dsp_db_pending_write_bytes(srv->db)) >
                srv->cfg->max_unwritten_bytes;
 }
 
@@ -488,7 +482,7 @@ static bool too_many_unwritten(dsp_server *srv)
 {
     if (!unwritten_over_limit(srv))
         return false;
-    srv->conn_stats.dispatch_throttled_total++;
+    srv->stats.conns.dispatch_throttled_total++;
     return true;
 }
 
@@ -508,7 +502,7 @@ static void keep_if_first(dsp_server *srv, dsp_type *ty, int64_t now, dsp_type *
 }
 
 /* Least-loaded with many workers goes through the type's heap, rebuilt at each pass
- * (sched_gen moves at each pass, join and leave); a delivery to a worker that also serves
+ * (sched.gen moves at each pass, join and leave); a delivery to a worker that also serves
  * other types makes their heaps stale (ll_dirty_others). */
 #define LL_HEAP_MIN_WORKERS 8
 
@@ -516,10 +510,10 @@ static int pick_worker(dsp_server *srv, dsp_type *ty)
 {
     if (srv->cfg->scheduler != DSP_SCHED_LEAST_LOADED || ty->nworkers < LL_HEAP_MIN_WORKERS)
         return dsp_sched_pick(srv->cfg->scheduler, ty->workers, ty->nworkers, &ty->cursor);
-    if (ty->ll.gen != srv->sched_gen) {
+    if (ty->ll.gen != srv->sched.gen) {
         if (dsp_ll_build(&ty->ll, ty->workers, ty->nworkers, ty->cursor) < 0)
             return dsp_sched_pick(srv->cfg->scheduler, ty->workers, ty->nworkers, &ty->cursor);
-        ty->ll.gen = srv->sched_gen;
+        ty->ll.gen = srv->sched.gen;
     }
     return dsp_ll_pick(&ty->ll, ty->workers, &ty->cursor);
 }
@@ -533,39 +527,48 @@ static void ll_dirty_others(dsp_conn *c, const dsp_type *ty)
             c->types[i]->ll.gen = 0;
 }
 
-/* Hands ty's next task to c, which has a free slot. false (nothing done) when its lease
- * finds no memory. */
+/* Hands ty's next task to c, which has a free slot: the whole bookkeeping of a delivery
+ * (its attempt, epoch and lease's end, the in-flight list, slot and counters) is here, next
+ * to the accounting it feeds; conn.c only writes the TASK frame. false (nothing done) when
+ * its lease finds no memory. */
 static bool deliver_next(dsp_server *srv, dsp_type *ty, dsp_conn *c, int64_t pass_us, int64_t now)
 {
     /* The lease's place in the heap, taken before the task leaves its queue. */
-    if (dsp_deadline_reserve(&srv->leases, srv->leases.n + 1) < 0) {
+    if (dsp_deadline_reserve(&srv->sched.leases, srv->sched.leases.n + 1) < 0) {
         log_error(&srv->log, "out of memory: dispatch waits");
         return false;
     }
     if (ty->max_rate)
         dsp_bucket_take(&ty->bucket, ty->max_rate, now);
     dsp_task *t = dsp_dispatch_dequeue(srv, ty);
-    srv->nbuffered--;
+    srv->sched.nbuffered--;
     t->delivered_us = pass_us;
     ll_dirty_others(c, ty);
-    dsp_conn_deliver(c, t, now);
+    t->attempts++;
+    t->recorded = false;
+    t->dlv_epoch = srv->lead.epoch;
+    t->deadline_ms = now + t->timeout_ms;
+    dsp_dispatch_inflight_add(c, t);
+    c->delivered_total++;
+    srv->stats.tasks.dispatched_total++;
+    dsp_conn_send_task(c, t, now);
     return true;
 }
 
 void dsp_dispatch_run(dsp_server *srv)
 {
-    if (!srv->busy_types || srv->room == 0 || too_many_unwritten(srv))
+    if (!srv->sched.busy_types || srv->sched.room == 0 || too_many_unwritten(srv))
         return;
     /* One clock read per pass: the deliveries of a pass are microseconds apart. */
     int64_t pass_us = dsp_now_us(), now = pass_us / 1000;
-    srv->sched_gen++;
+    srv->sched.gen++;
     for (;;) {
         /* The type whose next task comes first, among types with room.
          * Only types with buffered tasks are looked at: a pass costs the same however
          * many idle types workers registered. */
         dsp_type *best = NULL;
         const dsp_task *bt = NULL;
-        for (dsp_type *ty = srv->busy_types; ty; ty = ty->busy_next)
+        for (dsp_type *ty = srv->sched.busy_types; ty; ty = ty->busy_next)
             if (ty->room > 0)
                 keep_if_first(srv, ty, now, &best, &bt);
         if (!best)
@@ -584,8 +587,8 @@ void dsp_dispatch_run(dsp_server *srv)
 
 void dsp_dispatch_refill(dsp_server *srv, dsp_conn *c)
 {
-    if (srv->nbuffered == 0 || free_slots(c) == 0 || !c->slots.accepting ||
-        c->state != DSP_CONN_ACTIVE || dsp_dispatch_stopped(srv) || srv->paused_all ||
+    if (srv->sched.nbuffered == 0 || free_slots(c) == 0 || !c->slots.accepting ||
+        c->state != DSP_CONN_ACTIVE || dsp_dispatch_stopped(srv) || srv->control.paused_all ||
         unwritten_over_limit(srv))
         return;
     int64_t pass_us = dsp_now_us(), now = pass_us / 1000;
@@ -660,8 +663,8 @@ static void arm_claim_timer(dsp_server *srv, int64_t at)
     if (d < 0)
         d = 0;
     struct timeval tv = {(time_t)(d / 1000), (suseconds_t)((d % 1000) * 1000)};
-    evtimer_add(srv->claim_timer, &tv);
-    srv->claim_timer_armed = true;
+    evtimer_add(srv->claim.timer, &tv);
+    srv->claim.timer_armed = true;
 }
 
 /* A claim asks, per type, for the workers' free slots plus what they finish in
@@ -682,10 +685,25 @@ static bool type_warm(const dsp_type *ty, int64_t now)
     return ty->rows_seen_ms > 0 && now - ty->rows_seen_ms < TYPE_WARM_MS;
 }
 
-void dsp_dispatch_claim_answered(dsp_server *srv, int64_t now_ms)
+/* New room, maybe new types: claim soon, but at most once per --poll-ms for joins, so
+ * that peers joining in a loop cannot keep the claim thread busy. */
+static void claim_soon_after_join(dsp_server *srv)
 {
-    double d = (double)(now_ms > srv->claim_sent_ms ? now_ms - srv->claim_sent_ms : 0);
-    srv->claim_ms = srv->claim_ms > 0 ? srv->claim_ms + (d - srv->claim_ms) / 4 : d;
+    int64_t now = dsp_now_ms();
+    if (now - srv->claim.join_ms >= srv->cfg->poll_ms) {
+        srv->claim.join_ms = now;
+        srv->claim.not_before = 0;
+    } else if (srv->claim.not_before > srv->claim.join_ms + srv->cfg->poll_ms) {
+        srv->claim.not_before = srv->claim.join_ms + srv->cfg->poll_ms;
+    }
+}
+
+void dsp_claim_pacing_answered(dsp_server *srv, int64_t now_ms)
+{
+    srv->claim.outstanding = false;
+    double d = (double)(now_ms > srv->claim.sent_ms ? now_ms - srv->claim.sent_ms : 0);
+    double *avg = &srv->claim.round_trip_ms;
+    *avg = *avg > 0 ? *avg + (d - *avg) / 4 : d;
 }
 
 /* The horizon the ahead covers: --prefetch-ms plus two claims' round trips, those
@@ -696,7 +714,7 @@ static int64_t ahead_horizon(const dsp_server *srv)
     int64_t h = srv->cfg->prefetch_ms;
     if (h <= 0)
         return 0;
-    int64_t rt = srv->claim_ms < (double)(h / 2) ? (int64_t)srv->claim_ms : h / 2;
+    int64_t rt = srv->claim.round_trip_ms < (double)(h / 2) ? (int64_t)srv->claim.round_trip_ms : h / 2;
     return h + 2 * rt;
 }
 
@@ -720,44 +738,44 @@ static uint64_t type_want(dsp_type *ty, int64_t now, const dsp_server *srv, uint
 
 void dsp_dispatch_claim_now(dsp_server *srv)
 {
-    srv->claim_not_before = 0;
-    srv->gather_until = 0;
-    if (srv->claim_outstanding)
-        srv->claim_again = true; /* its answer may predate the rows */
-    if (srv->claim_timer_armed) {
-        evtimer_del(srv->claim_timer);
-        srv->claim_timer_armed = false;
+    srv->claim.not_before = 0;
+    srv->claim.gather_until = 0;
+    if (srv->claim.outstanding)
+        srv->claim.again = true; /* its answer may predate the rows */
+    if (srv->claim.timer_armed) {
+        evtimer_del(srv->claim.timer);
+        srv->claim.timer_armed = false;
     }
     dsp_dispatch_claim_maybe(srv);
 }
 
 void dsp_dispatch_claim_maybe(dsp_server *srv)
 {
-    if (srv->claim_outstanding || srv->claim_timer_armed || !srv->leader || dsp_dispatch_stopped(srv) ||
-        srv->paused_all)
+    if (srv->claim.outstanding || srv->claim.timer_armed || !srv->lead.leading || dsp_dispatch_stopped(srv) ||
+        srv->control.paused_all)
         return;
     const dsp_config *cfg = srv->cfg;
     /* Tasks buffered for a type nobody serves any more wait for the orphan sweep; they
      * must not hold back claims for the types that do have workers. */
     uint64_t orphaned = 0;
-    for (dsp_type *ty = srv->busy_types; ty; ty = ty->busy_next)
+    for (dsp_type *ty = srv->sched.busy_types; ty; ty = ty->busy_next)
         if (ty->nworkers == 0)
             orphaned += ty->nbuffered;
     int64_t now = dsp_now_ms();
-    uint64_t ahead = dsp_claim_ahead(dsp_pace_rate(&srv->pace, now), ahead_horizon(srv), DSP_AHEAD_FLOOR,
-                                     cfg->prefetch);
+    uint64_t ahead = dsp_claim_ahead(dsp_pace_rate(&srv->sched.pace, now), ahead_horizon(srv),
+                                     DSP_AHEAD_FLOOR, cfg->prefetch);
     /* --batch bounds the total, so the figures below stay far from any overflow. */
-    uint64_t held = srv->nbuffered > orphaned ? srv->nbuffered - orphaned : 0;
-    int64_t want = (int64_t)dsp_claim_budget(srv->room, ahead, held, (uint64_t)cfg->batch);
+    uint64_t held = srv->sched.nbuffered > orphaned ? srv->sched.nbuffered - orphaned : 0;
+    int64_t want = (int64_t)dsp_claim_budget(srv->sched.room, ahead, held, (uint64_t)cfg->batch);
     if (want <= 0)
         return;
     /* The byte budget: no claim while the payloads held reach it; a task's end frees
      * its bytes and kicks a dispatch pass, which comes back here. */
     uint64_t max_bytes = (uint64_t)cfg->max_buffered_bytes;
-    if (srv->payload_bytes >= max_bytes)
+    if (srv->tasks.payload_bytes >= max_bytes)
         return;
-    if (now < srv->claim_not_before) {
-        arm_claim_timer(srv, srv->claim_not_before);
+    if (now < srv->claim.not_before) {
+        arm_claim_timer(srv, srv->claim.not_before);
         return;
     }
     /* Claim in large batches: while every type still has tasks buffered, wait
@@ -766,18 +784,18 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     int64_t low = (int64_t)(ahead < (uint64_t)cfg->batch ? ahead : (uint64_t)cfg->batch) / 2;
     if (want < low) {
         bool starving = false;
-        for (dsp_type *ty = srv->types; ty && !starving; ty = ty->next)
+        for (dsp_type *ty = srv->types.list; ty && !starving; ty = ty->next)
             starving = ty->nworkers > 0 && !ty->paused && ty->nbuffered < type_room(ty);
         if (!starving)
             return;
-        if (srv->gather_until == 0)
-            srv->gather_until = now + GATHER_MS;
-        if (now < srv->gather_until) {
-            arm_claim_timer(srv, srv->gather_until);
+        if (srv->claim.gather_until == 0)
+            srv->claim.gather_until = now + GATHER_MS;
+        if (now < srv->claim.gather_until) {
+            arm_claim_timer(srv, srv->claim.gather_until);
             return;
         }
     }
-    srv->gather_until = 0;
+    srv->claim.gather_until = 0;
 
     /* At most CLAIM_MAX_TYPES types: the warm ones (rows lately) in turn, in all but
      * CLAIM_COLD_SLOTS places, then the cold ones in turn. Each group has its own
@@ -786,15 +804,15 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     const char *names[CLAIM_MAX_TYPES];
     uint32_t limits[CLAIM_MAX_TYPES];
     size_t count[2] = {0, 0}, take[2], start[2], seen[2] = {0, 0}, n = 0;
-    for (dsp_type *ty = srv->types; ty; ty = ty->next)
+    for (dsp_type *ty = srv->types.list; ty; ty = ty->next)
         if (type_want(ty, now, srv, (uint64_t)want) > 0)
             count[type_warm(ty, now)]++;
     size_t cold_room = count[0] < CLAIM_COLD_SLOTS ? count[0] : CLAIM_COLD_SLOTS;
     take[1] = count[1] < CLAIM_MAX_TYPES - cold_room ? count[1] : CLAIM_MAX_TYPES - cold_room;
     take[0] = count[0] < CLAIM_MAX_TYPES - take[1] ? count[0] : CLAIM_MAX_TYPES - take[1];
     for (int g = 0; g < 2; g++)
-        start[g] = count[g] ? srv->claim_rotor[g] % count[g] : 0;
-    for (dsp_type *ty = srv->types; ty && n < CLAIM_MAX_TYPES; ty = ty->next) {
+        start[g] = count[g] ? srv->claim.rotor[g] % count[g] : 0;
+    for (dsp_type *ty = srv->types.list; ty && n < CLAIM_MAX_TYPES; ty = ty->next) {
         uint64_t lim = type_want(ty, now, srv, (uint64_t)want);
         if (lim == 0)
             continue;
@@ -807,22 +825,51 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
         limits[n++] = (uint32_t)lim; /* at most want, at most --batch */
     }
     for (int g = 0; g < 2; g++)
-        srv->claim_rotor[g] = count[g] ? (start[g] + take[g]) % count[g] : 0;
+        srv->claim.rotor[g] = count[g] ? (start[g] + take[g]) % count[g] : 0;
     dsp_claim_request req = {.ntypes = n, .types = names, .limits = limits, .total = (uint32_t)want,
-                              .max_bytes = max_bytes - srv->payload_bytes};
+                              .max_bytes = max_bytes - srv->tasks.payload_bytes};
     if (n > 0 && dsp_db_claim(srv->db, &req) == 0) {
-        srv->claim_outstanding = true;
-        srv->claim_again = false;
-        srv->claim_requested = (uint32_t)want;
-        srv->claim_sent_ms = now;
+        srv->claim.outstanding = true;
+        srv->claim.again = false;
+        srv->claim.requested = (uint32_t)want;
+        srv->claim.sent_ms = now;
     }
 }
 
-void dsp_dispatch_claim_timer_cb(evutil_socket_t fd, short what, void *arg)
+static void claim_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     dsp_server *srv = arg;
-    srv->claim_timer_armed = false;
+    srv->claim.timer_armed = false;
     dsp_dispatch_claim_maybe(srv);
+}
+
+int dsp_claim_pacing_init(dsp_server *srv)
+{
+    srv->claim.timer = evtimer_new(srv->base, claim_timer_cb, srv);
+    return srv->claim.timer ? 0 : -1;
+}
+
+void dsp_claim_pacing_free(dsp_server *srv)
+{
+    if (srv->claim.timer)
+        event_free(srv->claim.timer);
+}
+
+void dsp_claim_pacing_failed(dsp_server *srv, int64_t now_ms)
+{
+    srv->claim.not_before = now_ms + srv->cfg->poll_ms;
+}
+
+void dsp_claim_pacing_claimed(dsp_server *srv, int64_t now_ms, size_t got, bool more)
+{
+    bool full = got >= srv->claim.requested || more;
+    srv->claim.not_before = full || srv->claim.again ? 0 : now_ms + srv->cfg->poll_ms;
+    srv->claim.again = false;
+}
+
+void dsp_claim_pacing_hasten(dsp_server *srv)
+{
+    srv->claim.not_before = 0;
 }

@@ -137,7 +137,8 @@ void dsp_dispatch_worker_stop(dsp_server *srv, dsp_conn *c);
 #define DSP_DELIVERY_RECORD_MS 1000
 
 /* In-flight accounting: the only code that changes a worker's slots.in_flight, the
- * room and srv->ninflight (conn.c and server.c call these two). */
+ * room and srv->sched.ninflight (a dispatch pass and inventory.c's adoptions begin
+ * deliveries; conn.c, inventory.c and server.c end them). */
 /* A delivery of t to c begins: t joins c's in-flight list and takes a slot. */
 void dsp_dispatch_inflight_add(dsp_conn *c, dsp_task *t);
 enum dsp_slot {
@@ -153,7 +154,7 @@ void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot);
  * its adoption (inventory.c). */
 void dsp_dispatch_slot_reserve(dsp_conn *c, bool take);
 
-/* Leases: every current delivery is in srv->leases, keyed by when the housekeeping
+/* Leases: every current delivery is in srv->sched.leases, keyed by when the housekeeping
  * tick must look at it next (its attempt's record, or its lease's end). */
 /* The delivery the tick must look at by now_ms (the earliest first), or NULL. */
 dsp_task *dsp_dispatch_lease_due(dsp_server *srv, int64_t now_ms);
@@ -172,15 +173,28 @@ void dsp_dispatch_run(dsp_server *srv);
  * share in a write of its own (docs/journal/bench.md, "Refills as DONEs are read
  * (2026-11-27)"). */
 void dsp_dispatch_refill(dsp_server *srv, dsp_conn *c);
-/* Asks the database thread for the next claim when room and pacing allow. */
+/* Claims. The claim pacing (srv->claim: when the next claim may be asked, the one
+ * outstanding) is written here only; the other files tell it what happened through the
+ * dsp_claim_pacing_* calls below. */
 /* Rows were just committed ready (a SUBMIT): claims now rather than at the next poll,
  * and once more after a claim already running, whose answer may predate them. */
 void dsp_dispatch_claim_now(dsp_server *srv);
+/* Asks the database thread for the next claim when room and pacing allow. */
 void dsp_dispatch_claim_maybe(dsp_server *srv);
-/* The outstanding claim was answered at now_ms (server.c's on_claim): its round trip
- * joins the average the ahead covers. */
-void dsp_dispatch_claim_answered(dsp_server *srv, int64_t now_ms);
-/* srv->claim_timer's callback (arg: the server). */
-void dsp_dispatch_claim_timer_cb(evutil_socket_t fd, short what, void *arg);
+/* Creates srv->claim.timer (0, or -1 when out of memory); _free frees it. */
+int dsp_claim_pacing_init(dsp_server *srv) __attribute__((warn_unused_result));
+void dsp_claim_pacing_free(dsp_server *srv);
+/* The outstanding claim was answered at now_ms (server.c's on_claim): it is outstanding
+ * no more, and its round trip joins the average the ahead covers. */
+void dsp_claim_pacing_answered(dsp_server *srv, int64_t now_ms);
+/* The claim failed: the next one waits --poll-ms. */
+void dsp_claim_pacing_failed(dsp_server *srv, int64_t now_ms);
+/* The claim's got tasks are held: the next claim goes at once when it was full (got all
+ * it asked for, or more rows are there) or rows were committed ready while it ran, else
+ * after --poll-ms. */
+void dsp_claim_pacing_claimed(dsp_server *srv, int64_t now_ms, size_t got, bool more);
+/* Rows may be ready now (leadership taken, FAILED rows requeued, a resume, an operator's
+ * task operation): the next claim need not wait for the poll. */
+void dsp_claim_pacing_hasten(dsp_server *srv);
 
 #endif

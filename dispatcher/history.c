@@ -100,15 +100,15 @@ const dsp_history_sample *dsp_history_at(const dsp_history *h, size_t i)
 
 void dsp_history_tick(dsp_server *srv, int64_t now_ms)
 {
-    if (!dsp_history_due(&srv->history, now_ms))
+    if (!dsp_history_due(&srv->stats.history, now_ms))
         return;
     dsp_history_input in = {
-        .succeeded_total = srv->task_stats.succeeded_total,
-        .failed_total = srv->task_stats.failed_total,
-        .dispatched_total = srv->task_stats.dispatched_total,
-        .buffered = srv->nbuffered,
-        .in_flight = srv->ninflight,
-        .workers = srv->nworkers,
+        .succeeded_total = srv->stats.tasks.succeeded_total,
+        .failed_total = srv->stats.tasks.failed_total,
+        .dispatched_total = srv->stats.tasks.dispatched_total,
+        .buffered = srv->sched.nbuffered,
+        .in_flight = srv->sched.ninflight,
+        .workers = srv->sched.nworkers,
         .oldest_ready_age_ms = -1,
     };
     /* The figures the stats thread published: a copy under its mutex, no query. */
@@ -123,7 +123,7 @@ void dsp_history_tick(dsp_server *srv, int64_t now_ms)
             in.table_ready += ts->types[i].new_ready;
         free(ts);
     }
-    dsp_history_record(&srv->history, now_ms, dsp_wall_ms(), &in);
+    dsp_history_record(&srv->stats.history, now_ms, dsp_wall_ms(), &in);
 }
 
 static json_t *table_value(int64_t v)
@@ -168,7 +168,7 @@ void dsp_history_http_cb(struct evhttp_request *req, void *arg)
     dsp_server *srv = arg;
     if (!dsp_admin_only_get(req))
         return;
-    json_t *o = dsp_history_json(&srv->history, dsp_wall_ms());
+    json_t *o = dsp_history_json(&srv->stats.history, dsp_wall_ms());
     if (!o) {
         dsp_admin_send_error(req, HTTP_INTERNAL, "out of memory");
         return;

@@ -2,8 +2,9 @@
  * worker's HOLDING (each delivery queued for adoption, or refused with CANCEL), the
  * answers of the adoptions, the DONEs of deliveries this dispatcher does not hold
  * (foreign outcomes, written fenced by their own delivery, or only confirmed), and the
- * CONFIRM frames sent after each write report. The statements themselves run on the
- * write thread (db_write.c); nothing here touches MySQL.
+ * CONFIRMs due after each write report: queued here until they can ride in a write,
+ * sent by conn.c (dsp_conn_send_confirms). The statements themselves run on the write
+ * thread (db_write.c); nothing here touches MySQL.
  */
 #include "conn.h"
 #include "server.h"
@@ -46,13 +47,13 @@ static const char *adopt_problem(dsp_conn *c, const proto_dlv *d)
 {
     dsp_server *srv = c->srv;
 
-    if (!srv->leader)
+    if (!srv->lead.leading)
         return "not leading";
     if (dsp_dispatch_stopped(srv))
         return "stopping";
-    if (d->epoch == srv->epoch) /* ours, and no longer held by anyone: taken back */
+    if (d->epoch == srv->lead.epoch) /* ours, and no longer held by anyone: taken back */
         return "a delivery of this epoch that is no longer current";
-    if (dsp_taskmap_get(&srv->tasks, d->task_id) || adopting_has_id(c, d->task_id))
+    if (dsp_taskmap_get(&srv->tasks.map, d->task_id) || adopting_has_id(c, d->task_id))
         return "held here already";
     if (c->slots.in_flight >= c->slots.capacity)
         return "beyond the worker's capacity";
@@ -88,7 +89,7 @@ void dsp_inv_holding(dsp_conn *c, const proto_dlv_list *l)
             log_debug(&srv->log, "worker %s declared task %llu (epoch %u, attempt %u): refused, %s",
                       c->name, (unsigned long long)d.task_id, (unsigned)d.epoch, (unsigned)d.attempt, why);
             send_cancel(c, &d);
-            srv->task_stats.adopt_refused_total++;
+            srv->stats.tasks.adopt_refused_total++;
             refused++;
             continue;
         }
@@ -149,7 +150,8 @@ void dsp_inv_done(dsp_conn *c, const proto_done *d, bool zombie)
         return; /* as before version 3: ignored */
     /* A cancelled delivery of c, one of this epoch (taken back), or a task held here in
      * another form: nothing to write, only to confirm. */
-    if (zombie || d->epoch == srv->epoch || !srv->leader || dsp_taskmap_get(&srv->tasks, d->task_id)) {
+    if (zombie || d->epoch == srv->lead.epoch || !srv->lead.leading ||
+        dsp_taskmap_get(&srv->tasks.map, d->task_id)) {
         dsp_server_kick(srv);
         confirm_only(c, d);
         return;
@@ -177,7 +179,7 @@ static void release_row(dsp_server *srv, const dsp_write_ack *a)
                                            NULL, 0);
     if (o) {
         o->claim_seq = a->claim_seq; /* the adoption listed it in task_claim */
-        srv->task_stats.released_total++;
+        srv->stats.tasks.released_total++;
     }
 }
 
@@ -189,8 +191,8 @@ static bool adopt_task(dsp_conn *c, const dsp_adopting *p, const dsp_write_ack *
     dsp_type *ty = dsp_server_type_intern(srv, (const uint8_t *)a->type, strlen(a->type));
     dsp_task *t = dsp_server_task_new(srv);
 
-    if (!ty || !t || dsp_taskmap_get(&srv->tasks, p->task_id) ||
-        dsp_taskmap_put(&srv->tasks, p->task_id, t) < 0) {
+    if (!ty || !t || dsp_taskmap_get(&srv->tasks.map, p->task_id) ||
+        dsp_taskmap_put(&srv->tasks.map, p->task_id, t) < 0) {
         if (t)
             dsp_server_task_put(srv, t);
         if (ty)
@@ -199,7 +201,7 @@ static bool adopt_task(dsp_conn *c, const dsp_adopting *p, const dsp_write_ack *
     }
     t->id = p->task_id;
     dsp_deadline_node_init(&t->lease);
-    t->seq = srv->next_seq++;
+    t->seq = srv->sched.next_seq++;
     t->type = ty;
     t->attempts = p->attempt;
     t->max_attempts = a->max_attempts ? a->max_attempts : 1;
@@ -212,7 +214,7 @@ static bool adopt_task(dsp_conn *c, const dsp_adopting *p, const dsp_write_ack *
     t->delivered_us = dsp_now_us();
     t->deadline_ms = dsp_now_ms() + t->timeout_ms;
     dsp_dispatch_inflight_add(c, t);
-    srv->task_stats.adopted_total++;
+    srv->stats.tasks.adopted_total++;
     if (p->done) {
         dsp_dispatch_inflight_del(c, t, DSP_SLOT_FREE);
         c->completed_total++;
@@ -228,22 +230,22 @@ static void adopt_answer(dsp_server *srv, dsp_conn *c, const dsp_write_ack *a)
     proto_dlv d = {a->task_id, a->epoch, a->attempt};
 
     if (!pp) { /* its connection is gone */
-        if (a->ok && srv->leader && !dsp_taskmap_get(&srv->tasks, a->task_id))
+        if (a->ok && srv->lead.leading && !dsp_taskmap_get(&srv->tasks.map, a->task_id))
             release_row(srv, a);
         return;
     }
     p = *pp;
     *pp = c->adopting[--c->nadopting];
     dsp_dispatch_slot_reserve(c, false);
-    if (a->ok && srv->leader && a->type && c->state == DSP_CONN_ACTIVE && adopt_task(c, &p, a)) {
+    if (a->ok && srv->lead.leading && a->type && c->state == DSP_CONN_ACTIVE && adopt_task(c, &p, a)) {
         free(p.data);
         return;
     }
     /* Adopted but not held (the connection is closing, the type cannot be interned): the
      * row goes back to NEW, unless this dispatcher holds the task in another form. */
-    if (a->ok && srv->leader && !dsp_taskmap_get(&srv->tasks, a->task_id))
+    if (a->ok && srv->lead.leading && !dsp_taskmap_get(&srv->tasks.map, a->task_id))
         release_row(srv, a);
-    srv->task_stats.adopt_refused_total++;
+    srv->stats.tasks.adopt_refused_total++;
     if (c->state == DSP_CONN_ACTIVE) {
         send_cancel(c, &d);
         if (p.done) { /* its outcome was never applied: confirmed as not applicable */
@@ -263,27 +265,6 @@ static void adopt_answer(dsp_server *srv, dsp_conn *c, const dsp_write_ack *a)
  * worker keeps (docs/protocol.md). */
 #define CONFIRM_WAIT_MS 50
 #define CONFIRM_WAIT_SPARE 256
-
-void dsp_inv_send_confirms(dsp_conn *c)
-{
-    uint32_t sent = 0;
-
-    if (c->state != DSP_CONN_ACTIVE)
-        c->nconfirms = 0;
-    while (sent < c->nconfirms) {
-        uint32_t k = c->nconfirms - sent;
-        proto_msg m = {.type = PROTO_CONFIRM};
-
-        if (k > PROTO_MAX_CONFIRM)
-            k = PROTO_MAX_CONFIRM;
-        m.u.confirm.n = (uint16_t)k;
-        m.u.confirm.items = c->confirms + sent;
-        dsp_conn_send_frame(c, &m);
-        c->srv->task_stats.confirmed_total += k;
-        sent += k;
-    }
-    c->nconfirms = 0;
-}
 
 static bool confirms_grow(dsp_conn *c, size_t more)
 {
@@ -308,7 +289,7 @@ static void queue_confirms(dsp_conn *c, const dsp_write_ack *acks, size_t n)
     dsp_server *srv = c->srv;
 
     if (!confirms_grow(c, n)) {
-        dsp_inv_send_confirms(c);
+        dsp_conn_send_confirms(c);
         if (!confirms_grow(c, n)) {
             log_error(&srv->log, "out of memory: worker %s gets no CONFIRM for %zu outcome(s)",
                       c->name, n);
@@ -320,16 +301,16 @@ static void queue_confirms(dsp_conn *c, const dsp_write_ack *acks, size_t n)
             c->confirms[c->nconfirms++] =
                 (proto_dlv){acks[i].task_id, acks[i].epoch, acks[i].attempt};
     if (c->nconfirms >= c->slots.capacity + CONFIRM_WAIT_SPARE || c->flush_queued) {
-        dsp_inv_send_confirms(c); /* too many to wait, or a write of c is due anyway */
+        dsp_conn_send_confirms(c); /* too many to wait, or a write of c is due anyway */
         return;
     }
     if (c->nconfirms > 0 && !c->confirm_queued) {
         c->confirm_queued = true;
-        c->confirm_next = srv->confirm_head;
-        srv->confirm_head = c;
-        if (!evtimer_pending(srv->confirm_ev, NULL)) {
+        c->confirm_next = srv->inv.confirm_head;
+        srv->inv.confirm_head = c;
+        if (!evtimer_pending(srv->inv.confirm_ev, NULL)) {
             struct timeval tv = {0, CONFIRM_WAIT_MS * 1000};
-            evtimer_add(srv->confirm_ev, &tv);
+            evtimer_add(srv->inv.confirm_ev, &tv);
         }
     }
 }
@@ -340,12 +321,12 @@ void dsp_inv_confirm_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    while (srv->confirm_head) {
-        dsp_conn *c = srv->confirm_head;
+    while (srv->inv.confirm_head) {
+        dsp_conn *c = srv->inv.confirm_head;
 
-        srv->confirm_head = c->confirm_next;
+        srv->inv.confirm_head = c->confirm_next;
         c->confirm_queued = false;
-        dsp_inv_send_confirms(c);
+        dsp_conn_send_confirms(c);
     }
 }
 
@@ -353,7 +334,7 @@ static void confirm_unqueue(dsp_conn *c)
 {
     if (!c->confirm_queued)
         return;
-    for (dsp_conn **p = &c->srv->confirm_head; *p; p = &(*p)->confirm_next)
+    for (dsp_conn **p = &c->srv->inv.confirm_head; *p; p = &(*p)->confirm_next)
         if (*p == c) {
             *p = c->confirm_next;
             break;
@@ -367,7 +348,7 @@ void dsp_inv_on_written(dsp_server *srv, const dsp_write_report *r)
 
     while (i < r->nacks) {
         size_t j = i;
-        dsp_conn *c = dsp_taskmap_get(&srv->v3conns, r->acks[i].conn_id);
+        dsp_conn *c = dsp_taskmap_get(&srv->inv.v3conns, r->acks[i].conn_id);
 
         while (j < r->nacks && r->acks[j].conn_id == r->acks[i].conn_id)
             j++;
@@ -382,14 +363,14 @@ void dsp_inv_on_written(dsp_server *srv, const dsp_write_report *r)
 
 void dsp_inv_conn_joined(dsp_conn *c)
 {
-    if (c->version >= 3 && dsp_taskmap_put(&c->srv->v3conns, c->id, c) < 0)
+    if (c->version >= 3 && dsp_taskmap_put(&c->srv->inv.v3conns, c->id, c) < 0)
         log_error(&c->srv->log, "out of memory: worker %s gets no CONFIRM", c->name);
 }
 
 void dsp_inv_conn_freed(dsp_conn *c)
 {
     if (c->version >= 3)
-        dsp_taskmap_del(&c->srv->v3conns, c->id);
+        dsp_taskmap_del(&c->srv->inv.v3conns, c->id);
     confirm_unqueue(c);
     free(c->confirms);
     c->confirms = NULL;

@@ -14,40 +14,40 @@ int dsp_limits_init(dsp_server *srv)
     const dsp_config *cfg = srv->cfg;
     if (cfg->ntype_limits == 0)
         return 0;
-    srv->limits = calloc(cfg->ntype_limits, sizeof *srv->limits);
-    if (!srv->limits)
+    srv->limits.items = calloc(cfg->ntype_limits, sizeof *srv->limits.items);
+    if (!srv->limits.items)
         return -1;
     for (size_t i = 0; i < cfg->ntype_limits; i++) {
-        srv->limits[i] = cfg->type_limits[i];
-        if (!(srv->limits[i].type = strdup(cfg->type_limits[i].type)))
+        srv->limits.items[i] = cfg->type_limits[i];
+        if (!(srv->limits.items[i].type = strdup(cfg->type_limits[i].type)))
             return -1; /* dsp_limits_free frees what was copied */
-        srv->nlimits++;
+        srv->limits.n++;
     }
     return 0;
 }
 
 void dsp_limits_free(dsp_server *srv)
 {
-    for (size_t i = 0; i < srv->nlimits; i++)
-        free(srv->limits[i].type);
-    free(srv->limits);
-    srv->limits = NULL;
-    srv->nlimits = 0;
+    for (size_t i = 0; i < srv->limits.n; i++)
+        free(srv->limits.items[i].type);
+    free(srv->limits.items);
+    srv->limits.items = NULL;
+    srv->limits.n = 0;
 }
 
 /* A linear search: at most --max-types entries, and only on interning a type or on an
  * operator's request, never per task. */
 const dsp_type_limit *dsp_limits_find(const dsp_server *srv, const char *type)
 {
-    for (size_t i = 0; i < srv->nlimits; i++)
-        if (strcmp(srv->limits[i].type, type) == 0)
-            return &srv->limits[i];
+    for (size_t i = 0; i < srv->limits.n; i++)
+        if (strcmp(srv->limits.items[i].type, type) == 0)
+            return &srv->limits.items[i];
     return NULL;
 }
 
 void dsp_limits_apply(const dsp_server *srv, dsp_type *ty)
 {
-    const dsp_type_limit *l = srv->nlimits ? dsp_limits_find(srv, ty->name) : NULL;
+    const dsp_type_limit *l = srv->limits.n ? dsp_limits_find(srv, ty->name) : NULL;
     ty->max_running = l ? l->concurrency : 0;
     ty->max_rate = l ? l->rate : 0;
     ty->bucket = (dsp_bucket){0};
@@ -60,21 +60,21 @@ const char *dsp_limits_set(dsp_server *srv, const char *type, uint32_t concurren
         return "a task type must be 1 to 256 bytes of UTF-8";
     dsp_type_limit *l = (dsp_type_limit *)dsp_limits_find(srv, type);
     if (!l && (concurrency || rate)) {
-        if ((int64_t)srv->nlimits >= srv->cfg->max_types)
+        if ((int64_t)srv->limits.n >= srv->cfg->max_types)
             return "too many types with limits (--max-types)";
-        dsp_type_limit *a = realloc(srv->limits, (srv->nlimits + 1) * sizeof *a);
+        dsp_type_limit *a = realloc(srv->limits.items, (srv->limits.n + 1) * sizeof *a);
         if (!a)
             return "out of memory";
-        srv->limits = a;
+        srv->limits.items = a;
         char *name = strdup(type);
         if (!name)
             return "out of memory";
-        l = &a[srv->nlimits++];
+        l = &a[srv->limits.n++];
         *l = (dsp_type_limit){.type = name};
     }
     if (l && !concurrency && !rate) { /* no limit left: the entry goes */
         free(l->type);
-        *l = srv->limits[--srv->nlimits];
+        *l = srv->limits.items[--srv->limits.n];
         l = NULL;
     } else if (l) {
         l->concurrency = concurrency;

@@ -74,45 +74,46 @@ struct dsp_task_block {
 
 dsp_task *dsp_server_task_new(dsp_server *srv)
 {
-    if (!srv->task_pool) {
+    if (!srv->tasks.pool) {
         struct dsp_task_block *b = malloc(sizeof *b);
         if (!b)
             return NULL;
-        b->next = srv->task_blocks;
-        srv->task_blocks = b;
+        b->next = srv->tasks.blocks;
+        srv->tasks.blocks = b;
         for (size_t i = TASK_BLOCK; i-- > 0;) {
-            b->tasks[i].next = srv->task_pool;
-            srv->task_pool = &b->tasks[i];
+            b->tasks[i].next = srv->tasks.pool;
+            srv->tasks.pool = &b->tasks[i];
         }
     }
-    dsp_task *t = srv->task_pool;
-    srv->task_pool = t->next;
+    dsp_task *t = srv->tasks.pool;
+    srv->tasks.pool = t->next;
     memset(t, 0, sizeof *t);
     return t;
 }
 
 void dsp_server_task_put(dsp_server *srv, dsp_task *t)
 {
-    t->next = srv->task_pool;
-    srv->task_pool = t;
+    t->next = srv->tasks.pool;
+    srv->tasks.pool = t;
 }
 
 static void task_pool_free(dsp_server *srv)
 {
-    while (srv->task_blocks) {
-        struct dsp_task_block *b = srv->task_blocks;
-        srv->task_blocks = b->next;
+    while (srv->tasks.blocks) {
+        struct dsp_task_block *b = srv->tasks.blocks;
+        srv->tasks.blocks = b->next;
         free(b);
     }
-    srv->task_pool = NULL;
+    srv->tasks.pool = NULL;
 }
 
 /* ---- outcomes ---- */
 
 static void task_free(dsp_server *srv, dsp_task *t)
 {
-    dsp_taskmap_del(&srv->tasks, t->id);
-    srv->payload_bytes -= t->payload_len <= srv->payload_bytes ? t->payload_len : srv->payload_bytes;
+    dsp_taskmap_del(&srv->tasks.map, t->id);
+    srv->tasks.payload_bytes -=
+        t->payload_len <= srv->tasks.payload_bytes ? t->payload_len : srv->tasks.payload_bytes;
     free(t->payload);
     dsp_server_task_put(srv, t);
 }
@@ -120,25 +121,25 @@ static void task_free(dsp_server *srv, dsp_task *t)
 dsp_outcome *dsp_server_outbox_add(dsp_server *srv, uint64_t task_id, uint8_t kind,
                                    uint32_t attempts, int64_t run_after, const void *data, size_t len)
 {
-    if (srv->noutbox == srv->outbox_cap) {
-        size_t cap = srv->outbox_cap ? srv->outbox_cap * 2 : 256;
-        dsp_outcome *o = realloc(srv->outbox, cap * sizeof *o);
+    if (srv->outbox.n == srv->outbox.cap) {
+        size_t cap = srv->outbox.cap ? srv->outbox.cap * 2 : 256;
+        dsp_outcome *o = realloc(srv->outbox.items, cap * sizeof *o);
         if (!o) {
             /* The row stays PROCESSING under this epoch; the next start recovers it. */
             log_error(&srv->log, "out of memory: outcome of task %llu not written",
                       (unsigned long long)task_id);
             return NULL;
         }
-        srv->outbox = o;
-        srv->outbox_cap = cap;
+        srv->outbox.items = o;
+        srv->outbox.cap = cap;
     }
-    dsp_outcome *o = &srv->outbox[srv->noutbox++];
+    dsp_outcome *o = &srv->outbox.items[srv->outbox.n++];
     *o = (dsp_outcome){.task_id = task_id, .kind = kind, .attempts = attempts,
                        .run_after_ms = run_after};
     if (len && (o->data = malloc(len))) {
         memcpy(o->data, data, len);
         o->len = len;
-        srv->outbox_bytes += len;
+        srv->outbox.bytes += len;
     }
     return o;
 }
@@ -154,10 +155,10 @@ static dsp_outcome *outbox_push(dsp_server *srv, const dsp_task *t, uint8_t kind
 
 static void outbox_flush(dsp_server *srv)
 {
-    if (srv->noutbox) {
-        dsp_db_write(srv->db, srv->outbox, srv->noutbox);
-        srv->noutbox = 0;
-        srv->outbox_bytes = 0;
+    if (srv->outbox.n) {
+        dsp_db_write(srv->db, srv->outbox.items, srv->outbox.n);
+        srv->outbox.n = 0;
+        srv->outbox.bytes = 0;
     }
 }
 
@@ -167,7 +168,7 @@ static void fail_task(dsp_server *srv, dsp_task *t, const char *why)
     int n = snprintf(msg, sizeof msg, "%s (attempt %u of %u)", why, (unsigned)t->attempts,
                      (unsigned)t->max_attempts);
     outbox_push(srv, t, DSP_WRITE_FAILED, 0, msg, (size_t)n);
-    srv->task_stats.failed_total++;
+    srv->stats.tasks.failed_total++;
     task_free(srv, t);
 }
 
@@ -177,7 +178,7 @@ static void release_task(dsp_server *srv, dsp_task *t);
  * task when that was its last attempt. */
 void dsp_server_take_back(dsp_server *srv, dsp_task *t, const char *why)
 {
-    srv->task_stats.requeued_total++;
+    srv->stats.tasks.requeued_total++;
     if (t->attempts >= t->max_attempts) {
         fail_task(srv, t, why);
         return;
@@ -187,7 +188,7 @@ void dsp_server_take_back(dsp_server *srv, dsp_task *t, const char *why)
         return;
     }
     dsp_dispatch_enqueue(srv, t->type, t);
-    srv->nbuffered++;
+    srv->sched.nbuffered++;
     dsp_server_kick(srv);
 }
 
@@ -221,7 +222,7 @@ void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t out
     dsp_outcome *o;
 
     if (t->delivered_us > 0)
-        dsp_hist_add(&srv->hist.exec, (double)(dsp_now_us() - t->delivered_us) / 1000.0);
+        dsp_hist_add(&srv->stats.hist.exec, (double)(dsp_now_us() - t->delivered_us) / 1000.0);
     char msg[200];
     if (outcome == PROTO_OUTCOME_SUCCESS && len > dsp_db_result_max(srv->db)) {
         /* The table cannot hold it whole: the task fails, saying so, rather than keep a
@@ -240,20 +241,20 @@ void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t out
     switch (outcome) {
     case PROTO_OUTCOME_SUCCESS:
         o = outbox_push(srv, t, DSP_WRITE_SUCCEEDED, 0, data, len);
-        srv->task_stats.succeeded_total++;
+        srv->stats.tasks.succeeded_total++;
         break;
     case PROTO_OUTCOME_FAIL_PERM:
         o = outbox_push(srv, t, DSP_WRITE_FAILED, 0, data, len);
-        srv->task_stats.failed_total++;
+        srv->stats.tasks.failed_total++;
         break;
     default: /* FAIL_RETRY, RETRY_AFTER */
         if (t->attempts >= t->max_attempts) {
             o = outbox_push(srv, t, DSP_WRITE_FAILED, 0, data, len);
-            srv->task_stats.failed_total++;
+            srv->stats.tasks.failed_total++;
         } else {
             int64_t delay = dsp_server_retry_delay_ms(srv, outcome, retry_after_ms, t->attempts, t->id);
             o = outbox_push(srv, t, DSP_WRITE_RETRY, dsp_wall_ms() + delay, data, len);
-            srv->task_stats.retried_total++;
+            srv->stats.tasks.retried_total++;
         }
         break;
     }
@@ -268,7 +269,7 @@ static void dispatch_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     dsp_server *srv = arg;
     srv->dispatch_due = false; /* a kick from here on asks for another pass */
-    if (!dsp_dispatch_stopped(srv) && !srv->paused_all)
+    if (!dsp_dispatch_stopped(srv) && !srv->control.paused_all)
         dsp_dispatch_run(srv);
     outbox_flush(srv);
     dsp_dispatch_claim_maybe(srv);
@@ -277,23 +278,22 @@ static void dispatch_cb(evutil_socket_t fd, short what, void *arg)
 static void release_task(dsp_server *srv, dsp_task *t)
 {
     outbox_push(srv, t, DSP_WRITE_RELEASE, 0, NULL, 0);
-    srv->task_stats.released_total++;
+    srv->stats.tasks.released_total++;
     task_free(srv, t);
 }
 
 static void on_claim(void *arg, dsp_claim_reply *reply)
 {
     dsp_server *srv = arg;
-    srv->claim_outstanding = false;
     int64_t now = dsp_now_ms();
-    dsp_dispatch_claim_answered(srv, now);
+    dsp_claim_pacing_answered(srv, now);
     if (reply->status < 0) {
-        srv->claim_not_before = now + srv->cfg->poll_ms;
+        dsp_claim_pacing_failed(srv, now);
         dsp_claim_reply_free(reply);
         dsp_server_kick(srv);
         return;
     }
-    dsp_hist_add(&srv->hist.claim, (double)reply->duration_us / 1000.0);
+    dsp_hist_add(&srv->stats.hist.claim, (double)reply->duration_us / 1000.0);
     dsp_type **types = calloc(reply->ntypes ? reply->ntypes : 1, sizeof *types);
     for (size_t i = 0; types && i < reply->ntypes; i++)
         types[i] = dsp_server_type_intern(srv, (const uint8_t *)reply->types[i], strlen(reply->types[i]));
@@ -304,7 +304,7 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
         dsp_claimed_task *ct = &reply->tasks[i];
         dsp_task *t = dsp_server_task_new(srv);
         dsp_type *ty = types && ct->type_index < reply->ntypes ? types[ct->type_index] : NULL;
-        if (!t || !ty || dsp_taskmap_put(&srv->tasks, ct->task_id, t) < 0) {
+        if (!t || !ty || dsp_taskmap_put(&srv->tasks.map, ct->task_id, t) < 0) {
             /* Left PROCESSING under this epoch: recovered at the next start. */
             log_error(&srv->log, "out of memory holding claimed task %llu", (unsigned long long)ct->task_id);
             if (t)
@@ -314,7 +314,7 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
         t->id = ct->task_id;
         t->claim_seq = ct->claim_seq;
         dsp_deadline_node_init(&t->lease);
-        t->seq = srv->next_seq++;
+        t->seq = srv->sched.next_seq++;
         t->type = ty;
         t->attempts = ct->attempts;
         t->max_attempts = ct->max_attempts ? ct->max_attempts : 1;
@@ -323,9 +323,9 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
         t->payload = ct->payload;
         t->payload_len = ct->payload_len;
         ct->payload = NULL; /* stolen */
-        srv->payload_bytes += t->payload_len;
-        srv->task_stats.claimed_total++;
-        if (dsp_dispatch_stopped(srv) || !srv->leader) {
+        srv->tasks.payload_bytes += t->payload_len;
+        srv->stats.tasks.claimed_total++;
+        if (dsp_dispatch_stopped(srv) || !srv->lead.leading) {
             release_task(srv, t);
             continue;
         }
@@ -336,22 +336,20 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
             int n = snprintf(msg, sizeof msg, "no attempt left: attempts %u of max_attempts %u when claimed",
                              (unsigned)t->attempts, (unsigned)t->max_attempts);
             outbox_push(srv, t, DSP_WRITE_FAILED, 0, msg, (size_t)n);
-            srv->task_stats.failed_total++;
+            srv->stats.tasks.failed_total++;
             task_free(srv, t);
             continue;
         }
         dsp_dispatch_enqueue(srv, ty, t);
-        srv->nbuffered++;
+        srv->sched.nbuffered++;
     }
     /* A type that lost its workers while the claim ran, and got nothing. */
     for (size_t i = 0; types && i < reply->ntypes; i++)
         if (types[i])
             dsp_server_type_release_if_unused(srv, types[i]);
     free(types);
-    bool full = reply->ntasks >= srv->claim_requested || reply->more;
-    srv->claim_not_before = full || srv->claim_again ? 0 : now + srv->cfg->poll_ms;
-    srv->claim_again = false;
-    log_debug(&srv->log, "claimed %zu of %u in %lld us", reply->ntasks, (unsigned)srv->claim_requested,
+    dsp_claim_pacing_claimed(srv, now, reply->ntasks, reply->more);
+    log_debug(&srv->log, "claimed %zu of %u in %lld us", reply->ntasks, (unsigned)srv->claim.requested,
               (long long)reply->duration_us);
     dsp_claim_reply_free(reply);
     dsp_server_kick(srv);
@@ -362,22 +360,22 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
 static void on_leader(void *arg, uint32_t epoch)
 {
     dsp_server *srv = arg;
-    srv->leader = true;
-    srv->epoch = epoch;
-    srv->claim_not_before = 0;
+    srv->lead.leading = true;
+    srv->lead.epoch = epoch;
+    dsp_claim_pacing_hasten(srv);
     log_info(&srv->log, "leading the table with epoch %u", (unsigned)epoch);
     dsp_server_kick(srv);
 }
 
 static void forget_all_tasks(dsp_server *srv)
 {
-    for (dsp_type *ty = srv->types; ty; ty = ty->next)
+    for (dsp_type *ty = srv->types.list; ty; ty = ty->next)
         while (ty->nbuffered > 0) {
             dsp_task *t = dsp_dispatch_dequeue(srv, ty);
-            srv->nbuffered--;
+            srv->sched.nbuffered--;
             task_free(srv, t);
         }
-    for (dsp_conn *c = srv->conns; c; c = c->next)
+    for (dsp_conn *c = srv->conns.list; c; c = c->next)
         while (c->inflight) {
             dsp_task *t = c->inflight;
             /* A version-3 worker keeps running it and declares it to the next leader. */
@@ -393,11 +391,11 @@ static void on_leader_lost(void *arg)
 {
     dsp_server *srv = arg;
     log_error(&srv->log, "no longer leading the table; dropping every claimed task");
-    srv->leader = false;
+    srv->lead.leading = false;
     forget_all_tasks(srv); /* the CANCELs name the deliveries' epoch */
-    srv->epoch = 0;        /* /stats: no epoch while not leading */
+    srv->lead.epoch = 0;        /* /stats: no epoch while not leading */
     /* Workers go on to the new leader; producers stay (their SUBMITs get UNAVAILABLE). */
-    for (dsp_conn *c = srv->conns, *next; c; c = next) {
+    for (dsp_conn *c = srv->conns.list, *next; c; c = next) {
         next = c->next;
         if (c->state == DSP_CONN_ACTIVE && c->ntypes > 0)
             dsp_conn_close(c, PROTO_ERR_NOT_LEADER, "this dispatcher no longer leads the table");
@@ -413,8 +411,8 @@ static void on_written(void *arg, const dsp_write_report *r)
     if (r->deferred)
         log_warn(&srv->log, "%llu outcome(s) wait: another transaction holds their rows' locks",
                  (unsigned long long)r->deferred);
-    srv->task_stats.foreign_written_total += r->foreign_written;
-    srv->task_stats.foreign_ignored_total += r->foreign_ignored;
+    srv->stats.tasks.foreign_written_total += r->foreign_written;
+    srv->stats.tasks.foreign_ignored_total += r->foreign_ignored;
     if (r->nacks)
         dsp_inv_on_written(srv, r); /* CONFIRMs, adoptions */
     dsp_server_kick(srv); /* dispatch may have waited for these writes (--max-unwritten) */
@@ -423,9 +421,9 @@ static void on_written(void *arg, const dsp_write_report *r)
 static void on_health(void *arg, bool connected)
 {
     dsp_server *srv = arg;
-    if (connected != srv->db_connected)
+    if (connected != srv->lead.db_connected)
         log_info(&srv->log, "database %s", connected ? "reachable" : "unreachable");
-    srv->db_connected = connected;
+    srv->lead.db_connected = connected;
 }
 
 static void on_requeued(void *arg, uint64_t request_id, int64_t rows)
@@ -433,12 +431,12 @@ static void on_requeued(void *arg, uint64_t request_id, int64_t rows)
     dsp_server *srv = arg;
     log_info(&srv->log, "requeue request %llu: %lld FAILED row(s) back to NEW",
              (unsigned long long)request_id, (long long)rows);
-    if (request_id == srv->last_requeue.id) {
-        srv->last_requeue.done = true;
-        srv->last_requeue.rows = rows;
+    if (request_id == srv->control.last_requeue.id) {
+        srv->control.last_requeue.done = true;
+        srv->control.last_requeue.rows = rows;
     }
     if (rows > 0)
-        srv->claim_not_before = 0;
+        dsp_claim_pacing_hasten(srv);
     dsp_server_kick(srv);
 }
 
@@ -457,7 +455,7 @@ static void finish_drain(dsp_server *srv)
 {
     /* Deliveries still out after the grace period go back to NEW; their
      * attempt was used (they were delivered). */
-    for (dsp_conn *c = srv->conns; c; c = c->next)
+    for (dsp_conn *c = srv->conns.list; c; c = c->next)
         while (c->inflight) {
             dsp_task *t = c->inflight;
             dsp_conn_cancel(c, t);
@@ -465,31 +463,31 @@ static void finish_drain(dsp_server *srv)
         }
     outbox_flush(srv);
     log_info(&srv->log, "drained: %llu task(s) released back to NEW",
-             (unsigned long long)srv->task_stats.released_total);
+             (unsigned long long)srv->stats.tasks.released_total);
     event_base_loopexit(srv->base, NULL);
 }
 
 static void start_drain(dsp_server *srv, const char *why)
 {
-    if (srv->draining)
+    if (srv->control.draining)
         return;
-    srv->draining = true;
+    srv->control.draining = true;
     dsp_notify("STOPPING=1");
-    srv->drain_deadline_ms = dsp_now_ms() + srv->cfg->shutdown_grace_ms;
+    srv->control.drain_deadline_ms = dsp_now_ms() + srv->cfg->shutdown_grace_ms;
     log_info(&srv->log, "%s: draining (%llu in flight, grace %lld ms)", why,
-             (unsigned long long)srv->ninflight, (long long)srv->cfg->shutdown_grace_ms);
-    if (srv->listener)
-        evconnlistener_disable(srv->listener);
-    for (dsp_conn *c = srv->conns; c; c = c->next) {
+             (unsigned long long)srv->sched.ninflight, (long long)srv->cfg->shutdown_grace_ms);
+    if (srv->accept.listener)
+        evconnlistener_disable(srv->accept.listener);
+    for (dsp_conn *c = srv->conns.list; c; c = c->next) {
         if (c->state != DSP_CONN_ACTIVE)
             continue;
         dsp_dispatch_worker_stop(srv, c);
         dsp_conn_send_simple(c, PROTO_STOP);
     }
-    for (dsp_type *ty = srv->types; ty; ty = ty->next)
+    for (dsp_type *ty = srv->types.list; ty; ty = ty->next)
         while (ty->nbuffered > 0) {
             dsp_task *t = dsp_dispatch_dequeue(srv, ty);
-            srv->nbuffered--;
+            srv->sched.nbuffered--;
             release_task(srv, t);
         }
     outbox_flush(srv);
@@ -501,7 +499,7 @@ static void start_drain(dsp_server *srv, const char *why)
 static void release_orphans(dsp_server *srv, int64_t now)
 {
     bool released = false;
-    for (dsp_type *ty = srv->busy_types, *next; ty; ty = next) {
+    for (dsp_type *ty = srv->sched.busy_types, *next; ty; ty = next) {
         next = ty->busy_next;
         if (ty->nworkers > 0 || ty->paused)
             continue;
@@ -513,8 +511,8 @@ static void release_orphans(dsp_server *srv, int64_t now)
                  ty->name, (long long)(now - ty->orphaned_ms), ty->nbuffered);
         while (ty->nbuffered > 0) {
             dsp_task *t = dsp_dispatch_dequeue(srv, ty);
-            srv->nbuffered--;
-            srv->task_stats.orphans_released_total++;
+            srv->sched.nbuffered--;
+            srv->stats.tasks.orphans_released_total++;
             release_task(srv, t);
         }
         dsp_server_type_release_if_unused(srv, ty);
@@ -528,9 +526,9 @@ static void release_orphans(dsp_server *srv, int64_t now)
  * first (TYPE_WARM_MS) even when the last claims found none. */
 static void note_table_types(dsp_server *srv, int64_t now)
 {
-    if (srv->cfg->table_stats_ms <= 0 || now - srv->table_seen_ms < srv->cfg->table_stats_ms)
+    if (srv->cfg->table_stats_ms <= 0 || now - srv->tick.table_seen_ms < srv->cfg->table_stats_ms)
         return;
-    srv->table_seen_ms = now;
+    srv->tick.table_seen_ms = now;
     dsp_table_stats *ts = malloc(sizeof *ts);
     if (!ts)
         return;
@@ -554,11 +552,11 @@ static void trim_after_burst(dsp_server *srv)
 {
     /* Counted at each close rather than sampled here: a flood's connections come and go
      * within a second, and their buffers would otherwise stay in the heap. */
-    if (srv->closed_since_trim >= TRIM_AFTER_CLOSED) {
+    if (srv->tick.closed_since_trim >= TRIM_AFTER_CLOSED) {
 #ifdef __GLIBC__
         malloc_trim(0);
 #endif
-        srv->closed_since_trim = 0;
+        srv->tick.closed_since_trim = 0;
     }
 }
 
@@ -579,7 +577,7 @@ static void expire_leases(dsp_server *srv, int64_t now)
             if (!t->recorded && now_us_pass - t->delivered_us >= DSP_DELIVERY_RECORD_MS * 1000) {
                 t->recorded = true;
                 outbox_push(srv, t, DSP_WRITE_DELIVERED, 0, NULL, 0);
-                srv->task_stats.delivery_records_total++;
+                srv->stats.tasks.delivery_records_total++;
             }
             /* Recorded: next due when the lease expires. Not yet (the heap's key is in
              * ms, the record's threshold in us): the next tick looks again. */
@@ -588,7 +586,7 @@ static void expire_leases(dsp_server *srv, int64_t now)
         }
         log_info(&srv->log, "task %llu timed out on %s (attempt %u); cancelling",
                  (unsigned long long)t->id, c->name, (unsigned)t->attempts);
-        srv->task_stats.timed_out_total++;
+        srv->stats.tasks.timed_out_total++;
         dsp_conn_cancel(c, t);
         dsp_server_take_back(srv, t, "timed out");
         /* When c closes for it, its other deliveries are taken back and leave the heap. */
@@ -602,27 +600,27 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     dsp_server *srv = arg;
     int64_t now = dsp_now_ms();
-    if (srv->rates.n == 0 || now - srv->last_rate_sample_ms >= 1000) {
-        srv->last_rate_sample_ms = now;
+    if (srv->stats.rates.n == 0 || now - srv->tick.rate_sample_ms >= 1000) {
+        srv->tick.rate_sample_ms = now;
         trim_after_burst(srv);
         note_table_types(srv, now);
-        dsp_rates_push(&srv->rates, now, srv->task_stats.dispatched_total,
-                       srv->task_stats.succeeded_total + srv->task_stats.failed_total);
+        dsp_rates_push(&srv->stats.rates, now, srv->stats.tasks.dispatched_total,
+                       srv->stats.tasks.succeeded_total + srv->stats.tasks.failed_total);
     }
     dsp_db_lease_check(srv->db); /* a leader whose lease ran out steps down now */
     dsp_history_tick(srv, now);
     expire_leases(srv, now);
-    for (dsp_conn *c = srv->conns, *next; c; c = next) {
+    for (dsp_conn *c = srv->conns.list, *next; c; c = next) {
         next = c->next;
         dsp_conn_tick(c, now);
     }
     release_orphans(srv, now);
-    if (srv->limit_waiting) { /* a type waits for its rate's tokens: they came back since */
-        srv->limit_waiting = false;
+    if (srv->sched.limit_waiting) { /* a type waits for its rate's tokens: they came back since */
+        srv->sched.limit_waiting = false;
         dsp_server_kick(srv);
     }
-    if (srv->draining && !srv->claim_outstanding &&
-        (srv->ninflight == 0 || now >= srv->drain_deadline_ms))
+    if (srv->control.draining && !srv->claim.outstanding &&
+        (srv->sched.ninflight == 0 || now >= srv->control.drain_deadline_ms))
         finish_drain(srv);
     outbox_flush(srv);
 }
@@ -632,7 +630,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 const char *dsp_server_pause(dsp_server *srv, const char *type)
 {
     if (!type) {
-        srv->paused_all = true;
+        srv->control.paused_all = true;
         log_info(&srv->log, "paused: no task is claimed or dispatched until /resume");
         return NULL;
     }
@@ -640,11 +638,11 @@ const char *dsp_server_pause(dsp_server *srv, const char *type)
     if (dsp_utf8_valid_prefix((const uint8_t *)type, len) != len)
         return "a task type must be UTF-8";
     /* A paused type is kept until resumed: the same cap as the types workers register. */
-    size_t before = srv->ntypes;
+    size_t before = srv->types.n;
     dsp_type *ty = dsp_server_type_intern(srv, (const uint8_t *)type, len);
     if (!ty)
         return "out of memory";
-    if (srv->ntypes > before && (int64_t)srv->ntypes > srv->cfg->max_types) {
+    if (srv->types.n > before && (int64_t)srv->types.n > srv->cfg->max_types) {
         dsp_server_type_release_if_unused(srv, ty);
         return "too many task types on this dispatcher (--max-types)";
     }
@@ -656,18 +654,18 @@ const char *dsp_server_pause(dsp_server *srv, const char *type)
 void dsp_server_resume(dsp_server *srv, const char *type)
 {
     if (!type) {
-        srv->paused_all = false;
-        for (dsp_type *ty = srv->types, *next; ty; ty = next) {
+        srv->control.paused_all = false;
+        for (dsp_type *ty = srv->types.list, *next; ty; ty = next) {
             next = ty->next;
             ty->paused = false;
             dsp_server_type_release_if_unused(srv, ty);
         }
-        if (srv->admin_draining)
+        if (srv->control.admin_draining)
             log_info(&srv->log, "drain ended by /resume");
-        srv->admin_draining = false;
+        srv->control.admin_draining = false;
         log_info(&srv->log, "resumed every type");
     } else {
-        for (dsp_type *ty = srv->types, *next; ty; ty = next) {
+        for (dsp_type *ty = srv->types.list, *next; ty; ty = next) {
             next = ty->next;
             if (strcmp(ty->name, type) == 0 && ty->paused) {
                 ty->paused = false;
@@ -676,7 +674,7 @@ void dsp_server_resume(dsp_server *srv, const char *type)
             }
         }
     }
-    srv->claim_not_before = 0;
+    dsp_claim_pacing_hasten(srv);
     dsp_server_kick(srv);
 }
 
@@ -684,29 +682,29 @@ void dsp_server_drain(dsp_server *srv)
 {
     if (dsp_dispatch_stopped(srv))
         return;
-    srv->admin_draining = true;
+    srv->control.admin_draining = true;
     uint64_t released = 0;
-    for (dsp_type *ty = srv->types; ty; ty = ty->next)
+    for (dsp_type *ty = srv->types.list; ty; ty = ty->next)
         while (ty->nbuffered > 0) {
             dsp_task *t = dsp_dispatch_dequeue(srv, ty);
-            srv->nbuffered--;
+            srv->sched.nbuffered--;
             release_task(srv, t);
             released++;
         }
     outbox_flush(srv);
     log_info(&srv->log, "drain: claims stopped, %llu buffered task(s) released, %llu in flight left to finish",
-             (unsigned long long)released, (unsigned long long)srv->ninflight);
+             (unsigned long long)released, (unsigned long long)srv->sched.ninflight);
 }
 
 uint64_t dsp_server_requeue_failed(dsp_server *srv, const char *type)
 {
-    uint64_t id = ++srv->next_request_id;
+    uint64_t id = ++srv->control.next_request_id;
     if (dsp_db_requeue_failed(srv->db, type, id) < 0)
         return 0;
-    srv->last_requeue.id = id;
-    snprintf(srv->last_requeue.type, sizeof srv->last_requeue.type, "%s", type ? type : "");
-    srv->last_requeue.done = false;
-    srv->last_requeue.rows = 0;
+    srv->control.last_requeue.id = id;
+    snprintf(srv->control.last_requeue.type, sizeof srv->control.last_requeue.type, "%s", type ? type : "");
+    srv->control.last_requeue.done = false;
+    srv->control.last_requeue.rows = 0;
     log_info(&srv->log, "requeue request %llu: FAILED rows%s%s back to NEW", (unsigned long long)id,
              type ? " of type " : "", type ? type : "");
     return id;
@@ -724,10 +722,10 @@ const char *dsp_server_cancel_held(dsp_server *srv, dsp_task *t)
     } else {
         log_info(&srv->log, "task %llu cancelled by the operator while buffered", (unsigned long long)t->id);
         dsp_dispatch_unlink(srv, t);
-        srv->nbuffered--;
+        srv->sched.nbuffered--;
     }
     outbox_push(srv, t, DSP_WRITE_FAILED, 0, msg, sizeof msg - 1);
-    srv->task_stats.failed_total++;
+    srv->stats.tasks.failed_total++;
     task_free(srv, t);
     dsp_server_type_release_if_unused(srv, ty);
     dsp_server_kick(srv); /* the outbox is flushed by the next pass */
@@ -757,10 +755,10 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 static int64_t handshake_window_now(dsp_server *srv, int64_t now)
 {
     int64_t window = now / FAILED_HANDSHAKE_WINDOW_MS;
-    if (window != srv->handshake_window) {
-        srv->handshake_window = window;
-        srv->failed_handshakes = 0;
-        srv->accepts_in_window = 0;
+    if (window != srv->accept.handshake_window) {
+        srv->accept.handshake_window = window;
+        srv->accept.failed_handshakes = 0;
+        srv->accept.accepts_in_window = 0;
     }
     return window;
 }
@@ -772,39 +770,40 @@ static int64_t handshakes_per_window(const dsp_server *srv)
 
 static void pause_accepting_for_window(dsp_server *srv, int64_t window, int64_t now)
 {
-    evconnlistener_disable(srv->listener);
+    evconnlistener_disable(srv->accept.listener);
     int64_t left_ms = (window + 1) * FAILED_HANDSHAKE_WINDOW_MS - now;
     struct timeval tv = {0, (suseconds_t)(left_ms * 1000)};
-    evtimer_add(srv->accept_retry_ev, &tv);
+    evtimer_add(srv->accept.retry_ev, &tv);
 }
 
 void dsp_server_handshake_failed(dsp_server *srv)
 {
-    if (srv->cfg->max_failed_handshakes <= 0 || !srv->listener || srv->draining)
+    if (srv->cfg->max_failed_handshakes <= 0 || !srv->accept.listener || srv->control.draining)
         return;
     int64_t now = dsp_now_ms();
     int64_t window = handshake_window_now(srv, now);
-    if (++srv->failed_handshakes != handshakes_per_window(srv) + 1)
+    if (++srv->accept.failed_handshakes != handshakes_per_window(srv) + 1)
         return;
-    if (srv->flood_until_window < window) {
-        srv->conn_stats.handshake_pauses_total++;
-        log_limited(&srv->log, &srv->peer_log, now, DSP_LOG_WARN,
+    if (srv->accept.flood_until_window < window) {
+        srv->stats.conns.handshake_pauses_total++;
+        log_limited(&srv->log, &srv->conns.peer_log, now, DSP_LOG_WARN,
                     "more than %" PRId64 " connections a second closed before HELLO; "
                     "accepting at most that many a second",
                     srv->cfg->max_failed_handshakes);
     }
-    srv->flood_until_window = window + 1000 / FAILED_HANDSHAKE_WINDOW_MS;
+    srv->accept.flood_until_window = window + 1000 / FAILED_HANDSHAKE_WINDOW_MS;
     pause_accepting_for_window(srv, window, now);
 }
 
 /* Under a flood, at most a window's ration of accepts, then a pause to the window's end. */
 static void ration_accepts(dsp_server *srv)
 {
-    if (srv->cfg->max_failed_handshakes <= 0 || srv->draining)
+    if (srv->cfg->max_failed_handshakes <= 0 || srv->control.draining)
         return;
     int64_t now = dsp_now_ms();
     int64_t window = handshake_window_now(srv, now);
-    if (window <= srv->flood_until_window && ++srv->accepts_in_window >= handshakes_per_window(srv))
+    if (window <= srv->accept.flood_until_window &&
+        ++srv->accept.accepts_in_window >= handshakes_per_window(srv))
         pause_accepting_for_window(srv, window, now);
 }
 
@@ -813,12 +812,12 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 {
     (void)l;
     dsp_server *srv = arg;
-    srv->accept_backoff_ms = 0;
-    if ((int64_t)srv->nconns >= srv->cfg->max_connections) {
+    srv->accept.backoff_ms = 0;
+    if ((int64_t)srv->conns.n >= srv->cfg->max_connections) {
         /* Closed at once: nothing is read, nothing allocated. */
         evutil_closesocket(fd);
-        srv->conn_stats.refused_total++;
-        log_limited(&srv->log, &srv->peer_log, dsp_now_ms(), DSP_LOG_WARN, "%s",
+        srv->stats.conns.refused_total++;
+        log_limited(&srv->log, &srv->conns.peer_log, dsp_now_ms(), DSP_LOG_WARN, "%s",
                     "connection refused: --max-connections reached");
         return;
     }
@@ -831,26 +830,26 @@ static void accept_retry_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     dsp_server *srv = arg;
-    if (srv->listener && !srv->draining)
-        evconnlistener_enable(srv->listener);
+    if (srv->accept.listener && !srv->control.draining)
+        evconnlistener_enable(srv->accept.listener);
 }
 
 static void accept_error_cb(struct evconnlistener *l, void *arg)
 {
     dsp_server *srv = arg;
     int err = EVUTIL_SOCKET_ERROR();
-    srv->conn_stats.accept_errors_total++;
-    log_limited(&srv->log, &srv->peer_log, dsp_now_ms(), DSP_LOG_WARN,
+    srv->stats.conns.accept_errors_total++;
+    log_limited(&srv->log, &srv->conns.peer_log, dsp_now_ms(), DSP_LOG_WARN,
                 "accept failed: %s; pausing new connections", evutil_socket_error_to_string(err));
     /* Out of descriptors (EMFILE) the pending connection stays in the backlog and the
      * listener would be woken again at once: stop listening for a while instead of
      * spinning, and keep serving the connections we have. */
     evconnlistener_disable(l);
-    srv->accept_backoff_ms = srv->accept_backoff_ms ? srv->accept_backoff_ms * 2 : ACCEPT_BACKOFF_MIN_MS;
-    if (srv->accept_backoff_ms > ACCEPT_BACKOFF_MAX_MS)
-        srv->accept_backoff_ms = ACCEPT_BACKOFF_MAX_MS;
-    struct timeval tv = {0, (suseconds_t)(srv->accept_backoff_ms * 1000)};
-    evtimer_add(srv->accept_retry_ev, &tv);
+    srv->accept.backoff_ms = srv->accept.backoff_ms ? srv->accept.backoff_ms * 2 : ACCEPT_BACKOFF_MIN_MS;
+    if (srv->accept.backoff_ms > ACCEPT_BACKOFF_MAX_MS)
+        srv->accept.backoff_ms = ACCEPT_BACKOFF_MAX_MS;
+    struct timeval tv = {0, (suseconds_t)(srv->accept.backoff_ms * 1000)};
+    evtimer_add(srv->accept.retry_ev, &tv);
 }
 
 static int bind_listener(dsp_server *srv, char *bound, size_t boundlen)
@@ -869,26 +868,26 @@ static int bind_listener(dsp_server *srv, char *bound, size_t boundlen)
         log_error(&srv->log, "--listen %s: %s", srv->cfg->listen, evutil_gai_strerror(rc));
         return -1;
     }
-    srv->listener = evconnlistener_new_bind(srv->base, accept_cb, srv,
+    srv->accept.listener = evconnlistener_new_bind(srv->base, accept_cb, srv,
                                             LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024,
                                             ai->ai_addr, (int)ai->ai_addrlen);
     evutil_freeaddrinfo(ai);
-    if (!srv->listener) {
+    if (!srv->accept.listener) {
         log_error(&srv->log, "--listen %s: %s", srv->cfg->listen, strerror(errno));
         return -1;
     }
-    evconnlistener_set_error_cb(srv->listener, accept_error_cb);
+    evconnlistener_set_error_cb(srv->accept.listener, accept_error_cb);
 #ifdef TCP_DEFER_ACCEPT
     /* A worker speaks first (HELLO, or a TLS ClientHello): the kernel hands over a
      * connection only once its first bytes arrived, so connect-and-close floods and
      * silent connections cost the loop nothing (nginx's "deferred"). */
     int defer_s = (int)((3 * srv->cfg->heartbeat_ms + 999) / 1000);
-    setsockopt(evconnlistener_get_fd(srv->listener), IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s,
+    setsockopt(evconnlistener_get_fd(srv->accept.listener), IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s,
                sizeof defer_s);
 #endif
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
-    getsockname(evconnlistener_get_fd(srv->listener), (struct sockaddr *)&ss, &sl);
+    getsockname(evconnlistener_get_fd(srv->accept.listener), (struct sockaddr *)&ss, &sl);
     unsigned real_port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                                   : ntohs(((struct sockaddr_in *)&ss)->sin_port);
     dsp_hostport_format(bound, boundlen, host, real_port);
@@ -903,9 +902,9 @@ static void warn_open_ports(dsp_server *srv, const char *listen, const char *adm
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     memset(&ss, 0, sizeof ss);
-    getsockname(evconnlistener_get_fd(srv->listener), (struct sockaddr *)&ss, &sl);
+    getsockname(evconnlistener_get_fd(srv->accept.listener), (struct sockaddr *)&ss, &sl);
     bool open_workers = !dsp_addr_is_loopback(&ss) && !srv->cfg->token;
-    bool open_admin = !srv->admin_loopback && !srv->cfg->token && !srv->cfg->admin_token;
+    bool open_admin = !srv->admin.loopback && !srv->cfg->token && !srv->cfg->admin_token;
     /* The worker token protects both ports: it is the one to name when both are open. */
     if (open_workers && open_admin)
         log_warn(&srv->log, "the worker port %s and the admin port %s listen beyond loopback without a token: "
@@ -941,26 +940,24 @@ int dsp_server_init_offline(dsp_server *srv, const dsp_config *cfg)
     memset(srv, 0, sizeof *srv);
     srv->cfg = cfg;
     srv->log.level = cfg->log_level;
-    srv->started_ms = dsp_now_ms();
-    srv->claim_not_before = 0;
+    srv->stats.started_ms = dsp_now_ms();
 
-    if (dsp_taskmap_init(&srv->tasks, 4096) < 0 || dsp_taskmap_init(&srv->v3conns, 64) < 0 ||
-        dsp_history_init(&srv->history, DSP_HISTORY_SAMPLES) < 0 || dsp_limits_init(srv) < 0)
+    if (dsp_taskmap_init(&srv->tasks.map, 4096) < 0 || dsp_taskmap_init(&srv->inv.v3conns, 64) < 0 ||
+        dsp_history_init(&srv->stats.history, DSP_HISTORY_SAMPLES) < 0 || dsp_limits_init(srv) < 0)
         return -1;
-    dsp_deadline_init(&srv->leases);
+    dsp_deadline_init(&srv->sched.leases);
     srv->base = event_base_new();
     if (!srv->base) {
         log_error(&srv->log, "cannot create the event base");
         return -1;
     }
-    srv->claim_timer = evtimer_new(srv->base, dsp_dispatch_claim_timer_cb, srv);
-    srv->tick_timer = event_new(srv->base, -1, EV_PERSIST, tick_cb, srv);
+    srv->tick.timer = event_new(srv->base, -1, EV_PERSIST, tick_cb, srv);
     srv->dispatch_ev = event_new(srv->base, -1, 0, dispatch_cb, srv);
-    srv->flush_ev = event_new(srv->base, -1, 0, dsp_conn_flush_cb, srv);
-    srv->confirm_ev = evtimer_new(srv->base, dsp_inv_confirm_cb, srv);
-    srv->accept_retry_ev = evtimer_new(srv->base, accept_retry_cb, srv);
-    if (!srv->claim_timer || !srv->tick_timer || !srv->dispatch_ev || !srv->flush_ev ||
-        !srv->confirm_ev || !srv->accept_retry_ev)
+    srv->conns.flush_ev = event_new(srv->base, -1, 0, dsp_conn_flush_cb, srv);
+    srv->inv.confirm_ev = evtimer_new(srv->base, dsp_inv_confirm_cb, srv);
+    srv->accept.retry_ev = evtimer_new(srv->base, accept_retry_cb, srv);
+    if (dsp_claim_pacing_init(srv) < 0 || !srv->tick.timer || !srv->dispatch_ev || !srv->conns.flush_ev ||
+        !srv->inv.confirm_ev || !srv->accept.retry_ev)
         return -1;
     int64_t tick = cfg->heartbeat_ms / 4;
     if (tick > TICK_MS_MAX)
@@ -968,7 +965,7 @@ int dsp_server_init_offline(dsp_server *srv, const dsp_config *cfg)
     if (tick < 5)
         tick = 5;
     struct timeval tv = {0, (suseconds_t)(tick * 1000)};
-    event_add(srv->tick_timer, &tv);
+    event_add(srv->tick.timer, &tv);
     return 0;
 }
 
@@ -1076,47 +1073,46 @@ int dsp_server_run(dsp_server *srv)
     /* The loop has ended: write what is queued, then let go of the table. */
     dsp_db_stop(srv->db, srv->cfg->shutdown_grace_ms > 5000 ? srv->cfg->shutdown_grace_ms : 5000);
     log_info(&srv->log, "stopped: %llu succeeded, %llu failed, %llu released",
-             (unsigned long long)srv->task_stats.succeeded_total,
-             (unsigned long long)srv->task_stats.failed_total,
-             (unsigned long long)srv->task_stats.released_total);
+             (unsigned long long)srv->stats.tasks.succeeded_total,
+             (unsigned long long)srv->stats.tasks.failed_total,
+             (unsigned long long)srv->stats.tasks.released_total);
     return srv->exit_code;
 }
 
 void dsp_server_free(dsp_server *srv)
 {
-    while (srv->conns)
-        dsp_conn_free(srv->conns);
+    while (srv->conns.list)
+        dsp_conn_free(srv->conns.list);
     forget_all_tasks(srv);
     if (srv->db)
         dsp_db_free(srv->db);
     dsp_admin_http_free(srv);
-    if (srv->listener)
-        evconnlistener_free(srv->listener);
+    if (srv->accept.listener)
+        evconnlistener_free(srv->accept.listener);
     dsp_tls_free(srv->tls);
     for (int i = 0; i < 3; i++)
         if (srv->signal_evs[i])
             event_free(srv->signal_evs[i]);
-    if (srv->claim_timer)
-        event_free(srv->claim_timer);
-    if (srv->tick_timer)
-        event_free(srv->tick_timer);
+    dsp_claim_pacing_free(srv);
+    if (srv->tick.timer)
+        event_free(srv->tick.timer);
     if (srv->dispatch_ev)
         event_free(srv->dispatch_ev);
-    if (srv->flush_ev)
-        event_free(srv->flush_ev);
-    if (srv->confirm_ev)
-        event_free(srv->confirm_ev);
-    if (srv->accept_retry_ev)
-        event_free(srv->accept_retry_ev);
+    if (srv->conns.flush_ev)
+        event_free(srv->conns.flush_ev);
+    if (srv->inv.confirm_ev)
+        event_free(srv->inv.confirm_ev);
+    if (srv->accept.retry_ev)
+        event_free(srv->accept.retry_ev);
     dsp_server_types_free(srv);
-    for (size_t i = 0; i < srv->noutbox; i++)
-        free(srv->outbox[i].data);
-    free(srv->outbox);
-    dsp_taskmap_free(&srv->tasks);
+    for (size_t i = 0; i < srv->outbox.n; i++)
+        free(srv->outbox.items[i].data);
+    free(srv->outbox.items);
+    dsp_taskmap_free(&srv->tasks.map);
     task_pool_free(srv);
-    dsp_taskmap_free(&srv->v3conns);
-    dsp_deadline_free(&srv->leases);
-    dsp_history_free(&srv->history);
+    dsp_taskmap_free(&srv->inv.v3conns);
+    dsp_deadline_free(&srv->sched.leases);
+    dsp_history_free(&srv->stats.history);
     dsp_limits_free(srv);
     if (srv->base)
         event_base_free(srv->base);

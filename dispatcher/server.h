@@ -47,7 +47,7 @@ struct dsp_task {
                             * adopted one the epoch it was delivered under */
     dsp_conn *holder;      /* current delivery, NULL while buffered */
     int64_t deadline_ms;   /* end of the current delivery's lease */
-    dsp_deadline_node lease; /* in srv->leases while delivered: when the tick looks next */
+    dsp_deadline_node lease; /* in srv->sched.leases while delivered: when the tick looks next */
     int64_t delivered_us;  /* monotonic time of the current delivery (execution histogram) */
     dsp_task *prev, *next; /* in the type's queue, or in the holder's in-flight list */
     size_t payload_len;
@@ -71,7 +71,7 @@ struct dsp_type {
     dsp_ll_heap ll;           /* least-loaded over many workers, for one pass (dispatch.h) */
     uint64_t room;            /* free slots summed over accepting workers of this type */
     bool paused;              /* POST /pause?type=: neither claimed nor dispatched */
-    uint32_t max_running;     /* --type-limit concurrency (0: none), from srv->limits */
+    uint32_t max_running;     /* --type-limit concurrency (0: none), from srv->limits.items */
     uint32_t max_rate;        /* --type-limit rate: starts per second (0: none) */
     uint64_t running;         /* its deliveries in flight (dispatch.c's accounting) */
     dsp_bucket bucket;        /* the rate limit's tokens */
@@ -84,111 +84,174 @@ struct dsp_type {
     dsp_type *busy_prev, *busy_next; /* types with buffered tasks (dispatch scans only these) */
 };
 
+/* The loop's state, by concern: each group says what it is for and which file owns it
+ * (keeps it up to date; the others mostly read it). The events are made and freed by
+ * server.c's set-up (the admin port's by admin_http.c, the claim timer through
+ * dsp_claim_pacing_init). Nothing here is read by another thread. */
 struct dsp_server {
+    /* The wiring (server.c). */
     const dsp_config *cfg;
     dsp_log log;
     struct event_base *base;
-    struct evconnlistener *listener;
-    struct evhttp *http;
-    /* Admin connections (admin_http.c): each is known from its accept, for the cap and
-     * the deadline of a whole request. */
-    struct dsp_admin_conn *admin_conns;
-    size_t nadmin_conns;
-    struct event *admin_adopt_ev, *admin_tick_ev;
-    struct dsp_tls *tls;       /* NULL unless --tls-cert: both ports speak TLS */
-    bool admin_loopback;      /* the admin port listens on loopback only: Host is checked */
     dsp_db *db;
-    uint64_t sched_gen;        /* moves at each dispatch pass, join and leave: the
-                                * types' least-loaded heaps older than it are stale */
-
-    struct event *claim_timer;
-    struct event *tick_timer;  /* housekeeping: leases, heartbeats, drain */
+    struct dsp_tls *tls;       /* NULL unless --tls-cert: both ports speak TLS */
+    struct event *signal_evs[3];
     struct event *dispatch_ev; /* activated when slots or tasks appear; runs once per loop pass */
     bool dispatch_due;         /* dispatch_ev is active and its pass has not started yet */
-    struct event *flush_ev;    /* writes the output of flush_head's connections (conn.c) */
-    dsp_conn *flush_head;      /* plaintext connections with output added this loop pass */
-    /* Submissions held for the database (copies queued, frames reserved while they
-     * arrive), all connections together, within --max-submit-bytes (conn.c). */
-    uint64_t submit_bytes_held, submit_bytes_reserved;
-    size_t submit_budget_waiters; /* connections not read until the budget has room */
-    struct event *confirm_ev;  /* sends the CONFIRMs of confirm_head's connections (inventory.c) */
-    dsp_conn *confirm_head;    /* connections with CONFIRMs waiting */
-    struct event *signal_evs[3];
-
-    dsp_conn *conns;           /* every connection, HELLO done or not */
-    size_t nconns;
-    size_t closed_since_trim;  /* connections freed since the last malloc_trim */
-    size_t nworkers;           /* connections past HELLO */
-    uint64_t next_conn_id;
-    dsp_type *types;
-    size_t ntypes;
-    dsp_type **type_buckets;   /* the type index, by hash of the name: interning is O(1) */
-    size_t type_nbuckets;      /* a power of two, or 0 before the first type */
-    dsp_type *busy_types;      /* the types with nbuffered > 0 */
-    char *gone_names;          /* types a worker registered, freed since: the names one after
-                                * another, each NUL-terminated, in one buffer (types.c) */
-    size_t ngone_names, gone_len, gone_cap;
-    size_t claim_rotor[2];     /* where the next claim starts among cold [0] and warm [1]
-                                * types (see claim_maybe) */
-    int64_t table_seen_ms;     /* the last table figures read for rows_seen_ms */
-
-    struct event *accept_retry_ev; /* re-enables the listener after EMFILE and friends */
-    int64_t accept_backoff_ms;
-    int64_t handshake_window;      /* which FAILED_HANDSHAKE_WINDOW_MS window the counts are of */
-    int64_t failed_handshakes;     /* in that window */
-    int64_t accepts_in_window;     /* in that window */
-    int64_t flood_until_window;    /* accepts are rationed up to this window (a flood was seen) */
-    dsp_log_limit peer_log;        /* lines about peers: connections, HELLOs, bad frames */
-    dsp_taskmap tasks;
-    dsp_task *task_pool;       /* free dsp_task records, linked by next (dsp_server_task_new) */
-    struct dsp_task_block *task_blocks; /* what the pool was carved from */
-    dsp_taskmap v3conns;       /* connection id -> welcomed version-3 connection (CONFIRM) */
-    uint64_t next_seq;
-    uint64_t room;             /* free slots over accepting workers */
-    uint64_t nbuffered;
-    uint64_t payload_bytes;    /* payloads of the claimed tasks held, buffered or in flight */
-    dsp_pace pace;             /* deliveries answered per second, all types */
-    uint64_t ninflight;        /* current deliveries (not counting cancelled ones) */
-    dsp_deadline_heap leases;  /* the current deliveries, by when the tick must look at them */
-
-    uint32_t epoch;
-    bool leader;
-    bool db_connected;
-    bool claim_outstanding;
-    bool claim_timer_armed;
-    uint32_t claim_requested;  /* total asked of the outstanding claim */
-    int64_t claim_sent_ms;     /* when the outstanding claim was asked */
-    double claim_ms;           /* claims' round trips, averaged (the ahead covers two) */
-    int64_t claim_not_before;  /* earliest time of the next claim (poll back-off) */
-    bool claim_again;          /* rows were committed ready while a claim ran: claim at once
-                                * after it, whatever it found (conn_submit.c) */
-    int64_t join_claim_ms;     /* the last claim hastened by a worker joining */
-    int64_t gather_until;      /* a small claim waits until then for more room */
-
-    dsp_outcome *outbox;       /* outcomes handed to the database once per loop pass */
-    size_t noutbox, outbox_cap;
-    size_t outbox_bytes; /* result and error bytes in the outbox (--max-unwritten-bytes) */
-
-    bool draining;
-    int64_t drain_deadline_ms;
     int exit_code;
 
-    int64_t started_ms;
-    dsp_task_stats task_stats;
-    dsp_conn_stats conn_stats;
+    /* Accept control: the worker port's listener, its back-off after accept() failed and
+     * the rationing of accepts under a flood of failed handshakes (server.c). */
+    struct {
+        struct evconnlistener *listener;
+        struct event *retry_ev;     /* re-enables the listener after EMFILE and friends */
+        int64_t backoff_ms;
+        int64_t handshake_window;   /* which FAILED_HANDSHAKE_WINDOW_MS window the counts are of */
+        int64_t failed_handshakes;  /* in that window */
+        int64_t accepts_in_window;  /* in that window */
+        int64_t flood_until_window; /* accepts are rationed up to this window (a flood was seen) */
+    } accept;
 
-    /* Operator state (admin port). */
-    bool paused_all;           /* POST /pause: nothing claimed or dispatched */
-    bool admin_draining;       /* POST /drain: no claims, buffered tasks released; /resume ends it */
-    uint64_t next_request_id;
-    dsp_requeue_status last_requeue;
-    dsp_rates rates;
-    int64_t last_rate_sample_ms;
-    dsp_histograms hist;
-    dsp_history history;       /* GET /history: the last hour, sampled by the tick (history.c) */
-    dsp_type_limit *limits;    /* per-type limits by name: --type-limit, then POST /limit (limits.c) */
-    size_t nlimits;
-    bool limit_waiting;        /* a dispatch pass left a type waiting for its rate: the tick kicks */
+    /* The admin port (admin_http.c): each connection is known from its accept, for the
+     * cap and the deadline of a whole request. */
+    struct {
+        struct evhttp *http;
+        struct dsp_admin_conn *conns;
+        size_t nconns;
+        struct event *adopt_ev, *tick_ev;
+        bool loopback;             /* it listens on loopback only: Host is checked */
+    } admin;
+
+    /* Operator state: pause, drain (the admin port's and SIGTERM's), requeue (server.c's
+     * operator requests). */
+    struct {
+        bool paused_all;           /* POST /pause: nothing claimed or dispatched */
+        bool admin_draining;       /* POST /drain: no claims, buffered tasks released; /resume ends it */
+        bool draining;             /* SIGTERM/SIGINT: shutting down once the deliveries end */
+        int64_t drain_deadline_ms;
+        uint64_t next_request_id;
+        dsp_requeue_status last_requeue;
+    } control;
+
+    /* Claim pacing: when the next claim may be asked, the one outstanding, and which
+     * types it asks for (dispatch.c; other files go through dsp_claim_pacing_*). */
+    struct {
+        struct event *timer;
+        bool timer_armed;
+        bool outstanding;
+        uint32_t requested;        /* total asked of the outstanding claim */
+        int64_t sent_ms;           /* when the outstanding claim was asked */
+        double round_trip_ms;      /* claims' round trips, averaged (the ahead covers two) */
+        int64_t not_before;        /* earliest time of the next claim (poll back-off) */
+        bool again;                /* rows were committed ready while a claim ran: claim at once
+                                    * after it, whatever it found (dsp_dispatch_claim_now) */
+        int64_t join_ms;           /* the last claim hastened by a worker joining */
+        int64_t gather_until;      /* a small claim waits until then for more room */
+        size_t rotor[2];           /* where the next claim starts among cold [0] and warm [1]
+                                    * types (see dsp_dispatch_claim_maybe) */
+    } claim;
+
+    /* Scheduling: the workers, their free slots, what is buffered and in flight, the
+     * leases (dispatch.c; server.c and inventory.c also count nbuffered and take next_seq
+     * as they hold tasks, and the tick clears limit_waiting). */
+    struct {
+        uint64_t gen;              /* moves at each dispatch pass, join and leave: the
+                                    * types' least-loaded heaps older than it are stale */
+        size_t nworkers;           /* connections past HELLO */
+        uint64_t room;             /* free slots over accepting workers */
+        uint64_t nbuffered;
+        uint64_t ninflight;        /* current deliveries (not counting cancelled ones) */
+        uint64_t next_seq;         /* the dispatch order's next seq (claims take it) */
+        dsp_type *busy_types;      /* the types with nbuffered > 0 */
+        dsp_pace pace;             /* deliveries answered per second, all types */
+        dsp_deadline_heap leases;  /* the current deliveries, by when the tick must look at them */
+        bool limit_waiting;        /* a dispatch pass left a type waiting for its rate: the tick kicks */
+    } sched;
+
+    /* The task types (types.c). */
+    struct {
+        dsp_type *list;            /* every type */
+        size_t n;
+        dsp_type **buckets;        /* the type index, by hash of the name: interning is O(1) */
+        size_t nbuckets;           /* a power of two, or 0 before the first type */
+        char *gone_names;          /* types a worker registered, freed since: the names one after
+                                    * another, each NUL-terminated, in one buffer */
+        size_t ngone_names, gone_len, gone_cap;
+    } types;
+
+    /* The claimed tasks held, buffered or in flight: by id, their records, their payloads'
+     * bytes (server.c). */
+    struct {
+        dsp_taskmap map;
+        dsp_task *pool;            /* free records, linked by next (dsp_server_task_new) */
+        struct dsp_task_block *blocks; /* what the pool was carved from */
+        uint64_t payload_bytes;
+    } tasks;
+
+    /* Outcomes handed to the database once per loop pass (server.c). */
+    struct {
+        dsp_outcome *items;
+        size_t n, cap;
+        size_t bytes;              /* result and error bytes in it (--max-unwritten-bytes) */
+    } outbox;
+
+    /* The worker connections and their writes (conn.c). */
+    struct {
+        dsp_conn *list;            /* every connection, HELLO done or not */
+        size_t n;
+        uint64_t next_id;
+        struct event *flush_ev;    /* writes the output of flush_head's connections */
+        dsp_conn *flush_head;      /* plaintext connections with output added this loop pass */
+        dsp_log_limit peer_log;    /* lines about peers: connections, HELLOs, bad frames (also
+                                    * server.c's accepts and admin_http.c's connections) */
+    } conns;
+
+    /* Submissions held for the database (copies queued, frames reserved while they
+     * arrive), all connections together, within --max-submit-bytes (conn.c). */
+    struct {
+        uint64_t bytes_held, bytes_reserved;
+        size_t budget_waiters;     /* connections not read until the budget has room */
+    } submit;
+
+    /* Protocol version 3 (inventory.c). */
+    struct {
+        struct event *confirm_ev;  /* sends the CONFIRMs of confirm_head's connections */
+        dsp_conn *confirm_head;    /* connections with CONFIRMs waiting */
+        dsp_taskmap v3conns;       /* connection id -> welcomed version-3 connection (CONFIRM) */
+    } inv;
+
+    /* Our standing with the table: leadership and the database's health (server.c's
+     * database callbacks). */
+    struct {
+        uint32_t epoch;
+        bool leading;
+        bool db_connected;
+    } lead;
+
+    /* Housekeeping: the tick and what it samples (server.c). */
+    struct {
+        struct event *timer;       /* leases, heartbeats, drain */
+        int64_t rate_sample_ms;    /* the last sample of stats.rates */
+        int64_t table_seen_ms;     /* the last table figures read for rows_seen_ms */
+        size_t closed_since_trim;  /* connections freed since the last malloc_trim (conn.c counts) */
+    } tick;
+
+    /* Figures for /stats, /metrics and /history: counted where things happen, read by
+     * stats.c and history.c. */
+    struct {
+        int64_t started_ms;
+        dsp_task_stats tasks;
+        dsp_conn_stats conns;
+        dsp_rates rates;
+        dsp_histograms hist;
+        dsp_history history;       /* GET /history: the last hour, sampled by the tick (history.c) */
+    } stats;
+
+    /* Per-type limits by name: --type-limit, then POST /limit (limits.c). */
+    struct {
+        dsp_type_limit *items;
+        size_t n;
+    } limits;
 };
 
 /* Sets up sockets, timers and the database side. Returns 0 or -1 (logged). */
@@ -240,7 +303,7 @@ int64_t dsp_server_retry_delay_ms(const dsp_server *srv, uint8_t outcome, uint32
 void dsp_server_take_back(dsp_server *srv, dsp_task *t, const char *why);
 
 /* Per-type limits (limits.c). */
-/* Copies --type-limit into srv->limits. Returns 0 or -1 (out of memory). */
+/* Copies --type-limit into srv->limits.items. Returns 0 or -1 (out of memory). */
 int dsp_limits_init(dsp_server *srv);
 void dsp_limits_free(dsp_server *srv);
 /* Gives a type just interned its limits, if it has any. */

@@ -26,12 +26,12 @@ static const unsigned rate_windows_s[DSP_STATS_RATE_WINDOWS] = {1, 10, 60};
 static void fill_paused(dsp_stats_snapshot *snap, const dsp_server *srv)
 {
     size_t n = 0;
-    for (const dsp_type *ty = srv->types; ty; ty = ty->next)
+    for (const dsp_type *ty = srv->types.list; ty; ty = ty->next)
         n += ty->paused;
     snap->paused_types = n ? malloc(n * sizeof *snap->paused_types) : NULL;
     if (!snap->paused_types)
         return;
-    for (const dsp_type *ty = srv->types; ty; ty = ty->next)
+    for (const dsp_type *ty = srv->types.list; ty; ty = ty->next)
         if (ty->paused)
             snap->paused_types[snap->npaused_types++] = ty->name;
 }
@@ -40,12 +40,12 @@ static void fill_paused(dsp_stats_snapshot *snap, const dsp_server *srv)
 static void fill_workers(dsp_stats_snapshot *snap, const dsp_server *srv)
 {
     size_t n = 0;
-    for (const dsp_conn *c = srv->conns; c; c = c->next)
+    for (const dsp_conn *c = srv->conns.list; c; c = c->next)
         n += c->state == DSP_CONN_ACTIVE;
     snap->workers = n ? malloc(n * sizeof *snap->workers) : NULL;
     if (!snap->workers)
         return;
-    for (const dsp_conn *c = srv->conns; c; c = c->next) {
+    for (const dsp_conn *c = srv->conns.list; c; c = c->next) {
         if (c->state != DSP_CONN_ACTIVE)
             continue;
         snap->workers[snap->nworker_rows++] = (dsp_stats_worker){
@@ -70,7 +70,7 @@ static int type_ptr_cmp(const void *a, const void *b)
  * ones counted over the workers' delivery lists, each type found by bsearch). */
 static void fill_types(dsp_stats_snapshot *snap, const dsp_server *srv)
 {
-    size_t n = srv->ntypes < DSP_STATS_TYPES_MAX ? srv->ntypes : DSP_STATS_TYPES_MAX;
+    size_t n = srv->types.n < DSP_STATS_TYPES_MAX ? srv->types.n : DSP_STATS_TYPES_MAX;
     snap->held_types = n ? calloc(n, sizeof *snap->held_types) : NULL;
     const dsp_type **by_ptr = n ? malloc(n * sizeof *by_ptr) : NULL;
     if (!snap->held_types || !by_ptr) {
@@ -78,9 +78,9 @@ static void fill_types(dsp_stats_snapshot *snap, const dsp_server *srv)
         return;
     }
     size_t k = 0;
-    for (const dsp_type *ty = srv->types; ty && k < n; ty = ty->next)
+    for (const dsp_type *ty = srv->types.list; ty && k < n; ty = ty->next)
         by_ptr[k++] = ty;
-    snap->held_types_cut = k < srv->ntypes;
+    snap->held_types_cut = k < srv->types.n;
     qsort(by_ptr, k, sizeof *by_ptr, type_ptr_cmp);
     for (size_t i = 0; i < k; i++)
         snap->held_types[i] = (dsp_stats_type){.name = by_ptr[i]->name,
@@ -89,7 +89,7 @@ static void fill_types(dsp_stats_snapshot *snap, const dsp_server *srv)
                                                .paused = by_ptr[i]->paused,
                                                .limit_concurrency = by_ptr[i]->max_running,
                                                .limit_rate = by_ptr[i]->max_rate};
-    for (const dsp_conn *c = srv->conns; c; c = c->next)
+    for (const dsp_conn *c = srv->conns.list; c; c = c->next)
         for (const dsp_task *t = c->inflight; t; t = t->next) {
             const dsp_type *key = t->type;
             const dsp_type **hit = bsearch(&key, by_ptr, k, sizeof *by_ptr, type_ptr_cmp);
@@ -103,12 +103,12 @@ static void fill_types(dsp_stats_snapshot *snap, const dsp_server *srv)
 bool dsp_stats_health(const dsp_server *srv, char *why, size_t cap)
 {
     if (cap == 0)
-        return srv->db_connected;
+        return srv->lead.db_connected;
     why[0] = '\0';
     /* The more precise reason first: a failing statement's reconnect is no outage. */
     if (dsp_db_problem(srv->db, why, cap))
         return false;
-    if (!srv->db_connected) {
+    if (!srv->lead.db_connected) {
         snprintf(why, cap, "database unreachable");
         return false;
     }
@@ -118,38 +118,38 @@ bool dsp_stats_health(const dsp_server *srv, char *why, size_t cap)
 void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
 {
     memset(snap, 0, sizeof *snap);
-    snap->uptime_ms = dsp_now_ms() - srv->started_ms;
+    snap->uptime_ms = dsp_now_ms() - srv->stats.started_ms;
     snap->cfg = srv->cfg;
     snap->scheduler = dsp_sched_policy_name(srv->cfg->scheduler);
-    snap->db_connected = srv->db_connected;
+    snap->db_connected = srv->lead.db_connected;
     snap->health_ok = dsp_stats_health(srv, snap->health_reason, sizeof snap->health_reason);
-    snap->leader = srv->leader && dsp_db_lease_valid(srv->db);
-    snap->epoch = srv->leader && !snap->leader ? 0 : srv->epoch; /* on_leader_lost zeroes it too */
-    snap->nconns = srv->nconns;
-    snap->nworkers = srv->nworkers;
-    snap->ntypes = srv->ntypes;
-    snap->nbuffered = srv->nbuffered;
-    snap->ninflight = srv->ninflight;
-    snap->payload_bytes = srv->payload_bytes;
-    snap->draining = srv->draining || srv->admin_draining;
-    snap->shutting_down = srv->draining;
-    snap->paused_all = srv->paused_all;
-    snap->tasks = srv->task_stats;
-    snap->conns = srv->conn_stats;
+    snap->leader = srv->lead.leading && dsp_db_lease_valid(srv->db);
+    snap->epoch = srv->lead.leading && !snap->leader ? 0 : srv->lead.epoch; /* on_leader_lost zeroes it too */
+    snap->nconns = srv->conns.n;
+    snap->nworkers = srv->sched.nworkers;
+    snap->ntypes = srv->types.n;
+    snap->nbuffered = srv->sched.nbuffered;
+    snap->ninflight = srv->sched.ninflight;
+    snap->payload_bytes = srv->tasks.payload_bytes;
+    snap->draining = srv->control.draining || srv->control.admin_draining;
+    snap->shutting_down = srv->control.draining;
+    snap->paused_all = srv->control.paused_all;
+    snap->tasks = srv->stats.tasks;
+    snap->conns = srv->stats.conns;
 
     dsp_db_counters dbc;
     dsp_db_counters_get(srv->db, &dbc);
 #define X(field, key, metric, divisor, help) snap->db.field = dbc.field;
     DSP_DB_COUNTERS(X)
 #undef X
-    snap->pending_writes = srv->noutbox + dsp_db_pending_writes(srv->db);
-    snap->pending_write_bytes = srv->outbox_bytes + dsp_db_pending_write_bytes(srv->db);
-    snap->hist = srv->hist;
+    snap->pending_writes = srv->outbox.n + dsp_db_pending_writes(srv->db);
+    snap->pending_write_bytes = srv->outbox.bytes + dsp_db_pending_write_bytes(srv->db);
+    snap->hist = srv->stats.hist;
     for (int i = 0; i < DSP_STATS_RATE_WINDOWS; i++)
-        dsp_rates_get(&srv->rates, rate_windows_s[i], &snap->dispatched_per_s[i],
+        dsp_rates_get(&srv->stats.rates, rate_windows_s[i], &snap->dispatched_per_s[i],
                       &snap->completed_per_s[i]);
 
-    snap->last_requeue = srv->last_requeue;
+    snap->last_requeue = srv->control.last_requeue;
 
     snap->table = malloc(sizeof *snap->table);
     if (snap->table)
@@ -159,8 +159,8 @@ void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
     fill_paused(snap, srv);
     fill_workers(snap, srv);
     fill_types(snap, srv);
-    snap->limits = srv->limits;
-    snap->nlimits = srv->nlimits;
+    snap->limits = srv->limits.items;
+    snap->nlimits = srv->limits.n;
 }
 
 void dsp_stats_snapshot_clear(dsp_stats_snapshot *snap)

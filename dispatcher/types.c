@@ -27,20 +27,20 @@ static int type_index_resize(dsp_server *srv, size_t n)
     dsp_type **b = calloc(n, sizeof *b);
     if (!b)
         return -1;
-    for (dsp_type *t = srv->types; t; t = t->next) {
+    for (dsp_type *t = srv->types.list; t; t = t->next) {
         t->hnext = b[t->hash & (n - 1)];
         b[t->hash & (n - 1)] = t;
     }
-    free(srv->type_buckets);
-    srv->type_buckets = b;
-    srv->type_nbuckets = n;
+    free(srv->types.buckets);
+    srv->types.buckets = b;
+    srv->types.nbuckets = n;
     return 0;
 }
 
 static dsp_type *type_find(const dsp_server *srv, const uint8_t *name, size_t len, uint32_t h)
 {
-    if (srv->type_nbuckets)
-        for (dsp_type *t = srv->type_buckets[h & (srv->type_nbuckets - 1)]; t; t = t->hnext)
+    if (srv->types.nbuckets)
+        for (dsp_type *t = srv->types.buckets[h & (srv->types.nbuckets - 1)]; t; t = t->hnext)
             if (t->hash == h && t->len == len && memcmp(t->name, name, len) == 0)
                 return t;
     return NULL;
@@ -54,8 +54,8 @@ dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t le
         return found;
     /* Doubled when it holds more types than buckets; halved in
      * dsp_server_type_release_if_unused once a quarter is used. */
-    if (srv->ntypes >= srv->type_nbuckets &&
-        type_index_resize(srv, srv->type_nbuckets ? srv->type_nbuckets * 2 : TYPE_INDEX_MIN) < 0)
+    if (srv->types.n >= srv->types.nbuckets &&
+        type_index_resize(srv, srv->types.nbuckets ? srv->types.nbuckets * 2 : TYPE_INDEX_MIN) < 0)
         return NULL;
     dsp_type *t = calloc(1, sizeof *t);
     if (!t || !(t->name = malloc(len + 1))) {
@@ -67,14 +67,14 @@ dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t le
     t->name[len] = '\0';
     t->len = len;
     t->hash = h;
-    dsp_type **bucket = &srv->type_buckets[h & (srv->type_nbuckets - 1)];
+    dsp_type **bucket = &srv->types.buckets[h & (srv->types.nbuckets - 1)];
     t->hnext = *bucket;
     *bucket = t;
-    t->next = srv->types;
-    if (srv->types)
-        srv->types->prev = t;
-    srv->types = t;
-    srv->ntypes++;
+    t->next = srv->types.list;
+    if (srv->types.list)
+        srv->types.list->prev = t;
+    srv->types.list = t;
+    srv->types.n++;
     dsp_limits_apply(srv, t);
     return t;
 }
@@ -95,23 +95,23 @@ static void type_free(dsp_type *t)
  * the pages of the flood's freed buffers in the heap for good. */
 static void remember_gone(dsp_server *srv, const dsp_type *ty)
 {
-    if (ty->cap == 0 || srv->ngone_names >= DSP_GONE_NAMES_MAX ||
+    if (ty->cap == 0 || srv->types.ngone_names >= DSP_GONE_NAMES_MAX ||
         dsp_server_type_ever_registered(srv, ty->name))
         return;
-    size_t need = srv->gone_len + ty->len + 1;
-    if (need > srv->gone_cap) {
-        size_t cap = srv->gone_cap ? srv->gone_cap : 1024;
+    size_t need = srv->types.gone_len + ty->len + 1;
+    if (need > srv->types.gone_cap) {
+        size_t cap = srv->types.gone_cap ? srv->types.gone_cap : 1024;
         while (cap < need)
             cap *= 2;
-        char *grown = realloc(srv->gone_names, cap);
+        char *grown = realloc(srv->types.gone_names, cap);
         if (!grown)
             return;
-        srv->gone_names = grown;
-        srv->gone_cap = cap;
+        srv->types.gone_names = grown;
+        srv->types.gone_cap = cap;
     }
-    memcpy(srv->gone_names + srv->gone_len, ty->name, ty->len + 1);
-    srv->gone_len = need;
-    srv->ngone_names++;
+    memcpy(srv->types.gone_names + srv->types.gone_len, ty->name, ty->len + 1);
+    srv->types.gone_len = need;
+    srv->types.ngone_names++;
 }
 
 bool dsp_server_type_ever_registered(const dsp_server *srv, const char *name)
@@ -119,8 +119,8 @@ bool dsp_server_type_ever_registered(const dsp_server *srv, const char *name)
     const dsp_type *ty = dsp_server_type_find(srv, (const uint8_t *)name, strlen(name));
     if (ty && ty->cap > 0)
         return true;
-    for (size_t at = 0; at < srv->gone_len; at += strlen(srv->gone_names + at) + 1)
-        if (strcmp(srv->gone_names + at, name) == 0)
+    for (size_t at = 0; at < srv->types.gone_len; at += strlen(srv->types.gone_names + at) + 1)
+        if (strcmp(srv->types.gone_names + at, name) == 0)
             return true;
     return false;
 }
@@ -129,7 +129,7 @@ void dsp_server_type_release_if_unused(dsp_server *srv, dsp_type *ty)
 {
     if (ty->nworkers > 0 || ty->nbuffered > 0 || ty->paused)
         return;
-    for (dsp_type **p = &srv->type_buckets[ty->hash & (srv->type_nbuckets - 1)]; *p; p = &(*p)->hnext)
+    for (dsp_type **p = &srv->types.buckets[ty->hash & (srv->types.nbuckets - 1)]; *p; p = &(*p)->hnext)
         if (*p == ty) {
             *p = ty->hnext;
             break;
@@ -137,16 +137,16 @@ void dsp_server_type_release_if_unused(dsp_server *srv, dsp_type *ty)
     if (ty->prev)
         ty->prev->next = ty->next;
     else
-        srv->types = ty->next;
+        srv->types.list = ty->next;
     if (ty->next)
         ty->next->prev = ty->prev;
-    srv->ntypes--;
+    srv->types.n--;
     remember_gone(srv, ty);
     type_free(ty);
     /* Shrunk as it grew, so that a burst of types (a flood of HELLOs) leaves no large
      * index behind; when the allocation fails, the larger one stays. */
-    if (srv->type_nbuckets > TYPE_INDEX_MIN && srv->ntypes < srv->type_nbuckets / 4)
-        (void)type_index_resize(srv, srv->type_nbuckets / 2);
+    if (srv->types.nbuckets > TYPE_INDEX_MIN && srv->types.n < srv->types.nbuckets / 4)
+        (void)type_index_resize(srv, srv->types.nbuckets / 2);
 }
 
 dsp_type *dsp_server_type_find(const dsp_server *srv, const uint8_t *name, size_t len)
@@ -156,16 +156,16 @@ dsp_type *dsp_server_type_find(const dsp_server *srv, const uint8_t *name, size_
 
 void dsp_server_types_free(dsp_server *srv)
 {
-    for (dsp_type *t = srv->types, *next; t; t = next) {
+    for (dsp_type *t = srv->types.list, *next; t; t = next) {
         next = t->next;
         type_free(t);
     }
-    srv->types = NULL;
-    free(srv->type_buckets);
-    srv->type_buckets = NULL;
-    srv->type_nbuckets = 0;
-    srv->ntypes = 0;
-    free(srv->gone_names);
-    srv->gone_names = NULL;
-    srv->ngone_names = srv->gone_len = srv->gone_cap = 0;
+    srv->types.list = NULL;
+    free(srv->types.buckets);
+    srv->types.buckets = NULL;
+    srv->types.nbuckets = 0;
+    srv->types.n = 0;
+    free(srv->types.gone_names);
+    srv->types.gone_names = NULL;
+    srv->types.ngone_names = srv->types.gone_len = srv->types.gone_cap = 0;
 }

@@ -63,8 +63,9 @@ static bool contains(const uint8_t *data, size_t size, const char *needle)
 
 static bool state_changed(const dsp_server *srv)
 {
-    bool changed = srv->paused_all || srv->admin_draining || srv->draining || srv->last_requeue.id;
-    for (const dsp_type *ty = srv->types; ty; ty = ty->next)
+    bool changed = srv->control.paused_all || srv->control.admin_draining ||
+                   srv->control.draining || srv->control.last_requeue.id;
+    for (const dsp_type *ty = srv->types.list; ty; ty = ty->next)
         changed |= ty->paused;
     return changed;
 }
@@ -85,7 +86,7 @@ static void serve(const dsp_config *cfg, const uint8_t *data, size_t size)
     sl = sizeof sun;
     check(getsockname(lfd, (struct sockaddr *)&sun, &sl) == 0);
     check(evutil_make_socket_nonblocking(lfd) == 0);
-    check(evhttp_accept_socket_with_handle(srv.http, lfd) != NULL); /* owns lfd now */
+    check(evhttp_accept_socket_with_handle(srv.admin.http, lfd) != NULL); /* owns lfd now */
 
     fd = socket(AF_UNIX, SOCK_STREAM, 0);
     check(fd >= 0 && connect(fd, (struct sockaddr *)&sun, sl) == 0);

@@ -62,14 +62,14 @@ static void fail(int line, const char *what)
 /* check_open_state: invariants while the connection may still be open. */
 static void check_open_state(const dsp_server *srv)
 {
-    check(srv->nconns <= 1 && srv->nworkers <= srv->nconns);
-    check(srv->room <= UINT32_MAX);
-    for (const dsp_type *ty = srv->types; ty; ty = ty->next) {
-        check(ty->room <= srv->room);
+    check(srv->conns.n <= 1 && srv->sched.nworkers <= srv->conns.n);
+    check(srv->sched.room <= UINT32_MAX);
+    for (const dsp_type *ty = srv->types.list; ty; ty = ty->next) {
+        check(ty->room <= srv->sched.room);
         check(ty->name != NULL && ty->len >= 1 && ty->len <= PROTO_MAX_TYPE_LEN);
         check(memchr(ty->name, '\0', ty->len) == NULL && ty->name[ty->len] == '\0');
     }
-    for (const dsp_conn *c = srv->conns; c; c = c->next)
+    for (const dsp_conn *c = srv->conns.list; c; c = c->next)
         if (c->state == DSP_CONN_ACTIVE) /* 0 types: a version-2 producer, capacity 0 */
             check(c->ntypes <= PROTO_MAX_TYPES && (c->ntypes >= 1 || c->slots.capacity == 0) &&
                   c->version >= 1 && c->version <= PROTO_VERSION);
@@ -120,14 +120,14 @@ static void serve(const dsp_config *cfg, const uint8_t *data, size_t size)
     check(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
     peer.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     dsp_conn_accept(&srv, sv[0], (const struct sockaddr *)&peer, (int)sizeof peer); /* owns sv[0] */
-    check(srv.nconns == 1);
+    check(srv.conns.n == 1);
 
     check(fuzz_peer_start(&cl, srv.base, sv[1], data, size, FUZZ_OUT_MAX, "fuzz_hello") == 0);
     fuzz_peer_run(&cl, check_open_state_cb, &srv);
     check(cl.closed);
     /* The server closes the socket when it frees the connection. */
-    check(srv.nconns == 0 && srv.nworkers == 0 && srv.room == 0 && srv.ninflight == 0);
-    for (const dsp_type *ty = srv.types; ty; ty = ty->next)
+    check(srv.conns.n == 0 && srv.sched.nworkers == 0 && srv.sched.room == 0 && srv.sched.ninflight == 0);
+    for (const dsp_type *ty = srv.types.list; ty; ty = ty->next)
         check(ty->room == 0 && ty->nworkers == 0);
     check_output(&cl, cfg, data, size);
     fuzz_peer_free(&cl);

@@ -1280,7 +1280,7 @@ static void many_row(struct tp_sb *b, int i, void *arg)
  * spec sets no limit on the number of types.
  *
  * Written against a claim_maybe() (server.c) that put at most 256 types in a claim
- * request, always the first 256 of srv->types (newest first): the types of the
+ * request, always the first 256 of srv->types.list (newest first): the types of the
  * earliest worker beyond that were never claimed. */
 static void test_many_types(void **state)
 {
@@ -1515,7 +1515,7 @@ static void fast_row(struct tp_sb *b, int i, void *arg)
  * Gearman, beanstalkd or Faktory each worker takes from its own queues.
  *
  * Written against a claim_maybe() (server.c) that decided "starving" on global counts
- * (srv->nbuffered < srv->room): 999 buffered 'slow' tasks counted against the 'fast'
+ * (srv->sched.nbuffered < srv->sched.room): 999 buffered 'slow' tasks counted against the 'fast'
  * worker's free slots, so no claim was made for 'fast' until the 'slow' buffer ran
  * down. This case fails until starvation is judged per type. */
 static void test_slow_type_does_not_starve_others(void **state)

@@ -68,8 +68,8 @@ static int setup(void **state)
     peer.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     dsp_conn_accept(&f->srv, sv[0], (const struct sockaddr *)&peer,
                     (int)sizeof peer); /* owns sv[0] */
-    assert_int_equal(f->srv.nconns, 1);
-    assert_int_equal(f->srv.conns->state, DSP_CONN_WANT_HELLO);
+    assert_int_equal(f->srv.conns.n, 1);
+    assert_int_equal(f->srv.conns.list->state, DSP_CONN_WANT_HELLO);
     f->peer = sv[1];
     assert_int_equal(evutil_make_socket_nonblocking(f->peer), 0);
     *state = f;
@@ -172,9 +172,9 @@ static void expect_error_and_close(fixture *f, uint16_t code, const char *text)
     assert_int_equal(m.u.error.message.len, strlen(text));
     assert_memory_equal(m.u.error.message.ptr, text, strlen(text));
     assert_false(next_frame(f, &m)); /* nothing after ERROR: closed */
-    assert_int_equal(f->srv.nconns, 0);
-    assert_null(f->srv.conns);
-    assert_int_equal(f->srv.nworkers, 0);
+    assert_int_equal(f->srv.conns.n, 0);
+    assert_null(f->srv.conns.list);
+    assert_int_equal(f->srv.sched.nworkers, 0);
 }
 
 /* run_until_quiet runs the loop until the server has nothing left to do for now. */
@@ -192,8 +192,8 @@ static void expect_welcome(fixture *f)
     assert_int_equal(m.u.welcome.version, PROTO_VERSION);
     assert_int_equal(m.u.welcome.heartbeat_ms, HEARTBEAT_MS);
     assert_int_equal(m.u.welcome.max_body, (uint32_t)f->cfg.max_frame);
-    assert_int_equal(f->srv.nworkers, 1);
-    assert_int_equal(f->srv.conns->state, DSP_CONN_ACTIVE);
+    assert_int_equal(f->srv.sched.nworkers, 1);
+    assert_int_equal(f->srv.conns.list->state, DSP_CONN_ACTIVE);
 }
 
 /* HELLO, WELCOME; STOP, STOP; the worker closes: the connection is freed without an
@@ -207,15 +207,15 @@ static void test_hello_stop_close(void **state)
     send_msg(f, &(proto_msg){.type = PROTO_STOP});
     assert_true(next_frame(f, &m));
     assert_int_equal(m.type, PROTO_STOP);
-    assert_false(f->srv.conns->slots.accepting);
+    assert_false(f->srv.conns.list->slots.accepting);
     assert_int_equal(shutdown(f->peer, SHUT_WR), 0);
     assert_false(next_frame(f, &m));
-    assert_int_equal(f->srv.nconns, 0);
-    assert_int_equal(f->srv.nworkers, 0);
-    assert_int_equal(f->srv.conn_stats.accepted_total, 1);
-    assert_int_equal(f->srv.conn_stats.frames_in_total, 2);
-    assert_int_equal(f->srv.conn_stats.lost_total, 1);
-    assert_int_equal(f->srv.conn_stats.bad_frames_total, 0);
+    assert_int_equal(f->srv.conns.n, 0);
+    assert_int_equal(f->srv.sched.nworkers, 0);
+    assert_int_equal(f->srv.stats.conns.accepted_total, 1);
+    assert_int_equal(f->srv.stats.conns.frames_in_total, 2);
+    assert_int_equal(f->srv.stats.conns.lost_total, 1);
+    assert_int_equal(f->srv.stats.conns.bad_frames_total, 0);
 }
 
 /* A worker that closes before HELLO gets no ERROR and is freed. */
@@ -225,13 +225,13 @@ static void test_close_before_hello(void **state)
     proto_msg m;
     send_bytes(f, "\0\0", 2); /* half a prefix */
     run_until_quiet(f);
-    assert_int_equal(f->srv.nconns, 1);
+    assert_int_equal(f->srv.conns.n, 1);
     assert_int_equal(shutdown(f->peer, SHUT_WR), 0);
     assert_false(next_frame(f, &m));
     assert_int_equal(f->nin, 0);
-    assert_int_equal(f->srv.nconns, 0);
-    assert_int_equal(f->srv.conn_stats.lost_total, 0);
-    assert_int_equal(f->srv.conn_stats.bad_frames_total, 0);
+    assert_int_equal(f->srv.conns.n, 0);
+    assert_int_equal(f->srv.stats.conns.lost_total, 0);
+    assert_int_equal(f->srv.stats.conns.bad_frames_total, 0);
 }
 
 /* A zero length prefix is a bad frame. */
@@ -240,8 +240,8 @@ static void test_zero_length_frame(void **state)
     fixture *f = *state;
     send_prefix(f, 0);
     expect_error_and_close(f, PROTO_ERR_BAD_FRAME, "bad frame");
-    assert_int_equal(f->srv.conn_stats.bad_frames_total, 1);
-    assert_int_equal(f->srv.conn_stats.frames_in_total, 0);
+    assert_int_equal(f->srv.stats.conns.bad_frames_total, 1);
+    assert_int_equal(f->srv.stats.conns.frames_in_total, 0);
 }
 
 /* A whole frame whose body does not decode (a HELLO cut short) is a bad frame. */
@@ -251,8 +251,8 @@ static void test_malformed_hello(void **state)
     static const uint8_t frame[] = {0, 0, 0, 5, PROTO_HELLO, 0, PROTO_VERSION, 0, 0};
     send_bytes(f, frame, sizeof frame);
     expect_error_and_close(f, PROTO_ERR_BAD_FRAME, "bad frame");
-    assert_int_equal(f->srv.conn_stats.bad_frames_total, 1);
-    assert_int_equal(f->srv.conn_stats.rejected_total, 0);
+    assert_int_equal(f->srv.stats.conns.bad_frames_total, 1);
+    assert_int_equal(f->srv.stats.conns.rejected_total, 0);
 }
 
 /* Before HELLO a prefix announcing the largest HELLO is waited for... */
@@ -262,8 +262,8 @@ static void test_pre_hello_limit_waits(void **state)
     send_prefix(f, PRE_HELLO_MAX_BODY);
     run_until_quiet(f);
     assert_int_equal(f->nin, 0);
-    assert_int_equal(f->srv.nconns, 1);
-    assert_int_equal(f->srv.conn_stats.bad_frames_total, 0);
+    assert_int_equal(f->srv.conns.n, 1);
+    assert_int_equal(f->srv.stats.conns.bad_frames_total, 0);
 }
 
 /* ...and one announcing a byte more is refused on the prefix alone. */
@@ -272,7 +272,7 @@ static void test_pre_hello_over_limit(void **state)
     fixture *f = *state;
     send_prefix(f, PRE_HELLO_MAX_BODY + 1);
     expect_error_and_close(f, PROTO_ERR_BAD_FRAME, "frame too big");
-    assert_int_equal(f->srv.conn_stats.bad_frames_total, 1);
+    assert_int_equal(f->srv.stats.conns.bad_frames_total, 1);
 }
 
 /* After HELLO the limit is --max-frame: a DONE larger than any HELLO is read (a late
@@ -301,14 +301,14 @@ static void test_limit_after_hello(void **state)
         off += (size_t)k;
     }
     free(buf);
-    for (int pass = 0; pass < MAX_PASSES && f->srv.task_stats.late_results_total == 0; pass++)
+    for (int pass = 0; pass < MAX_PASSES && f->srv.stats.tasks.late_results_total == 0; pass++)
         pump(f);
-    assert_int_equal(f->srv.task_stats.late_results_total, 1);
-    assert_int_equal(f->srv.nconns, 1);
+    assert_int_equal(f->srv.stats.tasks.late_results_total, 1);
+    assert_int_equal(f->srv.conns.n, 1);
     send_prefix(f, (uint32_t)f->cfg.max_frame + 1);
     expect_error_and_close(f, PROTO_ERR_BAD_FRAME, "frame too big");
-    assert_int_equal(f->srv.conn_stats.bad_frames_total, 1);
-    assert_int_equal(f->srv.conn_stats.lost_total, 0);
+    assert_int_equal(f->srv.stats.conns.bad_frames_total, 1);
+    assert_int_equal(f->srv.stats.conns.lost_total, 0);
 }
 
 /* The first frame must be HELLO. */
@@ -317,7 +317,7 @@ static void test_first_frame_not_hello(void **state)
     fixture *f = *state;
     send_msg(f, &(proto_msg){.type = PROTO_HEARTBEAT});
     expect_error_and_close(f, PROTO_ERR_UNEXPECTED, "the first frame must be HELLO");
-    assert_int_equal(f->srv.conn_stats.frames_in_total, 1);
+    assert_int_equal(f->srv.stats.conns.frames_in_total, 1);
 }
 
 /* A HELLO of another version hears "version", even though it decodes. */
@@ -326,8 +326,8 @@ static void test_hello_other_version(void **state)
     fixture *f = *state;
     send_hello(f, PROTO_VERSION + 1);
     expect_error_and_close(f, PROTO_ERR_VERSION, "protocol version not supported");
-    assert_int_equal(f->srv.conn_stats.rejected_total, 1);
-    assert_int_equal(f->srv.conn_stats.bad_frames_total, 0);
+    assert_int_equal(f->srv.stats.conns.rejected_total, 1);
+    assert_int_equal(f->srv.stats.conns.bad_frames_total, 0);
 }
 
 /* More frames than one read callback's budget arrive at once: all are handled, over
@@ -342,11 +342,11 @@ static void test_frame_budget_yields(void **state)
     for (int i = 0; i < NBEATS; i++)
         memcpy(beats + 5 * i, (const uint8_t[]){0, 0, 0, 1, PROTO_HEARTBEAT}, 5);
     send_bytes(f, beats, sizeof beats);
-    for (int pass = 0; pass < MAX_PASSES && f->srv.conn_stats.frames_in_total < 1 + NBEATS; pass++)
+    for (int pass = 0; pass < MAX_PASSES && f->srv.stats.conns.frames_in_total < 1 + NBEATS; pass++)
         pump(f);
-    assert_int_equal(f->srv.conn_stats.frames_in_total, 1 + NBEATS);
-    assert_true(f->srv.conn_stats.yields_total >= 1);
-    assert_int_equal(f->srv.nconns, 1);
+    assert_int_equal(f->srv.stats.conns.frames_in_total, 1 + NBEATS);
+    assert_true(f->srv.stats.conns.yields_total >= 1);
+    assert_int_equal(f->srv.conns.n, 1);
 }
 
 /* A frame that began and stopped arriving is dropped once 3 heartbeats and its
@@ -359,16 +359,16 @@ static void test_half_frame_stalls(void **state)
     send_prefix(f, 64000);
     send_bytes(f, "\x11\0\0", 3);
     run_until_quiet(f);
-    dsp_conn *c = f->srv.conns;
+    dsp_conn *c = f->srv.conns.list;
     assert_non_null(c);
     assert_true(c->frame_started_ms > 0);
     int64_t limit = c->frame_started_ms + 3 * (int64_t)HEARTBEAT_MS + 64000 / 64;
     /* only the half frame is at stake: no silence, no heartbeat due */
     c->last_rx_ms = c->last_tx_ms = limit;
     dsp_conn_tick(c, limit);
-    assert_int_equal(f->srv.conn_stats.stalled_total, 0);
+    assert_int_equal(f->srv.stats.conns.stalled_total, 0);
     dsp_conn_tick(c, limit + 1);
-    assert_int_equal(f->srv.conn_stats.stalled_total, 1);
+    assert_int_equal(f->srv.stats.conns.stalled_total, 1);
     expect_error_and_close(f, PROTO_ERR_TIMEOUT, "a frame stopped arriving halfway");
 }
 
@@ -395,7 +395,7 @@ static void test_direct_write_and_rest(void **state)
     fixture *f = *state;
     send_hello(f, PROTO_VERSION);
     expect_welcome(f);
-    dsp_conn *c = f->srv.conns;
+    dsp_conn *c = f->srv.conns.list;
     struct bufferevent *bev = c->bev;
     assert_true(c->direct_write);
     assert_int_equal(bufferevent_get_enabled(bev) & EV_WRITE, 0);
@@ -443,7 +443,7 @@ static void test_direct_write_and_rest(void **state)
     assert_int_equal(want, FIRST + SECOND);
     assert_int_equal(evbuffer_get_length(bufferevent_get_output(bev)), 0);
     assert_int_equal(bufferevent_get_enabled(bev) & EV_WRITE, 0);
-    assert_int_equal(f->srv.nconns, 1);
+    assert_int_equal(f->srv.conns.n, 1);
 }
 
 /* ---- refills: two workers on their own socketpairs, frames read here ---- */
@@ -539,14 +539,14 @@ static void buffer_tasks(fixture *f, uint64_t first_id, size_t n)
         assert_non_null(t);
         t->id = first_id + i;
         dsp_deadline_node_init(&t->lease);
-        t->seq = srv->next_seq++;
+        t->seq = srv->sched.next_seq++;
         t->type = ty;
         t->max_attempts = 3;
         t->timeout_ms = 60000;
         t->priority = 1;
-        assert_int_equal(dsp_taskmap_put(&srv->tasks, t->id, t), 0);
+        assert_int_equal(dsp_taskmap_put(&srv->tasks.map, t->id, t), 0);
         dsp_dispatch_enqueue(srv, ty, t);
-        srv->nbuffered++;
+        srv->sched.nbuffered++;
     }
 }
 
@@ -597,8 +597,8 @@ static void test_refill_fills_the_first_to_answer(void **state)
     worker_done_all(&b);
     for (int pass = 0; pass < 64; pass++)
         pump_workers(f, &a, &b);
-    assert_int_equal(f->srv.task_stats.succeeded_total, 4);
-    assert_int_equal(f->srv.nbuffered, 0);
+    assert_int_equal(f->srv.stats.tasks.succeeded_total, 4);
+    assert_int_equal(f->srv.sched.nbuffered, 0);
     assert_true((a.nheld == 2 && b.nheld == 0) || (a.nheld == 0 && b.nheld == 2));
     worker *got = a.nheld ? &a : &b;
     assert_true(got->ids[0] == 200 && got->ids[1] == 201); /* in dispatch order */
@@ -618,14 +618,14 @@ static void test_refill_leaves_the_choice_to_the_scheduler(void **state)
     worker_done_all(&b); /* b is idle, its free slots known */
     for (int pass = 0; pass < 64; pass++)
         pump_workers(f, &a, &b);
-    assert_int_equal(f->srv.task_stats.succeeded_total, 1);
+    assert_int_equal(f->srv.stats.tasks.succeeded_total, 1);
 
     buffer_tasks(f, 200, 2); /* buffered while b has room: no pass asked for yet */
     worker_done_all(&a);
     for (int pass = 0; pass < 64; pass++)
         pump_workers(f, &a, &b);
-    assert_int_equal(f->srv.task_stats.succeeded_total, 2);
-    assert_int_equal(f->srv.nbuffered, 0);
+    assert_int_equal(f->srv.stats.tasks.succeeded_total, 2);
+    assert_int_equal(f->srv.sched.nbuffered, 0);
     assert_int_equal(a.nheld, 1);
     assert_int_equal(b.nheld, 1);
     close(a.fd);

@@ -240,7 +240,7 @@ static void test_queue_high_claimed_later_goes_first(void **state)
     uint64_t seq = 0;
     for (int i = 0; i < 40; i++)
         dsp_dispatch_enqueue(&qsrv, &qty, qtask(i, (uint8_t)(i % 2), seq++));
-    assert_ptr_equal(qsrv.busy_types, &qty);
+    assert_ptr_equal(qsrv.sched.busy_types, &qty);
     dsp_dispatch_enqueue(&qsrv, &qty, qtask(40, 2, seq++));
     assert_int_equal(qty.nbuffered, 41);
     assert_ptr_equal(dsp_dispatch_peek(&qty), &qtasks[40]);
@@ -252,7 +252,7 @@ static void test_queue_high_claimed_later_goes_first(void **state)
         assert_ptr_equal(dsp_dispatch_dequeue(&qsrv, &qty), &qtasks[want]);
     assert_int_equal(qty.nbuffered, 0);
     assert_null(dsp_dispatch_peek(&qty));
-    assert_null(qsrv.busy_types);
+    assert_null(qsrv.sched.busy_types);
     for (int p = 0; p < DSP_PRIORITIES; p++)
         assert_true(qty.head[p] == NULL && qty.tail[p] == NULL);
 }
@@ -312,7 +312,7 @@ static void test_queue_unlink_anywhere(void **state)
     assert_ptr_equal(dsp_dispatch_dequeue(&qsrv, &qty), &qtasks[1]);
     dsp_dispatch_unlink(&qsrv, &qtasks[2]);
     assert_int_equal(qty.nbuffered, 0);
-    assert_null(qsrv.busy_types);
+    assert_null(qsrv.sched.busy_types);
     assert_null(dsp_dispatch_peek(&qty));
 }
 
@@ -348,7 +348,7 @@ static void test_queue_matches_model(void **state)
         for (int k = 0; k < QN; k++)
             n += in[k];
         assert_int_equal(qty.nbuffered, n);
-        assert_true((qsrv.busy_types == &qty) == (n > 0));
+        assert_true((qsrv.sched.busy_types == &qty) == (n > 0));
     }
 }
 

@@ -340,25 +340,25 @@ static void test_fill_from_server(void **state)
     assert_non_null(srv);
     assert_int_equal(dsp_server_init_offline(srv, &fx->cfg), 0);
     uint64_t v = 101;
-#define X(name, help) srv->task_stats.name = v++;
+#define X(name, help) srv->stats.tasks.name = v++;
     DSP_TASK_COUNTERS(X)
 #undef X
-#define X(name, help) srv->conn_stats.name = v++;
+#define X(name, help) srv->stats.conns.name = v++;
     DSP_CONN_COUNTERS(X)
 #undef X
-    srv->hist.exec.count = 5;
-    srv->epoch = 9;
-    srv->admin_draining = true;
+    srv->stats.hist.exec.count = 5;
+    srv->lead.epoch = 9;
+    srv->control.admin_draining = true;
     assert_null(dsp_server_pause(srv, "resize"));
-    srv->last_requeue.id = 2;
-    strcpy(srv->last_requeue.type, "resize");
+    srv->control.last_requeue.id = 2;
+    strcpy(srv->control.last_requeue.type, "resize");
 
     dsp_stats_snapshot snap;
     dsp_stats_snapshot_fill(&snap, srv);
-#define X(name, help) assert_int_equal(snap.tasks.name, srv->task_stats.name);
+#define X(name, help) assert_int_equal(snap.tasks.name, srv->stats.tasks.name);
     DSP_TASK_COUNTERS(X)
 #undef X
-#define X(name, help) assert_int_equal(snap.conns.name, srv->conn_stats.name);
+#define X(name, help) assert_int_equal(snap.conns.name, srv->stats.conns.name);
     DSP_CONN_COUNTERS(X)
 #undef X
 #define X(field, key, metric, divisor, help) assert_int_equal(snap.db.field, 0);
