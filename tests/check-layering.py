@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
-"""check-layering.py: fails when the #include "..." graph of the C sources breaks a rule.
+r"""check-layering.py: fails when the #include "..." graph of the C sources breaks a rule.
 
 Usage: check-layering.py [--root DIR] [--include-dir DIR]... RULE...
   --no-cycles FOLDER      the modules of FOLDER (and its subfolders) include each other
                           in no circle
   --forbid FOLDER:Y[,Y]   no file of FOLDER (or its subfolders) includes a file that
                           lies directly in Y (a subfolder of Y is not Y)
+  --own-headers FOLDER    each header of FOLDER declares only functions of its own
+                          module (X.h those of X.c; a header with no .c of its name,
+                          none that a .c of FOLDER defines): a function declared in
+                          another module's header is called without an include of
+                          its own, where --no-cycles cannot see it
+  --api-header FILE       a public header, which --own-headers lets declare the
+                          functions of any file (worker-client/taskpush.h)
   --root DIR              the source tree the paths are relative to (default: the
                           parent of this script's folder)
   --include-dir DIR       where a quoted include not found beside its file is looked
@@ -70,6 +77,69 @@ def quoted_includes(path):
     with open(path, encoding="utf-8", errors="replace") as f:
         text = strip_comments(f.read())
     return [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in INCLUDE_RE.finditer(text)]
+
+
+def blank_literals(text):
+    """text (comments already blanked) with the insides of string and character
+    literals blanked, so that no brace or semicolon in one is read as code."""
+    return re.sub(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'',
+                  lambda m: m.group(0)[0] + " " * (len(m.group(0)) - 2) + m.group(0)[0], text)
+
+
+def without_preprocessor(text):
+    """text without its preprocessor lines (a macro's continued lines too) and without
+    what #ifdef __cplusplus guards (extern "C" {, whose brace would hide the rest)."""
+    out, skip_depth, depth = [], None, 0
+    lines = iter(text.split("\n"))
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            while line.endswith("\\"):
+                line = next(lines, "")
+            word = re.match(r"#\s*(\w*)", stripped).group(1)
+            if word in ("if", "ifdef", "ifndef"):
+                depth += 1
+                if skip_depth is None and "__cplusplus" in stripped:
+                    skip_depth = depth
+            elif word == "endif":
+                if skip_depth == depth:
+                    skip_depth = None
+                depth -= 1
+            out.append("")
+        else:
+            out.append("" if skip_depth is not None else line)
+    return "\n".join(out)
+
+
+def top_level_functions(path):
+    """(declared, defined): the names of the functions that a file declares and those
+    it defines at file scope, static ones left out (no other file can call them)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = without_preprocessor(blank_literals(strip_comments(f.read())))
+    declared, defined = set(), set()
+    depth, chunk = 0, []
+    for c in text:
+        if depth == 0 and c in ";{":
+            head = " ".join("".join(chunk).split())
+            head = re.sub(r"__attribute__\s*\(\(.*?\)\)", "", head)  # names no function
+            chunk = []
+            name = re.search(r"(\w+)\s*\(", head)
+            plain = (name is not None and "=" not in head
+                     and not re.match(r"(typedef|struct|union|enum)\b", head)
+                     and not re.search(r"\bstatic\b", head))
+            if plain and c == ";":
+                declared.add(name.group(1))
+            elif plain and head.endswith(")"):
+                defined.add(name.group(1))
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                chunk = []
+        elif depth == 0 and c != ";":
+            chunk.append(c)
+    return declared, defined
 
 
 def module_of(relpath):
@@ -248,6 +318,31 @@ def check_forbidden(tree, folder, banned):
     return problems
 
 
+def check_own_headers(tree, folder, api_headers=()):
+    """Lines naming each header of folder that declares a function which a .c of folder
+    other than the header's own defines ([] if none); api_headers are left out."""
+    folder = tree.folder(folder)
+    files = tree.files_under(folder)
+    api = {tree.norm(h) for h in api_headers}
+    definer = {}
+    for f in files:
+        if f.endswith(".c"):
+            for name in top_level_functions(os.path.join(tree.root, f))[1]:
+                definer.setdefault(name, f)
+    problems = []
+    for h in files:
+        if not h.endswith(".h") or h in api:
+            continue
+        foreign = {}
+        for name in top_level_functions(os.path.join(tree.root, h))[0]:
+            src = definer.get(name)
+            if src is not None and module_of(src) != module_of(h):
+                foreign.setdefault(src, []).append(name)
+        for src in sorted(foreign):
+            problems.append(f"{h}: declares what {src} defines: {', '.join(sorted(foreign[src]))}")
+    return problems
+
+
 def parse_forbid(text):
     folder, sep, banned = text.partition(":")
     banned = [b for b in banned.split(",") if b]
@@ -265,9 +360,11 @@ def main(argv=None):
     ap.add_argument("--no-cycles", action="append", default=[], metavar="FOLDER")
     ap.add_argument("--forbid", action="append", default=[], type=parse_forbid,
                     metavar="FOLDER:BANNED[,BANNED...]")
+    ap.add_argument("--own-headers", action="append", default=[], metavar="FOLDER")
+    ap.add_argument("--api-header", action="append", default=[], metavar="FILE")
     args = ap.parse_args(argv)
-    if not args.no_cycles and not args.forbid:
-        ap.error("no rule: give --no-cycles FOLDER or --forbid FOLDER:BANNED")
+    if not args.no_cycles and not args.forbid and not args.own_headers:
+        ap.error("no rule: give --no-cycles FOLDER, --forbid FOLDER:BANNED or --own-headers FOLDER")
     tree = Tree(args.root, args.include_dir)
     problems = []
     try:
@@ -283,6 +380,11 @@ def main(argv=None):
             problems += found
             if not found:
                 print(f"{folder}: includes nothing of {', '.join(b + '/' for b in banned)}")
+        for folder in args.own_headers:
+            found = check_own_headers(tree, folder, args.api_header)
+            problems += found
+            if not found:
+                print(f"{folder}: each header declares only its own .c's functions")
     except LayeringError as e:
         print(f"check-layering: {e}", file=sys.stderr)
         return 2
