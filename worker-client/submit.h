@@ -1,4 +1,5 @@
-/* submit.h: what the I/O thread (client.c) calls of tp_submit()'s side (submit.c). */
+/* submit.h: what client.c calls of tp_submit()'s side (submit.c): the set-up and
+ * tear-down in tp_worker_new/free, the rest on the I/O thread. */
 #ifndef TASKPUSH_WC_SUBMIT_H
 #define TASKPUSH_WC_SUBMIT_H
 
