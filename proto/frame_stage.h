@@ -1,6 +1,6 @@
 /* frame_stage.h: the frames one loop pass writes to one connection, gathered to go out
  * in one send. The dispatcher (dispatcher/conn.c) and the worker library
- * (worker-client/client.c) share it, as they share frame_reader.h on the read side.
+ * (worker-client/output.c) share it, as they share frame_reader.h on the read side.
  *
  * Each side's output still goes through its bufferevent whenever the socket refuses
  * bytes: the caller moves the stage's bytes behind that output itself (its "spill"), and

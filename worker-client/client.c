@@ -3,6 +3,8 @@
  * Everything here runs on the thread inside tp_worker_run() (the I/O thread),
  * except tp_worker_new/free/add_type (before and after a run), tp_worker_stop
  * (any thread, signal handlers included) and tp_worker_get_stats (any thread).
+ * Frames and log lines leave through output.c, which inventory.c, pool.c and
+ * submit.c use too.
  *
  * The connection is a state machine (enum tpi_conn_state); every transition
  * goes through set_state(), which logs it at debug level:
@@ -20,8 +22,14 @@
  * same way, so a worker given every dispatcher ends up on the one that leads; a
  * session that ends also moves on to the next host when there are several.
  */
-#include "client_internal.h"
+#include "client.h"
 #include "frame_reader.h"
+#include "inventory.h"
+#include "options.h"
+#include "output.h"
+#include "pool.h"
+#include "submit.h"
+#include "tls.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -61,17 +69,6 @@ static const char *const state_texts[TPI_STATE_COUNT] = {
 const char *tpi_state_text(enum tpi_conn_state s)
 {
     return (unsigned)s < TPI_STATE_COUNT ? state_texts[s] : "UNKNOWN";
-}
-
-void tpi_log_write(tp_worker *w, int level, const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    w->opts.log(w->opts.log_arg, level, line);
 }
 
 /* ---- small helpers ---- */
@@ -140,124 +137,6 @@ static void maybe_finish(tp_worker *w)
     w->finished = 1;
     if (--w->loop->live == 0)
         event_base_loopbreak(w->base);
-}
-
-/* ---- writing ---- */
-
-/* A plaintext connection writes its socket itself, once per loop pass, rather than
- * through the bufferevent's write event: that saves two epoll_ctl calls and a loop
- * pass for every batch of DONEs. The pass's frames are gathered in the stage
- * (frame_stage.h) and go out in one send: about 500 instructions a task less at
- * capacity 4. The write event is on only while the socket refuses part of the output.
- * TLS connections keep the bufferevent's own writes. */
-static void queue_flush(tp_worker *w)
-{
-    if (!w->flush_queued) {
-        w->flush_queued = 1;
-        event_active(w->flush_ev, EV_TIMEOUT, 0);
-    }
-}
-
-static void on_output_added(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
-{
-    tp_worker *w = arg;
-
-    (void)buf;
-    if (info->n_added > 0 && w->direct_write)
-        queue_flush(w);
-}
-
-/* The stage's frames go after what the output already holds. */
-static int stage_spill(tp_worker *w)
-{
-    int rc = 0;
-
-    if (w->stage.len > 0 && w->bev != NULL)
-        rc = evbuffer_add(bufferevent_get_output(w->bev), w->stage.buf, w->stage.len);
-    w->stage.len = 0;
-    return rc;
-}
-
-/* Room for n bytes at the end of the stage, or NULL (see tpi_write). */
-static uint8_t *stage_reserve(tp_worker *w, size_t n)
-{
-    uint8_t *p;
-
-    if (!w->direct_write) {
-        (void)stage_spill(w); /* frames staged before a close turned direct writes off */
-        return NULL;
-    }
-    p = proto_frame_stage_reserve(&w->stage, n);
-    if (p == NULL && stage_spill(w) == 0) /* full, too large a frame, or no memory */
-        p = proto_frame_stage_reserve(&w->stage, n);
-    return p;
-}
-
-static void stage_commit(tp_worker *w, size_t n)
-{
-    w->stage.len += n;
-    queue_flush(w);
-}
-
-int tpi_write(tp_worker *w, const void *data, size_t len)
-{
-    uint8_t *p;
-
-    if (w->bev == NULL)
-        return -1;
-    p = stage_reserve(w, len);
-    if (p == NULL)
-        return bufferevent_write(w->bev, data, len);
-    memcpy(p, data, len);
-    stage_commit(w, len);
-    return 0;
-}
-
-/* Sends the stage when the output is empty; what the socket does not take now, and the
- * whole stage otherwise, joins the output. */
-static void stage_send(tp_worker *w)
-{
-    if (w->stage.len == 0)
-        return;
-    if (evbuffer_get_length(bufferevent_get_output(w->bev)) == 0)
-        (void)proto_frame_stage_send(&w->stage, bufferevent_getfd(w->bev));
-    (void)stage_spill(w); /* out of memory: those frames are lost with the connection */
-    proto_frame_stage_shrink(&w->stage, 1); /* a worker has one connection: keep up to 4 KiB */
-}
-
-static void on_flush(evutil_socket_t fd, short what, void *arg)
-{
-    tp_worker *w = arg;
-    struct evbuffer *out;
-
-    (void)fd;
-    (void)what;
-    if (w->bev == NULL || !w->direct_write) {
-        w->flush_queued = 0;
-        return;
-    }
-    stage_send(w); /* flush_queued still set: what it spills queues no second pass */
-    w->flush_queued = 0;
-    out = bufferevent_get_output(w->bev);
-    if (evbuffer_get_length(out) == 0)
-        return;
-    /* The bufferevent keeps the start of its output frozen except inside its own
-     * write callback; do as it does. An error leaves the output for the write event,
-     * which reports it through on_event. */
-    evbuffer_unfreeze(out, 1);
-    (void)evbuffer_write(out, bufferevent_getfd(w->bev));
-    evbuffer_freeze(out, 1);
-    if (evbuffer_get_length(out) > 0)
-        bufferevent_enable(w->bev, EV_WRITE);
-}
-
-/* The write event took the rest of the output: off again until the socket refuses some. */
-static void on_drained(struct bufferevent *bev, void *arg)
-{
-    tp_worker *w = arg;
-
-    if (w->direct_write && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-        bufferevent_disable(bev, EV_WRITE);
 }
 
 /* ---- reading ---- */
@@ -345,16 +224,14 @@ static void on_sock_read(evutil_socket_t fd, short what, void *arg)
     on_event(w->bev, (short)(BEV_EVENT_READING | (n == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR)), w);
 }
 
-/* Called once connected: a plaintext connection's output is written by on_flush and its
- * input read by on_sock_read from now on; TLS keeps the bufferevent's own. */
+/* Called once connected: a plaintext connection's output is written by output.c's
+ * tpi_output_on_flush and its input read by on_sock_read from now on; TLS keeps the
+ * bufferevent's own. */
 static void start_direct_io(tp_worker *w)
 {
     if (w->tls_ctx != NULL)
         return;
-    if (evbuffer_add_cb(bufferevent_get_output(w->bev), on_output_added, w) != NULL) {
-        w->direct_write = 1;
-        bufferevent_disable(w->bev, EV_WRITE);
-    }
+    tpi_output_start_direct(w);
     w->read_ev = event_new(w->base, bufferevent_getfd(w->bev), EV_READ | EV_PERSIST, on_sock_read, w);
     if (w->read_ev == NULL)
         return; /* out of memory: the bufferevent reads */
@@ -569,7 +446,7 @@ static void close_after_flush(tp_worker *w, int level, const char *why)
     event_del(w->more_ev);
     bufferevent_disable(w->bev, EV_READ);
     stop_direct_read(w);
-    (void)stage_spill(w);
+    (void)tpi_stage_spill(w);
     if (evbuffer_get_length(bufferevent_get_output(w->bev)) == 0) {
         conn_close(w, level, w->close_reason);
         return;
@@ -726,7 +603,7 @@ static void start_connect(tp_worker *w)
         attempt_failed(w, "cannot create a bufferevent");
         return;
     }
-    bufferevent_setcb(w->bev, on_read, on_drained, on_event, w);
+    bufferevent_setcb(w->bev, on_read, tpi_output_on_drained, on_event, w);
     set_state(w, TPI_CONNECTING);
     tv = ms_to_tv(w->opts.connect_timeout_ms);
     evtimer_add(w->hs_ev, &tv);
@@ -851,7 +728,7 @@ static void send_done(tp_worker *w, tp_task *t)
     if (w->session_version >= 3)
         tpi_inv_keep(w, d);
     by_reference = len >= TPI_RESULT_BY_REFERENCE && data == t->result;
-    p = by_reference ? NULL : stage_reserve(w, sizeof(head) + len);
+    p = by_reference ? NULL : tpi_stage_reserve(w, sizeof(head) + len);
     n = proto_msg_encode_head(&m, p != NULL ? p : head, sizeof(head));
     if (n == 0) {
         tpi_log(w, TP_LOG_ERROR, "cannot encode DONE for task %llu", (unsigned long long)t->id);
@@ -861,11 +738,11 @@ static void send_done(tp_worker *w, tp_task *t)
     if (p != NULL) {
         if (len > 0)
             memcpy(p + n, data, len);
-        stage_commit(w, n + len);
+        tpi_stage_commit(w, n + len);
     } else {
         struct evbuffer *out = bufferevent_get_output(w->bev);
 
-        (void)stage_spill(w); /* the frames before it go first */
+        (void)tpi_stage_spill(w); /* the frames before it go first */
         evbuffer_add(out, head, n);
         if (by_reference && evbuffer_add_reference(out, t->result, len, free_reference, NULL) == 0)
             t->result = NULL; /* the buffer frees it once written */
@@ -1633,7 +1510,7 @@ static int run_setup(tp_worker *w, tpi_loop *loop)
     w->more_ev = event_new(w->base, -1, 0, on_more, w);
     w->linger_ev = evtimer_new(w->base, on_linger, w);
     w->stop_wait_ev = evtimer_new(w->base, on_stop_wait, w);
-    w->flush_ev = event_new(w->base, -1, 0, on_flush, w);
+    w->flush_ev = event_new(w->base, -1, 0, tpi_output_on_flush, w);
     if (w->stop_ev == NULL || w->wake_ev == NULL || w->reconnect_ev == NULL || w->hs_ev == NULL ||
         w->hb_ev == NULL || w->more_ev == NULL || w->linger_ev == NULL || w->stop_wait_ev == NULL ||
         w->flush_ev == NULL) {

@@ -7,7 +7,9 @@
  * A task is on at most one list at a time, held (this connection's deliveries) or
  * carried, through the same held_prev/held_next links.
  */
-#include "client_internal.h"
+#include "inventory.h"
+#include "options.h"
+#include "output.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,8 +1,9 @@
 /* options.c: option defaults and validation, the address list, error texts,
  * and the small pure helpers (clock, jitter) the rest of the library uses. */
-#include "client_internal.h"
+#include "options.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>

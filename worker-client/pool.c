@@ -13,7 +13,8 @@
  * callback: they leave in one write. EXTEND requests ride the same lock and
  * wake-up.
  */
-#include "client_internal.h"
+#include "pool.h"
+#include "output.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -8,7 +8,9 @@
  * thread) can use without a callback API; the caller blocks on a condition variable,
  * never the I/O thread (a call from it is refused with TP_EBUSY).
  */
-#include "client_internal.h"
+#include "submit.h"
+#include "options.h"
+#include "output.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>

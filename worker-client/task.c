@@ -1,5 +1,8 @@
 /* task.c: what a handler may ask of and tell about its delivery. */
-#include "client_internal.h"
+#include "internal.h"
+#include "client.h"
+#include "options.h"
+#include "pool.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,8 @@
  * libevent's OpenSSL bufferevents. One SSL_CTX per worker, made by
  * tp_worker_new() (so that a bad file is an error there, not a retry loop),
  * and one SSL per connection. */
-#include "client_internal.h"
+#include "tls.h"
+#include "options.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

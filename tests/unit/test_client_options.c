@@ -13,7 +13,8 @@
 #include <unistd.h>
 
 #include "client_harness.h"
-#include "client_internal.h"
+#include "internal.h"
+#include "options.h"
 #include "taskpush.h"
 
 static void test_options_defaults(void **state)

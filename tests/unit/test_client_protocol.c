@@ -25,7 +25,6 @@
 #include <unistd.h>
 
 #include "client_harness.h"
-#include "client_internal.h"
 #include "fake_dispatcher.h"
 #include "proto.h"
 #include "taskpush.h"

@@ -1,6 +1,10 @@
-/* client_internal.h: what the files of libtaskpush share, and what the unit
- * tests reach into. Nothing here is exported from libtaskpush.so (the build
- * hides every symbol not marked TP_API); internal names start with tpi_.
+/* internal.h: the objects of libtaskpush as its files see them: struct tp_worker,
+ * struct tp_task, a submission (tpi_submit), a kept outcome (tpi_kept), the counters,
+ * the connection states, and the connection's limits. Each file's functions are
+ * declared in that file's own header (options.h, tls.h, output.h, pool.h, submit.h,
+ * inventory.h, client.h), so that who calls whom shows in the includes. Nothing here
+ * is exported from libtaskpush.so (the build hides every symbol not marked TP_API);
+ * internal names start with tpi_.
  *
  * Threads. One thread runs tp_worker_run() (the "I/O thread": the event base,
  * the socket, every timer, every log line). With threads > 0, handler threads
@@ -12,11 +16,12 @@
  *   [hdl]   the thread running the task's handler, until it hands the task back
  *   [atomic] any thread
  */
-#ifndef TASKPUSH_CLIENT_INTERNAL_H
-#define TASKPUSH_CLIENT_INTERNAL_H
+#ifndef TASKPUSH_WC_INTERNAL_H
+#define TASKPUSH_WC_INTERNAL_H
 
 #include "taskpush.h"
 #include "frame_stage.h"
+#include "options.h"
 #include "proto.h"
 
 #include <pthread.h>
@@ -47,14 +52,7 @@ struct ssl_ctx_st;
  * instead of being copied. */
 #define TPI_RESULT_BY_REFERENCE 16384
 
-/* One "host:port" of tp_worker_options.addresses. A host is a DNS name or an
- * address (an IPv6 address without its brackets). */
-typedef struct tpi_addr {
-    char host[256];
-    char port[6];
-} tpi_addr;
-
-/* Connection states. If you add one, update tpi_state_text(). */
+/* Connection states. If you add one, update tpi_state_text() (client.c). */
 enum tpi_conn_state {
     TPI_IDLE = 0,   /* no connection: waiting for the reconnect timer, or stopped */
     TPI_CONNECTING, /* TCP connect in progress */
@@ -285,147 +283,5 @@ struct tp_worker {
     tpi_kept *kept_spare; /* confirmed small records, for the next DONEs */
     size_t nkept_spare;
 };
-
-/* ---- options.c ---- */
-
-/* Fills *err (when not NULL) with code and a formatted reason; returns code. */
-int tpi_error_set(tp_error *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Copies the fields of in that its version knows into out, defaults for the
- * rest; returns 0, or TP_EINVAL (NULL, unknown version) with the reason in *err. */
-int tpi_options_copy(const tp_worker_options *in, tp_worker_options *out, tp_error *err);
-
-/* Checks every field of opts (a copy made by tpi_options_copy); returns 0 or
- * TP_EINVAL with the reason in *err. */
-int tpi_options_check(const tp_worker_options *opts, tp_error *err);
-
-/* Parses "host:port[,host:port...]" into a new array (caller frees) of *n
- * entries. Returns 0, TP_EINVAL with the reason in *err, or TP_ENOMEM. */
-int tpi_addr_parse(const char *list, tpi_addr **out, size_t *n, tp_error *err);
-
-/* The delay before reconnect attempt number failures (0 for the first after a
- * success): min * 2^failures capped at max, with "equal jitter" (between half
- * of it and all of it), drawn from *rng. */
-uint32_t tpi_backoff_ms(uint64_t *rng, uint32_t min, uint32_t max, unsigned failures);
-
-/* Advances a xorshift64* generator; the state must not be 0. */
-uint64_t tpi_rand(uint64_t *state);
-
-/* The monotonic clock in nanoseconds. */
-int64_t tpi_now_ns(void);
-
-/* ---- tls.c ---- */
-
-/* Makes the TLS context of opts (opts->tls set): the CAs to trust, and the
- * certificate to present. Returns 0 and *out (free with tpi_tls_ctx_free), or
- * TP_EINVAL / TP_ENOMEM with the reason (naming the field and file) in *err. */
-int tpi_tls_ctx_new(const tp_worker_options *opts, struct ssl_ctx_st **out, tp_error *err);
-void tpi_tls_ctx_free(struct ssl_ctx_st *ctx);
-
-/* A bufferevent, not yet connected (bufferevent_socket_connect does that),
- * that runs the client side of a handshake and refuses a certificate that
- * does not name host (a DNS name or an IP address). A close without
- * close_notify reads as EOF. NULL on failure. [io] */
-struct bufferevent *tpi_tls_bev_new(struct event_base *base, struct ssl_ctx_st *ctx,
-                                    const char *host);
-
-/* When bev failed in TLS, writes "TLS: reason" (with why a certificate was
- * refused) into buf and returns 1; else returns 0. [io] */
-int tpi_tls_error_text(struct bufferevent *bev, char *buf, size_t len);
-
-/* ---- client.c ---- */
-
-/* Formats a line and passes it to the log callback. [io] Use tpi_log(), which
- * checks the level before anything is formatted. */
-void tpi_log_write(tp_worker *w, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-#define tpi_log(w, lvl, ...)                                                                       \
-    do {                                                                                           \
-        if ((w)->opts.log != NULL && (lvl) <= (w)->opts.log_level)                                 \
-            tpi_log_write((w), (lvl), __VA_ARGS__);                                                \
-    } while (0)
-
-const char *tpi_state_text(enum tpi_conn_state s);
-
-/* ---- pool.c ---- */
-
-/* Runs a task's handler (or answers it without one) and fills its outcome. [hdl] */
-void tpi_task_execute(tp_task *t);
-
-/* Starts opts.threads handler threads; returns 0 or TP_ESYS. [io] */
-int tpi_pool_start(tp_worker *w);
-
-/* Lets the threads finish the queue, then joins them. [io] */
-void tpi_pool_join(tp_worker *w);
-
-/* Queues a task for the handler threads. [io] */
-void tpi_pool_submit(tp_worker *w, tp_task *t);
-
-/* Gives a task whose handler returned back to the I/O thread. [hdl] */
-void tpi_done_push(tp_worker *w, tp_task *t);
-
-/* Takes the done queue (linked by next) and the EXTEND requests (linked by
- * ext_taken_next, since a handler may queue a new request meanwhile) at once,
- * under done_mu. Process *ext first: an EXTEND in it was queued before its
- * task's DONE, and the task lives until that DONE is processed. [io] */
-void tpi_done_take(tp_worker *w, tp_task **done, tp_task **ext);
-
-/* Frees a task and its outcome. */
-void tpi_task_free(tp_task *t);
-
-/* ---- client.c: the output ---- */
-
-/* Queues len bytes for the dispatcher, in the stage or the bufferevent's output (TLS, not
- * yet connected, a large frame, no memory). Returns 0 or -1. [io] */
-int tpi_write(tp_worker *w, const void *data, size_t len);
-
-/* ---- submit.c ---- */
-
-/* Sets up / tears down the submission state (tp_worker_new / tp_worker_free). */
-int tpi_submit_init(tp_worker *w);
-void tpi_submit_destroy(tp_worker *w);
-/* Takes the queue and sends what a version-2 session can carry. [io] */
-void tpi_submit_flush(tp_worker *w);
-/* A SUBMITTED or OUTCOME frame. [io] */
-void tpi_submit_on_submitted(tp_worker *w, const proto_submitted *s);
-void tpi_submit_on_outcome(tp_worker *w, const proto_outcome_msg *o);
-/* The connection closed: what was sent gets TP_EGONE. [io] */
-void tpi_submit_conn_lost(tp_worker *w);
-/* tp_worker_run() ends: everything queued or pending gets TP_EGONE. [io] */
-void tpi_submit_fail_all(tp_worker *w, const char *why);
-/* Sent submissions still waiting for SUBMITTED (a drain waits for them). [io] */
-int tpi_submit_unanswered(const tp_worker *w);
-
-/* ---- inventory.c ---- */
-
-/* Keeps a copy of a DONE until a CONFIRM names it; beyond 4 x capacity + 1024 kept, the
- * oldest is forgotten (and logged). */
-void tpi_inv_keep(tp_worker *w, const proto_done *d);
-/* A CONFIRM: forgets the outcomes it names. */
-void tpi_inv_on_confirm(tp_worker *w, const proto_dlv_list *l);
-/* A version-3 connection was lost: its held deliveries go on running, carried. */
-void tpi_inv_carry(tp_worker *w);
-/* t's handler returned: it leaves the carried list (no-op when not on it). */
-void tpi_inv_uncarry(tp_worker *w, tp_task *t);
-/* The carried task of that delivery, or NULL. */
-tp_task *tpi_inv_find_carried(tp_worker *w, uint64_t id, uint32_t epoch, uint32_t attempt);
-/* Stopping, or a session older than version 3: carried tasks are cancelled (their
- * outcomes will be dropped), kept outcomes forgotten. */
-void tpi_inv_abandon(tp_worker *w);
-/* After WELCOME: in version 3, HOLDING for the carried tasks, then every kept outcome
- * again; in older versions, tpi_inv_abandon. Returns 0, or -1 when it cannot be queued. */
-int tpi_inv_session_start(tp_worker *w);
-/* tp_worker_run() ends: frees what is kept (the tasks themselves are freed elsewhere). */
-void tpi_inv_free(tp_worker *w);
-
-/* ---- client.c, for task.c ---- */
-
-/* Sends an EXTEND for t now (on the I/O thread). */
-void tpi_conn_send_extend(tp_worker *w, tp_task *t, uint32_t ms);
-
-/* Queues an EXTEND request for the I/O thread. [hdl] or any thread */
-void tpi_extend_push(tp_worker *w, tp_task *t, uint32_t ms);
 
 #endif
