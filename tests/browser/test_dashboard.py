@@ -468,10 +468,11 @@ def main():
             problems.append("resize %r" % (resize,))
         if not flaky_row or flaky_row["cells"][5] != str(NFLAKY) or flaky_row["cells"][7] == "no worker":
             problems.append("flaky (no ready row: no alarm) %r" % (flaky_row,))
-        # Once the served backlog is gone, the queue lag is the orphan rows', and says so.
+        # Once the served backlog is gone, the queue lag is the orphan rows', and says so. The
+        # bound is loose: on a loaded 2-core machine the backlog took more than 40 s to drain.
         try:
             wait_for("the lag's note", lambda: js(driver,
-                "return document.getElementById('f-lag-note').textContent") == "type orphan has no worker", 40, 0.5)
+                "return document.getElementById('f-lag-note').textContent") == "type orphan has no worker", 120, 0.5)
         except TimeoutError as e:
             problems.append(str(e))
         tap.result(not problems, "; ".join(problems))
