@@ -295,24 +295,35 @@ static int apply(const dsp_db_url *url, const dsp_table_names *t, const dsp_migr
     if (query_u64(m, sql, &got) != 0 || got != 1) {
         /* Nobody else can take it while this run holds the leadership lock, but a
          * killed run's leftover can, in theory, still hold it. */
-        fprintf(err, "taskpushd: schema %u -> %u: the migration lock is held by another"
-                     " connection; nothing more was applied. Run --migrate again\n",
-                mig->version - 1, mig->version);
+        if (mig->version == 0)
+            fprintf(err, "taskpushd: %s: the migration lock is held by another"
+                         " connection; nothing was created. Run --migrate again\n",
+                    mig->name);
+        else
+            fprintf(err, "taskpushd: schema %u -> %u: the migration lock is held by another"
+                         " connection; nothing more was applied. Run --migrate again\n",
+                    mig->version - 1, mig->version);
         mysql_close(m);
         return -1;
     }
     snprintf(sql, sizeof sql, "SET SESSION lock_wait_timeout = %d", MIGRATION_LOCK_WAIT_S);
     if (mysql_query(m, sql) != 0) {
         report_sql_error(err, m, "setting lock_wait_timeout");
-    } else if (run_text(m, text.p, text.len, &failed) < 0) {
+    } else if (run_text(m, text.p, text.len, &failed) == 0) {
+        rc = 0;
+    } else if (mig->version == 0) {
+        fprintf(err,
+                "taskpushd: %s failed at statement %u of %s: %s (error %u).\n"
+                "Fix the cause and run --migrate again: every statement of %s is CREATE ... IF"
+                " NOT EXISTS or INSERT IGNORE.\n",
+                mig->name, failed, mig->file, mysql_error(m), mysql_errno(m), mig->file);
+    } else {
         fprintf(err,
                 "taskpushd: schema %u -> %u (%s) failed at statement %u of %s: %s (error %u).\n"
                 "The database stays at version %u. Fix the cause and run --migrate again:"
                 " a migration is safe to re-run.\n",
                 mig->version - 1, mig->version, mig->name, failed, mig->file, mysql_error(m),
                 mysql_errno(m), mig->version - 1);
-    } else {
-        rc = 0;
     }
     /* Every result was read (or the text stopped at an error): its statements are over.
      * Were this process killed before, the server would free the lock once the text ends. */
@@ -396,13 +407,30 @@ static int read_version(MYSQL *m, const dsp_table_names *t, const char *dbname, 
         report_sql_error(err, m, "reading information_schema.tables");
         return -1;
     }
-    if (ntask == 0)
+    if (ntask == 0) {
+        /* None of the four: an empty database (for these names), which --migrate creates.
+         * Some of the others without a version: made by hand, or half dropped. */
+        q = (dsp_strbuf){0};
+        dsp_strbuf_printf(&q,
+                          "SELECT GROUP_CONCAT(table_name ORDER BY table_name SEPARATOR ', ')"
+                          " FROM information_schema.tables WHERE table_schema = DATABASE() AND"
+                          " table_name IN ('%s', '%s', '%s')",
+                          t->meta, t->schedule, t->claim);
+        char some[3 * DSP_TABLE_IDENT_CAP + 8];
+        rc = q.oom ? -1 : query_text(m, q.p, some, sizeof some);
+        dsp_strbuf_free(&q);
+        if (rc < 0) {
+            report_sql_error(err, m, "reading information_schema.tables");
+            return -1;
+        }
+        if (some[0] == '\0')
+            return 2;
         fprintf(err,
-                "taskpushd: database %s has no taskpush schema: load sql/schema.sql into it"
-                " (mariadb %s < sql/schema.sql), which creates version %d; there is nothing"
-                " to migrate\n",
-                dbname, dbname, DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
-    else
+                "taskpushd: database %s has no %s table and no schema version, but has %s:"
+                " --migrate cannot tell what they hold; it changed nothing (drop them to"
+                " let --migrate create the schema)\n",
+                dbname, t->task, some);
+    } else
         fprintf(err,
                 "taskpushd: database %s has a %s table but no schema version in"
                 " %s: it was not made by sql/schema.sql, and --migrate cannot tell"
@@ -508,6 +536,27 @@ int dsp_migrate_run(const dsp_db_url *url, const char *table, FILE *out, FILE *e
     if (refuse_foreign_table(lk, t, url->dbname, err) != 0)
         goto done;
     rc = read_version(lk, t, url->dbname, &v, err);
+    if (rc == 2) {
+        /* sql/schema.sql, named after the table; its first statements are the guard
+         * against a foreign table (none here: the table does not exist). */
+        const dsp_migration create = {0, "creating the schema", "sql/schema.sql", dsp_schema_sql,
+                                      dsp_schema_sql_len};
+        if (apply(url, t, &create, mquoted, err) < 0)
+            goto done;
+        rc = query_u64(lk, dsp_schema_version_sql(vsql, t), &got);
+        if (rc != 0 || got != DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN) {
+            if (rc < 0)
+                report_sql_error(err, lk, "reading schema_version back");
+            else
+                fprintf(err, "taskpushd: sql/schema.sql ran, but %s holds no schema_version %d\n",
+                        t->meta, DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+            goto done;
+        }
+        fprintf(out, "created schema version %d: tables %s, %s, %s, %s\n",
+                DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN, t->task, t->meta, t->schedule, t->claim);
+        status = 0;
+        goto done;
+    }
     if (rc != 0)
         goto done;
     rc = dsp_schema_version_problem(v, why, sizeof why);

@@ -29,6 +29,10 @@ typedef struct dsp_migration {
  * the last one is all zeros. Generated: migrations.c in the build folder. */
 extern const dsp_migration dsp_migrations[];
 extern const unsigned dsp_migrations_count;
+/* sql/schema.sql's text (NUL-terminated), which --migrate runs, with the table names
+ * substituted, on a database that has none of the four tables. Generated there too. */
+extern const char *const dsp_schema_sql;
+extern const size_t dsp_schema_sql_len;
 
 /* Longest text dsp_schema_version_problem writes. */
 #define DSP_SCHEMA_PROBLEM_MAX 256
@@ -74,8 +78,9 @@ void dsp_schema_foreign_text(char *out, size_t cap, const dsp_table_names *t, co
                              const char *dbname, const char *cols, const char *idx,
                              bool have_version);
 
-/* taskpushd --migrate: applies every migration above the database's version, in order,
- * each on a connection of its own, while holding the table's leadership lock (it refuses
+/* taskpushd --migrate: on a database with none of the four tables (tables.h) creates the
+ * current schema (sql/schema.sql's text with the names substituted); else applies every
+ * migration above the database's version, in order, each on a connection of its own, while holding the table's leadership lock (it refuses
  * when a taskpushd holds it). Prints one line per migration applied to out, and what
  * went wrong to err. table is --table (NULL: task): the migrations' texts are run with
  * its names (tables.h, dsp_table_names_subst). Returns the exit status: 0 (done, or
