@@ -15,6 +15,7 @@
 
 #include "db_claim_sql.h"
 #include "db_sql.h"
+#include "migrate.h"
 #include "shard.h"
 #include "tables.h"
 
@@ -1237,6 +1238,41 @@ static void claim_bound_holds_longest_table(void **state)
     free(buf);
 }
 
+/* The schema checks at start and in --migrate name the table: task's text as it was. */
+static void schema_checks_name_the_table(void **state)
+{
+    (void)state;
+    dsp_table_names jobs;
+    dsp_strbuf b = {0};
+    char v[DSP_SCHEMA_SQL_MAX];
+
+    assert_int_equal(dsp_table_names_init(&jobs, "jobs"), 0);
+    dsp_schema_exists_sql(&b, NULL);
+    assert_string_equal(b.p, DSP_SCHEMA_TASK_EXISTS_SQL);
+    dsp_strbuf_reset(&b);
+    dsp_schema_exists_sql(&b, &jobs);
+    assert_non_null(strstr(b.p, "table_name = 'jobs'"));
+    assert_string_equal(dsp_schema_version_sql(v, NULL), DSP_CLAIM_SQL_SCHEMA_VERSION);
+    assert_string_equal(dsp_schema_version_sql(v, &jobs),
+                        "SELECT value FROM jobs_meta WHERE name = 'schema_version'");
+    for (int w = DSP_SCHEMA_COLUMNS_EVERY_VERSION; w <= DSP_SCHEMA_INDEXES_CURRENT; w++) {
+        dsp_strbuf_reset(&b);
+        dsp_schema_missing_sql(&b, NULL, (enum dsp_schema_names)w);
+        assert_non_null(strstr(b.p, "table_name = 'task')"));
+        dsp_strbuf_reset(&b);
+        dsp_schema_missing_sql(&b, &jobs, (enum dsp_schema_names)w);
+        assert_non_null(strstr(b.p, "table_name = 'jobs')"));
+    }
+    char text[DSP_SCHEMA_FOREIGN_MAX];
+    dsp_schema_foreign_text(text, sizeof text, &jobs, "refusing to start", "db", "task_type", "", false);
+    assert_non_null(strstr(text, "the table jobs of database db"));
+    assert_non_null(strstr(text, "jobs_meta has no schema_version"));
+    dsp_schema_foreign_text(text, sizeof text, NULL, "refusing to start", "db", "task_type", "", false);
+    assert_non_null(strstr(text, "the table task of database db"));
+    assert_non_null(strstr(text, "taskpush_meta has no schema_version"));
+    dsp_strbuf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1275,6 +1311,7 @@ int main(void)
         cmocka_unit_test(table_names_subst),
         cmocka_unit_test(builders_name_the_table),
         cmocka_unit_test(claim_bound_holds_longest_table),
+        cmocka_unit_test(schema_checks_name_the_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
