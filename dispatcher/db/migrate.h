@@ -80,13 +80,14 @@ void dsp_schema_foreign_text(char *out, size_t cap, const dsp_table_names *t, co
 
 /* taskpushd --migrate: on a database with none of the four tables (tables.h) creates the
  * current schema (sql/schema.sql's text with the names substituted); else applies every
- * migration above the database's version, in order, each on a connection of its own, while holding the table's leadership lock (it refuses
- * when a taskpushd holds it). Prints one line per migration applied to out, and what
- * went wrong to err. table is --table (NULL: task): the migrations' texts are run with
- * its names (tables.h, dsp_table_names_subst). Returns the exit status: 0 (done, or
- * nothing to do), 2 (table is not a valid name) or 1 (database
- * error, a dispatcher leads the table, no schema, a task table that is not taskpush's,
- * or a version it cannot take). */
+ * migration above the database's version, in order, each on a connection of its own,
+ * while holding the table's leadership lock (it refuses when a taskpushd holds it).
+ * Prints one line per migration applied (or the creation) to out, and what went wrong
+ * to err. table is --table (NULL: task): the texts are run with its names (tables.h,
+ * dsp_table_names_subst). Returns the exit status: 0 (done, or nothing to do), 2 (table
+ * is not a valid name) or 1 (database error, a dispatcher leads the table, only some of
+ * the four tables and no version, a task table that is not taskpush's, or a version it
+ * cannot take). */
 int dsp_migrate_run(const dsp_db_url *url, const char *table, FILE *out, FILE *err);
 
 #endif

@@ -164,6 +164,19 @@ static void test_table_flag(void **state)
                      DSP_CONFIG_OK);
     dsp_config_free(&c);
 
+    /* With a shard, 'taskpush/NAME.' + a byte of the database's name + '.SHARD' must fit
+     * MySQL's 64-byte lock name. */
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--table",
+                          "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" /* 40 */, "--types", "t",
+                          "--shard", "ssssssssssssssssssss" /* 20 */, NULL),
+                     DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "lock name"));
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--table", "jobs", "--types",
+                          "t", "--shard", "ssssssssssssssssssss", NULL),
+                     DSP_CONFIG_OK);
+    dsp_config_free(&c);
+
     /* The config file's key. */
     char path[] = "/tmp/test_config_table_XXXXXX";
     int fd = mkstemp(path);
