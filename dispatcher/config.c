@@ -1,4 +1,5 @@
 #include "config.h"
+#include "tables.h"
 
 #include "utf8.h"
 #include "log.h"
@@ -102,6 +103,9 @@ static const opt_def option_table[] = {
      "how often the leader renews its lease (at most half of --lease-ms)"},
     {"type-limit", OPT_TYPE_LIMIT, F(type_limits), NULL, 0, 0, "T:concurrency=N,rate=R",
      "at most N tasks of type T running at once, at most R started a second (repeatable; 0: no limit)"},
+    {"table", OPT_STRING, F(table), DSP_TABLE_NAME_DEFAULT, 0, 0, "NAME",
+     "the task table; taskpush's other tables are NAME_meta, NAME_schedule and NAME_claim"
+     " (for task: taskpush_meta, task_schedule, task_claim), so queues can share a database"},
     {"types", OPT_STRING, F(types), NULL, 0, 0, "T1,T2",
      "own only these task types (a shard with its own lease and standbys); default: all"},
     {"shard", OPT_STRING, F(shard), NULL, 0, 0, "NAME",
@@ -597,6 +601,54 @@ static int check_tls(const dsp_config *cfg, char *err, size_t errlen)
     return tls ? 0 : -1;
 }
 
+/* The option word getopt_long just took: argv[optind - 1] for --name=value and flags
+ * without a value, argv[optind - 2] when the value was the next word. */
+static const char *abbrev_token(char **argv, int optind_now, const char *arg)
+{
+    const char *last = argv[optind_now - 1];
+    const char *eq = strncmp(last, "--", 2) == 0 ? strchr(last, '=') : NULL;
+
+    if (arg == NULL || (eq != NULL && arg == eq + 1))
+        return last;
+    return optind_now >= 2 ? argv[optind_now - 2] : last;
+}
+
+/* Whether the word that named the option is "--NAME" or "--NAME=..." in full. */
+static bool whole_name(char **argv, int optind_now, const char *arg, const char *name)
+{
+    const char *w = abbrev_token(argv, optind_now, arg);
+    size_t n = strlen(name);
+
+    return strncmp(w, "--", 2) == 0 && strncmp(w + 2, name, n) == 0 &&
+           (w[2 + n] == '\0' || w[2 + n] == '=');
+}
+
+/* --table: a name taskpush can put in its statements unquoted, whose derived names and
+ * leadership lock (with a shard's name) fit MySQL's 64 bytes (tables.h, db.h). */
+static int check_table(const dsp_config *cfg, char *err, size_t errlen)
+{
+    const char *t = cfg->table ? cfg->table : DSP_TABLE_NAME_DEFAULT;
+    size_t n = strlen(t), sl = cfg->shard_spec.ntypes ? strlen(cfg->shard_spec.name) : 0;
+
+    if (!dsp_table_name_valid(t, n)) {
+        snprintf(err, errlen,
+                 "--table '%.64s': a table name is 1 to %d bytes of A-Z, a-z, 0-9 and _, not starting"
+                 " with a digit",
+                 t, DSP_TABLE_NAME_MAX);
+        return -1;
+    }
+    /* 'taskpush/NAME.' + at least one byte of the database's name + '.SHARD' */
+    if (strcmp(t, DSP_TABLE_NAME_DEFAULT) != 0 && sl > 0 &&
+        sizeof "taskpush/." - 1 + n + 1 + 1 + sl > DSP_DB_LOCK_NAME_MAX) {
+        snprintf(err, errlen,
+                 "--table '%s' and the shard's name '%s' make a lock name longer than MySQL's %d"
+                 " bytes: shorten one",
+                 t, cfg->shard_spec.name, DSP_DB_LOCK_NAME_MAX);
+        return -1;
+    }
+    return 0;
+}
+
 int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err, size_t errlen)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -632,8 +684,17 @@ int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err
     }
     optind = 1;
     opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":hV", longopts, NULL)) != -1) {
+    int c, li;
+    /* "+": options end at the first other word (which is then an error). */
+    while ((li = -1, c = getopt_long(argc, argv, "+:hV", longopts, &li)) != -1) {
+        /* getopt_long takes any unambiguous abbreviation (--table for --table-stats-ms):
+         * only whole names are flags, so a new flag never changes what an old command
+         * line means. */
+        if (li >= 0 && c != '?' && c != ':' && !whole_name(argv, optind, optarg, longopts[li].name)) {
+            snprintf(err, errlen, "unknown option '%.64s' (flags are not abbreviated: --%s?)",
+                     abbrev_token(argv, optind, optarg), longopts[li].name);
+            goto done;
+        }
         if (c == OPT_HELP) {
             usage(out);
             rc = DSP_CONFIG_EXIT_OK;
@@ -708,6 +769,8 @@ int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err
     }
     if (dsp_shard_parse(&cfg->shard_spec, cfg->types, cfg->shard, (size_t)cfg->max_types, err,
                         errlen) < 0)
+        goto done;
+    if (check_table(cfg, err, errlen) < 0)
         goto done;
     if (cfg->admin_token_file) {
         if (read_token("admin-token-file", cfg->admin_token_file, &cfg->admin_token, err,

@@ -72,6 +72,7 @@ typedef struct dsp_config {
     int64_t table_stats_ms;     /* refresh interval of the table-side figures */
     int64_t lease_ms;           /* the leadership lease: a standby takes over after it */
     int64_t lease_renew_ms;     /* how often the leader renews the lease */
+    char *table;       /* --table NAME: the task table (tables.h names the others); "task" */
     char *types;       /* --types as given: the task types this dispatcher's shard owns */
     char *shard;       /* --shard NAME, or NULL: derived from --types */
     dsp_shard shard_spec; /* --types and --shard parsed; empty: unsharded */

@@ -8,7 +8,8 @@ nothing else may load from anywhere but the admin port itself (fetch of /stats
 and /workers: connect-src 'self').
 
 embed.py --migrations OUT.c SCHEMA.sql NNN-name.sql...: the schema migrations
-(sql/migrations) as the table dsp_migrations[] of migrate.h, in order. It fails
+(sql/migrations) as the table dsp_migrations[] of migrate.h, in order, and SCHEMA.sql
+itself as dsp_schema_sql (--migrate creates the schema on an empty database). It fails
 the build unless the files are numbered 2..N without a gap, are all the files of
 their folder, each ends by moving schema_version from N-1 to N, and SCHEMA.sql
 writes version N (so a fresh database and a migrated one agree)."""
@@ -73,8 +74,12 @@ def migrations(out_path, schema_path, paths):
                         "'schema_version' AND value = %d;" % (p, version, version - 1))
         texts.append(data)
     latest = found[-1][0] if found else 1
-    with open(schema_path, encoding="utf-8") as f:
-        schema = f.read()
+    with open(schema_path, "rb") as f:
+        schema_data = f.read()
+    schema = schema_data.decode("utf-8")
+    if re.search(r"^\s*DELIMITER\b", schema, re.M | re.I):
+        return fail("%s: no DELIMITER (--migrate sends it as one multi-statement text)"
+                    % schema_path)
     m = re.search(r"INSERT IGNORE INTO taskpush_meta \(name, value\) VALUES "
                   r"\('schema_version', (\d+)\)", schema)
     if not m or int(m.group(1)) != latest:
@@ -91,6 +96,11 @@ def migrations(out_path, schema_path, paths):
         lines.append("static const char migration_%03d[] = {" % version)
         lines.extend(c_bytes(data))
         lines.append("};")
+    lines.append("static const char schema_sql[] = {")
+    lines.extend(c_bytes(schema_data))
+    lines.append("};")
+    lines.append("const char *const dsp_schema_sql = schema_sql;")
+    lines.append("const size_t dsp_schema_sql_len = sizeof schema_sql - 1;")
     lines.append("const dsp_migration dsp_migrations[] = {")
     for version, name, p in found:
         lines.append('    {%d, "%s", "%s", migration_%03d, sizeof migration_%03d - 1},'

@@ -71,7 +71,7 @@ int main(int argc, char **argv)
 
     int status = 1;
     if (cfg.migrate) {
-        status = dsp_migrate_run(&cfg.db_url, stdout, stderr);
+        status = dsp_migrate_run(&cfg.db_url, cfg.table, stdout, stderr);
     } else {
         dsp_server srv;
         if (dsp_server_init(&srv, &cfg) == 0) {

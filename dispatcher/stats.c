@@ -6,6 +6,7 @@
 #include "utf8.h" /* dsp_utf8_copy: worker names are whatever HELLO said */
 #include "server.h"
 #include "stats.h"
+#include "tables.h"
 
 #include <event2/buffer.h>
 #include <jansson.h>
@@ -320,6 +321,11 @@ json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
     json_object_set_new(o, "by_type", held_types_json(snap));
     json_object_set_new(o, "by_type_cut", json_boolean(snap->held_types_cut));
     json_object_set_new(o, "limits", limits_json(snap));
+    /* --table: "table" above is the object of the table's figures, so the name has a key
+     * of its own. */
+    json_object_set_new(o, "task_table",
+                        json_string(snap->cfg && snap->cfg->table ? snap->cfg->table
+                                                                  : DSP_TABLE_NAME_DEFAULT));
     return o;
 }
 

@@ -237,19 +237,31 @@ void dsp_dbi_claim_req_free(struct claim_req *r)
 
 /* ---- the API ---- */
 
-size_t dsp_db_lock_name(const char *dbname, char *out, size_t cap)
+size_t dsp_db_lock_name(const char *dbname, const char *table, const char *shard, char *out,
+                        size_t cap)
 {
-    char name[sizeof "taskpush." + LOCK_NAME_MAX];
-    size_t nl;
+    char head[sizeof "taskpush/." + DSP_TABLE_NAME_MAX];
+    size_t hl, sl = shard ? strlen(shard) + 1 : 0, dl;
 
-    snprintf(name, sizeof name, "taskpush.%s", dbname);
-    nl = dsp_utf8_cut((const uint8_t *)name, dsp_utf8_valid_prefix((const uint8_t *)name, strlen(name)),
-                      LOCK_NAME_MAX);
-    if (nl == 0 || nl >= cap)
-        return 0;
-    memcpy(out, name, nl);
-    out[nl] = '\0';
-    return nl;
+    /* task's lock is named as it always was; another table's carries its name before the
+     * database's, after a '/' no database-only name has there, so no two collide. */
+    if (table == NULL || strcmp(table, DSP_TABLE_NAME_DEFAULT) == 0)
+        snprintf(head, sizeof head, "taskpush.");
+    else
+        snprintf(head, sizeof head, "taskpush/%.*s.", DSP_TABLE_NAME_MAX, table);
+    hl = strlen(head);
+    if (hl + sl >= LOCK_NAME_MAX || cap <= LOCK_NAME_MAX)
+        return 0; /* no byte of the database's name would be left */
+    /* The table's and the shard's names are kept whole: the database's name is cut. */
+    dl = dsp_utf8_cut((const uint8_t *)dbname,
+                      dsp_utf8_valid_prefix((const uint8_t *)dbname, strlen(dbname)),
+                      LOCK_NAME_MAX - hl - sl);
+    memcpy(out, head, hl);
+    memcpy(out + hl, dbname, dl);
+    if (shard)
+        snprintf(out + hl + dl, cap - hl - dl, ".%s", shard);
+    out[hl + dl + sl] = '\0';
+    return hl + dl + sl;
 }
 
 /* The shard's filter, meta rows and lock name (see db_internal.h). Returns the lock
@@ -257,25 +269,18 @@ size_t dsp_db_lock_name(const char *dbname, char *out, size_t cap)
 static size_t shard_setup(dsp_db *db, const dsp_db_options *opts, char *name, size_t cap)
 {
     const dsp_shard *sh = opts->shard;
-    size_t nl, sl;
 
     if (sh == NULL || sh->ntypes == 0) {
         snprintf(db->lease_row, sizeof db->lease_row, "lease");
         snprintf(db->epoch_row, sizeof db->epoch_row, "epoch");
-        return dsp_db_lock_name(opts->url->dbname, name, cap);
+        return dsp_db_lock_name(opts->url->dbname, db->names.task, NULL, name, cap);
     }
     dsp_db_sql_type_in(&db->type_in, (const char *const *)sh->types, sh->ntypes);
     db->in = db->type_in.p;
     snprintf(db->shard, sizeof db->shard, "%s", sh->name);
     snprintf(db->lease_row, sizeof db->lease_row, "lease:%s", sh->name);
     snprintf(db->epoch_row, sizeof db->epoch_row, "epoch:%s", sh->name);
-    sl = strlen(sh->name);
-    nl = dsp_db_lock_name(opts->url->dbname, name, cap);
-    if (nl == 0 || cap <= LOCK_NAME_MAX)
-        return 0;
-    nl = dsp_utf8_cut((const uint8_t *)name, nl, LOCK_NAME_MAX - 1 - sl);
-    nl += (size_t)snprintf(name + nl, cap - nl, ".%s", sh->name);
-    return nl;
+    return dsp_db_lock_name(opts->url->dbname, db->names.task, sh->name, name, cap);
 }
 
 dsp_db *dsp_db_new(const dsp_db_options *opts)
@@ -291,6 +296,10 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
         return NULL;
     if ((db = calloc(1, sizeof *db)) == NULL)
         return NULL;
+    if (dsp_table_names_init(&db->names, opts->table ? opts->table : DSP_TABLE_NAME_DEFAULT) < 0) {
+        free(db);
+        return NULL;
+    }
     db->opts = *opts;
     db->log = opts->log;
     db->max_batch = opts->max_write_batch ? opts->max_write_batch : 1;
@@ -329,8 +338,9 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
         pthread_condattr_destroy(&ca);
     }
 
-    /* The leadership lock: 'taskpush.<dbname>', at most 64 bytes; a shard's ends in
-     * '.NAME', kept whole (the database's name is cut first). */
+    /* The leadership lock: 'taskpush.<dbname>' (another table's: 'taskpush/TABLE.<dbname>'),
+     * at most 64 bytes; a shard's ends in '.NAME', kept whole (the database's name is cut
+     * first). */
     nl = shard_setup(db, opts, name, sizeof name);
     dsp_strbuf_puts(&db->get_lock_sql, "SELECT GET_LOCK(");
     dsp_strbuf_put_hex(&db->get_lock_sql, (const uint8_t *)name, nl, true);

@@ -303,6 +303,9 @@ typedef struct dsp_db_options {
     /* The shard (shard.h; borrowed): with types, every statement on task rows is limited
      * to them, and the lease, epoch row and lock are the shard's. NULL or empty: all. */
     const struct dsp_shard *shard;
+    /* --table: the task table's name (tables.h makes the other three from it); NULL:
+     * task. A name that is not valid makes dsp_db_new fail (the config checked it). */
+    const char *table;
     dsp_db_callbacks cb;
     void *cb_arg;
 } dsp_db_options;
@@ -433,11 +436,15 @@ int dsp_db_requeue_failed(dsp_db *db, const char *type, uint64_t request_id)
 int dsp_db_taskop(dsp_db *db, dsp_taskop *op) __attribute__((warn_unused_result));
 void dsp_taskop_free(dsp_taskop *op);
 
-/* The table's leadership lock is the user lock 'taskpush.<dbname>', cut to the
- * DSP_DB_LOCK_NAME_MAX bytes MySQL allows. Writes it to out (NUL-terminated) and returns
- * its length, or 0 when it does not fit in cap. taskpushd --migrate takes the same lock. */
+/* The table's leadership lock is the user lock 'taskpush.<dbname>' for the table task,
+ * 'taskpush/TABLE.<dbname>' for another (--table), with '.SHARD' after it for a shard
+ * (NULL: none), the database's name cut so that it fits the DSP_DB_LOCK_NAME_MAX bytes
+ * MySQL allows. Writes it to out (NUL-terminated) and returns its length, or 0 when it
+ * does not fit in cap or the table's and shard's names leave no room. taskpushd
+ * --migrate takes the same lock (unsharded). table NULL: task. */
 #define DSP_DB_LOCK_NAME_MAX 64
-size_t dsp_db_lock_name(const char *dbname, char *out, size_t cap);
+size_t dsp_db_lock_name(const char *dbname, const char *table, const char *shard, char *out,
+                        size_t cap);
 
 /* Queues a submission for the submit thread, which inserts it with others in one
  * transaction (INSERT IGNORE ... RETURNING on a connection of its own) and answers

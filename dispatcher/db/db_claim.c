@@ -253,8 +253,10 @@ static void claim_health(struct claim_ctx *x)
     char text[DSP_DB_PROBLEM_MAX];
 
     if (x->schema_missing)
-        snprintf(text, sizeof text, "database %s has no taskpush schema (taskpush_meta.schema_version);"
-                                    " load sql/schema.sql", x->db->opts.url->dbname);
+        snprintf(text, sizeof text,
+                 "database %s has no taskpush schema (%s.schema_version);"
+                 " load sql/schema.sql",
+                 x->db->opts.url->dbname, x->db->names.meta);
     else if (x->drops >= DROPS_UNHEALTHY)
         snprintf(text, sizeof text, "the claim connection's statements keep failing (%u times in a row): %s",
                  x->drops, x->drop_text);
@@ -314,22 +316,24 @@ static int foreign_table(struct claim_ctx *x, bool have_version, char *out, size
     uint64_t n;
     bool isnull;
 
-    if (dsp_dbi_query_u64(&x->c, DSP_SCHEMA_TASK_EXISTS_SQL, &n, &isnull, 0) < 0)
+    dsp_strbuf_reset(&x->sql);
+    dsp_schema_exists_sql(&x->sql, &x->db->names);
+    if (x->sql.oom || dsp_dbi_query_u64(&x->c, x->sql.p, &n, &isnull, 0) < 0)
         return -1;
     if (n == 0)
         return 0;
     dsp_strbuf_reset(&x->sql);
-    dsp_schema_missing_sql(&x->sql, DSP_SCHEMA_COLUMNS_CURRENT);
+    dsp_schema_missing_sql(&x->sql, &x->db->names, DSP_SCHEMA_COLUMNS_CURRENT);
     if (x->sql.oom || query_text(&x->c, x->sql.p, cols, sizeof cols) < 0)
         return -1;
     dsp_strbuf_reset(&x->sql);
-    dsp_schema_missing_sql(&x->sql, DSP_SCHEMA_INDEXES_CURRENT);
+    dsp_schema_missing_sql(&x->sql, &x->db->names, DSP_SCHEMA_INDEXES_CURRENT);
     if (x->sql.oom || query_text(&x->c, x->sql.p, idx, sizeof idx) < 0)
         return -1;
     if (cols[0] == '\0' && idx[0] == '\0')
         return 2;
-    dsp_schema_foreign_text(out, cap, "refusing to start", x->db->opts.url->dbname, cols, idx,
-                            have_version);
+    dsp_schema_foreign_text(out, cap, &x->db->names, "refusing to start", x->db->opts.url->dbname,
+                            cols, idx, have_version);
     return 1;
 }
 
@@ -352,7 +356,9 @@ static int check_schema(struct claim_ctx *x)
     dsp_db *db = x->db;
     uint64_t v;
     bool isnull;
-    int rc = dsp_dbi_query_u64(&x->c, DSP_CLAIM_SQL_SCHEMA_VERSION, &v, &isnull, ER_NO_SUCH_TABLE_);
+    char vsql[DSP_SCHEMA_SQL_MAX];
+    int rc = dsp_dbi_query_u64(&x->c, dsp_schema_version_sql(vsql, &db->names), &v, &isnull,
+                               ER_NO_SUCH_TABLE_);
 
     if (rc < 0 && x->c.err != ER_NO_SUCH_TABLE_)
         return -1;
@@ -392,9 +398,9 @@ static int check_schema(struct claim_ctx *x)
     if (!have_version) {
         if (!x->schema_logged)
             log_warn(db->log,
-                     "database %s has no taskpush schema (taskpush_meta.schema_version);"
+                     "database %s has no taskpush schema (%s.schema_version);"
                      " load sql/schema.sql. Retrying every %d s",
-                     db->opts.url->dbname, SCHEMA_RETRY_MS / 1000);
+                     db->opts.url->dbname, db->names.meta, SCHEMA_RETRY_MS / 1000);
         x->schema_logged = true;
         return 0;
     }
@@ -443,11 +449,11 @@ static void leadership_lost(struct claim_ctx *x)
 static int read_meta_epoch(struct claim_ctx *x, uint64_t *out)
 {
     bool isnull;
-    char sql[96];
+    char sql[96 + DSP_TABLE_IDENT_CAP];
     int rc;
 
     /* A shard's own row: another shard taking an epoch moves the counter, not it. */
-    snprintf(sql, sizeof sql, "SELECT value FROM taskpush_meta WHERE name = '%s'",
+    snprintf(sql, sizeof sql, "SELECT value FROM %s WHERE name = '%s'", x->db->names.meta,
              x->db->epoch_row);
     rc = dsp_dbi_query_u64(&x->c, sql, out, &isnull, 0);
     if (rc == 1 || isnull)
@@ -465,7 +471,8 @@ static int release_unknown(struct claim_ctx *x)
     if (x->nrelease == 0)
         return 0;
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_release_ids(&x->sql, x->epoch, dsp_wall_ms(), x->release_ids, x->nrelease);
+    dsp_db_sql_release_ids(&x->sql, &x->db->names, x->epoch, dsp_wall_ms(), x->release_ids,
+                           x->nrelease);
     if (x->sql.oom)
         return -1;
     if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0 || commit(&x->c) < 0)
@@ -491,7 +498,8 @@ static int recover_listed(struct claim_ctx *x, uint32_t row_epoch, uint64_t row_
     for (size_t s = 0; s < n; s += RECOVER_BATCH) {
         size_t m = n - s < RECOVER_BATCH ? n - s : RECOVER_BATCH;
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_recover_ids(&x->sql, row_epoch, dsp_wall_ms(), ids + s, m, x->db->in);
+        dsp_db_sql_recover_ids(&x->sql, &x->db->names, row_epoch, dsp_wall_ms(), ids + s, m,
+                               x->db->in);
         if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &changed) < 0)
             return -1;
         *total += changed;
@@ -500,14 +508,14 @@ static int recover_listed(struct claim_ctx *x, uint32_t row_epoch, uint64_t row_
         size_t m = n - s < RECOVER_BATCH ? n - s : RECOVER_BATCH;
         uint64_t k;
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_still_processing(&x->sql, row_epoch, ids + s, m);
+        dsp_db_sql_still_processing(&x->sql, &x->db->names, row_epoch, ids + s, m);
         if (x->sql.oom || dsp_dbi_query_u64(&x->c, x->sql.p, &k, &isnull, 0) < 0)
             return -1;
         left += isnull ? 0 : k;
     }
     if (left == 0) {
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_claim_log_delete(&x->sql, row_epoch, &row_seq, 1);
+        dsp_db_sql_claim_log_delete(&x->sql, &x->db->names, row_epoch, &row_seq, 1);
         if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &deleted) < 0)
             return -1;
     }
@@ -533,7 +541,8 @@ static int recover(struct claim_ctx *x, bool all_shards)
         int bad;
 
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_claim_log_next(&x->sql, x->epoch, all_shards ? NULL : db->shard, epoch, seq);
+        dsp_db_sql_claim_log_next(&x->sql, &x->db->names, x->epoch, all_shards ? NULL : db->shard,
+                                  epoch, seq);
         if (x->sql.oom)
             return -1;
         atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
@@ -599,13 +608,13 @@ static int recover(struct claim_ctx *x, bool all_shards)
  * compares with. The name is [A-Za-z0-9_.-] (shard.c). Returns 0 or -1. */
 static int record_shard_epoch(struct claim_ctx *x, uint64_t e)
 {
-    char sql[160];
+    char sql[160 + DSP_TABLE_IDENT_CAP];
     uint64_t n;
 
     snprintf(sql, sizeof sql,
-             "INSERT INTO taskpush_meta (name, value) VALUES ('%s', %" PRIu64 ")"
+             "INSERT INTO %s (name, value) VALUES ('%s', %" PRIu64 ")"
              " ON DUPLICATE KEY UPDATE value = VALUES(value)",
-             x->db->epoch_row, e);
+             x->db->names.meta, x->db->epoch_row, e);
     return dsp_dbi_exec(&x->c, sql, strlen(sql), &n);
 }
 
@@ -616,6 +625,8 @@ static int confirm_leadership(struct claim_ctx *x)
     dsp_db *db = x->db;
     uint64_t e, n;
     struct msg *m;
+    char next[sizeof DSP_CLAIM_SQL_EPOCH_NEXT_FMT + DSP_TABLE_IDENT_CAP];
+    char text[96 + DSP_TABLE_IDENT_CAP];
 
     if (x->announced && x->announced_gen != x->lease_gen) {
         /* The lease was lost and taken again meanwhile: the loop dropped everything. */
@@ -635,7 +646,8 @@ static int confirm_leadership(struct claim_ctx *x)
         }
         leadership_lost(x);
     }
-    if (dsp_dbi_exec(&x->c, DSP_CLAIM_SQL_EPOCH_NEXT, strlen(DSP_CLAIM_SQL_EPOCH_NEXT), &n) < 0)
+    snprintf(next, sizeof next, DSP_CLAIM_SQL_EPOCH_NEXT_FMT, db->names.meta);
+    if (dsp_dbi_exec(&x->c, next, strlen(next), &n) < 0)
         return -1;
     e = mysql_insert_id(x->c.m);
     if (n == 1 && x->db->in && record_shard_epoch(x, e) < 0)
@@ -643,12 +655,13 @@ static int confirm_leadership(struct claim_ctx *x)
     if (commit(&x->c) < 0)
         return -1;
     if (n != 1) {
-        log_warn(db->log, "taskpush_meta has no 'epoch' row; load sql/schema.sql");
+        log_warn(db->log, "%s has no 'epoch' row; load sql/schema.sql", db->names.meta);
         return 0;
     }
     if (e == 0 || e > UINT32_MAX) {
         if ((m = dsp_dbi_msg_new(MSG_FATAL)) != NULL) {
-            m->text = strdup("the epoch counter in taskpush_meta is out of range");
+            snprintf(text, sizeof text, "the epoch counter in %s is out of range", db->names.meta);
+            m->text = strdup(text);
             dsp_dbi_post(db, m);
         }
         x->fatal = true;
@@ -850,7 +863,7 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
     if ((sel = malloc(cap)) == NULL)
         return STEP_OOM;
     n = dsp_claim_sql_candidates(sel, cap, cr->ptypes, cr->nparts, cr->now_ms, cr->limit, NULL,
-                                 NULL);
+                                 NULL, &db->names);
     if (n < 0) {
         log_error(db->log, "cannot build the claim statement");
         free(sel);
@@ -1152,7 +1165,7 @@ static int claim_lock_ids(struct claim_ctx *x, struct claim_run *cr, const uint6
     dsp_strbuf_reset(&x->ids_csv);
     dsp_db_sql_id_csv(&x->ids_csv, ids, n);
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_claim_lock(&x->sql, cr->now_ms, x->ids_csv.p, x->ids_csv.len);
+    dsp_db_sql_claim_lock(&x->sql, &x->db->names, cr->now_ms, x->ids_csv.p, x->ids_csv.len);
     if (x->ids_csv.oom || x->sql.oom)
         return STEP_OOM_ROLLBACK;
     atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
@@ -1256,7 +1269,7 @@ static int claim_continue(struct claim_ctx *x, struct claim_run *cr)
             goto out;
         }
         n = dsp_claim_sql_candidates_after(sel, cap, ptypes, np, cr->now_ms, (unsigned)lim, aprio,
-                                           aid, NULL, NULL);
+                                           aid, NULL, NULL, &db->names);
         if (n < 0) {
             log_error(db->log, "cannot build the claim's read past locked rows");
             rc = STEP_FAILED;
@@ -1412,7 +1425,8 @@ static int claim_mark(struct claim_ctx *x, struct claim_run *cr)
             dsp_db_sql_id_csv(&x->ids_csv, cr->mark, cr->nmark);
         }
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_claim_mark(&x->sql, x->epoch, dsp_wall_ms(), x->ids_csv.p, x->ids_csv.len);
+        dsp_db_sql_claim_mark(&x->sql, &x->db->names, x->epoch, dsp_wall_ms(), x->ids_csv.p,
+                              x->ids_csv.len);
         if (x->ids_csv.oom || x->sql.oom)
             return STEP_OOM_ROLLBACK;
         if (dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &affected) < 0)
@@ -1640,7 +1654,7 @@ static int sweeps(struct claim_ctx *x)
     uint64_t n, v;
     bool isnull;
     /* A shard's sweeps carry its type list: sized for it, in the claim's buffer. */
-    size_t cap = 256 + (db->in ? db->type_in.len : 0);
+    size_t cap = 256 + DSP_TABLE_NAME_MAX + (db->in ? db->type_in.len : 0);
     char *sql;
 
     dsp_strbuf_reset(&x->sql);
@@ -1665,7 +1679,8 @@ static int sweeps(struct claim_ctx *x)
     if (demote) {
         x->next_demote = now_m + DEMOTE_EVERY_MS;
         do {
-            if (dsp_claim_sql_demote_in(sql, cap, dsp_wall_ms(), SWEEP_LIMIT, db->in) < 0 ||
+            if (dsp_claim_sql_demote_in(sql, cap, dsp_wall_ms(), SWEEP_LIMIT, db->in,
+                                         &db->names) < 0 ||
                 dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
                 goto fail;
             if (n)
@@ -1677,7 +1692,8 @@ static int sweeps(struct claim_ctx *x)
     if (promote) {
         x->last_promote = now_m;
         do {
-            if (dsp_claim_sql_promote_in(sql, cap, dsp_wall_ms(), SWEEP_LIMIT, db->in) < 0 ||
+            if (dsp_claim_sql_promote_in(sql, cap, dsp_wall_ms(), SWEEP_LIMIT, db->in,
+                                          &db->names) < 0 ||
                 dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
                 goto fail;
             if (n >= SWEEP_LIMIT && commit(&x->c) < 0)
@@ -1685,7 +1701,7 @@ static int sweeps(struct claim_ctx *x)
         } while (n >= SWEEP_LIMIT);
     }
     if (refresh) {
-        snprintf(sql, cap, "SELECT MIN(run_after) FROM task WHERE `delayed` = 1%s",
+        snprintf(sql, cap, "SELECT MIN(run_after) FROM %s WHERE `delayed` = 1%s", db->names.task,
                  db->in ? db->in : "");
         if (dsp_dbi_query_u64(&x->c, sql, &v, &isnull, 0) < 0)
             goto fail;
@@ -1962,7 +1978,7 @@ static enum claim_state claim_recover_again(struct claim_ctx *x)
     }
     /* A plain read first: the UPDATE's locks would meet the write thread's. */
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_claim_log_probe(&x->sql, x->epoch, x->db->shard);
+    dsp_db_sql_claim_log_probe(&x->sql, &x->db->names, x->epoch, x->db->shard);
     if (x->sql.oom)
         return CLAIM_SERVE;
     rc = dsp_dbi_query_u64(&x->c, x->sql.p, &id, &isnull, 0);
@@ -2029,7 +2045,7 @@ static enum claim_state claim_orphans(struct claim_ctx *x)
 
     x->next_orphan = t0 + pass;
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_orphan_range(&x->sql, x->orphan_after, ORPHAN_STEP_ROWS);
+    dsp_db_sql_orphan_range(&x->sql, &x->db->names, x->orphan_after, ORPHAN_STEP_ROWS);
     if (x->sql.oom)
         return CLAIM_SERVE;
     atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
@@ -2047,22 +2063,26 @@ static enum claim_state claim_orphans(struct claim_ctx *x)
     mysql_free_result(res);
     if (count > 0 && hi > x->orphan_after) {
         /* The counter first: an epoch above it was never handed out. */
-        if (dsp_dbi_query_u64(&x->c, "SELECT value FROM taskpush_meta WHERE name = 'epoch'", &o.counter,
-                              &isnull, 0) != 0 || isnull)
+        char csql[64 + DSP_TABLE_IDENT_CAP];
+        snprintf(csql, sizeof csql, "SELECT value FROM %s WHERE name = 'epoch'", x->db->names.meta);
+        if (dsp_dbi_query_u64(&x->c, csql, &o.counter, &isnull, 0) != 0 || isnull)
             return commit(&x->c) < 0 ? CLAIM_DROP : CLAIM_SERVE;
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_orphan_select(&x->sql, &o, x->orphan_after, hi, ORPHAN_STEP_ROWS, NULL, 0);
+        dsp_db_sql_orphan_select(&x->sql, &x->db->names, &o, x->orphan_after, hi, ORPHAN_STEP_ROWS,
+                                 NULL, 0);
         if (x->sql.oom || (found = orphan_ids(x)) < 0)
             return x->sql.oom ? CLAIM_SERVE : CLAIM_DROP;
         if (found > 0) {
             dsp_strbuf_reset(&x->sql);
-            dsp_db_sql_orphan_select(&x->sql, &o, 0, 0, 0, x->recover_ids, (size_t)found);
+            dsp_db_sql_orphan_select(&x->sql, &x->db->names, &o, 0, 0, 0, x->recover_ids,
+                                     (size_t)found);
             if (x->sql.oom || (found = orphan_ids(x)) < 0)
                 return x->sql.oom ? CLAIM_SERVE : CLAIM_DROP;
         }
         if (found > 0) {
             dsp_strbuf_reset(&x->sql);
-            dsp_db_sql_orphan_recover(&x->sql, &o, dsp_wall_ms(), x->recover_ids, (size_t)found);
+            dsp_db_sql_orphan_recover(&x->sql, &x->db->names, &o, dsp_wall_ms(), x->recover_ids,
+                                      (size_t)found);
             if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0)
                 return x->sql.oom ? CLAIM_SERVE : CLAIM_DROP;
         }

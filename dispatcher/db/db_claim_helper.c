@@ -59,10 +59,11 @@ static int half_fence(dsp_claim_half *h)
 {
     uint64_t v;
     bool isnull;
+    char sql[64 + DSP_TABLE_IDENT_CAP];
 
-    if (dsp_dbi_query_u64(&h->c,
-                          "SELECT value FROM taskpush_meta WHERE name = 'epoch' LOCK IN SHARE MODE",
-                          &v, &isnull, 0) != 0)
+    snprintf(sql, sizeof sql, "SELECT value FROM %s WHERE name = 'epoch' LOCK IN SHARE MODE",
+             h->db->names.meta);
+    if (dsp_dbi_query_u64(&h->c, sql, &v, &isnull, 0) != 0)
         return -1;
     return !isnull && v == h->epoch ? 1 : 0;
 }
@@ -76,7 +77,7 @@ static int half_lock(dsp_claim_half *h)
     dsp_strbuf_reset(&h->ids_csv);
     dsp_db_sql_id_csv(&h->ids_csv, h->ids, h->n);
     dsp_strbuf_reset(&h->sql);
-    dsp_db_sql_claim_lock(&h->sql, h->now_ms, h->ids_csv.p, h->ids_csv.len);
+    dsp_db_sql_claim_lock(&h->sql, &h->db->names, h->now_ms, h->ids_csv.p, h->ids_csv.len);
     if (h->ids_csv.oom || h->sql.oom)
         return -1;
     atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
@@ -133,7 +134,8 @@ static int half_run(dsp_claim_half *h)
             dsp_db_sql_id_csv(&h->ids_csv, h->locked, h->nlocked);
         }
         dsp_strbuf_reset(&h->sql);
-        dsp_db_sql_claim_mark(&h->sql, h->epoch, dsp_wall_ms(), h->ids_csv.p, h->ids_csv.len);
+        dsp_db_sql_claim_mark(&h->sql, &h->db->names, h->epoch, dsp_wall_ms(), h->ids_csv.p,
+                              h->ids_csv.len);
         if (h->ids_csv.oom || h->sql.oom || dsp_dbi_exec(&h->c, h->sql.p, h->sql.len, NULL) < 0)
             return -1;
         /* Its own task_claim row, in its own transaction (db_claim.c claim_mark). */

@@ -18,7 +18,7 @@ int dsp_dbi_claim_list(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, uint32_t e
 {
     *seq = atomic_fetch_add_explicit(&db->claim_seq, 1, memory_order_relaxed) + 1;
     dsp_strbuf_reset(sql);
-    dsp_db_sql_claim_log_insert(sql, epoch, *seq, db->shard, ids_csv, len);
+    dsp_db_sql_claim_log_insert(sql, &db->names, epoch, *seq, db->shard, ids_csv, len);
     if (sql->oom)
         return -2;
     return dsp_dbi_exec(c, sql->p, sql->len, NULL) < 0 ? -1 : 0;
@@ -122,7 +122,7 @@ void dsp_dbi_claims_delete_settled(dsp_db *db, struct dbconn *c, dsp_strbuf *sql
         db->nsettled -= n;
         pthread_mutex_unlock(&db->mu);
         dsp_strbuf_reset(sql);
-        dsp_db_sql_claim_log_delete(sql, epoch, seqs, n);
+        dsp_db_sql_claim_log_delete(sql, &db->names, epoch, seqs, n);
         if (sql->oom || dsp_dbi_exec(c, sql->p, sql->len, &affected) < 0) {
             /* Listed again for the next batch; the write connection logs its errors. */
             pthread_mutex_lock(&db->mu);

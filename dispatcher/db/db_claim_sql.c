@@ -1,6 +1,8 @@
 /* db_claim_sql: see db_claim_sql.h. */
 #include "db_claim_sql.h"
 
+#include "tables.h"
+
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -90,7 +92,7 @@ size_t dsp_claim_sql_select_bound(const char *const *types, size_t ntypes)
 {
     /* One part without its type literal, with the longest numbers: 20 digits for now_ms
      * and 10 for the limit. Counted generously; the test checks it holds. */
-    static const size_t part_fixed = 400 + DSP_CLAIM_SQL_AFTER_MAX;
+    static const size_t part_fixed = 400 + DSP_CLAIM_SQL_AFTER_MAX + DSP_TABLE_NAME_MAX;
     size_t total = 1, i;
 
     for (i = 0; i < ntypes; i++) {
@@ -105,7 +107,7 @@ size_t dsp_claim_sql_select_bound(const char *const *types, size_t ntypes)
 static int claim_union(char *buf, size_t cap, const char *columns, const char *tail,
                        const char *const *types, size_t ntypes, int64_t now_ms, unsigned limit,
                        const uint8_t *after_prio, const uint64_t *after_id,
-                       dsp_claim_sql_quote_fn quote, void *quote_ctx)
+                       dsp_claim_sql_quote_fn quote, void *quote_ctx, const dsp_table_names *t)
 {
     struct sqlbuf b = {buf, cap, 0, 0};
     size_t i;
@@ -127,8 +129,10 @@ static int claim_union(char *buf, size_t cap, const char *columns, const char *t
         }
         if (i > 0)
             sqlbuf_puts(&b, " UNION ALL ");
-        sqlbuf_printf(&b, "(SELECT %s FROM task FORCE INDEX (claim_idx)"
-                          " WHERE claim_lane = 0 AND `delayed` = 0 AND task_type = ", columns);
+        sqlbuf_printf(&b,
+                      "(SELECT %s FROM %s FORCE INDEX (claim_idx)"
+                      " WHERE claim_lane = 0 AND `delayed` = 0 AND task_type = ",
+                      columns, t ? t->task : DSP_TABLE_NAME_DEFAULT);
         if (b.bad)
             break;
         /* The literal goes straight into the buffer; one byte stays for the NUL. */
@@ -156,21 +160,21 @@ int dsp_claim_sql_select(char *buf, size_t cap, const char *const *types, size_t
                          void *quote_ctx)
 {
     return claim_union(buf, cap, DSP_CLAIM_SQL_COLUMNS, " FOR UPDATE SKIP LOCKED", types, ntypes,
-                       now_ms, limit, NULL, NULL, quote, quote_ctx);
+                       now_ms, limit, NULL, NULL, quote, quote_ctx, NULL);
 }
 
 int dsp_claim_sql_candidates(char *buf, size_t cap, const char *const *types, size_t ntypes,
                              int64_t now_ms, unsigned limit, dsp_claim_sql_quote_fn quote,
-                             void *quote_ctx)
+                             void *quote_ctx, const dsp_table_names *t)
 {
-    return claim_union(buf, cap, DSP_CLAIM_SQL_CAND_COLUMNS, "", types, ntypes, now_ms, limit,
-                       NULL, NULL, quote, quote_ctx);
+    return claim_union(buf, cap, DSP_CLAIM_SQL_CAND_COLUMNS, "", types, ntypes, now_ms, limit, NULL,
+                       NULL, quote, quote_ctx, t);
 }
 
-int dsp_claim_sql_candidates_after(char *buf, size_t cap, const char *const *types,
-                                   size_t ntypes, int64_t now_ms, unsigned limit,
-                                   const uint8_t *after_prio, const uint64_t *after_id,
-                                   dsp_claim_sql_quote_fn quote, void *quote_ctx)
+int dsp_claim_sql_candidates_after(char *buf, size_t cap, const char *const *types, size_t ntypes,
+                                   int64_t now_ms, unsigned limit, const uint8_t *after_prio,
+                                   const uint64_t *after_id, dsp_claim_sql_quote_fn quote,
+                                   void *quote_ctx, const dsp_table_names *t)
 {
     if (after_prio == NULL || after_id == NULL) {
         if (buf != NULL && cap > 0)
@@ -178,21 +182,21 @@ int dsp_claim_sql_candidates_after(char *buf, size_t cap, const char *const *typ
         return -1;
     }
     return claim_union(buf, cap, DSP_CLAIM_SQL_CAND_COLUMNS, "", types, ntypes, now_ms, limit,
-                       after_prio, after_id, quote, quote_ctx);
+                       after_prio, after_id, quote, quote_ctx, t);
 }
 
 int dsp_claim_sql_promote(char *buf, size_t cap, int64_t now_ms, unsigned limit)
 {
-    return dsp_claim_sql_promote_in(buf, cap, now_ms, limit, NULL);
+    return dsp_claim_sql_promote_in(buf, cap, now_ms, limit, NULL, NULL);
 }
 
 int dsp_claim_sql_demote(char *buf, size_t cap, int64_t now_ms, unsigned limit)
 {
-    return dsp_claim_sql_demote_in(buf, cap, now_ms, limit, NULL);
+    return dsp_claim_sql_demote_in(buf, cap, now_ms, limit, NULL, NULL);
 }
 
-int dsp_claim_sql_promote_in(char *buf, size_t cap, int64_t now_ms, unsigned limit,
-                             const char *in)
+int dsp_claim_sql_promote_in(char *buf, size_t cap, int64_t now_ms, unsigned limit, const char *in,
+                             const dsp_table_names *t)
 {
     struct sqlbuf b = {buf, cap, 0, 0};
 
@@ -201,14 +205,14 @@ int dsp_claim_sql_promote_in(char *buf, size_t cap, int64_t now_ms, unsigned lim
     if (limit == 0 || now_ms < 0)
         b.bad = 1;
     sqlbuf_printf(&b,
-                  "UPDATE task FORCE INDEX (delay_idx) SET `delayed` = 0"
+                  "UPDATE %s FORCE INDEX (delay_idx) SET `delayed` = 0"
                   " WHERE `delayed` = 1 AND run_after <= %" PRId64 "%s LIMIT %u",
-                  now_ms, in ? in : "", limit);
+                  t ? t->task : DSP_TABLE_NAME_DEFAULT, now_ms, in ? in : "", limit);
     return sqlbuf_finish(&b);
 }
 
-int dsp_claim_sql_demote_in(char *buf, size_t cap, int64_t now_ms, unsigned limit,
-                            const char *in)
+int dsp_claim_sql_demote_in(char *buf, size_t cap, int64_t now_ms, unsigned limit, const char *in,
+                            const dsp_table_names *t)
 {
     struct sqlbuf b = {buf, cap, 0, 0};
 
@@ -217,9 +221,9 @@ int dsp_claim_sql_demote_in(char *buf, size_t cap, int64_t now_ms, unsigned limi
     if (limit == 0 || now_ms < 0)
         b.bad = 1;
     sqlbuf_printf(&b,
-                  "UPDATE task FORCE INDEX (delay_idx) SET `delayed` = 1"
+                  "UPDATE %s FORCE INDEX (delay_idx) SET `delayed` = 1"
                   " WHERE `delayed` = 0 AND task_state = 0"
                   " AND run_after > %" PRId64 "%s LIMIT %u",
-                  now_ms, in ? in : "", limit);
+                  t ? t->task : DSP_TABLE_NAME_DEFAULT, now_ms, in ? in : "", limit);
     return sqlbuf_finish(&b);
 }

@@ -26,6 +26,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The table names (common/tables.h): the builders that take one name its tables; NULL
+ * means the default, task. Those without one (the one-statement claim, the plain
+ * sweeps) write task's. */
+struct dsp_table_names;
+
 /* The length a builder returns is the only sign that it worked: use it. */
 #define DSP_CLAIM_SQL_MUST_USE __attribute__((warn_unused_result))
 
@@ -70,6 +75,12 @@ enum dsp_claim_col {
 
 /* Reads the schema version sql/schema.sql wrote (one row, one column). */
 #define DSP_CLAIM_SQL_SCHEMA_VERSION "SELECT value FROM taskpush_meta WHERE name = 'schema_version'"
+
+/* The same two for any table names: printf formats of one %s, the meta table's name
+ * (common/tables.h; taskpush_meta for task gives the texts above). */
+#define DSP_CLAIM_SQL_EPOCH_NEXT_FMT                                                               \
+    "UPDATE %s SET value = LAST_INSERT_ID(value + 1) WHERE name = 'epoch'"
+#define DSP_CLAIM_SQL_SCHEMA_VERSION_FMT "SELECT value FROM %s WHERE name = 'schema_version'"
 
 /* The schema version this code was written for: the one sql/schema.sql writes and the last
  * sql/migrations file reaches (the build checks both, see embed.py --migrations). */
@@ -124,10 +135,10 @@ DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_select(char *buf, size_t cap, const cha
  * being changed by other transactions), which made the one-statement claim several
  * times slower under load than the same read without locks. Same arguments and
  * returns as dsp_claim_sql_select(), and the same bound. */
-DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_candidates(char *buf, size_t cap,
-                                                    const char *const *types, size_t ntypes,
-                                                    int64_t now_ms, unsigned limit,
-                                                    dsp_claim_sql_quote_fn quote, void *quote_ctx);
+DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_candidates(char *buf, size_t cap, const char *const *types,
+                                                    size_t ntypes, int64_t now_ms, unsigned limit,
+                                                    dsp_claim_sql_quote_fn quote, void *quote_ctx,
+                                                    const struct dsp_table_names *t);
 
 /* The candidates after a position: the same parts as dsp_claim_sql_candidates(), each
  * with " AND (task_priority < P OR (task_priority = P AND task_id > ID))" for its own
@@ -135,13 +146,11 @@ DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_candidates(char *buf, size_t cap,
  * already tried (a range of claim_idx in ORDER BY order, no filesort). A claim whose
  * rows were locked by another transaction reads past them this way (db_claim.c).
  * Same returns and bound as dsp_claim_sql_candidates(); -1 also for NULL arrays. */
-DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_candidates_after(char *buf, size_t cap,
-                                                          const char *const *types, size_t ntypes,
-                                                          int64_t now_ms, unsigned limit,
-                                                          const uint8_t *after_prio,
-                                                          const uint64_t *after_id,
-                                                          dsp_claim_sql_quote_fn quote,
-                                                          void *quote_ctx);
+DSP_CLAIM_SQL_MUST_USE int
+dsp_claim_sql_candidates_after(char *buf, size_t cap, const char *const *types, size_t ntypes,
+                               int64_t now_ms, unsigned limit, const uint8_t *after_prio,
+                               const uint64_t *after_id, dsp_claim_sql_quote_fn quote,
+                               void *quote_ctx, const struct dsp_table_names *t);
 
 /* The longest text a part's position adds (dsp_claim_sql_candidates_after). */
 #define DSP_CLAIM_SQL_AFTER_MAX 96
@@ -170,8 +179,10 @@ DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_demote(char *buf, size_t cap, int64_t n
  * shard moves only its own types' rows between the lanes. A range of delay_idx still,
  * the type checked on each row it reads. */
 DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_promote_in(char *buf, size_t cap, int64_t now_ms,
-                                                    unsigned limit, const char *in);
+                                                    unsigned limit, const char *in,
+                                                    const struct dsp_table_names *t);
 DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_demote_in(char *buf, size_t cap, int64_t now_ms,
-                                                   unsigned limit, const char *in);
+                                                   unsigned limit, const char *in,
+                                                   const struct dsp_table_names *t);
 
 #endif

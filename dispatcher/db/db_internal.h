@@ -152,6 +152,8 @@ struct dsp_db {
     char lease_row[48];
     char epoch_row[48];
     char shard[DSP_SHARD_NAME_MAX + 1]; /* "" when unsharded: task_claim.shard */
+    /* The tables' names (--table), for every statement: set once in dsp_db_new. */
+    dsp_table_names names;
 
     pthread_mutex_t mu;
     pthread_cond_t claim_cv;

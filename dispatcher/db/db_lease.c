@@ -388,13 +388,13 @@ static void kill_old(struct lease_ctx *x, const char *conns)
  * migrations only know 'lease'); the name is [A-Za-z0-9_.-] (shard.c). 0 or -1. */
 static int shard_row_make(struct lease_ctx *x)
 {
-    char sql[128];
+    char sql[128 + DSP_TABLE_IDENT_CAP];
     uint64_t n;
 
     if (x->db->in == NULL || x->row_made)
         return 0;
-    snprintf(sql, sizeof sql, "INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('%s', 0)",
-             x->db->lease_row);
+    snprintf(sql, sizeof sql, "INSERT IGNORE INTO %s (name, value) VALUES ('%s', 0)",
+             x->db->names.meta, x->db->lease_row);
     if (dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
         return -1;
     x->row_made = true;
@@ -410,11 +410,11 @@ static void lease_release(struct lease_ctx *x);
 
 static int mixed_check(struct lease_ctx *x)
 {
-    char sql[256], row[1][COL_MAX];
+    char sql[256 + DSP_TABLE_IDENT_CAP], row[1][COL_MAX];
 
     snprintf(sql, sizeof sql,
-             "SELECT COUNT(*) FROM taskpush_meta WHERE %s AND holder <> 0 AND expires_ms >= "
-             DB_NOW_MS, x->db->in ? "name = 'lease'" : "name LIKE 'lease:%'");
+             "SELECT COUNT(*) FROM %s WHERE %s AND holder <> 0 AND expires_ms >= " DB_NOW_MS,
+             x->db->names.meta, x->db->in ? "name = 'lease'" : "name LIKE 'lease:%'");
     if (query_row(&x->c, sql, row, 1, 0) != 0)
         return -1;
     if (strcmp(row[0], "0") == 0) {
@@ -433,21 +433,22 @@ static int mixed_check(struct lease_ctx *x)
 static int lease_acquire(struct lease_ctx *x)
 {
     dsp_db *db = x->db;
-    char row[4][COL_MAX], conns[128], sql[512];
+    char row[4][COL_MAX], conns[128], sql[512 + DSP_TABLE_IDENT_CAP];
     uint64_t ids[LEASE_NCONN], old, found;
     int64_t exp, now, t0;
     int rc;
 
     if (shard_row_make(x) < 0)
         return -1;
-    snprintf(sql, sizeof sql, "SELECT holder, expires_ms, conns, " DB_NOW_MS
-                              " FROM taskpush_meta WHERE name = '%s'", db->lease_row);
+    snprintf(sql, sizeof sql,
+             "SELECT holder, expires_ms, conns, " DB_NOW_MS " FROM %s WHERE name = '%s'",
+             db->names.meta, db->lease_row);
     rc = query_row(&x->c, sql, row, 4, ER_BAD_FIELD_);
     if (rc < 0 && x->c.err != ER_BAD_FIELD_)
         return -1;
     if (rc != 0) {
         if (!x->row_logged)
-            log_warn(db->log, "taskpush_meta has no lease row; run taskpushd --migrate");
+            log_warn(db->log, "%s has no lease row; run taskpushd --migrate", db->names.meta);
         x->row_logged = true;
         return 0;
     }
@@ -469,10 +470,11 @@ static int lease_acquire(struct lease_ctx *x)
     conns_text(x, ids, conns, sizeof conns);
     /* Compare-and-swap on what was read: nobody renewed or took it in between. */
     snprintf(sql, sizeof sql,
-             "UPDATE taskpush_meta SET holder = %" PRIu64 ", expires_ms = " DB_NOW_MS
-             " + %" PRId64 ", value = 0, conns = '%s' WHERE name = '%s' AND holder = %" PRIu64
+             "UPDATE %s SET holder = %" PRIu64 ", expires_ms = " DB_NOW_MS " + %" PRId64
+             ", value = 0, conns = '%s' WHERE name = '%s' AND holder = %" PRIu64
              " AND expires_ms = %s",
-             x->holder, x->lease_ms, conns, db->lease_row, old, exp >= 0 ? row[1] : "expires_ms");
+             db->names.meta, x->holder, x->lease_ms, conns, db->lease_row, old,
+             exp >= 0 ? row[1] : "expires_ms");
     t0 = dsp_now_ms();
     if (dsp_dbi_exec(&x->c, sql, strlen(sql), &found) < 0)
         return -1;
@@ -505,7 +507,7 @@ static int lease_acquire(struct lease_ctx *x)
 static int lease_renew(struct lease_ctx *x)
 {
     dsp_db *db = x->db;
-    char conns[128], sql[384];
+    char conns[128], sql[384 + DSP_TABLE_IDENT_CAP];
     uint64_t ids[LEASE_NCONN], found;
     uint32_t epoch = atomic_load(&db->leader) ? atomic_load(&db->epoch) : 0;
     int64_t t0;
@@ -516,9 +518,9 @@ static int lease_renew(struct lease_ctx *x)
     pthread_mutex_unlock(&db->mu);
     conns_text(x, ids, conns, sizeof conns);
     snprintf(sql, sizeof sql,
-             "UPDATE taskpush_meta SET expires_ms = " DB_NOW_MS " + %" PRId64 ", value = %" PRIu32
+             "UPDATE %s SET expires_ms = " DB_NOW_MS " + %" PRId64 ", value = %" PRIu32
              ", conns = '%s' WHERE name = '%s' AND holder = %" PRIu64,
-             x->lease_ms, epoch, conns, db->lease_row, x->holder);
+             db->names.meta, x->lease_ms, epoch, conns, db->lease_row, x->holder);
     t0 = dsp_now_ms();
     if (dsp_dbi_exec(&x->c, sql, strlen(sql), &found) < 0)
         return -1;
@@ -544,14 +546,15 @@ static int lease_renew(struct lease_ctx *x)
  * expire. */
 static void lease_release(struct lease_ctx *x)
 {
-    char sql[160];
+    char sql[160 + DSP_TABLE_IDENT_CAP];
     uint64_t n;
 
     if (x->c.m == NULL || !x->took)
         return;
     snprintf(sql, sizeof sql,
-             "UPDATE taskpush_meta SET holder = 0, expires_ms = 0, value = 0, conns = ''"
-             " WHERE name = '%s' AND holder = %" PRIu64, x->db->lease_row, x->holder);
+             "UPDATE %s SET holder = 0, expires_ms = 0, value = 0, conns = ''"
+             " WHERE name = '%s' AND holder = %" PRIu64,
+             x->db->names.meta, x->db->lease_row, x->holder);
     if (dsp_dbi_exec(&x->c, sql, strlen(sql), &n) == 0 && n == 1)
         log_debug(x->db->log, "gave the table's lease back");
 }

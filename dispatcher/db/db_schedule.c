@@ -95,9 +95,12 @@ static void sched_fire(struct sched_ctx *x, uint64_t id, const char *name, int64
     dsp_strbuf *b = &x->sql;
     uint64_t rows = 0, moved = 0;
     dsp_strbuf_reset(b);
-    dsp_strbuf_puts(b, "INSERT IGNORE INTO task (task_type, task_priority, payload, dedup_key, run_after)"
-                       " SELECT s.task_type, s.task_priority, s.payload,"
-                       " CONCAT('schedule:', s.name, ':', d.due), d.due FROM task_schedule s JOIN (");
+    dsp_strbuf_printf(
+        b,
+        "INSERT IGNORE INTO %s (task_type, task_priority, payload, dedup_key, run_after)"
+        " SELECT s.task_type, s.task_priority, s.payload,"
+        " CONCAT('schedule:', s.name, ':', d.due), d.due FROM %s s JOIN (",
+        x->db->names.task, x->db->names.schedule);
     for (size_t i = 0; i < n; i++)
         dsp_strbuf_printf(b, "%sSELECT %" PRId64 " AS due", i ? " UNION ALL " : "", x->due[i]);
     dsp_strbuf_printf(b, ") d WHERE s.schedule_id = %" PRIu64, id);
@@ -108,11 +111,11 @@ static void sched_fire(struct sched_ctx *x, uint64_t id, const char *name, int64
         return;
     }
     x->inserted += rows;
-    char upd[160];
+    char upd[160 + DSP_TABLE_IDENT_CAP];
     int ul = snprintf(upd, sizeof upd,
-                      "UPDATE task_schedule SET next_run = %" PRId64 " WHERE schedule_id = %" PRIu64
+                      "UPDATE %s SET next_run = %" PRId64 " WHERE schedule_id = %" PRIu64
                       " AND next_run = %" PRId64,
-                      next, id, old);
+                      x->db->names.schedule, next, id, old);
     if (dsp_dbi_exec(&x->c, upd, (size_t)ul, &moved) < 0) {
         sched_failed(x);
         return;
@@ -125,11 +128,11 @@ static void sched_fire(struct sched_ctx *x, uint64_t id, const char *name, int64
  * is bad or never matches again (looked at again in SCHED_BAD_RETRY_MS). */
 static void sched_move(struct sched_ctx *x, uint64_t id, int64_t old, int64_t next)
 {
-    char upd[160];
+    char upd[160 + DSP_TABLE_IDENT_CAP];
     int ul = snprintf(upd, sizeof upd,
-                      "UPDATE task_schedule SET next_run = %" PRId64 " WHERE schedule_id = %" PRIu64
+                      "UPDATE %s SET next_run = %" PRId64 " WHERE schedule_id = %" PRIu64
                       " AND next_run = %" PRId64,
-                      next, id, old);
+                      x->db->names.schedule, next, id, old);
     if (dsp_dbi_exec(&x->c, upd, (size_t)ul, NULL) < 0)
         sched_failed(x);
 }
@@ -171,11 +174,11 @@ static void sched_round(struct sched_ctx *x)
     int64_t now = db_now_ms(x);
     if (now < 0)
         return;
-    char q[256];
+    char q[256 + DSP_TABLE_IDENT_CAP];
     int ql = snprintf(q, sizeof q,
                       "SELECT schedule_id, name, interval_ms, cron, missed, catch_up_max, next_run"
-                      " FROM task_schedule WHERE next_run <= %" PRId64 " ORDER BY next_run LIMIT %d",
-                      now, SCHED_ROUND_MAX);
+                      " FROM %s WHERE next_run <= %" PRId64 " ORDER BY next_run LIMIT %d",
+                      x->db->names.schedule, now, SCHED_ROUND_MAX);
     MYSQL_RES *res = sched_query(x, q, (size_t)ql);
     if (!res)
         return;
@@ -190,7 +193,8 @@ static void sched_round(struct sched_ctx *x)
     }
     if (!x->c.m)
         return;
-    static const char qmin[] = "SELECT MIN(next_run) FROM task_schedule";
+    char qmin[32 + DSP_TABLE_IDENT_CAP];
+    snprintf(qmin, sizeof qmin, "SELECT MIN(next_run) FROM %s", x->db->names.schedule);
     uint64_t first = 0;
     bool isnull = false;
     int64_t wait = SCHED_LIST_MS;
@@ -210,11 +214,12 @@ static void row_copy(char *dst, size_t cap, const char *src)
 /* Reads the listing (by name, at most DSP_SCHEDULES_LISTED) and publishes it. */
 static void sched_list(struct sched_ctx *x)
 {
-    char q[256];
-    int ql = snprintf(q, sizeof q,
-                      "SELECT name, task_type, interval_ms, cron, missed, catch_up_max, task_priority, next_run"
-                      " FROM task_schedule ORDER BY name LIMIT %d",
-                      DSP_SCHEDULES_LISTED + 1);
+    char q[256 + DSP_TABLE_IDENT_CAP];
+    int ql = snprintf(
+        q, sizeof q,
+        "SELECT name, task_type, interval_ms, cron, missed, catch_up_max, task_priority, next_run"
+        " FROM %s ORDER BY name LIMIT %d",
+        x->db->names.schedule, DSP_SCHEDULES_LISTED + 1);
     MYSQL_RES *res = sched_query(x, q, (size_t)ql);
     if (!res)
         return;

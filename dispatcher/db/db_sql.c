@@ -153,12 +153,13 @@ size_t dsp_db_sql_write_row_cost(int kind, const dsp_db_sql_row *row)
     return cost;
 }
 
-bool dsp_db_sql_write(dsp_strbuf *b, int kind, uint32_t epoch, int64_t now_ms,
-                      const dsp_db_sql_row *rows, size_t n)
+bool dsp_db_sql_write(dsp_strbuf *b, const dsp_table_names *t, int kind, uint32_t epoch,
+                      int64_t now_ms, const dsp_db_sql_row *rows, size_t n)
 {
+    t = dsp_table_names_or_task(t);
     if (n == 0 || kind < 0 || kind >= DSP_WRITE_KINDS)
         return false;
-    dsp_strbuf_puts(b, "UPDATE task FORCE INDEX (PRIMARY) SET ");
+    dsp_strbuf_printf(b, "UPDATE %s FORCE INDEX (PRIMARY) SET ", t->task);
     dsp_strbuf_puts(b, kind_set[kind]);
     if (kind == DSP_WRITE_RETRY)
         put_column(b, "run_after", COL_RUN_AFTER, kind, rows, n);
@@ -173,10 +174,11 @@ bool dsp_db_sql_write(dsp_strbuf *b, int kind, uint32_t epoch, int64_t now_ms,
     return true;
 }
 
-void dsp_db_sql_write_result_param(dsp_strbuf *b, uint32_t epoch, int64_t now_ms,
-                                   const dsp_db_sql_row *row)
+void dsp_db_sql_write_result_param(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                                   int64_t now_ms, const dsp_db_sql_row *row)
 {
-    dsp_strbuf_puts(b, "UPDATE task FORCE INDEX (PRIMARY) SET ");
+    t = dsp_table_names_or_task(t);
+    dsp_strbuf_printf(b, "UPDATE %s FORCE INDEX (PRIMARY) SET ", t->task);
     dsp_strbuf_puts(b, kind_set[DSP_WRITE_SUCCEEDED]);
     dsp_strbuf_put_u64(b, ", result = ?, attempts = ", row->attempts);
     dsp_strbuf_printf(b, ", last_update_time = %" PRId64, now_ms);
@@ -197,10 +199,14 @@ static void put_id_csv_list(dsp_strbuf *b, const char *ids_csv, size_t len)
     dsp_strbuf_puts(b, ")");
 }
 
-void dsp_db_sql_claim_lock(dsp_strbuf *b, int64_t now_ms, const char *ids_csv, size_t len)
+void dsp_db_sql_claim_lock(dsp_strbuf *b, const dsp_table_names *t, int64_t now_ms,
+                           const char *ids_csv, size_t len)
 {
-    dsp_strbuf_puts(b, "SELECT task_id, attempts, max_attempts, timeout_ms, payload"
-                       " FROM task FORCE INDEX (PRIMARY)");
+    t = dsp_table_names_or_task(t);
+    dsp_strbuf_printf(b,
+                      "SELECT task_id, attempts, max_attempts, timeout_ms, payload"
+                      " FROM %s FORCE INDEX (PRIMARY)",
+                      t->task);
     put_id_csv_list(b, ids_csv, len);
     dsp_strbuf_printf(b,
                       " AND task_state = 0 AND `delayed` = 0 AND run_after <= %" PRId64
@@ -208,38 +214,42 @@ void dsp_db_sql_claim_lock(dsp_strbuf *b, int64_t now_ms, const char *ids_csv, s
                       now_ms);
 }
 
-void dsp_db_sql_claim_mark(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const char *ids_csv,
-                           size_t len)
+void dsp_db_sql_claim_mark(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch, int64_t now_ms,
+                           const char *ids_csv, size_t len)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
-                      "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 1, epoch = %" PRIu32
+                      "UPDATE %s FORCE INDEX (PRIMARY) SET task_state = 1, epoch = %" PRIu32
                       ", last_update_time = %" PRId64,
-                      epoch, now_ms);
+                      t->task, epoch, now_ms);
     put_id_csv_list(b, ids_csv, len);
 }
 
-void dsp_db_sql_release_ids(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const uint64_t *ids,
-                            size_t n)
+void dsp_db_sql_release_ids(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch, int64_t now_ms,
+                            const uint64_t *ids, size_t n)
 {
-    dsp_strbuf_printf(b,
-                      "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 0, last_update_time = %" PRId64,
-                      now_ms);
+    t = dsp_table_names_or_task(t);
+    dsp_strbuf_printf(
+        b, "UPDATE %s FORCE INDEX (PRIMARY) SET task_state = 0, last_update_time = %" PRId64,
+        t->task, now_ms);
     put_id_list(b, ids, NULL, n);
     dsp_strbuf_printf(b, " AND task_state = 1 AND epoch = %" PRIu32, epoch);
 }
 
-void dsp_db_sql_lock_free(dsp_strbuf *b, uint32_t epoch, const dsp_db_sql_row *rows,
-                          const uint8_t *skip, size_t n)
+void dsp_db_sql_lock_free(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                          const dsp_db_sql_row *rows, const uint8_t *skip, size_t n)
 {
-    dsp_strbuf_puts(b, "SELECT task_id FROM task FORCE INDEX (PRIMARY)");
+    t = dsp_table_names_or_task(t);
+    dsp_strbuf_printf(b, "SELECT task_id FROM %s FORCE INDEX (PRIMARY)", t->task);
     put_id_list_masked(b, rows, skip, n);
     dsp_strbuf_printf(b, " AND task_state = 1 AND epoch = %" PRIu32 " FOR UPDATE SKIP LOCKED", epoch);
 }
 
-void dsp_db_sql_still_ours(dsp_strbuf *b, uint32_t epoch, const dsp_db_sql_row *rows,
-                           const uint8_t *skip, size_t n)
+void dsp_db_sql_still_ours(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                           const dsp_db_sql_row *rows, const uint8_t *skip, size_t n)
 {
-    dsp_strbuf_puts(b, "SELECT task_id FROM task FORCE INDEX (PRIMARY)");
+    t = dsp_table_names_or_task(t);
+    dsp_strbuf_printf(b, "SELECT task_id FROM %s FORCE INDEX (PRIMARY)", t->task);
     put_id_list_masked(b, rows, skip, n);
     dsp_strbuf_printf(b, " AND task_state = 1 AND epoch = %" PRIu32, epoch);
 }
@@ -275,20 +285,21 @@ static void put_in(dsp_strbuf *b, const char *in)
 
 /* The SET of a recovery: a row back to NEW, or FAILED when its last allowed delivery
  * was made (recovery of an older epoch's listed rows, and of orphans, alike). */
-static void put_recover_set(dsp_strbuf *b, int64_t now_ms)
+static void put_recover_set(dsp_strbuf *b, const dsp_table_names *t, int64_t now_ms)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
-                      "UPDATE task FORCE INDEX (PRIMARY) SET"
+                      "UPDATE %s FORCE INDEX (PRIMARY) SET"
                       " task_state = IF(attempts >= max_attempts, 3, 0),"
                       " `delayed` = 0,"
                       " err_msg = IF(attempts >= max_attempts,"
                       " 'the dispatcher stopped during the last attempt', err_msg),"
                       " last_update_time = %" PRId64,
-                      now_ms);
+                      t->task, now_ms);
 }
 
-void dsp_db_sql_recover_ids(dsp_strbuf *b, uint32_t row_epoch, int64_t now_ms,
-                            const uint64_t *ids, size_t n, const char *in)
+void dsp_db_sql_recover_ids(dsp_strbuf *b, const dsp_table_names *t, uint32_t row_epoch,
+                            int64_t now_ms, const uint64_t *ids, size_t n, const char *in)
 {
     /* attempts already counts every delivery the old dispatcher made: each is written
      * with its outcome, or as a DSP_WRITE_DELIVERED record while it runs (docs: the
@@ -296,7 +307,7 @@ void dsp_db_sql_recover_ids(dsp_strbuf *b, uint32_t row_epoch, int64_t now_ms,
      * a claim that was never delivered. A row whose last allowed delivery was made and
      * whose outcome died with the dispatcher ends FAILED, as it would have had its
      * worker been lost. */
-    put_recover_set(b, now_ms);
+    put_recover_set(b, t, now_ms);
     put_id_list(b, ids, NULL, n);
     dsp_strbuf_printf(b, " AND task_state = 1 AND epoch = %" PRIu32, row_epoch);
     put_in(b, in);
@@ -305,20 +316,23 @@ void dsp_db_sql_recover_ids(dsp_strbuf *b, uint32_t row_epoch, int64_t now_ms,
 /* The orphan condition (db_sql.h): an epoch older than the leader's, or one the counter
  * never handed out. The counter is read in the statement: an epoch taken meanwhile by
  * another shard's leader is at most the counter's value, and so never an orphan's. */
-static void put_orphan_epoch(dsp_strbuf *b, uint32_t epoch)
+static void put_orphan_epoch(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
                       " AND task_state = 1 AND (epoch < %" PRIu32
-                      " OR epoch > (SELECT value FROM taskpush_meta WHERE name = 'epoch'))",
-                      epoch);
+                      " OR epoch > (SELECT value FROM %s WHERE name = 'epoch'))",
+                      epoch, t->meta);
 }
 
-void dsp_db_sql_orphan_range(dsp_strbuf *b, uint64_t after_id, unsigned limit)
+void dsp_db_sql_orphan_range(dsp_strbuf *b, const dsp_table_names *t, uint64_t after_id,
+                             unsigned limit)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
-                      "SELECT COUNT(*), MAX(task_id) FROM (SELECT task_id FROM task FORCE INDEX"
+                      "SELECT COUNT(*), MAX(task_id) FROM (SELECT task_id FROM %s FORCE INDEX"
                       " (PRIMARY) WHERE task_id > %" PRIu64 " ORDER BY task_id LIMIT %u) s",
-                      after_id, limit);
+                      t->task, after_id, limit);
 }
 
 static void put_orphan(dsp_strbuf *b, const dsp_db_sql_orphan *o)
@@ -330,10 +344,12 @@ static void put_orphan(dsp_strbuf *b, const dsp_db_sql_orphan *o)
     put_in(b, o->in);
 }
 
-void dsp_db_sql_orphan_select(dsp_strbuf *b, const dsp_db_sql_orphan *o, uint64_t after_id,
-                              uint64_t hi_id, unsigned limit, const uint64_t *ids, size_t n)
+void dsp_db_sql_orphan_select(dsp_strbuf *b, const dsp_table_names *t, const dsp_db_sql_orphan *o,
+                              uint64_t after_id, uint64_t hi_id, unsigned limit,
+                              const uint64_t *ids, size_t n)
 {
-    dsp_strbuf_puts(b, "SELECT task_id FROM task FORCE INDEX (PRIMARY)");
+    t = dsp_table_names_or_task(t);
+    dsp_strbuf_printf(b, "SELECT task_id FROM %s FORCE INDEX (PRIMARY)", t->task);
     if (ids) {
         put_id_list(b, ids, NULL, n);
         put_orphan(b, o);
@@ -345,57 +361,65 @@ void dsp_db_sql_orphan_select(dsp_strbuf *b, const dsp_db_sql_orphan *o, uint64_
     }
 }
 
-void dsp_db_sql_orphan_recover(dsp_strbuf *b, const dsp_db_sql_orphan *o, int64_t now_ms,
-                               const uint64_t *ids, size_t n)
+void dsp_db_sql_orphan_recover(dsp_strbuf *b, const dsp_table_names *t, const dsp_db_sql_orphan *o,
+                               int64_t now_ms, const uint64_t *ids, size_t n)
 {
-    put_recover_set(b, now_ms);
+    put_recover_set(b, t, now_ms);
     put_id_list(b, ids, NULL, n);
     put_orphan(b, o);
 }
 
-void dsp_db_sql_claim_log_insert(dsp_strbuf *b, uint32_t epoch, uint64_t seq, const char *shard,
-                                 const char *ids_csv, size_t len)
+void dsp_db_sql_claim_log_insert(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                                 uint64_t seq, const char *shard, const char *ids_csv, size_t len)
 {
+    t = dsp_table_names_or_task(t);
     /* The shard name is [A-Za-z0-9_.-] (shard.c) and the list digits and commas: no
      * quoting needed. */
-    dsp_strbuf_printf(b, "INSERT INTO task_claim (epoch, seq, shard, task_ids) VALUES (%" PRIu32
-                         ", %" PRIu64 ", '%s', '",
-                      epoch, seq, shard ? shard : "");
+    dsp_strbuf_printf(
+        b, "INSERT INTO %s (epoch, seq, shard, task_ids) VALUES (%" PRIu32 ", %" PRIu64 ", '%s', '",
+        t->claim, epoch, seq, shard ? shard : "");
     dsp_strbuf_put(b, ids_csv, len);
     dsp_strbuf_puts(b, "')");
 }
 
-void dsp_db_sql_claim_log_delete(dsp_strbuf *b, uint32_t epoch, const uint64_t *seqs, size_t n)
+void dsp_db_sql_claim_log_delete(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                                 const uint64_t *seqs, size_t n)
 {
-    dsp_strbuf_printf(b, "DELETE FROM task_claim WHERE epoch = %" PRIu32 " AND seq IN (", epoch);
+    t = dsp_table_names_or_task(t);
+    dsp_strbuf_printf(b, "DELETE FROM %s WHERE epoch = %" PRIu32 " AND seq IN (", t->claim, epoch);
     for (size_t i = 0; i < n; i++)
         dsp_strbuf_put_u64(b, i ? ", " : "", seqs[i]);
     dsp_strbuf_puts(b, ")");
 }
 
-void dsp_db_sql_claim_log_next(dsp_strbuf *b, uint32_t epoch, const char *shard,
-                               uint32_t after_epoch, uint64_t after_seq)
+void dsp_db_sql_claim_log_next(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                               const char *shard, uint32_t after_epoch, uint64_t after_seq)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
-                      "SELECT epoch, seq, task_ids FROM task_claim WHERE epoch < %" PRIu32
+                      "SELECT epoch, seq, task_ids FROM %s WHERE epoch < %" PRIu32
                       " AND (epoch > %" PRIu32 " OR (epoch = %" PRIu32 " AND seq > %" PRIu64 "))",
-                      epoch, after_epoch, after_epoch, after_seq);
+                      t->claim, epoch, after_epoch, after_epoch, after_seq);
     if (shard)
         dsp_strbuf_printf(b, " AND shard = '%s'", shard);
     dsp_strbuf_puts(b, " ORDER BY epoch, seq LIMIT 1 FOR UPDATE");
 }
 
-void dsp_db_sql_claim_log_probe(dsp_strbuf *b, uint32_t epoch, const char *shard)
+void dsp_db_sql_claim_log_probe(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                                const char *shard)
 {
-    dsp_strbuf_printf(b, "SELECT seq FROM task_claim WHERE epoch < %" PRIu32, epoch);
+    t = dsp_table_names_or_task(t);
+    dsp_strbuf_printf(b, "SELECT seq FROM %s WHERE epoch < %" PRIu32, t->claim, epoch);
     if (shard)
         dsp_strbuf_printf(b, " AND shard = '%s'", shard);
     dsp_strbuf_puts(b, " LIMIT 1");
 }
 
-void dsp_db_sql_still_processing(dsp_strbuf *b, uint32_t row_epoch, const uint64_t *ids, size_t n)
+void dsp_db_sql_still_processing(dsp_strbuf *b, const dsp_table_names *t, uint32_t row_epoch,
+                                 const uint64_t *ids, size_t n)
 {
-    dsp_strbuf_puts(b, "SELECT COUNT(*) FROM task FORCE INDEX (PRIMARY)");
+    t = dsp_table_names_or_task(t);
+    dsp_strbuf_printf(b, "SELECT COUNT(*) FROM %s FORCE INDEX (PRIMARY)", t->task);
     put_id_list(b, ids, NULL, n);
     dsp_strbuf_printf(b, " AND task_state = 1 AND epoch = %" PRIu32, row_epoch);
 }
@@ -441,26 +465,29 @@ static void put_attempt_fence(dsp_strbuf *b, uint32_t attempt)
         dsp_strbuf_puts(b, " AND attempts = 0");
 }
 
-void dsp_db_sql_adopt(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, uint64_t task_id,
-                      uint32_t old_epoch, uint32_t attempt, const char *in)
+void dsp_db_sql_adopt(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch, int64_t now_ms,
+                      uint64_t task_id, uint32_t old_epoch, uint32_t attempt, const char *in)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
-                      "UPDATE task FORCE INDEX (PRIMARY) SET epoch = %" PRIu32
-                      ", attempts = %" PRIu32 ", last_update_time = %" PRId64
-                      " WHERE task_id = %" PRIu64 " AND task_state = 1 AND epoch = %" PRIu32,
-                      epoch, attempt < DSP_DB_ATTEMPTS_MAX ? attempt : DSP_DB_ATTEMPTS_MAX, now_ms,
-                      task_id, old_epoch);
+                      "UPDATE %s FORCE INDEX (PRIMARY) SET epoch = %" PRIu32 ", attempts = %" PRIu32
+                      ", last_update_time = %" PRId64 " WHERE task_id = %" PRIu64
+                      " AND task_state = 1 AND epoch = %" PRIu32,
+                      t->task, epoch, attempt < DSP_DB_ATTEMPTS_MAX ? attempt : DSP_DB_ATTEMPTS_MAX,
+                      now_ms, task_id, old_epoch);
     put_attempt_fence(b, attempt);
     put_in(b, in);
 }
 
-void dsp_db_sql_adopted_row(dsp_strbuf *b, uint32_t epoch, uint64_t task_id, uint32_t attempt)
+void dsp_db_sql_adopted_row(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                            uint64_t task_id, uint32_t attempt)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
-                      "SELECT task_type, max_attempts, task_priority FROM task FORCE INDEX (PRIMARY)"
+                      "SELECT task_type, max_attempts, task_priority FROM %s FORCE INDEX (PRIMARY)"
                       " WHERE task_id = %" PRIu64 " AND task_state = 1 AND epoch = %" PRIu32
                       " AND attempts = %" PRIu32,
-                      task_id, epoch, attempt);
+                      t->task, task_id, epoch, attempt);
 }
 
 void dsp_db_sql_foreign_fence(dsp_strbuf *b, uint32_t attempt, int last)
@@ -474,41 +501,53 @@ void dsp_db_sql_foreign_fence(dsp_strbuf *b, uint32_t attempt, int last)
 
 /* ---- the stats thread ---- */
 
-void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms, const char *in)
+void dsp_db_sql_stats_counts(dsp_strbuf *b, const dsp_table_names *t, int64_t now_ms,
+                             const char *in)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
                       "SELECT claim_lane, `delayed`, task_type, COUNT(*),"
                       " SUM(run_after <= %" PRId64 "),"
                       " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)"
-                      " FROM task FORCE INDEX (claim_idx) WHERE claim_lane IN (0, 3)",
-                      now_ms);
+                      " FROM %s FORCE INDEX (claim_idx) WHERE claim_lane IN (0, 3)",
+                      now_ms, t->task);
     put_in(b, in);
     dsp_strbuf_puts(b, " GROUP BY claim_lane, `delayed`, task_type");
 }
 
-void dsp_db_sql_stats_processing(dsp_strbuf *b, const uint64_t *ids, size_t n, const char *in)
+void dsp_db_sql_stats_processing(dsp_strbuf *b, const dsp_table_names *t, const uint64_t *ids,
+                                 size_t n, const char *in)
 {
-    dsp_strbuf_puts(b, "SELECT task_type, COUNT(*) FROM task FORCE INDEX (PRIMARY)");
+    t = dsp_table_names_or_task(t);
+    dsp_strbuf_printf(b, "SELECT task_type, COUNT(*) FROM %s FORCE INDEX (PRIMARY)", t->task);
     put_id_list(b, ids, NULL, n);
     dsp_strbuf_puts(b, " AND task_state = 1");
     put_in(b, in);
     dsp_strbuf_puts(b, " GROUP BY task_type");
 }
 
-void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap, const char *in)
+void dsp_db_sql_stats_successful(dsp_strbuf *b, const dsp_table_names *t, unsigned cap,
+                                 const char *in)
 {
-    dsp_strbuf_puts(b, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
-                       " WHERE claim_lane = 1");
+    t = dsp_table_names_or_task(t);
+    dsp_strbuf_printf(b,
+                      "SELECT COUNT(*) FROM (SELECT 1 FROM %s FORCE INDEX (claim_idx)"
+                      " WHERE claim_lane = 1",
+                      t->task);
     put_in(b, in);
     dsp_strbuf_printf(b, " LIMIT %u) x", cap);
 }
 
-void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, bool first, const char *type, size_t type_len,
-                                  int priority, int64_t now_ms)
+void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, const dsp_table_names *t, bool first,
+                                  const char *type, size_t type_len, int priority, int64_t now_ms)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_puts(b, first ? "SELECT t, MIN(g) FROM (" : " UNION ALL ");
-    dsp_strbuf_puts(b, "(SELECT task_type t, GREATEST(insert_time, run_after) g FROM task FORCE INDEX (claim_idx)"
-                       " WHERE claim_lane = 0 AND `delayed` = 0 AND task_type = ");
+    dsp_strbuf_printf(
+        b,
+        "(SELECT task_type t, GREATEST(insert_time, run_after) g FROM %s FORCE INDEX (claim_idx)"
+        " WHERE claim_lane = 0 AND `delayed` = 0 AND task_type = ",
+        t->task);
     if (type_len == 0)
         dsp_strbuf_puts(b, "''"); /* put_hex writes NULL for no bytes */
     else
@@ -524,27 +563,29 @@ void dsp_db_sql_stats_oldest_end(dsp_strbuf *b)
     dsp_strbuf_puts(b, ") u GROUP BY t");
 }
 
-void dsp_db_sql_retention(dsp_strbuf *b, int state, int64_t before_ms, unsigned limit,
-                          const char *in)
+void dsp_db_sql_retention(dsp_strbuf *b, const dsp_table_names *t, int state, int64_t before_ms,
+                          unsigned limit, const char *in)
 {
+    t = dsp_table_names_or_task(t);
     if (state != 2 && state != 3)
         return;
     dsp_strbuf_printf(b,
-                      "DELETE FROM task WHERE claim_lane = %d AND task_state = %d"
+                      "DELETE FROM %s WHERE claim_lane = %d AND task_state = %d"
                       " AND last_update_time < %" PRId64,
-                      state == 2 ? 1 : 3, state, before_ms);
+                      t->task, state == 2 ? 1 : 3, state, before_ms);
     put_in(b, in);
     dsp_strbuf_printf(b, " LIMIT %u", limit);
 }
 
-void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, unsigned limit,
-                               const char *in)
+void dsp_db_sql_requeue_failed(dsp_strbuf *b, const dsp_table_names *t, const char *type,
+                               int64_t now_ms, unsigned limit, const char *in)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
-                      "UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0,"
+                      "UPDATE %s FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0,"
                       " `delayed` = 0, run_after = 0, last_update_time = %" PRId64
                       " WHERE claim_lane = 3",
-                      now_ms);
+                      t->task, now_ms);
     if (type) {
         dsp_strbuf_puts(b, " AND task_type = ");
         if (type[0] == '\0')
@@ -558,20 +599,24 @@ void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, 
 
 /* ---- task-level operator requests ---- */
 
-void dsp_db_sql_task_show(dsp_strbuf *b, uint64_t task_id, const char *in)
+void dsp_db_sql_task_show(dsp_strbuf *b, const dsp_table_names *t, uint64_t task_id, const char *in)
 {
-    dsp_strbuf_printf(b,
-                      "SELECT task_id, task_type, task_state, task_priority, attempts, max_attempts,"
-                      " insert_time, last_update_time, run_after, timeout_ms, err_msg,"
-                      " LENGTH(result), LENGTH(payload), epoch, `delayed`"
-                      " FROM task WHERE task_id = %" PRIu64,
-                      task_id);
+    t = dsp_table_names_or_task(t);
+    dsp_strbuf_printf(
+        b,
+        "SELECT task_id, task_type, task_state, task_priority, attempts, max_attempts,"
+        " insert_time, last_update_time, run_after, timeout_ms, err_msg,"
+        " LENGTH(result), LENGTH(payload), epoch, `delayed`"
+        " FROM %s WHERE task_id = %" PRIu64,
+        t->task, task_id);
     put_in(b, in);
 }
 
-void dsp_db_sql_task_state(dsp_strbuf *b, uint64_t task_id, const char *in)
+void dsp_db_sql_task_state(dsp_strbuf *b, const dsp_table_names *t, uint64_t task_id,
+                           const char *in)
 {
-    dsp_strbuf_printf(b, "SELECT task_state FROM task WHERE task_id = %" PRIu64, task_id);
+    t = dsp_table_names_or_task(t);
+    dsp_strbuf_printf(b, "SELECT task_state FROM %s WHERE task_id = %" PRIu64, t->task, task_id);
     put_in(b, in);
 }
 
@@ -583,13 +628,14 @@ static void put_type(dsp_strbuf *b, const char *type, size_t len)
         dsp_strbuf_put_hex(b, (const uint8_t *)type, len, true);
 }
 
-void dsp_db_sql_failed_next_type(dsp_strbuf *b, int lane, const char *after, size_t after_len,
-                                 const char *in)
+void dsp_db_sql_failed_next_type(dsp_strbuf *b, const dsp_table_names *t, int lane,
+                                 const char *after, size_t after_len, const char *in)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
-                      "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx)"
+                      "SELECT MIN(task_type) FROM %s FORCE INDEX (claim_idx)"
                       " WHERE claim_lane = 3 AND `delayed` = %d",
-                      lane);
+                      t->task, lane);
     if (after) {
         dsp_strbuf_puts(b, " AND task_type > ");
         put_type(b, after, after_len);
@@ -597,15 +643,17 @@ void dsp_db_sql_failed_next_type(dsp_strbuf *b, int lane, const char *after, siz
     put_in(b, in);
 }
 
-void dsp_db_sql_failed_part(dsp_strbuf *b, bool first, int lane, const char *type, size_t type_len,
-                            int priority, unsigned limit, unsigned err_max, const char *in)
+void dsp_db_sql_failed_part(dsp_strbuf *b, const dsp_table_names *t, bool first, int lane,
+                            const char *type, size_t type_len, int priority, unsigned limit,
+                            unsigned err_max, const char *in)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_puts(b, first ? "SELECT * FROM (" : " UNION ALL ");
     dsp_strbuf_printf(b,
                       "(SELECT task_id, task_type, task_priority, attempts, max_attempts,"
-                      " last_update_time, LEFT(err_msg, %u) FROM task FORCE INDEX (claim_idx)"
+                      " last_update_time, LEFT(err_msg, %u) FROM %s FORCE INDEX (claim_idx)"
                       " WHERE claim_lane = 3 AND `delayed` = %d AND task_type = ",
-                      err_max, lane);
+                      err_max, t->task, lane);
     put_type(b, type, type_len);
     put_in(b, in);
     dsp_strbuf_printf(b, " AND task_priority = %d ORDER BY task_id DESC LIMIT %u)", priority, limit);
@@ -616,32 +664,38 @@ void dsp_db_sql_failed_end(dsp_strbuf *b, unsigned limit)
     dsp_strbuf_printf(b, ") u ORDER BY task_id DESC LIMIT %u", limit);
 }
 
-void dsp_db_sql_task_retry(dsp_strbuf *b, uint64_t task_id, int64_t now_ms, const char *in)
+void dsp_db_sql_task_retry(dsp_strbuf *b, const dsp_table_names *t, uint64_t task_id,
+                           int64_t now_ms, const char *in)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
-                      "UPDATE task SET task_state = 0, attempts = 0, err_msg = NULL, `delayed` = 0,"
+                      "UPDATE %s SET task_state = 0, attempts = 0, err_msg = NULL, `delayed` = 0,"
                       " run_after = %" PRId64 ", last_update_time = %" PRId64
                       " WHERE task_id = %" PRIu64 " AND task_state = 3",
-                      now_ms, now_ms, task_id);
+                      t->task, now_ms, now_ms, task_id);
     put_in(b, in);
 }
 
-void dsp_db_sql_task_cancel(dsp_strbuf *b, uint64_t task_id, int64_t now_ms, const char *in)
+void dsp_db_sql_task_cancel(dsp_strbuf *b, const dsp_table_names *t, uint64_t task_id,
+                            int64_t now_ms, const char *in)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
-                      "UPDATE task SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
-                      " last_update_time = %" PRId64 " WHERE task_id = %" PRIu64 " AND task_state = 0",
-                      now_ms, task_id);
+                      "UPDATE %s SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
+                      " last_update_time = %" PRId64 " WHERE task_id = %" PRIu64
+                      " AND task_state = 0",
+                      t->task, now_ms, task_id);
     put_in(b, in);
 }
 
-void dsp_db_sql_task_cancel_orphan(dsp_strbuf *b, uint64_t task_id, uint32_t epoch, int64_t now_ms,
-                                   const char *in)
+void dsp_db_sql_task_cancel_orphan(dsp_strbuf *b, const dsp_table_names *t, uint64_t task_id,
+                                   uint32_t epoch, int64_t now_ms, const char *in)
 {
+    t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
-                      "UPDATE task SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
+                      "UPDATE %s SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
                       " last_update_time = %" PRId64 " WHERE task_id = %" PRIu64,
-                      now_ms, task_id);
-    put_orphan_epoch(b, epoch);
+                      t->task, now_ms, task_id);
+    put_orphan_epoch(b, t, epoch);
     put_in(b, in);
 }

@@ -7,12 +7,16 @@
  * value goes into the text as a number or as an X'hex' literal, so nothing depends on
  * sql_mode, the connection character set or escaping; text that came from outside is
  * made valid UTF-8 first (common/utf8.h).
+ *
+ * The builders that name a table take the table names t (common/tables.h, made from
+ * --table); NULL means task's. The texts below show task's names.
  */
 #ifndef TASKPUSH_DISPATCHER_DB_SQL_H
 #define TASKPUSH_DISPATCHER_DB_SQL_H
 
 #include "db.h"
 #include "strbuf.h"
+#include "tables.h"
 #include "utf8.h"
 
 #include <stdbool.h>
@@ -55,16 +59,16 @@ size_t dsp_db_sql_write_row_cost(int kind, const dsp_db_sql_row *row);
  *   RELEASE:   task_state 0, `delayed` 0, attempts, last_update_time (err_msg untouched)
  *   DELIVERED: attempts, last_update_time (the row stays PROCESSING)
  * Returns false for n == 0 or a bad kind (nothing appended). */
-bool dsp_db_sql_write(dsp_strbuf *b, int kind, uint32_t epoch, int64_t now_ms,
-                      const dsp_db_sql_row *rows, size_t n);
+bool dsp_db_sql_write(dsp_strbuf *b, const dsp_table_names *t, int kind, uint32_t epoch,
+                      int64_t now_ms, const dsp_db_sql_row *rows, size_t n);
 
 /* Appends the UPDATE of dsp_db_sql_write for one SUCCEEDED row whose result is the
  * statement's one parameter ('?', sent by dsp_dbi_exec_blob): a result too large for
  * the hex text of a batch.
  *   UPDATE task FORCE INDEX (PRIMARY) SET task_state = 2, result = ?, attempts = A,
  *     last_update_time = now_ms WHERE task_id IN (id) AND task_state = 1 AND epoch = E */
-void dsp_db_sql_write_result_param(dsp_strbuf *b, uint32_t epoch, int64_t now_ms,
-                                   const dsp_db_sql_row *row);
+void dsp_db_sql_write_result_param(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                                   int64_t now_ms, const dsp_db_sql_row *row);
 
 /* Results of this many bytes or more are written by dsp_db_sql_write_result_param, one
  * statement each: their hex text (twice their size) would be copied and parsed for
@@ -86,7 +90,8 @@ void dsp_db_sql_id_csv(dsp_strbuf *b, const uint64_t *ids, size_t n);
  * (cancelled, say) or locked by another transaction is not returned and stays as it is.
  * Rows come in primary-key order, not in the order of the list. ids_csv is the kept
  * ids as dsp_db_sql_id_csv wrote them (len bytes, at least one id). */
-void dsp_db_sql_claim_lock(dsp_strbuf *b, int64_t now_ms, const char *ids_csv, size_t len);
+void dsp_db_sql_claim_lock(dsp_strbuf *b, const dsp_table_names *t, int64_t now_ms,
+                           const char *ids_csv, size_t len);
 
 /* The columns of dsp_db_sql_claim_lock's rows. */
 enum {
@@ -101,25 +106,25 @@ enum {
 /* Appends the claim's mark of exactly the rows it locked (ids_csv as for the lock):
  *   UPDATE task FORCE INDEX (PRIMARY) SET task_state = 1, epoch = E,
  *     last_update_time = now_ms WHERE task_id IN (...) */
-void dsp_db_sql_claim_mark(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const char *ids_csv,
-                           size_t len);
+void dsp_db_sql_claim_mark(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch, int64_t now_ms,
+                           const char *ids_csv, size_t len);
 
 /* Appends the release of rows whose claim may have committed while its answer was
  * lost (back to NEW, no attempt used):
  *   UPDATE task FORCE INDEX (PRIMARY) SET task_state = 0, last_update_time = now_ms
  *   WHERE task_id IN (...) AND task_state = 1 AND epoch = E */
-void dsp_db_sql_release_ids(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, const uint64_t *ids,
-                            size_t n);
+void dsp_db_sql_release_ids(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch, int64_t now_ms,
+                            const uint64_t *ids, size_t n);
 
 /* The write thread's way round a row locked by another transaction (see db_write.c
  * write_skip_locked). Both read the ids of rows[0..n) whose skip[i] is 0 (all when skip
  * is NULL) that are still PROCESSING under epoch:
  *   lock_free:  SELECT task_id ... FOR UPDATE SKIP LOCKED (locks those free to lock)
  *   still_ours: SELECT task_id ... (a plain read: no lock, no wait) */
-void dsp_db_sql_lock_free(dsp_strbuf *b, uint32_t epoch, const dsp_db_sql_row *rows,
-                          const uint8_t *skip, size_t n);
-void dsp_db_sql_still_ours(dsp_strbuf *b, uint32_t epoch, const dsp_db_sql_row *rows,
-                           const uint8_t *skip, size_t n);
+void dsp_db_sql_lock_free(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                          const dsp_db_sql_row *rows, const uint8_t *skip, size_t n);
+void dsp_db_sql_still_ours(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                           const dsp_db_sql_row *rows, const uint8_t *skip, size_t n);
 
 /* ---- shards (--types, see shard.h) ----
  * The builders below that take `in` append it to their WHERE: a shard passes the text
@@ -139,30 +144,33 @@ void dsp_db_sql_type_in(dsp_strbuf *b, const char *const *types, size_t n);
 /* Appends the row of one claim: INSERT INTO task_claim (epoch, seq, shard, task_ids)
  * VALUES (E, S, 'shard', 'id,id,...'), the list being ids_csv (dsp_db_sql_id_csv, at
  * least one id); shard NULL or "" when unsharded. */
-void dsp_db_sql_claim_log_insert(dsp_strbuf *b, uint32_t epoch, uint64_t seq, const char *shard,
-                                 const char *ids_csv, size_t len);
+void dsp_db_sql_claim_log_insert(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                                 uint64_t seq, const char *shard, const char *ids_csv, size_t len);
 /* Appends DELETE FROM task_claim WHERE epoch = E AND seq IN (...) over seqs[0..n), n >= 1. */
-void dsp_db_sql_claim_log_delete(dsp_strbuf *b, uint32_t epoch, const uint64_t *seqs, size_t n);
+void dsp_db_sql_claim_log_delete(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                                 const uint64_t *seqs, size_t n);
 /* Appends the locking read of the next row, after (after_epoch, after_seq) in (epoch,
  * seq) order, of an epoch older than epoch (of one shard, or of every shard when shard
  * is NULL):
  *   SELECT epoch, seq, task_ids FROM task_claim WHERE epoch < E
  *   AND (epoch > AE OR (epoch = AE AND seq > AS)) [AND shard = 'S']
  *   ORDER BY epoch, seq LIMIT 1 FOR UPDATE */
-void dsp_db_sql_claim_log_next(dsp_strbuf *b, uint32_t epoch, const char *shard,
-                               uint32_t after_epoch, uint64_t after_seq);
+void dsp_db_sql_claim_log_next(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                               const char *shard, uint32_t after_epoch, uint64_t after_seq);
 /* Appends a plain read that finds whether such a row exists (the periodic recovery's
  * probe): SELECT seq FROM task_claim WHERE epoch < E [AND shard = 'S'] LIMIT 1 */
-void dsp_db_sql_claim_log_probe(dsp_strbuf *b, uint32_t epoch, const char *shard);
+void dsp_db_sql_claim_log_probe(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                                const char *shard);
 /* Appends the recovery of the listed rows still PROCESSING under row_epoch: each goes
  * back to NEW (ready) with its attempts unchanged (they count the deliveries recorded),
  * or FAILED when its last allowed delivery was made (see db_sql.c), with the shard's
  * filter `in`. */
-void dsp_db_sql_recover_ids(dsp_strbuf *b, uint32_t row_epoch, int64_t now_ms,
-                            const uint64_t *ids, size_t n, const char *in);
+void dsp_db_sql_recover_ids(dsp_strbuf *b, const dsp_table_names *t, uint32_t row_epoch,
+                            int64_t now_ms, const uint64_t *ids, size_t n, const char *in);
 /* Appends SELECT COUNT(*) FROM task WHERE task_id IN (...) AND task_state = 1 AND
  * epoch = row_epoch (every shard): a claim's row is deleted only when this is 0. */
-void dsp_db_sql_still_processing(dsp_strbuf *b, uint32_t row_epoch, const uint64_t *ids, size_t n);
+void dsp_db_sql_still_processing(dsp_strbuf *b, const dsp_table_names *t, uint32_t row_epoch,
+                                 const uint64_t *ids, size_t n);
 /* The largest attempts the schema accepts (CHECK attempts_max, version 6; max_attempts
  * is at most 1000 too): what the dispatcher writes is capped to it. */
 #define DSP_DB_ATTEMPTS_MAX 1000u
@@ -177,7 +185,8 @@ void dsp_db_sql_still_processing(dsp_strbuf *b, uint32_t row_epoch, const uint64
 /* Appends the end of the next step of the orphan scan, in primary-key order:
  *   SELECT COUNT(*), MAX(task_id) FROM (SELECT task_id FROM task FORCE INDEX (PRIMARY)
  *   WHERE task_id > AFTER ORDER BY task_id LIMIT L) s */
-void dsp_db_sql_orphan_range(dsp_strbuf *b, uint64_t after_id, unsigned limit);
+void dsp_db_sql_orphan_range(dsp_strbuf *b, const dsp_table_names *t, uint64_t after_id,
+                             unsigned limit);
 /* The orphan condition for the leader of epoch, with the epoch counter's value read just
  * before (counter), for rows whose last_update_time is before older_than_ms. */
 typedef struct dsp_db_sql_orphan {
@@ -189,12 +198,13 @@ typedef struct dsp_db_sql_orphan {
 /* Appends the orphans' ids: with ids NULL, a plain read of those with AFTER < task_id <=
  * HI, at most limit; else a locking read of ids[0..n) still orphans, skipping rows
  * another transaction holds (FOR UPDATE SKIP LOCKED: an orphan never makes a wait). */
-void dsp_db_sql_orphan_select(dsp_strbuf *b, const dsp_db_sql_orphan *o, uint64_t after_id,
-                              uint64_t hi_id, unsigned limit, const uint64_t *ids, size_t n);
+void dsp_db_sql_orphan_select(dsp_strbuf *b, const dsp_table_names *t, const dsp_db_sql_orphan *o,
+                              uint64_t after_id, uint64_t hi_id, unsigned limit,
+                              const uint64_t *ids, size_t n);
 /* Appends the put-back of the orphans ids[0..n) (locked by the read above), with
  * recovery's attempts rule (dsp_db_sql_recover_ids). */
-void dsp_db_sql_orphan_recover(dsp_strbuf *b, const dsp_db_sql_orphan *o, int64_t now_ms,
-                               const uint64_t *ids, size_t n);
+void dsp_db_sql_orphan_recover(dsp_strbuf *b, const dsp_table_names *t, const dsp_db_sql_orphan *o,
+                               int64_t now_ms, const uint64_t *ids, size_t n);
 /* Parses task_claim.task_ids as read from the table, which is untrusted: decimal ids in
  * 1..2^64-1 of at most 20 digits, separated by single commas, no sign, space or empty
  * item, at most cap of them. Returns 0 with *n ids in ids[], or -1. */
@@ -207,11 +217,12 @@ int dsp_claim_ids_parse(const char *text, size_t len, uint64_t *ids, size_t cap,
  * delivery younger than DSP_DELIVERY_RECORD_MS has no record yet. */
 /* Appends the adoption of such a delivery by the leader of epoch: the row moves to
  * epoch and records attempts = attempt (with the shard's filter in). */
-void dsp_db_sql_adopt(dsp_strbuf *b, uint32_t epoch, int64_t now_ms, uint64_t task_id,
-                      uint32_t old_epoch, uint32_t attempt, const char *in);
+void dsp_db_sql_adopt(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch, int64_t now_ms,
+                      uint64_t task_id, uint32_t old_epoch, uint32_t attempt, const char *in);
 /* Appends the read of a row just adopted (PROCESSING under epoch with attempts =
  * attempt): task_type, max_attempts, task_priority. */
-void dsp_db_sql_adopted_row(dsp_strbuf *b, uint32_t epoch, uint64_t task_id, uint32_t attempt);
+void dsp_db_sql_adopted_row(dsp_strbuf *b, const dsp_table_names *t, uint32_t epoch,
+                            uint64_t task_id, uint32_t attempt);
 /* Appends, after a dsp_db_sql_write of one row fenced by the delivery's epoch, the
  * delivery's attempt; with last 1 only a row whose max_attempts that attempt reached,
  * with last 0 only one with attempts left (a foreign retry: RETRY, else FAILED), with
@@ -247,19 +258,22 @@ enum dsp_db_sql_counts_col {
     DSP_DB_SQL_COUNTS_NCOLS
 };
 /* `in` as below (shards): a shard's figures are those of its types. */
-void dsp_db_sql_stats_counts(dsp_strbuf *b, int64_t now_ms, const char *in);
+void dsp_db_sql_stats_counts(dsp_strbuf *b, const dsp_table_names *t, int64_t now_ms,
+                             const char *in);
 
 /* PROCESSING rows among ids[0..n) (task_claim's lists), per type:
  *   SELECT task_type, COUNT(*) FROM task FORCE INDEX (PRIMARY) WHERE task_id IN (...)
  *   AND task_state = 1 GROUP BY task_type */
-void dsp_db_sql_stats_processing(dsp_strbuf *b, const uint64_t *ids, size_t n, const char *in);
+void dsp_db_sql_stats_processing(dsp_strbuf *b, const dsp_table_names *t, const uint64_t *ids,
+                                 size_t n, const char *in);
 
 /* SUCCESSFUL and PROCESSING rows together (claim_lane 1), counted up to cap (an
  * index-only range of claim_idx); the caller takes the PROCESSING ones away:
  *   SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)
  *     WHERE claim_lane = 1 LIMIT cap) x */
 #define DSP_DB_SQL_SUCCESSFUL_CAP 1000000u
-void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap, const char *in);
+void dsp_db_sql_stats_successful(dsp_strbuf *b, const dsp_table_names *t, unsigned cap,
+                                 const char *in);
 
 /* The time the oldest ready NEW row of each type became due, over the head (smallest
  * task_id) of each (type, priority) group of the ready lane, one row per type:
@@ -271,8 +285,8 @@ void dsp_db_sql_stats_successful(dsp_strbuf *b, unsigned cap, const char *in);
  * Each part is a ref on four parts of claim_idx in index order, run_after checked by
  * index condition pushdown, one row read. Call _part once per group (first = true for
  * the first), then _end. */
-void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, bool first, const char *type, size_t type_len,
-                                  int priority, int64_t now_ms);
+void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, const dsp_table_names *t, bool first,
+                                  const char *type, size_t type_len, int priority, int64_t now_ms);
 void dsp_db_sql_stats_oldest_end(dsp_strbuf *b);
 
 /* Retention: one batch of SUCCESSFUL (state 2) or FAILED (state 3) rows last updated
@@ -280,16 +294,16 @@ void dsp_db_sql_stats_oldest_end(dsp_strbuf *b);
  *   DELETE FROM task WHERE claim_lane = L AND task_state = S AND last_update_time < before_ms
  *   LIMIT limit
  * Does nothing (appends nothing) for another state. */
-void dsp_db_sql_retention(dsp_strbuf *b, int state, int64_t before_ms, unsigned limit,
-                          const char *in);
+void dsp_db_sql_retention(dsp_strbuf *b, const dsp_table_names *t, int state, int64_t before_ms,
+                          unsigned limit, const char *in);
 
 /* One batch of the operator's requeue of FAILED rows (of one type, or all when type is
  * NULL): back to NEW and ready, attempts 0, err_msg kept:
  *   UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0, `delayed` = 0,
  *     run_after = 0, last_update_time = now_ms
  *   WHERE claim_lane = 3 [AND task_type = _utf8mb4 X'..'] LIMIT limit */
-void dsp_db_sql_requeue_failed(dsp_strbuf *b, const char *type, int64_t now_ms, unsigned limit,
-                               const char *in);
+void dsp_db_sql_requeue_failed(dsp_strbuf *b, const dsp_table_names *t, const char *type,
+                               int64_t now_ms, unsigned limit, const char *in);
 
 /* ---- task-level operator requests (db_stats.c), one row by primary key or a bounded
  * range of claim_idx ---- */
@@ -302,9 +316,11 @@ enum {
     DSP_DB_SQL_SHOW_ERR_MSG, DSP_DB_SQL_SHOW_RESULT_LEN, DSP_DB_SQL_SHOW_PAYLOAD_LEN,
     DSP_DB_SQL_SHOW_EPOCH, DSP_DB_SQL_SHOW_DELAYED, DSP_DB_SQL_SHOW_NCOLS
 };
-void dsp_db_sql_task_show(dsp_strbuf *b, uint64_t task_id, const char *in);
+void dsp_db_sql_task_show(dsp_strbuf *b, const dsp_table_names *t, uint64_t task_id,
+                          const char *in);
 /* The state of task_id alone: SELECT task_state FROM task WHERE task_id = N. */
-void dsp_db_sql_task_state(dsp_strbuf *b, uint64_t task_id, const char *in);
+void dsp_db_sql_task_state(dsp_strbuf *b, const dsp_table_names *t, uint64_t task_id,
+                           const char *in);
 
 /* GET /failed, step 1 (for every type): the next type after `after` (the first when
  * after is NULL) that has FAILED rows in lane `lane`, one index dive of claim_idx:
@@ -312,25 +328,28 @@ void dsp_db_sql_task_state(dsp_strbuf *b, uint64_t task_id, const char *in);
  *     [AND task_type > X]
  * (MariaDB does not choose a loose index scan for a GROUP BY here: it would read every
  * FAILED row's index entry.) */
-void dsp_db_sql_failed_next_type(dsp_strbuf *b, int lane, const char *after, size_t after_len,
-                                 const char *in);
+void dsp_db_sql_failed_next_type(dsp_strbuf *b, const dsp_table_names *t, int lane,
+                                 const char *after, size_t after_len, const char *in);
 /* Step 2: one part per (lane, type, priority) (first: the first part), each the newest
  * limit FAILED rows of its group (a backward range of claim_idx, no sort), then _end merges them newest
  * first: columns task_id, task_type, task_priority, attempts, max_attempts,
  * last_update_time, LEFT(err_msg, err_max). */
-void dsp_db_sql_failed_part(dsp_strbuf *b, bool first, int lane, const char *type, size_t type_len,
-                            int priority, unsigned limit, unsigned err_max, const char *in);
+void dsp_db_sql_failed_part(dsp_strbuf *b, const dsp_table_names *t, bool first, int lane,
+                            const char *type, size_t type_len, int priority, unsigned limit,
+                            unsigned err_max, const char *in);
 void dsp_db_sql_failed_end(dsp_strbuf *b, unsigned limit);
 
 /* POST /retry: FAILED -> NEW, ready and due at now_ms, attempts 0, err_msg NULL. */
-void dsp_db_sql_task_retry(dsp_strbuf *b, uint64_t task_id, int64_t now_ms, const char *in);
+void dsp_db_sql_task_retry(dsp_strbuf *b, const dsp_table_names *t, uint64_t task_id,
+                           int64_t now_ms, const char *in);
 /* POST /cancel of a NEW row (no dispatcher holds it): FAILED, err_msg 'cancelled'. A
  * claim racing it has the row locked; once it commits the row is PROCESSING and this
  * changes nothing. */
-void dsp_db_sql_task_cancel(dsp_strbuf *b, uint64_t task_id, int64_t now_ms, const char *in);
+void dsp_db_sql_task_cancel(dsp_strbuf *b, const dsp_table_names *t, uint64_t task_id,
+                            int64_t now_ms, const char *in);
 /* POST /cancel of a PROCESSING row that the leader of epoch does not hold and that is an
  * orphan for it (see dsp_db_sql_orphan_range): FAILED, err_msg 'cancelled'. */
-void dsp_db_sql_task_cancel_orphan(dsp_strbuf *b, uint64_t task_id, uint32_t epoch, int64_t now_ms,
-                                   const char *in);
+void dsp_db_sql_task_cancel_orphan(dsp_strbuf *b, const dsp_table_names *t, uint64_t task_id,
+                                   uint32_t epoch, int64_t now_ms, const char *in);
 
 #endif

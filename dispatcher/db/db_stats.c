@@ -139,8 +139,10 @@ static int stats_processing(struct stats_ctx *x)
     MYSQL_ROW row;
     int rc = 0;
 
-    if ((res = db_query_res(&x->c, "SELECT task_ids FROM task_claim",
-                            strlen("SELECT task_ids FROM task_claim"))) == NULL)
+    char sql[32 + DSP_TABLE_IDENT_CAP];
+
+    snprintf(sql, sizeof sql, "SELECT task_ids FROM %s", x->db->names.claim);
+    if ((res = db_query_res(&x->c, sql, strlen(sql))) == NULL)
         return -1;
     while ((row = mysql_fetch_row(res)) != NULL && nids < IDS_MAX) {
         unsigned long *len = mysql_fetch_lengths(res);
@@ -167,7 +169,7 @@ static int stats_processing(struct stats_ctx *x)
     for (i = 0; i < u && rc == 0; i += CHUNK) {
         size_t m = u - i < CHUNK ? u - i : CHUNK;
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_stats_processing(&x->sql, ids + i, m, db->in);
+        dsp_db_sql_stats_processing(&x->sql, &x->db->names, ids + i, m, db->in);
         if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL) {
             rc = -1;
             break;
@@ -208,7 +210,7 @@ static int stats_refresh(struct stats_ctx *x)
 
     /* 1. NEW and FAILED per (state, lane, type). */
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_stats_counts(&x->sql, now, x->db->in);
+    dsp_db_sql_stats_counts(&x->sql, &x->db->names, now, x->db->in);
     if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
         return -1;
     if (mysql_num_fields(res) != DSP_DB_SQL_COUNTS_NCOLS) {
@@ -263,7 +265,7 @@ static int stats_refresh(struct stats_ctx *x)
 
     /* 3. SUCCESSFUL, up to the cap: lane 1 less the PROCESSING rows. */
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_stats_successful(&x->sql, DSP_DB_SQL_SUCCESSFUL_CAP, x->db->in);
+    dsp_db_sql_stats_successful(&x->sql, &x->db->names, DSP_DB_SQL_SUCCESSFUL_CAP, x->db->in);
     if (x->sql.oom || dsp_dbi_query_u64(&x->c, x->sql.p, &v, &isnull, 0) < 0)
         return -1;
     w->successful_capped = v >= DSP_DB_SQL_SUCCESSFUL_CAP;
@@ -275,7 +277,7 @@ static int stats_refresh(struct stats_ctx *x)
     for (i = 0; i < w->ntypes; i++)
         for (p = 2; p >= 0; p--)
             if (x->lane0[i] & (1u << p)) {
-                dsp_db_sql_stats_oldest_part(&x->sql, !any, w->types[i].type,
+                dsp_db_sql_stats_oldest_part(&x->sql, &x->db->names, !any, w->types[i].type,
                                              strlen(w->types[i].type), p, now);
                 any = true;
             }
@@ -330,7 +332,8 @@ static int stats_retention(struct stats_ctx *x)
         total = 0;
         for (b = 0; b < RETAIN_BATCHES && !stats_stopping(db); b++) {
             dsp_strbuf_reset(&x->sql);
-            dsp_db_sql_retention(&x->sql, states[k], dsp_wall_ms() - keep[k], RETAIN_BATCH, db->in);
+            dsp_db_sql_retention(&x->sql, &x->db->names, states[k], dsp_wall_ms() - keep[k],
+                                 RETAIN_BATCH, db->in);
             if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
                 if (total)
                     log_info(db->log, "retention deleted %" PRIu64 " %s row(s)", total,
@@ -388,7 +391,8 @@ static void stats_requeue(struct stats_ctx *x, struct requeue_req *r)
         if (stats_stopping(db))
             break;
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_requeue_failed(&x->sql, r->type, dsp_wall_ms(), REQUEUE_BATCH, db->in);
+        dsp_db_sql_requeue_failed(&x->sql, &x->db->names, r->type, dsp_wall_ms(), REQUEUE_BATCH,
+                                  db->in);
         if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
             if (!x->sql.oom)
                 stats_drop(x);
@@ -452,7 +456,7 @@ static void taskop_show(struct stats_ctx *x, dsp_taskop *op)
     MYSQL_ROW row;
 
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_task_show(&x->sql, op->task_id, x->db->in);
+    dsp_db_sql_task_show(&x->sql, &x->db->names, op->task_id, x->db->in);
     if ((res = taskop_query(x)) == NULL)
         return;
     if (mysql_num_fields(res) != DSP_DB_SQL_SHOW_NCOLS) {
@@ -498,7 +502,8 @@ static int failed_types(struct stats_ctx *x, int lane, unsigned max, unsigned li
 
     while (n < max) {
         dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_failed_next_type(&x->sql, lane, n ? prev : NULL, prev_len, x->db->in);
+        dsp_db_sql_failed_next_type(&x->sql, &x->db->names, lane, n ? prev : NULL, prev_len,
+                                    x->db->in);
         if ((res = taskop_query(x)) == NULL)
             return -1;
         row = mysql_num_fields(res) == 1 ? mysql_fetch_row(res) : NULL;
@@ -513,8 +518,8 @@ static int failed_types(struct stats_ctx *x, int lane, unsigned max, unsigned li
         if (!found)
             break;
         for (int p = 2; p >= 0; p--)
-            dsp_db_sql_failed_part(parts, parts->len == 0, lane, prev, prev_len, p, limit,
-                                   DSP_TASKOP_ERR_LIST_MAX, x->db->in);
+            dsp_db_sql_failed_part(parts, &x->db->names, parts->len == 0, lane, prev, prev_len, p,
+                                   limit, DSP_TASKOP_ERR_LIST_MAX, x->db->in);
         n++;
     }
     if (n == max)
@@ -536,8 +541,9 @@ static void taskop_failed(struct stats_ctx *x, dsp_taskop *op)
     for (int lane = 0; lane < 2 && n >= 0; lane++) {
         if (op->type) {
             for (int p = 2; p >= 0; p--)
-                dsp_db_sql_failed_part(&parts, parts.len == 0, lane, op->type, strlen(op->type), p,
-                                       op->limit, DSP_TASKOP_ERR_LIST_MAX, x->db->in);
+                dsp_db_sql_failed_part(&parts, &x->db->names, parts.len == 0, lane, op->type,
+                                       strlen(op->type), p, op->limit, DSP_TASKOP_ERR_LIST_MAX,
+                                       x->db->in);
         } else {
             n = failed_types(x, lane, FAILED_TYPES_MAX, op->limit, &parts);
         }
@@ -577,11 +583,12 @@ static void taskop_update(struct stats_ctx *x, dsp_taskop *op)
 
     dsp_strbuf_reset(&x->sql);
     if (op->kind == DSP_TASKOP_RETRY)
-        dsp_db_sql_task_retry(&x->sql, op->task_id, dsp_wall_ms(), x->db->in);
+        dsp_db_sql_task_retry(&x->sql, &x->db->names, op->task_id, dsp_wall_ms(), x->db->in);
     else if (op->kind == DSP_TASKOP_CANCEL_ORPHAN)
-        dsp_db_sql_task_cancel_orphan(&x->sql, op->task_id, op->epoch, dsp_wall_ms(), x->db->in);
+        dsp_db_sql_task_cancel_orphan(&x->sql, &x->db->names, op->task_id, op->epoch, dsp_wall_ms(),
+                                      x->db->in);
     else
-        dsp_db_sql_task_cancel(&x->sql, op->task_id, dsp_wall_ms(), x->db->in);
+        dsp_db_sql_task_cancel(&x->sql, &x->db->names, op->task_id, dsp_wall_ms(), x->db->in);
     if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
         if (!x->sql.oom)
             stats_drop(x);
@@ -597,7 +604,7 @@ static void taskop_update(struct stats_ctx *x, dsp_taskop *op)
         return;
     }
     dsp_strbuf_reset(&x->sql);
-    dsp_db_sql_task_state(&x->sql, op->task_id, x->db->in);
+    dsp_db_sql_task_state(&x->sql, &x->db->names, op->task_id, x->db->in);
     if (x->sql.oom || (rc = dsp_dbi_query_u64(&x->c, x->sql.p, &v, &isnull, 0)) < 0) {
         if (!x->sql.oom)
             stats_drop(x);

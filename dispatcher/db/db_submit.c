@@ -96,6 +96,7 @@ struct sub_ctx {
     size_t nfound, found_cap;
     uint64_t *plain;      /* ids returned without a key */
     size_t nplain, plain_cap;
+    char insert_head[160 + DSP_TABLE_IDENT_CAP]; /* INSERT_HEAD_FMT with the table's name */
 };
 
 void dsp_submit_req_free(dsp_submit_req *req)
@@ -454,8 +455,8 @@ static int run_lookup(struct sub_ctx *x)
     return rc;
 }
 
-static const char INSERT_HEAD[] =
-    "INSERT IGNORE INTO task (task_type, task_priority, payload, max_attempts, run_after,"
+static const char INSERT_HEAD_FMT[] =
+    "INSERT IGNORE INTO %s (task_type, task_priority, payload, max_attempts, run_after,"
     " `delayed`, timeout_ms, dedup_key) VALUES ";
 static const char INSERT_TAIL[] = " RETURNING task_id, dedup_key";
 
@@ -475,7 +476,7 @@ static int insert_all(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq, int
                 dsp_strbuf_reset(&x->sql);
                 rows = 0;
             }
-            dsp_strbuf_puts(&x->sql, rows ? "," : INSERT_HEAD);
+            dsp_strbuf_puts(&x->sql, rows ? "," : x->insert_head);
             put_row(&x->sql, it, now);
             rows++;
         }
@@ -499,8 +500,9 @@ static int set_large_payloads(struct sub_ctx *x, dsp_submit_req **reqs, size_t n
             if (!payload_is_large(it) || it->result != PROTO_SUBMIT_INSERTED)
                 continue;
             dsp_strbuf_reset(&x->sql);
-            dsp_strbuf_put_u64(&x->sql, "UPDATE task FORCE INDEX (PRIMARY) SET payload = ? WHERE task_id = ",
-                               it->task_id);
+            dsp_strbuf_printf(&x->sql, "UPDATE %s FORCE INDEX (PRIMARY) SET payload = ?",
+                              x->db->names.task);
+            dsp_strbuf_put_u64(&x->sql, " WHERE task_id = ", it->task_id);
             if (x->sql.oom ||
                 dsp_dbi_exec_blob(&x->c, x->sql.p, x->sql.len, it->payload, it->payload_len, &affected) < 0)
                 return -1;
@@ -531,7 +533,11 @@ static int lookup_duplicates(struct sub_ctx *x, dsp_submit_req **reqs, size_t nr
                 dsp_strbuf_reset(&x->sql);
                 nkeys = 0;
             }
-            dsp_strbuf_puts(&x->sql, nkeys ? "," : "SELECT task_id, dedup_key FROM task WHERE dedup_key IN (");
+            if (nkeys)
+                dsp_strbuf_puts(&x->sql, ",");
+            else
+                dsp_strbuf_printf(&x->sql, "SELECT task_id, dedup_key FROM %s WHERE dedup_key IN (",
+                                  x->db->names.task);
             dsp_strbuf_put_hex(&x->sql, it->key, it->key_len, false);
             nkeys++;
         }
@@ -732,6 +738,7 @@ static void *submit_main(void *arg)
 
     memset(&x, 0, sizeof x);
     x.db = db;
+    snprintf(x.insert_head, sizeof x.insert_head, INSERT_HEAD_FMT, db->names.task);
     x.c.db = db;
     x.c.who = "submit";
     x.c.rng = (uint64_t)dsp_now_us() * 0x94D049BB133111EBULL ^ (uint64_t)(uintptr_t)&x;

@@ -183,14 +183,16 @@ static int write_large(struct write_ctx *w, size_t i, dsp_write_report *rep, siz
      * not wait for locks): its outcome is deferred without sending the bytes, which a
      * deferred outcome would otherwise send again at every flush. */
     dsp_strbuf_reset(&w->sql);
-    dsp_strbuf_put_u64(&w->sql, "SELECT task_id FROM task FORCE INDEX (PRIMARY) WHERE task_id = ", o->task_id);
+    dsp_strbuf_printf(&w->sql, "SELECT task_id FROM %s FORCE INDEX (PRIMARY)", w->db->names.task);
+    dsp_strbuf_put_u64(&w->sql, " WHERE task_id = ", o->task_id);
     dsp_strbuf_puts(&w->sql, " FOR UPDATE");
     if (w->sql.oom)
         return -1;
     int probe = dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, NULL);
     if (probe == 0) {
         dsp_strbuf_reset(&w->sql);
-        dsp_db_sql_write_result_param(&w->sql, w->batch[i].epoch, dsp_wall_ms(), &row);
+        dsp_db_sql_write_result_param(&w->sql, &w->db->names, w->batch[i].epoch, dsp_wall_ms(),
+                                      &row);
         if (w->sql.oom)
             return -1;
     }
@@ -240,7 +242,8 @@ static void adopted_row(struct write_ctx *w, size_t i, uint32_t epoch)
     MYSQL_ROW row;
 
     dsp_strbuf_reset(&w->sql);
-    dsp_db_sql_adopted_row(&w->sql, epoch, w->batch[i].o.task_id, w->batch[i].o.dlv_attempt);
+    dsp_db_sql_adopted_row(&w->sql, &w->db->names, epoch, w->batch[i].o.task_id,
+                           w->batch[i].o.dlv_attempt);
     atomic_fetch_add_explicit(&w->db->statements, 1, memory_order_relaxed);
     if (w->sql.oom || mysql_real_query(w->c.m, w->sql.p, (unsigned long)w->sql.len) != 0 ||
         (res = mysql_store_result(w->c.m)) == NULL)
@@ -280,7 +283,7 @@ static int write_adopt(struct write_ctx *w, size_t i)
     default: break;
     }
     dsp_strbuf_reset(&w->sql);
-    dsp_db_sql_adopt(&w->sql, e->epoch, dsp_wall_ms(), e->o.task_id, e->o.dlv_epoch,
+    dsp_db_sql_adopt(&w->sql, &w->db->names, e->epoch, dsp_wall_ms(), e->o.task_id, e->o.dlv_epoch,
                      e->o.dlv_attempt, w->db->in);
     if (w->sql.oom)
         return -1;
@@ -332,9 +335,10 @@ static int write_foreign(struct write_ctx *w, size_t i, dsp_write_report *rep, i
         bool blob = kind == DSP_WRITE_SUCCEEDED && result_is_large(w, o);
         dsp_strbuf_reset(&w->sql);
         if (blob)
-            dsp_db_sql_write_result_param(&w->sql, o->dlv_epoch, dsp_wall_ms(), &row);
+            dsp_db_sql_write_result_param(&w->sql, &w->db->names, o->dlv_epoch, dsp_wall_ms(),
+                                          &row);
         else
-            dsp_db_sql_write(&w->sql, kind, o->dlv_epoch, dsp_wall_ms(), &row, 1);
+            dsp_db_sql_write(&w->sql, &w->db->names, kind, o->dlv_epoch, dsp_wall_ms(), &row, 1);
         dsp_db_sql_foreign_fence(&w->sql, o->dlv_attempt, last);
         if (w->sql.oom)
             return -1;
@@ -452,7 +456,7 @@ static int write_skip_locked(struct write_ctx *w, int kind, size_t s, size_t e,
     if (dsp_dbi_exec_str(&w->c, "SET SESSION innodb_lock_wait_timeout = 1, autocommit = 0") < 0)
         return -1;
     dsp_strbuf_reset(&w->sql);
-    dsp_db_sql_lock_free(&w->sql, epoch, w->rows + s, NULL, n);
+    dsp_db_sql_lock_free(&w->sql, &w->db->names, epoch, w->rows + s, NULL, n);
     if (w->sql.oom || mark_ids(w, s, e, w->ours) < 0)
         return -1;
     for (k = 0; k < n; k++)
@@ -460,7 +464,7 @@ static int write_skip_locked(struct write_ctx *w, int kind, size_t s, size_t e,
             w->sub[m++] = w->rows[s + k];
     if (m > 0) {
         dsp_strbuf_reset(&w->sql);
-        dsp_db_sql_write(&w->sql, kind, epoch, dsp_wall_ms(), w->sub, m);
+        dsp_db_sql_write(&w->sql, &w->db->names, kind, epoch, dsp_wall_ms(), w->sub, m);
         if (w->sql.oom || dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, &affected) < 0)
             return -1;
     }
@@ -470,7 +474,7 @@ static int write_skip_locked(struct write_ctx *w, int kind, size_t s, size_t e,
     if (m < n) {
         /* A plain read (no lock, no wait) finds which of the others are still ours. */
         dsp_strbuf_reset(&w->sql);
-        dsp_db_sql_still_ours(&w->sql, epoch, w->rows + s, w->ours, n);
+        dsp_db_sql_still_ours(&w->sql, &w->db->names, epoch, w->rows + s, w->ours, n);
         if (w->sql.oom || mark_ids(w, s, e, w->busy) < 0)
             return -1;
     }
@@ -565,7 +569,8 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
                 w->batch[w->idx[s]].o.len = nl;
             }
             dsp_strbuf_reset(&w->sql);
-            dsp_db_sql_write(&w->sql, kind, w->batch[w->idx[s]].epoch, dsp_wall_ms(), &w->rows[s], cnt);
+            dsp_db_sql_write(&w->sql, &w->db->names, kind, w->batch[w->idx[s]].epoch, dsp_wall_ms(),
+                             &w->rows[s], cnt);
             if (w->sql.oom) {
                 log_error(db->log, "out of memory building a write of %zu outcome(s)", cnt);
                 if (cnt > 1) {

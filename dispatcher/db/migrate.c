@@ -43,13 +43,18 @@
 
 /* The migration lock's name: 'taskpush-migrate.<dbname>', cut to the 64 bytes MySQL
  * allows at a UTF-8 boundary (as dsp_db_lock_name cuts). Returns its length, 0 if none. */
-static size_t migration_lock_name(const char *dbname, char *out, size_t cap)
+static size_t migration_lock_name(const char *dbname, const dsp_table_names *t, char *out,
+                                  size_t cap)
 {
     size_t n;
 
     if (cap <= DSP_DB_LOCK_NAME_MAX)
         return 0;
-    snprintf(out, cap, "taskpush-migrate.%s", dbname);
+    /* Another table's carries its name, as its leadership lock does (db.h). */
+    if (t->is_default)
+        snprintf(out, cap, "taskpush-migrate.%s", dbname);
+    else
+        snprintf(out, cap, "taskpush-migrate/%s.%s", t->task, dbname);
     n = strlen(out);
     if (n > DSP_DB_LOCK_NAME_MAX)
         n = DSP_DB_LOCK_NAME_MAX;
@@ -98,7 +103,7 @@ static const char *const columns_current[] = {
     "err_msg", "result", "epoch", "delayed", "claim_lane"};
 static const char *const indexes_current[] = {"claim_idx", "delay_idx"};
 
-void dsp_schema_missing_sql(dsp_strbuf *b, enum dsp_schema_names which)
+void dsp_schema_missing_sql(dsp_strbuf *b, const dsp_table_names *t, enum dsp_schema_names which)
 {
     const char *const *names = which == DSP_SCHEMA_COLUMNS_EVERY_VERSION ? columns_every_version
                                : which == DSP_SCHEMA_COLUMNS_CURRENT    ? columns_current
@@ -112,22 +117,43 @@ void dsp_schema_missing_sql(dsp_strbuf *b, enum dsp_schema_names which)
     dsp_strbuf_puts(b, "SELECT GROUP_CONCAT(n ORDER BY o SEPARATOR ', ') FROM (");
     for (size_t i = 0; i < n; i++)
         dsp_strbuf_printf(b, "%sSELECT %zu AS o, '%s' AS n", i ? " UNION ALL " : "", i, names[i]);
+    /* The name is [A-Za-z_][A-Za-z0-9_]* (tables.h): no quoting needed. */
     dsp_strbuf_printf(b,
                       ") w WHERE n NOT IN (SELECT %s FROM information_schema.%s WHERE"
-                      " table_schema = DATABASE() AND table_name = 'task')",
-                      index ? "index_name" : "column_name", index ? "statistics" : "columns");
+                      " table_schema = DATABASE() AND table_name = '%s')",
+                      index ? "index_name" : "column_name", index ? "statistics" : "columns",
+                      dsp_table_names_or_task(t)->task);
 }
 
-void dsp_schema_foreign_text(char *out, size_t cap, const char *who, const char *dbname,
-                             const char *cols, const char *idx, bool have_version)
+void dsp_schema_exists_sql(dsp_strbuf *b, const dsp_table_names *t)
 {
-    snprintf(out, cap,
-             "%s: the table task of database %.64s is not taskpush's: it lacks%s%.160s%s%.60s"
-             " that taskpush needs (sql/schema.sql)%s; taskpushd changes nothing (docs/adopting.md"
-             " moves a table of one's own to taskpush)",
-             who, dbname, cols[0] ? " the columns " : "", cols,
-             idx[0] ? (cols[0] ? " and the indexes " : " the indexes ") : "", idx,
-             have_version ? "" : ", and taskpush_meta has no schema_version");
+    dsp_strbuf_printf(b,
+                      "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema ="
+                      " DATABASE() AND table_name = '%s'",
+                      dsp_table_names_or_task(t)->task);
+}
+
+const char *dsp_schema_version_sql(char out[DSP_SCHEMA_SQL_MAX], const dsp_table_names *t)
+{
+    snprintf(out, DSP_SCHEMA_SQL_MAX, DSP_CLAIM_SQL_SCHEMA_VERSION_FMT,
+             dsp_table_names_or_task(t)->meta);
+    return out;
+}
+
+void dsp_schema_foreign_text(char *out, size_t cap, const dsp_table_names *t, const char *who,
+                             const char *dbname, const char *cols, const char *idx,
+                             bool have_version)
+{
+    t = dsp_table_names_or_task(t);
+    snprintf(
+        out, cap,
+        "%s: the table %s of database %.64s is not taskpush's: it lacks%s%.160s%s%.60s"
+        " that taskpush needs (sql/schema.sql)%s%s%s; taskpushd changes nothing (docs/adopting.md"
+        " moves a table of one's own to taskpush)",
+        who, t->task, dbname, cols[0] ? " the columns " : "", cols,
+        idx[0] ? (cols[0] ? " and the indexes " : " the indexes ") : "", idx,
+        have_version ? "" : ", and ", have_version ? "" : t->meta,
+        have_version ? "" : " has no schema_version");
 }
 
 /* Runs a query of one row and one text column into out (empty for NULL or no row; cut
@@ -213,16 +239,16 @@ static void report_sql_error(FILE *err, MYSQL *m, const char *what)
     fprintf(err, "taskpushd: %s: %s (error %u)\n", what, mysql_error(m), mysql_errno(m));
 }
 
-/* Sends one migration's text and reads every result. Returns 0, or -1 with the failing
- * statement's number (from 1) in *failed. */
-static int run_text(MYSQL *m, const dsp_migration *mig, unsigned *failed)
+/* Sends a migration's text (sql, len bytes: its names already the table's) and reads
+ * every result. Returns 0, or -1 with the failing statement's number (from 1) in *failed. */
+static int run_text(MYSQL *m, const char *sql, size_t len, unsigned *failed)
 {
     MYSQL_RES *res;
     unsigned n = 1;
     int st;
 
     *failed = 1;
-    if (mysql_real_query(m, mig->sql, (unsigned long)mig->len) != 0)
+    if (mysql_real_query(m, sql, (unsigned long)len) != 0)
         return -1;
     for (;;) {
         res = mysql_store_result(m);
@@ -242,46 +268,69 @@ static int run_text(MYSQL *m, const dsp_migration *mig, unsigned *failed)
 }
 
 /* Applies one migration on a connection of its own, which holds the migration lock (named
- * by the quoted mlock) until the server ends it. Returns 0 or -1 (reported). */
-static int apply(const dsp_db_url *url, const dsp_migration *mig, const char *mlock, FILE *err)
+ * by the quoted mlock) until the server ends it, its text naming t's tables (the
+ * migrations are written for task's). Returns 0 or -1 (reported). */
+static int apply(const dsp_db_url *url, const dsp_table_names *t, const dsp_migration *mig,
+                 const char *mlock, FILE *err)
 {
     char sql[64 + 2 * DSP_DB_LOCK_NAME_MAX];
+    dsp_strbuf text = {0};
     unsigned failed;
     uint64_t got = 0;
     int rc = -1;
-    MYSQL *m = open_conn(url, true, err);
+    MYSQL *m;
 
-    if (m == NULL)
+    dsp_table_names_subst(&text, t, mig->sql, mig->len);
+    if (text.oom) {
+        fprintf(err, "taskpushd: out of memory\n");
+        dsp_strbuf_free(&text);
         return -1;
+    }
+    if ((m = open_conn(url, true, err)) == NULL) {
+        dsp_strbuf_free(&text);
+        return -1;
+    }
     /* A wait: the previous migration's connection may not be ended on the server yet. */
     snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', %d)", mlock, MIGRATION_WAIT_STEP_S);
     if (query_u64(m, sql, &got) != 0 || got != 1) {
         /* Nobody else can take it while this run holds the leadership lock, but a
          * killed run's leftover can, in theory, still hold it. */
-        fprintf(err, "taskpushd: schema %u -> %u: the migration lock is held by another"
-                     " connection; nothing more was applied. Run --migrate again\n",
-                mig->version - 1, mig->version);
+        if (mig->version == 0)
+            fprintf(err, "taskpushd: %s: the migration lock is held by another"
+                         " connection; nothing was created. Run --migrate again\n",
+                    mig->name);
+        else
+            fprintf(err, "taskpushd: schema %u -> %u: the migration lock is held by another"
+                         " connection; nothing more was applied. Run --migrate again\n",
+                    mig->version - 1, mig->version);
         mysql_close(m);
         return -1;
     }
     snprintf(sql, sizeof sql, "SET SESSION lock_wait_timeout = %d", MIGRATION_LOCK_WAIT_S);
     if (mysql_query(m, sql) != 0) {
         report_sql_error(err, m, "setting lock_wait_timeout");
-    } else if (run_text(m, mig, &failed) < 0) {
+    } else if (run_text(m, text.p, text.len, &failed) == 0) {
+        rc = 0;
+    } else if (mig->version == 0) {
+        fprintf(err,
+                "taskpushd: %s failed at statement %u of %s: %s (error %u).\n"
+                "Fix the cause and run --migrate again: every statement of %s is CREATE ... IF"
+                " NOT EXISTS or INSERT IGNORE.\n",
+                mig->name, failed, mig->file, mysql_error(m), mysql_errno(m), mig->file);
+    } else {
         fprintf(err,
                 "taskpushd: schema %u -> %u (%s) failed at statement %u of %s: %s (error %u).\n"
                 "The database stays at version %u. Fix the cause and run --migrate again:"
                 " a migration is safe to re-run.\n",
                 mig->version - 1, mig->version, mig->name, failed, mig->file, mysql_error(m),
                 mysql_errno(m), mig->version - 1);
-    } else {
-        rc = 0;
     }
     /* Every result was read (or the text stopped at an error): its statements are over.
      * Were this process killed before, the server would free the lock once the text ends. */
     snprintf(sql, sizeof sql, "SELECT RELEASE_LOCK('%s')", mlock);
     (void)query_u64(m, sql, &got);
     mysql_close(m);
+    dsp_strbuf_free(&text);
     return rc;
 }
 
@@ -336,56 +385,82 @@ static int wait_migration_lock(MYSQL *lk, const char *mlock, FILE *out, FILE *er
 
 /* Reads schema_version on m: 0 with *v; 1 when the database has no version (a message
  * on err says what to do); -1 on error (reported). */
-static int read_version(MYSQL *m, const char *dbname, uint64_t *v, FILE *err)
+static int read_version(MYSQL *m, const dsp_table_names *t, const char *dbname, uint64_t *v,
+                        FILE *err)
 {
+    char vsql[DSP_SCHEMA_SQL_MAX], what[DSP_TABLE_IDENT_CAP + 16];
+    dsp_strbuf q = {0};
     uint64_t ntask = 0;
-    int rc = query_u64(m, DSP_CLAIM_SQL_SCHEMA_VERSION, v);
+    int rc = query_u64(m, dsp_schema_version_sql(vsql, t), v);
 
     if (rc == 0)
         return 0;
     if (rc < 0 && mysql_errno(m) != ER_NO_SUCH_TABLE_) {
-        report_sql_error(err, m, "reading taskpush_meta");
+        snprintf(what, sizeof what, "reading %s", t->meta);
+        report_sql_error(err, m, what);
         return -1;
     }
-    if (query_u64(m,
-                  "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()"
-                  " AND table_name = 'task'",
-                  &ntask) < 0) {
+    dsp_schema_exists_sql(&q, t);
+    rc = q.oom ? -1 : query_u64(m, q.p, &ntask);
+    dsp_strbuf_free(&q);
+    if (rc < 0) {
         report_sql_error(err, m, "reading information_schema.tables");
         return -1;
     }
-    if (ntask == 0)
+    if (ntask == 0) {
+        /* None of the four: an empty database (for these names), which --migrate creates.
+         * Some of the others without a version: made by hand, or half dropped. */
+        q = (dsp_strbuf){0};
+        dsp_strbuf_printf(&q,
+                          "SELECT GROUP_CONCAT(table_name ORDER BY table_name SEPARATOR ', ')"
+                          " FROM information_schema.tables WHERE table_schema = DATABASE() AND"
+                          " table_name IN ('%s', '%s', '%s')",
+                          t->meta, t->schedule, t->claim);
+        char some[3 * DSP_TABLE_IDENT_CAP + 8];
+        rc = q.oom ? -1 : query_text(m, q.p, some, sizeof some);
+        dsp_strbuf_free(&q);
+        if (rc < 0) {
+            report_sql_error(err, m, "reading information_schema.tables");
+            return -1;
+        }
+        if (some[0] == '\0')
+            return 2;
         fprintf(err,
-                "taskpushd: database %s has no taskpush schema: load sql/schema.sql into it"
-                " (mariadb %s < sql/schema.sql), which creates version %d; there is nothing"
-                " to migrate\n",
-                dbname, dbname, DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
-    else
+                "taskpushd: database %s has no %s table and no schema version, but has %s:"
+                " --migrate cannot tell what they hold; it changed nothing (drop them to"
+                " let --migrate create the schema)\n",
+                dbname, t->task, some);
+    } else
         fprintf(err,
-                "taskpushd: database %s has a task table but no schema version in"
-                " taskpush_meta: it was not made by sql/schema.sql, and --migrate cannot tell"
+                "taskpushd: database %s has a %s table but no schema version in"
+                " %s: it was not made by sql/schema.sql, and --migrate cannot tell"
                 " what it holds; it changed nothing\n",
-                dbname);
+                dbname, t->task, t->meta);
     return 1;
 }
 
 /* A task table without the columns every taskpush schema has is a team's own: --migrate
  * would ALTER it (with taskpush_meta stamped beside it by an old sql/schema.sql) or find
  * nothing to do. Returns 0 (no task table, or taskpush's), or 1 after saying why. */
-static int refuse_foreign_table(MYSQL *m, const char *dbname, FILE *err)
+static int refuse_foreign_table(MYSQL *m, const dsp_table_names *t, const char *dbname, FILE *err)
 {
     dsp_strbuf sql = {0};
-    char cols[256], text[DSP_SCHEMA_FOREIGN_MAX];
+    char cols[256], text[DSP_SCHEMA_FOREIGN_MAX], vsql[DSP_SCHEMA_SQL_MAX];
     uint64_t ntask = 0, v;
     int rc = 1;
 
-    if (query_u64(m, DSP_SCHEMA_TASK_EXISTS_SQL, &ntask) < 0) {
+    dsp_schema_exists_sql(&sql, t);
+    if (sql.oom || query_u64(m, sql.p, &ntask) < 0) {
         report_sql_error(err, m, "reading information_schema.tables");
+        dsp_strbuf_free(&sql);
         return 1;
     }
-    if (ntask == 0)
+    if (ntask == 0) {
+        dsp_strbuf_free(&sql);
         return 0;
-    dsp_schema_missing_sql(&sql, DSP_SCHEMA_COLUMNS_EVERY_VERSION);
+    }
+    dsp_strbuf_reset(&sql);
+    dsp_schema_missing_sql(&sql, t, DSP_SCHEMA_COLUMNS_EVERY_VERSION);
     if (sql.oom) {
         fprintf(err, "taskpushd: out of memory\n");
     } else if (query_text(m, sql.p, cols, sizeof cols) < 0) {
@@ -393,8 +468,8 @@ static int refuse_foreign_table(MYSQL *m, const char *dbname, FILE *err)
     } else if (cols[0] == '\0') {
         rc = 0;
     } else {
-        bool have_version = query_u64(m, DSP_CLAIM_SQL_SCHEMA_VERSION, &v) == 0;
-        dsp_schema_foreign_text(text, sizeof text, "--migrate refuses", dbname, cols, "",
+        bool have_version = query_u64(m, dsp_schema_version_sql(vsql, t), &v) == 0;
+        dsp_schema_foreign_text(text, sizeof text, t, "--migrate refuses", dbname, cols, "",
                                 have_version);
         fprintf(err, "taskpushd: %s\n", text);
     }
@@ -402,20 +477,27 @@ static int refuse_foreign_table(MYSQL *m, const char *dbname, FILE *err)
     return rc;
 }
 
-int dsp_migrate_run(const dsp_db_url *url, FILE *out, FILE *err)
+int dsp_migrate_run(const dsp_db_url *url, const char *table, FILE *out, FILE *err)
 {
+    dsp_table_names names;
+    const dsp_table_names *t = &names;
+    char vsql[DSP_SCHEMA_SQL_MAX];
     char name[DSP_DB_LOCK_NAME_MAX + 1], quoted[2 * DSP_DB_LOCK_NAME_MAX + 1];
     char sql[3 * DSP_DB_LOCK_NAME_MAX + 64], why[DSP_SCHEMA_PROBLEM_MAX];
     char mname[DSP_DB_LOCK_NAME_MAX + 32], mquoted[2 * DSP_DB_LOCK_NAME_MAX + 1];
     uint64_t v = 0, got, holder;
     bool locked = false;
     int status = 1, rc;
-    MYSQL *lk = open_conn(url, false, err);
+    MYSQL *lk;
 
-    if (lk == NULL)
+    if (dsp_table_names_init(&names, table ? table : DSP_TABLE_NAME_DEFAULT) < 0) {
+        fprintf(err, "taskpushd: '%s' is not a table name taskpush takes\n", table);
+        return 2;
+    }
+    if ((lk = open_conn(url, false, err)) == NULL)
         return 1;
     /* GET_LOCK with no wait: a leading taskpushd holds it (a standby is only waiting). */
-    if (dsp_db_lock_name(url->dbname, name, sizeof name) == 0) {
+    if (dsp_db_lock_name(url->dbname, t->task, NULL, name, sizeof name) == 0) {
         fprintf(err, "taskpushd: database name '%s' makes no lock name\n", url->dbname);
         goto done;
     }
@@ -443,7 +525,7 @@ int dsp_migrate_run(const dsp_db_url *url, FILE *out, FILE *err)
     }
     locked = true;
 
-    if (migration_lock_name(url->dbname, mname, sizeof mname) == 0) {
+    if (migration_lock_name(url->dbname, t, mname, sizeof mname) == 0) {
         fprintf(err, "taskpushd: database name '%s' makes no lock name\n", url->dbname);
         goto done;
     }
@@ -451,9 +533,30 @@ int dsp_migrate_run(const dsp_db_url *url, FILE *out, FILE *err)
     if (wait_migration_lock(lk, mquoted, out, err) < 0)
         goto done;
 
-    if (refuse_foreign_table(lk, url->dbname, err) != 0)
+    if (refuse_foreign_table(lk, t, url->dbname, err) != 0)
         goto done;
-    rc = read_version(lk, url->dbname, &v, err);
+    rc = read_version(lk, t, url->dbname, &v, err);
+    if (rc == 2) {
+        /* sql/schema.sql, named after the table; its first statements are the guard
+         * against a foreign table (none here: the table does not exist). */
+        const dsp_migration create = {0, "creating the schema", "sql/schema.sql", dsp_schema_sql,
+                                      dsp_schema_sql_len};
+        if (apply(url, t, &create, mquoted, err) < 0)
+            goto done;
+        rc = query_u64(lk, dsp_schema_version_sql(vsql, t), &got);
+        if (rc != 0 || got != DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN) {
+            if (rc < 0)
+                report_sql_error(err, lk, "reading schema_version back");
+            else
+                fprintf(err, "taskpushd: sql/schema.sql ran, but %s holds no schema_version %d\n",
+                        t->meta, DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+            goto done;
+        }
+        fprintf(out, "created schema version %d: tables %s, %s, %s, %s\n",
+                DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN, t->task, t->meta, t->schedule, t->claim);
+        status = 0;
+        goto done;
+    }
     if (rc != 0)
         goto done;
     rc = dsp_schema_version_problem(v, why, sizeof why);
@@ -470,9 +573,9 @@ int dsp_migrate_run(const dsp_db_url *url, FILE *out, FILE *err)
         const dsp_migration *mig = &dsp_migrations[i];
         if (mig->version <= v)
             continue;
-        if (apply(url, mig, mquoted, err) < 0)
+        if (apply(url, t, mig, mquoted, err) < 0)
             goto done;
-        rc = query_u64(lk, DSP_CLAIM_SQL_SCHEMA_VERSION, &got);
+        rc = query_u64(lk, dsp_schema_version_sql(vsql, t), &got);
         if (rc < 0) {
             report_sql_error(err, lk, "reading schema_version back");
             goto done;

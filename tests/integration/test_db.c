@@ -1686,12 +1686,12 @@ static void test_table_stats_plans(void **state)
     assert_int_equal(tp_rows_list_processing(&fx->tdb), 0);
     assert_true(tp_testdb_exec(&fx->tdb, "ANALYZE TABLE task") >= 0);
 
-    dsp_db_sql_stats_counts(&b, now, NULL);
+    dsp_db_sql_stats_counts(&b, NULL, now, NULL);
     assert_false(b.oom);
     assert_int_equal(check_plan(fx, b.p, "Using index"), 1);
 
     dsp_strbuf_reset(&b);
-    dsp_db_sql_stats_successful(&b, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
+    dsp_db_sql_stats_successful(&b, NULL, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
     assert_int_equal(check_plan(fx, b.p, "Using index"), 1);
 
     dsp_strbuf_reset(&b);
@@ -1699,24 +1699,24 @@ static void test_table_stats_plans(void **state)
         char type[8];
         snprintf(type, sizeof type, "t%d", t);
         for (int p = 2; p >= 0; p--)
-            dsp_db_sql_stats_oldest_part(&b, t == 0 && p == 2, type, strlen(type), p, now);
+            dsp_db_sql_stats_oldest_part(&b, NULL, t == 0 && p == 2, type, strlen(type), p, now);
     }
     dsp_db_sql_stats_oldest_end(&b);
     assert_false(b.oom);
     assert_int_equal(check_plan(fx, b.p, NULL), 15);
 
     dsp_strbuf_reset(&b);
-    dsp_db_sql_retention(&b, 2, now - HOUR_MS, 1000, NULL);
+    dsp_db_sql_retention(&b, NULL, 2, now - HOUR_MS, 1000, NULL);
     assert_int_equal(check_plan(fx, b.p, NULL), 1);
     dsp_strbuf_reset(&b);
-    dsp_db_sql_retention(&b, 3, now - HOUR_MS, 1000, NULL);
+    dsp_db_sql_retention(&b, NULL, 3, now - HOUR_MS, 1000, NULL);
     assert_int_equal(check_plan(fx, b.p, NULL), 1);
 
     dsp_strbuf_reset(&b);
-    dsp_db_sql_requeue_failed(&b, NULL, now, 5000, NULL);
+    dsp_db_sql_requeue_failed(&b, NULL, NULL, now, 5000, NULL);
     assert_int_equal(check_plan(fx, b.p, NULL), 1);
     dsp_strbuf_reset(&b);
-    dsp_db_sql_requeue_failed(&b, "t1", now, 5000, NULL);
+    dsp_db_sql_requeue_failed(&b, NULL, "t1", now, 5000, NULL);
     assert_int_equal(check_plan(fx, b.p, NULL), 1);
     dsp_strbuf_free(&b);
 

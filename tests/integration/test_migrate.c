@@ -631,8 +631,9 @@ static void test_migrate_refuses_while_led(void **state)
     assert_non_null(strstr(out, "nothing to do"));
 }
 
-/* No schema at all: --migrate says to load sql/schema.sql; a task table without a version:
- * it refuses and changes nothing; bad flags exit 2. */
+/* No schema at all: --migrate creates the current one (issue 31; it used to say to load
+ * sql/schema.sql), as sql/schema.sql would; a task table without a version: it refuses
+ * and changes nothing; bad flags exit 2. */
 static void test_migrate_without_schema_and_bad_flags(void **state)
 {
     struct fx *fx = *state;
@@ -641,11 +642,22 @@ static void test_migrate_without_schema_and_bad_flags(void **state)
 
     assert_int_equal(tp_testdb_create("migrate_empty", db), 0);
     assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim"), 0);
-    assert_int_equal(migrate(db, out), 1);
-    assert_non_null(strstr(out, "has no taskpush schema: load sql/schema.sql"));
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "created schema version"));
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables"
                                              " WHERE table_schema = DATABASE()"),
-                     0);
+                     4);
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "nothing to do"));
+    /* Only some of the four, without a version: refused, nothing changed. */
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta"), 0);
+    assert_int_equal(migrate(db, out), 1);
+    assert_non_null(strstr(out, "cannot tell what they hold"));
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables"
+                                             " WHERE table_schema = DATABASE()"),
+                     2);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task_schedule, task_claim"), 0);
 
     make_v1(db);
     assert_int_equal(tp_testdb_exec(db, "DROP TABLE taskpush_meta"), 0);

@@ -1151,7 +1151,7 @@ static void test_claim_candidates_then_lock(void **ctx)
     assert_non_null(other);
     memcpy(sql, "EXPLAIN ", 8);
     assert_true(dsp_claim_sql_candidates(sql + 8, cap - 8, one, 1, st->big_now_ms, CLAIM_N, NULL,
-                                         NULL) > 0);
+                                         NULL, NULL) > 0);
     assert_int_equal(mysql_query(db->conn, sql), 0);
     res = mysql_store_result(db->conn);
     assert_non_null(res);
@@ -1179,7 +1179,7 @@ static void test_claim_candidates_then_lock(void **ctx)
                      1);
     dsp_strbuf cand_csv = {0};
     dsp_db_sql_id_csv(&cand_csv, cand, (size_t)nc);
-    dsp_db_sql_claim_lock(&lock, st->big_now_ms, cand_csv.p, cand_csv.len);
+    dsp_db_sql_claim_lock(&lock, NULL, st->big_now_ms, cand_csv.p, cand_csv.len);
     dsp_strbuf_free(&cand_csv);
     assert_false(lock.oom);
     nl = query_ids(db->conn, lock.p, &locked);
@@ -1227,7 +1227,7 @@ static void test_claim_candidates_after(void **ctx)
     uint8_t prio = (uint8_t)p;
     memcpy(sql, "EXPLAIN ", 8);
     assert_true(dsp_claim_sql_candidates_after(sql + 8, cap - 8, one, 1, st->big_now_ms, CLAIM_N,
-                                               &prio, &want[CLAIM_N - 1], NULL, NULL) > 0);
+                                               &prio, &want[CLAIM_N - 1], NULL, NULL, NULL) > 0);
     assert_int_equal(mysql_query(db->conn, sql), 0);
     res = mysql_store_result(db->conn);
     assert_non_null(res);

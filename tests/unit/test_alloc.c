@@ -138,9 +138,9 @@ static void claim_csv_then(dsp_strbuf *b, const struct rows *r, int which)
     if (csv.oom)
         b->oom = true;
     else if (which == 5)
-        dsp_db_sql_claim_mark(b, 9, 1, csv.p, csv.len);
+        dsp_db_sql_claim_mark(b, NULL, 9, 1, csv.p, csv.len);
     else
-        dsp_db_sql_claim_log_insert(b, 9, 1, "", csv.p, csv.len);
+        dsp_db_sql_claim_log_insert(b, NULL, 9, 1, "", csv.p, csv.len);
     dsp_strbuf_free(&csv);
 }
 
@@ -153,36 +153,36 @@ static bool build(int which, dsp_strbuf *b, const struct rows *r)
     case 2:
     case 3:
     case 4: /* each write kind, a two-level CASE over NROWS rows */
-        (void)dsp_db_sql_write(b, which, 9, 123456789, r->row, NROWS);
+        (void)dsp_db_sql_write(b, NULL, which, 9, 123456789, r->row, NROWS);
         return true;
     case 5:
         claim_csv_then(b, r, 5);
         return true;
     case 6:
-        dsp_db_sql_release_ids(b, 9, 1, r->ids, NROWS);
+        dsp_db_sql_release_ids(b, NULL, 9, 1, r->ids, NROWS);
         return true;
     case 7:
-        dsp_db_sql_lock_free(b, 9, r->row, r->skip, NROWS);
+        dsp_db_sql_lock_free(b, NULL, 9, r->row, r->skip, NROWS);
         return true;
     case 8:
-        dsp_db_sql_still_ours(b, 9, r->row, NULL, NROWS);
+        dsp_db_sql_still_ours(b, NULL, 9, r->row, NULL, NROWS);
         return true;
     case 9:
-        dsp_db_sql_recover_ids(b, 9, 1, r->ids, NROWS, NULL);
+        dsp_db_sql_recover_ids(b, NULL, 9, 1, r->ids, NROWS, NULL);
         claim_csv_then(b, r, 9);
         return true;
     case 10:
-        dsp_db_sql_stats_counts(b, 1, NULL);
-        dsp_db_sql_stats_successful(b, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
+        dsp_db_sql_stats_counts(b, NULL, 1, NULL);
+        dsp_db_sql_stats_successful(b, NULL, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
         return true;
     case 11:
         for (int i = 0; i < 40; i++)
-            dsp_db_sql_stats_oldest_part(b, i == 0, "a type name", 11, i % 3, 1);
+            dsp_db_sql_stats_oldest_part(b, NULL, i == 0, "a type name", 11, i % 3, 1);
         dsp_db_sql_stats_oldest_end(b);
         return true;
     case 12:
-        dsp_db_sql_retention(b, 3, 1, 100, NULL);
-        dsp_db_sql_requeue_failed(b, "a type name", 1, 100, NULL);
+        dsp_db_sql_retention(b, NULL, 3, 1, 100, NULL);
+        dsp_db_sql_requeue_failed(b, NULL, "a type name", 1, 100, NULL);
         return true;
     }
     return false;

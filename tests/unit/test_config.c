@@ -125,6 +125,113 @@ static void test_bad_flags_are_refused(void **state)
     dsp_config_free(&c);
 }
 
+
+/* --table NAME (issue 31): default task; a name taskpush can use unquoted, at most 48
+ * bytes; the config file's key too; and, since getopt_long would take "--table" for an
+ * abbreviation of --table-stats-ms, no flag is ever abbreviated. */
+static void test_table_flag(void **state)
+{
+    (void)state;
+    dsp_config c;
+    char err[256] = "";
+
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", NULL), DSP_CONFIG_OK);
+    assert_string_equal(c.table, "task");
+    assert_int_equal(c.table_stats_ms, 2000);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--table", "jobs", NULL),
+                     DSP_CONFIG_OK);
+    assert_string_equal(c.table, "jobs");
+    assert_int_equal(c.table_stats_ms, 2000); /* not --table-stats-ms */
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--table=mail_2", NULL),
+                     DSP_CONFIG_OK);
+    assert_string_equal(c.table, "mail_2");
+    dsp_config_free(&c);
+
+    static const char *const bad[] = {"", "9jobs", "jobs-x", "jo bs", "jobs;", "`jobs`",
+                                      "t\xc3\xa4sk",
+                                      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" /* 49 */};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--table", (char *)bad[i],
+                              NULL),
+                         DSP_CONFIG_BAD);
+        assert_non_null(strstr(err, "--table"));
+        dsp_config_free(&c);
+    }
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--table",
+                          "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" /* 48 */, NULL),
+                     DSP_CONFIG_OK);
+    dsp_config_free(&c);
+
+    /* With a shard, 'taskpush/NAME.' + a byte of the database's name + '.SHARD' must fit
+     * MySQL's 64-byte lock name. */
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--table",
+                          "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" /* 40 */, "--types", "t",
+                          "--shard", "ssssssssssssssssssss" /* 20 */, NULL),
+                     DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "lock name"));
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--table", "jobs", "--types",
+                          "t", "--shard", "ssssssssssssssssssss", NULL),
+                     DSP_CONFIG_OK);
+    dsp_config_free(&c);
+
+    /* The config file's key. */
+    char path[] = "/tmp/test_config_table_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("table = mail\n", f);
+    fclose(f);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--config", path, NULL),
+                     DSP_CONFIG_OK);
+    assert_string_equal(c.table, "mail");
+    dsp_config_free(&c);
+    f = fopen(path, "w");
+    fputs("table = mail-box\n", f);
+    fclose(f);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--config", path, NULL),
+                     DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "mail-box"));
+    dsp_config_free(&c);
+    unlink(path);
+}
+
+static void test_no_abbreviations(void **state)
+{
+    (void)state;
+    static const char *const abbrev[][2] = {
+        {"--table-stats", "100"}, {"--table-stats=100", NULL}, {"--sched", "round-robin"},
+        {"--mig", NULL},          {"--hel", NULL},             {"--vers", NULL},
+        {"--lease-renew", "100"}, {"--po", "100"},
+    };
+    for (size_t i = 0; i < sizeof abbrev / sizeof abbrev[0]; i++) {
+        dsp_config c;
+        char err[256] = "";
+        assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", (char *)abbrev[i][0],
+                              (char *)abbrev[i][1], NULL),
+                         DSP_CONFIG_BAD);
+        assert_non_null(strstr(err, "unknown option"));
+        dsp_config_free(&c);
+    }
+    /* It names the flag it could have meant. */
+    dsp_config c;
+    char err[256] = "";
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--table-stats", "100", NULL),
+                     DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "'--table-stats'"));
+    assert_non_null(strstr(err, "--table-stats-ms"));
+    dsp_config_free(&c);
+    /* Whole names, both forms, still work. */
+    assert_int_equal(load(&c, err, sizeof err, "--db=mysql://u@h/d", "--table-stats-ms", "100",
+                          "--poll-ms=50", "--migrate", NULL),
+                     DSP_CONFIG_OK);
+    assert_int_equal(c.table_stats_ms, 100);
+    assert_int_equal(c.poll_ms, 50);
+    dsp_config_free(&c);
+}
+
 /* The lease flags: defaults (takeover well within 2 s), and renewals at most half a lease. */
 static void test_lease_flags(void **state)
 {
@@ -553,6 +660,8 @@ int main(void)
         cmocka_unit_test_setup(test_settings_listing_hides_secrets, setup),
         cmocka_unit_test_setup(test_durations, setup),
         cmocka_unit_test_setup(test_type_limits, setup),
+        cmocka_unit_test_setup(test_table_flag, setup),
+        cmocka_unit_test_setup(test_no_abbreviations, setup),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }

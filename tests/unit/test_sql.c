@@ -15,7 +15,9 @@
 
 #include "db_claim_sql.h"
 #include "db_sql.h"
+#include "migrate.h"
 #include "shard.h"
+#include "tables.h"
 
 /* The claim's part for one type, as db_claim_sql.h documents it. */
 #define PART(lit, now, limit)                                                                      \
@@ -55,7 +57,7 @@ static void claim_candidates(void **state)
     (void)state;
     const char *types[] = {"a", "b"};
     char buf[2048];
-    int n = dsp_claim_sql_candidates(buf, sizeof buf, types, 2, 1000, 7, NULL, NULL);
+    int n = dsp_claim_sql_candidates(buf, sizeof buf, types, 2, 1000, 7, NULL, NULL, NULL);
 #define CAND(lit)                                                                                  \
     "(SELECT task_id, task_type, task_priority FROM task FORCE INDEX (claim_idx) WHERE "          \
     "claim_lane = 0 AND `delayed` = 0 AND task_type = " lit " AND run_after <= 1000 ORDER BY "    \
@@ -66,9 +68,12 @@ static void claim_candidates(void **state)
     assert_null(strstr(buf, "FOR UPDATE"));
     /* Never longer than the locking claim: the same bound serves. */
     assert_true((size_t)n < dsp_claim_sql_select_bound(types, 2));
-    assert_int_equal(dsp_claim_sql_candidates(buf, sizeof buf, types, 0, 1, 1, NULL, NULL), -1);
-    assert_int_equal(dsp_claim_sql_candidates(buf, sizeof buf, types, 1, 1, 0, NULL, NULL), -1);
-    assert_int_equal(dsp_claim_sql_candidates(buf, (size_t)n, types, 2, 1000, 7, NULL, NULL), -1);
+    assert_int_equal(dsp_claim_sql_candidates(buf, sizeof buf, types, 0, 1, 1, NULL, NULL, NULL),
+                     -1);
+    assert_int_equal(dsp_claim_sql_candidates(buf, sizeof buf, types, 1, 1, 0, NULL, NULL, NULL),
+                     -1);
+    assert_int_equal(dsp_claim_sql_candidates(buf, (size_t)n, types, 2, 1000, 7, NULL, NULL, NULL),
+                     -1);
     assert_string_equal(buf, "");
 }
 
@@ -82,7 +87,7 @@ static void claim_candidates_after(void **state)
     const uint64_t id[] = {100, 7};
     char buf[2048];
     int n = dsp_claim_sql_candidates_after(buf, sizeof buf, types, 2, 1000, 16, prio, id, NULL,
-                                           NULL);
+                                           NULL, NULL);
 #define CAND(lit, after)                                                                           \
     "(SELECT task_id, task_type, task_priority FROM task FORCE INDEX (claim_idx) WHERE "          \
     "claim_lane = 0 AND `delayed` = 0 AND task_type = " lit after " AND run_after <= 1000 ORDER " \
@@ -95,10 +100,10 @@ static void claim_candidates_after(void **state)
 #undef CAND
     assert_int_equal(n, (int)strlen(buf));
     assert_int_equal(dsp_claim_sql_candidates_after(buf, sizeof buf, types, 2, 1000, 16, NULL, id,
-                                                    NULL, NULL),
+                                                    NULL, NULL, NULL),
                      -1);
     assert_int_equal(dsp_claim_sql_candidates_after(buf, (size_t)n, types, 2, 1000, 16, prio, id,
-                                                    NULL, NULL),
+                                                    NULL, NULL, NULL),
                      -1);
     assert_string_equal(buf, "");
 
@@ -112,7 +117,7 @@ static void claim_candidates_after(void **state)
     char *big = malloc(cap);
     assert_non_null(big);
     n = dsp_claim_sql_candidates_after(big, cap, longest, 3, INT64_MAX, 4294967295u, pmax, imax,
-                                       NULL, NULL);
+                                       NULL, NULL, NULL);
     assert_true(n > 0 && (size_t)n < cap);
     free(big);
 }
@@ -320,15 +325,15 @@ static void write_one_value_per_column(void **state)
                               {.task_id = 12, .attempts = 1},
                               {.task_id = 13, .attempts = 1}};
     dsp_strbuf b = {0};
-    assert_true(dsp_db_sql_write(&b, DSP_WRITE_SUCCEEDED, 7, 5000, rows, 3));
+    assert_true(dsp_db_sql_write(&b, NULL, DSP_WRITE_SUCCEEDED, 7, 5000, rows, 3));
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 2, result = NULL,"
                              " attempts = 1, last_update_time = 5000" WRITE_TAIL("11, 12, 13", "7"));
     dsp_strbuf_reset(&b);
-    assert_true(dsp_db_sql_write(&b, DSP_WRITE_RELEASE, 7, 5000, rows, 3));
+    assert_true(dsp_db_sql_write(&b, NULL, DSP_WRITE_RELEASE, 7, 5000, rows, 3));
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 0, `delayed` = 0,"
                              " attempts = 1, last_update_time = 5000" WRITE_TAIL("11, 12, 13", "7"));
     dsp_strbuf_reset(&b);
-    assert_true(dsp_db_sql_write(&b, DSP_WRITE_DELIVERED, 4294967295u, 5000, rows, 1));
+    assert_true(dsp_db_sql_write(&b, NULL, DSP_WRITE_DELIVERED, 4294967295u, 5000, rows, 1));
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 1,"
                              " attempts = 1, last_update_time = 5000" WRITE_TAIL("11", "4294967295"));
     assert_false(b.oom);
@@ -342,7 +347,7 @@ static void write_values_that_differ(void **state)
         {.task_id = 1, .attempts = 1, .run_after_ms = 100, .data = (const uint8_t *)"e'", .len = 2},
         {.task_id = 2, .attempts = 2, .run_after_ms = 200, .data = NULL, .len = 0}};
     dsp_strbuf b = {0};
-    assert_true(dsp_db_sql_write(&b, DSP_WRITE_RETRY, 3, 9, rows, 2));
+    assert_true(dsp_db_sql_write(&b, NULL, DSP_WRITE_RETRY, 3, 9, rows, 2));
     assert_string_equal(b.p,
                         "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 0, `delayed` = 1,"
                         " run_after = CASE task_id WHEN 1 THEN 100 WHEN 2 THEN 200 END,"
@@ -353,11 +358,11 @@ static void write_values_that_differ(void **state)
     /* A result is bytes: no character set introducer. */
     rows[1] = rows[0];
     rows[1].task_id = 2;
-    assert_true(dsp_db_sql_write(&b, DSP_WRITE_SUCCEEDED, 3, 9, rows, 2));
+    assert_true(dsp_db_sql_write(&b, NULL, DSP_WRITE_SUCCEEDED, 3, 9, rows, 2));
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 2, result = X'6527',"
                              " attempts = 1, last_update_time = 9" WRITE_TAIL("1, 2", "3"));
     dsp_strbuf_reset(&b);
-    assert_true(dsp_db_sql_write(&b, DSP_WRITE_FAILED, 3, 9, rows, 1));
+    assert_true(dsp_db_sql_write(&b, NULL, DSP_WRITE_FAILED, 3, 9, rows, 1));
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 3,"
                              " err_msg = _utf8mb4 X'6527', attempts = 1, last_update_time = 9"
                              WRITE_TAIL("1", "3"));
@@ -369,9 +374,9 @@ static void write_refuses_nothing_and_bad_kinds(void **state)
     (void)state;
     dsp_db_sql_row row = {.task_id = 1, .attempts = 1};
     dsp_strbuf b = {0};
-    assert_false(dsp_db_sql_write(&b, DSP_WRITE_SUCCEEDED, 1, 1, &row, 0));
-    assert_false(dsp_db_sql_write(&b, -1, 1, 1, &row, 1));
-    assert_false(dsp_db_sql_write(&b, DSP_WRITE_KINDS, 1, 1, &row, 1));
+    assert_false(dsp_db_sql_write(&b, NULL, DSP_WRITE_SUCCEEDED, 1, 1, &row, 0));
+    assert_false(dsp_db_sql_write(&b, NULL, -1, 1, 1, &row, 1));
+    assert_false(dsp_db_sql_write(&b, NULL, DSP_WRITE_KINDS, 1, 1, &row, 1));
     assert_int_equal(b.len, 0);
     assert_null(b.p);
 }
@@ -383,7 +388,7 @@ static void write_result_param(void **state)
     static const uint8_t data[4] = {'a', 'b', 'c', 'd'};
     dsp_db_sql_row row = {.task_id = 18446744073709551615u, .attempts = 4294967295u, .data = data, .len = 4};
     dsp_strbuf b = {0};
-    dsp_db_sql_write_result_param(&b, 4294967295u, -5, &row);
+    dsp_db_sql_write_result_param(&b, NULL, 4294967295u, -5, &row);
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 2, result = ?,"
                              " attempts = 4294967295, last_update_time = -5 WHERE task_id IN"
                              " (18446744073709551615) AND task_state = 1 AND epoch = 4294967295");
@@ -400,7 +405,7 @@ static void write_two_level_case(void **state)
     dsp_strbuf b = {0};
     for (size_t i = 0; i < N; i++)
         rows[i] = (dsp_db_sql_row){.task_id = i + 1, .attempts = (uint32_t)i};
-    assert_true(dsp_db_sql_write(&b, DSP_WRITE_RELEASE, 1, 1, rows, N));
+    assert_true(dsp_db_sql_write(&b, NULL, DSP_WRITE_RELEASE, 1, 1, rows, N));
     assert_non_null(strstr(b.p, " attempts = CASE WHEN task_id <= 10 THEN CASE task_id WHEN 1 THEN 0 "));
     assert_int_equal(count_of(b.p, "WHEN task_id <= "), 9);
     assert_int_equal(count_of(b.p, " ELSE CASE task_id WHEN 91 THEN 90 "), 1);
@@ -408,7 +413,7 @@ static void write_two_level_case(void **state)
     dsp_strbuf_reset(&b);
 
     rows[0].task_id = 1000; /* no longer sorted */
-    assert_true(dsp_db_sql_write(&b, DSP_WRITE_RELEASE, 1, 1, rows, N));
+    assert_true(dsp_db_sql_write(&b, NULL, DSP_WRITE_RELEASE, 1, 1, rows, N));
     assert_non_null(strstr(b.p, " attempts = CASE task_id WHEN 1000 THEN 0 WHEN 2 THEN 1 "));
     assert_int_equal(count_of(b.p, "WHEN task_id <= "), 0);
     assert_int_equal(count_of(b.p, " THEN "), N);
@@ -416,10 +421,12 @@ static void write_two_level_case(void **state)
     /* Exactly DSP_DB_SQL_FLAT_CASE_MAX sorted rows: still flat. */
     rows[0].task_id = 1;
     dsp_strbuf_reset(&b);
-    assert_true(dsp_db_sql_write(&b, DSP_WRITE_RELEASE, 1, 1, rows, DSP_DB_SQL_FLAT_CASE_MAX));
+    assert_true(
+        dsp_db_sql_write(&b, NULL, DSP_WRITE_RELEASE, 1, 1, rows, DSP_DB_SQL_FLAT_CASE_MAX));
     assert_int_equal(count_of(b.p, "WHEN task_id <= "), 0);
     dsp_strbuf_reset(&b);
-    assert_true(dsp_db_sql_write(&b, DSP_WRITE_RELEASE, 1, 1, rows, DSP_DB_SQL_FLAT_CASE_MAX + 1));
+    assert_true(
+        dsp_db_sql_write(&b, NULL, DSP_WRITE_RELEASE, 1, 1, rows, DSP_DB_SQL_FLAT_CASE_MAX + 1));
     assert_true(count_of(b.p, "WHEN task_id <= ") > 0);
     dsp_strbuf_free(&b);
 }
@@ -452,7 +459,7 @@ static void write_longest_batch_within_cost(void **state)
             size_t cost = DSP_DB_SQL_WRITE_FIXED;
             for (size_t i = 0; i < N; i++)
                 cost += dsp_db_sql_write_row_cost(kind, &rows[i]);
-            assert_true(dsp_db_sql_write(&b, kind, UINT32_MAX, INT64_MAX, rows, N));
+            assert_true(dsp_db_sql_write(&b, NULL, kind, UINT32_MAX, INT64_MAX, rows, N));
             assert_false(b.oom);
             assert_int_equal(strlen(b.p), b.len);
             assert_true(b.len <= cost);
@@ -481,18 +488,18 @@ static void claim_mark_and_release(void **state)
     dsp_strbuf b = {0}, csv = {0};
     dsp_db_sql_id_csv(&csv, ids, 3);
     assert_string_equal(csv.p, "5,3,18446744073709551615");
-    dsp_db_sql_claim_mark(&b, 2, 77, csv.p, csv.len);
+    dsp_db_sql_claim_mark(&b, NULL, 2, 77, csv.p, csv.len);
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 1, epoch = 2,"
                              " last_update_time = 77 WHERE task_id IN (5,3,18446744073709551615)");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_claim_lock(&b, 77, csv.p, csv.len);
+    dsp_db_sql_claim_lock(&b, NULL, 77, csv.p, csv.len);
     assert_string_equal(b.p, "SELECT task_id, attempts, max_attempts, timeout_ms, payload FROM task"
                              " FORCE INDEX (PRIMARY) WHERE task_id IN (5,3,18446744073709551615)"
                              " AND task_state = 0 AND `delayed` = 0 AND run_after <= 77"
                              " FOR UPDATE SKIP LOCKED");
     dsp_strbuf_free(&csv);
     dsp_strbuf_reset(&b);
-    dsp_db_sql_release_ids(&b, 2, 77, ids, 1);
+    dsp_db_sql_release_ids(&b, NULL, 2, 77, ids, 1);
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = 0,"
                              " last_update_time = 77" WRITE_TAIL("5", "2"));
     dsp_strbuf_free(&b);
@@ -504,11 +511,11 @@ static void lock_free_and_still_ours(void **state)
     dsp_db_sql_row rows[3] = {{.task_id = 1}, {.task_id = 2}, {.task_id = 3}};
     const uint8_t skip[3] = {1, 0, 0};
     dsp_strbuf b = {0};
-    dsp_db_sql_lock_free(&b, 9, rows, skip, 3);
+    dsp_db_sql_lock_free(&b, NULL, 9, rows, skip, 3);
     assert_string_equal(b.p, "SELECT task_id FROM task FORCE INDEX (PRIMARY) WHERE task_id IN (2, 3)"
                              " AND task_state = 1 AND epoch = 9 FOR UPDATE SKIP LOCKED");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_still_ours(&b, 9, rows, NULL, 3);
+    dsp_db_sql_still_ours(&b, NULL, 9, rows, NULL, 3);
     assert_string_equal(b.p, "SELECT task_id FROM task FORCE INDEX (PRIMARY) WHERE task_id IN"
                              " (1, 2, 3) AND task_state = 1 AND epoch = 9");
     dsp_strbuf_free(&b);
@@ -521,26 +528,26 @@ static void inventory_statements(void **state)
     (void)state;
     dsp_strbuf b = {0};
     dsp_db_sql_row row = {.task_id = 42, .attempts = 3};
-    dsp_db_sql_adopt(&b, 9, 555, 42, 7, 3, NULL);
+    dsp_db_sql_adopt(&b, NULL, 9, 555, 42, 7, 3, NULL);
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET epoch = 9, attempts = 3,"
                              " last_update_time = 555 WHERE task_id = 42 AND task_state = 1"
                              " AND epoch = 7 AND attempts IN (2, 3)");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_adopt(&b, 9, 555, 42, 7, 0, " AND task_type IN ('a')");
+    dsp_db_sql_adopt(&b, NULL, 9, 555, 42, 7, 0, " AND task_type IN ('a')");
     assert_non_null(strstr(b.p, " AND epoch = 7 AND attempts = 0 AND task_type IN ('a')"));
     dsp_strbuf_reset(&b);
-    dsp_db_sql_adopted_row(&b, 9, 42, 3);
+    dsp_db_sql_adopted_row(&b, NULL, 9, 42, 3);
     assert_string_equal(b.p, "SELECT task_type, max_attempts, task_priority FROM task FORCE INDEX"
                              " (PRIMARY) WHERE task_id = 42 AND task_state = 1 AND epoch = 9"
                              " AND attempts = 3");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_write(&b, DSP_WRITE_RETRY, 7, 1, &row, 1);
+    dsp_db_sql_write(&b, NULL, DSP_WRITE_RETRY, 7, 1, &row, 1);
     dsp_db_sql_foreign_fence(&b, 3, 0);
     assert_non_null(strstr(b.p, " AND task_state = 1 AND epoch = 7 AND attempts IN (2, 3)"
                                 " AND max_attempts > 3"));
     assert_int_equal(b.p[b.len - 1], '3');
     dsp_strbuf_reset(&b);
-    dsp_db_sql_write(&b, DSP_WRITE_FAILED, 7, 1, &row, 1);
+    dsp_db_sql_write(&b, NULL, DSP_WRITE_FAILED, 7, 1, &row, 1);
     dsp_db_sql_foreign_fence(&b, 3, 1);
     assert_non_null(strstr(b.p, " AND attempts IN (2, 3) AND max_attempts <= 3"));
     dsp_strbuf_free(&b);
@@ -582,24 +589,24 @@ static void recover_and_stats(void **state)
     (void)state;
     dsp_strbuf b = {0};
     uint64_t ids[3] = {7, 9, 12}, seqs[2] = {5, 6};
-    dsp_db_sql_recover_ids(&b, 4, 123, ids, 3, NULL);
+    dsp_db_sql_recover_ids(&b, NULL, 4, 123, ids, 3, NULL);
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (PRIMARY) SET task_state = IF(attempts >="
                              " max_attempts, 3, 0), `delayed` = 0, err_msg = IF(attempts >= max_attempts,"
                              " 'the dispatcher stopped during the last attempt', err_msg),"
                              " last_update_time = 123 WHERE task_id IN (7, 9, 12)"
                              " AND task_state = 1 AND epoch = 4");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_claim_log_probe(&b, 4, "");
+    dsp_db_sql_claim_log_probe(&b, NULL, 4, "");
     assert_string_equal(b.p, "SELECT seq FROM task_claim WHERE epoch < 4 AND shard = '' LIMIT 1");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_claim_log_next(&b, 9, NULL, 4, 17);
+    dsp_db_sql_claim_log_next(&b, NULL, 9, NULL, 4, 17);
     assert_string_equal(b.p, "SELECT epoch, seq, task_ids FROM task_claim WHERE epoch < 9"
                              " AND (epoch > 4 OR (epoch = 4 AND seq > 17))"
                              " ORDER BY epoch, seq LIMIT 1 FOR UPDATE");
     dsp_strbuf_reset(&b);
     dsp_strbuf csv = {0};
     dsp_db_sql_id_csv(&csv, ids, 3);
-    dsp_db_sql_claim_log_insert(&b, 9, 3, "video", csv.p, csv.len);
+    dsp_db_sql_claim_log_insert(&b, NULL, 9, 3, "video", csv.p, csv.len);
     assert_string_equal(b.p, "INSERT INTO task_claim (epoch, seq, shard, task_ids)"
                              " VALUES (9, 3, 'video', '7,9,12')");
     /* What the claim writes, recovery reads back. */
@@ -610,20 +617,20 @@ static void recover_and_stats(void **state)
     assert_memory_equal(back, ids, sizeof ids);
     dsp_strbuf_free(&csv);
     dsp_strbuf_reset(&b);
-    dsp_db_sql_claim_log_delete(&b, 9, seqs, 2);
+    dsp_db_sql_claim_log_delete(&b, NULL, 9, seqs, 2);
     assert_string_equal(b.p, "DELETE FROM task_claim WHERE epoch = 9 AND seq IN (5, 6)");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_still_processing(&b, 4, ids, 2);
+    dsp_db_sql_still_processing(&b, NULL, 4, ids, 2);
     assert_string_equal(b.p, "SELECT COUNT(*) FROM task FORCE INDEX (PRIMARY)"
                              " WHERE task_id IN (7, 9) AND task_state = 1 AND epoch = 4");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_stats_counts(&b, 55, NULL);
+    dsp_db_sql_stats_counts(&b, NULL, 55, NULL);
     assert_string_equal(b.p, "SELECT claim_lane, `delayed`, task_type, COUNT(*), SUM(run_after <= 55),"
                              " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)"
                              " FROM task FORCE INDEX (claim_idx) WHERE claim_lane IN (0, 3)"
                              " GROUP BY claim_lane, `delayed`, task_type");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_stats_successful(&b, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
+    dsp_db_sql_stats_successful(&b, NULL, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
     assert_string_equal(b.p, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
                              " WHERE claim_lane = 1 LIMIT 1000000) x");
     dsp_strbuf_free(&b);
@@ -638,8 +645,8 @@ static void stats_oldest(void **state)
 {
     (void)state;
     dsp_strbuf b = {0};
-    dsp_db_sql_stats_oldest_part(&b, true, "a'", 2, 2, 8);
-    dsp_db_sql_stats_oldest_part(&b, false, "", 0, 0, 8);
+    dsp_db_sql_stats_oldest_part(&b, NULL, true, "a'", 2, 2, 8);
+    dsp_db_sql_stats_oldest_part(&b, NULL, false, "", 0, 0, 8);
     dsp_db_sql_stats_oldest_end(&b);
     assert_string_equal(b.p, "SELECT t, MIN(g) FROM (" OLDEST("_utf8mb4 X'6127'", "2") " UNION ALL "
                              OLDEST("''", "0") ") u GROUP BY t");
@@ -650,27 +657,27 @@ static void retention_and_requeue(void **state)
 {
     (void)state;
     dsp_strbuf b = {0};
-    dsp_db_sql_retention(&b, 2, 1000, 500, NULL);
+    dsp_db_sql_retention(&b, NULL, 2, 1000, 500, NULL);
     assert_string_equal(b.p, "DELETE FROM task WHERE claim_lane = 1 AND task_state = 2 AND last_update_time < 1000 LIMIT 500");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_retention(&b, 3, -5, 1, NULL);
+    dsp_db_sql_retention(&b, NULL, 3, -5, 1, NULL);
     assert_string_equal(b.p, "DELETE FROM task WHERE claim_lane = 3 AND task_state = 3 AND last_update_time < -5 LIMIT 1");
     dsp_strbuf_reset(&b);
     for (int s = -1; s < 5; s++)
         if (s != 2 && s != 3)
-            dsp_db_sql_retention(&b, s, 1, 1, NULL);
+            dsp_db_sql_retention(&b, NULL, s, 1, 1, NULL);
     assert_int_equal(b.len, 0);
 
 #define REQUEUE_HEAD                                                                               \
     "UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0, `delayed` = 0,"        \
     " run_after = 0, last_update_time = 6 WHERE claim_lane = 3"
-    dsp_db_sql_requeue_failed(&b, NULL, 6, 100, NULL);
+    dsp_db_sql_requeue_failed(&b, NULL, NULL, 6, 100, NULL);
     assert_string_equal(b.p, REQUEUE_HEAD " LIMIT 100");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_requeue_failed(&b, "", 6, 100, NULL);
+    dsp_db_sql_requeue_failed(&b, NULL, "", 6, 100, NULL);
     assert_string_equal(b.p, REQUEUE_HEAD " AND task_type = '' LIMIT 100");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_requeue_failed(&b, "x' OR '1'='1", 6, 100, NULL);
+    dsp_db_sql_requeue_failed(&b, NULL, "x' OR '1'='1", 6, 100, NULL);
     assert_string_equal(b.p, REQUEUE_HEAD " AND task_type = _utf8mb4 X'7827204F52202731273D2731' LIMIT 100");
     dsp_strbuf_free(&b);
 }
@@ -681,66 +688,66 @@ static void task_requests(void **state)
 {
     (void)state;
     dsp_strbuf b = {0};
-    dsp_db_sql_task_show(&b, 18446744073709551615ULL, NULL);
+    dsp_db_sql_task_show(&b, NULL, 18446744073709551615ULL, NULL);
     assert_non_null(strstr(b.p, " FROM task WHERE task_id = 18446744073709551615"));
     dsp_strbuf_reset(&b);
-    dsp_db_sql_task_state(&b, 7, NULL);
+    dsp_db_sql_task_state(&b, NULL, 7, NULL);
     assert_string_equal(b.p, "SELECT task_state FROM task WHERE task_id = 7");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_task_retry(&b, 7, 1000, NULL);
+    dsp_db_sql_task_retry(&b, NULL, 7, 1000, NULL);
     assert_string_equal(b.p, "UPDATE task SET task_state = 0, attempts = 0, err_msg = NULL, `delayed` = 0,"
                              " run_after = 1000, last_update_time = 1000 WHERE task_id = 7 AND task_state = 3");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_task_cancel(&b, 7, 1000, NULL);
+    dsp_db_sql_task_cancel(&b, NULL, 7, 1000, NULL);
     assert_string_equal(b.p, "UPDATE task SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
                              " last_update_time = 1000 WHERE task_id = 7 AND task_state = 0");
     dsp_strbuf_reset(&b);
     {
         /* attempts written never passes the schema's CHECK (attempts_max). */
         const dsp_db_sql_row r = {.task_id = 5, .attempts = 2147483648u};
-        dsp_db_sql_write(&b, DSP_WRITE_DELIVERED, 3, 1000, &r, 1);
+        dsp_db_sql_write(&b, NULL, DSP_WRITE_DELIVERED, 3, 1000, &r, 1);
         assert_non_null(strstr(b.p, "attempts = 1000"));
         assert_null(strstr(b.p, "2147483648"));
         dsp_strbuf_reset(&b);
     }
     /* Orphans: an epoch older than the leader's or above the counter; never its own. */
-    dsp_db_sql_task_cancel_orphan(&b, 7, 9, 1000, NULL);
+    dsp_db_sql_task_cancel_orphan(&b, NULL, 7, 9, 1000, NULL);
     assert_string_equal(b.p, "UPDATE task SET task_state = 3, err_msg = 'cancelled', `delayed` = 0,"
                              " last_update_time = 1000 WHERE task_id = 7 AND task_state = 1 AND (epoch < 9"
                              " OR epoch > (SELECT value FROM taskpush_meta WHERE name = 'epoch'))");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_orphan_range(&b, 10, 5000);
+    dsp_db_sql_orphan_range(&b, NULL, 10, 5000);
     assert_string_equal(b.p, "SELECT COUNT(*), MAX(task_id) FROM (SELECT task_id FROM task FORCE INDEX"
                              " (PRIMARY) WHERE task_id > 10 ORDER BY task_id LIMIT 5000) s");
     dsp_strbuf_reset(&b);
     {
         const dsp_db_sql_orphan o = {.epoch = 9, .counter = 12, .older_than_ms = 500, .in = NULL};
         const uint64_t oids[2] = {11, 13};
-        dsp_db_sql_orphan_select(&b, &o, 10, 20, 5000, NULL, 0);
+        dsp_db_sql_orphan_select(&b, NULL, &o, 10, 20, 5000, NULL, 0);
         assert_string_equal(b.p, "SELECT task_id FROM task FORCE INDEX (PRIMARY) WHERE task_id > 10 AND"
                                  " task_id <= 20 AND task_state = 1 AND (epoch < 9 OR epoch > 12) AND"
                                  " last_update_time < 500 LIMIT 5000");
         dsp_strbuf_reset(&b);
-        dsp_db_sql_orphan_select(&b, &o, 0, 0, 0, oids, 2);
+        dsp_db_sql_orphan_select(&b, NULL, &o, 0, 0, 0, oids, 2);
         assert_string_equal(b.p, "SELECT task_id FROM task FORCE INDEX (PRIMARY) WHERE task_id IN (11, 13)"
                                  " AND task_state = 1 AND (epoch < 9 OR epoch > 12) AND last_update_time < 500"
                                  " FOR UPDATE SKIP LOCKED");
         dsp_strbuf_reset(&b);
-        dsp_db_sql_orphan_recover(&b, &o, 1000, oids, 2);
+        dsp_db_sql_orphan_recover(&b, NULL, &o, 1000, oids, 2);
         assert_non_null(strstr(b.p, " WHERE task_id IN (11, 13) AND task_state = 1 AND (epoch < 9 OR epoch > 12)"
                                     " AND last_update_time < 500"));
         dsp_strbuf_reset(&b);
     }
-    dsp_db_sql_failed_next_type(&b, 0, NULL, 0, NULL);
+    dsp_db_sql_failed_next_type(&b, NULL, 0, NULL, 0, NULL);
     assert_string_equal(b.p, "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx)"
                              " WHERE claim_lane = 3 AND `delayed` = 0");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_failed_next_type(&b, 1, "x'", 2, NULL);
+    dsp_db_sql_failed_next_type(&b, NULL, 1, "x'", 2, NULL);
     assert_string_equal(b.p, "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx)"
                              " WHERE claim_lane = 3 AND `delayed` = 1 AND task_type > _utf8mb4 X'7827'");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_failed_part(&b, true, 0, "a", 1, 2, 20, 1000, NULL);
-    dsp_db_sql_failed_part(&b, false, 1, "", 0, 0, 20, 1000, NULL);
+    dsp_db_sql_failed_part(&b, NULL, true, 0, "a", 1, 2, 20, 1000, NULL);
+    dsp_db_sql_failed_part(&b, NULL, false, 1, "", 0, 0, 20, 1000, NULL);
     dsp_db_sql_failed_end(&b, 20);
     assert_string_equal(
         b.p, "SELECT * FROM ((SELECT task_id, task_type, task_priority, attempts, max_attempts,"
@@ -773,62 +780,62 @@ static void shard_type_filter(void **state)
 
     /* The filter goes into the WHERE, before any LIMIT, of each statement. */
     uint64_t ids[2] = {3, 5};
-    dsp_db_sql_recover_ids(&b, 4, 123, ids, 2, in.p);
+    dsp_db_sql_recover_ids(&b, NULL, 4, 123, ids, 2, in.p);
     assert_non_null(strstr(b.p, " WHERE task_id IN (3, 5) AND task_state = 1 AND epoch = 4" IN_AB));
     assert_int_equal(b.p[b.len - 1], ')');
     dsp_strbuf_reset(&b);
-    dsp_db_sql_stats_processing(&b, ids, 2, in.p);
+    dsp_db_sql_stats_processing(&b, NULL, ids, 2, in.p);
     assert_string_equal(b.p, "SELECT task_type, COUNT(*) FROM task FORCE INDEX (PRIMARY)"
                              " WHERE task_id IN (3, 5) AND task_state = 1" IN_AB " GROUP BY task_type");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_retention(&b, 2, 1000, 500, in.p);
+    dsp_db_sql_retention(&b, NULL, 2, 1000, 500, in.p);
     assert_string_equal(b.p, "DELETE FROM task WHERE claim_lane = 1 AND task_state = 2"
                              " AND last_update_time < 1000" IN_AB " LIMIT 500");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_requeue_failed(&b, "a", 6, 100, in.p);
+    dsp_db_sql_requeue_failed(&b, NULL, "a", 6, 100, in.p);
     assert_string_equal(b.p, REQUEUE_HEAD " AND task_type = _utf8mb4 X'61'" IN_AB " LIMIT 100");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_task_show(&b, 9, in.p);
+    dsp_db_sql_task_show(&b, NULL, 9, in.p);
     assert_non_null(strstr(b.p, " FROM task WHERE task_id = 9" IN_AB));
     assert_int_equal(b.p[b.len - 1], ')');
     dsp_strbuf_reset(&b);
-    dsp_db_sql_task_state(&b, 7, in.p);
+    dsp_db_sql_task_state(&b, NULL, 7, in.p);
     assert_string_equal(b.p, "SELECT task_state FROM task WHERE task_id = 7" IN_AB);
     dsp_strbuf_reset(&b);
-    dsp_db_sql_task_retry(&b, 7, 1000, in.p);
+    dsp_db_sql_task_retry(&b, NULL, 7, 1000, in.p);
     assert_non_null(strstr(b.p, " WHERE task_id = 7 AND task_state = 3" IN_AB));
     dsp_strbuf_reset(&b);
-    dsp_db_sql_task_cancel(&b, 7, 1000, in.p);
+    dsp_db_sql_task_cancel(&b, NULL, 7, 1000, in.p);
     assert_non_null(strstr(b.p, " WHERE task_id = 7 AND task_state = 0" IN_AB));
     dsp_strbuf_reset(&b);
-    dsp_db_sql_failed_next_type(&b, 1, "x", 1, in.p);
+    dsp_db_sql_failed_next_type(&b, NULL, 1, "x", 1, in.p);
     assert_string_equal(b.p, "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx) WHERE"
                              " claim_lane = 3 AND `delayed` = 1 AND task_type > _utf8mb4 X'78'" IN_AB);
     dsp_strbuf_reset(&b);
-    dsp_db_sql_failed_part(&b, true, 0, "a", 1, 2, 20, 1000, in.p);
+    dsp_db_sql_failed_part(&b, NULL, true, 0, "a", 1, 2, 20, 1000, in.p);
     assert_non_null(strstr(b.p, "task_type = _utf8mb4 X'61'" IN_AB " AND task_priority = 2 ORDER BY"));
     dsp_strbuf_reset(&b);
-    dsp_db_sql_stats_counts(&b, 55, in.p);
+    dsp_db_sql_stats_counts(&b, NULL, 55, in.p);
     assert_non_null(strstr(b.p, " WHERE claim_lane IN (0, 3)" IN_AB
                                 " GROUP BY claim_lane, `delayed`, task_type"));
     dsp_strbuf_reset(&b);
-    dsp_db_sql_stats_successful(&b, 10, in.p);
+    dsp_db_sql_stats_successful(&b, NULL, 10, in.p);
     assert_string_equal(b.p, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
                              " WHERE claim_lane = 1" IN_AB " LIMIT 10) x");
     dsp_strbuf_free(&b);
 
     /* The lane sweeps; too small a buffer for the filter fails whole. */
     char buf[512];
-    assert_true(dsp_claim_sql_promote_in(buf, sizeof buf, 5, 10, in.p) > 0);
+    assert_true(dsp_claim_sql_promote_in(buf, sizeof buf, 5, 10, in.p, NULL) > 0);
     assert_string_equal(buf, "UPDATE task FORCE INDEX (delay_idx) SET `delayed` = 0 WHERE `delayed` = 1"
                              " AND run_after <= 5" IN_AB " LIMIT 10");
-    assert_true(dsp_claim_sql_demote_in(buf, sizeof buf, 5, 10, in.p) > 0);
+    assert_true(dsp_claim_sql_demote_in(buf, sizeof buf, 5, 10, in.p, NULL) > 0);
     assert_string_equal(buf, "UPDATE task FORCE INDEX (delay_idx) SET `delayed` = 1 WHERE `delayed` = 0"
                              " AND task_state = 0 AND run_after > 5" IN_AB " LIMIT 10");
-    assert_int_equal(dsp_claim_sql_demote_in(buf, 120, 5, 10, in.p), -1);
+    assert_int_equal(dsp_claim_sql_demote_in(buf, 120, 5, 10, in.p, NULL), -1);
     /* NULL: exactly the unsharded statement. */
     char plain[256];
-    assert_true(dsp_claim_sql_promote_in(buf, sizeof buf, 5, 10, NULL) > 0);
+    assert_true(dsp_claim_sql_promote_in(buf, sizeof buf, 5, 10, NULL, NULL) > 0);
     assert_true(dsp_claim_sql_promote(plain, sizeof plain, 5, 10) > 0);
     assert_string_equal(buf, plain);
     dsp_strbuf_free(&in);
@@ -1027,6 +1034,245 @@ static void strbuf_integers(void **state)
     dsp_strbuf_free(&b);
 }
 
+/* ---- another table's names (--table) ---- */
+
+static void table_names_valid(void **state)
+{
+    (void)state;
+    dsp_table_names t;
+    char longest[DSP_TABLE_NAME_MAX + 2];
+
+    assert_true(dsp_table_name_valid("jobs", 4));
+    assert_true(dsp_table_name_valid("_q9", 3));
+    assert_false(dsp_table_name_valid("", 0));
+    assert_false(dsp_table_name_valid("9jobs", 5));
+    assert_false(dsp_table_name_valid("jobs-x", 6));
+    assert_false(dsp_table_name_valid("jo`bs", 5));
+    assert_false(dsp_table_name_valid("jo bs", 5));
+    assert_false(dsp_table_name_valid("t\xc3\xa4sk", 5));
+    memset(longest, 'a', sizeof longest);
+    assert_true(dsp_table_name_valid(longest, DSP_TABLE_NAME_MAX));
+    assert_false(dsp_table_name_valid(longest, DSP_TABLE_NAME_MAX + 1));
+    longest[DSP_TABLE_NAME_MAX] = '\0';
+    assert_int_equal(dsp_table_names_init(&t, longest), 0);
+    assert_true(strlen(t.schedule) <= 64); /* MySQL's longest identifier */
+    assert_int_equal(dsp_table_names_init(&t, "a;DROP"), -1);
+    assert_int_equal(dsp_table_names_init(&t, NULL), -1);
+
+    assert_int_equal(dsp_table_names_init(&t, "task"), 0);
+    assert_true(t.is_default);
+    assert_string_equal(t.meta, "taskpush_meta");
+    assert_string_equal(t.schedule, "task_schedule");
+    assert_string_equal(t.claim, "task_claim");
+    assert_int_equal(dsp_table_names_init(&t, "jobs"), 0);
+    assert_false(t.is_default);
+    assert_string_equal(t.task, "jobs");
+    assert_string_equal(t.meta, "jobs_meta");
+    assert_string_equal(t.schedule, "jobs_schedule");
+    assert_string_equal(t.claim, "jobs_claim");
+}
+
+static void table_names_subst(void **state)
+{
+    (void)state;
+    dsp_table_names t;
+    dsp_strbuf b = {0};
+    static const char text[] =
+        "CREATE TABLE IF NOT EXISTS task (task_id BIGINT, task_type VARCHAR(64));\n"
+        "-- task_claim lists a claim's task ids; taskpush_meta.schema_version\n"
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'task';\n"
+        "UPDATE `task` SET mytask = task.task_state, task$x = 1, task2 = 0 FROM task_schedule";
+
+    assert_int_equal(dsp_table_names_init(&t, "jobs"), 0);
+    dsp_table_names_subst(&b, &t, text, sizeof text - 1);
+    assert_false(b.oom);
+    assert_string_equal(
+        b.p,
+        "CREATE TABLE IF NOT EXISTS jobs (task_id BIGINT, task_type VARCHAR(64));\n"
+        "-- jobs_claim lists a claim's jobs ids; jobs_meta.schema_version\n"
+        "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'jobs';\n"
+        "UPDATE `jobs` SET mytask = jobs.task_state, task$x = 1, task2 = 0 FROM jobs_schedule");
+    /* Comments and quoted text are rewritten too (information_schema's table_name = 'task'):
+     * whole words, never part of one. For task the text is copied as it is. */
+    dsp_strbuf_reset(&b);
+    dsp_table_names_subst(&b, &dsp_table_names_task, text, sizeof text - 1);
+    assert_string_equal(b.p, text);
+    /* A name at either end, and nothing but a name. */
+    dsp_strbuf_reset(&b);
+    dsp_table_names_subst(&b, &t, "task", 4);
+    assert_string_equal(b.p, "jobs");
+    dsp_strbuf_reset(&b);
+    dsp_table_names_subst(&b, &t, "", 0);
+    assert_true(b.p == NULL || b.p[0] == '\0');
+    dsp_strbuf_free(&b);
+}
+
+/* Every builder's text for another table is task's with the four names substituted
+ * (and for task, t NULL and &dsp_table_names_task give the same text). */
+#define BOTH(call)                                                                                 \
+    do {                                                                                           \
+        dsp_strbuf a_ = {0}, j_ = {0}, s_ = {0}, d_ = {0};                                         \
+        {                                                                                          \
+            dsp_strbuf *b = &a_;                                                                   \
+            const dsp_table_names *t = NULL;                                                       \
+            call;                                                                                  \
+        }                                                                                          \
+        {                                                                                          \
+            dsp_strbuf *b = &d_;                                                                   \
+            const dsp_table_names *t = &dsp_table_names_task;                                      \
+            call;                                                                                  \
+        }                                                                                          \
+        {                                                                                          \
+            dsp_strbuf *b = &j_;                                                                   \
+            const dsp_table_names *t = &jobs;                                                      \
+            call;                                                                                  \
+        }                                                                                          \
+        assert_non_null(a_.p);                                                                     \
+        assert_string_equal(a_.p, d_.p);                                                           \
+        dsp_table_names_subst(&s_, &jobs, a_.p, a_.len);                                           \
+        assert_string_equal(j_.p, s_.p);                                                           \
+        assert_null(strstr(j_.p, " task ")); /* never task's table left */                         \
+        assert_null(strstr(j_.p, "taskpush_meta"));                                                \
+        assert_null(strstr(j_.p, "task_claim"));                                                   \
+        dsp_strbuf_free(&a_);                                                                      \
+        dsp_strbuf_free(&j_);                                                                      \
+        dsp_strbuf_free(&s_);                                                                      \
+        dsp_strbuf_free(&d_);                                                                      \
+    } while (0)
+
+static void builders_name_the_table(void **state)
+{
+    (void)state;
+    dsp_table_names jobs;
+    const uint64_t ids[] = {3, 5};
+    const dsp_db_sql_row rows[2] = {{.task_id = 3, .attempts = 1}, {.task_id = 5, .attempts = 2}};
+    const dsp_db_sql_orphan o = {.epoch = 4, .counter = 9, .older_than_ms = 77, .in = NULL};
+    const char *types[] = {"a", "b"};
+    const uint8_t prio[] = {1, 2};
+    const uint64_t after[] = {10, 20};
+    char buf[4096];
+
+    assert_int_equal(dsp_table_names_init(&jobs, "jobs"), 0);
+    for (int k = 0; k < DSP_WRITE_KINDS; k++)
+        BOTH(dsp_db_sql_write(b, t, k, 7, 100, rows, 2));
+    BOTH(dsp_db_sql_write_result_param(b, t, 7, 100, &rows[0]));
+    BOTH(dsp_db_sql_claim_lock(b, t, 100, "3,5", 3));
+    BOTH(dsp_db_sql_claim_mark(b, t, 7, 100, "3,5", 3));
+    BOTH(dsp_db_sql_release_ids(b, t, 7, 100, ids, 2));
+    BOTH(dsp_db_sql_lock_free(b, t, 7, rows, NULL, 2));
+    BOTH(dsp_db_sql_still_ours(b, t, 7, rows, NULL, 2));
+    BOTH(dsp_db_sql_recover_ids(b, t, 6, 100, ids, 2, " AND task_type IN ('a')"));
+    BOTH(dsp_db_sql_orphan_range(b, t, 0, 1000));
+    BOTH(dsp_db_sql_orphan_select(b, t, &o, 0, 50, 100, NULL, 0));
+    BOTH(dsp_db_sql_orphan_select(b, t, &o, 0, 0, 0, ids, 2));
+    BOTH(dsp_db_sql_orphan_recover(b, t, &o, 100, ids, 2));
+    BOTH(dsp_db_sql_claim_log_insert(b, t, 7, 1, "video", "3,5", 3));
+    BOTH(dsp_db_sql_claim_log_delete(b, t, 7, ids, 2));
+    BOTH(dsp_db_sql_claim_log_next(b, t, 7, NULL, 0, 0));
+    BOTH(dsp_db_sql_claim_log_probe(b, t, 7, "video"));
+    BOTH(dsp_db_sql_still_processing(b, t, 6, ids, 2));
+    BOTH(dsp_db_sql_adopt(b, t, 7, 100, 3, 6, 1, NULL));
+    BOTH(dsp_db_sql_adopted_row(b, t, 7, 3, 1));
+    BOTH(dsp_db_sql_stats_counts(b, t, 100, NULL));
+    BOTH(dsp_db_sql_stats_processing(b, t, ids, 2, NULL));
+    BOTH(dsp_db_sql_stats_successful(b, t, 1000, NULL));
+    BOTH(dsp_db_sql_stats_oldest_part(b, t, true, "a", 1, 2, 100));
+    BOTH(dsp_db_sql_retention(b, t, 2, 100, 1000, NULL));
+    BOTH(dsp_db_sql_requeue_failed(b, t, "a", 100, 1000, NULL));
+    BOTH(dsp_db_sql_task_show(b, t, 3, NULL));
+    BOTH(dsp_db_sql_task_state(b, t, 3, NULL));
+    BOTH(dsp_db_sql_failed_next_type(b, t, 0, "a", 1, NULL));
+    BOTH(dsp_db_sql_failed_part(b, t, true, 0, "a", 1, 2, 20, 1000, NULL));
+    BOTH(dsp_db_sql_task_retry(b, t, 3, 100, NULL));
+    BOTH(dsp_db_sql_task_cancel(b, t, 3, 100, NULL));
+    BOTH(dsp_db_sql_task_cancel_orphan(b, t, 3, 7, 100, NULL));
+
+    /* The shard named task keeps its name: only identifiers are the table's. */
+    {
+        dsp_strbuf b = {0};
+        dsp_db_sql_claim_log_insert(&b, &jobs, 7, 1, "task", "3,5", 3);
+        assert_string_equal(
+            b.p,
+            "INSERT INTO jobs_claim (epoch, seq, shard, task_ids) VALUES (7, 1, 'task', '3,5')");
+        dsp_strbuf_reset(&b);
+        dsp_db_sql_task_cancel_orphan(&b, &jobs, 3, 7, 100, NULL);
+        assert_non_null(strstr(b.p, "UPDATE jobs SET"));
+        assert_non_null(strstr(b.p, "(SELECT value FROM jobs_meta WHERE name = 'epoch')"));
+        dsp_strbuf_free(&b);
+    }
+
+    /* The claim's builders. */
+    assert_true(dsp_claim_sql_candidates(buf, sizeof buf, types, 2, 1000, 7, NULL, NULL, &jobs) >
+                0);
+    assert_int_equal(count_of(buf, " FROM jobs FORCE INDEX (claim_idx)"), 2);
+    assert_int_equal(count_of(buf, " task "), 0);
+    assert_true(dsp_claim_sql_candidates_after(buf, sizeof buf, types, 2, 1000, 7, prio, after,
+                                               NULL, NULL, &jobs) > 0);
+    assert_int_equal(count_of(buf, " FROM jobs FORCE INDEX (claim_idx)"), 2);
+    assert_true(dsp_claim_sql_promote_in(buf, sizeof buf, 5, 10, NULL, &jobs) > 0);
+    assert_string_equal(buf, "UPDATE jobs FORCE INDEX (delay_idx) SET `delayed` = 0"
+                             " WHERE `delayed` = 1 AND run_after <= 5 LIMIT 10");
+    assert_true(dsp_claim_sql_demote_in(buf, sizeof buf, 5, 10, NULL, &jobs) > 0);
+    assert_string_equal(buf, "UPDATE jobs FORCE INDEX (delay_idx) SET `delayed` = 1"
+                             " WHERE `delayed` = 0 AND task_state = 0 AND run_after > 5 LIMIT 10");
+}
+
+/* The longest name still fits the bound the claim's buffer is sized by. */
+static void claim_bound_holds_longest_table(void **state)
+{
+    (void)state;
+    dsp_table_names t;
+    char name[DSP_TABLE_NAME_MAX + 1];
+    const char *types[] = {"x"};
+    uint8_t prio[] = {2};
+    uint64_t after[] = {UINT64_MAX};
+    size_t cap = dsp_claim_sql_select_bound(types, 1);
+    char *buf = malloc(cap);
+
+    memset(name, 'q', DSP_TABLE_NAME_MAX);
+    name[DSP_TABLE_NAME_MAX] = '\0';
+    assert_int_equal(dsp_table_names_init(&t, name), 0);
+    assert_non_null(buf);
+    assert_true(dsp_claim_sql_candidates_after(buf, cap, types, 1, INT64_MAX, UINT_MAX, prio, after,
+                                               NULL, NULL, &t) > 0);
+    free(buf);
+}
+
+/* The schema checks at start and in --migrate name the table: task's text as it was. */
+static void schema_checks_name_the_table(void **state)
+{
+    (void)state;
+    dsp_table_names jobs;
+    dsp_strbuf b = {0};
+    char v[DSP_SCHEMA_SQL_MAX];
+
+    assert_int_equal(dsp_table_names_init(&jobs, "jobs"), 0);
+    dsp_schema_exists_sql(&b, NULL);
+    assert_string_equal(b.p, DSP_SCHEMA_TASK_EXISTS_SQL);
+    dsp_strbuf_reset(&b);
+    dsp_schema_exists_sql(&b, &jobs);
+    assert_non_null(strstr(b.p, "table_name = 'jobs'"));
+    assert_string_equal(dsp_schema_version_sql(v, NULL), DSP_CLAIM_SQL_SCHEMA_VERSION);
+    assert_string_equal(dsp_schema_version_sql(v, &jobs),
+                        "SELECT value FROM jobs_meta WHERE name = 'schema_version'");
+    for (int w = DSP_SCHEMA_COLUMNS_EVERY_VERSION; w <= DSP_SCHEMA_INDEXES_CURRENT; w++) {
+        dsp_strbuf_reset(&b);
+        dsp_schema_missing_sql(&b, NULL, (enum dsp_schema_names)w);
+        assert_non_null(strstr(b.p, "table_name = 'task')"));
+        dsp_strbuf_reset(&b);
+        dsp_schema_missing_sql(&b, &jobs, (enum dsp_schema_names)w);
+        assert_non_null(strstr(b.p, "table_name = 'jobs')"));
+    }
+    char text[DSP_SCHEMA_FOREIGN_MAX];
+    dsp_schema_foreign_text(text, sizeof text, &jobs, "refusing to start", "db", "task_type", "", false);
+    assert_non_null(strstr(text, "the table jobs of database db"));
+    assert_non_null(strstr(text, "jobs_meta has no schema_version"));
+    dsp_schema_foreign_text(text, sizeof text, NULL, "refusing to start", "db", "task_type", "", false);
+    assert_non_null(strstr(text, "the table task of database db"));
+    assert_non_null(strstr(text, "taskpush_meta has no schema_version"));
+    dsp_strbuf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1061,6 +1307,11 @@ int main(void)
         cmocka_unit_test(strbuf_hex),
         cmocka_unit_test(utf8_helpers),
         cmocka_unit_test(inventory_statements),
+        cmocka_unit_test(table_names_valid),
+        cmocka_unit_test(table_names_subst),
+        cmocka_unit_test(builders_name_the_table),
+        cmocka_unit_test(claim_bound_holds_longest_table),
+        cmocka_unit_test(schema_checks_name_the_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

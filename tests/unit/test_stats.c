@@ -224,7 +224,8 @@ static void test_stats_shape(void **state)
     static const char *const keys[] = {"uptime_s", "db_connected", "leader", "epoch", "scheduler",
                                        "workers", "draining", "tasks", "queue", "connections", "db",
                                        "settings", "shutting_down", "health", "types", "paused", "rates",
-                                       "table", "last_requeue", "by_type", "by_type_cut", "limits"};
+                                       "table", "last_requeue", "by_type", "by_type_cut", "limits",
+                                       "task_table"};
     size_t i = 0;
     const char *key;
     json_t *val;
@@ -233,6 +234,8 @@ static void test_stats_shape(void **state)
         assert_string_equal(key, keys[i++]);
     }
     assert_int_equal(i, sizeof keys / sizeof keys[0]);
+    /* --table's name: "task" by default ("table" is the object of the table's figures). */
+    assert_string_equal(json_string_value(json_object_get(fx->json, "task_table")), "task");
     assert_member(fx->json, "uptime_s", 12);
     json_t *h = json_object_get(fx->json, "health"); /* /healthz's answer: ok, or why not */
     assert_true(json_is_boolean(json_object_get(h, "ok")));

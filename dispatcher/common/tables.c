@@ -1,0 +1,83 @@
+/* tables: see tables.h. */
+#include "tables.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const dsp_table_names dsp_table_names_task = {
+    .task = "task",
+    .meta = "taskpush_meta",
+    .schedule = "task_schedule",
+    .claim = "task_claim",
+    .is_default = true,
+};
+
+static bool is_alpha_(char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+}
+
+static bool is_word(char c)
+{
+    /* '$' is an identifier character in MySQL, and bytes >= 0x80 may be (UTF-8): a
+     * name next to one is part of a longer identifier, not ours. */
+    return is_alpha_(c) || (c >= '0' && c <= '9') || c == '$' || (unsigned char)c >= 0x80;
+}
+
+bool dsp_table_name_valid(const char *s, size_t len)
+{
+    if (s == NULL || len == 0 || len > DSP_TABLE_NAME_MAX || !is_alpha_(s[0]))
+        return false;
+    for (size_t i = 1; i < len; i++)
+        if (!is_alpha_(s[i]) && !(s[i] >= '0' && s[i] <= '9'))
+            return false;
+    return true;
+}
+
+int dsp_table_names_init(dsp_table_names *t, const char *name)
+{
+    if (name == NULL || !dsp_table_name_valid(name, strlen(name)))
+        return -1;
+    if (strcmp(name, DSP_TABLE_NAME_DEFAULT) == 0) {
+        *t = dsp_table_names_task;
+        return 0;
+    }
+    memset(t, 0, sizeof *t);
+    snprintf(t->task, sizeof t->task, "%s", name);
+    snprintf(t->meta, sizeof t->meta, "%s_meta", name);
+    snprintf(t->schedule, sizeof t->schedule, "%s_schedule", name);
+    snprintf(t->claim, sizeof t->claim, "%s_claim", name);
+    return 0;
+}
+
+void dsp_table_names_subst(dsp_strbuf *out, const dsp_table_names *t, const char *text, size_t len)
+{
+    const dsp_table_names *d = &dsp_table_names_task;
+    const char *from[4] = {d->task, d->meta, d->schedule, d->claim};
+    const char *to[4] = {t->task, t->meta, t->schedule, t->claim};
+    size_t i = 0, copied = 0;
+
+    if (t->is_default) {
+        dsp_strbuf_put(out, text, len);
+        return;
+    }
+    while (i < len) {
+        size_t w = i;
+        if (!is_word(text[i])) {
+            i++;
+            continue;
+        }
+        while (i < len && is_word(text[i]))
+            i++;
+        for (int k = 0; k < 4; k++) {
+            size_t n = strlen(from[k]);
+            if (i - w == n && memcmp(text + w, from[k], n) == 0) {
+                dsp_strbuf_put(out, text + copied, w - copied);
+                dsp_strbuf_puts(out, to[k]);
+                copied = i;
+                break;
+            }
+        }
+    }
+    dsp_strbuf_put(out, text + copied, len - copied);
+}

@@ -1,0 +1,54 @@
+/* tables: the names of taskpush's four tables, made once from --table NAME.
+ *
+ * For NAME = task they are today's: task, taskpush_meta, task_schedule, task_claim (so
+ * nothing changes for an existing database); for another NAME: NAME, NAME_meta,
+ * NAME_schedule, NAME_claim, so that several queues share one database, each with its own
+ * lease and epoch rows (they live in the meta table) and its own leadership lock.
+ *
+ * NAME is [A-Za-z_][A-Za-z0-9_]*, 1 to DSP_TABLE_NAME_MAX bytes: an identifier that needs
+ * no quoting, whose longest derived name (NAME_schedule) fits MySQL's 64 bytes.
+ */
+#ifndef TASKPUSH_DSP_TABLES_H
+#define TASKPUSH_DSP_TABLES_H
+
+#include "strbuf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define DSP_TABLE_NAME_MAX 48
+#define DSP_TABLE_NAME_DEFAULT "task"
+/* The longest derived name: NAME + "_schedule" (or "taskpush_meta"), with its NUL. */
+#define DSP_TABLE_IDENT_CAP (DSP_TABLE_NAME_MAX + sizeof "_schedule")
+
+typedef struct dsp_table_names {
+    char task[DSP_TABLE_IDENT_CAP];     /* NAME */
+    char meta[DSP_TABLE_IDENT_CAP];     /* taskpush_meta, or NAME_meta */
+    char schedule[DSP_TABLE_IDENT_CAP]; /* NAME_schedule */
+    char claim[DSP_TABLE_IDENT_CAP];    /* NAME_claim */
+    bool is_default;                    /* NAME is task: every statement as before */
+} dsp_table_names;
+
+/* The names for task (a constant: builders' callers that know no other). */
+extern const dsp_table_names dsp_table_names_task;
+
+/* t, or the names for task when t is NULL (the builders' callers that know no other). */
+static inline const dsp_table_names *dsp_table_names_or_task(const dsp_table_names *t)
+{
+    return t ? t : &dsp_table_names_task;
+}
+
+/* Whether s[0..len) is a valid NAME. */
+bool dsp_table_name_valid(const char *s, size_t len);
+
+/* Fills t from NAME; returns 0, or -1 (t untouched) when NAME is not valid. */
+int dsp_table_names_init(dsp_table_names *t, const char *name);
+
+/* Appends text[0..len) to out with the four default names (task, taskpush_meta,
+ * task_schedule, task_claim) replaced by t's wherever they stand as whole words: a word
+ * being a run of [A-Za-z0-9_$], so task_type or `task_id` are never touched. Everything
+ * else (comments and quoted text included: information_schema checks compare
+ * table_name = 'task') is copied as it is. For the default names it is a copy. */
+void dsp_table_names_subst(dsp_strbuf *out, const dsp_table_names *t, const char *text, size_t len);
+
+#endif
