@@ -24,8 +24,10 @@
  *                         flags INSERT ... RETURNING: what the MySQL cases would fail on
  *                         without --sql-dialect mysql
  *
- * The general log is a server-wide setting: each case turns it on with its previous
- * values saved and puts them back at the end. Waits are bounded polling; nothing
+ * The MySQL cases also run under MySQL 8's default sql_mode (ONLY_FULL_GROUP_BY and the
+ * zero-date modes, which MariaDB's default lacks). The general log and sql_mode are
+ * server-wide settings: each case sets them with the previous values saved and puts them
+ * back at the end. Waits are bounded polling; nothing
  * asserts on how long anything took. */
 #include <ctype.h>
 #include <inttypes.h>
@@ -290,7 +292,27 @@ struct glog {
     char old_output[64];
     uint64_t old_on;
     bool on;
+    char old_sql_mode[512];
+    bool sql_mode_set;
 };
+
+/* MySQL 8's default sql_mode (MariaDB's lacks ONLY_FULL_GROUP_BY and the zero-date
+ * modes): the MySQL cases run with it, for the connections opened meanwhile. */
+static const char MYSQL8_SQL_MODE[] = "ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
+                                      "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION";
+
+static void sql_mode_mysql(struct glog *g)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    assert_int_equal(mysql_query(g->conn, "SELECT @@global.sql_mode"), 0);
+    assert_non_null(res = mysql_store_result(g->conn));
+    assert_non_null(row = mysql_fetch_row(res));
+    snprintf(g->old_sql_mode, sizeof g->old_sql_mode, "%s", row[0] ? row[0] : "");
+    mysql_free_result(res);
+    assert_true(tp_testdb_exec_conn(g->conn, "SET GLOBAL sql_mode = '%s'", MYSQL8_SQL_MODE) >= 0);
+    g->sql_mode_set = true;
+}
 
 static int64_t exec_conn(MYSQL *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int64_t exec_conn(MYSQL *c, const char *fmt, ...)
@@ -326,6 +348,10 @@ static void glog_on(struct glog *g, MYSQL *conn)
 
 static void glog_off(struct glog *g)
 {
+    if (g->sql_mode_set) {
+        tp_testdb_exec_conn(g->conn, "SET GLOBAL sql_mode = '%s'", g->old_sql_mode);
+        g->sql_mode_set = false;
+    }
     if (!g->on)
         return;
     exec_conn(g->conn, "SET GLOBAL general_log = %" PRIu64, g->old_on);
@@ -555,6 +581,7 @@ static void mysql_submit_recovery(void **state)
     fx->have_db = true;
     make_user(fx, "my");
     glog_on(&fx->log, fx->db.conn);
+    sql_mode_mysql(&fx->log);
 
     start_daemon(fx, 0, "mysql");
     assert_int_equal(tp_daemon_wait_leader(&fx->d[0], WAIT_MS), 0);
@@ -698,6 +725,7 @@ static void mysql_migrate_v1(void **state)
     assert_true(tp_testdb_exec(&fx->db, "INSERT INTO task (task_type, payload) VALUES ('old', 'o1'), ('old', 'o2')") == 2);
     make_user(fx, "mig");
     glog_on(&fx->log, fx->db.conn);
+    sql_mode_mysql(&fx->log);
 
     const char *const argv[] = {tp_build_path("dispatcher/taskpushd"), "--db", fx->url, "--sql-dialect", "mysql",
                                 "--migrate", NULL};
