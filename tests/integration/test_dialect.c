@@ -680,6 +680,7 @@ static void mysql_submit_recovery(void **state)
     assert_true(wait_u64(&fx->db, HOLD, sql));
     long long t0 = tp_mono_ms();
     assert_int_equal(tp_daemon_stop(&fx->d[0], SIGKILL, 5000), 128 + SIGKILL);
+    fx->have_d[0] = false;
     assert_int_equal(tp_daemon_wait_leader(&fx->d[1], WAIT_MS), 0);
     printf("# standby leads %lld ms after the kill -9\n", tp_mono_ms() - t0);
     worker(fx, 2, fx->d[1].listen, 2, "hold", h_run, NULL);
