@@ -14,9 +14,11 @@
  *                         its row), dedup keys (a key present, a key twice in one call,
  *                         a key inserted by another transaction while SUBMIT waits), a
  *                         64 KiB payload; then kill -9 of the leader with tasks in
- *                         flight: the standby KILLs its connections, recovers the rows,
- *                         and another worker runs them; the log holds no MariaDB-only
- *                         statement (and does hold the INSERTs, the KILL and the lookups)
+ *                         flight: the standby recovers the rows and another worker runs
+ *                         them; then a restarted daemon takes over from the frozen
+ *                         (SIGSTOP) new leader by KILL CONNECTION; the log holds no
+ *                         MariaDB-only statement (and does hold the INSERTs, the lookups
+ *                         and the KILL)
  *   mysql_migrate_v1      `--sql-dialect mysql --migrate` of a version 1 schema
  *                         (tests/data/schema-v1.sql) to the current one, then a daemon
  *                         leads it and takes a SUBMIT; the log is clean
@@ -686,11 +688,20 @@ static void mysql_submit_recovery(void **state)
     worker(fx, 2, fx->d[1].listen, 2, "hold", h_run, NULL);
     assert_true(wait_u64(&fx->db, HOLD, "SELECT COUNT(*) FROM task WHERE task_type = 'hold' AND task_state = 2"));
     assert_true(atomic_load(&ran_hold) >= HOLD);
-    assert_true(tp_daemon_log_count(&fx->d[1], "killed the old leader's database connections") >= 1);
+    assert_true(tp_daemon_log_count(&fx->d[1], "recovered 3 row(s) left PROCESSING") >= 1);
     expect_dialect(&fx->d[1], "mysql");
     tp_gate_set(&fx->gate, true);
-    assert_int_equal(tp_daemon_stop(&fx->d[1], SIGTERM, 15000), 0);
+
+    /* A dead leader's connections are gone with it; a frozen one's are not: a restarted
+     * daemon takes over from the frozen leader by KILL CONNECTION (the lease's path). */
+    start_daemon(fx, 0, "mysql");
+    kill(fx->d[1].pid, SIGSTOP);
+    assert_int_equal(tp_daemon_wait_leader(&fx->d[0], WAIT_MS), 0);
+    assert_true(tp_daemon_log_count(&fx->d[0], "killed the old leader's database connections") >= 1);
+    assert_int_equal(tp_daemon_stop(&fx->d[1], SIGKILL, 5000), 128 + SIGKILL);
     fx->have_d[1] = false;
+    assert_int_equal(tp_daemon_stop(&fx->d[0], SIGTERM, 15000), 0);
+    fx->have_d[0] = false;
 
     /* Every statement both daemons sent. */
     static const char *const needles[] = {"INSERT IGNORE INTO task", "LOCK IN SHARE MODE",
