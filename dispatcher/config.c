@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum opt_kind { OPT_STRING, OPT_INT, OPT_DURATION, OPT_HOSTPORT, OPT_SCHED, OPT_LOGLEVEL, OPT_TYPE_LIMIT };
+enum opt_kind { OPT_STRING, OPT_INT, OPT_DURATION, OPT_HOSTPORT, OPT_SCHED, OPT_LOGLEVEL, OPT_TYPE_LIMIT,
+                OPT_DIALECT };
 
 typedef struct opt_def {
     const char *name;
@@ -101,6 +102,9 @@ static const opt_def option_table[] = {
      "the leadership lease: a standby takes over this long after the leader's last renewal"},
     {"lease-renew-ms", OPT_INT, F(lease_renew_ms), "250", 10, 300000, "N",
      "how often the leader renews its lease (at most half of --lease-ms)"},
+    {"sql-dialect", OPT_DIALECT, F(sql_dialect), "auto", 0, 0, "DIALECT",
+     "auto, mysql or mariadb: the SQL sent (mysql: only what MySQL >= 8.0.13 accepts);"
+     " auto reads the server's version at each connect"},
     {"type-limit", OPT_TYPE_LIMIT, F(type_limits), NULL, 0, 0, "T:concurrency=N,rate=R",
      "at most N tasks of type T running at once, at most R started a second (repeatable; 0: no limit)"},
     {"table", OPT_STRING, F(table), DSP_TABLE_NAME_DEFAULT, 0, 0, "NAME",
@@ -465,6 +469,18 @@ static int set_value(dsp_config *cfg, const opt_def *o, const char *val, char *e
             *(int *)field = DSP_SCHED_LEAST_LOADED;
         else {
             snprintf(err, errlen, "--%s: '%s' is neither round-robin nor least-loaded", o->name, val);
+            return -1;
+        }
+        return 0;
+    case OPT_DIALECT:
+        if (strcmp(val, "auto") == 0)
+            *(int *)field = DSP_SQL_DIALECT_AUTO;
+        else if (strcmp(val, "mysql") == 0)
+            *(int *)field = DSP_SQL_DIALECT_MYSQL;
+        else if (strcmp(val, "mariadb") == 0)
+            *(int *)field = DSP_SQL_DIALECT_MARIADB;
+        else {
+            snprintf(err, errlen, "--%s: '%s' is not auto, mysql or mariadb", o->name, val);
             return -1;
         }
         return 0;
@@ -833,6 +849,9 @@ void dsp_config_each(const dsp_config *cfg, void (*emit)(void *arg, const char *
             break;
         case OPT_LOGLEVEL:
             val = dsp_log_level_name(*(const int *)field);
+            break;
+        case OPT_DIALECT:
+            val = dsp_sql_dialect_name(*(const int *)field);
             break;
         case OPT_TYPE_LIMIT: /* the limits themselves are in /stats "limits" */
             snprintf(buf, sizeof buf, "%zu types", cfg->ntype_limits);

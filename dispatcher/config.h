@@ -35,6 +35,7 @@ typedef struct dsp_config {
     char *listen;      /* HOST:PORT for workers */
     char *admin;       /* HOST:PORT for HTTP */
     int scheduler;     /* enum dsp_sched_policy */
+    int sql_dialect;   /* enum dsp_sql_dialect (db.h) */
     int64_t batch;     /* most tasks claimed per transaction */
     int64_t poll_ms;
     int64_t task_timeout_ms;

@@ -1056,6 +1056,7 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         .orphan_age_ms = cfg->task_timeout_ms,
         .shard = &cfg->shard_spec,
         .table = cfg->table,
+        .sql_dialect = cfg->sql_dialect,
         .cb = {on_leader, on_leader_lost, on_claim, on_written, on_health, on_requeued, on_fatal,
                dsp_admin_taskop_answer, dsp_conn_on_submitted, dsp_conn_on_outcome},
         .cb_arg = srv,

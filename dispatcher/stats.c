@@ -143,6 +143,7 @@ void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
 #define X(field, key, metric, divisor, help) snap->db.field = dbc.field;
     DSP_DB_COUNTERS(X)
 #undef X
+    snap->sql_dialect = dbc.sql_dialect;
     snap->pending_writes = srv->outbox.n + dsp_db_pending_writes(srv->db);
     snap->pending_write_bytes = srv->outbox.bytes + dsp_db_pending_write_bytes(srv->db);
     snap->hist = srv->stats.hist;
@@ -287,6 +288,7 @@ json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
 #undef X
     json_object_set_new(db, "pending_writes", json_integer((json_int_t)snap->pending_writes));
     json_object_set_new(db, "pending_write_bytes", json_integer((json_int_t)snap->pending_write_bytes));
+    json_object_set_new(db, "sql_dialect", json_string(snap->sql_dialect ? snap->sql_dialect : "auto"));
     json_t *settings = json_object();
     dsp_config_each(snap->cfg, add_setting, settings);
 

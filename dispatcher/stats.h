@@ -195,6 +195,7 @@ typedef struct dsp_stats_snapshot {
     int64_t wall_ms;                /* the wall clock when taken (age of the table figures) */
     const struct dsp_config *cfg;   /* borrowed: the effective settings */
     const char *scheduler;          /* the policy's name */
+    const char *sql_dialect;        /* db.sql_dialect: the SQL dialect in use (static) */
     bool db_connected, leader;
     /* What /healthz answers (dsp_stats_health): ok, or the reason it is 503. */
     bool health_ok;

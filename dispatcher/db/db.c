@@ -327,6 +327,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     atomic_init(&db->submit_batches, 0);
     atomic_init(&db->leader, false);
     atomic_init(&db->epoch, 0);
+    atomic_init(&db->sql_dialect_seen, DSP_SQL_DIALECT_AUTO);
 
     mu_ok = pthread_mutex_init(&db->mu, NULL) == 0;
     if (pthread_condattr_init(&ca) == 0) {
@@ -642,9 +643,17 @@ void dsp_db_free(dsp_db *db)
     free(db);
 }
 
+const char *dsp_sql_dialect_name(int dialect)
+{
+    return dialect == DSP_SQL_DIALECT_MYSQL     ? "mysql"
+           : dialect == DSP_SQL_DIALECT_MARIADB ? "mariadb"
+                                                : "auto";
+}
+
 void dsp_db_counters_get(dsp_db *db, dsp_db_counters *out)
 {
     memset(out, 0, sizeof *out);
+    out->sql_dialect = dsp_sql_dialect_name(DSP_SQL_DIALECT_AUTO);
     if (db == NULL)
         return;
 #define X(field, key, metric, divisor, help) \
@@ -653,6 +662,7 @@ void dsp_db_counters_get(dsp_db *db, dsp_db_counters *out)
 #undef X
     out->leader = atomic_load(&db->leader);
     out->epoch = atomic_load(&db->epoch);
+    out->sql_dialect = dsp_sql_dialect_name(atomic_load(&db->sql_dialect_seen));
     pthread_mutex_lock(&db->mu);
     out->connected = db->healthy;
     pthread_mutex_unlock(&db->mu);

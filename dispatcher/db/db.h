@@ -283,6 +283,14 @@ typedef struct dsp_db_url {
     char *dbname;
 } dsp_db_url;
 
+/* Which SQL the database threads send (--sql-dialect). MariaDB's has INSERT ... RETURNING;
+ * MySQL's is only what MySQL >= 8.0.13 accepts. AUTO decides at each connect from the
+ * server's version string (MariaDB's contains "MariaDB"). */
+enum dsp_sql_dialect { DSP_SQL_DIALECT_AUTO, DSP_SQL_DIALECT_MYSQL, DSP_SQL_DIALECT_MARIADB };
+
+/* "auto", "mysql" or "mariadb". */
+const char *dsp_sql_dialect_name(int dialect);
+
 typedef struct dsp_db_options {
     const dsp_db_url *url;      /* borrowed for the life of the dsp_db */
     const dsp_log *log;         /* borrowed */
@@ -306,6 +314,7 @@ typedef struct dsp_db_options {
     /* --table: the task table's name (tables.h makes the other three from it); NULL:
      * task. A name that is not valid makes dsp_db_new fail (the config checked it). */
     const char *table;
+    int sql_dialect;             /* enum dsp_sql_dialect; 0: AUTO */
     dsp_db_callbacks cb;
     void *cb_arg;
 } dsp_db_options;
@@ -344,6 +353,8 @@ typedef struct dsp_db_counters {
     bool connected;
     bool leader;
     uint32_t epoch;
+    const char *sql_dialect; /* the dialect in use: "mysql" or "mariadb"; "auto" until the
+                              * first connection told (a static string) */
 } dsp_db_counters;
 
 /* Returns NULL on allocation failure. Nothing runs before dsp_db_start. */

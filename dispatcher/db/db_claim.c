@@ -611,10 +611,16 @@ static int record_shard_epoch(struct claim_ctx *x, uint64_t e)
     char sql[160 + DSP_TABLE_IDENT_CAP];
     uint64_t n;
 
-    snprintf(sql, sizeof sql,
-             "INSERT INTO %s (name, value) VALUES ('%s', %" PRIu64 ")"
-             " ON DUPLICATE KEY UPDATE value = VALUES(value)",
-             x->db->names.meta, x->db->epoch_row, e);
+    if (x->c.mysql) /* VALUES() in ON DUPLICATE KEY UPDATE is deprecated since MySQL 8.0.20 */
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO %s (name, value) VALUES ('%s', %" PRIu64 ")"
+                 " ON DUPLICATE KEY UPDATE value = %" PRIu64,
+                 x->db->names.meta, x->db->epoch_row, e, e);
+    else
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO %s (name, value) VALUES ('%s', %" PRIu64 ")"
+                 " ON DUPLICATE KEY UPDATE value = VALUES(value)",
+                 x->db->names.meta, x->db->epoch_row, e);
     return dsp_dbi_exec(&x->c, sql, strlen(sql), &n);
 }
 

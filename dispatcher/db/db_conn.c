@@ -116,6 +116,13 @@ int dsp_dbi_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affect
     return 0;
 }
 
+int dsp_dbi_lock_wait_min(const struct dbconn *c)
+{
+    /* MySQL's innodb_lock_wait_timeout starts at 1 (it would turn a 0 into 1 with a
+     * warning); MariaDB's 0 means no wait. */
+    return c->mysql ? 1 : 0;
+}
+
 int dsp_dbi_exec_str(struct dbconn *c, const char *sql)
 {
     return dsp_dbi_exec(c, sql, strlen(sql), NULL);
@@ -213,6 +220,23 @@ void dsp_dbi_conn_close(struct dbconn *c)
     }
 }
 
+/* The dialect of a new connection m: the one --sql-dialect forces, else MySQL's unless
+ * the server's version string names MariaDB (e.g. "10.11.6-MariaDB-0+deb12u1"; MySQL's is
+ * "8.4.3"). Logged when it differs from the last connection's (once, normally). */
+static int conn_dialect(dsp_db *db, MYSQL *m)
+{
+    const char *info = mysql_get_server_info(m);
+    int forced = db->opts.sql_dialect;
+    int d = forced != DSP_SQL_DIALECT_AUTO ? forced
+            : info != NULL && strstr(info, "MariaDB") != NULL ? DSP_SQL_DIALECT_MARIADB
+                                                              : DSP_SQL_DIALECT_MYSQL;
+
+    if (atomic_exchange(&db->sql_dialect_seen, d) != d)
+        log_info(db->log, "SQL dialect: %s (server version %.80s; %s)", dsp_sql_dialect_name(d),
+                 info ? info : "unknown", forced != DSP_SQL_DIALECT_AUTO ? "forced by --sql-dialect" : "detected");
+    return d;
+}
+
 /* Opens the connection and sets the session up; want_packet reads max_allowed_packet
  * into c->stmt_limit. Returns 0 or -1 (logged). */
 int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
@@ -268,6 +292,7 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
         return -1;
     }
     c->m = m;
+    c->mysql = conn_dialect(db, m) == DSP_SQL_DIALECT_MYSQL;
 
     /* READ COMMITTED, although REPEATABLE READ measured 20-40 % faster for claims on
      * MariaDB 10.11: at REPEATABLE READ the locking claim (FOR UPDATE SKIP LOCKED) takes
@@ -282,7 +307,7 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
     {
         char sql[96];
         snprintf(sql, sizeof sql, "SET SESSION innodb_lock_wait_timeout = %d, autocommit = %d",
-                 c->no_lock_wait ? 0 : LOCK_WAIT_TIMEOUT_S, autocommit ? 1 : 0);
+                 c->no_lock_wait ? dsp_dbi_lock_wait_min(c) : LOCK_WAIT_TIMEOUT_S, autocommit ? 1 : 0);
         if (dsp_dbi_exec_str(c, sql) < 0)
             goto fail;
     }

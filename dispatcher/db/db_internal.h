@@ -239,6 +239,9 @@ struct dsp_db {
     _Atomic bool leader;
     _Atomic uint32_t epoch;
     _Atomic uint64_t claim_seq; /* the last task_claim seq handed out (db_claim_log.c) */
+    /* The dialect the last connection opened with (enum dsp_sql_dialect; AUTO before the
+     * first): logged when it changes, shown in /stats (dsp_dbi_conn_open). */
+    _Atomic int sql_dialect_seen;
 };
 
 /* ---- one connection ---- */
@@ -260,6 +263,7 @@ struct dbconn {
     unsigned rw_timeout_s;     /* read and write timeout; 0: the default */
     bool quiet;                /* its owner reports a streak of failures: statement errors
                                 * and reconnects logged at debug, not once per retry */
+    bool mysql;                /* this connection sends MySQL's dialect (set at open) */
 };
 
 /* ---- db.c: messages to the loop ---- */
@@ -284,6 +288,9 @@ bool dsp_dbi_error_is_transient(unsigned e);
 /* True for a refused login or an unknown database: --db is wrong, a retry cannot mend it. */
 bool dsp_dbi_error_is_config(unsigned e);
 int dsp_dbi_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affected);
+/* The shortest innodb_lock_wait_timeout c's server takes: 0 (MariaDB: no wait) or 1
+ * (MySQL's minimum). */
+int dsp_dbi_lock_wait_min(const struct dbconn *c);
 int dsp_dbi_exec_str(struct dbconn *c, const char *sql);
 /* Runs sql, a statement with one '?' (a value too large for the hex text of a statement:
  * results, payloads), as a prepared statement whose parameter is data[0..len) sent in

@@ -26,9 +26,23 @@
  * SELECT ... WHERE dedup_key IN (...) in the same transaction finds the existing ids.
  * Then COMMIT, and only then the answers go to the loop, which sends SUBMITTED.
  *
- * MySQL 8 has no INSERT ... RETURNING; docs/producers.md describes the fallback this
- * file would use there (insert without RETURNING, read every keyed row back by dedup_key,
- * give keyless tasks statements of their own and LAST_INSERT_ID()); it is not built.
+ * MySQL 8 has no INSERT ... RETURNING. On a connection of MySQL's dialect
+ * (--sql-dialect, dsp_dbi_conn_open) the batch takes insert_mysql instead, still one
+ * transaction of multi-row statements and no reliance on consecutive AUTO_INCREMENT
+ * values (innodb_autoinc_lock_mode = 2, MySQL 8's default, interleaves the ids of
+ * concurrent inserts; auto_increment_increment may be above 1):
+ *   1. SELECT task_id, dedup_key ... WHERE dedup_key IN (the batch's keys) LOCK IN SHARE
+ *      MODE: the keys already present (duplicates), locked so that none is deleted
+ *      (retention) before COMMIT;
+ *   2. INSERT IGNORE ... VALUES of every other task, each key once; a task without a key
+ *      gets a provisional one ("taskpush:pending:<random>:<n>"), so that every row
+ *      inserted can be found by its key;
+ *   3. the INSERTs' affected rows must equal the rows sent: fewer means a key appeared
+ *      between 1 and 2 (another producer), and the batch is rolled back and run again;
+ *   4. SELECT task_id, dedup_key ... WHERE dedup_key IN (the keys inserted): the ids;
+ *   5. UPDATE ... SET dedup_key = NULL WHERE task_id IN (the provisional rows), which
+ *      nobody else ever saw: READ COMMITTED readers do not see the uncommitted keys.
+ * Measured against RETURNING in docs/journal/bench.md ("SUBMIT in MySQL's dialect").
  *
  * A failed statement rolls the whole transaction back and answers every submission of
  * the batch UNAVAILABLE (nothing committed, safe to resend); so does a dispatcher that
@@ -51,6 +65,10 @@
 
 /* Rows per transaction at most: one SUBMIT frame never exceeds it (1000). */
 #define SUBMIT_BATCH_ROWS 2000
+
+/* insert_mysql: runs of a batch that another producer's insert of one of its keys
+ * disturbed, before the batch is answered UNAVAILABLE (safe to resend). */
+#define MYSQL_BATCH_TRIES 3
 
 /* A statement's bytes beyond its rows, and one row's beyond its hex fields. */
 #define INSERT_FIXED 400u
@@ -97,6 +115,7 @@ struct sub_ctx {
     uint64_t *plain;      /* ids returned without a key */
     size_t nplain, plain_cap;
     char insert_head[160 + DSP_TABLE_IDENT_CAP]; /* INSERT_HEAD_FMT with the table's name */
+    uint64_t pending_tag; /* insert_mysql: the random part of this run's provisional keys */
 };
 
 void dsp_submit_req_free(dsp_submit_req *req)
@@ -582,6 +601,275 @@ static int match_results(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
     return next_plain == x->nplain ? 0 : -1;
 }
 
+/* MariaDB: INSERT IGNORE ... RETURNING, then the duplicates' ids. Returns 0 or -1. */
+static int insert_mariadb(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq, int64_t now)
+{
+    krows_clear(x->keyed, &x->nkeyed);
+    krows_clear(x->found, &x->nfound);
+    x->nplain = 0;
+    if (insert_all(x, reqs, nreq, now) < 0)
+        return -1;
+    if (x->nkeyed > 1)
+        qsort(x->keyed, x->nkeyed, sizeof *x->keyed, krow_cmp);
+    if (x->nplain > 1)
+        qsort(x->plain, x->nplain, sizeof *x->plain, u64_cmp);
+    if (lookup_duplicates(x, reqs, nreq) < 0)
+        return -1;
+    if (match_results(x, reqs, nreq) < 0) {
+        log_error(x->db->log, "submit: the rows inserted do not match the submissions; rolled back");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- MySQL's dialect: no RETURNING (the steps are in the comment at the top) ---- */
+
+/* With the table's name (--table). */
+static const char MYSQL_LOOKUP_HEAD_FMT[] = "SELECT task_id, dedup_key FROM %s WHERE dedup_key IN (";
+static const char MYSQL_LOCK_TAIL[] = ") LOCK IN SHARE MODE";
+
+/* xorshift64*: the provisional keys' random part, new at each run. */
+static uint64_t next_tag(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1DULL;
+}
+
+/* The provisional key of the n-th task of the batch without a key of its own. */
+static size_t pending_key(const struct sub_ctx *x, size_t n, char *out, size_t cap)
+{
+    int len = snprintf(out, cap, "taskpush:pending:%016" PRIx64 ":%zu", x->pending_tag, n);
+    return len < 0 ? 0 : (size_t)len < cap ? (size_t)len : cap - 1;
+}
+
+/* Runs the SELECT in x->sql (a lookup by dedup_key) and adds its rows to rows. */
+static int run_key_query(struct sub_ctx *x, struct krow **rows, size_t *n, size_t *cap)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int rc = 0;
+
+    atomic_fetch_add_explicit(&x->db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
+        (res = mysql_store_result(x->c.m)) == NULL) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(x->db->log, "submit connection: %s (error %u)", mysql_error(x->c.m), x->c.err);
+        return -1;
+    }
+    while (rc == 0 && (row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        if (row[0] && row[1])
+            rc = krow_push(rows, n, cap, row[1], len[1], strtoull(row[0], NULL, 10));
+    }
+    mysql_free_result(res);
+    return rc;
+}
+
+/* Adds one key to the lookup being built in x->sql, sending it first when the key would
+ * not fit (tail: what ends the statement). Returns 0 or -1. */
+static int lookup_add(struct sub_ctx *x, const uint8_t *key, size_t len, size_t *nkeys, const char *tail,
+                      struct krow **rows, size_t *n, size_t *cap)
+{
+    if (*nkeys > 0 && x->sql.len + 2 * len + 32 + strlen(tail) > x->c.stmt_limit) {
+        dsp_strbuf_puts(&x->sql, tail);
+        if (x->sql.oom || run_key_query(x, rows, n, cap) < 0)
+            return -1;
+        dsp_strbuf_reset(&x->sql);
+        *nkeys = 0;
+    }
+    if (*nkeys)
+        dsp_strbuf_puts(&x->sql, ",");
+    else
+        dsp_strbuf_printf(&x->sql, MYSQL_LOOKUP_HEAD_FMT, x->db->names.task);
+    dsp_strbuf_put_hex(&x->sql, key, len, false);
+    (*nkeys)++;
+    return 0;
+}
+
+static int lookup_end(struct sub_ctx *x, size_t nkeys, const char *tail, struct krow **rows, size_t *n,
+                      size_t *cap)
+{
+    if (nkeys > 0) {
+        dsp_strbuf_puts(&x->sql, tail);
+        if (x->sql.oom || run_key_query(x, rows, n, cap) < 0)
+            return -1;
+    }
+    if (*n > 1)
+        qsort(*rows, *n, sizeof **rows, krow_cmp);
+    return 0;
+}
+
+/* Sends the INSERT in x->sql and adds its affected rows to *affected. */
+static int run_plain_insert(struct sub_ctx *x, uint64_t *affected)
+{
+    uint64_t a = 0;
+
+    if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &a) < 0)
+        return -1;
+    *affected += a;
+    return 0;
+}
+
+/* One run of steps 1 to 5. Returns 0 (every item answered), 1 (a key appeared meanwhile:
+ * roll back and run again) or -1. */
+static int insert_mysql_once(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq, int64_t now)
+{
+    size_t nkeys = 0, sent = 0, rows = 0, npending = 0;
+    uint64_t affected = 0;
+    char pk[64];
+
+    krows_clear(x->keyed, &x->nkeyed);
+    krows_clear(x->found, &x->nfound);
+    x->pending_tag = next_tag(&x->c.rng);
+
+    /* 1. The keys already present, locked. */
+    dsp_strbuf_reset(&x->sql);
+    for (size_t r = 0; r < nreq; r++)
+        for (size_t i = 0; reqs[r] && i < reqs[r]->nitems; i++) {
+            const dsp_submit_item *it = &reqs[r]->items[i];
+            if (it->key_len > 0 &&
+                lookup_add(x, it->key, it->key_len, &nkeys, MYSQL_LOCK_TAIL, &x->found, &x->nfound,
+                           &x->found_cap) < 0)
+                return -1;
+        }
+    if (lookup_end(x, nkeys, MYSQL_LOCK_TAIL, &x->found, &x->nfound, &x->found_cap) < 0)
+        return -1;
+
+    /* 2. Every other task, each key once (x->keyed collects the keys sent, ids unknown). */
+    dsp_strbuf_reset(&x->sql);
+    for (size_t r = 0; r < nreq; r++) {
+        for (size_t i = 0; reqs[r] && i < reqs[r]->nitems; i++) {
+            dsp_submit_item it = reqs[r]->items[i];
+            if (it.key_len > 0) {
+                if (krow_find(x->found, x->nfound, it.key, it.key_len))
+                    continue; /* a key twice in the batch goes twice: IGNORE skips the second */
+            } else {
+                it.key = (const uint8_t *)pk;
+                it.key_len = pending_key(x, npending++, pk, sizeof pk);
+            }
+            if (krow_push(&x->keyed, &x->nkeyed, &x->keyed_cap, (const char *)it.key, it.key_len, 0) < 0)
+                return -1;
+            if (rows > 0 && x->sql.len + row_cost(&it) > x->c.stmt_limit) {
+                if (run_plain_insert(x, &affected) < 0)
+                    return -1;
+                dsp_strbuf_reset(&x->sql);
+                rows = 0;
+            }
+            dsp_strbuf_puts(&x->sql, rows ? "," : x->insert_head);
+            put_row(&x->sql, &it, now);
+            rows++;
+        }
+    }
+    if (rows > 0 && run_plain_insert(x, &affected) < 0)
+        return -1;
+    if (x->nkeyed > 1)
+        qsort(x->keyed, x->nkeyed, sizeof *x->keyed, krow_cmp);
+    sent = 0; /* the distinct keys sent */
+    for (size_t k = 0; k < x->nkeyed; k++)
+        sent += k == 0 || krow_cmp(&x->keyed[k - 1], &x->keyed[k]) != 0;
+
+    /* 3. Every distinct key sent went in, or another producer's row took one of them. */
+    if (affected != sent) {
+        log_info(x->db->log, "submit: %" PRIu64 " of %zu rows went in (a key was inserted meanwhile by"
+                 " another producer); the batch is rolled back and run again", affected, sent);
+        return 1;
+    }
+
+    /* 4. The ids of the rows inserted. */
+    struct krow *ids = NULL;
+    size_t nids = 0, ids_cap = 0;
+    int rc = 0;
+    nkeys = 0;
+    dsp_strbuf_reset(&x->sql);
+    for (size_t k = 0; k < x->nkeyed && rc == 0; k++)
+        if (k == 0 || krow_cmp(&x->keyed[k - 1], &x->keyed[k]) != 0)
+            rc = lookup_add(x, x->keyed[k].key, x->keyed[k].len, &nkeys, ")", &ids, &nids, &ids_cap);
+    if (rc == 0)
+        rc = lookup_end(x, nkeys, ")", &ids, &nids, &ids_cap);
+    if (rc == 0 && nids != sent) {
+        log_error(x->db->log, "submit: %zu of the %zu rows inserted were found again; rolled back", nids, sent);
+        rc = -1;
+    }
+    krows_clear(x->keyed, &x->nkeyed);
+    if (rc == 0) { /* x->keyed takes the ids, sorted by key */
+        struct krow *t = x->keyed;
+        size_t tc = x->keyed_cap;
+        x->keyed = ids;
+        x->nkeyed = nids;
+        x->keyed_cap = ids_cap;
+        ids = t;
+        ids_cap = tc;
+        nids = 0;
+    }
+    krows_clear(ids, &nids);
+    free(ids);
+    if (rc < 0)
+        return -1;
+
+    /* The answers; then 5., the provisional keys back to NULL. */
+    size_t npend = 0, nclear = 0;
+    dsp_strbuf_reset(&x->sql);
+    for (size_t r = 0; r < nreq; r++) {
+        for (size_t i = 0; reqs[r] && i < reqs[r]->nitems; i++) {
+            dsp_submit_item *it = &reqs[r]->items[i];
+            struct krow *k;
+            if (it->key_len == 0) {
+                size_t len = pending_key(x, npend++, pk, sizeof pk);
+                if ((k = krow_find(x->keyed, x->nkeyed, (const uint8_t *)pk, len)) == NULL)
+                    return -1;
+                it->result = PROTO_SUBMIT_INSERTED;
+                it->task_id = k->id;
+                if (nclear++ == 0)
+                    dsp_strbuf_printf(&x->sql, "UPDATE %s SET dedup_key = NULL WHERE task_id IN (",
+                                      x->db->names.task);
+                dsp_strbuf_put_u64(&x->sql, nclear > 1 ? ", " : "", k->id);
+            } else if ((k = krow_find(x->found, x->nfound, it->key, it->key_len)) != NULL) {
+                it->result = PROTO_SUBMIT_DUPLICATE;
+                it->task_id = k->id;
+            } else if ((k = krow_find(x->keyed, x->nkeyed, it->key, it->key_len)) != NULL) {
+                /* The first task with this key inserted it; the others are duplicates of it. */
+                it->result = k->used ? PROTO_SUBMIT_DUPLICATE : PROTO_SUBMIT_INSERTED;
+                it->task_id = k->id;
+                k->used = true;
+            } else {
+                return -1;
+            }
+        }
+    }
+    if (nclear > 0) {
+        uint64_t cleared = 0;
+        dsp_strbuf_puts(&x->sql, ")");
+        if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &cleared) < 0)
+            return -1;
+        if (cleared != nclear) {
+            log_error(x->db->log, "submit: %" PRIu64 " of %zu provisional keys cleared; rolled back", cleared,
+                      nclear);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* MySQL: insert_mysql_once, run again (after a rollback) while another producer's insert
+ * of one of the batch's keys disturbed it. Returns 0 or -1. */
+static int insert_mysql(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq, int64_t now)
+{
+    for (int t = 0; t < MYSQL_BATCH_TRIES; t++) {
+        int rc = insert_mysql_once(x, reqs, nreq, now);
+        if (rc <= 0)
+            return rc;
+        if (mysql_rollback(x->c.m) != 0) {
+            x->c.err = mysql_errno(x->c.m);
+            return -1;
+        }
+    }
+    log_warn(x->db->log, "submit: the batch's keys kept appearing meanwhile (%d runs); answered UNAVAILABLE",
+             MYSQL_BATCH_TRIES);
+    return -1;
+}
+
 /* Registers the waiters of the WAIT requests (before COMMIT, so that no outcome can
  * be written before its waiter exists). Returns 0 or -1. */
 static int add_waiters(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
@@ -664,21 +952,8 @@ static void run_batch(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
     }
     if (live == 0)
         goto answers;
-    krows_clear(x->keyed, &x->nkeyed);
-    krows_clear(x->found, &x->nfound);
-    x->nplain = 0;
-    if (insert_all(x, reqs, nreq, now) < 0)
+    if ((x->c.mysql ? insert_mysql(x, reqs, nreq, now) : insert_mariadb(x, reqs, nreq, now)) < 0)
         goto failed;
-    if (x->nkeyed > 1)
-        qsort(x->keyed, x->nkeyed, sizeof *x->keyed, krow_cmp);
-    if (x->nplain > 1)
-        qsort(x->plain, x->nplain, sizeof *x->plain, u64_cmp);
-    if (lookup_duplicates(x, reqs, nreq) < 0)
-        goto failed;
-    if (match_results(x, reqs, nreq) < 0) {
-        log_error(db->log, "submit: the rows inserted do not match the submissions; rolled back");
-        goto failed;
-    }
     if (set_large_payloads(x, reqs, nreq) < 0)
         goto failed;
     if (add_waiters(x, reqs, nreq) < 0) {

@@ -468,8 +468,10 @@ static int write_skip_locked(struct write_ctx *w, int kind, size_t s, size_t e,
         if (w->sql.oom || dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, &affected) < 0)
             return -1;
     }
-    if (dsp_dbi_exec_str(&w->c, "COMMIT") < 0 ||
-        dsp_dbi_exec_str(&w->c, "SET SESSION innodb_lock_wait_timeout = 0, autocommit = 1") < 0)
+    char back[80];
+    snprintf(back, sizeof back, "SET SESSION innodb_lock_wait_timeout = %d, autocommit = 1",
+             dsp_dbi_lock_wait_min(&w->c));
+    if (dsp_dbi_exec_str(&w->c, "COMMIT") < 0 || dsp_dbi_exec_str(&w->c, back) < 0)
         return -1;
     if (m < n) {
         /* A plain read (no lock, no wait) finds which of the others are still ours. */

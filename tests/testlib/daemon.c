@@ -42,6 +42,13 @@ int tp_daemon_start(tp_daemon *d, const char *db_url, const char *const *extra_a
     argv[argc++] = "127.0.0.1:0";
     argv[argc++] = "--ready-file";
     argv[argc++] = d->ready_path;
+    /* TASKPUSH_TEST_SQL_DIALECT=mysql runs every test's daemon in MySQL's dialect on the
+     * tests' MariaDB; a test's own --sql-dialect comes later and wins. */
+    const char *dialect = getenv("TASKPUSH_TEST_SQL_DIALECT");
+    if (dialect && *dialect) {
+        argv[argc++] = "--sql-dialect";
+        argv[argc++] = dialect;
+    }
     for (int i = 0; extra_args && extra_args[i] && argc < 62; i++)
         argv[argc++] = extra_args[i];
     argv[argc] = NULL;

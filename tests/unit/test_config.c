@@ -198,6 +198,43 @@ static void test_table_flag(void **state)
     unlink(path);
 }
 
+/* --sql-dialect: auto by default, mysql and mariadb taken (flag and config key), anything
+ * else a bad flag naming it. */
+static void test_sql_dialect(void **state)
+{
+    (void)state;
+    dsp_config c;
+    char err[256] = "";
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", NULL), DSP_CONFIG_OK);
+    assert_int_equal(c.sql_dialect, DSP_SQL_DIALECT_AUTO);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--sql-dialect", "mysql", NULL),
+                     DSP_CONFIG_OK);
+    assert_int_equal(c.sql_dialect, DSP_SQL_DIALECT_MYSQL);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--sql-dialect=mariadb", NULL),
+                     DSP_CONFIG_OK);
+    assert_int_equal(c.sql_dialect, DSP_SQL_DIALECT_MARIADB);
+    dsp_config_free(&c);
+    static const char *const bad[] = {"MySQL", "oracle", "", "mysql8"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--sql-dialect", (char *)bad[i], NULL),
+                         DSP_CONFIG_BAD);
+        assert_non_null(strstr(err, "--sql-dialect"));
+        dsp_config_free(&c);
+    }
+    char path[] = "/tmp/taskpush-config-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *text = "sql-dialect = mysql\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--config", path, NULL), DSP_CONFIG_OK);
+    assert_int_equal(c.sql_dialect, DSP_SQL_DIALECT_MYSQL);
+    dsp_config_free(&c);
+    unlink(path);
+}
+
 static void test_no_abbreviations(void **state)
 {
     (void)state;
@@ -645,6 +682,7 @@ int main(void)
         cmocka_unit_test_setup(test_hostport_rules, setup),
         cmocka_unit_test(test_hostport_format),
         cmocka_unit_test_setup(test_lease_flags, setup),
+        cmocka_unit_test_setup(test_sql_dialect, setup),
         cmocka_unit_test_setup(test_migrate_flag, setup),
         cmocka_unit_test_setup(test_help_and_version_exit_zero, setup),
         cmocka_unit_test_setup(test_flags_override_config_file_and_env, setup),
