@@ -450,8 +450,8 @@ static int run_insert(struct sub_ctx *x)
     return rc;
 }
 
-/* Finds the ids of the keys in x->sql's IN list. Returns 0 or -1. */
-static int run_lookup(struct sub_ctx *x)
+/* Runs the SELECT in x->sql (a lookup by dedup_key) and adds its rows to rows. */
+static int run_key_query(struct sub_ctx *x, struct krow **rows, size_t *n, size_t *cap)
 {
     MYSQL_RES *res;
     MYSQL_ROW row;
@@ -467,8 +467,7 @@ static int run_lookup(struct sub_ctx *x)
     while (rc == 0 && (row = mysql_fetch_row(res)) != NULL) {
         unsigned long *len = mysql_fetch_lengths(res);
         if (row[0] && row[1])
-            rc = krow_push(&x->found, &x->nfound, &x->found_cap, row[1], len[1],
-                           strtoull(row[0], NULL, 10));
+            rc = krow_push(rows, n, cap, row[1], len[1], strtoull(row[0], NULL, 10));
     }
     mysql_free_result(res);
     return rc;
@@ -547,7 +546,7 @@ static int lookup_duplicates(struct sub_ctx *x, dsp_submit_req **reqs, size_t nr
                 continue;
             if (nkeys > 0 && x->sql.len + 2 * it->key_len + 8 > limit) {
                 dsp_strbuf_puts(&x->sql, ")");
-                if (x->sql.oom || run_lookup(x) < 0)
+                if (x->sql.oom || run_key_query(x, &x->found, &x->nfound, &x->found_cap) < 0)
                     return -1;
                 dsp_strbuf_reset(&x->sql);
                 nkeys = 0;
@@ -563,7 +562,7 @@ static int lookup_duplicates(struct sub_ctx *x, dsp_submit_req **reqs, size_t nr
     }
     if (nkeys > 0) {
         dsp_strbuf_puts(&x->sql, ")");
-        if (x->sql.oom || run_lookup(x) < 0)
+        if (x->sql.oom || run_key_query(x, &x->found, &x->nfound, &x->found_cap) < 0)
             return -1;
     }
     if (x->nfound > 1)
@@ -642,29 +641,6 @@ static size_t pending_key(const struct sub_ctx *x, size_t n, char *out, size_t c
 {
     int len = snprintf(out, cap, "taskpush:pending:%016" PRIx64 ":%zu", x->pending_tag, n);
     return len < 0 ? 0 : (size_t)len < cap ? (size_t)len : cap - 1;
-}
-
-/* Runs the SELECT in x->sql (a lookup by dedup_key) and adds its rows to rows. */
-static int run_key_query(struct sub_ctx *x, struct krow **rows, size_t *n, size_t *cap)
-{
-    MYSQL_RES *res;
-    MYSQL_ROW row;
-    int rc = 0;
-
-    atomic_fetch_add_explicit(&x->db->statements, 1, memory_order_relaxed);
-    if (mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
-        (res = mysql_store_result(x->c.m)) == NULL) {
-        x->c.err = mysql_errno(x->c.m);
-        log_warn(x->db->log, "submit connection: %s (error %u)", mysql_error(x->c.m), x->c.err);
-        return -1;
-    }
-    while (rc == 0 && (row = mysql_fetch_row(res)) != NULL) {
-        unsigned long *len = mysql_fetch_lengths(res);
-        if (row[0] && row[1])
-            rc = krow_push(rows, n, cap, row[1], len[1], strtoull(row[0], NULL, 10));
-    }
-    mysql_free_result(res);
-    return rc;
 }
 
 /* Adds one key to the lookup being built in x->sql, sending it first when the key would
