@@ -12,6 +12,21 @@ const dsp_table_names dsp_table_names_task = {
     .is_default = true,
 };
 
+const char *const dsp_table_constraint_names[] = {
+    /* task */
+    "task_type_no_trailing_space", "task_priority_range", "task_state_range", "attempts_min",
+    "max_attempts_range", "timeout_ms_positive", "run_after_min", "task_type_not_empty",
+    "attempts_max",
+    /* task_schedule */
+    "schedule_name_not_empty", "schedule_type_valid", "schedule_priority_range",
+    "schedule_one_rule", "schedule_interval_range", "schedule_missed_rule",
+    "schedule_catch_up_max_range", "schedule_next_run_min",
+    /* task_claim */
+    "task_claim_ids_not_empty", NULL};
+
+_Static_assert(DSP_TABLE_NAME_MAX + 1 + DSP_TABLE_CONSTRAINT_MAX <= 64,
+               "NAME_<constraint> must fit MySQL's 64-byte identifiers");
+
 static bool is_alpha_(char c)
 {
     return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
@@ -69,13 +84,23 @@ void dsp_table_names_subst(dsp_strbuf *out, const dsp_table_names *t, const char
         }
         while (i < len && is_word(text[i]))
             i++;
-        for (int k = 0; k < 4; k++) {
+        bool done = false;
+        for (int k = 0; k < 4 && !done; k++) {
             size_t n = strlen(from[k]);
             if (i - w == n && memcmp(text + w, from[k], n) == 0) {
                 dsp_strbuf_put(out, text + copied, w - copied);
                 dsp_strbuf_puts(out, to[k]);
                 copied = i;
-                break;
+                done = true;
+            }
+        }
+        for (const char *const *c = dsp_table_constraint_names; *c && !done; c++) {
+            size_t n = strlen(*c);
+            if (i - w == n && memcmp(text + w, *c, n) == 0) {
+                dsp_strbuf_put(out, text + copied, w - copied);
+                dsp_strbuf_printf(out, "%s_%s", t->task, *c);
+                copied = i;
+                done = true;
             }
         }
     }

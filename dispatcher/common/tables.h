@@ -6,7 +6,12 @@
  * lease and epoch rows (they live in the meta table) and its own leadership lock.
  *
  * NAME is [A-Za-z_][A-Za-z0-9_]*, 1 to DSP_TABLE_NAME_MAX bytes: an identifier that needs
- * no quoting, whose longest derived name (NAME_schedule) fits MySQL's 64 bytes.
+ * no quoting, whose longest derived name fits MySQL's 64 bytes.
+ *
+ * The CHECK constraints are named after NAME too (NAME_attempts_min, ...): MySQL 8 keeps
+ * constraint names per database, not per table, so a second queue's CREATE TABLE would
+ * fail with task's names ("Duplicate check constraint name"), and the migrations' test
+ * "does attempts_min exist yet" would find another queue's. task keeps its names.
  */
 #ifndef TASKPUSH_DSP_TABLES_H
 #define TASKPUSH_DSP_TABLES_H
@@ -16,8 +21,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define DSP_TABLE_NAME_MAX 48
+/* NAME + '_' + the longest constraint name (DSP_TABLE_CONSTRAINT_MAX) is 64 bytes. */
+#define DSP_TABLE_NAME_MAX 36
 #define DSP_TABLE_NAME_DEFAULT "task"
+/* The longest CHECK constraint name of sql/ (task_type_no_trailing_space). */
+#define DSP_TABLE_CONSTRAINT_MAX 27
 /* The longest derived name: NAME + "_schedule" (or "taskpush_meta"), with its NUL. */
 #define DSP_TABLE_IDENT_CAP (DSP_TABLE_NAME_MAX + sizeof "_schedule")
 
@@ -44,11 +52,17 @@ bool dsp_table_name_valid(const char *s, size_t len);
 /* Fills t from NAME; returns 0, or -1 (t untouched) when NAME is not valid. */
 int dsp_table_names_init(dsp_table_names *t, const char *name);
 
+/* The CHECK constraint names of sql/schema.sql and sql/migrations (a unit test reads the
+ * files and holds this list to them), NULL-terminated. */
+extern const char *const dsp_table_constraint_names[];
+
 /* Appends text[0..len) to out with the four default names (task, taskpush_meta,
- * task_schedule, task_claim) replaced by t's wherever they stand as whole words: a word
+ * task_schedule, task_claim) replaced by t's, and each constraint name C of
+ * dsp_table_constraint_names by NAME_C, wherever they stand as whole words: a word
  * being a run of [A-Za-z0-9_$], so task_type or `task_id` are never touched. Everything
  * else (comments and quoted text included: information_schema checks compare
- * table_name = 'task') is copied as it is. For the default names it is a copy. */
+ * table_name = 'task' or CONSTRAINT_NAME = 'attempts_max') is copied as it is. For the
+ * default names it is a copy. */
 void dsp_table_names_subst(dsp_strbuf *out, const dsp_table_names *t, const char *text, size_t len);
 
 #endif

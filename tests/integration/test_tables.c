@@ -20,7 +20,10 @@
  *                      (--table-stats) is an unknown option, exit 2; nothing is created
  *   old_schema         schema version 1 made under the name jobs (tests/data/schema-v1.sql
  *                      with the names substituted) is upgraded by --table jobs --migrate,
- *                      its rows kept, and taskpush's own task tables beside it untouched
+ *                      its rows kept, its CHECK constraints all added under jobs' names,
+ *                      and taskpush's own task tables beside it untouched
+ * two_queues and old_schema also hold the CHECK constraint names distinct across the
+ * database (MySQL 8 keeps them per database: jobs_attempts_min beside task's attempts_min).
  *
  * On main (before --table) beside_team_table fails at its first step: getopt_long took
  * "--table" for --table-stats-ms and exited 2 ("--table-stats-ms ... jobs").
@@ -351,6 +354,26 @@ static void test_beside_team_table(void **state)
     assert_int_equal(tables_in(db), 5);
 }
 
+/* CHECK constraints of table (TABLE_CONSTRAINTS, which both servers have). */
+static uint64_t checks_of(tp_testdb *db, const char *table)
+{
+    return tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.TABLE_CONSTRAINTS WHERE"
+                                   " CONSTRAINT_SCHEMA = DATABASE() AND CONSTRAINT_TYPE = 'CHECK'"
+                                   " AND TABLE_NAME = '%s'",
+                               table);
+}
+
+/* MySQL 8 keeps constraint names per database: no two of its tables may share one (a
+ * second queue's CREATE TABLE would fail there), and task's keep the names they had. */
+static void assert_constraint_names_distinct(tp_testdb *db)
+{
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) - COUNT(DISTINCT CONSTRAINT_NAME) FROM"
+                                             " information_schema.TABLE_CONSTRAINTS WHERE"
+                                             " CONSTRAINT_SCHEMA = DATABASE() AND CONSTRAINT_TYPE"
+                                             " = 'CHECK'"),
+                     0);
+}
+
 static void test_two_queues(void **state)
 {
     struct fx *fx = *state;
@@ -363,6 +386,20 @@ static void test_two_queues(void **state)
     assert_int_equal(migrate(db, "jobs", out), 0);
     assert_int_equal(migrate(db, "mail", out), 0);
     assert_int_equal(tables_in(db), 12);
+    /* Each queue's tables have every check (9 + 8 + 1), under names of their own. */
+    assert_constraint_names_distinct(db);
+    assert_int_equal(checks_of(db, "jobs") + checks_of(db, "jobs_schedule") + checks_of(db, "jobs_claim"),
+                     18);
+    assert_int_equal(checks_of(db, "mail") + checks_of(db, "mail_schedule") + checks_of(db, "mail_claim"),
+                     18);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.TABLE_CONSTRAINTS"
+                                             " WHERE CONSTRAINT_SCHEMA = DATABASE() AND TABLE_NAME ="
+                                             " 'mail' AND CONSTRAINT_NAME = 'mail_attempts_max'"),
+                     1);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.TABLE_CONSTRAINTS"
+                                             " WHERE CONSTRAINT_SCHEMA = DATABASE() AND TABLE_NAME ="
+                                             " 'task' AND CONSTRAINT_NAME = 'attempts_max'"),
+                     1);
     assert_int_equal(tp_testdb_exec(db, "INSERT INTO task (task_type, payload) SELECT 'same',"
                                         " CONCAT('task-', seq) FROM seq_1_to_50"),
                      50);
@@ -494,6 +531,12 @@ static void test_old_schema(void **state)
                      2);
     show_create(db, "task", task_after, sizeof task_after);
     assert_string_equal(task_after, task_before);
+    /* Migrations 2 and 6 added jobs' own checks: their "does it exist yet" test looks for
+     * jobs' names, not task's (which it used to find, adding nothing to jobs). */
+    assert_int_equal(checks_of(db, "jobs"), 9);
+    assert_int_equal(checks_of(db, "jobs_schedule"), 8);
+    assert_int_equal(checks_of(db, "jobs_claim"), 1);
+    assert_constraint_names_distinct(db);
     assert_int_equal(tp_testdb_query_u64(db, "SELECT value FROM taskpush_meta WHERE name = 'schema_version'"),
                      DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
 

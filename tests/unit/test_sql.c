@@ -1107,6 +1107,90 @@ static void table_names_subst(void **state)
     dsp_strbuf_free(&b);
 }
 
+/* The CHECK constraints are named after another table (MySQL 8 keeps their names per
+ * database): NAME_C for each of task's names C, whole words only; task keeps them. */
+static void table_names_constraints(void **state)
+{
+    (void)state;
+    dsp_table_names t;
+    dsp_strbuf b = {0};
+    static const char text[] =
+        "CONSTRAINT attempts_min CHECK (attempts >= 0),\n"
+        "CONSTRAINT_NAME IN ('attempts_min', 'task_claim_ids_not_empty') x_attempts_min\n"
+        "CONSTRAINT schedule_catch_up_max_range CHECK (catch_up_max BETWEEN 1 AND 1000)";
+    char longest[DSP_TABLE_NAME_MAX + 1];
+
+    assert_int_equal(dsp_table_names_init(&t, "jobs"), 0);
+    dsp_table_names_subst(&b, &t, text, sizeof text - 1);
+    assert_false(b.oom);
+    assert_string_equal(b.p, "CONSTRAINT jobs_attempts_min CHECK (attempts >= 0),\n"
+                             "CONSTRAINT_NAME IN ('jobs_attempts_min', 'jobs_task_claim_ids_not_empty')"
+                             " x_attempts_min\n"
+                             "CONSTRAINT jobs_schedule_catch_up_max_range CHECK (catch_up_max"
+                             " BETWEEN 1 AND 1000)");
+    dsp_strbuf_reset(&b);
+    dsp_table_names_subst(&b, &dsp_table_names_task, text, sizeof text - 1);
+    assert_string_equal(b.p, text);
+    /* The longest NAME with the longest constraint fits MySQL's 64 bytes. */
+    memset(longest, 'z', DSP_TABLE_NAME_MAX);
+    longest[DSP_TABLE_NAME_MAX] = '\0';
+    assert_int_equal(dsp_table_names_init(&t, longest), 0);
+    for (const char *const *c = dsp_table_constraint_names; *c; c++) {
+        assert_true(strlen(*c) <= DSP_TABLE_CONSTRAINT_MAX);
+        dsp_strbuf_reset(&b);
+        dsp_table_names_subst(&b, &t, *c, strlen(*c));
+        assert_true(b.len <= 64);
+    }
+    dsp_strbuf_free(&b);
+}
+
+/* The list holds every CONSTRAINT name of sql/schema.sql and sql/migrations (a new one
+ * not listed would keep task's name on another table: a clash on MySQL 8), and no other. */
+static void table_constraints_listed(void **state)
+{
+    (void)state;
+    static const char *const files[] = {
+        "sql/schema.sql", "sql/migrations/002-row-value-checks.sql",
+        "sql/migrations/004-task-schedule.sql", "sql/migrations/005-claim-lane.sql",
+        "sql/migrations/006-attempts-max.sql", "tests/data/schema-v1.sql"};
+    const char *root = getenv("TASKPUSH_SOURCE_ROOT");
+    bool seen[64] = {false};
+    size_t nlisted = 0;
+    char path[1024], line[1024];
+
+    while (dsp_table_constraint_names[nlisted])
+        nlisted++;
+    assert_true(nlisted <= 64);
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        snprintf(path, sizeof path, "%s/%s", root ? root : ".", files[f]);
+        FILE *in = fopen(path, "r");
+        if (in == NULL)
+            fail_msg("cannot read %s", path);
+        while (fgets(line, sizeof line, in)) {
+            const char *p = line;
+            char name[128], *comment = strstr(line, "--");
+            if (comment)
+                *comment = '\0'; /* "ADD CONSTRAINT fails" in prose names nothing */
+            while ((p = strstr(p, "CONSTRAINT ")) != NULL) {
+                p += strlen("CONSTRAINT ");
+                if (sscanf(p, "%127[A-Za-z0-9_]", name) != 1)
+                    continue;
+                size_t k = 0;
+                while (k < nlisted && strcmp(dsp_table_constraint_names[k], name) != 0)
+                    k++;
+                if (k == nlisted)
+                    fail_msg("%s names the constraint %s, which tables.c does not list", files[f],
+                             name);
+                seen[k] = true;
+            }
+        }
+        fclose(in);
+    }
+    for (size_t k = 0; k < nlisted; k++)
+        if (!seen[k])
+            fail_msg("tables.c lists %s, which sql/ does not name", dsp_table_constraint_names[k]);
+}
+
 /* Every builder's text for another table is task's with the four names substituted
  * (and for task, t NULL and &dsp_table_names_task give the same text). */
 #define BOTH(call)                                                                                 \
@@ -1309,6 +1393,8 @@ int main(void)
         cmocka_unit_test(inventory_statements),
         cmocka_unit_test(table_names_valid),
         cmocka_unit_test(table_names_subst),
+        cmocka_unit_test(table_names_constraints),
+        cmocka_unit_test(table_constraints_listed),
         cmocka_unit_test(builders_name_the_table),
         cmocka_unit_test(claim_bound_holds_longest_table),
         cmocka_unit_test(schema_checks_name_the_table),
