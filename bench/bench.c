@@ -3,6 +3,7 @@
  * end; --mode other than drain hands over to modes.c. Exit status: 0 when every run verified, 1 when one did not (or a run could
  * not be set up), 2 for a bad flag. */
 #include "bench.h"
+#include "tables.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -55,7 +56,7 @@ static const char *const mode_names[] = {"drain", "stream", "latency", "connecti
 enum { OPT_DB = 1000, OPT_DESIGN, OPT_K, OPT_N, OPT_N_POLL, OPT_REPEAT, OPT_CAPACITY, OPT_FLAT,
        OPT_TASKPUSHD, OPT_QUICK, OPT_JSON_ONLY, OPT_SABOTAGE, OPT_HOLD_ROW, OPT_HELP, OPT_MODE, OPT_PRODUCERS,
        OPT_ROWS_PER_INSERT, OPT_SECONDS, OPT_INTERVAL_MS, OPT_POLL_MS, OPT_CONNECTIONS,
-       OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG, OPT_PRODUCER, OPT_WORKER_THREADS, OPT_POLL_SECONDS };
+       OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG, OPT_PRODUCER, OPT_WORKER_THREADS, OPT_POLL_SECONDS, OPT_TABLE };
 
 static const struct option long_opts[] = {
     {"db", required_argument, NULL, OPT_DB},
@@ -84,6 +85,7 @@ static const struct option long_opts[] = {
     {"backlog-rows", required_argument, NULL, OPT_BACKLOG_ROWS},
     {"taskpushd-arg", required_argument, NULL, OPT_TASKPUSHD_ARG},
     {"producer", required_argument, NULL, OPT_PRODUCER},
+    {"table", required_argument, NULL, OPT_TABLE},
     {NULL, 0, NULL, 0},
 };
 
@@ -117,6 +119,9 @@ static void usage(FILE *f)
         "  --taskpushd-arg A one more argument for every taskpushd started, e.g.\n"
         "                    --taskpushd-arg=--table-stats-ms=60000 (up to %d)\n"
         "  --quick           N=%u (%u polling), K=4,64, repeat 1: a check, not a figure\n"
+        "  --table NAME      the task table's name (taskpushd --table NAME): the schema is\n"
+        "                    made, seeded, drained and verified under it (default task;\n"
+        "                    the taskpush designs and the modes only)\n"
         "  --json-only       print only the JSON lines\n"
         "  --help            this text\n"
         "Modes (--mode; the flags above apply to drain unless named below):\n"
@@ -349,6 +354,7 @@ static void apply_mode_defaults(bench_opts *o, bool quick, bool set_k, bool set_
  * plus one as a negative number, to keep 0 meaning "go on". */
 static int parse_flags(int argc, char **argv, bench_opts *o)
 {
+    const char *table = NULL;
     bool have_db = false, set_n = false, set_np = false, set_k = false, set_r = false;
     bool quick = false;
     uint64_t v;
@@ -430,6 +436,12 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
                 return -bad_flag("--producers: want 1..1024, got '%s'", optarg) - 1;
             o->producers = (unsigned)v;
             break;
+        case OPT_TABLE:
+            if (!dsp_table_name_valid(optarg, strlen(optarg)))
+                return -bad_flag("--table: a table name is 1 to 36 bytes of A-Z, a-z, 0-9 and _,"
+                                 " not starting with a digit, got '%s'", optarg) - 1;
+            table = optarg;
+            break;
         case OPT_PRODUCER:
             if (parse_producers(optarg, o) < 0)
                 return -bad_flag("--producer: want sql, submit or sql,submit, got '%s'", optarg) - 1;
@@ -479,6 +491,14 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
     if (!have_db && db_from_env(&o->db) < 0)
         return -bad_flag("%s", "no --db and no TASKPUSH_TEST_MYSQL_{HOST,PORT,USER} "
                                "(eval \"$(scripts/tp-mariadb start DIR)\" sets them)") - 1;
+    /* After --db, whose parse clears o->db. */
+    snprintf(o->db.table, sizeof o->db.table, "%s", table ? table : DSP_TABLE_NAME_DEFAULT);
+    /* The polling designs and the ceiling are the team's own pollers, on task. */
+    for (int i = 0; table && o->mode == BENCH_MODE_DRAIN && i < o->ndesigns; i++)
+        if (o->designs[i]->drain != bench_drain_taskpush)
+            return -bad_flag("--table: only the taskpush designs and the modes take another"
+                             " table than task; %s does not (--design taskpush-rr,taskpush-ll)",
+                             o->designs[i]->name) - 1;
     return 0;
 }
 
@@ -516,6 +536,7 @@ static void print_header(const bench_opts *o, MYSQL *admin, pid_t db_pid)
     json_object_set_new(aff, "mariadbd", json_string(db_cpus));
     json_object_set_new(h, "cpus_allowed", aff);
     json_object_set_new(h, "server", bench_db_settings(admin));
+    json_object_set_new(h, "table", json_string(o->db.table));
     json_object_set_new(h, "n", json_integer((json_int_t)o->n));
     json_object_set_new(h, "n_poll", json_integer((json_int_t)o->n_poll));
     json_object_set_new(h, "n_poll_large_k", json_integer((json_int_t)o->n_poll_large_k));

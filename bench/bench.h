@@ -43,6 +43,7 @@ typedef struct bench_dbconf {
     char password[128];
     unsigned port;
     char dbname[65]; /* the scratch database, dropped and re-created for every run */
+    char table[65];  /* --table: the task table's name (taskpushd --table), default task */
 } bench_dbconf;
 
 struct bench_design;

@@ -23,6 +23,9 @@ private MariaDB of scripts/tp-mariadb (TASKPUSH_TEST_MYSQL_* in the environment)
   modes-sabotage
             each mode's verification fails, and the exit status is 1, when a row is
             changed behind its back; --taskpushd-arg reaches taskpushd.
+  table     --table jobs (taskpushd --table): a drain of taskpush-rr and the backlog
+            mode make, seed, drain and verify the table jobs, and say so in their
+            settings line.
   submit-flap
             taskpushd frozen (SIGSTOP) for longer than its lease while SUBMIT producers
             stream: it gives its lease up when it wakes and takes it again, its
@@ -153,7 +156,9 @@ def flags(prog):
                       (["--backlog-rows", "0"], "--backlog-rows"),
                       (["--taskpushd-arg", ""], "--taskpushd-arg"),
                       (["--poll-seconds", "x"], "--poll-seconds"),
-                      (["--poll-seconds", "86401"], "--poll-seconds")):
+                      (["--poll-seconds", "86401"], "--poll-seconds"),
+                      (["--table", "9jobs"], "--table"), (["--table", "jobs;x"], "--table"),
+                      (["--table", "jobs", "--design", "taskpush-rr,cas"], "--table")):
         p = subprocess.run([prog] + bad, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, timeout=30)
         check(p.returncode == 2 and word in p.stderr,
@@ -240,6 +245,24 @@ MODE_FIELDS = {
                 "taskpushd_peak_rss_kb", "target_peak_rss_kb", "statements_per_task",
                 "handler_reads_per_task", "mariadbd_cpu_s_per_1000"],
 }
+
+
+def table(prog):
+    """Every statement of the bench and its taskpushd on jobs: the table is made under
+    that name (there is no task table to fall back on), seeded, drained and verified."""
+    rc, lines, _ = run(prog, ["--quick", "--json-only", "--design", "taskpush-rr", "--k", "4",
+                              "--n", "2000", "--table", "jobs"])
+    check(rc == 0, "--table jobs: the drain exits 0 (got %d)" % rc)
+    settings = [l for l in lines if l.get("kind") == "settings"]
+    runs = [l for l in lines if l.get("kind") == "run"]
+    check(len(settings) == 1 and settings[0].get("table") == "jobs",
+          "the settings line names the table jobs")
+    check(len(runs) == 1 and runs[0].get("verified") is True and runs[0].get("done") == 2000,
+          "taskpush-rr drained jobs, verified: %s" % [(r.get("verified"), r.get("why")) for r in runs])
+    rc, res = mode_lines(prog, "backlog", ["--table", "jobs", "--backlog-rows", "3000", "--n", "1000"])
+    check(rc == 0, "--table jobs: the backlog mode exits 0 (got %d)" % rc)
+    check(len(res) == 1 and res[0].get("verified") is True,
+          "backlog on jobs verified: %s" % [(r.get("verified"), r.get("why")) for r in res])
 
 
 def mode_lines(prog, mode, extra=()):
@@ -409,7 +432,8 @@ if __name__ == "__main__":
      "stream": stream,
      "latency": latency,
      "connections": connections, "backlog": backlog,
-     "modes-sabotage": modes_sabotage, "submit-flap": submit_flap}[sys.argv[2]](sys.argv[1])
+     "modes-sabotage": modes_sabotage, "submit-flap": submit_flap,
+     "table": table}[sys.argv[2]](sys.argv[1])
     if failures:
         print("%d check(s) failed" % len(failures))
         sys.exit(1)

@@ -2,6 +2,7 @@
  * schema, compiled in from sql/schema.sql, and N NEW rows over 3 priorities) and the
  * server settings printed with the figures. */
 #include "bench.h"
+#include "tables.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -98,20 +99,20 @@ static int exec_multi(MYSQL *m, const char *sql)
 
 /* N rows, priorities 0, 1, 2 in turn: from the sequence engine in one statement
  * when the server has it (MariaDB), else in multi-row INSERTs. */
-static int preload(MYSQL *m, uint64_t n)
+static int preload(MYSQL *m, const char *table, uint64_t n)
 {
     char sql[256];
     snprintf(sql, sizeof sql,
-             "INSERT INTO task (task_priority) SELECT seq %% 3 FROM seq_1_to_%" PRIu64, n);
+             "INSERT INTO %s (task_priority) SELECT seq %% 3 FROM seq_1_to_%" PRIu64, table, n);
     if (bench_db_exec(m, sql) >= 0)
         return 0;
-    size_t cap = 64 + (size_t)PRELOAD_CHUNK * 5;
+    size_t cap = 128 + (size_t)PRELOAD_CHUNK * 5;
     char *buf = malloc(cap);
     if (buf == NULL)
         return -1;
     int rc = 0;
     for (uint64_t done = 0; done < n && rc == 0;) {
-        size_t len = (size_t)snprintf(buf, cap, "INSERT INTO task (task_priority) VALUES ");
+        size_t len = (size_t)snprintf(buf, cap, "INSERT INTO %s (task_priority) VALUES ", table);
         for (unsigned i = 0; i < PRELOAD_CHUNK && done < n; i++, done++)
             len += (size_t)snprintf(buf + len, cap - len, "%s(%u)", i ? "," : "",
                                     (unsigned)((done + 1) % 3));
@@ -134,10 +135,21 @@ int bench_db_reset(const bench_dbconf *c, MYSQL *admin, uint64_t n)
     if (bench_db_exec(admin, sql) < 0 || mysql_select_db(admin, c->dbname) != 0)
         goto err;
     step = "schema";
-    if (exec_multi(admin, bench_schema_sql) < 0)
+    /* sql/schema.sql under --table's names, as taskpushd --table NAME --migrate makes it
+     * (the same substitution). */
+    dsp_table_names names;
+    dsp_strbuf schema = {0};
+    if (dsp_table_names_init(&names, c->table[0] ? c->table : DSP_TABLE_NAME_DEFAULT) < 0) {
+        fprintf(stderr, "taskpush-bench: --table '%s' is no table name\n", c->table);
+        return -1;
+    }
+    dsp_table_names_subst(&schema, &names, bench_schema_sql, strlen(bench_schema_sql));
+    int rc = schema.oom ? -1 : exec_multi(admin, schema.p);
+    dsp_strbuf_free(&schema);
+    if (rc < 0)
         goto err;
     step = "preload";
-    if (n > 0 && preload(admin, n) < 0) /* seq_1_to_0 would count down: 1, 0 */
+    if (n > 0 && preload(admin, names.task, n) < 0) /* seq_1_to_0 would count down: 1, 0 */
         goto err;
     return 0;
 err:

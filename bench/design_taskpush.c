@@ -101,6 +101,10 @@ int bench_daemon_start(bench_ctx *ctx, const char *const *extra, bench_daemon *d
     const char *argv[24] = {ctx->o->taskpushd, "--db", url, "--listen", "127.0.0.1:0",
                             "--admin", "127.0.0.1:0", "--ready-file", dp->ready};
     size_t argc = 9;
+    if (strcmp(ctx->o->db.table, "task") != 0) { /* taskpushd's default: its argv as before */
+        argv[argc++] = "--table";
+        argv[argc++] = ctx->o->db.table;
+    }
     for (size_t i = 0; extra && extra[i] && argc < sizeof argv / sizeof argv[0] - 1; i++)
         argv[argc++] = extra[i];
     /* The user's last, so that they win over the mode's. */

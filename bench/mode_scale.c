@@ -315,11 +315,11 @@ int bench_mode_connections(bench_ctx *ctx, json_t *rows)
 /* N NEW rows in bounded INSERT ... SELECT statements from the Sequence engine. */
 static int backlog_load(bench_ctx *ctx, uint64_t n)
 {
-    char sql[160];
+    char sql[224];
     for (uint64_t first = 1; first <= n; first += BACKLOG_CHUNK) {
         uint64_t last = n - first < BACKLOG_CHUNK ? n : first + BACKLOG_CHUNK - 1;
-        snprintf(sql, sizeof sql, "INSERT INTO task (task_priority) SELECT seq %% 3 FROM seq_%"
-                 PRIu64 "_to_%" PRIu64, first, last);
+        snprintf(sql, sizeof sql, "INSERT INTO %s (task_priority) SELECT seq %% 3 FROM seq_%"
+                 PRIu64 "_to_%" PRIu64, ctx->o->db.table, first, last);
         if (bench_db_exec(ctx->admin, sql) < 0) {
             bench_tally_fail(&ctx->tally, "backlog load: %s", mysql_error(ctx->admin));
             return -1;

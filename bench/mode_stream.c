@@ -60,13 +60,13 @@ static void *producer_main(void *arg)
 }
 
 /* One INSERT of rows rows, priorities 0, 1, 2 in turn. */
-static char *insert_sql(unsigned rows)
+static char *insert_sql(const char *table, unsigned rows)
 {
-    size_t cap = 64 + (size_t)rows * 4;
+    size_t cap = 128 + (size_t)rows * 4;
     char *sql = malloc(cap);
     if (sql == NULL)
         return NULL;
-    size_t len = (size_t)snprintf(sql, cap, "INSERT INTO task (task_priority) VALUES ");
+    size_t len = (size_t)snprintf(sql, cap, "INSERT INTO %s (task_priority) VALUES ", table);
     for (unsigned i = 0; i < rows; i++)
         len += (size_t)snprintf(sql + len, cap - len, "%s(%u)", i ? "," : "", i % 3);
     return sql;
@@ -79,7 +79,7 @@ static double sql_producers(bench_ctx *ctx, unsigned np, unsigned rows, unsigned
 {
     const bench_opts *o = ctx->o;
     producer *ps = calloc(np, sizeof *ps);
-    char *sql = insert_sql(rows);
+    char *sql = insert_sql(o->db.table, rows);
     _Atomic uint64_t total = 0;
     unsigned started = 0;
     double rate = -1, t0 = 0;
@@ -163,7 +163,9 @@ done:
     if (dp.log[0] && rc == 0)
         unlink(dp.log);
     /* Counted after taskpushd stopped: every answered row is in the table. */
-    if (rc == 0 && (bench_db_u64(ctx->admin, "SELECT COUNT(*) FROM task", &count) < 0 ||
+    char csql[96];
+    snprintf(csql, sizeof csql, "SELECT COUNT(*) FROM %s", ctx->o->db.table);
+    if (rc == 0 && (bench_db_u64(ctx->admin, csql, &count) < 0 ||
                     count != sr->inserted_alone))
         rc = -1;
     bench_tally_free(&ctx->tally);
@@ -373,7 +375,7 @@ static int latency_produce(bench_ctx *ctx, latency_state *ls, double *commit)
 {
     const bench_opts *o = ctx->o;
     MYSQL *m = bench_db_connect(&o->db, o->db.dbname);
-    char sql[128];
+    char sql[192];
     int rc = 0;
 
     if (m == NULL)
@@ -384,8 +386,8 @@ static int latency_produce(bench_ctx *ctx, latency_state *ls, double *commit)
         if (at > now)
             bench_sleep_ms((unsigned)((at - now) * 1000.0));
         double sent = bench_now();
-        snprintf(sql, sizeof sql, "INSERT INTO task (task_priority, payload) VALUES (1, '%.0f')",
-                 sent * 1e6);
+        snprintf(sql, sizeof sql, "INSERT INTO %s (task_priority, payload) VALUES (1, '%.0f')",
+                 o->db.table, sent * 1e6);
         if (bench_db_exec(m, sql) != 1) {
             bench_tally_fail(ls->t, "latency INSERT: %s", mysql_error(m));
             rc = -1;

@@ -92,9 +92,12 @@ int bench_verify_subset(bench_ctx *ctx, uint64_t rows, char *why, size_t cap)
                  atomic_load(&t->dups), atomic_load(&t->strays));
         return -1;
     }
-    if (mysql_query(ctx->admin, "SELECT COUNT(*), COALESCE(SUM(task_state = 0), 0),"
-                                " COALESCE(SUM(task_state = 2), 0),"
-                                " COALESCE(SUM(task_state = 2 AND attempts = 1), 0) FROM task") != 0) {
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT COUNT(*), COALESCE(SUM(task_state = 0), 0), COALESCE(SUM(task_state = 2), 0),"
+             " COALESCE(SUM(task_state = 2 AND attempts = 1), 0) FROM %s",
+             ctx->o->db.table);
+    if (mysql_query(ctx->admin, sql) != 0) {
         snprintf(why, cap, "verification query failed: %s", mysql_error(ctx->admin));
         return -1;
     }
@@ -115,7 +118,8 @@ int bench_verify_subset(bench_ctx *ctx, uint64_t rows, char *why, size_t cap)
         return -1;
     }
     /* Streamed: the slice may be large, and only the ids are needed. */
-    if (mysql_query(ctx->admin, "SELECT task_id FROM task WHERE task_state = 2") != 0 ||
+    snprintf(sql, sizeof sql, "SELECT task_id FROM %s WHERE task_state = 2", ctx->o->db.table);
+    if (mysql_query(ctx->admin, sql) != 0 ||
         (res = mysql_use_result(ctx->admin)) == NULL) {
         snprintf(why, cap, "verification query failed: %s", mysql_error(ctx->admin));
         return -1;

@@ -56,7 +56,9 @@ void bench_tally_fail(bench_tally *t, const char *fmt, ...)
 int bench_sabotage(bench_ctx *ctx)
 {
     /* FAILED is a state no design writes; one row is enough to break exactly-once. */
-    return bench_db_exec(ctx->admin, "UPDATE task SET task_state = 3 WHERE task_id = 1") == 1 ? 0
+    char sql[128];
+    snprintf(sql, sizeof sql, "UPDATE %s SET task_state = 3 WHERE task_id = 1", ctx->o->db.table);
+    return bench_db_exec(ctx->admin, sql) == 1 ? 0
                                                                                               : -1;
 }
 
@@ -64,10 +66,14 @@ int bench_sabotage(bench_ctx *ctx)
  * were run (n unless the run was cut). */
 static int check_table(bench_ctx *ctx, uint64_t n, uint64_t done, char *why, size_t cap)
 {
-    if (mysql_query(ctx->admin, "SELECT COUNT(*), COALESCE(SUM(task_state = 2), 0),"
-                                " COALESCE(SUM(task_state = 2 AND attempts = 1), 0),"
-                                " COALESCE(MIN(task_id), 0), COALESCE(MAX(task_id), 0),"
-                                " COALESCE(SUM(task_state = 0 AND attempts = 0), 0) FROM task") != 0) {
+    char sql[320];
+    snprintf(sql, sizeof sql,
+             "SELECT COUNT(*), COALESCE(SUM(task_state = 2), 0),"
+             " COALESCE(SUM(task_state = 2 AND attempts = 1), 0),"
+             " COALESCE(MIN(task_id), 0), COALESCE(MAX(task_id), 0),"
+             " COALESCE(SUM(task_state = 0 AND attempts = 0), 0) FROM %s",
+             ctx->o->db.table);
+    if (mysql_query(ctx->admin, sql) != 0) {
         snprintf(why, cap, "verification query failed: %s", mysql_error(ctx->admin));
         return -1;
     }
