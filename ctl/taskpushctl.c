@@ -217,6 +217,10 @@ static void print_stats(json_t *s)
         printf(", leading the table with epoch %lld\n", num(s, "epoch"));
     else
         printf(", waiting for the table\n");
+    /* --table NAME: which queue this is, when several share a database. */
+    const char *tname = json_string_value(json_object_get(s, "task_table"));
+    if (tname)
+        printf("task table  %s\n", tname);
     printf("uptime      %lld s\n", num(s, "uptime_s"));
     printf("scheduler   %s\n", json_string_value(json_object_get(s, "scheduler")));
     printf("workers     %lld\n", num(s, "workers"));
