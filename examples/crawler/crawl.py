@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -66,14 +67,23 @@ class Database:
         rows = self.run(sql)
         return int(rows[0][0]) if rows and rows[0][0] not in ("", "NULL") else 0
 
-    def ensure_schema(self, schema_path: str) -> None:
+    def ensure_schema(self, schema_path: str, table: str, taskpushd: str, url: str) -> None:
         self.run(f"CREATE DATABASE IF NOT EXISTS `{self.name}` CHARACTER SET utf8mb4", use_db=False)
         have = self.value("SELECT COUNT(*) FROM information_schema.tables "
-                          "WHERE table_schema = DATABASE() AND table_name = 'task'")
-        if not have:
+                          f"WHERE table_schema = DATABASE() AND table_name = '{table}'")
+        if have:
+            return
+        if table == "task":
             note(f"loading {schema_path} into {self.name}")
             with open(schema_path) as f:
                 self.run(f.read())
+            return
+        # Another table's schema is sql/schema.sql under its names, which --migrate makes.
+        note(f"creating the table {table} in {self.name} (taskpushd --table {table} --migrate)")
+        r = subprocess.run([taskpushd, "--db", url, "--table", table, "--migrate"], capture_output=True,
+                           timeout=300)
+        if r.returncode != 0:
+            raise RuntimeError(f"taskpushd --migrate failed: {r.stderr.decode(errors='replace').strip()}")
 
 
 def note(msg: str) -> None:
@@ -136,9 +146,9 @@ def stop(proc: subprocess.Popen, grace_s: float = 15) -> None:
         proc.wait()
 
 
-def finished(db: Database, d: Daemon) -> bool:
+def finished(db: Database, d: Daemon, table: str) -> bool:
     """True when no crawl row waits or runs and the dispatcher holds nothing."""
-    if db.value(f"SELECT COUNT(*) FROM task WHERE task_type = '{crawler.TASK_TYPE}' "
+    if db.value(f"SELECT COUNT(*) FROM {table} WHERE task_type = '{crawler.TASK_TYPE}' "
                 "AND task_state IN (0, 1)"):
         return False
     s = d.stats()
@@ -158,12 +168,16 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=8, help="fetches at once per worker (default 8)")
     ap.add_argument("--timeout", type=float, default=5.0, help="fetch timeout in seconds (default 5)")
     ap.add_argument("--attempts", type=int, default=2, help="attempts of a page (default 2)")
+    ap.add_argument("--table", default="task", help="the task table's name, as taskpushd --table (default task)")
     ap.add_argument("start_url")
     a = ap.parse_args()
     if not 1 <= a.workers <= 64 or not 1 <= a.threads <= 256:
         ap.error("--workers 1-64, --threads 1-256")
     if not 0 < a.timeout <= 3600 or not 1 <= a.attempts <= 100:
         ap.error("--timeout 0-3600 s, --attempts 1-100")
+    # taskpushd's rule (it would refuse another name, exit 2); the name goes into SQL unquoted.
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,35}", a.table):
+        ap.error(f"--table: 1 to 36 of A-Z a-z 0-9 _, not starting with a digit: {a.table!r}")
     start = crawler.normalise(a.start_url)
     if start is None:
         ap.error(f"START_URL must be an http or https URL with a host: {a.start_url}")
@@ -183,11 +197,11 @@ def main() -> int:
         return 1
 
 
-def wait_done(db: Database, d: Daemon, workers: List[subprocess.Popen], first_id: int) -> None:
+def wait_done(db: Database, d: Daemon, workers: List[subprocess.Popen], first_id: int, table: str) -> None:
     """Returns once the crawl is finished (twice in a row: a page's links are rows
     before the page leaves PROCESSING, see README.md); RuntimeError when a process died."""
     last_note = time.monotonic()
-    while not (finished(db, d) and finished(db, d)):
+    while not (finished(db, d, table) and finished(db, d, table)):
         if d.proc.poll() is not None:
             raise RuntimeError(f"taskpushd exited ({d.proc.returncode}):\n{d.log_tail()}")
         dead = [w for w in workers if w.poll() is not None]
@@ -195,23 +209,24 @@ def wait_done(db: Database, d: Daemon, workers: List[subprocess.Popen], first_id
             raise RuntimeError(f"a worker process exited ({dead[0].returncode})")
         if time.monotonic() - last_note > 10:
             last_note = time.monotonic()
-            n = db.run(f"SELECT COUNT(*), SUM(task_state IN (0, 1)) FROM task WHERE task_id > {first_id} "
+            n = db.run(f"SELECT COUNT(*), SUM(task_state IN (0, 1)) FROM {table} WHERE task_id > {first_id} "
                        f"AND task_type = '{crawler.TASK_TYPE}'")[0]
             note(f"{n[0]} pages found, {n[1]} to do")
         time.sleep(0.2)
 
 
 def crawl(a: argparse.Namespace, start: str, db: Database) -> int:
-    db.ensure_schema(os.path.join(ROOT, "sql", "schema.sql"))
-    first_id = db.value("SELECT COALESCE(MAX(task_id), 0) FROM task")
+    taskpushd = os.path.join(a.build, "dispatcher", "taskpushd")
+    db.ensure_schema(os.path.join(ROOT, "sql", "schema.sql"), a.table, taskpushd, a.db)
+    first_id = db.value(f"SELECT COALESCE(MAX(task_id), 0) FROM {a.table}")
     lease_ms = int(a.timeout * 1000) + 30000
     workdir = tempfile.mkdtemp(prefix="tp-crawl-")
     workers: List[subprocess.Popen] = []
     d: Optional[Daemon] = None
     try:
         # A short first retry: a page that timed out is tried again soon.
-        d = Daemon(os.path.join(a.build, "dispatcher", "taskpushd"), a.db, workdir,
-                   ["--retry-backoff-ms", "500", "--retry-backoff-max-ms", "10000"])
+        d = Daemon(taskpushd, a.db, workdir,
+                   ["--retry-backoff-ms", "500", "--retry-backoff-max-ms", "10000", "--table", a.table])
         wargs = ["--threads", str(a.threads), "--timeout", str(a.timeout), "--attempts", str(a.attempts),
                  "--task-timeout-ms", str(lease_ms)]
         for _ in range(a.workers):
@@ -228,7 +243,7 @@ def crawl(a: argparse.Namespace, start: str, db: Database) -> int:
             note(f"{start} is in the table already (task {r.task_id}): an earlier crawl; "
                  "only its unfinished pages are crawled")
         note(f"crawling from {start} (dispatcher {d.listen}, admin {d.admin})")
-        wait_done(db, d, workers, first_id)
+        wait_done(db, d, workers, first_id, a.table)
     finally:
         for w in workers:
             w.send_signal(signal.SIGTERM)
@@ -239,11 +254,11 @@ def crawl(a: argparse.Namespace, start: str, db: Database) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
     where = f"task_type = '{crawler.TASK_TYPE}' AND task_id > {first_id}"
-    failed = db.run(f"SELECT payload, REPLACE(REPLACE(err_msg, '\\n', ' '), '\\t', ' ') FROM task "
+    failed = db.run(f"SELECT payload, REPLACE(REPLACE(err_msg, '\\n', ' '), '\\t', ' ') FROM {a.table} "
                     f"WHERE {where} AND task_state = 3 ORDER BY task_id")
     for url, msg in failed:
         print(f"failed {url}: {msg}")
-    n = db.value(f"SELECT COUNT(*) FROM task WHERE {where} AND task_state = 2")
+    n = db.value(f"SELECT COUNT(*) FROM {a.table} WHERE {where} AND task_state = 2")
     print(f"crawled {n} pages", flush=True)
     return 0
 

@@ -3,7 +3,7 @@
 # table as the frontier (examples/crawler/README.md).
 #
 #   examples/crawler/run.sh [--db URL] [--workers N] [--threads N] [--timeout S]
-#                           [--attempts N] START_URL
+#                           [--attempts N] [--table NAME] START_URL
 #
 # Owns the setup around crawl.py: the build of taskpushd when the checkout has none
 # (meson setup + ninja), and a private MariaDB (scripts/tp-mariadb, in a temporary
@@ -17,7 +17,7 @@ root=$(cd "$here/../.." && pwd)
 build=${TASKPUSH_BUILD_ROOT:-$root/build}
 
 usage() {
-  echo "usage: $0 [--db URL] [--workers N] [--threads N] [--timeout S] [--attempts N] START_URL" >&2
+  echo "usage: $0 [--db URL] [--workers N] [--threads N] [--timeout S] [--attempts N] [--table NAME] START_URL" >&2
   exit 2
 }
 
@@ -34,12 +34,12 @@ while [ $# -gt 0 ]; do
     db=${1#--db=}
     shift
     ;;
-  --workers | --threads | --timeout | --attempts)
+  --workers | --threads | --timeout | --attempts | --table)
     [ $# -ge 2 ] || usage
     pass+=("$1" "$2")
     shift 2
     ;;
-  --workers=* | --threads=* | --timeout=* | --attempts=*)
+  --workers=* | --threads=* | --timeout=* | --attempts=* | --table=*)
     pass+=("$1")
     shift
     ;;

@@ -267,6 +267,33 @@ class Crawl(unittest.TestCase):
                 self.assertEqual(rc, 2, f"{bad}: {out}\n{err}")
                 self.assertTrue(err.strip(), "a message on stderr")
 
+    def test_table_beside_a_team_table(self) -> None:
+        """--table jobs (taskpushd --table): the crawl's rows go to jobs, made by --migrate
+        in a database whose own table task (not taskpush's) stays as it was."""
+        name = self.db.name + "_jobs"
+        url = self.db.url.rsplit("/", 1)[0] + "/" + name
+        seed = self.site.url("/files/notes.txt")
+        self.db.exec(f"CREATE DATABASE `{name}`; CREATE TABLE `{name}`.task (task_id BIGINT PRIMARY KEY,"
+                     f" task_state INT NOT NULL); INSERT INTO `{name}`.task VALUES (1, 1), (2, 3)")
+        try:
+            rc, out, err = self.run_sh("--db", url, "--table", "jobs", "--workers", "1", "--threads", "2", seed)
+            self.assertEqual(rc, 0, f"{out}\n{err}")
+            self.assertEqual(out.splitlines()[-1], "crawled 1 pages")
+            self.assertIn("--table jobs --migrate", err)
+            self.assertEqual(self.db.rows(f"SELECT payload, task_state FROM `{name}`.jobs"), [[seed, "2"]])
+            self.assertEqual(self.db.rows(f"SELECT task_id, task_state FROM `{name}`.task ORDER BY task_id"),
+                             [["1", "1"], ["2", "3"]])
+            self.assertEqual(sorted(r[0] for r in self.db.rows(
+                f"SELECT table_name FROM information_schema.tables WHERE table_schema = '{name}'")),
+                ["jobs", "jobs_claim", "jobs_meta", "jobs_schedule", "task"])
+        finally:
+            self.db.exec(f"DROP DATABASE IF EXISTS `{name}`")
+        for bad in ("9jobs", "jobs;x", "j" * 37):
+            with self.subTest(table=bad):
+                rc, out, err = self.run_sh("--table", bad, seed)
+                self.assertEqual(rc, 2, f"{bad}: {out}\n{err}")
+                self.assertIn("--table", err)
+
 
 if __name__ == "__main__":
     tplib.tap_main(__name__)
