@@ -528,6 +528,7 @@ static const struct {
     {"/", dsp_dashboard_serve}, {"/index.html", dsp_dashboard_serve},
     {"/task", dsp_admin_task_cb},     {"/failed", dsp_admin_failed_cb},
     {"/retry", dsp_admin_retry_cb},   {"/cancel", dsp_admin_cancel_cb},
+    {"/retry-failed", dsp_admin_retry_failed_cb},
     {"/history", dsp_history_http_cb},
     {"/limit", limit_cb},       {"/schedules", schedules_cb},
 };

@@ -29,10 +29,11 @@ bool dsp_admin_post_allowed(struct evhttp_request *req, struct dsp_server *srv);
 void dsp_admin_send_error(struct evhttp_request *req, int code, const char *text);
 void dsp_admin_send_json(struct evhttp_request *req, int code, json_t *body); /* takes body */
 
-/* admin_tasks.c: GET /task, GET /failed, POST /retry, POST /cancel. */
+/* admin_tasks.c: GET /task, GET /failed, POST /retry, POST /retry-failed, POST /cancel. */
 void dsp_admin_task_cb(struct evhttp_request *req, void *srv);
 void dsp_admin_failed_cb(struct evhttp_request *req, void *srv);
 void dsp_admin_retry_cb(struct evhttp_request *req, void *srv);
+void dsp_admin_retry_failed_cb(struct evhttp_request *req, void *srv);
 void dsp_admin_cancel_cb(struct evhttp_request *req, void *srv);
 /* The database side's answer to one of them (dsp_db_callbacks.on_taskop). */
 void dsp_admin_taskop_answer(void *srv, struct dsp_taskop *op);
