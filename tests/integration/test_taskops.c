@@ -535,6 +535,16 @@ static void failed_by_time(void **state)
 
     wk_start_as(fx, "failer", 1, "late", false, false, true);
     wait_row(fx, late, 3, NULL);
+    /* The type's answers (the dashboard's failure rate): one, failed. */
+    json_t *st;
+    assert_int_equal(http_json(fx, "GET", &st, "/stats"), 200);
+    size_t ti;
+    json_t *bt, *late_type = NULL;
+    json_array_foreach(json_object_get(st, "by_type"), ti, bt) if (strcmp(jstr(bt, "type"), "late") == 0) late_type = bt;
+    assert_non_null(late_type);
+    assert_int_equal(jint(late_type, "answered_failed_total"), 1);
+    assert_int_equal(jint(late_type, "answered_ok_total"), 0);
+    json_decref(st);
 
     /* What the dashboard asks (/failed?limit=10): the one that failed now first. */
     const uint64_t want[] = {late, old_high[0], old_high[1], old_high[2], old_low, old_b};
