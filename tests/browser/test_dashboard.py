@@ -65,7 +65,8 @@ CHECKS = [
     "FAILED tile equals the table's count of FAILED rows",
     "worker rows are exactly the workers of /workers, with their capacity",
     "/stats by_type adds up; 'orphan' (ready rows, no worker) shows 'no worker' in red, the lag names it",
-    "what to do: 'no worker serves orphan: start one with taskpush-worker --connect … --type orphan --exec …'",
+    "what to do: 'no worker serves orphan: start one with taskpush-worker --connect … --type orphan --exec …'; "
+    "paused with ready rows: 'press Resume'",
     "failure rate per type: the answers of /stats by_type; 0 % for a type whose tasks succeed",
     "failures list: each failed task with its error (markup as text), latest failure first; "
     "Retry on the exhausted ones, none on the permanent ones",
@@ -553,6 +554,21 @@ def main():
         if any(h["kind"] == "no-worker" and h.get("type") != "orphan" and h.get("type") != "flaky"
                for h in js(driver, "return window.taskpushDashboard.hints")):
             problems.append("a no-worker hint for a type that has workers")
+        # A paused type with ready rows: the hint says to resume it, and goes with the pause.
+        code, _ = post(admin, "/pause?type=orphan", TOKEN)
+        try:
+            paused = wait_for("the paused hint", lambda: [h for h in js(driver, "return window.taskpushDashboard.hints")
+                                                          if h["kind"] == "paused" and h.get("type") == "orphan"], 10)
+            if "press Resume" not in paused[0]["text"]:
+                problems.append("paused hint %r" % paused[0]["text"])
+        except TimeoutError as e:
+            problems.append("POST /pause %d: %s" % (code, e))
+        post(admin, "/resume?type=orphan", TOKEN)
+        try:
+            wait_for("the paused hint gone", lambda: not [h for h in js(driver, "return window.taskpushDashboard.hints")
+                                                          if h["kind"] == "paused"], 10)
+        except TimeoutError as e:
+            problems.append(str(e))
         tap.result(not problems, "; ".join(problems) or hint["text"])
 
         # 12c. failure rate: the workers' answers per type (by_type), as a share of failures
