@@ -489,15 +489,16 @@ static void taskop_show(struct stats_ctx *x, dsp_taskop *op)
     mysql_free_result(res);
 }
 
-/* FAILED, step 1: the types with FAILED rows, one index dive of claim_idx each per
- * lane, at most max, each once (a FAILED row is in the delayed lane only when written so
- * by hand); each is added to parts as one part. Returns how many types, or -1 on a
- * database error. */
+/* A task type's bytes as the table holds them (at most 256, checked). */
 struct type_name {
     char s[257];
     size_t len;
 };
 
+/* FAILED, step 1: the types with FAILED rows, one index dive of claim_idx each per
+ * lane, at most max, each once (a FAILED row is in the delayed lane only when written so
+ * by hand); each is added to parts as one part. Returns how many types, or -1 on a
+ * database error. */
 static int failed_types(struct stats_ctx *x, unsigned max, unsigned limit, dsp_strbuf *parts)
 {
     struct type_name *names = malloc(max * sizeof *names), cur;
