@@ -333,7 +333,7 @@ static void usage(FILE *out)
                  "            tasks finish; the dispatcher keeps running until resume\n"
                  "  requeue-failed   move FAILED rows (all, or of --type T) back to NEW\n"
                  "  show ID   one task: state, attempts, times, err_msg, result size, its worker\n"
-                 "  failed    the newest FAILED tasks with their err_msg (--type T, --limit N)\n"
+                 "  failed    the latest failures, by when they failed, with their err_msg (--type T, --limit N)\n"
                  "  retry ID  a FAILED task back to NEW with attempts 0\n"
                  "  cancel ID a NEW, buffered or running task becomes FAILED \"cancelled\"\n"
                  "  submit    insert one task through the worker port; the payload is standard\n"
@@ -559,8 +559,11 @@ static void print_failed(json_t *list)
         const char *err = json_string_value(json_object_get(r, "err_msg"));
         char att[32];
         snprintf(att, sizeof att, "%lld/%lld", num(r, "attempts"), num(r, "max_attempts"));
+        /* failed_at_ms since schema version 7; a dispatcher of before sends the same time
+         * as last_update_time_ms only. */
+        json_t *at = json_object_get(r, "failed_at_ms");
         printf("%-12lld %-20s %8s  %-27s  %.*s\n", num(r, "task_id"), text(r, "type"),
-               att, fmt_time(json_object_get(r, "last_update_time_ms"), t1, sizeof t1),
+               att, fmt_time(at ? at : json_object_get(r, "last_update_time_ms"), t1, sizeof t1),
                err ? (int)strcspn(err, "\r\n") : 1, err ? err : "-");
     }
 }

@@ -5,6 +5,7 @@
 
 #include "conn.h"
 #include "dashboard.h"
+#include "history.h"
 #include "utf8.h"
 #include "server.h"
 #include "stats.h"
@@ -14,6 +15,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/listener.h>
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
 
@@ -112,11 +114,8 @@ static json_t *json_text(const char *s)
     return j;
 }
 
-static void workers_cb(struct evhttp_request *req, void *arg)
+static json_t *workers_json(dsp_server *srv)
 {
-    dsp_server *srv = arg;
-    if (!only_get(req))
-        return;
     json_t *list = json_array();
     int64_t now = dsp_now_ms();
     for (dsp_conn *c = srv->conns.list; c; c = c->next) {
@@ -135,7 +134,41 @@ static void workers_cb(struct evhttp_request *req, void *arg)
                             (json_int_t)((now - c->connected_ms) / 1000), "accepting",
                             c->slots.accepting));
     }
-    send_json(req, list);
+    return list;
+}
+
+static void workers_cb(struct evhttp_request *req, void *arg)
+{
+    if (!only_get(req))
+        return;
+    send_json(req, workers_json(arg));
+}
+
+/* Where workers connect, as bound (--listen with port 0 names no port), or NULL. */
+static json_t *listen_json(dsp_server *srv)
+{
+    char host[256], out[300];
+    unsigned port;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (!srv->accept.listener || dsp_hostport_parse(srv->cfg->listen, host, sizeof host, &port) < 0 ||
+        getsockname(evconnlistener_get_fd(srv->accept.listener), (struct sockaddr *)&ss, &sl) != 0)
+        return NULL;
+    port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                    : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    dsp_hostport_format(out, sizeof out, host, port);
+    return json_text(out);
+}
+
+json_t *dsp_admin_first_json(dsp_server *srv)
+{
+    dsp_stats_snapshot snap;
+    dsp_stats_snapshot_fill(&snap, srv);
+    json_t *o = json_pack("{s:o?, s:o?, s:o?, s:o?}", "stats", dsp_stats_json(&snap), "workers", workers_json(srv),
+                          "history", dsp_history_json(&srv->stats.history, dsp_wall_ms()), "listen",
+                          listen_json(srv));
+    dsp_stats_snapshot_clear(&snap);
+    return o;
 }
 
 /* ---- GET /metrics: Prometheus text exposition format 0.0.4 (stats.c) ---- */
@@ -528,6 +561,7 @@ static const struct {
     {"/", dsp_dashboard_serve}, {"/index.html", dsp_dashboard_serve},
     {"/task", dsp_admin_task_cb},     {"/failed", dsp_admin_failed_cb},
     {"/retry", dsp_admin_retry_cb},   {"/cancel", dsp_admin_cancel_cb},
+    {"/retry-failed", dsp_admin_retry_failed_cb},
     {"/history", dsp_history_http_cb},
     {"/limit", limit_cb},       {"/schedules", schedules_cb},
 };

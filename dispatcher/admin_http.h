@@ -22,6 +22,11 @@ void dsp_admin_http_free(struct dsp_server *srv);
 /* True for 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104 (a socket bound beyond loopback is false). */
 bool dsp_addr_is_loopback(const struct sockaddr_storage *ss);
 
+/* What GET /stats, /workers and /history answer now, as {"stats", "workers", "history"},
+ * and "listen", the worker port as bound: the dashboard page carries it, so that it
+ * shows figures as soon as it has loaded (and a worker command with the real port). */
+json_t *dsp_admin_first_json(struct dsp_server *srv);
+
 /* For admin_tasks.c: the answers and checks of admin_http.c. */
 bool dsp_admin_only_get(struct evhttp_request *req);
 /* The protections of a POST (docs/admin.md); false after answering the refusal. */
@@ -29,10 +34,11 @@ bool dsp_admin_post_allowed(struct evhttp_request *req, struct dsp_server *srv);
 void dsp_admin_send_error(struct evhttp_request *req, int code, const char *text);
 void dsp_admin_send_json(struct evhttp_request *req, int code, json_t *body); /* takes body */
 
-/* admin_tasks.c: GET /task, GET /failed, POST /retry, POST /cancel. */
+/* admin_tasks.c: GET /task, GET /failed, POST /retry, POST /retry-failed, POST /cancel. */
 void dsp_admin_task_cb(struct evhttp_request *req, void *srv);
 void dsp_admin_failed_cb(struct evhttp_request *req, void *srv);
 void dsp_admin_retry_cb(struct evhttp_request *req, void *srv);
+void dsp_admin_retry_failed_cb(struct evhttp_request *req, void *srv);
 void dsp_admin_cancel_cb(struct evhttp_request *req, void *srv);
 /* The database side's answer to one of them (dsp_db_callbacks.on_taskop). */
 void dsp_admin_taskop_answer(void *srv, struct dsp_taskop *op);

@@ -1,6 +1,7 @@
 /* admin_tasks.c: the task-level requests of the admin port (docs/admin.md): GET /task
- * (one task: its row, and where this dispatcher holds it), GET /failed (the newest
- * FAILED rows), POST /retry (FAILED back to NEW) and POST /cancel. The rows are read
+ * (one task: its row, and where this dispatcher holds it), GET /failed (the latest
+ * failures), POST /retry (FAILED back to NEW), POST /retry-failed (those of a type that
+ * failed since a time, a bounded batch) and POST /cancel. The rows are read
  * and changed by the stats thread (dsp_db_taskop); the HTTP request is answered when
  * its answer comes back to the loop (dsp_admin_taskop_answer). A task this dispatcher
  * holds is cancelled here, in memory, and its row written by the fenced write path. */
@@ -19,6 +20,8 @@
 #include <string.h>
 
 #define LIMIT_DEFAULT 20u
+/* The end of year 9999 in ms: a later "since" is a mistake, not a time. */
+#define RETRY_SINCE_MAX 253402300799999ull
 
 static const char *const state_names[4] = {"NEW", "PROCESSING", "SUCCESSFUL", "FAILED"};
 
@@ -154,6 +157,44 @@ void dsp_admin_retry_cb(struct evhttp_request *req, void *arg)
     taskop_submit(arg, req, op);
 }
 
+/* POST /retry-failed?type=T&since=MS[&limit=N]: the FAILED rows of T that failed at or
+ * after MS back to NEW, at most N (default and most DSP_TASKOP_LIMIT_MAX) per request;
+ * "more" in the answer says to ask again. */
+void dsp_admin_retry_failed_cb(struct evhttp_request *req, void *arg)
+{
+    struct evkeyvalq params;
+    if (!dsp_admin_post_allowed(req, arg) || query_parse(req, &params) < 0)
+        return;
+    const char *type = evhttp_find_header(&params, "type");
+    const char *since = evhttp_find_header(&params, "since");
+    const char *lim = evhttp_find_header(&params, "limit");
+    uint64_t limit = DSP_TASKOP_LIMIT_MAX, since_ms = 0;
+    const char *bad = NULL;
+    if (!type || !*type || strlen(type) > 256)
+        bad = "type must be 1 to 256 bytes";
+    else if (dsp_utf8_valid_prefix((const uint8_t *)type, strlen(type)) != strlen(type))
+        bad = "a task type must be UTF-8";
+    else if (parse_decimal(since, RETRY_SINCE_MAX, &since_ms) < 0)
+        bad = "since must be a time in ms since 1970, 0 to 253402300799999";
+    else if (lim && (parse_decimal(lim, DSP_TASKOP_LIMIT_MAX, &limit) < 0 || limit == 0))
+        bad = "limit must be 1 to 1000";
+    dsp_taskop *op = NULL;
+    if (bad)
+        dsp_admin_send_error(req, HTTP_BADREQUEST, bad);
+    else if ((op = taskop_new(req, DSP_TASKOP_RETRY_FAILED, 0)) != NULL) {
+        op->limit = (unsigned)limit;
+        op->since_ms = (int64_t)since_ms;
+        if (!(op->type = strdup(type))) {
+            dsp_taskop_free(op);
+            op = NULL;
+            dsp_admin_send_error(req, HTTP_INTERNAL, "out of memory");
+        }
+    }
+    evhttp_clear_headers(&params);
+    if (op)
+        taskop_submit(arg, req, op);
+}
+
 static void answer_cancelled(struct evhttp_request *req, uint64_t id, const char *was, const char *worker)
 {
     json_t *o = json_pack("{s:b, s:I, s:s, s:s}", "ok", 1, "task_id", (json_int_t)id, "state", "FAILED",
@@ -233,6 +274,15 @@ void dsp_admin_taskop_answer(void *arg, dsp_taskop *op)
         dsp_admin_send_json(req, HTTP_OK, json_incref(op->answer));
     } else if (op->kind == DSP_TASKOP_FAILED) {
         dsp_admin_send_json(req, HTTP_OK, json_incref(op->answer));
+    } else if (op->kind == DSP_TASKOP_RETRY_FAILED) {
+        if (op->rows) {
+            dsp_claim_pacing_hasten(srv); /* rows are ready: claim without waiting for the poll */
+            dsp_server_kick(srv);
+        }
+        dsp_admin_send_json(req, HTTP_OK,
+                            json_pack("{s:b, s:s, s:I, s:I, s:b}", "ok", 1, "type", op->type,
+                                      "since_ms", (json_int_t)op->since_ms, "rows", (json_int_t)op->rows,
+                                      "more", op->rows >= op->limit));
     } else if (op->kind == DSP_TASKOP_RETRY) {
         if (op->status == DSP_TASKOP_CONFLICT) {
             answer_conflict(req, op, "FAILED");

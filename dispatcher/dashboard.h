@@ -13,7 +13,9 @@ struct evhttp_request;
 /* Answers GET / and GET /index.html (the admin port routes both here): the embedded
  * page (text/html; charset=utf-8, Cache-Control: no-store, and a
  * Content-Security-Policy that allows only the page's own inline script and style
- * and fetches from the same origin). Any other method gets 405. arg is unused. */
+ * and fetches from the same origin). Any other method gets 405. arg is the server: the
+ * page carries what GET /stats, /workers and /history answer at the time
+ * (dsp_admin_first_json), HTML-escaped, so that it draws them before it has loaded. */
 void dsp_dashboard_serve(struct evhttp_request *req, void *arg);
 
 #endif

@@ -238,6 +238,11 @@ void dsp_server_task_done(dsp_server *srv, dsp_conn *c, dsp_task *t, uint8_t out
         data = (const uint8_t *)msg;
         len = n > 0 && (size_t)n < sizeof msg ? (size_t)n : 0;
     }
+    /* The type's failure rate (the dashboard); RETRY_AFTER is a "not now", not a failure. */
+    if (outcome == PROTO_OUTCOME_SUCCESS)
+        t->type->answered_ok++;
+    else if (outcome != PROTO_OUTCOME_RETRY_AFTER)
+        t->type->answered_failed++;
     switch (outcome) {
     case PROTO_OUTCOME_SUCCESS:
         o = outbox_push(srv, t, DSP_WRITE_SUCCEEDED, 0, data, len);

@@ -74,6 +74,9 @@ struct dsp_type {
     uint32_t max_running;     /* --type-limit concurrency (0: none), from srv->limits.items */
     uint32_t max_rate;        /* --type-limit rate: starts per second (0: none) */
     uint64_t running;         /* its deliveries in flight (dispatch.c's accounting) */
+    uint64_t answered_ok, answered_failed; /* workers' outcomes of its deliveries since the
+                               * type was made: successes, and failures (retried or not;
+                               * RETRY_AFTER is neither) */
     dsp_bucket bucket;        /* the rate limit's tokens */
     int64_t rows_seen_ms;     /* when a claim returned rows of it, or the table figures
                                * showed ready rows of it; 0: never (claim_maybe) */

@@ -89,7 +89,9 @@ static void fill_types(dsp_stats_snapshot *snap, const dsp_server *srv)
                                                .buffered = by_ptr[i]->nbuffered,
                                                .paused = by_ptr[i]->paused,
                                                .limit_concurrency = by_ptr[i]->max_running,
-                                               .limit_rate = by_ptr[i]->max_rate};
+                                               .limit_rate = by_ptr[i]->max_rate,
+                                               .answered_ok = by_ptr[i]->answered_ok,
+                                               .answered_failed = by_ptr[i]->answered_failed};
     for (const dsp_conn *c = srv->conns.list; c; c = c->next)
         for (const dsp_task *t = c->inflight; t; t = t->next) {
             const dsp_type *key = t->type;
@@ -246,11 +248,13 @@ static json_t *held_types_json(const dsp_stats_snapshot *snap)
     for (size_t i = 0; i < snap->nheld_types; i++) {
         const dsp_stats_type *t = &snap->held_types[i];
         char *name = dsp_utf8_copy(t->name);
-        json_array_append_new(a, json_pack("{s:s?, s:I, s:I, s:I, s:b, s:I, s:I}", "type", name, "workers",
-                                           (json_int_t)t->workers, "buffered", (json_int_t)t->buffered,
+        json_array_append_new(a, json_pack("{s:s?, s:I, s:I, s:I, s:b, s:I, s:I, s:I, s:I}", "type", name,
+                                           "workers", (json_int_t)t->workers, "buffered", (json_int_t)t->buffered,
                                            "in_flight", (json_int_t)t->in_flight, "paused", t->paused,
                                            "limit_concurrency", (json_int_t)t->limit_concurrency,
-                                           "limit_rate", (json_int_t)t->limit_rate));
+                                           "limit_rate", (json_int_t)t->limit_rate, "answered_ok_total",
+                                           (json_int_t)t->answered_ok, "answered_failed_total",
+                                           (json_int_t)t->answered_failed));
         free(name);
     }
     return a;

@@ -1,6 +1,6 @@
 -- taskpush schema. This is the one file a user runs on a new database:
 --     mariadb DBNAME < sql/schema.sql
--- It creates the current version (schema_version 6) directly. On an existing database it
+-- It creates the current version (schema_version 7) directly. On an existing database it
 -- changes nothing (see "Safe to run twice"), so it never upgrades one: that is what the
 -- migrations do. To upgrade, stop every taskpushd on the database, then run
 --     taskpushd --db URL --migrate
@@ -99,6 +99,10 @@ CREATE TABLE IF NOT EXISTS task (
     -- PROCESSING's place (1), so that writing a success changes no indexed value and
     -- moves no entry of claim_idx. Computed by the server; nobody writes it.
     claim_lane       TINYINT AS (IF(task_state = 2, 1, task_state)) VIRTUAL,
+    -- Version 7 (sql/migrations/007-failed-at.sql): when a FAILED row failed (the
+    -- last_update_time that the write making it FAILED set), NULL in any other state.
+    -- Computed by the server; nobody writes it.
+    failed_at        BIGINT AS (IF(task_state = 3, last_update_time, NULL)) VIRTUAL,
 
     PRIMARY KEY (task_id),
     -- The claim: equality on (claim_lane, delayed, type), then exactly the ORDER BY
@@ -109,6 +113,9 @@ CREATE TABLE IF NOT EXISTS task (
     KEY claim_idx (claim_lane, `delayed`, task_type, task_priority DESC, task_id, run_after),
     -- The promote/demote sweeps.
     KEY delay_idx (`delayed`, run_after),
+    -- The newest failures of a type, and its failures since a time (GET /failed,
+    -- POST /retry-failed): a claim or a success leaves failed_at NULL and moves nothing.
+    KEY failed_idx (task_type, failed_at),
     UNIQUE KEY dedup_key (dedup_key),
 
     -- utf8mb4_bin pads: in SQL 'resize ' = 'resize', so such a row would be claimed
@@ -148,7 +155,7 @@ CREATE TABLE IF NOT EXISTS taskpush_meta (
     PRIMARY KEY (name)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
-INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 6), ('epoch', 0), ('lease', 0);
+INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 7), ('epoch', 0), ('lease', 0);
 
 -- Periodic tasks (version 4, sql/migrations/004-task-schedule.sql): one row per
 -- schedule; the leading taskpushd inserts its due runs into task (docs/schema.md).

@@ -178,6 +178,8 @@ enum dsp_taskop_kind {
     DSP_TASKOP_RETRY,  /* FAILED -> NEW, attempts 0, err_msg NULL, due now */
     DSP_TASKOP_CANCEL, /* NEW -> FAILED "cancelled" (a row no dispatcher holds) */
     DSP_TASKOP_CANCEL_ORPHAN, /* PROCESSING -> FAILED "cancelled", an orphan for epoch */
+    DSP_TASKOP_RETRY_FAILED,  /* FAILED rows of type that failed since since_ms -> NEW, at
+                               * most limit (the latest failures first); rows says how many */
 };
 enum dsp_taskop_status {
     DSP_TASKOP_OK = 0,
@@ -191,8 +193,10 @@ typedef struct dsp_taskop {
     int kind;            /* enum dsp_taskop_kind */
     uint64_t task_id;    /* SHOW, RETRY, CANCEL */
     uint32_t epoch;      /* CANCEL_ORPHAN: the epoch the loop leads with */
-    char *type;          /* FAILED: NULL for every type; owned */
-    unsigned limit;      /* FAILED: 1 .. DSP_TASKOP_LIMIT_MAX */
+    char *type;          /* FAILED: NULL for every type; RETRY_FAILED: the type; owned */
+    unsigned limit;      /* FAILED, RETRY_FAILED: 1 .. DSP_TASKOP_LIMIT_MAX */
+    int64_t since_ms;    /* RETRY_FAILED: failed at or after this (ms since 1970) */
+    uint64_t rows;       /* RETRY_FAILED: the rows moved back to NEW */
     void *ctx;           /* the caller's (the HTTP request), given back untouched */
     /* The answer, filled by the stats thread. */
     int status;          /* enum dsp_taskop_status */

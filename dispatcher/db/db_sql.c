@@ -643,25 +643,42 @@ void dsp_db_sql_failed_next_type(dsp_strbuf *b, const dsp_table_names *t, int la
     put_in(b, in);
 }
 
-void dsp_db_sql_failed_part(dsp_strbuf *b, const dsp_table_names *t, bool first, int lane,
-                            const char *type, size_t type_len, int priority, unsigned limit,
-                            unsigned err_max, const char *in)
+void dsp_db_sql_failed_part(dsp_strbuf *b, const dsp_table_names *t, bool first,
+                            const char *type, size_t type_len, unsigned limit, unsigned err_max,
+                            const char *in)
 {
     t = dsp_table_names_or_task(t);
     dsp_strbuf_puts(b, first ? "SELECT * FROM (" : " UNION ALL ");
     dsp_strbuf_printf(b,
                       "(SELECT task_id, task_type, task_priority, attempts, max_attempts,"
-                      " last_update_time, LEFT(err_msg, %u) FROM %s FORCE INDEX (claim_idx)"
-                      " WHERE claim_lane = 3 AND `delayed` = %d AND task_type = ",
-                      err_max, t->task, lane);
+                      " failed_at, LEFT(err_msg, %u) FROM %s FORCE INDEX (failed_idx)"
+                      " WHERE task_type = ",
+                      err_max, t->task);
     put_type(b, type, type_len);
     put_in(b, in);
-    dsp_strbuf_printf(b, " AND task_priority = %d ORDER BY task_id DESC LIMIT %u)", priority, limit);
+    dsp_strbuf_printf(b, " AND failed_at IS NOT NULL ORDER BY failed_at DESC, task_id DESC LIMIT %u)",
+                      limit);
 }
 
 void dsp_db_sql_failed_end(dsp_strbuf *b, unsigned limit)
 {
-    dsp_strbuf_printf(b, ") u ORDER BY task_id DESC LIMIT %u", limit);
+    dsp_strbuf_printf(b, ") u ORDER BY failed_at DESC, task_id DESC LIMIT %u", limit);
+}
+
+void dsp_db_sql_retry_failed_since(dsp_strbuf *b, const dsp_table_names *t, const char *type,
+                                   size_t type_len, int64_t since_ms, int64_t now_ms,
+                                   unsigned limit, const char *in)
+{
+    t = dsp_table_names_or_task(t);
+    dsp_strbuf_printf(b,
+                      "UPDATE %s FORCE INDEX (failed_idx) SET task_state = 0, attempts = 0,"
+                      " err_msg = NULL, `delayed` = 0, run_after = %" PRId64
+                      ", last_update_time = %" PRId64 " WHERE task_type = ",
+                      t->task, now_ms, now_ms);
+    put_type(b, type, type_len);
+    put_in(b, in);
+    dsp_strbuf_printf(b, " AND failed_at >= %" PRId64 " ORDER BY failed_at DESC, task_id DESC LIMIT %u",
+                      since_ms, limit);
 }
 
 void dsp_db_sql_task_retry(dsp_strbuf *b, const dsp_table_names *t, uint64_t task_id,

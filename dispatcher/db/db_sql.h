@@ -330,14 +330,22 @@ void dsp_db_sql_task_state(dsp_strbuf *b, const dsp_table_names *t, uint64_t tas
  * FAILED row's index entry.) */
 void dsp_db_sql_failed_next_type(dsp_strbuf *b, const dsp_table_names *t, int lane,
                                  const char *after, size_t after_len, const char *in);
-/* Step 2: one part per (lane, type, priority) (first: the first part), each the newest
- * limit FAILED rows of its group (a backward range of claim_idx, no sort), then _end merges them newest
- * first: columns task_id, task_type, task_priority, attempts, max_attempts,
- * last_update_time, LEFT(err_msg, err_max). */
-void dsp_db_sql_failed_part(dsp_strbuf *b, const dsp_table_names *t, bool first, int lane,
-                            const char *type, size_t type_len, int priority, unsigned limit,
-                            unsigned err_max, const char *in);
+/* Step 2: one part per type (first: the first part), each the limit FAILED rows of its
+ * type that failed last (a backward range of failed_idx after the type's NULLs, no
+ * sort), then _end merges them, the latest failure first (ties: the higher task_id):
+ * columns task_id, task_type, task_priority, attempts, max_attempts, failed_at,
+ * LEFT(err_msg, err_max). */
+void dsp_db_sql_failed_part(dsp_strbuf *b, const dsp_table_names *t, bool first,
+                            const char *type, size_t type_len, unsigned limit, unsigned err_max,
+                            const char *in);
 void dsp_db_sql_failed_end(dsp_strbuf *b, unsigned limit);
+
+/* POST /retry-failed: the FAILED rows of type that failed at or after since_ms back to
+ * NEW as POST /retry does, the latest failures first, at most limit of them: a range of
+ * failed_idx. */
+void dsp_db_sql_retry_failed_since(dsp_strbuf *b, const dsp_table_names *t, const char *type,
+                                   size_t type_len, int64_t since_ms, int64_t now_ms,
+                                   unsigned limit, const char *in);
 
 /* POST /retry: FAILED -> NEW, ready and due at now_ms, attempts 0, err_msg NULL. */
 void dsp_db_sql_task_retry(dsp_strbuf *b, const dsp_table_names *t, uint64_t task_id,

@@ -23,7 +23,7 @@
                                     * last_update_time: no index has it) */
 #define STATS_REST_FACTOR 10       /* a stats round waits 10 x its own duration at least */
 #define REQUEUE_BATCH 5000u        /* rows per requeue UPDATE */
-#define FAILED_TYPES_MAX 256u      /* types (per lane) one GET /failed merges */
+#define FAILED_TYPES_MAX 256u      /* types one GET /failed merges */
 
 struct stats_ctx {
     dsp_db *db;
@@ -489,48 +489,85 @@ static void taskop_show(struct stats_ctx *x, dsp_taskop *op)
     mysql_free_result(res);
 }
 
-/* FAILED, step 1: the types with FAILED rows in lane, one index dive each, at most
- * max; each is added to parts as 3 parts (one per priority). Returns how many types, or
- * -1 on a database error. */
-static int failed_types(struct stats_ctx *x, int lane, unsigned max, unsigned limit, dsp_strbuf *parts)
+/* A task type's bytes as the table holds them (at most 256, checked). */
+struct type_name {
+    char s[257];
+    size_t len;
+};
+
+/* FAILED, step 1: the types with FAILED rows, one index dive of claim_idx each per
+ * lane, at most max, each once (a FAILED row is in the delayed lane only when written so
+ * by hand); each is added to parts as one part. Returns how many types, or -1 on a
+ * database error. */
+static int failed_types(struct stats_ctx *x, unsigned max, unsigned limit, dsp_strbuf *parts)
 {
-    char prev[257];
-    size_t prev_len = 0;
-    unsigned n = 0;
+    struct type_name *names = malloc(max * sizeof *names), cur;
+    unsigned n = 0, lane0 = 0;
+    bool cut = false;
     MYSQL_RES *res;
     MYSQL_ROW row;
 
-    while (n < max) {
-        dsp_strbuf_reset(&x->sql);
-        dsp_db_sql_failed_next_type(&x->sql, &x->db->names, lane, n ? prev : NULL, prev_len,
-                                    x->db->in);
-        if ((res = taskop_query(x)) == NULL)
-            return -1;
-        row = mysql_num_fields(res) == 1 ? mysql_fetch_row(res) : NULL;
-        unsigned long *len = row ? mysql_fetch_lengths(res) : NULL;
-        bool found = row && row[0] && len[0] < sizeof prev;
-        if (found) {
-            memcpy(prev, row[0], len[0]);
-            prev[len[0]] = '\0';
-            prev_len = len[0];
-        }
-        mysql_free_result(res);
-        if (!found)
-            break;
-        for (int p = 2; p >= 0; p--)
-            dsp_db_sql_failed_part(parts, &x->db->names, parts->len == 0, lane, prev, prev_len, p,
-                                   limit, DSP_TASKOP_ERR_LIST_MAX, x->db->in);
-        n++;
+    if (names == NULL) {
+        log_warn(x->db->log, "failed list: out of memory");
+        return -1;
     }
-    if (n == max)
+    for (int lane = 0; lane < 2 && !cut; lane++) {
+        bool after = false;
+        for (;;) {
+            dsp_strbuf_reset(&x->sql);
+            dsp_db_sql_failed_next_type(&x->sql, &x->db->names, lane, after ? cur.s : NULL,
+                                        after ? cur.len : 0, x->db->in);
+            if ((res = taskop_query(x)) == NULL) {
+                free(names);
+                return -1;
+            }
+            row = mysql_num_fields(res) == 1 ? mysql_fetch_row(res) : NULL;
+            unsigned long *len = row ? mysql_fetch_lengths(res) : NULL;
+            bool found = row && row[0] && len[0] < sizeof cur.s;
+            if (found) {
+                memcpy(cur.s, row[0], len[0]);
+                cur.s[len[0]] = '\0';
+                cur.len = len[0];
+            }
+            mysql_free_result(res);
+            if (!found)
+                break;
+            after = true;
+            bool dup = false;
+            for (unsigned i = 0; i < lane0 && !dup; i++)
+                dup = names[i].len == cur.len && memcmp(names[i].s, cur.s, cur.len) == 0;
+            if (dup)
+                continue;
+            if (n == max) {
+                cut = true;
+                break;
+            }
+            names[n++] = cur;
+        }
+        lane0 = n;
+    }
+    for (unsigned i = 0; i < n; i++)
+        dsp_db_sql_failed_part(parts, &x->db->names, parts->len == 0, names[i].s, names[i].len,
+                               limit, DSP_TASKOP_ERR_LIST_MAX, x->db->in);
+    free(names);
+    if (cut)
         log_warn(x->db->log, "failed list: FAILED rows of more than %u types; the list covers %u", max, max);
     return (int)n;
 }
 
-/* FAILED: the newest rows of each (lane, type, priority), merged newest first. The cost
- * is bounded by the types with FAILED rows (one index dive each, at most
- * FAILED_TYPES_MAX) and 3 x limit index entries per type, never by the FAILED rows in
- * all. */
+/* Whether a FAILED row's failure was permanent: the worker said never retry (FAIL_PERM,
+ * or a result too large) before its attempts were used up. Such a row is FAILED with
+ * attempts left; one whose attempts ran out, or that an operator cancelled, is not.
+ * A permanent failure on the last attempt cannot be told from the attempts running out. */
+static bool failure_permanent(const char *attempts, const char *max_attempts, const char *err)
+{
+    return attempts && max_attempts && field_u64(attempts) < field_u64(max_attempts) &&
+           !(err && strcmp(err, "cancelled") == 0);
+}
+
+/* FAILED: the latest failures of each type (failed_idx), merged, the latest first. The
+ * cost is bounded by the types with FAILED rows (one index dive each, at most
+ * FAILED_TYPES_MAX) and limit index entries per type, never by the FAILED rows in all. */
 static void taskop_failed(struct stats_ctx *x, dsp_taskop *op)
 {
     MYSQL_RES *res;
@@ -538,16 +575,11 @@ static void taskop_failed(struct stats_ctx *x, dsp_taskop *op)
     dsp_strbuf parts = {0};
     int n = 0;
 
-    for (int lane = 0; lane < 2 && n >= 0; lane++) {
-        if (op->type) {
-            for (int p = 2; p >= 0; p--)
-                dsp_db_sql_failed_part(&parts, &x->db->names, parts.len == 0, lane, op->type,
-                                       strlen(op->type), p, op->limit, DSP_TASKOP_ERR_LIST_MAX,
-                                       x->db->in);
-        } else {
-            n = failed_types(x, lane, FAILED_TYPES_MAX, op->limit, &parts);
-        }
-    }
+    if (op->type)
+        dsp_db_sql_failed_part(&parts, &x->db->names, true, op->type, strlen(op->type), op->limit,
+                               DSP_TASKOP_ERR_LIST_MAX, x->db->in);
+    else
+        n = failed_types(x, FAILED_TYPES_MAX, op->limit, &parts);
     op->answer = json_array();
     if (n < 0 || parts.len == 0) {
         op->status = n < 0 ? DSP_TASKOP_ERROR : DSP_TASKOP_OK;
@@ -562,15 +594,38 @@ static void taskop_failed(struct stats_ctx *x, dsp_taskop *op)
     dsp_strbuf_free(&parts);
     if ((res = taskop_query(x)) == NULL)
         return;
+    /* last_update_time_ms is kept for the clients of before: it is the same time. */
     while (mysql_num_fields(res) == 7 && (row = mysql_fetch_row(res)) != NULL)
         json_array_append_new(op->answer,
-                              json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o}", "task_id",
+                              json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b}", "task_id",
                                         (json_int_t)field_u64(row[0]), "type", col_text(row[1]),
                                         "priority", col_int(row[2]), "attempts", col_int(row[3]),
-                                        "max_attempts", col_int(row[4]), "last_update_time_ms",
-                                        col_int(row[5]), "err_msg", col_text(row[6])));
+                                        "max_attempts", col_int(row[4]), "failed_at_ms",
+                                        col_int(row[5]), "last_update_time_ms", col_int(row[5]),
+                                        "err_msg", col_text(row[6]), "permanent",
+                                        failure_permanent(row[3], row[4], row[6])));
     mysql_free_result(res);
     op->status = DSP_TASKOP_OK;
+}
+
+/* RETRY_FAILED: one UPDATE of at most op->limit rows, a range of failed_idx. */
+static void taskop_retry_failed(struct stats_ctx *x, dsp_taskop *op)
+{
+    uint64_t n = 0;
+
+    dsp_strbuf_reset(&x->sql);
+    dsp_db_sql_retry_failed_since(&x->sql, &x->db->names, op->type, strlen(op->type), op->since_ms,
+                                  dsp_wall_ms(), op->limit, x->db->in);
+    if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+        if (!x->sql.oom)
+            stats_drop(x);
+        return;
+    }
+    op->rows = n;
+    op->status = DSP_TASKOP_OK;
+    if (n)
+        log_info(x->db->log, "%" PRIu64 " FAILED row(s) of type %s that failed since %" PRId64
+                             " back to NEW by the operator", n, op->type, op->since_ms);
 }
 
 /* RETRY and CANCEL: one UPDATE by primary key guarded by the state it needs; when it
@@ -648,6 +703,9 @@ static void stats_taskop(struct stats_ctx *x, struct taskop_req *r)
             break;
         case DSP_TASKOP_FAILED:
             taskop_failed(x, op);
+            break;
+        case DSP_TASKOP_RETRY_FAILED:
+            taskop_retry_failed(x, op);
             break;
         default:
             taskop_update(x, op);

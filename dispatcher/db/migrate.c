@@ -100,8 +100,8 @@ static const char *const columns_every_version[] = {
 static const char *const columns_current[] = {
     "task_id", "task_type", "task_state", "task_priority", "payload", "insert_time",
     "last_update_time", "attempts", "max_attempts", "run_after", "timeout_ms", "dedup_key",
-    "err_msg", "result", "epoch", "delayed", "claim_lane"};
-static const char *const indexes_current[] = {"claim_idx", "delay_idx"};
+    "err_msg", "result", "epoch", "delayed", "claim_lane", "failed_at"};
+static const char *const indexes_current[] = {"claim_idx", "delay_idx", "failed_idx"};
 
 void dsp_schema_missing_sql(dsp_strbuf *b, const dsp_table_names *t, enum dsp_schema_names which)
 {

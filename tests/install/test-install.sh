@@ -56,7 +56,7 @@ expect f "$unitdir/taskpushd.service"
 expect f "$sysusersdir/taskpush.conf"
 expect f "$datadir/taskpush/sql/schema.sql"
 for m in "$src"/sql/migrations/*.sql; do expect f "$datadir/taskpush/sql/migrations/$(basename "$m")"; done
-for d in "$src"/docs/*.md; do expect f "$docdir/$(basename "$d")"; done
+for d in "$src"/docs/*.md "$src"/docs/*.png; do expect f "$docdir/$(basename "$d")"; done
 
 soname=$(readelf -d "$dest$libdir/libtaskpush.so.1.1.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = libtaskpush.so.1 ] || fail "the library's soname is '$soname', not libtaskpush.so.1"

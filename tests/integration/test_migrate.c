@@ -516,7 +516,7 @@ static void test_old_schema_refused(void **state)
     before = fingerprint(db, "1");
 
     assert_int_equal(serve(db, out), 1);
-    assert_non_null(strstr(out, "schema version 1 is older than this taskpushd (6)"));
+    assert_non_null(strstr(out, "schema version 1 is older than this taskpushd (7)"));
     assert_non_null(strstr(out, "taskpushd --db ... --migrate"));
     /* It never led: no epoch taken, the PROCESSING row not recovered. */
     assert_int_equal(tp_testdb_query_u64(db, "SELECT value FROM taskpush_meta WHERE name = 'epoch'"),
@@ -537,10 +537,10 @@ static void test_newer_schema_refused(void **state)
                                         " 'schema_version'"),
                      1);
     assert_int_equal(serve(db, out), 1);
-    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (6):"
+    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (7):"
                                 " upgrade taskpushd"));
     assert_int_equal(migrate(db, out), 1);
-    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (6)"));
+    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (7)"));
     assert_int_equal(version(db), 99);
 }
 
@@ -678,9 +678,19 @@ static void test_migrate_without_schema_and_bad_flags(void **state)
     assert_non_null(strstr(out, "cannot connect to database nodb"));
 }
 
-/* Replaces the fresh schema with version 5: without the attempts_max of version 6. */
+/* Replaces the fresh schema with version 6: without the failed_at and failed_idx of
+ * version 7. */
+static void make_v6(tp_testdb *db)
+{
+    assert_int_equal(tp_testdb_exec(db, "ALTER TABLE task DROP INDEX failed_idx, DROP COLUMN failed_at"), 0);
+    assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 6 WHERE name = 'schema_version'"), 1);
+}
+
+/* Replaces the fresh schema with version 5: version 6 without the attempts_max of
+ * version 6. */
 static void make_v5(tp_testdb *db)
 {
+    make_v6(db);
     assert_int_equal(tp_testdb_exec(db, "ALTER TABLE task DROP CONSTRAINT IF EXISTS attempts_max"), 0);
     assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 5 WHERE name = 'schema_version'"), 1);
 }
@@ -707,7 +717,8 @@ static void test_migrate_v5_attempts(void **state)
     before = fingerprint(db, "attempts <= 1000");
     assert_int_equal(migrate(db, out), 0);
     assert_non_null(strstr(out, "schema 5 -> 6"));
-    assert_int_equal(version(db), 6);
+    assert_non_null(strstr(out, "schema 6 -> 7"));
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
     ASSERT_ROW(db, huge, "attempts = 1000 AND task_state = 0 AND max_attempts = 3");
     ASSERT_ROW(db, big, "attempts = 1000 AND task_state = 3 AND err_msg = 'e'");
     ASSERT_ROW(db, proc, "attempts = 1000 AND task_state = 1 AND epoch = 4");
@@ -727,7 +738,7 @@ static void test_migrate_v5_attempts(void **state)
     const char *root = getenv("TASKPUSH_SOURCE_ROOT");
     snprintf(path, sizeof path, "%s/sql/migrations/006-attempts-max.sql", root ? root : ".");
     assert_int_equal(tp_testdb_load_file(db->conn, path), 0);
-    assert_int_equal(version(db), 6);
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
     assert_int_equal(fingerprint(db, "1"), after);
     assert_int_equal(mysql_query(db->conn, "SELECT COUNT(*) FROM information_schema.CHECK_CONSTRAINTS"
                                            " WHERE CONSTRAINT_SCHEMA = DATABASE() AND CONSTRAINT_NAME ="
@@ -737,6 +748,51 @@ static void test_migrate_v5_attempts(void **state)
     assert_non_null(res);
     assert_string_equal(mysql_fetch_row(res)[0], "1");
     mysql_free_result(res);
+}
+
+/* A version 6 database with FAILED rows (and rows in the other states) is upgraded:
+ * failed_at is the last_update_time of the FAILED rows and NULL elsewhere, the newest
+ * failure of a type is found through failed_idx (EXPLAIN), the rows are unchanged, and
+ * the file run again by hand changes nothing. */
+static void test_migrate_v6_failed_at(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    char out[OUT_MAX], path[1024];
+    const char *root = getenv("TASKPUSH_SOURCE_ROOT");
+    uint64_t before, after, old_fail, new_fail;
+
+    assert_int_equal(tp_testdb_create("migrate_v6_fat", db), 0);
+    make_v6(db);
+    for (int i = 0; i < 30; i++)
+        ins(db, "task_type, task_state, last_update_time", i % 3 == 0 ? "'a', 0, 5" : i % 3 == 1 ? "'a', 2, 6" : "'b', 1, 7");
+    new_fail = ins(db, "task_type, task_state, last_update_time, err_msg", "'a', 3, 2000, 'new'");
+    old_fail = ins(db, "task_type, task_state, last_update_time, err_msg", "'a', 3, 1000, 'old'");
+    before = fingerprint(db, "1");
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "schema 6 -> 7"));
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+    assert_int_equal(fingerprint(db, "1"), before);
+    ASSERT_ROW(db, old_fail, "failed_at = 1000");
+    ASSERT_ROW(db, new_fail, "failed_at = 2000");
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE failed_at IS NOT NULL"), 2);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT task_id FROM task FORCE INDEX (failed_idx) WHERE"
+                                             " task_type = 'a' AND failed_at IS NOT NULL ORDER BY"
+                                             " failed_at DESC LIMIT 1"),
+                     new_fail);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.statistics WHERE"
+                                             " table_schema = DATABASE() AND table_name = 'task' AND"
+                                             " index_name = 'failed_idx'"),
+                     2);
+    after = fingerprint(db, "1");
+    snprintf(path, sizeof path, "%s/sql/migrations/007-failed-at.sql", root ? root : ".");
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(tp_testdb_load_file(db->conn, path), 0);
+        assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+        assert_int_equal(fingerprint(db, "1"), after);
+    }
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "nothing to do"));
 }
 
 /* Builds version 4 from version 1 with the migrations 002 to 004 run by hand. */
@@ -861,6 +917,7 @@ int main(void)
         T(test_migrate_refuses_while_led),
         T(test_migrate_without_schema_and_bad_flags),
         T(test_migrate_v5_attempts),
+        T(test_migrate_v6_failed_at),
         T(test_migrate_killed_then_rerun),
     };
 #undef T

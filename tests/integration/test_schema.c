@@ -608,12 +608,19 @@ static void test_schema_version_and_indexes(void **ctx)
 
     assert_int_equal(tp_testdb_query_u64(db, DSP_CLAIM_SQL_SCHEMA_VERSION),
                      DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
-    /* Exactly the indexes the schema promises: PRIMARY, claim_idx, delay_idx, dedup_key. */
+    /* Exactly the indexes the schema promises: PRIMARY, claim_idx, delay_idx, dedup_key,
+     * failed_idx (version 7). */
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(DISTINCT index_name) FROM "
                                              "information_schema.statistics WHERE "
                                              "table_schema = DATABASE() AND table_name = "
                                              "'task'"),
-                     4);
+                     5);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT GROUP_CONCAT(column_name ORDER BY "
+                                             "seq_in_index) = 'task_type,failed_at' FROM "
+                                             "information_schema.statistics WHERE "
+                                             "table_schema = DATABASE() AND table_name = "
+                                             "'task' AND index_name = 'failed_idx'"),
+                     1);
     assert_int_equal(tp_testdb_query_u64(db, "SELECT GROUP_CONCAT(column_name ORDER BY "
                                              "seq_in_index) = 'claim_lane,delayed,task_type,"
                                              "task_priority,task_id,run_after' FROM "

@@ -11,6 +11,15 @@
  *   show_held         a task running on a worker names the worker; a buffered one says so
  *   failed_list       newest first, only FAILED, --type filter, --limit, bounds (400 for 0,
  *                     -1, 10^12, junk; a type not UTF-8); taskpushctl failed
+ *   failed_by_time    rows imported FAILED with old failure times, with ids below and above
+ *                     a task that a worker fails now: that one comes first in GET /failed
+ *                     (the dashboard's request), with ?type and in taskpushctl failed; its
+ *                     failure is permanent (the worker said so), an exhausted one is not;
+ *                     EXPLAIN: the list is a range of failed_idx, without a filesort
+ *   retry_failed_since POST /retry-failed over a raw socket: 401 without the token, 400 for
+ *                     a bad type, since or limit, 405 for GET; the FAILED rows of the type
+ *                     that failed since the time back to NEW, the latest first, at most
+ *                     limit per request ("more"), others (older, another type) untouched
  *   retry             FAILED -> NEW with attempts 0, err_msg cleared, and it runs again;
  *                     409 for a task not FAILED, 404 unknown; taskpushctl retry
  *   cancel_new        a NEW row (no worker) becomes FAILED "cancelled"; again: 409
@@ -47,12 +56,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "daemon.h"
+#include "raw.h"
 #include "inproc_worker.h"
 #include "rows.h"
 #include "taskpush.h"
@@ -68,6 +79,7 @@ struct wk {
     char name[64];
     bool gated;           /* handlers wait at fx->gate */
     bool until_cancelled; /* handlers run until tp_task_cancelled */
+    bool fail_now;        /* handlers fail at once, permanently */
     atomic_int started, done, saw_cancel;
     tp_worker *w;
     tp_inproc run;
@@ -89,6 +101,8 @@ static int on_task(tp_task *t, void *arg)
 {
     struct wk *k = arg;
     atomic_fetch_add(&k->started, 1);
+    if (k->fail_now)
+        return TP_FAIL_PERMANENT;
     if (k->gated)
         tp_gate_pass(&k->fx->gate);
     if (k->until_cancelled) {
@@ -103,8 +117,8 @@ static int on_task(tp_task *t, void *arg)
     return TP_SUCCESS;
 }
 
-static struct wk *wk_start(struct fx *fx, const char *name, unsigned capacity, const char *type, bool gated,
-                           bool until_cancelled)
+static struct wk *wk_start_as(struct fx *fx, const char *name, unsigned capacity, const char *type, bool gated,
+                              bool until_cancelled, bool fail_now)
 {
     assert_true(fx->nwk < 2);
     struct wk *k = &fx->wk[fx->nwk++];
@@ -112,6 +126,7 @@ static struct wk *wk_start(struct fx *fx, const char *name, unsigned capacity, c
     snprintf(k->name, sizeof k->name, "%s", name);
     k->gated = gated;
     k->until_cancelled = until_cancelled;
+    k->fail_now = fail_now;
     tp_worker_options o;
     tp_error err;
     tp_worker_options_init(&o);
@@ -124,6 +139,12 @@ static struct wk *wk_start(struct fx *fx, const char *name, unsigned capacity, c
     assert_int_equal(tp_worker_add_type(k->w, type, on_task, k), 0);
     assert_int_equal(tp_inproc_start(&k->run, k->w), 0);
     return k;
+}
+
+static struct wk *wk_start(struct fx *fx, const char *name, unsigned capacity, const char *type, bool gated,
+                           bool until_cancelled)
+{
+    return wk_start_as(fx, name, capacity, type, gated, until_cancelled, false);
 }
 
 static int fx_setup(void **state)
@@ -486,6 +507,226 @@ static void failed_list(void **state)
     assert_int_equal(ctl(fx, NULL, 0, "failed --limit -1"), 2);
     assert_int_equal(ctl(fx, NULL, 0, "failed --limit 1000000000000"), 2);
     assert_int_equal(ctl(fx, NULL, 0, "failed 12"), 2);
+    fx->passed = true;
+}
+
+/* ---- the latest failures by the time they failed ---- */
+
+static void failed_by_time(void **state)
+{
+    struct fx *fx = *state;
+    fx_start(fx, "taskops_failed_time", NULL);
+    int64_t now = tp_testdb_now_ms();
+    char vals[256];
+    /* Imported: FAILED long ago, with ids below and above the task that fails now. */
+    snprintf(vals, sizeof vals, "'a', 3, 1, 3, %lld, 'old-low'", (long long)(now - 2 * 86400000LL));
+    uint64_t old_low = insert_row(fx, "task_type, task_state, attempts, max_attempts, last_update_time, err_msg", vals);
+    uint64_t late = insert_row(fx, "task_type, max_attempts", "'late', 3");
+    uint64_t old_high[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(vals, sizeof vals, "'a', 3, 3, 3, %lld, 'old-high-%d'", (long long)(now - 86400000LL - i * 1000), i);
+        old_high[i] = insert_row(fx, "task_type, task_state, attempts, max_attempts, last_update_time, err_msg", vals);
+    }
+    snprintf(vals, sizeof vals, "'b', 3, 3, 3, %lld, 'old-b'", (long long)(now - 3 * 86400000LL));
+    uint64_t old_b = insert_row(fx, "task_type, task_state, attempts, max_attempts, last_update_time, err_msg", vals);
+    for (int i = 0; i < 5; i++)
+        insert_row(fx, "task_type, task_state", "'a', 2");
+    assert_true(old_low < late && late < old_high[0]);
+
+    wk_start_as(fx, "failer", 1, "late", false, false, true);
+    wait_row(fx, late, 3, NULL);
+    /* The type's answers (the dashboard's failure rate): one, failed. */
+    json_t *st;
+    assert_int_equal(http_json(fx, "GET", &st, "/stats"), 200);
+    size_t ti;
+    json_t *bt, *late_type = NULL;
+    json_array_foreach(json_object_get(st, "by_type"), ti, bt) if (strcmp(jstr(bt, "type"), "late") == 0) late_type = bt;
+    assert_non_null(late_type);
+    assert_int_equal(jint(late_type, "answered_failed_total"), 1);
+    assert_int_equal(jint(late_type, "answered_ok_total"), 0);
+    json_decref(st);
+
+    /* What the dashboard asks (/failed?limit=10): the one that failed now first. */
+    const uint64_t want[] = {late, old_high[0], old_high[1], old_high[2], old_low, old_b};
+    json_t *list;
+    assert_int_equal(http_json(fx, "GET", &list, "/failed?limit=10"), 200);
+    assert_int_equal(json_array_size(list), 6);
+    for (size_t k = 0; k < 6; k++) {
+        json_t *r = json_array_get(list, k);
+        assert_int_equal(jint(r, "task_id"), (long long)want[k]);
+        assert_int_equal(jint(r, "failed_at_ms"), jint(r, "last_update_time_ms"));
+        if (k > 0)
+            assert_true(jint(r, "failed_at_ms") <= jint(json_array_get(list, k - 1), "failed_at_ms"));
+        /* Permanent: the worker said so with attempts left; old-low had attempts left too. */
+        assert_int_equal(json_is_true(json_object_get(r, "permanent")), want[k] == late || want[k] == old_low);
+    }
+    assert_true(jint(json_array_get(list, 0), "failed_at_ms") >= now);
+    json_decref(list);
+    assert_int_equal(http_json(fx, "GET", &list, "/failed?limit=2"), 200);
+    assert_int_equal(json_array_size(list), 2);
+    assert_int_equal(jint(json_array_get(list, 0), "task_id"), (long long)late);
+    assert_int_equal(jint(json_array_get(list, 1), "task_id"), (long long)old_high[0]);
+    json_decref(list);
+    assert_int_equal(http_json(fx, "GET", &list, "/failed?type=a&limit=2"), 200);
+    assert_int_equal(json_array_size(list), 2);
+    assert_int_equal(jint(json_array_get(list, 0), "task_id"), (long long)old_high[0]);
+    assert_int_equal(jint(json_array_get(list, 1), "task_id"), (long long)old_high[1]);
+    json_decref(list);
+
+    /* taskpushctl failed: the header, then the one that failed now. */
+    char out[16384], first[64];
+    assert_int_equal(ctl(fx, out, sizeof out, "failed --limit 3"), 0);
+    assert_non_null(strstr(out, "FAILED AT"));
+    const char *line = strchr(out, '\n');
+    assert_non_null(line);
+    snprintf(first, sizeof first, "%llu ", (unsigned long long)late);
+    assert_true(strncmp(line + 1, first, strlen(first)) == 0);
+    assert_non_null(strstr(out, "old-high-1"));
+    assert_null(strstr(out, "old-low"));
+
+    /* The statement of one type's part (db_sql.c, checked word for word by test_sql): a
+     * range of failed_idx read backwards, no filesort. */
+    assert_int_equal(mysql_query(fx->db.conn, "EXPLAIN SELECT task_id, task_type, task_priority, attempts,"
+                                              " max_attempts, failed_at, LEFT(err_msg, 1000) FROM task FORCE"
+                                              " INDEX (failed_idx) WHERE task_type = _utf8mb4 X'61' AND"
+                                              " failed_at IS NOT NULL ORDER BY failed_at DESC, task_id DESC"
+                                              " LIMIT 20"),
+                     0);
+    MYSQL_RES *res = mysql_store_result(fx->db.conn);
+    assert_non_null(res);
+    MYSQL_ROW row = mysql_fetch_row(res);
+    assert_non_null(row);
+    const char *key = NULL, *extra = "";
+    MYSQL_FIELD *f = mysql_fetch_fields(res);
+    for (unsigned i = 0; i < mysql_num_fields(res); i++) {
+        if (strcmp(f[i].name, "key") == 0)
+            key = row[i];
+        if (strcmp(f[i].name, "Extra") == 0 && row[i])
+            extra = row[i];
+    }
+    printf("# EXPLAIN: key %s, Extra %s\n", key ? key : "NULL", extra);
+    assert_non_null(key);
+    assert_string_equal(key, "failed_idx");
+    assert_null(strstr(extra, "filesort"));
+    mysql_free_result(res);
+    fx->passed = true;
+}
+
+/* A POST over a raw socket, as any HTTP client sends it: the status, the body in body. */
+static int raw_post(struct fx *fx, const char *path, const char *token, char *body, size_t cap)
+{
+    char req[1024], buf[8192];
+    int fd = tp_raw_connect(fx->d.admin, 10);
+    assert_true(fd >= 0);
+    int n = snprintf(req, sizeof req,
+                     "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Taskpush-Admin: 1\r\n%s%s%s"
+                     "Content-Length: 0\r\nConnection: close\r\n\r\n",
+                     path, token ? "Authorization: Bearer " : "", token ? token : "", token ? "\r\n" : "");
+    assert_true(n > 0 && (size_t)n < sizeof req);
+    assert_int_equal(tp_raw_send(fd, req, (size_t)n), 0);
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof buf - 1 && (r = recv(fd, buf + got, sizeof buf - 1 - got, 0)) > 0)
+        got += (size_t)r;
+    close(fd);
+    buf[got] = '\0';
+    int status = 0;
+    assert_int_equal(sscanf(buf, "HTTP/1.1 %d", &status), 1);
+    const char *b = strstr(buf, "\r\n\r\n");
+    snprintf(body, cap, "%s", b ? b + 4 : "");
+    printf("# POST %s%s -> %d %s\n", path, token ? " (token)" : "", status, body);
+    return status;
+}
+
+static void retry_failed_since(void **state)
+{
+    struct fx *fx = *state;
+    snprintf(fx->token_path, sizeof fx->token_path, "/tmp/taskops-token-%d", (int)getpid());
+    FILE *f = fopen(fx->token_path, "w");
+    assert_non_null(f);
+    fputs("taskops-secret\n", f);
+    fclose(f);
+    const char *extra[] = {"--admin-token-file", fx->token_path, NULL};
+    fx_start(fx, "taskops_retry_since", extra);
+    int64_t now = tp_testdb_now_ms(), since = now - 600000;
+    char vals[256], body[4096], path[512];
+    /* r: 5 failed within the last minute (ids interleaved with 3 that failed an hour
+     * ago); q: one recent of another type; a NEW row of r. */
+    uint64_t recent[5], old[3];
+    for (int i = 0; i < 5; i++) {
+        snprintf(vals, sizeof vals, "'r', 3, 3, %lld, 'recent-%d'", (long long)(now - 60000 + i * 1000), i);
+        recent[i] = insert_row(fx, "task_type, task_state, attempts, last_update_time, err_msg", vals);
+        if (i < 3) {
+            snprintf(vals, sizeof vals, "'r', 3, 3, %lld, 'old-%d'", (long long)(now - 3600000), i);
+            old[i] = insert_row(fx, "task_type, task_state, attempts, last_update_time, err_msg", vals);
+        }
+    }
+    snprintf(vals, sizeof vals, "'q', 3, 3, %lld, 'q'", (long long)(now - 1000));
+    uint64_t other = insert_row(fx, "task_type, task_state, attempts, last_update_time, err_msg", vals);
+    uint64_t fresh = insert_row(fx, "task_type", "'r'");
+
+    /* Refused, and nothing moves. */
+    snprintf(path, sizeof path, "/retry-failed?type=r&since=%lld", (long long)since);
+    assert_int_equal(raw_post(fx, path, NULL, body, sizeof body), 401);
+    assert_int_equal(raw_post(fx, path, "wrong-token", body, sizeof body), 401);
+    assert_int_equal(http_json(fx, "GET", NULL, "%s", path), 405);
+    static const char *const bad[] = {
+        "since=1000",                       /* no type */
+        "type=&since=1000",                 /* empty */
+        "type=%FF%FE&since=1000",           /* not UTF-8 */
+        "type=r",                           /* no since */
+        "type=r&since=",                    /* empty */
+        "type=r&since=-5",                  /* negative */
+        "type=r&since=12ab",                /* junk */
+        "type=r&since=1.5",                 /* not whole */
+        "type=r&since=253402300800000",     /* past year 9999 */
+        "type=r&since=99999999999999999999999", /* past 64 bits */
+        "type=r&since=1000&limit=0",        /* limit */
+        "type=r&since=1000&limit=1001",
+        "type=r&since=1000&limit=x",
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        snprintf(path, sizeof path, "/retry-failed?%s", bad[k]);
+        assert_int_equal(raw_post(fx, path, "taskops-secret", body, sizeof body), 400);
+    }
+    char longtype[300];
+    memset(longtype, 'x', 257);
+    longtype[257] = '\0';
+    snprintf(path, sizeof path, "/retry-failed?type=%s&since=1000", longtype);
+    assert_int_equal(raw_post(fx, path, "taskops-secret", body, sizeof body), 400);
+    assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state = 3"), 9);
+
+    /* The cap: 2 per request, the latest failures first; then the other 3; then none. */
+    snprintf(path, sizeof path, "/retry-failed?type=r&since=%lld&limit=2", (long long)since);
+    assert_int_equal(raw_post(fx, path, "taskops-secret", body, sizeof body), 200);
+    json_t *a = json_loads(body, 0, NULL);
+    assert_non_null(a);
+    assert_int_equal(jint(a, "rows"), 2);
+    assert_true(json_is_true(json_object_get(a, "more")));
+    assert_string_equal(jstr(a, "type"), "r");
+    assert_int_equal(jint(a, "since_ms"), since);
+    json_decref(a);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(row_u64(fx, "task_state", recent[i]) == 3, i < 3);
+    assert_int_equal(row_u64(fx, "attempts = 0 AND err_msg IS NULL AND `delayed` = 0", recent[4]), 1);
+    snprintf(path, sizeof path, "/retry-failed?type=r&since=%lld", (long long)since);
+    assert_int_equal(raw_post(fx, path, "taskops-secret", body, sizeof body), 200);
+    a = json_loads(body, 0, NULL);
+    assert_int_equal(jint(a, "rows"), 3);
+    assert_true(json_is_false(json_object_get(a, "more")));
+    json_decref(a);
+    assert_int_equal(raw_post(fx, path, "taskops-secret", body, sizeof body), 200);
+    a = json_loads(body, 0, NULL);
+    assert_int_equal(jint(a, "rows"), 0);
+    json_decref(a);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(row_u64(fx, "task_state", recent[i]), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(row_u64(fx, "task_state", old[i]), 3);
+    assert_int_equal(row_u64(fx, "task_state", other), 3);
+    assert_int_equal(row_u64(fx, "task_state", fresh), 0);
+    /* A type nobody has: nothing, and 200. */
+    assert_int_equal(raw_post(fx, "/retry-failed?type=nothing&since=0", "taskops-secret", body, sizeof body), 200);
     fx->passed = true;
 }
 
@@ -869,6 +1110,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(show_states, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(show_held, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(failed_list, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(failed_by_time, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(retry_failed_since, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(retry, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(cancel_new, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(cancel_buffered, fx_setup, fx_teardown),

@@ -746,17 +746,24 @@ static void task_requests(void **state)
     assert_string_equal(b.p, "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx)"
                              " WHERE claim_lane = 3 AND `delayed` = 1 AND task_type > _utf8mb4 X'7827'");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_failed_part(&b, NULL, true, 0, "a", 1, 2, 20, 1000, NULL);
-    dsp_db_sql_failed_part(&b, NULL, false, 1, "", 0, 0, 20, 1000, NULL);
+    dsp_db_sql_failed_part(&b, NULL, true, "a", 1, 20, 1000, NULL);
+    dsp_db_sql_failed_part(&b, NULL, false, "", 0, 20, 1000, NULL);
     dsp_db_sql_failed_end(&b, 20);
     assert_string_equal(
         b.p, "SELECT * FROM ((SELECT task_id, task_type, task_priority, attempts, max_attempts,"
-             " last_update_time, LEFT(err_msg, 1000) FROM task FORCE INDEX (claim_idx)"
-             " WHERE claim_lane = 3 AND `delayed` = 0 AND task_type = _utf8mb4 X'61' AND task_priority = 2"
-             " ORDER BY task_id DESC LIMIT 20) UNION ALL (SELECT task_id, task_type, task_priority,"
-             " attempts, max_attempts, last_update_time, LEFT(err_msg, 1000) FROM task FORCE INDEX"
-             " (claim_idx) WHERE claim_lane = 3 AND `delayed` = 1 AND task_type = '' AND task_priority = 0"
-             " ORDER BY task_id DESC LIMIT 20)) u ORDER BY task_id DESC LIMIT 20");
+             " failed_at, LEFT(err_msg, 1000) FROM task FORCE INDEX (failed_idx)"
+             " WHERE task_type = _utf8mb4 X'61' AND failed_at IS NOT NULL"
+             " ORDER BY failed_at DESC, task_id DESC LIMIT 20) UNION ALL (SELECT task_id, task_type,"
+             " task_priority, attempts, max_attempts, failed_at, LEFT(err_msg, 1000) FROM task FORCE"
+             " INDEX (failed_idx) WHERE task_type = '' AND failed_at IS NOT NULL"
+             " ORDER BY failed_at DESC, task_id DESC LIMIT 20)) u ORDER BY failed_at DESC, task_id DESC"
+             " LIMIT 20");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_retry_failed_since(&b, NULL, "a", 1, 1000, 2000, 50, NULL);
+    assert_string_equal(b.p, "UPDATE task FORCE INDEX (failed_idx) SET task_state = 0, attempts = 0,"
+                             " err_msg = NULL, `delayed` = 0, run_after = 2000, last_update_time = 2000"
+                             " WHERE task_type = _utf8mb4 X'61' AND failed_at >= 1000"
+                             " ORDER BY failed_at DESC, task_id DESC LIMIT 50");
     dsp_strbuf_free(&b);
 }
 
@@ -812,8 +819,11 @@ static void shard_type_filter(void **state)
     assert_string_equal(b.p, "SELECT MIN(task_type) FROM task FORCE INDEX (claim_idx) WHERE"
                              " claim_lane = 3 AND `delayed` = 1 AND task_type > _utf8mb4 X'78'" IN_AB);
     dsp_strbuf_reset(&b);
-    dsp_db_sql_failed_part(&b, NULL, true, 0, "a", 1, 2, 20, 1000, in.p);
-    assert_non_null(strstr(b.p, "task_type = _utf8mb4 X'61'" IN_AB " AND task_priority = 2 ORDER BY"));
+    dsp_db_sql_failed_part(&b, NULL, true, "a", 1, 20, 1000, in.p);
+    assert_non_null(strstr(b.p, "task_type = _utf8mb4 X'61'" IN_AB " AND failed_at IS NOT NULL ORDER BY"));
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_retry_failed_since(&b, NULL, "a", 1, 1000, 2000, 50, in.p);
+    assert_non_null(strstr(b.p, "task_type = _utf8mb4 X'61'" IN_AB " AND failed_at >= 1000 ORDER BY"));
     dsp_strbuf_reset(&b);
     dsp_db_sql_stats_counts(&b, NULL, 55, in.p);
     assert_non_null(strstr(b.p, " WHERE claim_lane IN (0, 3)" IN_AB
@@ -1266,7 +1276,8 @@ static void builders_name_the_table(void **state)
     BOTH(dsp_db_sql_task_show(b, t, 3, NULL));
     BOTH(dsp_db_sql_task_state(b, t, 3, NULL));
     BOTH(dsp_db_sql_failed_next_type(b, t, 0, "a", 1, NULL));
-    BOTH(dsp_db_sql_failed_part(b, t, true, 0, "a", 1, 2, 20, 1000, NULL));
+    BOTH(dsp_db_sql_failed_part(b, t, true, "a", 1, 20, 1000, NULL));
+    BOTH(dsp_db_sql_retry_failed_since(b, t, "a", 1, 1000, 2000, 50, NULL));
     BOTH(dsp_db_sql_task_retry(b, t, 3, 100, NULL));
     BOTH(dsp_db_sql_task_cancel(b, t, 3, 100, NULL));
     BOTH(dsp_db_sql_task_cancel_orphan(b, t, 3, 7, 100, NULL));

@@ -299,7 +299,8 @@ static void test_lists_and_table(void **state)
     ts->types[0].failed = 40;
     ts->types[0].oldest_ready_age_ms = 2000;
     ts->oldest_ready_age_ms = 2000;
-    dsp_stats_type held[1] = {{.name = "mail\xff", .workers = 2, .buffered = 5, .in_flight = 3, .paused = true}};
+    dsp_stats_type held[1] = {{.name = "mail\xff", .workers = 2, .buffered = 5, .in_flight = 3, .paused = true,
+                               .answered_ok = 9, .answered_failed = 4}};
     fx->snap.held_types = held;
     fx->snap.nheld_types = 1;
     fx->snap.table = ts;
@@ -321,7 +322,8 @@ static void test_lists_and_table(void **state)
     text = json_dumps(json_object_get(fx->json, "by_type"), JSON_COMPACT);
     assert_non_null(text);
     assert_string_equal(text, "[{\"type\":\"mail\xef\xbf\xbd\",\"workers\":2,\"buffered\":5,"
-                              "\"in_flight\":3,\"paused\":true,\"limit_concurrency\":0,\"limit_rate\":0}]");
+                              "\"in_flight\":3,\"paused\":true,\"limit_concurrency\":0,\"limit_rate\":0,"
+                              "\"answered_ok_total\":9,\"answered_failed_total\":4}]");
     free(text);
 
     assert_line(fx->metrics, "taskpush_worker_capacity{worker=\"w\\\"1\\\\\",conn=\"4\"} 8");
