@@ -12,7 +12,10 @@ set -euo pipefail
 #                                    tests/install: systemd-analyze, man, groff, and
 #                                    the packaging tools)
 #   scripts/install-deps.sh --bench  also what bench/run.sh needs (matplotlib for the plot)
-#   scripts/install-deps.sh --package  also what scripts/package.sh needs (debhelper, lintian)
+#   scripts/install-deps.sh --package  also what scripts/package.sh needs (debhelper, lintian;
+#                                    dh-python and pybuild-plugin-pyproject for
+#                                    python3-taskpush, python3-build, -setuptools and
+#                                    -wheel for the wheel)
 packages=(
   gcc meson ninja-build pkg-config python3
   libevent-dev default-libmysqlclient-dev libjansson-dev libcmocka-dev
@@ -22,9 +25,12 @@ packages=(
 case "${1:-}" in
   --test) packages+=(clang libclang-rt-14-dev chromium chromium-driver python3-selenium prometheus
                   python3-setuptools python3-venv
-                  systemd man-db groff-base bsdextrautils debhelper dpkg-dev build-essential lintian fakeroot) ;;
+                  systemd man-db groff-base bsdextrautils debhelper dpkg-dev build-essential lintian fakeroot
+                  dh-python pybuild-plugin-pyproject python3-all python3-build python3-wheel) ;;
   --bench) packages+=(python3-matplotlib) ;;
-  --package) packages+=(debhelper dpkg-dev build-essential lintian fakeroot man-db) ;;
+  --package) packages+=(debhelper dpkg-dev build-essential lintian fakeroot man-db
+                     dh-python pybuild-plugin-pyproject python3-all python3-setuptools
+                     python3-build python3-wheel) ;;
   "") ;;
   *) echo "install-deps.sh: unknown argument '$1' (--test, --bench or --package)" >&2; exit 2 ;;
 esac

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds the Debian packages taskpushd, taskpush-worker, libtaskpush1 and
-# libtaskpush-dev with Debian's own tools (debhelper, dpkg-buildpackage), runs lintian
-# on them, and puts the .deb files (with build.log and lintian.txt) in OUTDIR.
+# Builds the Debian packages taskpushd, taskpush-worker, taskpush-bench, libtaskpush1,
+# libtaskpush-dev and python3-taskpush with Debian's own tools (debhelper,
+# dpkg-buildpackage, pybuild), runs lintian on them, builds the Python library's wheel
+# (offline: python3 -m build --no-isolation, with Debian's setuptools and wheel), and
+# puts the .deb files and the wheel (with build.log and lintian.txt) in OUTDIR.
 #
 #   scripts/package.sh OUTDIR            build, lintian, copy the .deb files to OUTDIR
 #   scripts/package.sh --no-lintian OUTDIR
@@ -16,7 +18,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 lintian=1
 case "${1:-}" in
   --no-lintian) lintian=0; shift ;;
-  -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
 esac
 if [ $# -ne 1 ] || [ "${1#-}" != "$1" ]; then
   echo "usage: scripts/package.sh [--no-lintian] OUTDIR" >&2
@@ -43,6 +45,7 @@ mkdir -p "$src"
 rm -rf "$src/debian"
 cp -a "$root/packaging/debian" "$src/debian"
 cp "$root/packaging/taskpush.sysusers" "$src/debian/taskpushd.taskpush.sysusers"
+cp "$root/packaging/taskpush.sysusers" "$src/debian/taskpush-worker.sysusers"
 # The library's symbols file, from the list the build checks the exports against
 # (worker-client/taskpush.sym), each symbol as of this version.
 {
@@ -53,12 +56,23 @@ cp "$root/packaging/taskpush.sysusers" "$src/debian/taskpushd.taskpush.sysusers"
 } >"$src/debian/libtaskpush1.symbols"
 
 echo "package.sh: building in $src" >&2
-(cd "$src" && dpkg-buildpackage -b -us -uc -j"${TASKPUSH_PACKAGE_JOBS:-2}") \
+# Debian's own programs first: pybuild runs `python3.11 -m build` through PATH, and a
+# python3.11 of pyenv or a venv earlier in PATH has neither Debian's build module nor
+# its dist-packages.
+(cd "$src" && PATH=/usr/sbin:/usr/bin:/sbin:/bin:$PATH dpkg-buildpackage -b -us -uc -j"${TASKPUSH_PACKAGE_JOBS:-2}") \
   >"$out/build.log" 2>&1 || { tail -n 60 "$out/build.log" >&2; exit 1; }
 
 debs=("$work"/*.deb)
 cp "${debs[@]}" "$out/"
-ls -l "$out"/*.deb >&2
+
+# The wheel, from a copy of python/ of its own (the build leaves build/ and *.egg-info
+# beside the sources). --no-isolation: the build uses the installed setuptools and
+# wheel instead of fetching them from PyPI, so it needs no network. Debian's python3,
+# not another python3 first in PATH, which may lack them.
+cp -a "$root/python" "$work/wheel-src"
+(cd "$work/wheel-src" && /usr/bin/python3 -m build --wheel --no-isolation --outdir "$out" .) \
+  >>"$out/build.log" 2>&1 || { tail -n 30 "$out/build.log" >&2; exit 1; }
+ls -l "$out"/*.deb "$out"/*.whl >&2
 
 if [ $lintian -eq 1 ]; then
   # Every tag, info and pedantic included; the ones left are explained in

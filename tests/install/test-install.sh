@@ -4,7 +4,8 @@
 # schema and migrations, the example configuration file, the systemd unit and its
 # sysusers.d file. Then a program is built against the installed header and library
 # with pkg-config alone (worker-client/example_worker.c) and run, and the installed unit
-# passes `systemd-analyze verify` (nothing is started) and a security threshold.
+# passes `systemd-analyze verify` (nothing is started) and a security threshold, and so
+# does an instance of the worker's template taskpush-worker@.service.
 # Usage: test-install.sh BUILD_DIR SOURCE_ROOT SANITIZE PREFIX BINDIR LIBDIR INCLUDEDIR
 #                        MANDIR SYSCONFDIR DATADIR DOCDIR UNITDIR SYSUSERSDIR
 set -u
@@ -53,6 +54,7 @@ expect f "$mandir/man1/taskpush-bench.1"
 expect f "$mandir/man7/taskpush.7"
 expect f "$sysconfdir/taskpush/taskpushd.conf"
 expect f "$unitdir/taskpushd.service"
+expect f "$unitdir/taskpush-worker@.service"
 expect f "$sysusersdir/taskpush.conf"
 expect f "$datadir/taskpush/sql/schema.sql"
 for m in "$src"/sql/migrations/*.sql; do expect f "$datadir/taskpush/sql/migrations/$(basename "$m")"; done
@@ -66,6 +68,18 @@ grep -qx "ExecStart=$bindir/taskpushd --config $sysconfdir/taskpush/taskpushd.co
   "$dest$unitdir/taskpushd.service" || fail "the unit's ExecStart is not the installed taskpushd with the installed config file"
 grep -qx "u taskpush .*" "$dest$sysusersdir/taskpush.conf" || fail "the sysusers.d file makes no user taskpush"
 grep -qx "User=taskpush" "$dest$unitdir/taskpushd.service" || fail "the unit does not run as taskpush"
+wunit=$dest$unitdir/taskpush-worker@.service
+grep -qx "User=taskpush" "$wunit" || fail "the worker's unit does not run as taskpush"
+grep -qx "EnvironmentFile=$sysconfdir/taskpush/worker-%i.env" "$wunit" ||
+  fail "the worker's unit does not read $sysconfdir/taskpush/worker-%i.env"
+grep -q "^ExecStart=$bindir/taskpush-worker .*--exec \${TASKPUSH_EXEC}\$" "$wunit" ||
+  fail "the worker's unit does not run the installed taskpush-worker with --exec \${TASKPUSH_EXEC}"
+# The same sandbox as taskpushd's: every hardening line of taskpushd.service is there.
+grep -A100 '^# Hardening' "$dest$unitdir/taskpushd.service" | grep -E '^[A-Z][A-Za-z]+=' |
+  grep -E -v '^(WantedBy)=' | while IFS= read -r line; do
+    grep -qxF -- "$line" "$wunit" || echo "$line"
+  done >"$work/hardening.missing"
+[ -s "$work/hardening.missing" ] && fail "the worker's unit lacks taskpushd's hardening: $(tr '\n' ' ' <"$work/hardening.missing")"
 
 # A worker built against what was installed, found through pkg-config alone: the
 # DESTDIR is the sysroot of pkg-config's answer.
@@ -116,11 +130,26 @@ if [ $rc -ne 0 ] || [ -n "$out" ]; then
 else
   echo "systemd-analyze verify taskpushd.service: clean"
 fi
+# The worker's template, as an instance (systemd checks ExecStart only there) with an
+# env file like the one its header describes. Nothing is started.
+mkdir -p "$root$sysconfdir/taskpush"
+printf '%s\n' TASKPUSH_CONNECT=127.0.0.1:7070 TASKPUSH_TYPES=resize \
+  'TASKPUSH_EXEC=cat >/dev/null' >"$root$sysconfdir/taskpush/worker-demo.env"
+out=$(MANPATH=$root$mandir systemd-analyze verify --man=yes --root="$root" \
+        "$unitdir/taskpush-worker@demo.service" 2>&1)
+rc=$?
+if [ $rc -ne 0 ] || [ -n "$out" ]; then
+  fail "systemd-analyze verify taskpush-worker@demo.service: exit $rc: $out"
+else
+  echo "systemd-analyze verify taskpush-worker@demo.service: clean"
+fi
 # The hardening stays: systemd's exposure score (0-10, lower is safer) at most 2.0.
-score=$(systemd-analyze security --offline=yes --threshold=20 --root="$root" \
-          "$unitdir/taskpushd.service" 2>&1); rc=$?
-echo "$score" | tail -n 1
-[ $rc -eq 0 ] || fail "systemd-analyze security: exposure above 2.0: $(echo "$score" | grep '✗')"
+for u in taskpushd.service taskpush-worker@demo.service; do
+  score=$(systemd-analyze security --offline=yes --threshold=20 --root="$root" \
+            "$unitdir/$u" 2>&1); rc=$?
+  echo "$score" | tail -n 1
+  [ $rc -eq 0 ] || fail "systemd-analyze security $u: exposure above 2.0: $(echo "$score" | grep '✗')"
+done
 
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
-echo "install into a DESTDIR: every file in place, example worker built with pkg-config and run, unit verified"
+echo "install into a DESTDIR: every file in place, example worker built with pkg-config and run, units verified"
