@@ -10,7 +10,8 @@ set -euo pipefail
 #                                    promtool from prometheus, python3-setuptools
 #                                    and python3-venv for the Python library; for
 #                                    tests/install: systemd-analyze, man, groff, and
-#                                    the packaging tools)
+#                                    the packaging tools; galera-4 and rsync for the
+#                                    cluster of scripts/tp-galera)
 #   scripts/install-deps.sh --bench  also what bench/run.sh needs (matplotlib for the plot)
 #   scripts/install-deps.sh --package  also what scripts/package.sh needs (debhelper, lintian;
 #                                    dh-python and pybuild-plugin-pyproject for
@@ -24,7 +25,7 @@ packages=(
 )
 case "${1:-}" in
   --test) packages+=(clang libclang-rt-14-dev chromium chromium-driver python3-selenium prometheus
-                  python3-setuptools python3-venv
+                  python3-setuptools python3-venv galera-4 rsync
                   systemd man-db groff-base bsdextrautils debhelper dpkg-dev build-essential lintian fakeroot
                   dh-python pybuild-plugin-pyproject python3-all python3-build python3-wheel) ;;
   --bench) packages+=(python3-matplotlib) ;;

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what is missing, builds
-# three trees (gcc; gcc with ASan+UBSan; clang with libFuzzer), starts a private
-# MariaDB, runs every suite in both gcc builds plus a short fuzz run, stops the
-# database, and ends with one line "N passed, N failed". The list of every case
+# three trees (gcc; gcc with ASan+UBSan; clang with libFuzzer), runs every suite
+# in both gcc builds at the same time, each against a private MariaDB of its own
+# (tests change server-wide settings such as the general log, so two suites never
+# share a server), then a short fuzz run, stops the databases, and ends with one
+# line "N passed, N failed". TASKPUSH_TEST_SERIAL=1 runs the two suites one after
+# the other instead (slower; for a machine too loaded to run both). The list of every case
 # by name goes to test-cases.txt in the repository's root (format in
 # scripts/test-summary.py; compare two runs with scripts/compare-cases.sh).
 #
@@ -41,9 +44,11 @@ setup_build() { # setup_build DIR [meson options...]
   ninja -C "$dir" >"$work/ninja-$dir.log" 2>&1 || { tail -n 60 "$work/ninja-$dir.log" >&2; return 1; }
 }
 
-db_dir="$work/mariadb"
 cleanup() {
-  scripts/tp-mariadb stop "$db_dir" >/dev/null 2>&1 || true
+  local d
+  for d in "$work"/mariadb-*; do
+    [ -d "$d" ] && scripts/tp-mariadb stop "$d" >/dev/null 2>&1
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -57,22 +62,38 @@ if [ $quick -eq 0 ]; then
     -Db_sanitize=address,undefined -Db_lundef=false
 fi
 
-if step mariadb-start scripts/tp-mariadb start "$db_dir" >"$work/db.env"; then
-  set -a; . "$work/db.env"; set +a
-fi
+start_databases() { # one server per build, so that the suites can run side by side
+  local dir
+  for dir in "${built[@]}"; do
+    scripts/tp-mariadb start "$work/mariadb-$dir" >"$work/db-$dir.env" || return 1
+  done
+}
+step mariadb-start start_databases
 
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
-for dir in "${built[@]}"; do
-  mult=1
+run_suite() { # run_suite DIR: every meson test of one build, against its own server
+  local dir=$1 mult=1
   [ "$dir" = build-asan ] && mult=3
-  echo "== meson test ($dir)"
-  meson test -C "$dir" --print-errorlogs --timeout-multiplier $mult --num-processes 2 \
-    >"$work/test-$dir.log" 2>&1
+  (
+    set -a; [ -f "$work/db-$dir.env" ] && . "$work/db-$dir.env"; set +a
+    meson test -C "$dir" --print-errorlogs --timeout-multiplier $mult --num-processes 2 \
+      >"$work/test-$dir.log" 2>&1
+  )
+}
+pids=()
+for dir in "${built[@]}"; do
+  echo "== meson test ($dir) started $(date -u +%H:%M:%S)"
+  if [ "${TASKPUSH_TEST_SERIAL:-0}" = 1 ]; then run_suite "$dir"; else run_suite "$dir" & pids+=($!); fi
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+for dir in "${built[@]}"; do
+  echo "== meson test ($dir) results"
   grep -E '^ *[0-9]+/[0-9]+ ' "$work/test-$dir.log" || tail -n 40 "$work/test-$dir.log"
   grep -A40 -E '^=+ [0-9]+/[0-9]+ =+$' "$work/test-$dir.log" | head -n 200
   logs+=("$dir/meson-logs/testlog.json")
 done
+echo "== suites done $(date -u +%H:%M:%S)"
 
 if [ $quick -eq 0 ] && [ -x build-fuzz/tests/fuzz/fuzz_frame ]; then
   # NAME:RUNS:MAX_LEN:CORPUS, a few seconds each (admin and hello run a server per
@@ -90,7 +111,14 @@ if [ $quick -eq 0 ] && [ -x build-fuzz/tests/fuzz/fuzz_frame ]; then
   done
 fi
 
-step mariadb-stop scripts/tp-mariadb stop "$db_dir" >/dev/null
+stop_databases() {
+  local dir rc=0
+  for dir in "${built[@]}"; do
+    scripts/tp-mariadb stop "$work/mariadb-$dir" >/dev/null || rc=1
+  done
+  return $rc
+}
+step mariadb-stop stop_databases
 
 echo "== summary"
 python3 scripts/test-summary.py --cases test-cases.txt "${logs[@]}" "$steps"

@@ -349,18 +349,22 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     dsp_strbuf_puts(&db->release_lock_sql, "SELECT RELEASE_LOCK(");
     dsp_strbuf_put_hex(&db->release_lock_sql, (const uint8_t *)name, nl, true);
     dsp_strbuf_puts(&db->release_lock_sql, ")");
+    dsp_strbuf_puts(&db->used_lock_sql, "SELECT IS_USED_LOCK(");
+    dsp_strbuf_put_hex(&db->used_lock_sql, (const uint8_t *)name, nl, true);
+    dsp_strbuf_puts(&db->used_lock_sql, ")");
 
     db->wake_ev = event_new(opts->base, -1, 0, wake_cb, db);
     int lease_ok = dsp_dbi_lease_init(db) == 0;
     if (!mu_ok || !cv1 || !cv2 || !cv3 || !cv4 || db->wake_ev == NULL || db->get_lock_sql.oom ||
         db->type_in.oom ||
-        db->release_lock_sql.oom || nl == 0 || db->tstats == NULL || !lease_ok) {
+        db->release_lock_sql.oom || db->used_lock_sql.oom || nl == 0 || db->tstats == NULL || !lease_ok) {
         if (lease_ok)
             dsp_dbi_lease_destroy(db);
         if (db->wake_ev)
             event_free(db->wake_ev);
         dsp_strbuf_free(&db->get_lock_sql);
         dsp_strbuf_free(&db->release_lock_sql);
+        dsp_strbuf_free(&db->used_lock_sql);
         dsp_strbuf_free(&db->type_in);
         if (cv1)
             pthread_cond_destroy(&db->claim_cv);
@@ -632,6 +636,7 @@ void dsp_db_free(dsp_db *db)
     event_free(db->wake_ev);
     dsp_strbuf_free(&db->get_lock_sql);
     dsp_strbuf_free(&db->release_lock_sql);
+    dsp_strbuf_free(&db->used_lock_sql);
     dsp_strbuf_free(&db->type_in);
     pthread_cond_destroy(&db->claim_cv);
     pthread_cond_destroy(&db->write_cv);

@@ -323,6 +323,8 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
         c->stmt_limit = packet > 2 * STMT_MARGIN ? (size_t)packet - STMT_MARGIN : STMT_MARGIN;
     }
 
+    if (dsp_dbi_lease_conn_opened(c) < 0) /* recorded in the lease before it acts as leader */
+        goto fail;
     if (c->ever_connected) {
         atomic_fetch_add_explicit(&db->reconnects, 1, memory_order_relaxed);
         dsp_log_at(db->log, c->quiet ? DSP_LOG_DEBUG : DSP_LOG_INFO, "%s connection: reconnected", c->who);
@@ -330,7 +332,6 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
     c->ever_connected = true;
     c->down_logged = false;
     c->backoff_ms = 0;
-    dsp_dbi_lease_conn_opened(c); /* recorded in the lease before it acts as leader */
     return 0;
 
 fail:

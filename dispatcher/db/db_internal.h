@@ -131,6 +131,8 @@ struct dsp_lease {
     bool renew_now;         /* a connection waits to be recorded */
     uint64_t gen;           /* acquisitions so far; a claim thread serves one */
     int64_t valid_until;    /* monotonic ms: past it, nothing may act as leader */
+    uint64_t holder;        /* this process's holder id, drawn at init, never 0; its
+                             * connections hold the locks dsp_dbi_conn_lock_name names */
     uint64_t conn[LEASE_NCONN];     /* the connections' ids now (0: none) */
     uint64_t recorded[LEASE_NCONN]; /* the ids the lease row holds */
     pthread_cond_t cv;
@@ -145,6 +147,7 @@ struct dsp_db {
     size_t max_batch;
     dsp_strbuf get_lock_sql;
     dsp_strbuf release_lock_sql;
+    dsp_strbuf used_lock_sql; /* who holds the leadership lock (db_lease.c) */
     /* The shard's filter (dsp_db_sql_type_in) and its taskpush_meta rows: 'lease' and
      * 'epoch' when unsharded (in is then NULL), 'lease:NAME' and 'epoch:NAME' when not. */
     dsp_strbuf type_in;
@@ -306,8 +309,10 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet);
 
 /* ---- db_lease.c: the table's lease ---- */
 
-/* Notes c's connection id for the lease (dsp_dbi_conn_open calls it). */
-void dsp_dbi_lease_conn_opened(struct dbconn *c);
+/* Notes c's connection id for the lease and, for the connections the lease records,
+ * takes the lock that names it as this process's (dsp_dbi_conn_open calls it). 0, or -1
+ * on a connection error. */
+int dsp_dbi_lease_conn_opened(struct dbconn *c);
 /* May the thread owning connection slot (LEASE_CONN_*) act as the leader now? gen 0 or
  * the lease generation it serves; epoch 0 or the epoch it acts for (then the claim
  * thread must have announced it). 0: yes; 1: not yet (its connection is not recorded in

@@ -9,9 +9,16 @@
  * Why a lease beside GET_LOCK: the lock lives as long as its connection, so a frozen
  * leader (SIGSTOP, a paused VM) whose connection stays open would keep the table for
  * ever. The lease expires on the database's clock; a standby that finds it expired takes
- * it in one compare-and-swap UPDATE, KILLs the connections the old holder recorded in
- * it (which also frees the lock), and only then does its claim thread take GET_LOCK and
- * a new epoch. The lease row is only ever written by single autocommit statements of
+ * it in one compare-and-swap UPDATE, KILLs the old holder's connections (which also
+ * frees the lock), and only then does its claim thread take GET_LOCK and a new epoch.
+ *
+ * Which connections are the old holder's: each connection the lease records holds a lock
+ * named after its process's holder id (63 random bits) and its slot, taken right after it
+ * connects. A standby asks its own server who holds the old holder's names
+ * (IS_USED_LOCK): the answer is a connection of that process on this server, or none.
+ * Connection ids alone are not enough: they are per server and start again at each
+ * start, and two servers started in the same second (a cluster, containers, a restore)
+ * hand out the same ids, so ids recorded on one server name bystanders on the other. The lease row is only ever written by single autocommit statements of
  * this thread: it is never locked across a claim or a result write.
  *
  * The leader's side: a renewal sent at monotonic time t that the database accepted
@@ -30,12 +37,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #define LEASE_MS_DEFAULT 1000
 #define LEASE_RENEW_MS_DEFAULT 250
 #define LEASE_RW_TIMEOUT_S 2u  /* the lease connection only runs short statements */
 #define BOOT_SLACK_S 2         /* two readings of the server's start time agree within this */
+#define CONN_LOCK_WAIT_S 1     /* under LEASE_RW_TIMEOUT_S */
 #define ER_NO_SUCH_THREAD_ 1094
 #define ER_KILL_DENIED_ 1095
 #define ER_BAD_FIELD_ 1054
@@ -74,10 +83,32 @@ static int64_t renew_ms_of(const dsp_db *db)
 
 /* ---- shared state ---- */
 
+/* The lock a recorded connection of holder takes for its slot (hex digits only: safe
+ * between quotes). */
+static void conn_lock_name(uint64_t holder, int slot, char *out, size_t cap)
+{
+    snprintf(out, cap, "taskpush-conn/%016" PRIx64 "/%d", holder, slot);
+}
+
+/* A holder id nobody else draws: the kernel's random bits, else time, pid and an address. */
+static uint64_t holder_draw(const void *salt)
+{
+    uint64_t h = 0;
+
+    if (getrandom(&h, sizeof h, GRND_NONBLOCK) != (ssize_t)sizeof h)
+        h = ((uint64_t)dsp_wall_ms() << 20) ^ ((uint64_t)getpid() << 4) ^
+            ((uint64_t)(uintptr_t)salt * 0xD6E8FEB86659FD93ULL);
+    h &= INT64_MAX; /* the holder column is signed */
+    return h ? h : 1;
+}
+
 int dsp_dbi_lease_init(dsp_db *db)
 {
     pthread_condattr_t ca;
     int rc = -1;
+
+    /* Drawn before any thread connects, never changed: read without the mutex. */
+    db->lease.holder = holder_draw(db);
 
     if (pthread_condattr_init(&ca) != 0)
         return -1;
@@ -92,22 +123,67 @@ void dsp_dbi_lease_destroy(dsp_db *db)
     pthread_cond_destroy(&db->lease.cv);
 }
 
-void dsp_dbi_lease_conn_opened(struct dbconn *c)
+static int slot_of(const char *who)
+{
+    for (int i = 0; who && i < LEASE_NCONN; i++)
+        if (strcmp(who, slot_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* Takes c's lock (conn_lock_name). Held already: by an earlier connection of this process
+ * in the same slot that the server has not seen close yet (nobody else uses the name),
+ * which is ended first. Not taken even so: logged, and c goes on without it (a standby
+ * could then not end c; the lease's gate still fences it). 0, or -1 on a connection
+ * error. */
+static int conn_lock_take(struct dbconn *c, int slot)
+{
+    char name[48], sql[128];
+    uint64_t got = 0, id = 0;
+    bool isnull = false;
+
+    conn_lock_name(c->db->lease.holder, slot, name, sizeof name);
+    snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', 0)", name);
+    if (dsp_dbi_query_u64(c, sql, &got, &isnull, 0) != 0)
+        return -1;
+    if (got == 1 && !isnull)
+        return 0;
+    snprintf(sql, sizeof sql, "SELECT IS_USED_LOCK('%s')", name);
+    if (dsp_dbi_query_u64(c, sql, &id, &isnull, 0) != 0)
+        return -1;
+    if (!isnull && id != 0 && id != (uint64_t)mysql_thread_id(c->m)) {
+        snprintf(sql, sizeof sql, "KILL CONNECTION %" PRIu64, id);
+        atomic_fetch_add_explicit(&c->db->statements, 1, memory_order_relaxed);
+        if (mysql_real_query(c->m, sql, (unsigned long)strlen(sql)) == 0)
+            log_info(c->db->log, "%s connection: ended connection %" PRIu64
+                                 ", this process's earlier one", c->who, id);
+    }
+    snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', %d)", name, CONN_LOCK_WAIT_S);
+    if (dsp_dbi_query_u64(c, sql, &got, &isnull, 0) != 0)
+        return -1;
+    if (got != 1 || isnull)
+        log_warn(c->db->log, "%s connection: another session holds its lock %s; a standby"
+                             " taking over could not end this connection", c->who, name);
+    return 0;
+}
+
+int dsp_dbi_lease_conn_opened(struct dbconn *c)
 {
     dsp_db *db = c->db;
+    int i = slot_of(c->who);
 
-    for (int i = 0; i < LEASE_NCONN; i++) {
-        if (c->who && strcmp(c->who, slot_names[i]) == 0) {
-            pthread_mutex_lock(&db->mu);
-            db->lease.conn[i] = (uint64_t)mysql_thread_id(c->m);
-            if (db->lease.held && i != LEASE_CONN_LEASE) {
-                db->lease.renew_now = true;
-                pthread_cond_signal(&db->lease.cv);
-            }
-            pthread_mutex_unlock(&db->mu);
-            return;
-        }
+    if (i < 0)
+        return 0;
+    if (conn_lock_take(c, i) < 0)
+        return -1;
+    pthread_mutex_lock(&db->mu);
+    db->lease.conn[i] = (uint64_t)mysql_thread_id(c->m);
+    if (db->lease.held && i != LEASE_CONN_LEASE) {
+        db->lease.renew_now = true;
+        pthread_cond_signal(&db->lease.cv);
     }
+    pthread_mutex_unlock(&db->mu);
+    return 0;
 }
 
 int dsp_dbi_lease_gate(dsp_db *db, int slot, uint64_t conn_id, uint64_t gen, uint32_t epoch)
@@ -294,19 +370,14 @@ static void conns_text(struct lease_ctx *x, const uint64_t *ids, char *out, size
              x->boot_s, ids[0], ids[1], ids[2], ids[3], ids[4]);
 }
 
-/* KILLs the old holder's connections recorded in conns (the table's text: hostile),
- * those still in the processlist on this database, none after a server restart. */
-static void kill_old(struct lease_ctx *x, const char *conns)
+/* Parses conns (the table's text: hostile): the server's start, then connection ids.
+ * Returns how many numbers were read into v (a bad one is -1). */
+static int conns_parse(const char *conns, int64_t *v, int cap)
 {
-    dsp_db *db = x->db;
-    int64_t v[1 + LEASE_NCONN];
-    uint64_t mine[LEASE_NCONN];
     const char *p = conns;
     int n = 0;
-    char sql[320], killed[128] = "", row[1][COL_MAX];
-    size_t kl = 0;
 
-    while (n < 1 + LEASE_NCONN && *p) {
+    while (n < cap && *p) {
         char *end;
         unsigned long long u;
         while (*p == ' ')
@@ -317,53 +388,73 @@ static void kill_old(struct lease_ctx *x, const char *conns)
         v[n++] = u > INT64_MAX ? -1 : (int64_t)u;
         p = end;
     }
-    if (n < 2)
-        return;
-    if (v[0] < 0 || v[0] < x->boot_s - BOOT_SLACK_S || v[0] > x->boot_s + BOOT_SLACK_S) {
-        log_info(db->log, "the old holder's connections predate a restart of the database:"
-                          " nothing to kill");
-        return;
+    return n;
+}
+
+/* The ids to end on this server: the sessions holding old's connection locks. A holder
+ * from before those locks (an older taskpushd) holds none; then only the session holding
+ * the table's leadership lock, and only when it is the claim connection old recorded on a
+ * server that started when this one did. Returns how many ids were put in out. */
+static int old_sessions(struct lease_ctx *x, uint64_t old, const char *conns, int64_t *out)
+{
+    dsp_db *db = x->db;
+    char sql[512], row[LEASE_NCONN][COL_MAX], name[48], lrow[1][COL_MAX];
+    int64_t v[1 + LEASE_NCONN];
+    size_t sl;
+    int n = 0, nv;
+
+    sl = (size_t)snprintf(sql, sizeof sql, "SELECT ");
+    for (int i = 0; i < LEASE_NCONN; i++) {
+        conn_lock_name(old, i, name, sizeof name);
+        sl += (size_t)snprintf(sql + sl, sizeof sql - sl, "%sIS_USED_LOCK('%s')", i ? ", " : "", name);
     }
+    if (sl >= sizeof sql || query_row(&x->c, sql, row, LEASE_NCONN, 0) != 0)
+        return 0;
+    for (int i = 0; i < LEASE_NCONN; i++) {
+        int64_t id = parse_i64(row[i]);
+        if (id > 0)
+            out[n++] = id;
+    }
+    if (n > 0)
+        return n;
+
+    nv = conns_parse(conns, v, 1 + LEASE_NCONN);
+    if (nv < 2 || v[0] < 0 || v[0] < x->boot_s - BOOT_SLACK_S || v[0] > x->boot_s + BOOT_SLACK_S ||
+        v[1] <= 0)
+        return 0;
+    if (query_row(&x->c, db->used_lock_sql.p, lrow, 1, 0) != 0 || parse_i64(lrow[0]) != v[1])
+        return 0;
+    out[0] = v[1];
+    return 1;
+}
+
+/* KILLs the old holder's connections on this server (old_sessions), never one of ours. */
+static void kill_old(struct lease_ctx *x, uint64_t old, const char *conns)
+{
+    dsp_db *db = x->db;
+    int64_t ids[LEASE_NCONN];
+    uint64_t mine[LEASE_NCONN];
+    char sql[64], killed[128] = "";
+    size_t kl = 0;
+    int n;
+
     pthread_mutex_lock(&db->mu);
     memcpy(mine, db->lease.conn, sizeof mine);
     pthread_mutex_unlock(&db->mu);
-    /* One look at the processlist for all of them: every round trip here delays the
-     * takeover (the claim thread waits for the lease, which waits for these KILLs). */
-    {
-        size_t sl = (size_t)snprintf(sql, sizeof sql,
-                                     "SELECT GROUP_CONCAT(ID) FROM information_schema.PROCESSLIST"
-                                     " WHERE DB = DATABASE() AND ID IN (0");
-        for (int i = 1; i < n; i++) {
-            bool ours = false;
-            for (int k = 0; k < LEASE_NCONN; k++)
-                ours |= mine[k] == (uint64_t)v[i];
-            if (v[i] <= 0 || ours)
-                v[i] = 0;
-            else if (sl < sizeof sql)
-                sl += (size_t)snprintf(sql + sl, sizeof sql - sl, ", %" PRId64, v[i]);
-        }
-        if (sl + 2 >= sizeof sql)
-            return; /* cannot happen: six numbers fit */
-        memcpy(sql + sl, ")", 2);
-        if (query_row(&x->c, sql, row, 1, 0) != 0)
-            return;
+    /* Every round trip here delays the takeover (the claim thread waits for the lease,
+     * which waits for these KILLs): one statement finds them all. */
+    n = old_sessions(x, old, conns, ids);
+    if (n == 0) {
+        log_info(db->log, "no connection of the old holder on this server: nothing to kill");
+        return;
     }
-    for (int i = 1; i < n; i++) {
-        bool alive = false;
-        const char *q = row[0];
-        if (v[i] <= 0)
+    for (int i = 0; i < n; i++) {
+        bool ours = false;
+        for (int k = 0; k < LEASE_NCONN; k++)
+            ours |= mine[k] == (uint64_t)ids[i];
+        if (ours)
             continue;
-        while (*q && !alive) { /* the ids the processlist listed, comma-separated */
-            char *end;
-            unsigned long long u = strtoull(q, &end, 10);
-            if (end == q)
-                break;
-            alive = u == (unsigned long long)v[i];
-            q = *end == ',' ? end + 1 : end;
-        }
-        if (!alive)
-            continue;
-        snprintf(sql, sizeof sql, "KILL CONNECTION %" PRId64, v[i]);
+        snprintf(sql, sizeof sql, "KILL CONNECTION %" PRId64, ids[i]);
         atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
         if (mysql_real_query(x->c.m, sql, (unsigned long)strlen(sql)) != 0) {
             unsigned e = mysql_errno(x->c.m);
@@ -373,10 +464,10 @@ static void kill_old(struct lease_ctx *x, const char *conns)
                       "cannot KILL connection %" PRId64 " of the old leader: %s (error %u);"
                       " give taskpushd's database user CONNECTION ADMIN (MariaDB: CONNECTION"
                       " ADMIN or SUPER), or run every taskpushd of the table as the same user",
-                      v[i], mysql_error(x->c.m), e);
+                      ids[i], mysql_error(x->c.m), e);
             continue;
         }
-        kl += (size_t)snprintf(killed + kl, sizeof killed - kl, "%s%" PRId64, kl ? ", " : "", v[i]);
+        kl += (size_t)snprintf(killed + kl, sizeof killed - kl, "%s%" PRId64, kl ? ", " : "", ids[i]);
         if (kl >= sizeof killed)
             kl = sizeof killed - 1;
     }
@@ -488,7 +579,7 @@ static int lease_acquire(struct lease_ctx *x)
     if (old != 0 && old != x->holder) {
         log_info(db->log, "took the table's lease from holder %" PRIu64 " (it expired %" PRId64
                           " ms before)", old, now - exp);
-        kill_old(x, row[2]);
+        kill_old(x, old, row[2]);
     } else {
         log_info(db->log, "took the table's lease");
     }
@@ -602,11 +693,7 @@ void *dsp_dbi_lease_main(void *arg)
         x.c.rng = 1;
     x.lease_ms = lease_ms_of(db);
     x.renew_ms = renew_ms_of(db);
-    /* Unique enough among the dispatchers of one table: time, pid, an address. */
-    x.holder = ((uint64_t)dsp_wall_ms() << 20) ^ ((uint64_t)getpid() << 4) ^ (x.c.rng >> 1);
-    x.holder &= INT64_MAX;
-    if (x.holder == 0)
-        x.holder = 1;
+    x.holder = db->lease.holder;
     mysql_thread_init();
 
     pthread_mutex_lock(&db->mu);
