@@ -116,6 +116,29 @@ void dsp_admin_task_cb(struct evhttp_request *req, void *arg)
     taskop_submit(arg, req, op);
 }
 
+/* Why a task type given in a query is refused, or NULL when it is a good one. */
+static const char *type_refused(const char *type)
+{
+    if (!*type || strlen(type) > 256)
+        return "type must be 1 to 256 bytes";
+    if (dsp_utf8_valid_prefix((const uint8_t *)type, strlen(type)) != strlen(type))
+        return "a task type must be UTF-8";
+    return NULL;
+}
+
+/* A new operation of kind with a copy of type (NULL: none), or NULL with the request
+ * answered. */
+static dsp_taskop *taskop_typed(struct evhttp_request *req, int kind, const char *type)
+{
+    dsp_taskop *op = taskop_new(req, kind, 0);
+    if (op && type && !(op->type = strdup(type))) {
+        dsp_taskop_free(op);
+        op = NULL;
+        dsp_admin_send_error(req, HTTP_INTERNAL, "out of memory");
+    }
+    return op;
+}
+
 void dsp_admin_failed_cb(struct evhttp_request *req, void *arg)
 {
     struct evkeyvalq params;
@@ -127,21 +150,13 @@ void dsp_admin_failed_cb(struct evhttp_request *req, void *arg)
     const char *bad = NULL;
     if (lim && (parse_decimal(lim, DSP_TASKOP_LIMIT_MAX, &limit) < 0 || limit == 0))
         bad = "limit must be 1 to 1000";
-    else if (type && (!*type || strlen(type) > 256))
-        bad = "type must be 1 to 256 bytes";
-    else if (type && dsp_utf8_valid_prefix((const uint8_t *)type, strlen(type)) != strlen(type))
-        bad = "a task type must be UTF-8";
+    else if (type)
+        bad = type_refused(type);
     dsp_taskop *op = NULL;
     if (bad)
         dsp_admin_send_error(req, HTTP_BADREQUEST, bad);
-    else if ((op = taskop_new(req, DSP_TASKOP_FAILED, 0)) != NULL) {
+    else if ((op = taskop_typed(req, DSP_TASKOP_FAILED, type)) != NULL)
         op->limit = (unsigned)limit;
-        if (type && !(op->type = strdup(type))) {
-            dsp_taskop_free(op);
-            op = NULL;
-            dsp_admin_send_error(req, HTTP_INTERNAL, "out of memory");
-        }
-    }
     evhttp_clear_headers(&params);
     if (op)
         taskop_submit(arg, req, op);
@@ -169,26 +184,17 @@ void dsp_admin_retry_failed_cb(struct evhttp_request *req, void *arg)
     const char *since = evhttp_find_header(&params, "since");
     const char *lim = evhttp_find_header(&params, "limit");
     uint64_t limit = DSP_TASKOP_LIMIT_MAX, since_ms = 0;
-    const char *bad = NULL;
-    if (!type || !*type || strlen(type) > 256)
-        bad = "type must be 1 to 256 bytes";
-    else if (dsp_utf8_valid_prefix((const uint8_t *)type, strlen(type)) != strlen(type))
-        bad = "a task type must be UTF-8";
-    else if (parse_decimal(since, RETRY_SINCE_MAX, &since_ms) < 0)
+    const char *bad = type ? type_refused(type) : "type must be 1 to 256 bytes";
+    if (!bad && parse_decimal(since, RETRY_SINCE_MAX, &since_ms) < 0)
         bad = "since must be a time in ms since 1970, 0 to 253402300799999";
-    else if (lim && (parse_decimal(lim, DSP_TASKOP_LIMIT_MAX, &limit) < 0 || limit == 0))
+    if (!bad && lim && (parse_decimal(lim, DSP_TASKOP_LIMIT_MAX, &limit) < 0 || limit == 0))
         bad = "limit must be 1 to 1000";
     dsp_taskop *op = NULL;
     if (bad)
         dsp_admin_send_error(req, HTTP_BADREQUEST, bad);
-    else if ((op = taskop_new(req, DSP_TASKOP_RETRY_FAILED, 0)) != NULL) {
+    else if ((op = taskop_typed(req, DSP_TASKOP_RETRY_FAILED, type)) != NULL) {
         op->limit = (unsigned)limit;
         op->since_ms = (int64_t)since_ms;
-        if (!(op->type = strdup(type))) {
-            dsp_taskop_free(op);
-            op = NULL;
-            dsp_admin_send_error(req, HTTP_INTERNAL, "out of memory");
-        }
     }
     evhttp_clear_headers(&params);
     if (op)
