@@ -229,10 +229,50 @@ void dsp_db_url_clear(dsp_db_url *u)
 {
     free(u->user);
     free(u->password);
-    free(u->host);
+    for (size_t i = 0; i < u->nnodes; i++)
+        free(u->nodes[i].host);
     free(u->socket);
     free(u->dbname);
     memset(u, 0, sizeof *u);
+}
+
+/* One HOST[:PORT] or [V6][:PORT] of the URL's server list (len bytes at s). */
+static int node_parse(const char *s, size_t len, dsp_db_node *out, char *err, size_t errlen)
+{
+    char hostport[256], hostbuf[256];
+    unsigned port = 0;
+
+    if (len == 0 || len >= sizeof hostport) {
+        snprintf(err, errlen, len ? "database URL has a host of more than 255 bytes" : "database URL has no host");
+        return -1;
+    }
+    memcpy(hostport, s, len);
+    hostport[len] = '\0';
+    /* The brackets are not part of the host, and a host with a colon (IPv6) must be in
+     * them. */
+    const char *rb = hostport[0] == '[' ? strchr(hostport, ']') : NULL;
+    if (hostport[0] == '[' && (!rb || rb == hostport + 1 || (rb[1] && rb[1] != ':') ||
+                               strchr(hostport + 1, '['))) {
+        snprintf(err, errlen, "database URL has a bad host '%s'", hostport);
+        return -1;
+    }
+    if (rb ? rb[1] == ':' : strchr(hostport, ':') != NULL) {
+        if (dsp_hostport_parse(hostport, hostbuf, sizeof hostbuf, &port) < 0 || port == 0) {
+            snprintf(err, errlen, "database URL has a bad port in '%s'", hostport);
+            return -1;
+        }
+        if (!rb && strchr(hostbuf, ':')) {
+            snprintf(err, errlen, "database URL: put an IPv6 host in brackets, as in [::1]:3306");
+            return -1;
+        }
+        out->host = strdup(hostbuf);
+    } else if (rb) {
+        out->host = dup_range(hostport + 1, (size_t)(rb - hostport - 1));
+    } else {
+        out->host = strdup(hostport);
+    }
+    out->port = port;
+    return out->host ? 0 : -1;
 }
 
 int dsp_db_url_parse(const char *url, dsp_db_url *out, char *err, size_t errlen)
@@ -255,40 +295,31 @@ int dsp_db_url_parse(const char *url, dsp_db_url *out, char *err, size_t errlen)
     if (colon)
         out->password = dup_range(colon + 1, (size_t)(at - colon - 1));
 
-    char hostport[256];
-    size_t hpl = (size_t)(slash - at - 1);
-    if (hpl == 0 || hpl >= sizeof hostport) {
+    /* HOST[:PORT] or a list of them, comma-separated: the nodes of one database. */
+    const char *h = at + 1;
+    while (h < slash) {
+        const char *comma = memchr(h, ',', (size_t)(slash - h));
+        const char *hend = comma ? comma : slash;
+        if (out->nnodes == DSP_DB_NODES_MAX) {
+            snprintf(err, errlen, "database URL lists more than %d servers", DSP_DB_NODES_MAX);
+            goto bad;
+        }
+        if (node_parse(h, (size_t)(hend - h), &out->nodes[out->nnodes], err, errlen) < 0)
+            goto bad;
+        out->nnodes++;
+        if (comma && comma + 1 == slash) {
+            snprintf(err, errlen, "database URL has an empty server after ','");
+            goto bad;
+        }
+        h = comma ? comma + 1 : slash;
+    }
+    if (out->nnodes == 0) {
         snprintf(err, errlen, "database URL has no host");
         goto bad;
     }
-    memcpy(hostport, at + 1, hpl);
-    hostport[hpl] = '\0';
-    char hostbuf[256];
-    unsigned port = 0;
-    /* HOST[:PORT] or [V6][:PORT]: the brackets are not part of the host, and a
-     * host with a colon (IPv6) must be in them. */
-    const char *rb = hostport[0] == '[' ? strchr(hostport, ']') : NULL;
-    if (hostport[0] == '[' && (!rb || rb == hostport + 1 || (rb[1] && rb[1] != ':') ||
-                               strchr(hostport + 1, '['))) {
-        snprintf(err, errlen, "database URL has a bad host '%s'", hostport);
-        goto bad;
-    }
-    if (rb ? rb[1] == ':' : strchr(hostport, ':') != NULL) {
-        if (dsp_hostport_parse(hostport, hostbuf, sizeof hostbuf, &port) < 0 || port == 0) {
-            snprintf(err, errlen, "database URL has a bad port in '%s'", hostport);
-            goto bad;
-        }
-        if (!rb && strchr(hostbuf, ':')) {
-            snprintf(err, errlen, "database URL: put an IPv6 host in brackets, as in [::1]:3306");
-            goto bad;
-        }
-        out->host = strdup(hostbuf);
-    } else if (rb) {
-        out->host = dup_range(hostport + 1, (size_t)(rb - hostport - 1));
-    } else {
-        out->host = strdup(hostport);
-    }
-    out->port = port;
+    out->host = out->nodes[0].host;
+    out->port = out->nodes[0].port;
+    unsigned port = out->port;
 
     const char *q = strchr(slash, '?');
     out->dbname = dup_range(slash + 1, (size_t)((q ? q : slash + strlen(slash)) - slash - 1));
@@ -305,6 +336,10 @@ int dsp_db_url_parse(const char *url, dsp_db_url *out, char *err, size_t errlen)
     if (q) {
         if (strncmp(q + 1, "socket=", 7) != 0 || !q[8]) {
             snprintf(err, errlen, "database URL: the only parameter understood is ?socket=PATH");
+            goto bad;
+        }
+        if (out->nnodes > 1) {
+            snprintf(err, errlen, "database URL: ?socket= names one server; a list of servers is reached over TCP");
             goto bad;
         }
         if (!port) /* docs/taskpushd.md: a URL with a port always connects over TCP */

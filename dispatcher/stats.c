@@ -146,6 +146,8 @@ void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
     DSP_DB_COUNTERS(X)
 #undef X
     snap->sql_dialect = dbc.sql_dialect;
+    snap->node_host = dbc.node_host;
+    snap->node_port = dbc.node_port;
     snap->pending_writes = srv->outbox.n + dsp_db_pending_writes(srv->db);
     snap->pending_write_bytes = srv->outbox.bytes + dsp_db_pending_write_bytes(srv->db);
     snap->hist = srv->stats.hist;
@@ -293,6 +295,10 @@ json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
     json_object_set_new(db, "pending_writes", json_integer((json_int_t)snap->pending_writes));
     json_object_set_new(db, "pending_write_bytes", json_integer((json_int_t)snap->pending_write_bytes));
     json_object_set_new(db, "sql_dialect", json_string(snap->sql_dialect ? snap->sql_dialect : "auto"));
+    if (snap->node_host) { /* the server of --db in use; its port, 0: the default */
+        json_object_set_new(db, "node", json_string(snap->node_host));
+        json_object_set_new(db, "node_port", json_integer(snap->node_port));
+    }
     json_t *settings = json_object();
     dsp_config_each(snap->cfg, add_setting, settings);
 

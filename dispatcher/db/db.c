@@ -328,6 +328,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     atomic_init(&db->leader, false);
     atomic_init(&db->epoch, 0);
     atomic_init(&db->sql_dialect_seen, DSP_SQL_DIALECT_AUTO);
+    atomic_init(&db->node, 0);
 
     mu_ok = pthread_mutex_init(&db->mu, NULL) == 0;
     if (pthread_condattr_init(&ca) == 0) {
@@ -668,6 +669,11 @@ void dsp_db_counters_get(dsp_db *db, dsp_db_counters *out)
     out->leader = atomic_load(&db->leader);
     out->epoch = atomic_load(&db->epoch);
     out->sql_dialect = dsp_sql_dialect_name(atomic_load(&db->sql_dialect_seen));
+    if (db->opts.url && db->opts.url->nnodes > 0) {
+        const dsp_db_node *n = &db->opts.url->nodes[atomic_load(&db->node) % db->opts.url->nnodes];
+        out->node_host = n->host;
+        out->node_port = n->port;
+    }
     pthread_mutex_lock(&db->mu);
     out->connected = db->healthy;
     pthread_mutex_unlock(&db->mu);

@@ -278,13 +278,25 @@ typedef struct dsp_db_callbacks {
 } dsp_db_callbacks;
 
 /* A parsed mysql:// URL. Strings are owned by the struct (dsp_db_url_clear, config.h). */
+#define DSP_DB_NODES_MAX 16 /* servers one --db may list */
+
+/* One server of --db's list. */
+typedef struct dsp_db_node {
+    char *host;
+    unsigned port; /* 0: none given (the client's default, 3306) */
+} dsp_db_node;
+
 typedef struct dsp_db_url {
     char *user;
     char *password; /* NULL when none */
-    char *host;
-    unsigned port;  /* 0: none given */
-    char *socket;   /* NULL unless ?socket= and no port */
+    char *host;     /* the first node's (owned by nodes[0]) */
+    unsigned port;  /* the first node's; 0: none given */
+    char *socket;   /* NULL unless ?socket=, no port and one node */
     char *dbname;
+    /* HOST1:PORT1,HOST2:PORT2,...: the servers of one replicated database, in the order
+     * taskpushd tries them (docs/replication.md); one for a plain URL. */
+    size_t nnodes;
+    dsp_db_node nodes[DSP_DB_NODES_MAX];
 } dsp_db_url;
 
 /* Which SQL the database threads send (--sql-dialect). MariaDB's has INSERT ... RETURNING;
@@ -342,7 +354,9 @@ typedef struct dsp_db_options {
     X(submit_batches, "submit_batches_total", "db_submit_batches_total", 1,                   \
       "submission transactions committed")                                                    \
     X(claim_skipped, "claim_skipped_locked_total", "db_claim_skipped_locked_total", 1,        \
-      "rows a claim found locked by another transaction (or changed) and skipped")
+      "rows a claim found locked by another transaction (or changed) and skipped")           \
+    X(node_moves, "node_moves_total", "db_node_moves_total", 1,                               \
+      "moves to the next server of --db's list (one died, hung or left its cluster)")
 
 #define DSP_DB_STATS_FIELD(field, key, metric, divisor, help) uint64_t field;
 
@@ -359,6 +373,8 @@ typedef struct dsp_db_counters {
     uint32_t epoch;
     const char *sql_dialect; /* the dialect in use: "mysql" or "mariadb"; "auto" until the
                               * first connection told (a static string) */
+    const char *node_host;   /* the server of --db in use (the URL's string) and its port, */
+    unsigned node_port;      /* 0 when the URL gave none */
 } dsp_db_counters;
 
 /* Returns NULL on allocation failure. Nothing runs before dsp_db_start. */

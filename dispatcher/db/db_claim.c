@@ -2137,7 +2137,10 @@ static enum claim_state claim_step(struct claim_ctx *x)
             x->serve_since = dsp_now_ms();
         break;
     case CLAIM_SERVE:
-        if (!claim_may_lead(x))
+        if (dsp_dbi_conn_stale(&x->c)) { /* between claims: off to the server in use */
+            claim_drop(x);
+            next = CLAIM_CONNECT;
+        } else if (!claim_may_lead(x))
             next = claim_step_down(x);
         else if (dsp_now_ms() >= x->next_recover)
             next = claim_recover_again(x);

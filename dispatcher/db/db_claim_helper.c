@@ -177,6 +177,8 @@ static void *half_main(void *arg)
     mysql_thread_init();
     pthread_mutex_lock(&h->mu);
     while (!h->exit) {
+        if (dsp_dbi_conn_stale(&h->c))
+            dsp_dbi_conn_close(&h->c); /* off to the server in use */
         if (h->c.m == NULL && !h->wanted) {
             pthread_cond_wait(&h->cv, &h->mu);
             continue;

@@ -237,6 +237,50 @@ static int conn_dialect(dsp_db *db, MYSQL *m)
     return d;
 }
 
+bool dsp_dbi_conn_stale(const struct dbconn *c)
+{
+    return c->m != NULL && c->db->opts.url->nnodes > 1 && c->node != atomic_load(&c->db->node);
+}
+
+/* The server node of --db's list failed (why, for the log): every connection moves to
+ * the next one. Only the first of the threads that saw node fail moves it. */
+static void node_failed(dsp_db *db, unsigned node, const char *why)
+{
+    const dsp_db_url *u = db->opts.url;
+    unsigned next = (node + 1) % (unsigned)u->nnodes;
+
+    if (!atomic_compare_exchange_strong(&db->node, &node, next))
+        return;
+    atomic_fetch_add(&db->node_moves, 1);
+    log_warn(db->log, "database server %s:%u %s; moving to %s:%u", u->nodes[node].host,
+             u->nodes[node].port ? u->nodes[node].port : 3306, why, u->nodes[next].host,
+             u->nodes[next].port ? u->nodes[next].port : 3306);
+}
+
+/* A Galera node serves only when synced (wsrep_local_state 4: not joining, donating,
+ * or out of the primary component); a server without wsrep has no such status. 0: it
+ * may serve; -1: it may not, or the connection failed (c->err). */
+static int node_serves(struct dbconn *c, char *why, size_t cap)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int rc = 0;
+
+    atomic_fetch_add_explicit(&c->db->statements, 1, memory_order_relaxed);
+    if (mysql_query(c->m, "SHOW STATUS LIKE 'wsrep_local_state'") != 0 ||
+        (res = mysql_store_result(c->m)) == NULL) {
+        c->err = mysql_errno(c->m);
+        snprintf(why, cap, "failed: %s (error %u)", mysql_error(c->m), c->err);
+        return -1;
+    }
+    if ((row = mysql_fetch_row(res)) != NULL && row[1] != NULL && strcmp(row[1], "4") != 0) {
+        snprintf(why, cap, "is not synced with its cluster (wsrep_local_state %.8s)", row[1]);
+        rc = -1;
+    }
+    mysql_free_result(res);
+    return rc;
+}
+
 /* Opens the connection and sets the session up; want_packet reads max_allowed_packet
  * into c->stmt_limit. Returns 0 or -1 (logged). */
 int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
@@ -245,7 +289,9 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
     const dsp_db_url *u = db->opts.url;
     unsigned int connect_to = CONNECT_TIMEOUT_S, rw_to = c->rw_timeout_s ? c->rw_timeout_s : RW_TIMEOUT_S,
                  proto;
-    unsigned port = 0;
+    unsigned node = u->nnodes > 1 ? atomic_load(&db->node) % (unsigned)u->nnodes : 0;
+    const char *host = u->nnodes ? u->nodes[node].host : u->host;
+    unsigned port = 0, node_port = u->nnodes ? u->nodes[node].port : u->port;
     const char *sock = NULL;
     uint64_t packet;
     bool isnull;
@@ -264,17 +310,17 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
      * deprecation warning with libmysqlclient 8): a silent reconnect would drop the
      * leadership lock and the session settings. We reconnect ourselves. */
     mysql_options(m, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-    if (u->port) {
-        /* A port means TCP, even to localhost. */
+    if (node_port || u->nnodes > 1) {
+        /* A port means TCP, even to localhost; so does a list of servers. */
         proto = MYSQL_PROTOCOL_TCP;
-        port = u->port;
+        port = node_port;
         mysql_options(m, MYSQL_OPT_PROTOCOL, &proto);
     } else if (u->socket) {
         proto = MYSQL_PROTOCOL_SOCKET;
         sock = u->socket;
         mysql_options(m, MYSQL_OPT_PROTOCOL, &proto);
     }
-    if (mysql_real_connect(m, u->host, u->user, u->password, u->dbname, port, sock, c->client_flag) ==
+    if (mysql_real_connect(m, host, u->user, u->password, u->dbname, port, sock, c->client_flag) ==
         NULL) {
         c->err = mysql_errno(m);
         snprintf(c->errtext, sizeof c->errtext, "%s", mysql_error(m));
@@ -284,14 +330,27 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
             log_debug(db->log, "%s connection: %s (error %u)", c->who, mysql_error(m), c->err);
         else if (!c->down_logged)
             log_warn(db->log, "%s connection to %s: %s (error %u); retrying with backoff", c->who,
-                     u->host ? u->host : "(default)", mysql_error(m), c->err);
+                     host ? host : "(default)", mysql_error(m), c->err);
         else
             log_debug(db->log, "%s connection: %s (error %u)", c->who, mysql_error(m), c->err);
         c->down_logged = true;
+        if (u->nnodes > 1 && !dsp_dbi_error_is_config(c->err)) {
+            char why[320];
+            snprintf(why, sizeof why, "refused a connection: %.200s (error %u)", mysql_error(m), c->err);
+            node_failed(db, node, why);
+        }
         mysql_close(m);
         return -1;
     }
     c->m = m;
+    c->node = node;
+    if (u->nnodes > 1) {
+        char why[320];
+        if (node_serves(c, why, sizeof why) < 0) {
+            node_failed(db, node, why);
+            goto fail;
+        }
+    }
     c->mysql = conn_dialect(db, m) == DSP_SQL_DIALECT_MYSQL;
 
     /* READ COMMITTED, although REPEATABLE READ measured 20-40 % faster for claims on

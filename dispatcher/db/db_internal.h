@@ -236,7 +236,7 @@ struct dsp_db {
 
     _Atomic uint64_t statements, claims, claimed_rows, claim_us_total, write_batches,
         reconnects, retention_deleted, orphans_recovered, submitted_rows, submit_duplicates,
-        submit_batches, claim_skipped;
+        submit_batches, claim_skipped, node_moves;
 
     struct dsp_submitter *sub; /* the submit thread and the waited-for tasks (db_submit.c) */
     _Atomic bool leader;
@@ -245,6 +245,9 @@ struct dsp_db {
     /* The dialect the last connection opened with (enum dsp_sql_dialect; AUTO before the
      * first): logged when it changes, shown in /stats (dsp_dbi_conn_open). */
     _Atomic int sql_dialect_seen;
+    /* --db's server in use (an index in its list): every connection opens there, and
+     * moves on together when it dies, hangs or leaves the primary component. */
+    atomic_uint node;
 };
 
 /* ---- one connection ---- */
@@ -267,6 +270,7 @@ struct dbconn {
     bool quiet;                /* its owner reports a streak of failures: statement errors
                                 * and reconnects logged at debug, not once per retry */
     bool mysql;                /* this connection sends MySQL's dialect (set at open) */
+    unsigned node;             /* the index in --db's server list it was opened on */
 };
 
 /* ---- db.c: messages to the loop ---- */
@@ -305,6 +309,9 @@ int dsp_dbi_exec_blob(struct dbconn *c, const char *sql, size_t sql_len, const u
 int dsp_dbi_query_u64(struct dbconn *c, const char *sql, uint64_t *out, bool *isnull,
                       unsigned quiet_err);
 void dsp_dbi_conn_close(struct dbconn *c);
+/* With several servers in --db: true when c is open on another server than the one in
+ * use now (its owner closes it between transactions, and opens it again there). */
+bool dsp_dbi_conn_stale(const struct dbconn *c);
 int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet);
 
 /* ---- db_lease.c: the table's lease ---- */

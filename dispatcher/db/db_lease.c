@@ -657,6 +657,8 @@ static int64_t lease_step(struct lease_ctx *x)
     bool held, want;
     int rc = 0;
 
+    if (dsp_dbi_conn_stale(&x->c))
+        dsp_dbi_conn_close(&x->c); /* off to the server in use */
     if (x->c.m == NULL && lease_connect(x) < 0)
         return dsp_dbi_backoff_next(&x->c);
     pthread_mutex_lock(&db->mu);

@@ -263,6 +263,8 @@ static void sched_tick(struct sched_ctx *x)
     bool round = lead && now >= x->next_round, list = now >= x->next_list;
     if (!round && !list)
         return;
+    if (dsp_dbi_conn_stale(&x->c))
+        dsp_dbi_conn_close(&x->c); /* off to the server in use */
     if (!x->c.m) {
         if (now < x->next_connect)
             return;

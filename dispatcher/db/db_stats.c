@@ -72,6 +72,8 @@ static void stats_drop(struct stats_ctx *x)
  * tries at once whatever the backoff. */
 static int stats_connect(struct stats_ctx *x, bool now)
 {
+    if (dsp_dbi_conn_stale(&x->c))
+        dsp_dbi_conn_close(&x->c); /* off to the server in use */
     if (x->c.m)
         return 0;
     if (!now && dsp_now_ms() < x->next_connect)

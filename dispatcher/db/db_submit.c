@@ -876,6 +876,8 @@ static void drop_waiters(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
 /* Opens the connection when it is down and its backoff has passed. Returns 0 or -1. */
 static int ensure_conn(struct sub_ctx *x)
 {
+    if (dsp_dbi_conn_stale(&x->c))
+        dsp_dbi_conn_close(&x->c); /* off to the server in use */
     if (x->c.m != NULL)
         return 0;
     if (dsp_now_ms() < x->next_connect)

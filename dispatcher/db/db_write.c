@@ -744,6 +744,8 @@ static void write_batch(struct write_ctx *w)
     acks_begin(w);
     write_prepare(w, &left);
     while (left > 0) {
+        if (dsp_dbi_conn_stale(&w->c))
+            dsp_dbi_conn_close(&w->c); /* off to the server in use: each write commits alone */
         if (w->c.m == NULL) {
             if (write_past_deadline(db))
                 break;

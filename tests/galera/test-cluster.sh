@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # test-cluster: taskpushd on a private three-node Galera cluster (scripts/tp-galera):
-# the cluster forms, taskpushd --migrate makes the schema through node 1, taskpushd leads
-# on node 1 and drains tasks INSERTed on node 2 to a taskpush-worker, every row is
-# SUCCESSFUL as node 3 reads it (wsrep_sync_wait), and node 3 killed with -9 and started
-# again rejoins (IST) with every row. TAP output.
+# the cluster forms, taskpushd --migrate makes the schema through node 1, taskpushd given
+# the three nodes leads on node 1 and drains tasks INSERTed on node 2 to a
+# taskpush-worker, every row is SUCCESSFUL as node 3 reads it (wsrep_sync_wait); node 1
+# killed with -9 mid-drain: taskpushd moves to node 2 and every task still ends
+# SUCCESSFUL, each executed (the worker's records), the ones run twice printed; node 3
+# killed with -9 and started again rejoins (IST) with every row. TAP output.
 # Usage: test-cluster.sh SOURCE_ROOT TASKPUSHD TASKPUSH_WORKER
 set -u
 root=${1:?usage: test-cluster.sh SOURCE_ROOT TASKPUSHD TASKPUSH_WORKER}
@@ -44,6 +46,9 @@ sql() { # sql NODE STATEMENTS: as the test user, on node NODE (1-based), over TC
   mariadb --no-defaults -h "${hp%:*}" -P "${hp#*:}" -u "$TASKPUSH_TEST_GALERA_USER" -N -B -e "$2"
 }
 db="mysql://$TASKPUSH_TEST_GALERA_USER@${nodes[0]}/tp"
+db_all="mysql://$TASKPUSH_TEST_GALERA_USER@$TASKPUSH_TEST_GALERA_NODES/tp"
+records="$work/executed.txt"
+: >"$records"
 
 check "three nodes in the primary component" \
   test "$(sql 1 "SHOW STATUS LIKE 'wsrep_cluster_size'" | cut -f2)" = 3
@@ -53,13 +58,19 @@ check "taskpushd --migrate makes the schema through node 1" \
 check "the schema is on node 3" \
   test "$(sql 3 "SET SESSION wsrep_sync_wait = 1; SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'tp' AND TABLE_NAME = 'task'")" = 1
 
-"$taskpushd" --db "$db" --listen 127.0.0.1:0 --admin 127.0.0.1:0 --poll-ms 20 \
+"$taskpushd" --db "$db_all" --listen 127.0.0.1:0 --admin 127.0.0.1:0 --poll-ms 20 \
   --ready-file "$work/ready.json" 2>"$work/taskpushd.log" &
 pids+=($!)
 for _ in $(seq 1 300); do [ -s "$work/ready.json" ] && break; sleep 0.1; done
-listen=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["listen"])' "$work/ready.json" 2>/dev/null)
+ready() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$work/ready.json" "$1" 2>/dev/null; }
+listen=$(ready listen)
+admin=$(ready admin)
+stat() { # stat KEY: db.KEY of /stats
+  python3 -c 'import json,sys,urllib.request
+print(json.load(urllib.request.urlopen("http://%s/stats" % sys.argv[1], timeout=5))["db"].get(sys.argv[2]))' "$admin" "$1" 2>/dev/null
+}
 check "taskpushd is up on node 1" test -n "$listen"
-"$worker" --connect "$listen" --type t --exec 'cat >/dev/null' --concurrency 8 2>"$work/worker.log" &
+"$worker" --connect "$listen" --type t --exec "cat >/dev/null; echo \$TASKPUSH_TASK_ID >>$records" --concurrency 8 2>"$work/worker.log" &
 pids+=($!)
 
 # The tasks come from node 2, as a producer on another node would insert them.
@@ -73,12 +84,46 @@ for _ in $(seq 1 600); do
 done
 check "all $tasks tasks SUCCESSFUL as node 3 reads them (got $done_rows)" test "$done_rows" = "$tasks"
 
+check "taskpushd uses node 1 (/stats db.node_port)" test "$(stat node_port)" = "${nodes[0]#*:}"
+
+# Node 1, the one taskpushd uses, killed with -9 while it drains a backlog.
+more=3000
+values=$(python3 -c "print(','.join(\"('t','p')\" for _ in range($more)))")
+sql 2 "INSERT INTO tp.task (task_type, payload) VALUES $values"
+for _ in $(seq 1 600); do
+  [ "$(wc -l <"$records")" -ge $((tasks + 300)) ] && break
+  sleep 0.05
+done
+"$root/scripts/tp-galera" node "$cluster" 1 kill
+t0=$(date +%s%N)
+total=$((tasks + more))
+done_rows=0
+for _ in $(seq 1 1200); do
+  done_rows=$(sql 2 "SET SESSION wsrep_sync_wait = 1; SELECT COUNT(*) FROM tp.task WHERE task_state = 2")
+  [ "$done_rows" = "$total" ] && break
+  sleep 0.1
+done
+echo "# all SUCCESSFUL $(( ($(date +%s%N) - t0) / 1000000 )) ms after the kill of node 1"
+check "after the kill -9 of node 1 all $total tasks SUCCESSFUL (got $done_rows)" test "$done_rows" = "$total"
+check "taskpushd moved to node 2 (/stats db.node_port, node_moves_total)" \
+  test "$(stat node_port)" = "${nodes[1]#*:}" -a "$(stat node_moves_total)" -ge 1
+executed=$(sort -u "$records" | wc -l)
+twice=$(( $(wc -l <"$records") - executed ))
+echo "# $executed distinct tasks executed, $twice executions were repeats"
+check "every task was executed" test "$executed" = "$total"
+check "repeats no more than a worker's slots and a result batch (<= 200)" test "$twice" -le 200
+grep -E "moving to|took the table|leading the table" "$work/taskpushd.log" | sed 's/^/# taskpushd: /' | head -n 10
+
+# Node 1 back (two nodes of three left: one more death would cost the quorum).
+check "node 1 killed with -9 starts again and rejoins" \
+  "$root/scripts/tp-galera" node "$cluster" 1 start 2>>"$work/start.log"
+
 "$root/scripts/tp-galera" node "$cluster" 3 kill
-sql 1 "INSERT INTO tp.task (task_type, payload) VALUES ('t', 'after')"
+sql 2 "INSERT INTO tp.task (task_type, payload) VALUES ('t', 'after')"
 check "node 3 killed with -9 starts again and rejoins" \
   "$root/scripts/tp-galera" node "$cluster" 3 start 2>>"$work/start.log"
 check "node 3 has every row after the rejoin" \
-  test "$(sql 3 "SET SESSION wsrep_sync_wait = 1; SELECT COUNT(*) FROM tp.task")" = $((tasks + 1))
+  test "$(sql 3 "SET SESSION wsrep_sync_wait = 1; SELECT COUNT(*) FROM tp.task")" = $((total + 1))
 check "node 3 caught up by IST, not a full copy" grep -q "IST received" "$cluster/node3/mysqld.err"
 if [ $fails -gt 0 ]; then
   tail -n 20 "$work/taskpushd.log" | sed 's/^/# taskpushd: /'

@@ -436,6 +436,43 @@ static void test_url_socket_only_without_port(void **state)
     dsp_db_url_clear(&u);
 }
 
+static void test_url_node_list(void **state)
+{
+    (void)state;
+    dsp_db_url u;
+    char err[256];
+    assert_int_equal(dsp_db_url_parse("mysql://bob:pw@n1:3306,[::1]:3307,n3/jobs", &u, err, sizeof err), 0);
+    assert_int_equal(u.nnodes, 3);
+    assert_string_equal(u.nodes[0].host, "n1");
+    assert_int_equal(u.nodes[0].port, 3306);
+    assert_string_equal(u.nodes[1].host, "::1");
+    assert_int_equal(u.nodes[1].port, 3307);
+    assert_string_equal(u.nodes[2].host, "n3");
+    assert_int_equal(u.nodes[2].port, 0);
+    assert_string_equal(u.host, "n1"); /* the first node, as a one-server URL has it */
+    assert_int_equal(u.port, 3306);
+    assert_string_equal(u.dbname, "jobs");
+    dsp_db_url_clear(&u);
+    assert_int_equal(dsp_db_url_parse("mysql://bob@one/jobs", &u, err, sizeof err), 0);
+    assert_int_equal(u.nnodes, 1);
+    dsp_db_url_clear(&u);
+
+    static const char *const bad[][2] = {
+        {"mysql://bob@n1,/jobs", "empty server"},
+        {"mysql://bob@,n1/jobs", "no host"},
+        {"mysql://bob@n1,,n2/jobs", "no host"},
+        {"mysql://bob@n1:1,n2:x/jobs", "bad port"},
+        {"mysql://bob@n1,n2/jobs?socket=/s", "names one server"},
+        {"mysql://bob@a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q/jobs", "more than 16"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_int_equal(dsp_db_url_parse(bad[i][0], &u, err, sizeof err), -1);
+        if (strstr(err, bad[i][1]) == NULL)
+            fail_msg("%s: '%s' does not say '%s'", bad[i][0], err, bad[i][1]);
+    }
+}
+
 static void test_url_rejects_malformed(void **state)
 {
     (void)state;
@@ -689,6 +726,7 @@ int main(void)
         cmocka_unit_test_setup(test_config_file_unknown_key, setup),
         cmocka_unit_test_setup(test_url_tcp_with_password_and_port, setup),
         cmocka_unit_test_setup(test_url_socket_only_without_port, setup),
+        cmocka_unit_test_setup(test_url_node_list, setup),
         cmocka_unit_test_setup(test_url_rejects_malformed, setup),
         cmocka_unit_test_setup(test_url_ipv6_host, setup),
         cmocka_unit_test_setup(test_config_file_long_line, setup),
