@@ -258,8 +258,8 @@ static void node_failed(dsp_db *db, unsigned node, const char *why)
 }
 
 /* A Galera node serves only when synced (wsrep_local_state 4: not joining, donating,
- * or out of the primary component); a server without wsrep has no such status. 0: it
- * may serve; -1: it may not, or the connection failed (c->err). */
+ * or out of the primary component); a server without wsrep has no such status.
+ * 1: a synced Galera node; 0: no Galera; -1: not synced, or the connection failed. */
 static int node_serves(struct dbconn *c, char *why, size_t cap)
 {
     MYSQL_RES *res;
@@ -273,9 +273,10 @@ static int node_serves(struct dbconn *c, char *why, size_t cap)
         snprintf(why, cap, "failed: %s (error %u)", mysql_error(c->m), c->err);
         return -1;
     }
-    if ((row = mysql_fetch_row(res)) != NULL && row[1] != NULL && strcmp(row[1], "4") != 0) {
-        snprintf(why, cap, "is not synced with its cluster (wsrep_local_state %.8s)", row[1]);
-        rc = -1;
+    if ((row = mysql_fetch_row(res)) != NULL && row[1] != NULL) {
+        rc = strcmp(row[1], "4") == 0 ? 1 : -1;
+        if (rc < 0)
+            snprintf(why, cap, "is not synced with its cluster (wsrep_local_state %.8s)", row[1]);
     }
     mysql_free_result(res);
     return rc;
@@ -344,12 +345,21 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
     }
     c->m = m;
     c->node = node;
-    if (u->nnodes > 1) {
+    {
         char why[320];
-        if (node_serves(c, why, sizeof why) < 0) {
-            node_failed(db, node, why);
+        int galera = node_serves(c, why, sizeof why);
+        if (galera < 0) {
+            if (u->nnodes > 1)
+                node_failed(db, node, why);
+            else
+                log_warn(db->log, "%s connection: database server %s", c->who, why);
             goto fail;
         }
+        /* On Galera a read sees what another node committed only after waiting for it:
+         * the lease's and the claims' reads (recovery too) must see the latest writes. */
+        bool reads_latest = c->who && (strncmp(c->who, "claim", 5) == 0 || strcmp(c->who, "lease") == 0);
+        if (galera == 1 && reads_latest && dsp_dbi_exec_str(c, "SET SESSION wsrep_sync_wait = 1") < 0)
+            goto fail;
     }
     c->mysql = conn_dialect(db, m) == DSP_SQL_DIALECT_MYSQL;
 
