@@ -125,6 +125,35 @@ check "node 3 killed with -9 starts again and rejoins" \
 check "node 3 has every row after the rejoin" \
   test "$(sql 3 "SET SESSION wsrep_sync_wait = 1; SELECT COUNT(*) FROM tp.task")" = $((total + 1))
 check "node 3 caught up by IST, not a full copy" grep -q "IST received" "$cluster/node3/mysqld.err"
+# Certification conflicts: a producer on node 3 keeps updating NEW rows (their payload)
+# while taskpushd, on node 2, claims them; a claim that loses fails its COMMIT (1213).
+status_sum() { # status_sum NODE: certification failures and brute-force aborts so far
+  sql "$1" "SHOW STATUS WHERE Variable_name IN ('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')" |
+    awk '{s += $2} END {print s + 0}'
+}
+conflicts0=$(( $(status_sum 2) + $(status_sum 3) ))
+: >"$records"
+burst=2000
+values=$(python3 -c "print(','.join(\"('t','p')\" for _ in range($burst)))")
+sql 3 "INSERT INTO tp.task (task_type, payload) VALUES $values"
+for _ in $(seq 1 200); do
+  sql 3 "UPDATE tp.task SET payload = 'q' WHERE task_state = 1 ORDER BY task_id DESC LIMIT 20" 2>/dev/null || true
+done
+total=$((total + 1 + burst))
+for _ in $(seq 1 1200); do
+  done_rows=$(sql 2 "SET SESSION wsrep_sync_wait = 1; SELECT COUNT(*) FROM tp.task WHERE task_state = 2")
+  [ "$done_rows" = "$total" ] && break
+  sleep 0.1
+done
+conflicts=$(( $(status_sum 2) + $(status_sum 3) - conflicts0 ))
+executed=$(sort -u "$records" | wc -l)
+twice=$(( $(wc -l <"$records") - executed ))
+echo "# certification failures and aborts during the burst: $conflicts; $executed tasks executed, $twice repeats"
+check "with a producer updating NEW rows on another node every task SUCCESSFUL (got $done_rows of $total)" \
+  test "$done_rows" = "$total"
+check "every task of the burst executed ($executed of $((burst + 1)))" test "$executed" -ge "$burst"
+check "repeats no more than a worker's slots and a result batch (<= 200)" test "$twice" -le 200
+
 if [ $fails -gt 0 ]; then
   tail -n 20 "$work/taskpushd.log" | sed 's/^/# taskpushd: /'
 fi
