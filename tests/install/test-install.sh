@@ -40,7 +40,7 @@ expect() { # KIND PATH
     l) [ -L "$p" ] && [ -e "$p" ] || fail "$2: not a symbolic link to an installed file" ;;
   esac
 }
-for p in taskpushd taskpush-worker taskpushctl taskpush-bench; do expect x "$bindir/$p"; done
+for p in taskpushd taskpush-worker taskpushctl taskpush-bench taskpush-adopt; do expect x "$bindir/$p"; done
 expect f "$libdir/libtaskpush.so.1.1.0"
 expect l "$libdir/libtaskpush.so.1"
 expect l "$libdir/libtaskpush.so"
