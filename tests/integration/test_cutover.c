@@ -70,10 +70,15 @@
 #define PRODUCE_SECONDS 5
 #define DRAIN_WAIT_MS 120000 /* a bound only: a hung poller fails the test */
 
+struct cut;
+
 struct fx {
     tp_testdb db;
     char dir[256];
+    struct cut *cut; /* the cut-over cases' processes, ended by teardown after a failure */
 };
+
+static void cut_free(struct cut *c);
 
 static const char *team_queue_path(void)
 {
@@ -170,6 +175,7 @@ static int teardown(void **state)
 {
     struct fx *fx = *state;
     char cmd[300];
+    cut_free(fx->cut);
     tp_testdb_drop(&fx->db);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", fx->dir);
     if (system(cmd) != 0)
@@ -457,6 +463,26 @@ static void stop_taskpush(struct cut *c)
     c->started = false;
 }
 
+/* Ends what a failed case left running (a mover --follow has no time bound) and frees c. */
+static void cut_free(struct cut *c)
+{
+    if (!c)
+        return;
+    pid_t pids[POLLERS + 2];
+    int n = 0;
+    for (int i = 0; i < POLLERS; i++)
+        pids[n++] = c->pollers[i];
+    pids[n++] = c->producer;
+    pids[n++] = c->mover;
+    for (int i = 0; i < n; i++)
+        if (pids[i] > 0) {
+            kill(pids[i], SIGTERM);
+            waitpid(pids[i], NULL, 0);
+        }
+    stop_taskpush(c);
+    free(c);
+}
+
 static void start_team(struct fx *fx, struct cut *c)
 {
     for (int i = 0; i < POLLERS; i++) {
@@ -584,7 +610,7 @@ static void test_cutover(void **state)
 {
     struct fx *fx = *state;
     tp_testdb *db = &fx->db;
-    struct cut *c = calloc(1, sizeof *c);
+    struct cut *c = fx->cut = calloc(1, sizeof *c);
     unsigned rows = rows_wanted();
     long long t0 = tp_mono_ms();
 
@@ -638,14 +664,13 @@ static void test_cutover(void **state)
     stop_taskpush(c);
     printf("# %u rows + %" PRIu64 " produced, cut over in %lld ms\n", rows, produced, tp_mono_ms() - t0);
     assert_exactly_once(db, c, rows + produced);
-    free(c);
 }
 
 static void test_rollback_halfway(void **state)
 {
     struct fx *fx = *state;
     tp_testdb *db = &fx->db;
-    struct cut *c = calloc(1, sizeof *c);
+    struct cut *c = fx->cut = calloc(1, sizeof *c);
     unsigned rows = rows_wanted() < ROLLBACK_ROWS_MAX ? rows_wanted() : ROLLBACK_ROWS_MAX;
     char out[OUT_MAX];
 
@@ -685,7 +710,6 @@ static void test_rollback_halfway(void **state)
     stop_pollers(c);
     stop_taskpush(c);
     assert_exactly_once(db, c, rows + produced);
-    free(c);
 }
 
 static void test_bad_flags(void **state)
