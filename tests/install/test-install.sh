@@ -41,7 +41,7 @@ expect() { # KIND PATH
     l) [ -L "$p" ] && [ -e "$p" ] || fail "$2: not a symbolic link to an installed file" ;;
   esac
 }
-for p in taskpushd taskpush-worker taskpushctl taskpush-bench; do expect x "$bindir/$p"; done
+for p in taskpushd taskpush-worker taskpushctl taskpush-bench taskpush-adopt; do expect x "$bindir/$p"; done
 expect f "$libdir/libtaskpush.so.1.1.0"
 expect l "$libdir/libtaskpush.so.1"
 expect l "$libdir/libtaskpush.so"
@@ -52,6 +52,7 @@ expect f "$mandir/man1/taskpush-worker.1"
 expect f "$mandir/man1/taskpushctl.1"
 expect f "$mandir/man1/taskpush-bench.1"
 expect f "$mandir/man7/taskpush.7"
+expect f "$mandir/man1/taskpush-adopt.1"
 expect f "$sysconfdir/taskpush/taskpushd.conf"
 expect f "$unitdir/taskpushd.service"
 expect f "$unitdir/taskpush-worker@.service"

@@ -41,8 +41,8 @@ holds_not() { # PACKAGE REGEX: no path of the package matches
   [ -z "$hit" ] || fail "$1 holds $hit"
 }
 
-holds taskpushd /usr/bin/taskpushd /usr/bin/taskpushctl \
-  /etc/taskpush/taskpushd.conf /lib/systemd/system/taskpushd.service \
+holds taskpushd /usr/bin/taskpushd /usr/bin/taskpushctl /usr/bin/taskpush-adopt \
+  /usr/share/man/man1/taskpush-adopt.1.gz /etc/taskpush/taskpushd.conf /lib/systemd/system/taskpushd.service \
   /usr/lib/sysusers.d/taskpush.conf /usr/share/man/man8/taskpushd.8.gz \
   /usr/share/man/man1/taskpushctl.1.gz \
   /usr/share/man/man7/taskpush.7.gz /usr/share/taskpush/sql/schema.sql \
