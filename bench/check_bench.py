@@ -212,9 +212,11 @@ def cut(prog):
     # A claim still running past the cut is interrupted: with the last row locked
     # throughout (hidden --hold-row), every CAS client ends up waiting for it in its
     # UPDATE (InnoDB waits 50 s, and the wait is retried), so the run ends only because
-    # the bench interrupts those UPDATEs; the row stays NEW and the run verifies.
+    # the bench interrupts those UPDATEs; the row stays NEW and the run verifies. The cut
+    # comes after 5 s, time enough for the other 399 rows on a loaded machine (1 s was
+    # not, with two test suites beside it: 366 done).
     rc, lines, _ = run(prog, ["--design", "cas", "--k", "4", "--n-poll", "400",
-                              "--poll-seconds", "1", "--repeat", "1", "--json-only",
+                              "--poll-seconds", "5", "--repeat", "1", "--json-only",
                               "--hold-row"], timeout=170)
     res = [r for r in lines if r.get("kind") == "run"]
     r = res[0] if len(res) == 1 else {}

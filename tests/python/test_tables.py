@@ -147,7 +147,9 @@ class Tables(unittest.TestCase):
         self.assertEqual(self.count(f"task_id IN ({ids}) AND result = CONCAT('py:', payload)"), 10)
 
         # taskpushctl: every command on jobs.
-        tplib.wait_for(lambda: d.json("/stats").get("table", {}).get("valid") is True, "the table figures")
+        # The figures are read every --table-stats-ms: wait for a reading made after the drain.
+        tplib.wait_for(lambda: d.json("/stats").get("table", {}).get("by_state", {}).get("successful") == total,
+                       "the table figures after the drain")
         stats = self.ctl(d, "stats")
         self.assertRegex(stats, r"(?m)^task table  jobs$")
         self.assertRegex(stats, rf"(?m)^table +0 new .*\n +{total} successful")
