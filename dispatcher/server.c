@@ -1036,6 +1036,8 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         return -1;
     if (dsp_admin_init(srv, admin, sizeof admin) < 0)
         return -1;
+    snprintf(srv->listen_bound, sizeof srv->listen_bound, "%s", listen);
+    snprintf(srv->admin_bound, sizeof srv->admin_bound, "%s", admin);
     log_info(&srv->log, "taskpushd %s: workers on %s, admin on %s%s, scheduler %s", TASKPUSH_VERSION,
              listen, admin, srv->tls ? " (both TLS)" : "", dsp_sched_policy_name(cfg->scheduler));
     warn_open_ports(srv, listen, admin);

@@ -122,6 +122,10 @@ struct dsp_server {
         bool loopback;             /* it listens on loopback only: Host is checked */
     } admin;
 
+    /* The two ports as bound (port 0 resolved), for the answers to a peer at the wrong
+     * one (conn.c, admin_http.c). */
+    char listen_bound[300], admin_bound[300];
+
     /* Operator state: pause, drain (the admin port's and SIGTERM's), requeue (server.c's
      * operator requests). */
     struct {
