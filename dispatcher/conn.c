@@ -1,6 +1,7 @@
 #include "conn.h"
 
 #include "utf8.h"
+#include "stats.h"
 #include "frame_reader.h"
 #include "proto.h"
 #include "tls.h"
@@ -357,6 +358,8 @@ void dsp_conn_free(dsp_conn *c)
     dsp_conn_submit_closed(c);
     submit_budget_leave(c);
     dsp_inv_conn_freed(c);
+    if (c->name) /* past HELLO: its name's /metrics series goes on */
+        dsp_stats_worker_left(srv, c->name, c->completed_total, dsp_now_ms());
     if (c->state == DSP_CONN_ACTIVE)
         dsp_dispatch_worker_left(srv, c, c->refund);
     for (dsp_zombie *z = c->zombies, *next; z; z = next) {

@@ -1091,6 +1091,7 @@ void dsp_server_free(dsp_server *srv)
     if (srv->db)
         dsp_db_free(srv->db);
     dsp_admin_http_free(srv);
+    dsp_stats_worker_totals_free(srv);
     if (srv->accept.listener)
         evconnlistener_free(srv->accept.listener);
     dsp_tls_free(srv->tls);

@@ -126,6 +126,14 @@ struct dsp_server {
      * one (conn.c, admin_http.c). */
     char listen_bound[300], admin_bound[300];
 
+    /* Tasks finished on the connections of workers that left, by /metrics label
+     * (stats.c): a worker's counter goes on across its reconnects, one series per name.
+     * At most DSP_WORKER_NAMES_MAX names; past that the one gone longest is dropped. */
+    struct {
+        struct dsp_worker_total *v;
+        size_t n;
+    } worker_totals;
+
     /* Operator state: pause, drain (the admin port's and SIGTERM's), requeue (server.c's
      * operator requests). */
     struct {

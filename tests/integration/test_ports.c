@@ -16,6 +16,9 @@
  *   http_worker_port    an HTTP request on the worker port is answered 400 with where
  *                       the admin port is; 200 of them are logged rate-limited; the
  *                       admin port still serves HTTP and the worker port workers
+ *   metrics_reconnects  (item 7) the series /metrics showed over 101 sessions of one
+ *                       worker are those of the first (they were labelled by
+ *                       connection id: 3 new ones a reconnect); taskpush_build_info
  *
  * The 2 s and 3 s bounds: each thing timed is immediate when it works (a refused connect,
  * an answer to the first bytes), a few ms measured; without the change each lasted 5 s or
@@ -272,6 +275,92 @@ static void http_worker_port(void **state)
     assert_true(is_id_line(out));
 }
 
+/* The series of /metrics (lines that are not comments), and whether it has needle. */
+static int series_count(const struct fx *fx, const char *needle, bool *has)
+{
+    char *text = NULL;
+    assert_int_equal(tp_http_request(fx->d.admin, "GET", "/metrics", &text), 200);
+    int n = 0;
+    for (const char *p = text; *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p))
+        n += *p != '#' && *p != '\n';
+    *has = strstr(text, needle) != NULL;
+    free(text);
+    return n;
+}
+
+/* The series seen so far: each line's name and labels, without its value. */
+struct series_set {
+    char **v;
+    size_t n, cap;
+};
+
+static void series_add(struct series_set *set, const char *text)
+{
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, "\n");
+        const char *sp = memchr(p, ' ', len);
+        if (*p != '#' && sp) {
+            size_t k = (size_t)(sp - p), i = 0;
+            while (i < set->n && !(strlen(set->v[i]) == k && memcmp(set->v[i], p, k) == 0))
+                i++;
+            if (i == set->n) {
+                if (set->n == set->cap) {
+                    set->cap = set->cap ? set->cap * 2 : 256;
+                    set->v = realloc(set->v, set->cap * sizeof *set->v);
+                    assert_non_null(set->v);
+                }
+                set->v[set->n++] = strndup(p, k);
+            }
+        }
+        p += len + (p[len] == '\n');
+    }
+}
+
+/* One session of worker "host-a": HELLO, WELCOME, a scrape of /metrics while it is
+ * connected (its series are there), close. */
+static void session_scraped(const struct fx *fx, struct series_set *set)
+{
+    int fd = tp_raw_connect(fx->d.listen, 5);
+    assert_true(fd >= 0);
+    assert_int_equal(tp_raw_hello(fd, "host-a", 6, "t"), 0);
+    uint8_t buf[4096];
+    assert_true(tp_raw_read_frame(fd, buf, sizeof buf) > 0);
+    assert_int_equal(buf[0], PROTO_WELCOME);
+    char *text = NULL;
+    assert_int_equal(tp_http_request(fx->d.admin, "GET", "/metrics", &text), 200);
+    assert_non_null(strstr(text, "{worker=\"host-a\""));
+    series_add(set, text);
+    free(text);
+    close(fd);
+}
+
+/* What Prometheus keeps is every series it ever scraped: with the connection id as a
+ * label, each reconnect added new ones. Scraped during each of 101 sessions, the
+ * series of the first are all there is. */
+static void metrics_reconnects(void **state)
+{
+    struct fx *fx = *state;
+    bool valid = false;
+    for (long long end = tp_mono_ms() + 30000; !valid && tp_mono_ms() < end; tp_sleep_ms(50))
+        series_count(fx, "taskpush_table_stats_valid 1", &valid);
+    assert_true(valid);
+    struct series_set set = {0};
+    session_scraped(fx, &set);
+    size_t first = set.n;
+    for (int i = 0; i < 100; i++)
+        session_scraped(fx, &set);
+    printf("# /metrics series: %zu in the first session, %zu seen over 101\n", first, set.n);
+    for (size_t i = first; i < set.n && i < first + 10; i++)
+        printf("# new: %s\n", set.v[i]);
+    assert_int_equal(set.n, first);
+    for (size_t i = 0; i < set.n; i++)
+        free(set.v[i]);
+    free(set.v);
+    bool has = false;
+    series_count(fx, "taskpush_build_info{version=\"" TASKPUSH_VERSION "\"} 1\n", &has);
+    assert_true(has);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -280,6 +369,7 @@ int main(void)
         cmocka_unit_test(ctl_general_options),
         cmocka_unit_test(worker_admin_port),
         cmocka_unit_test(http_worker_port),
+        cmocka_unit_test(metrics_reconnects),
     };
     return cmocka_run_group_tests_name("ports", tests, group_setup, group_teardown);
 }
