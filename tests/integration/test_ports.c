@@ -13,6 +13,8 @@
  *   worker_admin_port   taskpush-worker (libtaskpush) at the admin port logs that it is
  *                       the admin port within 3 s (not a 5 s handshake timeout), and
  *                       taskpushd logs a worker at its admin port
+ *   worker_http_server  libtaskpush says "an HTTP server answered" of any HTTP server's
+ *                       answer to its HELLO, within 3 s
  *   http_worker_port    an HTTP request on the worker port is answered 400 with where
  *                       the admin port is; 200 of them are logged rate-limited; the
  *                       admin port still serves HTTP and the worker port workers
@@ -193,12 +195,11 @@ static bool file_has(const char *path, const char *needle, long long deadline_ms
     return false;
 }
 
-static void worker_admin_port(void **state)
+/* Runs taskpush-worker --connect at; true when its log has needle within bound_ms. */
+static bool worker_says(const char *at, const char *needle, long long bound_ms, const char *also)
 {
-    struct fx *fx = *state;
     char log_path[128];
     snprintf(log_path, sizeof log_path, "/tmp/tp-ports-worker-%d.log", (int)getpid());
-    int before = tp_daemon_log_count(&fx->d, "a worker connected to the admin port");
     long long start = tp_mono_ms();
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -208,23 +209,64 @@ static void worker_admin_port(void **state)
             _exit(126);
         dup2(e, 1);
         dup2(e, 2);
-        execl(tp_build_path("worker-client/taskpush-worker"), "taskpush-worker", "--connect", fx->d.admin,
-              "--type", "t", "--exec", "true", (char *)NULL);
+        execl(tp_build_path("worker-client/taskpush-worker"), "taskpush-worker", "--connect", at, "--type", "t",
+              "--exec", "true", (char *)NULL);
         _exit(127);
     }
-    bool said = file_has(log_path, "admin HTTP port", start + WORKER_BOUND_MS);
+    bool said = file_has(log_path, needle, start + bound_ms);
     long long ms = tp_mono_ms() - start;
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    bool named = file_has(log_path, fx->d.admin, 0);
+    bool named = !also || file_has(log_path, also, 0);
     unlink(log_path);
-    printf("# the worker's log named the admin port after %lld ms\n", ms);
-    assert_true(said);
-    assert_true(named);
+    printf("# the worker's log said \"%s\" after %lld ms\n", needle, ms);
+    return said && named;
+}
+
+static void worker_admin_port(void **state)
+{
+    struct fx *fx = *state;
+    int before = tp_daemon_log_count(&fx->d, "a worker connected to the admin port");
+    assert_true(worker_says(fx->d.admin, "admin HTTP port", WORKER_BOUND_MS, fx->d.admin));
     bool logged = false;
     for (long long end = tp_mono_ms() + 2000; !logged && tp_mono_ms() < end; tp_sleep_ms(20))
         logged = tp_daemon_log_count(&fx->d, "a worker connected to the admin port") > before;
     assert_true(logged);
+}
+
+/* libtaskpush recognises any HTTP server's answer to its HELLO ("HTTP/" where a length
+ * should be), not only taskpushd's admin port. */
+static void worker_http_server(void **state)
+{
+    (void)state;
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(ls >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(ls, 8), 0);
+    assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+    pid_t srv = fork();
+    assert_true(srv >= 0);
+    if (srv == 0) {
+        static const char ans[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+        for (;;) {
+            int c = accept(ls, NULL, NULL);
+            if (c >= 0) {
+                if (send(c, ans, sizeof ans - 1, MSG_NOSIGNAL) < 0) {
+                    /* the worker went: the next */
+                }
+                close(c);
+            }
+        }
+    }
+    close(ls);
+    char at[64];
+    snprintf(at, sizeof at, "127.0.0.1:%u", ntohs(sa.sin_port));
+    bool said = worker_says(at, "an HTTP server answered", WORKER_BOUND_MS, NULL);
+    kill(srv, SIGKILL);
+    waitpid(srv, NULL, 0);
+    assert_true(said);
 }
 
 /* Sends an HTTP request to the worker port; returns what came back (up to EOF). */
@@ -368,6 +410,7 @@ int main(void)
         cmocka_unit_test(ctl_admin_port),
         cmocka_unit_test(ctl_general_options),
         cmocka_unit_test(worker_admin_port),
+        cmocka_unit_test(worker_http_server),
         cmocka_unit_test(http_worker_port),
         cmocka_unit_test(metrics_reconnects),
     };
