@@ -2,7 +2,7 @@
  * worker port (a producer-only libtaskpush client: no database credentials needed):
  *
  *   taskpushctl [--worker HOST:PORT] [--token-file PATH] [--tls [--tls-ca PEM]]
- *               submit --type T [--priority P] [--dedup-key K] [--delay-ms N]
+ *               [--admin HOST:PORT (accepted, unused)] submit --type T [--priority P] [--dedup-key K] [--delay-ms N]
  *               [--max-attempts N] [--timeout-ms N] [--wait] [--wait-ms N] < payload
  *
  * The payload is standard input, byte for byte (at most 16 MiB - 1). Prints the new
@@ -61,7 +61,11 @@ static int parse(int argc, char **argv, submit_args *a)
         {"dedup-key", required_argument, NULL, 'd'}, {"delay-ms", required_argument, NULL, 'D'},
         {"max-attempts", required_argument, NULL, 'm'},
         {"timeout-ms", required_argument, NULL, 'T'}, {"wait", no_argument, NULL, 'W'},
-        {"wait-ms", required_argument, NULL, 'M'},   {NULL, 0, NULL, 0},
+        {"wait-ms", required_argument, NULL, 'M'},
+        /* The general options, taken before or after the command as by the others:
+         * submit goes to --worker, so they change nothing here. */
+        {"admin", required_argument, NULL, 'a'},     {"admin-token-file", required_argument, NULL, 'a'},
+        {NULL, 0, NULL, 0},
     };
     int c, ncmd = 0;
     opterr = 0;
@@ -75,6 +79,7 @@ static int parse(int argc, char **argv, submit_args *a)
         case 't': a->type = optarg; break;
         case 'd': a->key = optarg; break;
         case 'W': a->wait = true; break;
+        case 'a': break;
         case 'p':
             if (number(optarg, 2, &a->priority) < 0)
                 return bad("--priority '%s': 0 (low), 1 (normal) or 2 (high)", optarg);
@@ -201,6 +206,9 @@ int ctl_submit_main(int argc, char **argv)
     o.tls_ca_file = a.tls_ca;
     o.log = log_line;
     o.log_level = TP_LOG_ERROR;
+    /* One round over the addresses: a refused connection or the wrong port is said at
+     * once, not after --wait-ms (the reason is in the error: "Connection refused"). */
+    o.submit_give_up_rounds = 1;
     tp_error err;
     tp_worker *w = tp_worker_new(&o, &err);
     free(token);

@@ -338,7 +338,7 @@ static void usage(FILE *out)
                  "  cancel ID a NEW, buffered or running task becomes FAILED \"cancelled\"\n"
                  "  submit    insert one task through the worker port; the payload is standard\n"
                  "            input; prints its id, or \"duplicate ID\" (see below)\n\n"
-                 "Options:\n"
+                 "Options (before or after the command; submit takes --admin and ignores it):\n"
                  "  --type T            only task type T (pause, resume, requeue-failed, failed)\n"
                  "  --limit N           failed: at most N tasks, 1 to 1000 (default 20)\n"
                  "  --force             pause/resume --type T: even a type no worker registered\n"

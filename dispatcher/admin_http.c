@@ -18,6 +18,7 @@
 #include <event2/listener.h>
 #include <event2/keyvalq_struct.h>
 #include <jansson.h>
+#include "proto.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -583,7 +584,87 @@ typedef struct dsp_admin_conn {
     int64_t since_ms; /* accepted, or its last answer sent: the next request is due by then + timeout */
     bool busy;        /* a request is with its handler, not yet answered */
     struct dsp_admin_conn *prev, *next;
+    /* Until its first bytes are seen (plaintext only): evhttp's read callback, held back
+     * so that a worker's HELLO is recognised (admin_sniff_cb). */
+    dsp_server *srv;
+    bufferevent_data_cb http_readcb, http_writecb;
+    bufferevent_event_cb http_eventcb;
 } dsp_admin_conn;
+
+/* A worker at the admin port: evhttp would wait for a request line a HELLO never ends,
+ * and the worker for a WELCOME, each until a timeout. So the first bytes of a plaintext
+ * connection are looked at before evhttp reads them (its read callback is held back
+ * from adoption to then): a HELLO, whose length prefix starts with a zero byte as no
+ * HTTP request does, is answered with an ERROR frame saying where workers connect, and
+ * the rest is discarded until the worker closes (or the request deadline); anything else
+ * is given to evhttp as it came. No copy, no filter layer on the connection's I/O. */
+static void admin_discard_cb(struct bufferevent *bev, void *arg)
+{
+    (void)arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    evbuffer_drain(in, evbuffer_get_length(in));
+}
+
+static void admin_worker_answer(dsp_admin_conn *a)
+{
+    dsp_server *srv = a->srv;
+    char peer[80] = "?", msg[700];
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    evutil_socket_t fd = bufferevent_getfd(a->bev);
+    if (fd >= 0 && getpeername(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        char host[INET6_ADDRSTRLEN] = "?";
+        bool v6 = ss.ss_family == AF_INET6;
+        const void *ip = v6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+                            : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+        inet_ntop(v6 ? AF_INET6 : AF_INET, ip, host, sizeof host);
+        dsp_hostport_format(peer, sizeof peer, host,
+                            ntohs(v6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port));
+    }
+    log_limited(&srv->log, &srv->conns.peer_log, dsp_now_ms(), DSP_LOG_WARN,
+                "%s: a worker connected to the admin port; workers connect to --listen %s", peer,
+                srv->listen_bound);
+    snprintf(msg, sizeof msg, "this is taskpushd's admin HTTP port (--admin %s); workers connect to --listen %s",
+             srv->admin_bound, srv->listen_bound);
+    proto_msg m = {.type = PROTO_ERROR};
+    m.u.error.code = PROTO_ERR_BAD_FRAME;
+    m.u.error.message.ptr = (const uint8_t *)msg;
+    m.u.error.message.len = strlen(msg);
+    uint8_t frame[PROTO_LEN_PREFIX + 16 + sizeof msg];
+    size_t n = proto_msg_encode(&m, frame, sizeof frame);
+    admin_discard_cb(a->bev, NULL);
+    /* evhttp's write callback is for its answers: none here. Its event callback is
+     * back, so the worker's close frees the connection as any peer's does. */
+    bufferevent_setcb(a->bev, admin_discard_cb, NULL, a->http_eventcb, a->evcon);
+    if (n) {
+        bufferevent_write(a->bev, frame, n);
+        bufferevent_enable(a->bev, EV_WRITE);
+    }
+}
+
+static void admin_sniff_cb(struct bufferevent *bev, void *arg)
+{
+    dsp_admin_conn *a = arg;
+    uint8_t head[PROTO_LEN_PREFIX + 1];
+    ev_ssize_t n = evbuffer_copyout(bufferevent_get_input(bev), head, sizeof head);
+    if (n <= 0 || (head[0] == 0 && (size_t)n < sizeof head))
+        return; /* at most four bytes more to decide; the request deadline holds */
+    if (head[0] == 0 && proto_looks_like_hello(head, (size_t)n)) {
+        admin_worker_answer(a);
+        return;
+    }
+    bufferevent_data_cb readcb = a->http_readcb;
+    struct evhttp_connection *evcon = a->evcon;
+    bufferevent_setcb(bev, readcb, a->http_writecb, a->http_eventcb, evcon);
+    readcb(bev, evcon); /* garbage too: evhttp refuses it as before */
+}
+
+/* While sniffing: evhttp's event callback, with its own argument (a close, a timeout). */
+static void admin_sniff_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    dsp_admin_conn *a = arg;
+    a->http_eventcb(bev, what, a->evcon); /* may free a */
+}
 
 static void admin_conn_unlink(dsp_server *srv, dsp_admin_conn *a)
 {
@@ -635,11 +716,21 @@ static void admin_adopt_cb(evutil_socket_t fd, short what, void *arg)
         if (a->evcon)
             continue;
         void *cbarg = NULL;
-        bufferevent_getcb(a->bev, NULL, NULL, NULL, &cbarg);
+        bufferevent_data_cb readcb = NULL, writecb = NULL;
+        bufferevent_event_cb eventcb = NULL;
+        bufferevent_getcb(a->bev, &readcb, &writecb, &eventcb, &cbarg);
         struct bufferevent *bev = a->bev;
         if (cbarg) {
             a->evcon = cbarg; /* evhttp's own argument to its bufferevent callbacks */
             evhttp_connection_set_closecb(a->evcon, admin_closed_cb, srv);
+            /* Adopted in the loop pass of its accept, before its first read. */
+            if (!srv->tls && readcb && eventcb && evbuffer_get_length(bufferevent_get_input(bev)) == 0) {
+                a->srv = srv;
+                a->http_readcb = readcb;
+                a->http_writecb = writecb;
+                a->http_eventcb = eventcb;
+                bufferevent_setcb(bev, admin_sniff_cb, NULL, admin_sniff_event_cb, a);
+            }
         } else {
             admin_conn_unlink(srv, a); /* evhttp failed to make it and freed it */
         }

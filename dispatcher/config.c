@@ -14,8 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* OPT_MS: a duration flag named ...-ms (docs/taskpushd.md, "Durations"): a plain number
+ * is milliseconds, and 30s, 5m, ... are accepted too; min and max are in ms.
+ * OPT_DURATION: the same, and "keep" (0). */
 enum opt_kind { OPT_STRING, OPT_INT, OPT_DURATION, OPT_HOSTPORT, OPT_SCHED, OPT_LOGLEVEL, OPT_TYPE_LIMIT,
-                OPT_DIALECT };
+                OPT_DIALECT, OPT_MS };
 
 typedef struct opt_def {
     const char *name;
@@ -38,23 +41,23 @@ static const opt_def option_table[] = {
     {"scheduler", OPT_SCHED, F(scheduler), "least-loaded", 0, 0, "POLICY",
      "round-robin or least-loaded"},
     {"batch", OPT_INT, F(batch), "2000", 1, 10000, "N", "most tasks claimed per transaction"},
-    {"poll-ms", OPT_INT, F(poll_ms), "100", 1, 3600000, "N", "longest idle wait between polls"},
-    {"task-timeout-ms", OPT_INT, F(task_timeout_ms), "60000", 1, INT32_MAX, "N",
+    {"poll-ms", OPT_MS, F(poll_ms), "100", 1, 3600000, "MS", "longest idle wait between polls"},
+    {"task-timeout-ms", OPT_MS, F(task_timeout_ms), "60000", 1, INT32_MAX, "MS",
      "default execution limit of a task"},
     {"prefetch", OPT_INT, F(prefetch), "2000", 0, 1000000, "N",
      "claimed tasks kept ready beyond the workers' free slots"},
-    {"prefetch-ms", OPT_INT, F(prefetch_ms), "250", 0, 60000, "N",
+    {"prefetch-ms", OPT_MS, F(prefetch_ms), "250", 0, 60000, "MS",
      "claim ahead about what the workers finish in this long, within --prefetch; 0: all of --prefetch"},
     {"claim-split", OPT_INT, F(claim_split), "0", 0, 10000, "N",
      "a claim of N rows or more is split over two connections; 0: never"},
     {"max-buffered-bytes", OPT_INT, F(max_buffered_bytes), "67108864", 65536, (int64_t)1 << 40, "BYTES",
      "payload bytes of the tasks taskpushd holds (buffered and in flight); claims stop at it,"
      " a claim always takes one task"},
-    {"heartbeat-ms", OPT_INT, F(heartbeat_ms), "1000", 10, 3600000, "N",
+    {"heartbeat-ms", OPT_MS, F(heartbeat_ms), "1000", 10, 3600000, "MS",
      "heartbeat interval; a peer silent for 3 intervals is lost"},
-    {"shutdown-grace-ms", OPT_INT, F(shutdown_grace_ms), "10000", 0, 3600000, "N",
+    {"shutdown-grace-ms", OPT_MS, F(shutdown_grace_ms), "10000", 0, 3600000, "MS",
      "on SIGTERM, how long in-flight tasks may finish"},
-    {"result-flush-ms", OPT_INT, F(result_flush_ms), "50", 0, 10000, "N",
+    {"result-flush-ms", OPT_MS, F(result_flush_ms), "50", 0, 10000, "MS",
      "longest a result waits to be written with others"},
     {"max-frame", OPT_INT, F(max_frame), NULL, 64, INT32_MAX, "BYTES",
      "largest frame body accepted from a worker"},
@@ -68,7 +71,7 @@ static const opt_def option_table[] = {
      "submissions read but not yet committed, all connections together; beyond, reading waits"},
     {"admin-max-connections", OPT_INT, F(admin_max_connections), "128", 2, 100000, "N",
      "most admin HTTP connections at once; a new one closes the oldest that has no request pending"},
-    {"admin-request-timeout-ms", OPT_INT, F(admin_request_timeout_ms), "30000", 100, 3600000, "N",
+    {"admin-request-timeout-ms", OPT_MS, F(admin_request_timeout_ms), "30000", 100, 3600000, "MS",
      "an admin connection that has not sent a whole request this long after it opened (or after"
      " its last answer) is closed, however slowly it trickles bytes"},
     {"max-failed-handshakes", OPT_INT, F(max_failed_handshakes), "200", 0, 1000000, "N",
@@ -83,24 +86,24 @@ static const opt_def option_table[] = {
      "no new delivery while more outcomes than this wait to be written"},
     {"max-unwritten-bytes", OPT_INT, F(max_unwritten_bytes), "268435456", 1048576, INT64_C(1) << 40, "BYTES",
      "no new delivery while the outcomes waiting to be written hold more result and error bytes than this"},
-    {"adopt-grace-ms", OPT_INT, F(adopt_grace_ms), "3000", 0, 600000, "N",
+    {"adopt-grace-ms", OPT_MS, F(adopt_grace_ms), "3000", 0, 600000, "MS",
      "a new leader recovers rows of older epochs only this long after it starts leading, so"
      " that workers can declare what they still run (0: at once)"},
-    {"orphan-grace-ms", OPT_INT, F(orphan_grace_ms), "5000", 0, 3600000, "N",
+    {"orphan-grace-ms", OPT_MS, F(orphan_grace_ms), "5000", 0, 3600000, "MS",
      "buffered tasks of a type that lost its last worker go back to NEW after this"},
-    {"retry-backoff-ms", OPT_INT, F(retry_backoff_ms), "1000", 1, 86400000, "N",
+    {"retry-backoff-ms", OPT_MS, F(retry_backoff_ms), "1000", 1, 86400000, "MS",
      "delay before the first retry of a failed attempt; doubles per attempt, with jitter"},
-    {"retry-backoff-max-ms", OPT_INT, F(retry_backoff_max_ms), "300000", 1, 86400000, "N",
+    {"retry-backoff-max-ms", OPT_MS, F(retry_backoff_max_ms), "300000", 1, 86400000, "MS",
      "longest retry delay"},
     {"retain-finished", OPT_DURATION, F(retain_finished_ms), "keep", 0, 0, "DURATION",
      "delete SUCCESSFUL rows older than this (e.g. 7d, 12h); keep = never"},
     {"retain-failed", OPT_DURATION, F(retain_failed_ms), "keep", 0, 0, "DURATION",
      "delete FAILED rows older than this; keep = never"},
-    {"table-stats-ms", OPT_INT, F(table_stats_ms), "2000", 100, 3600000, "N",
+    {"table-stats-ms", OPT_MS, F(table_stats_ms), "2000", 100, 3600000, "MS",
      "how often the table-side figures (counts, queue lag) are read"},
-    {"lease-ms", OPT_INT, F(lease_ms), "1000", 100, 600000, "N",
+    {"lease-ms", OPT_MS, F(lease_ms), "1000", 100, 600000, "MS",
      "the leadership lease: a standby takes over this long after the leader's last renewal"},
-    {"lease-renew-ms", OPT_INT, F(lease_renew_ms), "250", 10, 300000, "N",
+    {"lease-renew-ms", OPT_MS, F(lease_renew_ms), "250", 10, 300000, "MS",
      "how often the leader renews its lease (at most half of --lease-ms)"},
     {"sql-dialect", OPT_DIALECT, F(sql_dialect), "auto", 0, 0, "DIALECT",
      "auto, mysql or mariadb: the SQL sent (mysql: only what MySQL >= 8.0.13 accepts);"
@@ -355,29 +358,37 @@ bad:
     return -1;
 }
 
+int dsp_duration_ms(const char *s, int64_t *ms)
+{
+    /* Digits, then a unit or none: no sign, space, fraction or exponent, which strtoll
+     * or strtod would take. 19 digits fit an int64_t only below 9.22e18: checked below. */
+    size_t nd = strspn(s, "0123456789");
+    if (nd == 0 || nd > 19)
+        return -1;
+    uint64_t v = 0;
+    for (size_t i = 0; i < nd; i++)
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    static const struct {
+        const char *unit;
+        int64_t ms;
+    } units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcmp(s + nd, units[i].unit) == 0) {
+            if (v > (uint64_t)(INT64_MAX / units[i].ms))
+                return -1;
+            *ms = (int64_t)v * units[i].ms;
+            return 0;
+        }
+    return -1;
+}
+
 int dsp_duration_parse(const char *s, int64_t *ms)
 {
     if (strcmp(s, "keep") == 0) {
         *ms = 0;
         return 0;
     }
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || v < 0)
-        return -1;
-    static const struct {
-        const char *unit;
-        int64_t ms;
-    } units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (strcmp(end, units[i].unit) == 0) {
-            if (v > INT64_MAX / units[i].ms)
-                return -1;
-            *ms = v * units[i].ms;
-            return 0;
-        }
-    return -1;
+    return dsp_duration_ms(s, ms);
 }
 
 /* Reads a whole number 0..DSP_LIMIT_MAX, digits only. Returns 0 or -1. */
@@ -485,6 +496,18 @@ static int set_value(dsp_config *cfg, const opt_def *o, const char *val, char *e
         if (errno || end == val || *end || v < o->min || v > o->max) {
             snprintf(err, errlen, "--%s: '%s' is not a whole number from %lld to %lld", o->name,
                      val, (long long)o->min, (long long)o->max);
+            return -1;
+        }
+        *(int64_t *)field = v;
+        return 0;
+    }
+    case OPT_MS: {
+        int64_t v;
+        if (dsp_duration_ms(val, &v) < 0 || v < o->min || v > o->max) {
+            snprintf(err, errlen,
+                     "--%s: '%s' is not a duration from %lld to %lld ms (a number of ms, or one with"
+                     " a unit: 250ms, 30s, 5m, 2h, 1d)",
+                     o->name, val, (long long)o->min, (long long)o->max);
             return -1;
         }
         *(int64_t *)field = v;
@@ -876,6 +899,7 @@ void dsp_config_each(const dsp_config *cfg, void (*emit)(void *arg, const char *
                 val = "(set, has a password)";
             break;
         case OPT_INT:
+        case OPT_MS:
         case OPT_DURATION:
             snprintf(buf, sizeof buf, "%lld", (long long)*(const int64_t *)field);
             break;

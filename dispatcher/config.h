@@ -113,8 +113,11 @@ int dsp_db_url_parse(const char *url, dsp_db_url *out, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 void dsp_db_url_clear(dsp_db_url *u);
 
-/* Parses a duration: a whole number with a unit ms, s, m, h or d ("7d",
- * "90s"); a bare number is milliseconds; "0" or "keep" is 0. Returns 0 or -1. */
+/* The one reading of a duration, for every duration flag and config key: a whole
+ * number (digits only) with a unit ms, s, m, h or d ("250ms", "90s", "7d"); a bare
+ * number is milliseconds. Returns 0, or -1 for anything else and for more than
+ * INT64_MAX ms. dsp_duration_parse also takes "keep" (0: never). */
+int dsp_duration_ms(const char *s, int64_t *ms);
 int dsp_duration_parse(const char *s, int64_t *ms);
 
 /* Splits "HOST:PORT" (HOST may be [v6], PORT 0..65535); returns 0 or -1. host is

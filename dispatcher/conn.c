@@ -1,6 +1,7 @@
 #include "conn.h"
 
 #include "utf8.h"
+#include "stats.h"
 #include "frame_reader.h"
 #include "proto.h"
 #include "tls.h"
@@ -357,6 +358,8 @@ void dsp_conn_free(dsp_conn *c)
     dsp_conn_submit_closed(c);
     submit_budget_leave(c);
     dsp_inv_conn_freed(c);
+    if (c->name) /* past HELLO: its name's /metrics series goes on */
+        dsp_stats_worker_left(srv, c->name, c->completed_total, dsp_now_ms());
     if (c->state == DSP_CONN_ACTIVE)
         dsp_dispatch_worker_left(srv, c, c->refund);
     for (dsp_zombie *z = c->zombies, *next; z; z = next) {
@@ -746,6 +749,33 @@ static bool take_frame(dsp_conn *c, const proto_frame_reader *rd, const uint8_t 
     return handle_frame(c, &m, frame + PROTO_LEN_PREFIX, body_len);
 }
 
+/* An HTTP request on the worker port (a browser, curl, taskpushctl given this port as
+ * --admin): its first four bytes announce a body of over 1 GB, beyond any HELLO, so the
+ * connection is refused either way; an HTTP client is told where the admin port is, in
+ * its own terms, instead of the ERROR frame it could not read. */
+static void wrong_port_http(dsp_conn *c)
+{
+    dsp_server *srv = c->srv;
+    char body[400], head[160];
+    int bl = snprintf(body, sizeof body,
+                      "this is taskpushd's worker port (--listen %s); the admin HTTP is at --admin %s\n",
+                      srv->listen_bound, srv->admin_bound);
+    if (bl < 0 || (size_t)bl >= sizeof body)
+        bl = (int)strlen(body);
+    int hl = snprintf(head, sizeof head,
+                      "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
+                      "Connection: close\r\n\r\n", bl);
+    srv->stats.conns.bad_frames_total++;
+    log_limited(&srv->log, &srv->conns.peer_log, c->last_rx_ms, DSP_LOG_WARN,
+                "%s: an HTTP request on the worker port; the admin HTTP is at --admin %s; answered 400",
+                c->addr, srv->admin_bound);
+    if (hl > 0 && (size_t)hl < sizeof head) {
+        conn_write(c, head, (size_t)hl);
+        conn_write(c, body, (size_t)bl);
+    }
+    dsp_conn_close(c, 0, "an HTTP request on the worker port");
+}
+
 /* Looks at the next frame of the bytes avail (starting with prefix). Returns
  * PROTO_FRAME_WHOLE when one can be taken now; otherwise the caller stops reading:
  * PROTO_FRAME_NEED_MORE, a yield (the connection's turn is over, YIELDED), or an error
@@ -756,6 +786,10 @@ static int next_frame(dsp_conn *c, proto_frame_reader *rd, const uint8_t *prefix
     dsp_server *srv = c->srv;
     uint32_t max_body = c->state == DSP_CONN_WANT_HELLO ? PRE_HELLO_MAX_BODY : (uint32_t)srv->cfg->max_frame;
     int st = proto_frame_next(rd, prefix, avail, max_body);
+    if (st == PROTO_FRAME_TOO_BIG && c->state == DSP_CONN_WANT_HELLO && proto_looks_like_http_request(prefix, avail)) {
+        wrong_port_http(c);
+        return st;
+    }
     if (st < 0) {
         srv->stats.conns.bad_frames_total++;
         log_limited(&srv->log, &srv->conns.peer_log, c->last_rx_ms, DSP_LOG_WARN,

@@ -1041,6 +1041,8 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         return -1;
     if (dsp_admin_init(srv, admin, sizeof admin) < 0)
         return -1;
+    snprintf(srv->listen_bound, sizeof srv->listen_bound, "%s", listen);
+    snprintf(srv->admin_bound, sizeof srv->admin_bound, "%s", admin);
     log_info(&srv->log, "taskpushd %s: workers on %s, admin on %s%s, scheduler %s", TASKPUSH_VERSION,
              listen, admin, srv->tls ? " (both TLS)" : "", dsp_sched_policy_name(cfg->scheduler));
     warn_open_ports(srv, listen, admin);
@@ -1094,6 +1096,7 @@ void dsp_server_free(dsp_server *srv)
     if (srv->db)
         dsp_db_free(srv->db);
     dsp_admin_http_free(srv);
+    dsp_stats_worker_totals_free(srv);
     if (srv->accept.listener)
         evconnlistener_free(srv->accept.listener);
     dsp_tls_free(srv->tls);

@@ -125,6 +125,18 @@ struct dsp_server {
         bool loopback;             /* it listens on loopback only: Host is checked */
     } admin;
 
+    /* The two ports as bound (port 0 resolved), for the answers to a peer at the wrong
+     * one (conn.c, admin_http.c). */
+    char listen_bound[300], admin_bound[300];
+
+    /* Tasks finished on the connections of workers that left, by /metrics label
+     * (stats.c): a worker's counter goes on across its reconnects, one series per name.
+     * At most DSP_WORKER_NAMES_MAX names; past that the one gone longest is dropped. */
+    struct {
+        struct dsp_worker_total *v;
+        size_t n;
+    } worker_totals;
+
     /* Operator state: pause, drain (the admin port's and SIGTERM's), requeue (server.c's
      * operator requests). */
     struct {

@@ -37,6 +37,53 @@ static void fill_paused(dsp_stats_snapshot *snap, const dsp_server *srv)
             snap->paused_types[snap->npaused_types++] = ty->name;
 }
 
+void dsp_stats_worker_label(const char *name, char *out)
+{
+    char *u = dsp_utf8_copy(name ? name : "");
+    size_t n = u ? strlen(u) : 0;
+    if (n > DSP_WORKER_LABEL_MAX) { /* cut before a UTF-8 continuation byte, never inside */
+        n = DSP_WORKER_LABEL_MAX;
+        while (n > 0 && ((unsigned char)u[n] & 0xC0) == 0x80)
+            n--;
+    }
+    memcpy(out, u ? u : "", n);
+    out[n] = '\0';
+    free(u);
+}
+
+void dsp_stats_worker_left(dsp_server *srv, const char *name, uint64_t completed, int64_t now_ms)
+{
+    char label[DSP_WORKER_LABEL_MAX + 1];
+    dsp_stats_worker_label(name, label);
+    dsp_worker_total *t = NULL;
+    for (size_t i = 0; i < srv->worker_totals.n && !t; i++)
+        if (strcmp(srv->worker_totals.v[i].label, label) == 0)
+            t = &srv->worker_totals.v[i];
+    if (!t && srv->worker_totals.n < DSP_WORKER_NAMES_MAX) {
+        if (!srv->worker_totals.v && !(srv->worker_totals.v = calloc(DSP_WORKER_NAMES_MAX, sizeof *t)))
+            return; /* out of memory: the counter restarts, as a reset */
+        t = &srv->worker_totals.v[srv->worker_totals.n++];
+        *t = (dsp_worker_total){0};
+        memcpy(t->label, label, sizeof label);
+    } else if (!t) { /* full: the name gone longest makes room (its series ends) */
+        t = &srv->worker_totals.v[0];
+        for (size_t i = 1; i < srv->worker_totals.n; i++)
+            if (srv->worker_totals.v[i].left_ms < t->left_ms)
+                t = &srv->worker_totals.v[i];
+        *t = (dsp_worker_total){0};
+        memcpy(t->label, label, sizeof label);
+    }
+    t->completed += completed;
+    t->left_ms = now_ms;
+}
+
+void dsp_stats_worker_totals_free(dsp_server *srv)
+{
+    free(srv->worker_totals.v);
+    srv->worker_totals.v = NULL;
+    srv->worker_totals.n = 0;
+}
+
 /* The connections past HELLO, in the server's order. */
 static void fill_workers(dsp_stats_snapshot *snap, const dsp_server *srv)
 {
@@ -130,6 +177,8 @@ void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
     snap->epoch = srv->lead.leading && !snap->leader ? 0 : srv->lead.epoch; /* on_leader_lost zeroes it too */
     snap->nconns = srv->conns.n;
     snap->nworkers = srv->sched.nworkers;
+    snap->worker_totals = srv->worker_totals.v;
+    snap->nworker_totals = srv->worker_totals.n;
     snap->ntypes = srv->types.n;
     snap->nbuffered = srv->sched.nbuffered;
     snap->ninflight = srv->sched.ninflight;
@@ -438,30 +487,69 @@ static void metrics_table(struct evbuffer *out, const dsp_table_stats *ts, int64
           ts->oldest_ready_age_ms > 0 ? (double)ts->oldest_ready_age_ms / 1000.0 : 0);
 }
 
-/* The per-worker lines, one family after the other. */
+/* One /metrics worker series: the connections of one label, live and gone. */
+typedef struct worker_series {
+    char label[DSP_WORKER_LABEL_MAX + 1];
+    uint64_t v[4]; /* connections, capacity, in_flight, completed_total */
+} worker_series;
+
+static int series_cmp(const void *a, const void *b)
+{
+    return strcmp(((const worker_series *)a)->label, ((const worker_series *)b)->label);
+}
+
+/* The per-worker lines, one family after the other, one series per worker name: its
+ * live connections summed, and what its closed ones finished (a counter that goes on
+ * across reconnects). Labelled by connection, every reconnect was a new series. */
 static void metrics_workers(struct evbuffer *out, const dsp_stats_snapshot *snap)
 {
-    static const char *const wnames[3] = {"worker_capacity", "worker_in_flight", "worker_completed_total"};
-    static const char *const wtypes[3] = {"gauge", "gauge", "counter"};
-    static const char *const whelp[3] = {"slots a worker offers", "tasks a worker holds",
-                                         "tasks a worker finished"};
-    for (int k = 0; k < 3; k++) {
+    static const char *const wnames[4] = {"worker_connections", "worker_capacity", "worker_in_flight",
+                                          "worker_completed_total"};
+    static const char *const wtypes[4] = {"gauge", "gauge", "gauge", "counter"};
+    static const char *const whelp[4] = {"connections open under a worker name", "slots a worker offers",
+                                         "tasks a worker holds",
+                                         "tasks a worker finished, across its reconnects"};
+    size_t cap = snap->nworker_rows + snap->nworker_totals, n = 0;
+    worker_series *ws = cap ? calloc(cap, sizeof *ws) : NULL;
+    for (size_t i = 0; ws && i < snap->nworker_totals; i++) { /* labels are distinct here */
+        memcpy(ws[n].label, snap->worker_totals[i].label, sizeof ws[n].label);
+        ws[n++].v[3] = snap->worker_totals[i].completed;
+    }
+    if (ws)
+        qsort(ws, n, sizeof *ws, series_cmp);
+    size_t ngone = n;
+    for (size_t i = 0; ws && i < snap->nworker_rows; i++) {
+        const dsp_stats_worker *w = &snap->workers[i];
+        worker_series key;
+        dsp_stats_worker_label(w->name, key.label);
+        worker_series *s = ngone ? bsearch(&key, ws, ngone, sizeof *ws, series_cmp) : NULL;
+        for (size_t k = ngone; !s && k < n; k++) /* another live connection of the name */
+            if (strcmp(ws[k].label, key.label) == 0)
+                s = &ws[k];
+        if (!s) {
+            s = &ws[n++];
+            memcpy(s->label, key.label, sizeof key.label);
+        }
+        s->v[0]++;
+        s->v[1] += w->capacity;
+        s->v[2] += w->in_flight;
+        s->v[3] += w->completed_total;
+    }
+    for (int k = 0; k < 4; k++) {
         family(out, wnames[k], wtypes[k], whelp[k]);
-        for (size_t i = 0; i < snap->nworker_rows; i++) {
-            const dsp_stats_worker *w = &snap->workers[i];
-            uint64_t v = k == 0 ? w->capacity : k == 1 ? w->in_flight : w->completed_total;
+        for (size_t i = 0; i < n; i++) {
             evbuffer_add_printf(out, "taskpush_%s{worker=\"", wnames[k]);
-            char *name = dsp_utf8_copy(w->name);
-            label_value(out, name ? name : "");
-            free(name);
-            evbuffer_add_printf(out, "\",conn=\"%llu\"} %llu\n", (unsigned long long)w->conn_id,
-                                (unsigned long long)v);
+            label_value(out, ws[i].label);
+            evbuffer_add_printf(out, "\"} %llu\n", (unsigned long long)ws[i].v[k]);
         }
     }
+    free(ws);
 }
 
 void dsp_stats_metrics(const dsp_stats_snapshot *snap, struct evbuffer *out)
 {
+    family(out, "build_info", "gauge", "1, labelled with the version of taskpushd");
+    evbuffer_add_printf(out, "taskpush_build_info{version=\"%s\"} 1\n", TASKPUSH_VERSION);
 #define X(name, help) counter(out, #name, help, snap->tasks.name);
     DSP_TASK_COUNTERS(X)
 #undef X

@@ -162,6 +162,22 @@ typedef struct dsp_db_stats {
 #define DSP_STATS_RATE_WINDOWS 3
 
 /* One worker past HELLO, for the per-worker lines of /metrics. */
+/* /metrics' per-worker series are labelled by name (HELLO's, as valid UTF-8, cut to
+ * DSP_WORKER_LABEL_MAX bytes), not by connection: a reconnect is the same series. */
+#define DSP_WORKER_LABEL_MAX 128
+#define DSP_WORKER_NAMES_MAX 1024
+typedef struct dsp_worker_total {
+    char label[DSP_WORKER_LABEL_MAX + 1];
+    uint64_t completed; /* by its connections that closed */
+    int64_t left_ms;    /* when one last closed */
+} dsp_worker_total;
+
+/* Writes name's /metrics label into out (DSP_WORKER_LABEL_MAX + 1 bytes). */
+void dsp_stats_worker_label(const char *name, char *out);
+/* A worker's connection closed: adds what it finished to its name's total. */
+void dsp_stats_worker_left(struct dsp_server *srv, const char *name, uint64_t completed, int64_t now_ms);
+void dsp_stats_worker_totals_free(struct dsp_server *srv);
+
 typedef struct dsp_stats_worker {
     const char *name; /* borrowed: what its HELLO said ("" for none), not yet UTF-8-checked */
     uint64_t conn_id;
@@ -224,6 +240,8 @@ typedef struct dsp_stats_snapshot {
     struct dsp_table_stats *table;  /* malloc'd; NULL when out of memory */
     dsp_stats_worker *workers;      /* malloc'd */
     size_t nworker_rows;
+    const dsp_worker_total *worker_totals; /* borrowed: the workers that left, by label */
+    size_t nworker_totals;
     dsp_stats_type *held_types;     /* malloc'd; at most DSP_STATS_TYPES_MAX */
     size_t nheld_types;
     bool held_types_cut;            /* more types are held than listed */

@@ -910,3 +910,26 @@ const char *proto_outcome_name(uint8_t outcome)
 {
     return name_at(outcome_names, NELEMS(outcome_names), outcome);
 }
+
+int proto_looks_like_http_request(const uint8_t *p, size_t n)
+{
+    if (n < PROTO_LEN_PREFIX)
+        return 0;
+    for (size_t i = 0; i < 3; i++)
+        if (p[i] < 'A' || p[i] > 'Z')
+            return 0;
+    return (p[3] >= 'A' && p[3] <= 'Z') || p[3] == ' ';
+}
+
+int proto_looks_like_http_response(const uint8_t *p, size_t n)
+{
+    return n >= 5 && memcmp(p, "HTTP/", 5) == 0;
+}
+
+int proto_looks_like_hello(const uint8_t *p, size_t n)
+{
+    if (n < PROTO_LEN_PREFIX + 1)
+        return 0;
+    uint32_t len = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    return len >= 1 && len <= PROTO_MAX_HEAD && p[PROTO_LEN_PREFIX] == PROTO_HELLO;
+}

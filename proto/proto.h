@@ -310,4 +310,15 @@ const char *proto_type_name(uint8_t type);
 const char *proto_status_text(int status);
 const char *proto_outcome_name(uint8_t outcome);
 
+/* A peer at the wrong port (docs/protocol.md, "A peer at the wrong port"). Each looks
+ * at the first n bytes of a stream only (no allocation), and is asked only of bytes
+ * that are already refused as a frame, so a valid frame is never taken for one.
+ * proto_looks_like_http_request: an HTTP method and a space or letter ("GET ",
+ * "POST"), which as a length prefix announces over 1 GB.
+ * proto_looks_like_http_response: "HTTP/", an HTTP server's answer.
+ * proto_looks_like_hello: a length prefix a HELLO can have and the HELLO type byte. */
+int proto_looks_like_http_request(const uint8_t *p, size_t n);
+int proto_looks_like_http_response(const uint8_t *p, size_t n);
+int proto_looks_like_hello(const uint8_t *p, size_t n);
+
 #endif

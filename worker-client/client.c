@@ -277,6 +277,17 @@ static void schedule_reconnect(tp_worker *w, int at_once)
     evtimer_add(w->reconnect_ev, &tv);
 }
 
+/* give_up_submits ends the submissions waiting for a connection once
+ * submit_give_up_rounds rounds in a row failed, while no attempt is under way (a
+ * one-shot producer is told at once why it cannot connect, not after its timeout). */
+static void give_up_submits(tp_worker *w)
+{
+    if (w->opts.submit_give_up_rounds == 0 || w->failures < w->opts.submit_give_up_rounds ||
+        w->state != TPI_IDLE || w->last_failure[0] == '\0')
+        return;
+    tpi_submit_fail_waiting(w, TP_EUNAVAIL, w->last_failure);
+}
+
 static void drop_addrinfo(tp_worker *w)
 {
     if (w->ai_list != NULL)
@@ -308,6 +319,7 @@ static void next_host(tp_worker *w)
         w->failures = TPI_NOT_LEADER_MAX_FAILURES;
     w->round_not_leader = 0;
     schedule_reconnect(w, 0);
+    give_up_submits(w);
 }
 
 /* release tears the connection down without deciding what comes next: deliveries it
@@ -349,6 +361,8 @@ static void attempt_failed(tp_worker *w, const char *why)
     const tpi_addr *a = cur_addr(w);
 
     tpi_log(w, TP_LOG_WARN, "cannot connect to %s:%s: %s", a->host, a->port, why);
+    snprintf(w->last_failure, sizeof(w->last_failure), "cannot connect to %.64s:%s: %s", a->host,
+             a->port, why);
     release(w);
     if (w->ai_cur != NULL && w->ai_cur->ai_next != NULL) {
         w->ai_cur = w->ai_cur->ai_next;
@@ -848,6 +862,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
         finish_task(w, t);
     }
     tpi_submit_flush(w);
+    give_up_submits(w); /* a submission that came after the attempts failed */
 }
 
 /* ---- receiving ---- */
@@ -968,6 +983,7 @@ static void on_welcome(tp_worker *w, const proto_welcome *wm)
     event_del(w->hs_ev);
     set_state(w, TPI_READY);
     TPI_COUNT(w, connections);
+    w->last_failure[0] = '\0';
     tpi_log(w, TP_LOG_INFO, "connected to %s:%s (%.*s), heartbeat %u ms, capacity %u",
             cur_addr(w)->host, cur_addr(w)->port, (int)wm->server.len, (const char *)wm->server.ptr,
             wm->heartbeat_ms, w->opts.capacity);
@@ -1094,6 +1110,19 @@ static int take_msg(tp_worker *w, const proto_frame_reader *rd, const uint8_t *p
     return 0;
 }
 
+/* http_answered: an HTTP server answered our HELLO (its "HTTP/" announces a frame of
+ * over 1 GB, refused anyway): the address is not a dispatcher's worker port, most
+ * likely taskpushd's admin port. The attempt fails saying so, with no ERROR frame
+ * (an HTTP server could not read it). Returns 1 when it did. */
+static int http_answered(tp_worker *w, const uint8_t *p, size_t n)
+{
+    if (w->state != TPI_HANDSHAKE || p == NULL || !proto_looks_like_http_response(p, n))
+        return 0;
+    conn_close(w, TP_LOG_WARN, "an HTTP server answered: this is not a dispatcher's worker port "
+                               "(taskpushd's admin port?); workers connect to taskpushd --listen");
+    return 1;
+}
+
 /* process_input decodes whole frames from the input, at most
  * TPI_FRAMES_PER_EVENT of them; if more are waiting it re-arms more_ev and
  * returns, so that timers and other events run in between. Only the frame
@@ -1126,6 +1155,8 @@ static void process_input(tp_worker *w)
         if (rc == PROTO_FRAME_NEED_MORE)
             break;
         if (rc != PROTO_FRAME_WHOLE) {
+            if (http_answered(w, evbuffer_pullup(in, avail < 5 ? (ev_ssize_t)avail : 5), avail))
+                break;
             protocol_error(w, PROTO_ERR_BAD_FRAME, "frame announcing %u bytes: %s (limit %u)",
                            body_len, proto_status_text(rc), w->max_body_in);
             break;
@@ -1190,6 +1221,8 @@ static void read_frames_from(tp_worker *w, const uint8_t *buf, size_t n)
         if (rc == PROTO_FRAME_NEED_MORE)
             break;
         if (rc != PROTO_FRAME_WHOLE) {
+            if (http_answered(w, p, n - off))
+                return;
             protocol_error(w, PROTO_ERR_BAD_FRAME, "frame announcing %u bytes: %s (limit %u)",
                            rd.body_len, proto_status_text(rc), w->max_body_in);
             return;
@@ -1542,6 +1575,7 @@ static int run_begin(tp_worker *w, tpi_loop *loop)
     w->finished = 0;
     w->stop_requests = 0;
     w->failures = 0;
+    w->last_failure[0] = '\0';
     w->addr_idx = 0;
     w->peer_stopped = 0;
     w->stop_sent = 0;

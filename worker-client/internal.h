@@ -218,6 +218,7 @@ struct tp_worker {
     struct addrinfo *ai_list;  /* the resolved forms of addrs[addr_idx] */
     struct addrinfo *ai_cur;   /* the one being connected */
     unsigned failures;         /* attempts since the last WELCOME, for the backoff */
+    char last_failure[200];    /* why the last attempt failed (submit_give_up_rounds) */
     size_t round_misses;       /* hosts in a row that failed or were not leading */
     int round_not_leader;      /* one of them answered PROTO_ERR_NOT_LEADER */
     int reconnect_after_close; /* 1: schedule a reconnect when the connection closes */

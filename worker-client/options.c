@@ -86,7 +86,9 @@ int tpi_options_copy(const tp_worker_options *in, tp_worker_options *out, tp_err
                              in->version);
     /* A caller built against an older header has a shorter struct: read only
      * the fields its version has, the rest keep their defaults. */
-    known = in->version >= 2 ? sizeof(*in) : offsetof(tp_worker_options, tls);
+    known = in->version >= 3   ? sizeof(*in)
+            : in->version == 2 ? offsetof(tp_worker_options, submit_give_up_rounds)
+                               : offsetof(tp_worker_options, tls);
     tp_worker_options_init(out);
     memcpy(out, in, known);
     return TP_OK;

@@ -277,19 +277,24 @@ void tpi_submit_conn_lost(tp_worker *w)
     }
 }
 
-void tpi_submit_fail_all(tp_worker *w, const char *why)
+void tpi_submit_fail_waiting(tp_worker *w, int rc, const char *why)
 {
     tpi_submit *s;
 
-    tpi_submit_conn_lost(w);
     tpi_submit_flush(w); /* takes the queue into pending without sending (no connection) */
     s = w->sub_pending;
     w->sub_pending = NULL;
     while (s != NULL) {
         tpi_submit *next = s->next;
-        finish(w, s, TP_EGONE, why);
+        finish(w, s, rc, why);
         s = next;
     }
+}
+
+void tpi_submit_fail_all(tp_worker *w, const char *why)
+{
+    tpi_submit_conn_lost(w);
+    tpi_submit_fail_waiting(w, TP_EGONE, why);
 }
 
 int tpi_submit_unanswered(const tp_worker *w)

@@ -18,6 +18,8 @@ void tpi_submit_on_outcome(tp_worker *w, const proto_outcome_msg *o);
 void tpi_submit_conn_lost(tp_worker *w);
 /* tp_worker_run() ends: everything queued or pending gets TP_EGONE. [io] */
 void tpi_submit_fail_all(tp_worker *w, const char *why);
+/* Ends the submissions waiting for a connection (none sent) with rc and why. */
+void tpi_submit_fail_waiting(tp_worker *w, int rc, const char *why);
 /* Sent submissions still waiting for SUBMITTED (a drain waits for them). [io] */
 int tpi_submit_unanswered(const tp_worker *w);
 

@@ -138,8 +138,8 @@ typedef void (*tp_log_fn)(void *arg, int level, const char *msg);
 typedef int (*tp_handler)(tp_task *task, void *arg);
 
 /** The version of tp_worker_options this header describes: 1 is the fields
- *  up to log_arg, 2 adds the TLS fields. */
-#define TP_OPTIONS_VERSION 2u
+ *  up to log_arg, 2 adds the TLS fields, 3 submit_give_up_rounds. */
+#define TP_OPTIONS_VERSION 3u
 
 /**
  * Options of tp_worker_new(). Always initialise with tp_worker_options_init(),
@@ -191,6 +191,15 @@ typedef struct tp_worker_options {
     const char *tls_cert_file;
     /** PEM file of the private key of tls_cert_file. Read by tp_worker_new(). */
     const char *tls_key_file;
+
+    /* Version 3. */
+    /** For a one-shot producer (a command-line tool): once this many rounds in a
+     *  row over every address have failed to connect (refused, unreachable, not a
+     *  dispatcher's worker port, not leading; no WELCOME), tp_submit() calls waiting
+     *  for a connection end with TP_EUNAVAIL and the last attempt's reason instead of
+     *  waiting out their timeout. The worker keeps reconnecting. 0 (default): they
+     *  wait for a connection. Since library version 1.2. */
+    unsigned submit_give_up_rounds;
 } tp_worker_options;
 
 /**

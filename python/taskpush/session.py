@@ -322,6 +322,10 @@ def open_session(address: Address, hello: HelloSpec, version: int, tls: Optional
         head = _recv_exact(sock, proto.LEN_PREFIX)
         st, n = proto.frame_check(head, _HANDSHAKE_MAX_BODY)
         if st not in (proto.OK, proto.NEED_MORE):
+            if head == b"HTTP":  # "HTTP/1.x 400 ...": an HTTP server, as length > 1 GB
+                raise ConnectError(f"{format_address(address)}: an HTTP server answered: this is not "
+                                   "a dispatcher's worker port (taskpushd's admin port?); workers "
+                                   "connect to taskpushd --listen")
             raise ConnectError(f"{format_address(address)}: bad frame in answer to HELLO")
         answer = proto.decode(_recv_exact(sock, n))
         if isinstance(answer, proto.Error):

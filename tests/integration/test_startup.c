@@ -15,6 +15,8 @@
  *                         only) --admin-token-file, or on loopback: none
  *   bad_addresses         --listen/--admin with a scheme, a port over 65535 or a path:
  *                         exit 2 with the reason
+ *   bad_durations         a duration flag with garbage, an overflow or a value beyond its
+ *                         range in any unit: exit 2 naming the flag and the forms taken
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -281,6 +283,27 @@ static void bad_addresses(void **state)
     }
 }
 
+static void bad_durations(void **state)
+{
+    struct fx *fx = *state;
+    static const char *const cases[][2] = {
+        {"--task-timeout-ms", "30x"},
+        {"--heartbeat-ms", "99999999999999999999"},
+        {"--task-timeout-ms", "25d"},
+        {"--retain-finished", "-7d"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *args[] = {"--db", fx->db.url, cases[i][0], cases[i][1], NULL};
+        char want[200];
+        snprintf(want, sizeof want, "taskpushd: %s: '%s' is not a duration", cases[i][0], cases[i][1]);
+        int rc = run_to_exit(fx, args);
+        if (rc != 2 || !file_has(fx->log_path, want)) {
+            dump(fx->log_path);
+            fail_msg("%s %s: exit %d; want exit 2 and \"%s\"", cases[i][0], cases[i][1], rc, want);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -289,6 +312,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(db_server_down, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(open_port_warning, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(bad_addresses, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(bad_durations, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests_name("startup", tests, NULL, NULL);
 }

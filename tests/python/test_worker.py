@@ -57,6 +57,7 @@ import os
 import pathlib
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -408,6 +409,58 @@ class Worker(Case):
         self.wait_rows("task_state = 2", 20, "SUCCESSFUL")
         self.assertGreaterEqual(w.stats["connect_attempts"], 2)
         self.assertEqual(w.stats["connections"], 1)
+
+    def _log_until(self, address: str, needle: str, bound_s: float) -> List[str]:
+        """Runs a worker at address; returns its log lines once one has needle, within
+        bound_s (each thing awaited is an answer to the first bytes: immediate when it
+        works, a 5 s handshake timeout when not)."""
+        lines: List[str] = []
+
+        class Keep(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                lines.append(record.getMessage())
+
+        log = logging.getLogger(f"taskpush.test.{self.id()}")
+        log.setLevel(logging.DEBUG)
+        log.propagate = False
+        log.addHandler(Keep())
+        w = self.worker(address, logger=log)
+        w.add_handler("t", lambda t: b"", concurrency=1)
+        start = time.monotonic()
+        self.start(w)
+        while not any(needle in line for line in list(lines)) and time.monotonic() - start < bound_s:
+            time.sleep(0.02)
+        print(f"# after {time.monotonic() - start:.3f} s: {list(lines)[-1:]}")
+        self.assertTrue(any(needle in line for line in list(lines)), f"no '{needle}' in {lines}")
+        return list(lines)
+
+    def test_admin_port(self) -> None:
+        """A worker given the admin port: its log says so within 3 s (issue 32)."""
+        lines = self._log_until(self.d.admin, "admin HTTP port", 3.0)
+        self.assertTrue(any(self.d.admin in line and "--listen" in line for line in lines))
+        tplib.wait_for(lambda: "a worker connected to the admin port" in self.d.log_text(), "taskpushd's log line")
+
+    def test_http_server(self) -> None:
+        """Any HTTP server that answers the HELLO is recognised, not taken as a frame."""
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        port = srv.getsockname()[1]
+
+        def answer() -> None:
+            while True:
+                try:
+                    c, _ = srv.accept()
+                except OSError:
+                    return
+                with c:
+                    c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        try:
+            self._log_until(f"127.0.0.1:{port}", "an HTTP server answered", 3.0)
+        finally:
+            srv.close()
 
     def test_standby_first(self) -> None:
         standby = self.daemon(lead=False)

@@ -127,6 +127,32 @@ static void test_options_version1(void **state)
     tp_worker_free(w);
 }
 
+/* Options of version 2 (built against the header before submit_give_up_rounds): read
+ * up to the TLS fields only (a block of exactly that size: ASan sees an over-read),
+ * and submissions wait for a connection as before. */
+static void test_options_version2(void **state)
+{
+    size_t v2 = offsetof(tp_worker_options, submit_give_up_rounds);
+    tp_worker_options full;
+    tp_worker_options *o = malloc(v2);
+    tp_worker *w;
+    tp_error err;
+
+    (void)state;
+    assert_non_null(o);
+    tp_worker_options_init(&full);
+    assert_int_equal(full.submit_give_up_rounds, 0);
+    full.version = 2;
+    full.addresses = "127.0.0.1:7070";
+    memcpy(o, &full, v2);
+    w = tp_worker_new(o, &err);
+    free(o);
+    if (w == NULL)
+        fail_msg("version 2 options refused: %s", err.text);
+    assert_int_equal(w->opts.submit_give_up_rounds, 0);
+    tp_worker_free(w);
+}
+
 /* TLS options: files named only with tls, certificate and key together, and
  * a file that cannot be read is an error of tp_worker_new (not a retry loop). */
 static void test_options_tls(void **state)
@@ -356,6 +382,7 @@ int main(void)
         cmocka_unit_test(test_options_defaults),
         cmocka_unit_test(test_options_invalid),
         cmocka_unit_test(test_options_version1),
+        cmocka_unit_test(test_options_version2),
         cmocka_unit_test(test_options_tls),
         cmocka_unit_test(test_addr_parse_valid),
         cmocka_unit_test(test_addr_parse_invalid),

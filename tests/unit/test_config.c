@@ -663,6 +663,71 @@ static void test_durations(void **state)
     dsp_config_free(&c);
 }
 
+/* One rule for every duration flag and key (docs/taskpushd.md, "Durations"): units
+ * everywhere, a bare number in the unit of the flag's name (ms), garbage and overflow
+ * refused with the flag named. */
+static void test_duration_flags(void **state)
+{
+    (void)state;
+    int64_t ms;
+    static const struct {
+        const char *text;
+        int64_t ms;
+    } good[] = {{"0", 0}, {"30000", 30000}, {"250ms", 250}, {"30s", 30000}, {"5m", 300000},
+                {"2h", 7200000}, {"1d", 86400000}, {"9223372036854775807", INT64_MAX},
+                {"106751991167d", 106751991167LL * 86400000}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        assert_int_equal(dsp_duration_ms(good[i].text, &ms), 0);
+        assert_true(ms == good[i].ms);
+    }
+    static const char *const bad[] = {"", "s", "ms", "-1", "+30s", " 30s", "30 s", "30s ", "1.5s", "1e3",
+                                      "30sec", "30S", "0x10", "30s5", "keep", "9223372036854775808",
+                                      "99999999999999999999", "106751991168d", "9223372036854775807s"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (dsp_duration_ms(bad[i], &ms) != -1)
+            fail_msg("'%s' was taken as %lld ms", bad[i], (long long)ms);
+
+    dsp_config c;
+    char err[512];
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--task-timeout-ms", "30s",
+                          "--heartbeat-ms", "2m", "--poll-ms", "250", "--lease-ms", "1s", "--lease-renew-ms",
+                          "250ms", "--retain-finished", "7d", "--retry-backoff-max-ms", "1h", NULL),
+                     DSP_CONFIG_OK);
+    assert_int_equal(c.task_timeout_ms, 30000);
+    assert_int_equal(c.heartbeat_ms, 120000);
+    assert_int_equal(c.poll_ms, 250);
+    assert_int_equal(c.lease_ms, 1000);
+    assert_int_equal(c.lease_renew_ms, 250);
+    assert_int_equal(c.retain_finished_ms, 7LL * 86400000);
+    assert_int_equal(c.retry_backoff_max_ms, 3600000);
+    dsp_config_free(&c);
+    /* Garbage, and values beyond the flag's range however written: the flag is named. */
+    static const char *const refused[][2] = {
+        {"--task-timeout-ms", "30x"}, {"--task-timeout-ms", "25d"}, {"--heartbeat-ms", "2d"},
+        {"--poll-ms", "0s"},          {"--lease-ms", "1.5s"},       {"--task-timeout-ms", "99999999999999999999"},
+        {"--adopt-grace-ms", "keep"}, {"--retain-failed", "7 d"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", refused[i][0], refused[i][1], NULL),
+                         DSP_CONFIG_BAD);
+        if (!strstr(err, refused[i][0]))
+            fail_msg("%s %s: \"%s\" does not name the flag", refused[i][0], refused[i][1], err);
+        dsp_config_free(&c);
+    }
+    /* The config file's keys take the same text. */
+    dsp_config f;
+    memset(&f, 0, sizeof f);
+    static const char text[] = "task-timeout-ms = 1h\norphan-grace-ms = 10s\nretain-finished = 12h\n";
+    FILE *in = fmemopen((void *)text, sizeof text - 1, "r");
+    assert_non_null(in);
+    assert_int_equal(dsp_config_apply_file(&f, in, "t.conf", err, sizeof err), 0);
+    fclose(in);
+    assert_int_equal(f.task_timeout_ms, 3600000);
+    assert_int_equal(f.orphan_grace_ms, 10000);
+    assert_int_equal(f.retain_finished_ms, 12LL * 3600000);
+    dsp_config_free(&f);
+}
+
 static void test_type_limits(void **state)
 {
     (void)state;
@@ -735,6 +800,7 @@ int main(void)
         cmocka_unit_test_setup(test_admin_token_file_and_env, setup),
         cmocka_unit_test_setup(test_settings_listing_hides_secrets, setup),
         cmocka_unit_test_setup(test_durations, setup),
+        cmocka_unit_test_setup(test_duration_flags, setup),
         cmocka_unit_test_setup(test_type_limits, setup),
         cmocka_unit_test_setup(test_table_flag, setup),
         cmocka_unit_test_setup(test_no_abbreviations, setup),

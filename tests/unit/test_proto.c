@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <cmocka.h>
@@ -1613,6 +1614,47 @@ static void test_golden_valid_frames(void **state)
     free_golden(golden, n);
 }
 
+/* The wrong-port tests (docs/protocol.md, "A peer at the wrong port"): an HTTP method
+ * as a length is beyond any limit before HELLO; no valid frame of the golden set looks
+ * like an HTTP request or answer, and only HELLO looks like a HELLO. */
+static void test_wrong_port_detection(void **state)
+{
+    (void)state;
+    static const char *const methods[] = {"GET ", "POST", "HEAD", "PUT ", "DELETE", "OPTIONS", "PATCH"};
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+        const uint8_t *p = (const uint8_t *)methods[i];
+        uint32_t body_len;
+        assert_true(proto_looks_like_http_request(p, 4));
+        assert_int_equal(proto_frame_check(p, 4, PROTO_MAX_HEAD, &body_len), PROTO_TOO_BIG);
+    }
+    assert_false(proto_looks_like_http_request((const uint8_t *)"GET", 3));
+    assert_false(proto_looks_like_http_request((const uint8_t *)"get ", 4));
+    assert_false(proto_looks_like_http_request((const uint8_t *)"\0\0\0\x10", 4));
+    assert_true(proto_looks_like_http_response((const uint8_t *)"HTTP/1.1 400", 12));
+    assert_false(proto_looks_like_http_response((const uint8_t *)"HTTP", 4));
+    assert_false(proto_looks_like_http_response((const uint8_t *)"HTTPS", 5));
+    const uint8_t big_hello[5] = {0, 0, 0xff, 0xff, PROTO_HELLO};
+    const uint8_t short_hello[4] = {0, 0, 0, 20};
+    const uint8_t zero_len[5] = {0, 0, 0, 0, PROTO_HELLO};
+    assert_false(proto_looks_like_hello(big_hello, 5));
+    assert_false(proto_looks_like_hello(short_hello, 4));
+    assert_false(proto_looks_like_hello(zero_len, 5));
+
+    size_t n = load_golden("valid", golden);
+    size_t hellos = 0;
+    for (size_t i = 0; i < n; i++) {
+        const golden_file *g = &golden[i];
+        assert_false(proto_looks_like_http_request(g->data, g->len));
+        assert_false(proto_looks_like_http_response(g->data, g->len));
+        bool hello = g->len > PROTO_LEN_PREFIX && g->data[PROTO_LEN_PREFIX] == PROTO_HELLO;
+        hellos += hello;
+        if (proto_looks_like_hello(g->data, g->len) != hello)
+            fail_msg("valid/%s: taken for a HELLO: %d", g->name, !hello);
+    }
+    assert_true(hellos >= 1);
+    free_golden(golden, n);
+}
+
 static void test_golden_invalid_frames(void **state)
 {
     size_t n = load_golden("invalid", golden);
@@ -1848,6 +1890,7 @@ int main(void)
         cmocka_unit_test(test_list_decoder_side),
         cmocka_unit_test(test_list_bytes),
         cmocka_unit_test(test_golden_valid_frames),
+        cmocka_unit_test(test_wrong_port_detection),
         cmocka_unit_test(test_golden_invalid_frames),
         cmocka_unit_test(test_golden_values),
     };

@@ -277,14 +277,24 @@ static void test_lists_and_table(void **state)
 {
     fixture *fx = *state;
     const char *paused[2] = {"resize", "mail"};
-    dsp_stats_worker workers[2] = {
+    /* Two connections of one name, one of another, and the totals of ones that left: one
+     * series per name, its connections summed and its closed ones' tasks added. */
+    char long_name[301];
+    memset(long_name, 'x', 300);
+    long_name[300] = '\0';
+    dsp_stats_worker workers[4] = {
         {.name = "w\"1\\", .conn_id = 4, .capacity = 8, .in_flight = 3, .completed_total = 99},
         {.name = "bad\xff", .conn_id = 6, .capacity = 2, .in_flight = 0, .completed_total = 1},
+        {.name = "w\"1\\", .conn_id = 9, .capacity = 4, .in_flight = 1, .completed_total = 10},
+        {.name = long_name, .conn_id = 11, .capacity = 1},
     };
+    dsp_worker_total gone[2] = {{.label = "w\"1\\", .completed = 1000}, {.label = "gone", .completed = 5}};
     fx->snap.paused_types = paused;
     fx->snap.npaused_types = 2;
     fx->snap.workers = workers;
-    fx->snap.nworker_rows = 2;
+    fx->snap.nworker_rows = 4;
+    fx->snap.worker_totals = gone;
+    fx->snap.nworker_totals = 2;
     fx->snap.last_requeue.id = 3;
     strcpy(fx->snap.last_requeue.type, "mail");
     fx->snap.last_requeue.done = true;
@@ -326,9 +336,19 @@ static void test_lists_and_table(void **state)
                               "\"answered_ok_total\":9,\"answered_failed_total\":4}]");
     free(text);
 
-    assert_line(fx->metrics, "taskpush_worker_capacity{worker=\"w\\\"1\\\\\",conn=\"4\"} 8");
-    assert_line(fx->metrics, "taskpush_worker_in_flight{worker=\"w\\\"1\\\\\",conn=\"4\"} 3");
-    assert_line(fx->metrics, "taskpush_worker_completed_total{worker=\"bad\xef\xbf\xbd\",conn=\"6\"} 1");
+    assert_line(fx->metrics, "taskpush_worker_connections{worker=\"w\\\"1\\\\\"} 2");
+    assert_line(fx->metrics, "taskpush_worker_capacity{worker=\"w\\\"1\\\\\"} 12");
+    assert_line(fx->metrics, "taskpush_worker_in_flight{worker=\"w\\\"1\\\\\"} 4");
+    assert_line(fx->metrics, "taskpush_worker_completed_total{worker=\"w\\\"1\\\\\"} 1109");
+    assert_line(fx->metrics, "taskpush_worker_completed_total{worker=\"bad\xef\xbf\xbd\"} 1");
+    assert_line(fx->metrics, "taskpush_worker_connections{worker=\"gone\"} 0");
+    assert_line(fx->metrics, "taskpush_worker_completed_total{worker=\"gone\"} 5");
+    char want[300];
+    snprintf(want, sizeof want, "taskpush_worker_capacity{worker=\"%.128s\"} 1", long_name);
+    assert_line(fx->metrics, want);
+    assert_null(strstr(fx->metrics, "conn="));
+    snprintf(want, sizeof want, "taskpush_build_info{version=\"%s\"} 1", TASKPUSH_VERSION);
+    assert_line(fx->metrics, want);
     assert_line(fx->metrics, "taskpush_table_stats_age_seconds 1.5");
     assert_line(fx->metrics, "taskpush_table_tasks{state=\"successful\"} 77");
     assert_line(fx->metrics, "taskpush_table_type_tasks{type=\"mail\",state=\"failed\"} 40");
