@@ -83,6 +83,14 @@ static void check_output(const fuzz_peer *cl, const dsp_config *cfg, const uint8
 
     if (cl->got > cl->nout)
         return; /* more than was kept: nothing sends that much before a task */
+    /* An HTTP request on the worker port gets one plain HTTP answer that says where the
+     * admin port is (docs/protocol.md, "A peer at the wrong port"), and nothing else. */
+    if (size >= 4 && proto_looks_like_http_request(data, size)) {
+        static const char http400[] = "HTTP/1.0 400 ";
+        check(cl->nout == 0 || (cl->nout >= sizeof http400 - 1 &&
+                                memcmp(cl->out, http400, sizeof http400 - 1) == 0));
+        return;
+    }
     while (off < cl->nout) {
         uint32_t body_len = 0;
         proto_msg m;
