@@ -1,4 +1,5 @@
 #include "config.h"
+#include "db.h"
 #include "tables.h"
 
 #include "utf8.h"
@@ -101,10 +102,13 @@ static const opt_def option_table[] = {
      "delete FAILED rows older than this; keep = never"},
     {"table-stats-ms", OPT_MS, F(table_stats_ms), "2000", 100, 3600000, "MS",
      "how often the table-side figures (counts, queue lag) are read"},
-    {"lease-ms", OPT_MS, F(lease_ms), "1000", 100, 600000, "MS",
-     "the leadership lease: a standby takes over this long after the leader's last renewal"},
-    {"lease-renew-ms", OPT_MS, F(lease_renew_ms), "250", 10, 300000, "MS",
-     "how often the leader renews its lease (at most half of --lease-ms)"},
+    /* No default here: the database threads pick one for the server (db.h). */
+    {"lease-ms", OPT_MS, F(lease_ms), NULL, 100, 600000, "MS",
+     "the leadership lease: a standby takes over this long after the leader's last renewal"
+     " (default 1000; 5000 on a Galera cluster)"},
+    {"lease-renew-ms", OPT_MS, F(lease_renew_ms), NULL, 10, 300000, "MS",
+     "how often the leader renews its lease, at most half of --lease-ms (default 250; 1000 on"
+     " a Galera cluster)"},
     {"sql-dialect", OPT_DIALECT, F(sql_dialect), "auto", 0, 0, "DIALECT",
      "auto, mysql or mariadb: the SQL sent (mysql: only what MySQL >= 8.0.13 accepts);"
      " auto reads the server's version at each connect"},
@@ -830,11 +834,16 @@ int dsp_config_load(dsp_config *cfg, int argc, char **argv, FILE *out, char *err
     }
     if (check_tls(cfg, err, errlen) < 0)
         goto done;
-    /* At least two renewals per lease, so that one slow statement costs no leadership. */
-    if (cfg->lease_renew_ms * 2 > cfg->lease_ms) {
-        snprintf(err, errlen, "--lease-renew-ms %lld must be at most half of --lease-ms %lld",
-                 (long long)cfg->lease_renew_ms, (long long)cfg->lease_ms);
-        goto done;
+    /* At least two renewals per lease, so that one slow statement costs no leadership.
+     * One flag alone is checked against the other's one-server default (db.h). */
+    if (cfg->lease_ms > 0 || cfg->lease_renew_ms > 0) {
+        int64_t lease = cfg->lease_ms > 0 ? cfg->lease_ms : DSP_LEASE_MS_DEFAULT;
+        int64_t renew = cfg->lease_renew_ms > 0 ? cfg->lease_renew_ms : DSP_LEASE_RENEW_MS_DEFAULT;
+        if (renew * 2 > lease) {
+            snprintf(err, errlen, "--lease-renew-ms %lld must be at most half of --lease-ms %lld",
+                     (long long)renew, (long long)lease);
+            goto done;
+        }
     }
     if ((int64_t)cfg->ntype_limits > cfg->max_types) {
         snprintf(err, errlen, "%zu --type-limit entries, more than --max-types %lld", cfg->ntype_limits,

@@ -197,6 +197,9 @@ void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
     snap->sql_dialect = dbc.sql_dialect;
     snap->node_host = dbc.node_host;
     snap->node_port = dbc.node_port;
+    snap->galera = dbc.galera;
+    snap->lease_ms = dbc.lease_ms;
+    snap->lease_renew_ms = dbc.lease_renew_ms;
     snap->pending_writes = srv->outbox.n + dsp_db_pending_writes(srv->db);
     snap->pending_write_bytes = srv->outbox.bytes + dsp_db_pending_write_bytes(srv->db);
     snap->hist = srv->stats.hist;
@@ -348,6 +351,9 @@ json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
         json_object_set_new(db, "node", json_string(snap->node_host));
         json_object_set_new(db, "node_port", json_integer(snap->node_port));
     }
+    json_object_set_new(db, "galera", json_boolean(snap->galera));
+    json_object_set_new(db, "lease_ms", json_integer((json_int_t)snap->lease_ms));
+    json_object_set_new(db, "lease_renew_ms", json_integer((json_int_t)snap->lease_renew_ms));
     json_t *settings = json_object();
     dsp_config_each(snap->cfg, add_setting, settings);
 

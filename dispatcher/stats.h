@@ -215,6 +215,8 @@ typedef struct dsp_stats_snapshot {
     const char *sql_dialect;        /* db.sql_dialect: the SQL dialect in use (static) */
     const char *node_host;          /* db.node, db.node_port: the server of --db in use */
     unsigned node_port;
+    bool galera;                    /* db.galera, db.lease_ms, db.lease_renew_ms: the lease */
+    int64_t lease_ms, lease_renew_ms; /* in use (0 before the first connection) */
     bool db_connected, leader;
     /* What /healthz answers (dsp_stats_health): ok, or the reason it is 503. */
     bool health_ok;

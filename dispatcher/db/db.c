@@ -676,6 +676,9 @@ void dsp_db_counters_get(dsp_db *db, dsp_db_counters *out)
     }
     pthread_mutex_lock(&db->mu);
     out->connected = db->healthy;
+    out->galera = db->lease.galera;
+    out->lease_ms = db->lease.length_ms;
+    out->lease_renew_ms = db->lease.renew_ms;
     pthread_mutex_unlock(&db->mu);
 }
 

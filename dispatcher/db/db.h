@@ -307,6 +307,16 @@ enum dsp_sql_dialect { DSP_SQL_DIALECT_AUTO, DSP_SQL_DIALECT_MYSQL, DSP_SQL_DIAL
 /* "auto", "mysql" or "mariadb". */
 const char *dsp_sql_dialect_name(int dialect);
 
+/* The lease's length and renewal when neither --lease-ms nor --lease-renew-ms is given
+ * (docs/replication.md, "Lease timing"): one server's, and a Galera node's, where a
+ * node's death or join stalls every commit for about the cluster's suspect timeout
+ * (5 s by default), renewals included. When only one flag is given the other takes its
+ * one-server default. */
+#define DSP_LEASE_MS_DEFAULT 1000
+#define DSP_LEASE_RENEW_MS_DEFAULT 250
+#define DSP_LEASE_MS_GALERA 5000
+#define DSP_LEASE_RENEW_MS_GALERA 1000
+
 typedef struct dsp_db_options {
     const dsp_db_url *url;      /* borrowed for the life of the dsp_db */
     const dsp_log *log;         /* borrowed */
@@ -317,8 +327,8 @@ typedef struct dsp_db_options {
     uint32_t claim_split;       /* claims keeping this many rows (>= 2) use the helper; 0: never */
     int64_t retain_succeeded_ms; /* delete SUCCESSFUL rows older than this; 0: keep all */
     int64_t retain_failed_ms;    /* the same for FAILED rows; 0: keep all */
-    int64_t lease_ms;            /* the leadership lease's length; 0: 1000 */
-    int64_t lease_renew_ms;      /* how often the leader renews it; 0: 250 */
+    int64_t lease_ms;            /* the leadership lease's length; 0: see DSP_LEASE_MS_DEFAULT */
+    int64_t lease_renew_ms;      /* how often the leader renews it; 0: the same */
     int64_t adopt_grace_ms;      /* a new leader recovers older epochs' rows this long after
                                   * it starts leading (workers declare theirs first); 0: at once */
     int64_t orphan_age_ms;       /* a PROCESSING row no dispatcher can hold (db_sql.h, orphans)
@@ -375,6 +385,9 @@ typedef struct dsp_db_counters {
                               * first connection told (a static string) */
     const char *node_host;   /* the server of --db in use (the URL's string) and its port, */
     unsigned node_port;      /* 0 when the URL gave none */
+    bool galera;             /* the lease connection's server is a Galera node */
+    int64_t lease_ms;        /* the lease in use (flags, or the defaults for the server); */
+    int64_t lease_renew_ms;  /* 0 until the lease connection first connected */
 } dsp_db_counters;
 
 /* Returns NULL on allocation failure. Nothing runs before dsp_db_start. */

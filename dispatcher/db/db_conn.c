@@ -358,6 +358,7 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
         /* On Galera a read sees what another node committed only after waiting for it:
          * the lease's and the claims' reads (recovery too) must see the latest writes. */
         bool reads_latest = c->who && (strncmp(c->who, "claim", 5) == 0 || strcmp(c->who, "lease") == 0);
+        c->galera = galera == 1;
         if (galera == 1 && reads_latest && dsp_dbi_exec_str(c, "SET SESSION wsrep_sync_wait = 1") < 0)
             goto fail;
     }

@@ -131,6 +131,9 @@ struct dsp_lease {
     bool renew_now;         /* a connection waits to be recorded */
     uint64_t gen;           /* acquisitions so far; a claim thread serves one */
     int64_t valid_until;    /* monotonic ms: past it, nothing may act as leader */
+    int64_t length_ms;      /* the lease's length and renewal in use (db_lease.c's */
+    int64_t renew_ms;       /* lease_timing), 0 before the first connection */
+    bool galera;            /* the lease connection's server is a Galera node */
     uint64_t holder;        /* this process's holder id, drawn at init, never 0; its
                              * connections hold the locks dsp_dbi_conn_lock_name names */
     uint64_t conn[LEASE_NCONN];     /* the connections' ids now (0: none) */
@@ -271,6 +274,7 @@ struct dbconn {
                                 * and reconnects logged at debug, not once per retry */
     bool mysql;                /* this connection sends MySQL's dialect (set at open) */
     unsigned node;             /* the index in --db's server list it was opened on */
+    bool galera;               /* the server is a synced Galera node (set at open) */
 };
 
 /* ---- db.c: messages to the loop ---- */

@@ -8,9 +8,10 @@
  *
  * Why a lease beside GET_LOCK: the lock lives as long as its connection, so a frozen
  * leader (SIGSTOP, a paused VM) whose connection stays open would keep the table for
- * ever. The lease expires on the database's clock; a standby that finds it expired takes
- * it in one compare-and-swap UPDATE, KILLs the old holder's connections (which also
- * frees the lock), and only then does its claim thread take GET_LOCK and a new epoch.
+ * ever. The lease expires on the database's clock; a standby that finds it expired KILLs
+ * the old holder's connections (which also frees the lock and whatever rows they held),
+ * takes it in one compare-and-swap UPDATE, and only then does its claim thread take
+ * GET_LOCK and a new epoch.
  *
  * Which connections are the old holder's: each connection the lease records holds a lock
  * named after its process's holder id (63 random bits) and its slot, taken right after it
@@ -40,8 +41,6 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#define LEASE_MS_DEFAULT 1000
-#define LEASE_RENEW_MS_DEFAULT 250
 #define LEASE_RW_TIMEOUT_S 2u  /* the lease connection only runs short statements */
 #define BOOT_SLACK_S 2         /* two readings of the server's start time agree within this */
 #define CONN_LOCK_WAIT_S 1     /* under LEASE_RW_TIMEOUT_S */
@@ -71,14 +70,27 @@ struct lease_ctx {
     bool row_made;       /* a shard's lease row exists (INSERT IGNOREd once) */
 };
 
-static int64_t lease_ms_of(const dsp_db *db)
+/* The lease's length and renewal: the flags', else the defaults for the server the lease
+ * connection reached (db.h). Set at each connect, so that every taskpushd of a cluster
+ * given no flags agrees. The row's expires_ms carries each holder's own length, so a
+ * standby with other flags still waits for the holder's real expiry. */
+static void lease_timing(struct lease_ctx *x)
 {
-    return db->opts.lease_ms > 0 ? db->opts.lease_ms : LEASE_MS_DEFAULT;
-}
+    dsp_db *db = x->db;
+    bool flags = db->opts.lease_ms > 0 || db->opts.lease_renew_ms > 0;
 
-static int64_t renew_ms_of(const dsp_db *db)
-{
-    return db->opts.lease_renew_ms > 0 ? db->opts.lease_renew_ms : LEASE_RENEW_MS_DEFAULT;
+    if (!flags && x->c.galera) {
+        x->lease_ms = DSP_LEASE_MS_GALERA;
+        x->renew_ms = DSP_LEASE_RENEW_MS_GALERA;
+    } else {
+        x->lease_ms = db->opts.lease_ms > 0 ? db->opts.lease_ms : DSP_LEASE_MS_DEFAULT;
+        x->renew_ms = db->opts.lease_renew_ms > 0 ? db->opts.lease_renew_ms : DSP_LEASE_RENEW_MS_DEFAULT;
+    }
+    pthread_mutex_lock(&db->mu);
+    db->lease.length_ms = x->lease_ms;
+    db->lease.renew_ms = x->renew_ms;
+    db->lease.galera = x->c.galera;
+    pthread_mutex_unlock(&db->mu);
 }
 
 /* ---- shared state ---- */
@@ -267,7 +279,7 @@ void dsp_db_lease_check(dsp_db *db)
         return;
     pthread_mutex_lock(&db->mu);
     if (db->lease.held && dsp_now_ms() >= db->lease.valid_until)
-        late = dsp_now_ms() - db->lease.valid_until + lease_ms_of(db);
+        late = dsp_now_ms() - db->lease.valid_until + db->lease.length_ms;
     pthread_mutex_unlock(&db->mu);
     if (late >= 0) {
         char why[96];
@@ -359,6 +371,7 @@ static int lease_connect(struct lease_ctx *x)
         dsp_dbi_conn_close(&x->c);
         return -1;
     }
+    lease_timing(x);
     return 0;
 }
 
@@ -554,6 +567,14 @@ static int lease_acquire(struct lease_ctx *x)
         return 0;
     }
     x->wait_logged = false;
+    /* The expired holder's sessions end before the swap, not after: a holder frozen in
+     * the middle of a claim still holds that claim's lock on the lease row (each claim
+     * writes it, a fence), and the swap would wait behind it for ever. Its lease ran out
+     * on its own clock no later than on the database's, so it acts no more either way;
+     * a standby that then loses the swap to another has ended only a deposed holder's
+     * sessions. */
+    if (old != 0 && old != x->holder)
+        kill_old(x, old, row[2]);
 
     pthread_mutex_lock(&db->mu);
     memcpy(ids, db->lease.conn, sizeof ids);
@@ -579,7 +600,6 @@ static int lease_acquire(struct lease_ctx *x)
     if (old != 0 && old != x->holder) {
         log_info(db->log, "took the table's lease from holder %" PRIu64 " (it expired %" PRId64
                           " ms before)", old, now - exp);
-        kill_old(x, old, row[2]);
     } else {
         log_info(db->log, "took the table's lease");
     }
@@ -693,8 +713,8 @@ void *dsp_dbi_lease_main(void *arg)
     x.c.rng = (uint64_t)dsp_now_us() * 0xD6E8FEB86659FD93ULL ^ (uint64_t)(uintptr_t)&x;
     if (x.c.rng == 0)
         x.c.rng = 1;
-    x.lease_ms = lease_ms_of(db);
-    x.renew_ms = renew_ms_of(db);
+    x.lease_ms = db->opts.lease_ms > 0 ? db->opts.lease_ms : DSP_LEASE_MS_DEFAULT;
+    x.renew_ms = db->opts.lease_renew_ms > 0 ? db->opts.lease_renew_ms : DSP_LEASE_RENEW_MS_DEFAULT;
     x.holder = db->lease.holder;
     mysql_thread_init();
 

@@ -269,7 +269,9 @@ static void test_no_abbreviations(void **state)
     dsp_config_free(&c);
 }
 
-/* The lease flags: defaults (takeover well within 2 s), and renewals at most half a lease. */
+/* The lease flags: unset by default (the database threads choose for the server: 1000/250
+ * on one server, 5000/1000 on Galera), and renewals at most half a lease; one flag alone
+ * is checked against the other's one-server default. */
 static void test_lease_flags(void **state)
 {
     (void)state;
@@ -277,8 +279,21 @@ static void test_lease_flags(void **state)
     char err[256] = "";
 
     assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", NULL), DSP_CONFIG_OK);
-    assert_int_equal(c.lease_ms, 1000);
-    assert_int_equal(c.lease_renew_ms, 250);
+    assert_int_equal(c.lease_ms, 0);
+    assert_int_equal(c.lease_renew_ms, 0);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--lease-ms", "5000", NULL),
+                     DSP_CONFIG_OK);
+    assert_int_equal(c.lease_ms, 5000);
+    assert_int_equal(c.lease_renew_ms, 0);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--lease-ms", "400", NULL),
+                     DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "--lease-renew-ms 250 must be at most half of --lease-ms 400"));
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--lease-renew-ms", "600", NULL),
+                     DSP_CONFIG_BAD);
+    assert_non_null(strstr(err, "--lease-renew-ms 600 must be at most half of --lease-ms 1000"));
     dsp_config_free(&c);
     assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--lease-ms", "400",
                           "--lease-renew-ms", "200", NULL),
