@@ -289,7 +289,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     pthread_condattr_t ca;
     char name[LOCK_NAME_MAX + 1];
     size_t nl;
-    int mu_ok = 0, cv1 = 0, cv2 = 0, cv3 = 0, cv4 = 0;
+    int mu_ok = 0, conns_ok = 0, cv1 = 0, cv2 = 0, cv3 = 0, cv4 = 0;
 
     if (opts == NULL || opts->url == NULL || opts->log == NULL || opts->base == NULL ||
         opts->url->dbname == NULL)
@@ -331,6 +331,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     atomic_init(&db->node, 0);
 
     mu_ok = pthread_mutex_init(&db->mu, NULL) == 0;
+    conns_ok = pthread_mutex_init(&db->conns_mu, NULL) == 0;
     if (pthread_condattr_init(&ca) == 0) {
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         cv1 = pthread_cond_init(&db->claim_cv, &ca) == 0;
@@ -356,7 +357,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
 
     db->wake_ev = event_new(opts->base, -1, 0, wake_cb, db);
     int lease_ok = dsp_dbi_lease_init(db) == 0;
-    if (!mu_ok || !cv1 || !cv2 || !cv3 || !cv4 || db->wake_ev == NULL || db->get_lock_sql.oom ||
+    if (!mu_ok || !conns_ok || !cv1 || !cv2 || !cv3 || !cv4 || db->wake_ev == NULL || db->get_lock_sql.oom ||
         db->type_in.oom ||
         db->release_lock_sql.oom || db->used_lock_sql.oom || nl == 0 || db->tstats == NULL || !lease_ok) {
         if (lease_ok)
@@ -378,6 +379,8 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
         free(db->tstats);
         if (mu_ok)
             pthread_mutex_destroy(&db->mu);
+        if (conns_ok)
+            pthread_mutex_destroy(&db->conns_mu);
         free(db);
         return NULL;
     }
@@ -646,6 +649,7 @@ void dsp_db_free(dsp_db *db)
     dsp_dbi_claims_free(db);
     dsp_dbi_lease_destroy(db);
     pthread_mutex_destroy(&db->mu);
+    pthread_mutex_destroy(&db->conns_mu);
     free(db);
 }
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* Every blocking client call ends within these (seconds): a dead server costs a
  * reconnect, never a thread stuck forever. The read timeout must exceed GET_LOCK's
@@ -212,9 +213,64 @@ int dsp_dbi_query_u64(struct dbconn *c, const char *sql, uint64_t *out, bool *is
     return rc;
 }
 
+static void node_failed(dsp_db *db, unsigned node, const char *why);
+
+/* Errors after which the server of a list is left for the next one: the connection was
+ * lost or a statement ran past its timeout (a dead, frozen or unreachable node: trying
+ * it again would cost a connect timeout more), or the node left its cluster's primary
+ * component (1047, WSREP not ready). */
+static bool error_leaves_node(unsigned e)
+{
+    return e == 2006 /* CR_SERVER_GONE_ERROR */ || e == 2013 /* CR_SERVER_LOST */ ||
+           e == 1047 /* ER_UNKNOWN_COM_ERROR: WSREP has not yet prepared node */;
+}
+
+/* The registry of open connections (dsp_db.open_conns): a connection is in it from its
+ * open to its close, so that its socket is valid whenever another thread finds it there. */
+static void conn_register(struct dbconn *c, bool add)
+{
+    dsp_db *db = c->db;
+
+    pthread_mutex_lock(&db->conns_mu);
+    for (size_t i = 0; i < DB_OPEN_CONNS_MAX; i++) {
+        if (add && db->open_conns[i] == NULL) {
+            db->open_conns[i] = c;
+            break;
+        }
+        if (!add && db->open_conns[i] == c)
+            db->open_conns[i] = NULL;
+    }
+    pthread_mutex_unlock(&db->conns_mu);
+}
+
+/* Node failed: the connections still open on it, possibly waiting in a statement on a
+ * frozen or cut-off server for their whole read timeout, are cut at the socket; each
+ * owner sees the connection lost (2013) at once, closes it and reconnects to the node in
+ * use. A KILL cannot reach a server that does not answer. */
+static void conns_cut(dsp_db *db, unsigned node)
+{
+    pthread_mutex_lock(&db->conns_mu);
+    for (size_t i = 0; i < DB_OPEN_CONNS_MAX; i++) {
+        struct dbconn *o = db->open_conns[i];
+        if (o != NULL && o->node == node && o->m != NULL) {
+            my_socket fd = mysql_get_socket(o->m);
+            if (fd >= 0)
+                shutdown(fd, SHUT_RDWR);
+        }
+    }
+    pthread_mutex_unlock(&db->conns_mu);
+}
+
 void dsp_dbi_conn_close(struct dbconn *c)
 {
     if (c->m) {
+        unsigned e = mysql_errno(c->m); /* of the last call: 0 after a success */
+        conn_register(c, false);
+        if (c->db->opts.url->nnodes > 1 && error_leaves_node(e)) {
+            char why[320];
+            snprintf(why, sizeof why, "failed a statement: %.200s (error %u)", mysql_error(c->m), e);
+            node_failed(c->db, c->node, why);
+        }
         mysql_close(c->m);
         c->m = NULL;
     }
@@ -252,6 +308,7 @@ static void node_failed(dsp_db *db, unsigned node, const char *why)
     if (!atomic_compare_exchange_strong(&db->node, &node, next))
         return;
     atomic_fetch_add(&db->node_moves, 1);
+    conns_cut(db, node);
     log_warn(db->log, "database server %s:%u %s; moving to %s:%u", u->nodes[node].host,
              u->nodes[node].port ? u->nodes[node].port : 3306, why, u->nodes[next].host,
              u->nodes[next].port ? u->nodes[next].port : 3306);
@@ -345,6 +402,7 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
     }
     c->m = m;
     c->node = node;
+    conn_register(c, true);
     {
         char why[320];
         int galera = node_serves(c, why, sizeof why);

@@ -143,6 +143,8 @@ struct dsp_lease {
     bool thread_ok;
 };
 
+#define DB_OPEN_CONNS_MAX 16 /* the database threads' connections, with room to spare */
+
 struct dsp_db {
     dsp_db_options opts;
     const dsp_log *log;
@@ -162,6 +164,10 @@ struct dsp_db {
     dsp_table_names names;
 
     pthread_mutex_t mu;
+    /* The open connections (db_conn.c), so that a node of --db's list that failed on one
+     * of them stops holding the others in a statement; under conns_mu, taken alone. */
+    pthread_mutex_t conns_mu;
+    struct dbconn *open_conns[DB_OPEN_CONNS_MAX];
     pthread_cond_t claim_cv;
     pthread_cond_t write_cv;
     pthread_cond_t stats_cv;
