@@ -259,6 +259,32 @@ static void lease_give_up(dsp_db *db, const char *why)
     }
 }
 
+/* The fencing write (docs/replication.md, Galera): the lease row changes with every
+ * claim transaction, so that on Galera a claim of a deposed dispatcher fails
+ * certification against the takeover's write of the same row, and on one server it
+ * reads the row's latest version under a lock. Bit 32 of value flips (the epoch is in the
+ * low 32 bits; 0 until the first renewal as leader wrote it): an UPDATE that changes
+ * nothing would put no key in the write set. */
+int dsp_dbi_lease_fence(dsp_db *db, struct dbconn *c, uint32_t epoch)
+{
+    char sql[256 + DSP_TABLE_IDENT_CAP];
+    uint64_t n;
+
+    snprintf(sql, sizeof sql,
+             "UPDATE %s SET value = (value ^ 4294967296) | %" PRIu32 " WHERE name = '%s'"
+             " AND holder = %" PRIu64 " AND (value & 4294967295) IN (0, %" PRIu32 ")",
+             db->names.meta, epoch, db->lease_row, db->lease.holder, epoch);
+    if (dsp_dbi_exec(c, sql, strlen(sql), &n) < 0)
+        return -1;
+    return n == 1 ? 1 : 0;
+}
+
+void dsp_dbi_lease_deposed(dsp_db *db)
+{
+    atomic_fetch_add_explicit(&db->claims_fenced, 1, memory_order_relaxed);
+    lease_give_up(db, "a claim found the lease row no longer ours (db.claims_fenced_total)");
+}
+
 void dsp_db_lease_check(dsp_db *db)
 {
     int64_t late = -1;
