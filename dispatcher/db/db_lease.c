@@ -18,8 +18,9 @@
  * (IS_USED_LOCK): the answer is a connection of that process on this server, or none.
  * Connection ids alone are not enough: they are per server and start again at each
  * start, and two servers started in the same second (a cluster, containers, a restore)
- * hand out the same ids, so ids recorded on one server name bystanders on the other. The lease row is only ever written by single autocommit statements of
- * this thread: it is never locked across a claim or a result write.
+ * hand out the same ids, so ids recorded on one server name bystanders on the other. The lease row is written by single autocommit statements of this
+ * thread, and by the fencing write (dsp_dbi_lease_fence) at the end of each claim
+ * transaction, which holds its lock only from that write to the claim's COMMIT.
  *
  * The leader's side: a renewal sent at monotonic time t that the database accepted
  * makes the lease valid here until t + lease_ms. The database set expires_ms = its now +
