@@ -526,7 +526,24 @@ static int recover_listed(struct claim_ctx *x, uint32_t row_epoch, uint64_t row_
  * of its rows per transaction. At takeover (all_shards) the rows of every shard are
  * read, so that a type moved from one shard to another is recovered by its new owner;
  * the periodic pass reads this shard's only. */
+static int recover_once(struct claim_ctx *x, bool all_shards);
+
+/* recover_once, run again on the same connection when a conflict (Galera's
+ * certification, a deadlock, a lock wait timeout) rolled a transaction of it back: what
+ * it committed before stays done, and it reads on from the first row still listed. */
 static int recover(struct claim_ctx *x, bool all_shards)
+{
+    for (unsigned tries = 1;; tries++) {
+        x->c.err = 0;
+        if (recover_once(x, all_shards) == 0)
+            return 0;
+        if (!dsp_dbi_error_is_conflict(x->c.err) || tries >= DSP_DBI_CONFLICT_TRIES ||
+            dsp_dbi_conflict_retry(&x->c, tries) < 0)
+            return -1;
+    }
+}
+
+static int recover_once(struct claim_ctx *x, bool all_shards)
 {
     dsp_db *db = x->db;
     uint64_t total = 0, seq = 0;
@@ -1740,30 +1757,34 @@ static int sweeps(struct claim_ctx *x)
     if (!promote && !demote)
         return 0;
     refresh = promote || now_m >= x->next_refresh;
+    /* Galera: each sweep UPDATE's rows are one transaction's (wsrep_max_ws_rows). */
+    unsigned limit = SWEEP_LIMIT;
+    if (x->c.ws_max_rows > 0 && x->c.ws_max_rows - 1 < limit)
+        limit = x->c.ws_max_rows > 1 ? (unsigned)x->c.ws_max_rows - 1 : 1;
 
     if (demote) {
         x->next_demote = now_m + DEMOTE_EVERY_MS;
         do {
-            if (dsp_claim_sql_demote_in(sql, cap, dsp_wall_ms(), SWEEP_LIMIT, db->in,
+            if (dsp_claim_sql_demote_in(sql, cap, dsp_wall_ms(), limit, db->in,
                                          &db->names) < 0 ||
                 dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
                 goto fail;
             if (n)
                 refresh = true; /* new rows in the delayed lane */
-            if (n >= SWEEP_LIMIT && commit(&x->c) < 0)
+            if (n >= limit && commit(&x->c) < 0)
                 goto fail;
-        } while (n >= SWEEP_LIMIT);
+        } while (n >= limit);
     }
     if (promote) {
         x->last_promote = now_m;
         do {
-            if (dsp_claim_sql_promote_in(sql, cap, dsp_wall_ms(), SWEEP_LIMIT, db->in,
+            if (dsp_claim_sql_promote_in(sql, cap, dsp_wall_ms(), limit, db->in,
                                           &db->names) < 0 ||
                 dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
                 goto fail;
-            if (n >= SWEEP_LIMIT && commit(&x->c) < 0)
+            if (n >= limit && commit(&x->c) < 0)
                 goto fail;
-        } while (n >= SWEEP_LIMIT);
+        } while (n >= limit);
     }
     if (refresh) {
         snprintf(sql, cap, "SELECT MIN(run_after) FROM %s WHERE `delayed` = 1%s", db->names.task,
@@ -1847,7 +1868,14 @@ static int serve(struct claim_ctx *x)
         return -1;
     if (claim_stopping(db))
         return 0;
-    return sweeps(x);
+    x->c.err = 0;
+    if (sweeps(x) == 0)
+        return 0;
+    /* A conflict rolled the sweep back: the connection is fine, and the sweep runs again
+     * when next due (a demote within DEMOTE_EVERY_MS, a promote after PROMOTE_GAP_MS). */
+    if (dsp_dbi_error_is_conflict(x->c.err) && dsp_dbi_conflict_retry(&x->c, 1) == 0)
+        return 0;
+    return -1;
 }
 
 /* ---- the claim thread's states (see the opening comment) ---- */
