@@ -824,7 +824,7 @@ static int claim_plan(struct claim_ctx *x, struct claim_run *cr)
     cr->cut_rank = SIZE_MAX;
     /* Galera's write-set limits (read at connect): the marked rows, the task_claim row
      * and the lease row are one transaction's; each row goes in with its images (the
-     * payload twice at most). A claim cut short says so (more), and the loop asks again. */
+     * payload twice at most). The loop claims the rest next time. */
     if (x->c.ws_max_rows > 0) {
         uint64_t room = x->c.ws_max_rows > 3 ? x->c.ws_max_rows - 2 : 1;
         if (r->total > room)
