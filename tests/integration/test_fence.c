@@ -12,7 +12,8 @@
  * inserted then are never delivered: the next claim's fencing write matches nothing, the
  * claim rolls back (the rows stay NEW, none PROCESSING), db.claims_fenced_total counts
  * it, and the dispatcher steps down (/stats leader false) and leaves the row to its new
- * holder.
+ * holder. fenced_split: the same with --claim-split 2 (the claim helper's half writes the
+ * lease row too).
  *
  * Case deadlock: a second session with a large transaction of its own (2,000 rows
  * inserted, so that InnoDB picks the claim as the deadlock's victim) locks the lease row;
@@ -134,26 +135,36 @@ static bool wait_successful(struct fx *fx, uint64_t id)
     return false;
 }
 
-/* The daemon leading, a worker of type on it, and a first task run (the claim path
- * works before the test changes anything). */
-static void start(struct fx *fx, const char *tag, const char *type)
+/* The daemon leading (args), a worker of type on it, and first tasks run (the claim path
+ * works before the test changes anything): `first` of them inserted in one statement
+ * (twice when more than one), so that with --claim-split 2 claims split and the helper is
+ * connected. */
+static void start(struct fx *fx, const char *tag, const char *type, const char *const *args,
+                  int first)
 {
     assert_int_equal(tp_testdb_create(tag, &fx->db), 0);
-    assert_int_equal(tp_daemon_start(&fx->d, fx->db.url, daemon_args), 0);
+    assert_int_equal(tp_daemon_start(&fx->d, fx->db.url, args), 0);
     fx->have_daemon = true;
     assert_int_equal(tp_daemon_wait_leader(&fx->d, WAIT_MS), 0);
     fx->w = tp_inproc_start_one(&fx->run, fx->d.listen, "fence-w", 4, type, on_task, fx);
     assert_non_null(fx->w);
-    uint64_t first = insert_task(fx, type);
-    assert_true(wait_successful(fx, first));
-    assert_int_equal(runs_of(fx, first), 1);
+    /* Twice when several: the first split claim only asks the helper to connect. */
+    for (int round = 1; round <= (first > 1 ? 2 : 1); round++) {
+        assert_int_equal(tp_testdb_exec(&fx->db, "INSERT INTO task (task_type, payload) SELECT '%s', 'p'"
+                                                 " FROM seq_1_to_%d", type, first),
+                         first);
+        bool all = false;
+        for (long long end = tp_mono_ms() + WAIT_MS; !all && tp_mono_ms() < end; tp_sleep_ms(20))
+            all = tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state = 2") ==
+                  (uint64_t)(round * first);
+        assert_true(all);
+        assert_int_equal(runs_total(fx), round * first);
+    }
 }
 
-static void test_fenced(void **state)
+static void fenced(struct fx *fx, const char *tag, const char *const *args, int first)
 {
-    struct fx *fx = *state;
-
-    start(fx, "fence_fenced", "f");
+    start(fx, tag, "f", args, first);
     assert_int_equal(tp_daemon_stat(&fx->d, "db.claims_fenced_total"), 0);
     /* Another holder, behind the leader's back; its lease lasts 10 minutes. */
     assert_int_equal(tp_testdb_exec(&fx->db, "UPDATE taskpush_meta SET holder = %d,"
@@ -161,8 +172,9 @@ static void test_fenced(void **state)
                                              " WHERE name = 'lease'",
                                     OTHER_HOLDER),
                      1);
-    for (int i = 0; i < N_FENCED; i++)
-        insert_task(fx, "f");
+    assert_int_equal(tp_testdb_exec(&fx->db, "INSERT INTO task (task_type, payload) SELECT 'f', 'p'"
+                                             " FROM seq_1_to_%d", N_FENCED),
+                     N_FENCED);
 
     long long fenced = 0, leader = 1;
     for (long long end = tp_mono_ms() + WAIT_MS; tp_mono_ms() < end; tp_sleep_ms(20)) {
@@ -183,10 +195,11 @@ static void test_fenced(void **state)
 
     /* Nothing was delivered or marked: the rows wait for the row's holder. */
     tp_sleep_ms(300);
-    assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state = 0"), N_FENCED);
+    assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state = 0 AND attempts = 0"),
+                     N_FENCED);
     assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state = 1"), 0);
     assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task_claim"), 0);
-    assert_int_equal(runs_total(fx), 1);
+    assert_int_equal(runs_total(fx), first > 1 ? 2 * first : first);
     assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT holder FROM taskpush_meta WHERE name = 'lease'"),
                      OTHER_HOLDER);
     assert_int_equal(tp_daemon_stat(&fx->d, "db.claims_total") >= 1, 1);
@@ -196,11 +209,25 @@ static void test_fenced(void **state)
     fx->passed = true;
 }
 
+static void test_fenced(void **state)
+{
+    fenced(*state, "fence_fenced", daemon_args, 1);
+}
+
+/* The same with the claim helper: the claims split, and the helper's half writes the
+ * lease row too (db_claim_helper.c). */
+static void test_fenced_split(void **state)
+{
+    const char *const args[] = {"--poll-ms", "20", "--lease-ms", "60000", "--lease-renew-ms", "30000",
+                                "--claim-split", "2", NULL};
+    fenced(*state, "fence_fenced_split", args, 4);
+}
+
 static void test_deadlock(void **state)
 {
     struct fx *fx = *state;
 
-    start(fx, "fence_deadlock", "c");
+    start(fx, "fence_deadlock", "c", daemon_args, 1);
     long long reconnects = tp_daemon_stat(&fx->d, "db.reconnects_total");
     long long epoch = tp_daemon_stat(&fx->d, "epoch");
     assert_true(reconnects >= 0);
@@ -256,6 +283,7 @@ static void test_deadlock(void **state)
     assert_int_equal(tp_daemon_stat(&fx->d, "db.claims_fenced_total"), 0);
     assert_int_equal(runs_of(fx, id), 1);
     assert_int_equal(runs_total(fx), 2);
+    assert_int_equal(runs_of(fx, 1), 1);
     assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state <> 2"), 0);
 
     char *body = NULL;
@@ -277,6 +305,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fenced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fenced_split, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadlock, setup, teardown),
     };
     return cmocka_run_group_tests_name("fence", tests, NULL, NULL);
