@@ -160,6 +160,16 @@ static void start(struct fx *fx, const char *tag, const char *type, const char *
         assert_true(all);
         assert_int_equal(runs_total(fx), round * first);
     }
+    /* Every connection recorded in the lease row ("B C W L S H": the server's start, then
+     * the claim, write, lease, stats and helper connections): none opens later and asks
+     * for a renewal, which would see the row change before the claim does. */
+    bool recorded = false;
+    int fields = first > 1 ? 6 : 5;
+    for (long long end = tp_mono_ms() + WAIT_MS; !recorded && tp_mono_ms() < end; tp_sleep_ms(20))
+        recorded = tp_testdb_query_u64(&fx->db, "SELECT conns <> '' AND LOCATE(' 0 ', CONCAT(SUBSTRING_INDEX(conns, ' ', %d),"
+                                                " ' ')) = 0 FROM taskpush_meta WHERE name = 'lease'",
+                                       fields) == 1;
+    assert_true(recorded);
 }
 
 static void fenced(struct fx *fx, const char *tag, const char *const *args, int first)
