@@ -366,7 +366,11 @@ typedef struct dsp_db_options {
     X(claim_skipped, "claim_skipped_locked_total", "db_claim_skipped_locked_total", 1,        \
       "rows a claim found locked by another transaction (or changed) and skipped")           \
     X(node_moves, "node_moves_total", "db_node_moves_total", 1,                               \
-      "moves to the next server of --db's list (one died, hung or left its cluster)")
+      "moves to the next server of --db's list (one died, hung or left its cluster)")          \
+    X(cert_retries, "cert_retries_total", "db_cert_retries_total", 1,                         \
+      "transactions rolled back for a conflict (1213, 1205) and run again on the same connection") \
+    X(claims_fenced, "claims_fenced_total", "db_claims_fenced_total", 1,                      \
+      "claims rolled back because the lease row was no longer this dispatcher's")
 
 #define DSP_DB_STATS_FIELD(field, key, metric, divisor, help) uint64_t field;
 

@@ -526,7 +526,24 @@ static int recover_listed(struct claim_ctx *x, uint32_t row_epoch, uint64_t row_
  * of its rows per transaction. At takeover (all_shards) the rows of every shard are
  * read, so that a type moved from one shard to another is recovered by its new owner;
  * the periodic pass reads this shard's only. */
+static int recover_once(struct claim_ctx *x, bool all_shards);
+
+/* recover_once, run again on the same connection when a conflict (Galera's
+ * certification, a deadlock, a lock wait timeout) rolled a transaction of it back: what
+ * it committed before stays done, and it reads on from the first row still listed. */
 static int recover(struct claim_ctx *x, bool all_shards)
+{
+    for (unsigned tries = 1;; tries++) {
+        x->c.err = 0;
+        if (recover_once(x, all_shards) == 0)
+            return 0;
+        if (!dsp_dbi_error_is_conflict(x->c.err) || tries >= DSP_DBI_CONFLICT_TRIES ||
+            dsp_dbi_conflict_retry(&x->c, tries) < 0)
+            return -1;
+    }
+}
+
+static int recover_once(struct claim_ctx *x, bool all_shards)
 {
     dsp_db *db = x->db;
     uint64_t total = 0, seq = 0;
@@ -787,6 +804,7 @@ enum claim_step_rc {
     STEP_DB_ERROR,     /* answer with a failure; the caller reconnects */
     STEP_OOM,          /* out of memory before the SELECT */
     STEP_OOM_ROLLBACK, /* out of memory inside the transaction: roll it back */
+    STEP_FENCED,       /* the lease row is another's: roll back, deliver nothing, step down */
 };
 
 /* Plans the SELECT: only types that may take rows, each asked for the largest
@@ -804,6 +822,19 @@ static int claim_plan(struct claim_ctx *x, struct claim_run *cr)
     cr->cur = calloc(r->ntypes ? r->ntypes : 1, sizeof *cr->cur);
     cr->max_bytes = r->max_bytes;
     cr->cut_rank = SIZE_MAX;
+    /* Galera's write-set limits (read at connect): the marked rows, the task_claim row
+     * and the lease row are one transaction's; each row goes in with its images (the
+     * payload twice at most). The loop claims the rest next time. */
+    if (x->c.ws_max_rows > 0) {
+        uint64_t room = x->c.ws_max_rows > 3 ? x->c.ws_max_rows - 2 : 1;
+        if (r->total > room)
+            r->total = (uint32_t)room;
+    }
+    if (x->c.ws_max_bytes > 0) {
+        uint64_t room = x->c.ws_max_bytes / 2 > 1 ? x->c.ws_max_bytes / 2 : 1;
+        if (cr->max_bytes == 0 || cr->max_bytes > room)
+            cr->max_bytes = room;
+    }
     if (!cr->ptypes || !cr->pindex || !cr->taken || !cr->reply || !cr->cur)
         return STEP_OOM;
     /* Only types that may take rows; a type name the table cannot hold has no rows. */
@@ -1446,11 +1477,22 @@ static int claim_mark(struct claim_ctx *x, struct claim_run *cr)
             return STEP_OOM_ROLLBACK;
         if (rc < 0)
             return STEP_DB_ERROR;
+        /* The fencing write, last: the lease row stays locked only until the COMMIT. On
+         * Galera a deposed leader's claim then fails certification against the
+         * takeover's write of that row (docs/replication.md). */
+        rc = dsp_dbi_lease_fence(db, &x->c, x->epoch);
+        if (rc < 0)
+            return STEP_DB_ERROR;
+        if (rc == 0)
+            return STEP_FENCED;
     }
     if (commit(&x->c) < 0) {
         /* The commit may have happened: after reconnecting, these rows go back to NEW
-         * if the epoch is still ours (their task_claim row waits for the next leader). */
-        claim_release_later(x, cr->mark, cr->nmark);
+         * if the epoch is still ours (their task_claim row waits for the next leader).
+         * A conflict (Galera's certification) is a rollback for sure: do_claim runs the
+         * transaction again. */
+        if (!dsp_dbi_error_is_conflict(x->c.err))
+            claim_release_later(x, cr->mark, cr->nmark);
         return STEP_DB_ERROR;
     }
     if (seq) {
@@ -1554,8 +1596,12 @@ static int claim_run_fail(struct claim_ctx *x, struct claim_run *cr, int rc)
 
     claim_join(x, cr, false);
     claim_cands_free(x, cr);
-    if (rc == STEP_OOM_ROLLBACK) {
-        log_error(db->log, "out of memory during a claim; rolling it back");
+    if (rc == STEP_OOM_ROLLBACK || rc == STEP_FENCED) {
+        if (rc == STEP_OOM_ROLLBACK)
+            log_error(db->log, "out of memory during a claim; rolling it back");
+        else
+            log_error(db->log, "claim: the lease row is no longer this dispatcher's (epoch %u);"
+                               " rolled back, nothing delivered", (unsigned)x->epoch);
         if (cr->res) {
             mysql_free_result(cr->res);
             cr->res = NULL;
@@ -1572,12 +1618,42 @@ static int claim_run_fail(struct claim_ctx *x, struct claim_run *cr, int rc)
     cr->reply = NULL;
     claim_fail(db, cr->r);
     claim_run_free(cr);
+    if (rc == STEP_FENCED)
+        dsp_dbi_lease_deposed(db); /* after the rollback: the row is the new holder's */
     return db_error ? -1 : 0;
+}
+
+static bool claim_may_lead(struct claim_ctx *x);
+
+/* The steps of one try of a claim transaction after its plan, up to its COMMIT. */
+static int claim_steps(struct claim_ctx *x, struct claim_run *cr)
+{
+    int rc = claim_select(x, cr);
+
+    if (rc == STEP_OK)
+        rc = claim_merge(x, cr);
+    if (rc == STEP_OK && cr->nkept > 0) {
+        rc = claim_index(x, cr);
+        if (rc == STEP_OK)
+            rc = claim_lock(x, cr);
+        if (rc == STEP_OK)
+            rc = claim_continue(x, cr);
+        if (rc == STEP_OK)
+            rc = claim_copy(x, cr, 0, cr->nmine);
+        if (rc == STEP_OK)
+            rc = claim_copy(x, cr, cr->nkept, cr->ncand_all);
+    }
+    if (rc == STEP_OK)
+        rc = claim_mark(x, cr);
+    return rc;
 }
 
 /* Runs one claim transaction for r and answers it: plan, select, merge, then index
  * (maybe handing the second half to the helper), lock, copy and mark our half, and
- * join the helper's.
+ * join the helper's. A transaction a conflict aborted (Galera's certification failure or
+ * a deadlock, 1213; a lock wait timeout, 1205) is rolled back and run again on the same
+ * connection, up to DSP_DBI_CONFLICT_TRIES times: nothing of it reached the loop (the
+ * reply is posted only after COMMIT returned OK).
  * Returns 0, or -1 on a database error (answered with a failure; the caller
  * reconnects). */
 static int do_claim(struct claim_ctx *x, struct claim_req *r)
@@ -1586,33 +1662,33 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
     struct claim_run cr;
     int rc;
 
-    memset(&cr, 0, sizeof cr);
-    cr.r = r;
-    cr.now_ms = dsp_wall_ms();
-    rc = claim_plan(x, &cr);
-    if (rc == STEP_OK && (cr.nparts == 0 || cr.limit == 0)) {
-        claim_answer(db, r, cr.reply); /* nothing to ask for: an empty success */
-        cr.reply = NULL;
+    for (unsigned tries = 1;; tries++) {
+        memset(&cr, 0, sizeof cr);
+        x->c.err = 0;
+        cr.r = r;
+        cr.now_ms = dsp_wall_ms();
+        rc = claim_plan(x, &cr);
+        if (rc == STEP_OK && (cr.nparts == 0 || cr.limit == 0)) {
+            claim_answer(db, r, cr.reply); /* nothing to ask for: an empty success */
+            cr.reply = NULL;
+            claim_run_free(&cr);
+            return 0;
+        }
+        if (rc == STEP_OK)
+            rc = claim_steps(x, &cr);
+        if (rc != STEP_DB_ERROR || !dsp_dbi_error_is_conflict(x->c.err) ||
+            tries >= DSP_DBI_CONFLICT_TRIES || !claim_may_lead(x))
+            break;
+        /* The helper's half committed on its own: its rows go back to NEW before the
+         * next claim (claim_join without keep). */
+        claim_join(x, &cr, false);
+        claim_cands_free(x, &cr);
         claim_run_free(&cr);
-        return 0;
+        if (dsp_dbi_conflict_retry(&x->c, tries) < 0) {
+            claim_fail(db, r);
+            return -1;
+        }
     }
-    if (rc == STEP_OK)
-        rc = claim_select(x, &cr);
-    if (rc == STEP_OK)
-        rc = claim_merge(x, &cr);
-    if (rc == STEP_OK && cr.nkept > 0) {
-        rc = claim_index(x, &cr);
-        if (rc == STEP_OK)
-            rc = claim_lock(x, &cr);
-        if (rc == STEP_OK)
-            rc = claim_continue(x, &cr);
-        if (rc == STEP_OK)
-            rc = claim_copy(x, &cr, 0, cr.nmine);
-        if (rc == STEP_OK)
-            rc = claim_copy(x, &cr, cr.nkept, cr.ncand_all);
-    }
-    if (rc == STEP_OK)
-        rc = claim_mark(x, &cr);
     if (rc != STEP_OK)
         return claim_run_fail(x, &cr, rc);
     claim_join(x, &cr, true);
@@ -1681,30 +1757,34 @@ static int sweeps(struct claim_ctx *x)
     if (!promote && !demote)
         return 0;
     refresh = promote || now_m >= x->next_refresh;
+    /* Galera: each sweep UPDATE's rows are one transaction's (wsrep_max_ws_rows). */
+    unsigned limit = SWEEP_LIMIT;
+    if (x->c.ws_max_rows > 0 && x->c.ws_max_rows - 1 < limit)
+        limit = x->c.ws_max_rows > 1 ? (unsigned)x->c.ws_max_rows - 1 : 1;
 
     if (demote) {
         x->next_demote = now_m + DEMOTE_EVERY_MS;
         do {
-            if (dsp_claim_sql_demote_in(sql, cap, dsp_wall_ms(), SWEEP_LIMIT, db->in,
+            if (dsp_claim_sql_demote_in(sql, cap, dsp_wall_ms(), limit, db->in,
                                          &db->names) < 0 ||
                 dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
                 goto fail;
             if (n)
                 refresh = true; /* new rows in the delayed lane */
-            if (n >= SWEEP_LIMIT && commit(&x->c) < 0)
+            if (n >= limit && commit(&x->c) < 0)
                 goto fail;
-        } while (n >= SWEEP_LIMIT);
+        } while (n >= limit);
     }
     if (promote) {
         x->last_promote = now_m;
         do {
-            if (dsp_claim_sql_promote_in(sql, cap, dsp_wall_ms(), SWEEP_LIMIT, db->in,
+            if (dsp_claim_sql_promote_in(sql, cap, dsp_wall_ms(), limit, db->in,
                                           &db->names) < 0 ||
                 dsp_dbi_exec(&x->c, sql, strlen(sql), &n) < 0)
                 goto fail;
-            if (n >= SWEEP_LIMIT && commit(&x->c) < 0)
+            if (n >= limit && commit(&x->c) < 0)
                 goto fail;
-        } while (n >= SWEEP_LIMIT);
+        } while (n >= limit);
     }
     if (refresh) {
         snprintf(sql, cap, "SELECT MIN(run_after) FROM %s WHERE `delayed` = 1%s", db->names.task,
@@ -1788,7 +1868,14 @@ static int serve(struct claim_ctx *x)
         return -1;
     if (claim_stopping(db))
         return 0;
-    return sweeps(x);
+    x->c.err = 0;
+    if (sweeps(x) == 0)
+        return 0;
+    /* A conflict rolled the sweep back: the connection is fine, and the sweep runs again
+     * when next due (a demote within DEMOTE_EVERY_MS, a promote after PROMOTE_GAP_MS). */
+    if (dsp_dbi_error_is_conflict(x->c.err) && dsp_dbi_conflict_retry(&x->c, 1) == 0)
+        return 0;
+    return -1;
 }
 
 /* ---- the claim thread's states (see the opening comment) ---- */

@@ -109,6 +109,7 @@ static int half_run(dsp_claim_half *h)
     int f;
 
     h->rc = DSP_HALF_NONE;
+    h->c.err = 0;
     /* Only once the lease records this connection: a dispatcher taking over then KILLs
      * it, so a frozen helper's shared lock on the epoch row cannot hold up the epoch
      * change (and the takeover) for innodb_lock_wait_timeout. */
@@ -142,10 +143,21 @@ static int half_run(dsp_claim_half *h)
         if (dsp_dbi_claim_list(h->db, &h->c, &h->sql, h->epoch, h->ids_csv.p, h->ids_csv.len,
                                &h->seq) < 0)
             return -1;
+        /* The fencing write, as the claim thread's (db_claim.c claim_mark): on Galera the
+         * shared lock of half_fence is not certified, this write is. */
+        if ((f = dsp_dbi_lease_fence(h->db, &h->c, h->epoch)) < 0)
+            return -1;
+        if (f == 0) {
+            log_error(h->db->log, "claim helper: the lease row is no longer this dispatcher's;"
+                                  " claiming nothing");
+            dsp_dbi_lease_deposed(h->db);
+            return -1; /* closing the connection rolls back */
+        }
     }
     if (dsp_dbi_exec_str(&h->c, "COMMIT") < 0) {
-        /* It may have committed: the claim thread puts these rows back to NEW. */
-        h->rc = DSP_HALF_UNKNOWN;
+        /* It may have committed: the claim thread puts these rows back to NEW. A
+         * conflict (Galera's certification) is a rollback for sure. */
+        h->rc = dsp_dbi_error_is_conflict(h->c.err) ? DSP_HALF_NONE : DSP_HALF_UNKNOWN;
         return -1;
     }
     if (h->seq && dsp_dbi_claims_open(h->db, h->epoch, h->seq, (uint32_t)h->nlocked) < 0)
@@ -154,10 +166,14 @@ static int half_run(dsp_claim_half *h)
     return 0;
 }
 
-/* A failed job: nothing claimed (the connection closes, the server rolls back), or an
- * unknown outcome whose ids stay for the claim thread. */
+/* A failed job: nothing claimed (the connection closes, the server rolls back; after a
+ * conflict, a ROLLBACK keeps it), or an unknown outcome whose ids stay for the claim
+ * thread. Its rows stay NEW for the next claim. */
 static void half_failed(dsp_claim_half *h)
 {
+    bool keep = h->rc == DSP_HALF_NONE && dsp_dbi_error_is_conflict(h->c.err) &&
+                dsp_dbi_exec_str(&h->c, "ROLLBACK") == 0;
+
     if (h->res) {
         mysql_free_result(h->res);
         h->res = NULL;
@@ -167,7 +183,8 @@ static void half_failed(dsp_claim_half *h)
         h->locked = NULL;
         h->nlocked = 0;
     }
-    dsp_dbi_conn_close(&h->c);
+    if (!keep)
+        dsp_dbi_conn_close(&h->c);
 }
 
 static void *half_main(void *arg)

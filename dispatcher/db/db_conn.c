@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 /* Every blocking client call ends within these (seconds): a dead server costs a
  * reconnect, never a thread stuck forever. The read timeout must exceed GET_LOCK's
@@ -51,6 +52,32 @@ int64_t dsp_dbi_backoff_next(struct dbconn *c)
     d = base + (int64_t)(rng_next(&c->rng) % (uint64_t)(base / 4 + 1));
     c->backoff_ms = base * 2;
     return d;
+}
+
+bool dsp_dbi_error_is_conflict(unsigned e)
+{
+    return e == ER_LOCK_DEADLOCK_ || e == ER_LOCK_WAIT_TIMEOUT_;
+}
+
+#define CONFLICT_PAUSE_MAX_MS 64
+
+int dsp_dbi_conflict_retry(struct dbconn *c, unsigned tries)
+{
+    int64_t ms = tries >= 7 ? CONFLICT_PAUSE_MAX_MS : (int64_t)1 << (tries ? tries - 1 : 0);
+    struct timespec ts;
+
+    /* A deadlock victim was rolled back whole already; a lock wait timeout undid only
+     * its statement (innodb_rollback_on_timeout is off by default). */
+    if (dsp_dbi_exec_str(c, "ROLLBACK") < 0)
+        return -1;
+    atomic_fetch_add_explicit(&c->db->cert_retries, 1, memory_order_relaxed);
+    log_debug(c->db->log, "%s connection: transaction aborted by a conflict (error %u, try %u of %d); running it again",
+              c->who, c->err, tries, DSP_DBI_CONFLICT_TRIES);
+    ms += (int64_t)(rng_next(&c->rng) % (uint64_t)(ms / 2 + 1)); /* two retriers out of step */
+    ts.tv_sec = (time_t)(ms / 1000);
+    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    nanosleep(&ts, NULL);
+    return 0;
 }
 
 /* True when the error says the connection or the server is the problem (reconnect and
@@ -418,6 +445,14 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
         bool reads_latest = c->who && (strncmp(c->who, "claim", 5) == 0 || strcmp(c->who, "lease") == 0);
         c->galera = galera == 1;
         if (galera == 1 && reads_latest && dsp_dbi_exec_str(c, "SET SESSION wsrep_sync_wait = 1") < 0)
+            goto fail;
+        /* A transaction whose write set passes these limits fails at commit, whatever
+         * the retries: the claims and the result statements stay within them. */
+        c->ws_max_rows = 0;
+        c->ws_max_bytes = 0;
+        if (galera == 1 &&
+            (dsp_dbi_query_u64(c, "SELECT @@wsrep_max_ws_rows", &c->ws_max_rows, &isnull, 0) != 0 ||
+             dsp_dbi_query_u64(c, "SELECT @@wsrep_max_ws_size", &c->ws_max_bytes, &isnull, 0) != 0))
             goto fail;
     }
     c->mysql = conn_dialect(db, m) == DSP_SQL_DIALECT_MYSQL;

@@ -245,7 +245,7 @@ struct dsp_db {
 
     _Atomic uint64_t statements, claims, claimed_rows, claim_us_total, write_batches,
         reconnects, retention_deleted, orphans_recovered, submitted_rows, submit_duplicates,
-        submit_batches, claim_skipped, node_moves;
+        submit_batches, claim_skipped, node_moves, cert_retries, claims_fenced;
 
     struct dsp_submitter *sub; /* the submit thread and the waited-for tasks (db_submit.c) */
     _Atomic bool leader;
@@ -281,6 +281,10 @@ struct dbconn {
     bool mysql;                /* this connection sends MySQL's dialect (set at open) */
     unsigned node;             /* the index in --db's server list it was opened on */
     bool galera;               /* the server is a synced Galera node (set at open) */
+    /* Galera's write-set limits as read at open (wsrep_max_ws_rows, wsrep_max_ws_size);
+     * 0: none (not Galera, or unlimited). A claim or a result statement stays within them. */
+    uint64_t ws_max_rows;
+    uint64_t ws_max_bytes;
 };
 
 /* ---- db.c: messages to the loop ---- */
@@ -301,6 +305,18 @@ void dsp_dbi_set_problem(dsp_db *db, const char *text);
 /* ---- db_conn.c: one connection ---- */
 
 int64_t dsp_dbi_backoff_next(struct dbconn *c);
+/* Tries of a transaction that a conflict aborted (Galera's certification, a deadlock, a
+ * lock wait timeout) before the error counts as a failure (the caller's drop path). */
+#define DSP_DBI_CONFLICT_TRIES 8
+/* Errors that abort a transaction for a conflict with another one, leaving the
+ * connection fine: 1213 (a deadlock victim, or Galera's certification failure, at any
+ * statement including COMMIT) and 1205 (a lock wait timeout). */
+bool dsp_dbi_error_is_conflict(unsigned e);
+/* After a conflict of try `tries` (1, 2, ...): rolls c's transaction back, counts the
+ * retry (db.cert_retries_total) and sleeps a short growing pause (1, 2, 4 ... 64 ms, with
+ * jitter). 0: run the transaction again; -1: the ROLLBACK failed (the connection is
+ * broken: drop it). */
+int dsp_dbi_conflict_retry(struct dbconn *c, unsigned tries);
 bool dsp_dbi_error_is_transient(unsigned e);
 /* True for a refused login or an unknown database: --db is wrong, a retry cannot mend it. */
 bool dsp_dbi_error_is_config(unsigned e);
@@ -342,6 +358,14 @@ uint64_t dsp_dbi_lease_gen(dsp_db *db);
 void dsp_dbi_lease_want(dsp_db *db, bool want);
 /* Leadership ends (leader false, claims refused, on_leader_lost once); mu not held. */
 void dsp_dbi_leadership_end(dsp_db *db);
+/* The fencing write of a claim transaction (db_lease.c): on c, in its transaction, writes
+ * the lease row where it is still this process's with epoch. 1: written (the claim may
+ * commit); 0: the row is another's (roll back, then dsp_dbi_lease_deposed); -1: error
+ * (c->err set). */
+int dsp_dbi_lease_fence(dsp_db *db, struct dbconn *c, uint32_t epoch);
+/* A claim found the lease row another's: counts it (db.claims_fenced_total) and gives the
+ * lease and the leadership up. mu not held. */
+void dsp_dbi_lease_deposed(dsp_db *db);
 void *dsp_dbi_lease_main(void *arg);
 int dsp_dbi_lease_init(dsp_db *db);
 void dsp_dbi_lease_destroy(dsp_db *db);

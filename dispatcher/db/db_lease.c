@@ -19,8 +19,9 @@
  * (IS_USED_LOCK): the answer is a connection of that process on this server, or none.
  * Connection ids alone are not enough: they are per server and start again at each
  * start, and two servers started in the same second (a cluster, containers, a restore)
- * hand out the same ids, so ids recorded on one server name bystanders on the other. The lease row is only ever written by single autocommit statements of
- * this thread: it is never locked across a claim or a result write.
+ * hand out the same ids, so ids recorded on one server name bystanders on the other. The lease row is written by single autocommit statements of this
+ * thread, and by the fencing write (dsp_dbi_lease_fence) at the end of each claim
+ * transaction, which holds its lock only from that write to the claim's COMMIT.
  *
  * The leader's side: a renewal sent at monotonic time t that the database accepted
  * makes the lease valid here until t + lease_ms. The database set expires_ms = its now +
@@ -269,6 +270,32 @@ static void lease_give_up(dsp_db *db, const char *why)
         log_error(db->log, "gave up the table's lease: %s; not leading", why);
         dsp_dbi_leadership_end(db);
     }
+}
+
+/* The fencing write (docs/replication.md, Galera): the lease row changes with every
+ * claim transaction, so that on Galera a claim of a deposed dispatcher fails
+ * certification against the takeover's write of the same row, and on one server it
+ * reads the row's latest version under a lock. Bit 32 of value flips (the epoch is in the
+ * low 32 bits; 0 until the first renewal as leader wrote it): an UPDATE that changes
+ * nothing would put no key in the write set. */
+int dsp_dbi_lease_fence(dsp_db *db, struct dbconn *c, uint32_t epoch)
+{
+    char sql[256 + DSP_TABLE_IDENT_CAP];
+    uint64_t n;
+
+    snprintf(sql, sizeof sql,
+             "UPDATE %s SET value = (value ^ 4294967296) | %" PRIu32 " WHERE name = '%s'"
+             " AND holder = %" PRIu64 " AND (value & 4294967295) IN (0, %" PRIu32 ")",
+             db->names.meta, epoch, db->lease_row, db->lease.holder, epoch);
+    if (dsp_dbi_exec(c, sql, strlen(sql), &n) < 0)
+        return -1;
+    return n == 1 ? 1 : 0;
+}
+
+void dsp_dbi_lease_deposed(dsp_db *db)
+{
+    atomic_fetch_add_explicit(&db->claims_fenced, 1, memory_order_relaxed);
+    lease_give_up(db, "a claim found the lease row no longer ours (db.claims_fenced_total)");
 }
 
 void dsp_db_lease_check(dsp_db *db)

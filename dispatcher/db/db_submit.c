@@ -971,8 +971,9 @@ failed:
     if (x->c.m != NULL && mysql_rollback(x->c.m) != 0) {
         dsp_dbi_conn_close(&x->c);
         x->next_connect = dsp_now_ms() + dsp_dbi_backoff_next(&x->c);
-    } else if (x->c.m != NULL && dsp_dbi_error_is_transient(x->c.err)) {
-        dsp_dbi_conn_close(&x->c);
+    } else if (x->c.m != NULL && dsp_dbi_error_is_transient(x->c.err) &&
+               !dsp_dbi_error_is_conflict(x->c.err)) {
+        dsp_dbi_conn_close(&x->c); /* a conflict rolled back leaves the connection fine */
     }
     for (size_t r = 0; r < nreq; r++)
         if (reqs[r])

@@ -442,8 +442,8 @@ static int mark_ids(struct write_ctx *w, size_t s, size_t e, uint8_t *mark)
  * transaction; rows still ours but locked by someone else are deferred (queued again
  * and written later); the rest are fenced. Returns 0, or -1 on a connection or server
  * error (the caller reconnects and writes the batch again). */
-static int write_skip_locked(struct write_ctx *w, int kind, size_t s, size_t e,
-                             dsp_write_report *rep, size_t *left)
+static int write_skip_locked_once(struct write_ctx *w, int kind, size_t s, size_t e,
+                                  dsp_write_report *rep, size_t *left)
 {
     uint32_t epoch = w->batch[w->idx[s]].epoch;
     size_t n = e - s, k, m = 0;
@@ -496,6 +496,22 @@ static int write_skip_locked(struct write_ctx *w, int kind, size_t s, size_t e,
     return 0;
 }
 
+/* write_skip_locked_once, whose transaction a conflict (Galera's certification, a
+ * deadlock) aborted, rolled back and run again on the same connection up to
+ * DSP_DBI_CONFLICT_TRIES times. */
+static int write_skip_locked(struct write_ctx *w, int kind, size_t s, size_t e,
+                             dsp_write_report *rep, size_t *left)
+{
+    for (unsigned tries = 1;; tries++) {
+        w->c.err = 0;
+        if (write_skip_locked_once(w, kind, s, e, rep, left) == 0)
+            return 0;
+        if (!dsp_dbi_error_is_conflict(w->c.err) || tries >= DSP_DBI_CONFLICT_TRIES ||
+            dsp_dbi_conflict_retry(&w->c, tries) < 0)
+            return -1;
+    }
+}
+
 /* One pass over the outcomes not written yet: one statement per kind (more when one
  * would pass max_allowed_packet), one per outcome for those marked isolate. Returns 0,
  * or -1 on an error of the connection or the server (reconnect and write again). */
@@ -508,7 +524,15 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
                                                     DSP_WRITE_FAILED, DSP_WRITE_RETRY,
                                                     DSP_WRITE_RELEASE};
     dsp_db *db = w->db;
-    size_t limit = w->c.stmt_limit;
+    size_t limit = w->c.stmt_limit, rows_max = SIZE_MAX;
+
+    /* Galera: one statement is one transaction, whose write set carries each row's
+     * images (the result twice at most: before and after). */
+    if (w->c.ws_max_bytes > 0 && w->c.ws_max_bytes / 2 < limit)
+        limit = w->c.ws_max_bytes / 2 > DSP_DB_SQL_WRITE_FIXED + 1024 ? (size_t)(w->c.ws_max_bytes / 2)
+                                                                      : DSP_DB_SQL_WRITE_FIXED + 1024;
+    if (w->c.ws_max_rows > 0 && w->c.ws_max_rows < SIZE_MAX)
+        rows_max = (size_t)w->c.ws_max_rows;
 
     if (write_singles(w, rep, left, retry_min) < 0)
         return -1;
@@ -538,6 +562,7 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
             w->idx[i] = w->refs[i].i;
             w->rows[i] = (dsp_db_sql_row){o->task_id, o->attempts, o->run_after_ms, o->data, o->len};
         }
+        unsigned conflicts = 0; /* tries of the statement at s a conflict aborted */
         for (s = 0; s < m; s = e) {
             size_t cost = DSP_DB_SQL_WRITE_FIXED, cnt;
             uint64_t affected;
@@ -549,7 +574,7 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
             } else {
                 while (e < m && !w->isolate[w->idx[e]]) {
                     size_t rc = dsp_db_sql_write_row_cost(kind, &w->rows[e]);
-                    if (e > s && cost + rc > limit)
+                    if (e > s && (cost + rc > limit || e - s >= rows_max))
                         break;
                     cost += rc;
                     e++;
@@ -583,6 +608,7 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
                 return -1; /* try again after a pause */
             }
             if (dsp_dbi_exec(&w->c, w->sql.p, w->sql.len, &affected) == 0) {
+                conflicts = 0;
                 rep->written[kind] += affected;
                 /* A delivery record finds no row when the outcome came first: harmless. */
                 if (kind != DSP_WRITE_DELIVERED)
@@ -599,6 +625,14 @@ static int write_pass(struct write_ctx *w, dsp_write_report *rep, size_t *left, 
             if (w->c.err == ER_LOCK_WAIT_TIMEOUT_) {
                 if (write_skip_locked(w, kind, s, e, rep, left) < 0)
                     return -1;
+                continue;
+            }
+            if (w->c.err == ER_LOCK_DEADLOCK_ && ++conflicts < DSP_DBI_CONFLICT_TRIES) {
+                /* Galera's certification (or a deadlock) rolled the statement back: the
+                 * same statement again, on the same connection. */
+                if (dsp_dbi_conflict_retry(&w->c, conflicts) < 0)
+                    return -1;
+                e = s;
                 continue;
             }
             if (w->c.err == ER_NET_PACKET_TOO_LARGE_ && cnt == 1) {
