@@ -836,6 +836,75 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     }
 }
 
+/* MariaDB sends a transaction's events before its commit is visible to other sessions
+ * (InnoDB commits after the binary log is written), so a claim rung by the log may find
+ * nothing: it is tried again this often, this many times, before the poll takes over. */
+#define WAKE_RETRY_MS 20
+#define WAKE_RETRIES 3
+
+static void wake_claim(dsp_server *srv)
+{
+    srv->claim.wake_retries = WAKE_RETRIES;
+    dsp_dispatch_claim_now(srv);
+}
+
+static void due_arm(dsp_server *srv)
+{
+    if (srv->claim.ndues == 0 || srv->claim.due_timer == NULL)
+        return;
+    int64_t wait = srv->claim.dues[0] - dsp_wall_ms();
+    struct timeval tv = {0, 0};
+    if (wait > 0) {
+        tv.tv_sec = (time_t)(wait / 1000);
+        tv.tv_usec = (suseconds_t)(wait % 1000) * 1000;
+    }
+    evtimer_add(srv->claim.due_timer, &tv);
+}
+
+static void due_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    dsp_server *srv = arg;
+    int64_t now = dsp_wall_ms();
+    size_t k = 0;
+    bool due = false;
+
+    for (size_t i = 0; i < srv->claim.ndues; i++) {
+        if (srv->claim.dues[i] <= now)
+            due = true;
+        else
+            srv->claim.dues[k++] = srv->claim.dues[i];
+    }
+    srv->claim.ndues = k;
+    if (due)
+        wake_claim(srv);
+    due_arm(srv);
+}
+
+void dsp_dispatch_on_wake(void *arg, int64_t due_wall_ms)
+{
+    dsp_server *srv = arg;
+    size_t i;
+
+    if (due_wall_ms <= dsp_wall_ms()) {
+        wake_claim(srv);
+        return;
+    }
+    /* Kept sorted and bounded: past the limit the latest goes (the poll covers it). */
+    if (srv->claim.ndues == DSP_WAKE_DUES_MAX) {
+        if (due_wall_ms >= srv->claim.dues[DSP_WAKE_DUES_MAX - 1])
+            return;
+        srv->claim.ndues--;
+    }
+    for (i = srv->claim.ndues; i > 0 && srv->claim.dues[i - 1] > due_wall_ms; i--)
+        srv->claim.dues[i] = srv->claim.dues[i - 1];
+    srv->claim.dues[i] = due_wall_ms;
+    srv->claim.ndues++;
+    if (i == 0)
+        due_arm(srv);
+}
+
 static void claim_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -848,13 +917,16 @@ static void claim_timer_cb(evutil_socket_t fd, short what, void *arg)
 int dsp_claim_pacing_init(dsp_server *srv)
 {
     srv->claim.timer = evtimer_new(srv->base, claim_timer_cb, srv);
-    return srv->claim.timer ? 0 : -1;
+    srv->claim.due_timer = evtimer_new(srv->base, due_timer_cb, srv);
+    return srv->claim.timer && srv->claim.due_timer ? 0 : -1;
 }
 
 void dsp_claim_pacing_free(dsp_server *srv)
 {
     if (srv->claim.timer)
         event_free(srv->claim.timer);
+    if (srv->claim.due_timer)
+        event_free(srv->claim.due_timer);
 }
 
 void dsp_claim_pacing_failed(dsp_server *srv, int64_t now_ms)
@@ -866,6 +938,12 @@ void dsp_claim_pacing_claimed(dsp_server *srv, int64_t now_ms, size_t got, bool 
 {
     bool full = got >= srv->claim.requested || more;
     srv->claim.not_before = full || srv->claim.again ? 0 : now_ms + srv->cfg->poll_ms;
+    if (got > 0)
+        srv->claim.wake_retries = 0;
+    else if (srv->claim.wake_retries > 0 && !srv->claim.again) { /* rung, found nothing yet */
+        srv->claim.wake_retries--;
+        srv->claim.not_before = now_ms + WAKE_RETRY_MS;
+    }
     srv->claim.again = false;
 }
 
