@@ -73,7 +73,7 @@ static void set_status(dsp_db *db, int mode, const char *fmt, ...)
     memcpy(b->reason, text, sizeof text);
     pthread_mutex_unlock(&db->mu);
     if (changed)
-        dsp_log_at(db->log, mode == DSP_WAKE_BINLOG ? DSP_LOG_INFO : DSP_LOG_WARN, "wake: %s: %s",
+        dsp_log_at(db->log, mode == DSP_WAKE_BINLOG || db->opts.wake == DSP_WAKE_AUTO ? DSP_LOG_INFO : DSP_LOG_WARN, "wake: %s: %s",
                    mode == DSP_WAKE_BINLOG ? "binlog" : "poll", text);
 }
 
