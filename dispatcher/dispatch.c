@@ -841,11 +841,39 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
  * nothing: it is tried again this often, this many times, before the poll takes over. */
 #define WAKE_RETRY_MS 20
 #define WAKE_RETRIES 3
+/* A rung claim comes at least a gap after the last claim, WAKE_GAP_MS while claims find
+ * a row or none (single inserts: a row waits at most this much more). While they find
+ * several (a flood of inserts), the gap doubles up to --poll-ms: a flood then costs the
+ * claims polling would, each taking every row committed by then, not a claim per row. */
+#define WAKE_GAP_MS 10
+
+static int64_t wake_gap(const dsp_server *srv)
+{
+    return srv->claim.wake_gap_ms > WAKE_GAP_MS ? srv->claim.wake_gap_ms : WAKE_GAP_MS;
+}
 
 static void wake_claim(dsp_server *srv)
 {
+    int64_t now = dsp_now_ms(), at = srv->claim.sent_ms + wake_gap(srv);
+
     srv->claim.wake_retries = WAKE_RETRIES;
-    dsp_dispatch_claim_now(srv);
+    if (!srv->claim.outstanding && now >= at) {
+        dsp_dispatch_claim_now(srv);
+        return;
+    }
+    if (at < now)
+        at = now;
+    /* Coalesced: one claim at `at` (after the running one) takes these rows and the next. */
+    if (srv->claim.wake_at == 0 || at < srv->claim.wake_at)
+        srv->claim.wake_at = at;
+    if (!srv->claim.outstanding && (srv->claim.not_before == 0 || srv->claim.not_before > at)) {
+        srv->claim.not_before = at;
+        if (srv->claim.timer_armed) {
+            evtimer_del(srv->claim.timer);
+            srv->claim.timer_armed = false;
+        }
+        dsp_dispatch_claim_maybe(srv);
+    }
 }
 
 static void due_arm(dsp_server *srv)
@@ -932,6 +960,7 @@ void dsp_claim_pacing_free(dsp_server *srv)
 void dsp_claim_pacing_failed(dsp_server *srv, int64_t now_ms)
 {
     srv->claim.not_before = now_ms + srv->cfg->poll_ms;
+    srv->claim.wake_at = 0;
 }
 
 void dsp_claim_pacing_claimed(dsp_server *srv, int64_t now_ms, size_t got, bool more)
@@ -943,6 +972,17 @@ void dsp_claim_pacing_claimed(dsp_server *srv, int64_t now_ms, size_t got, bool 
     else if (srv->claim.wake_retries > 0 && !srv->claim.again) { /* rung, found nothing yet */
         srv->claim.wake_retries--;
         srv->claim.not_before = now_ms + WAKE_RETRY_MS;
+    }
+    if (got >= 2) { /* more than one row came since the last claim: widen the gap */
+        int64_t g = wake_gap(srv) * 2;
+        srv->claim.wake_gap_ms = g < srv->cfg->poll_ms ? g : srv->cfg->poll_ms;
+    } else {
+        srv->claim.wake_gap_ms = WAKE_GAP_MS;
+    }
+    if (srv->claim.wake_at != 0) { /* rung while it ran */
+        if (srv->claim.not_before > srv->claim.wake_at)
+            srv->claim.not_before = srv->claim.wake_at;
+        srv->claim.wake_at = 0;
     }
     srv->claim.again = false;
 }

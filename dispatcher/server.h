@@ -168,6 +168,8 @@ struct dsp_server {
          * after one found nothing (the row's commit may not be visible yet), and the
          * future run_after times to claim at, sorted, at most DSP_WAKE_DUES_MAX. */
         unsigned wake_retries;
+        int64_t wake_at;           /* a rung claim deferred to then (the gap); 0: none */
+        int64_t wake_gap_ms;       /* the gap now: WAKE_GAP_MS, up to --poll-ms in a flood */
         struct event *due_timer;
         int64_t dues[DSP_WAKE_DUES_MAX];
         size_t ndues;
