@@ -18,7 +18,10 @@
  *    it takes no part in leadership;
  *  - submit (db_submit.c): inserts SUBMITted tasks, many per transaction;
  *  - schedule (db_schedule.c): reads task_schedule and, while leading, inserts due runs
- *    of periodic tasks.
+ *    of periodic tasks;
+ *  - binlog (db_binlog.c; not with --wake poll): while leading, follows the server's
+ *    binary log as a replica does and wakes the claim (on_wake) when a committed row of
+ *    the task table is NEW (events parsed by binlog_event.c).
  * Every other statement's text is built in db_sql.c. Requests go in through the
  * thread-safe calls below; replies come back on the loop thread, through callbacks run
  * from a libevent event that the database threads activate (db.c; so

@@ -395,6 +395,12 @@ static void handle(struct follow *f, const uint8_t *ev, size_t len, bool checksu
         default:
             break;
         }
+    } else if (h.type == 40) {
+        /* MySQL's TRANSACTION_PAYLOAD (binlog_transaction_compression): the transaction's
+         * events are compressed inside; not read, so any such transaction rings. */
+        atomic_fetch_add_explicit(&b->unreadable, 1, memory_order_relaxed);
+        f->pending_now = true;
+        flush_pending(f);
     } else if (h.type == DSP_BINLOG_XID) {
         flush_pending(f);
     } else if (h.type == DSP_BINLOG_HEARTBEAT || h.type == 162 /* MariaDB GTID */ ||
