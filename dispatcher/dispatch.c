@@ -842,10 +842,13 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
 #define WAKE_RETRY_MS 20
 #define WAKE_RETRIES 3
 /* A rung claim comes at least a gap after the last claim, WAKE_GAP_MS while claims find
- * a row or none (single inserts: a row waits at most this much more). While they find
- * several (a flood of inserts), the gap doubles up to --poll-ms: a flood then costs the
- * claims polling would, each taking every row committed by then, not a claim per row. */
+ * a row or none (single inserts: a row waits at most this much more). Once
+ * WAKE_FLOOD_CLAIMS claims in a row found several (a flood of inserts, not two rows that
+ * happened to come close), the gap doubles at each claim up to --poll-ms: a flood then
+ * costs the claims polling would, each taking every row committed by then, not a claim
+ * per row. */
 #define WAKE_GAP_MS 10
+#define WAKE_FLOOD_CLAIMS 4
 
 static int64_t wake_gap(const dsp_server *srv)
 {
@@ -973,11 +976,12 @@ void dsp_claim_pacing_claimed(dsp_server *srv, int64_t now_ms, size_t got, bool 
         srv->claim.wake_retries--;
         srv->claim.not_before = now_ms + WAKE_RETRY_MS;
     }
-    if (got >= 2) { /* more than one row came since the last claim: widen the gap */
+    if (got < 2) { /* single rows: back to the shortest gap */
+        srv->claim.wake_flood = 0;
+        srv->claim.wake_gap_ms = WAKE_GAP_MS;
+    } else if (++srv->claim.wake_flood >= WAKE_FLOOD_CLAIMS) { /* a flood: widen the gap */
         int64_t g = wake_gap(srv) * 2;
         srv->claim.wake_gap_ms = g < srv->cfg->poll_ms ? g : srv->cfg->poll_ms;
-    } else {
-        srv->claim.wake_gap_ms = WAKE_GAP_MS;
     }
     if (srv->claim.wake_at != 0) { /* rung while it ran */
         if (srv->claim.not_before > srv->claim.wake_at)

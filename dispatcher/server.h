@@ -170,6 +170,7 @@ struct dsp_server {
         unsigned wake_retries;
         int64_t wake_at;           /* a rung claim deferred to then (the gap); 0: none */
         int64_t wake_gap_ms;       /* the gap now: WAKE_GAP_MS, up to --poll-ms in a flood */
+        unsigned wake_flood;       /* claims in a row that found several rows */
         struct event *due_timer;
         int64_t dues[DSP_WAKE_DUES_MAX];
         size_t ndues;
