@@ -13,7 +13,8 @@
  *     during a stream of inserts: every task runs, and rows inserted afterwards are
  *     dispatched by the doorbell again;
  *   - a row with a future run_after runs at its due time, not before; a FAILED row put
- *     back to NEW by UPDATE runs at once.
+ *     back to NEW by UPDATE runs at once;
+ *   - a semi-sync primary counts the follower as no semi-sync client.
  *
  * Bounds are loose (a row "soon" is within 2 s, against a 5 s poll), never targets.
  */
@@ -386,6 +387,32 @@ static void run_after_and_update(void **state)
     assert_true(at - put_back < SOON_MS);
 }
 
+/* A semi-sync primary: the follower never registers as a semi-sync replica, so the
+ * primary counts no semi-sync client and never waits for its acknowledgement; rows are
+ * still rung. */
+static void semi_sync(void **state)
+{
+    struct fx *fx = *state;
+    uint64_t clients = 0;
+
+    fx_db(fx, "wake_semisync", true);
+    assert_true(tp_testdb_exec(&fx->db, "SET GLOBAL rpl_semi_sync_master_timeout = 500") >= 0);
+    assert_true(tp_testdb_exec(&fx->db, "SET GLOBAL rpl_semi_sync_master_enabled = ON") >= 0);
+    fx_daemon(fx, &fx->d, NULL, NULL);
+    assert_int_equal(tp_daemon_wait_leader(&fx->d, WAIT_MS), 0);
+    wait_wake(&fx->d, "binlog", NULL);
+    fx_worker(fx, fx->d.listen);
+    tp_sleep_ms(300);
+    long long lat[6];
+    uint64_t ids[6];
+    stream(fx, 6, 20, 100, NULL, lat, ids);
+    print_lat("semi-sync primary", lat, 6);
+    assert_int_equal(tp_testdb_status(fx->db.conn, TP_TESTDB_GLOBAL, "Rpl_semi_sync_master_clients", &clients), 0);
+    printf("# Rpl_semi_sync_master_clients while following: %llu\n", (unsigned long long)clients);
+    assert_int_equal(clients, 0);
+    assert_true(tp_testdb_exec(&fx->db, "SET GLOBAL rpl_semi_sync_master_enabled = OFF") >= 0);
+}
+
 /* ---- MIXED, no binary log, no privilege ---- */
 
 static void mixed(void **state)
@@ -603,6 +630,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(row_auto, setup, teardown),
         cmocka_unit_test_setup_teardown(run_after_and_update, setup, teardown),
+        cmocka_unit_test_setup_teardown(semi_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(mixed, setup, teardown),
         cmocka_unit_test_setup_teardown(no_binlog, setup, teardown),
         cmocka_unit_test_setup_teardown(no_privilege, setup, teardown),
