@@ -181,6 +181,7 @@ struct follow {
     unsigned long long pos;
     bool mysql_server;
     bool row_format;
+    unsigned long own_server_id; /* the server's @@server_id: never the follower's */
     dsp_binlog_task_cols cols;
     dsp_binlog_table map;   /* the latest TABLE_MAP naming the task table */
     bool map_valid;
@@ -239,7 +240,7 @@ static int prepare(struct follow *f)
     char sql[512];
 
     f->mysql_server = f->c.mysql;
-    if (query_row(f, "SELECT @@log_bin, @@binlog_format, @@server_id, @@log_slave_updates", v, 4) != 0)
+    if (query_row(f, "SELECT @@log_bin, @@binlog_format, @@server_id", v, 3) != 0)
         return -1;
     if (strcmp(v[0], "1") != 0) {
         set_status(db, DSP_WAKE_POLL, "the server has no binary log (log_bin is OFF)");
@@ -252,11 +253,11 @@ static int prepare(struct follow *f)
                    "%.16s too, waking on INSERTs that name the table)", v[1], v[1]);
         return 1;
     }
-    unsigned long server_id = strtoul(v[2], NULL, 10);
-    bool log_slave_updates = strcmp(v[3], "1") == 0;
-    /* Galera: only with log_slave_updates does a node's log hold the other nodes' writes. */
-    if (!f->mysql_server && query_row(f, "SELECT @@wsrep_on", v, 1) == 0 && strcmp(v[0], "1") == 0 &&
-        !log_slave_updates) {
+    f->own_server_id = strtoul(v[2], NULL, 10);
+    /* Galera (MariaDB's wsrep): only with log_slave_updates does a node's log hold the
+     * other nodes' writes. Asked apart: MySQL has neither variable under these names. */
+    if (!f->mysql_server && query_row(f, "SELECT @@wsrep_on, @@log_slave_updates", v, 2) == 0 &&
+        strcmp(v[0], "1") == 0 && strcmp(v[1], "1") != 0) {
         set_status(db, DSP_WAKE_POLL, "a Galera node without log_slave_updates: rows written "
                                       "through other nodes are not in its binary log");
         return 1;
@@ -297,13 +298,14 @@ static int prepare(struct follow *f)
     f->cols.run_after = (uint32_t)ra - 1;
 
     /* Heartbeats while idle: the read timeout stays armed and leadership is looked at. */
-    if (dsp_dbi_exec_str(&f->c, "SET @master_heartbeat_period = " WAKE_HEARTBEAT_NS) < 0)
+    /* Events keep their checksum (the server refuses a replica that cannot take them;
+     * the last 4 bytes of each are skipped). User variables that the dump thread reads:
+     * MySQL 8.0.26 and later also know the source_ names. */
+    if (dsp_dbi_exec_str(&f->c, "SET @master_heartbeat_period = " WAKE_HEARTBEAT_NS
+                                ", @source_heartbeat_period = " WAKE_HEARTBEAT_NS
+                                ", @master_binlog_checksum = @@global.binlog_checksum"
+                                ", @source_binlog_checksum = @@global.binlog_checksum") < 0)
         return -1;
-    /* Events keep their checksum (the server refuses a replica that cannot take them);
-     * the last 4 bytes of each are skipped. */
-    if (dsp_dbi_exec_str(&f->c, "SET @master_binlog_checksum = @@global.binlog_checksum") < 0)
-        return -1;
-    (void)server_id;
     return 0;
 }
 
@@ -416,7 +418,6 @@ static int session(struct follow *f)
 {
     dsp_db *db = f->db;
     int rc = -1;
-    char v[1][128];
 
     f->map_valid = false;
     f->pending_now = false;
@@ -427,10 +428,7 @@ static int session(struct follow *f)
     }
     if ((rc = prepare(f)) != 0)
         goto done;
-    unsigned long own = 0;
-    if (query_row(f, "SELECT @@server_id", v, 1) == 0)
-        own = strtoul(v[0], NULL, 10);
-    if (rpl_start(f, own) < 0) {
+    if (rpl_start(f, f->own_server_id) < 0) {
         rc = -1;
         goto fail_rpl;
     }
