@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define WAKE_SERVER_ID_BASE 2052063232u /* 0x7A500000 */
 #define WAKE_HEARTBEAT_NS "1000000000"  /* the server sends a heartbeat after 1 s idle */
@@ -45,6 +46,8 @@ struct dsp_binlog {
     bool thread_ok;
     pthread_cond_t cv;  /* under db->mu: stop, leadership changes */
     bool stop;
+    int fd;             /* the replication stream's socket while following, else -1:
+                         * dsp_dbi_binlog_stop shuts it down to end a blocked read */
     bool wake_posted;   /* a MSG_WAKE for now is queued, not delivered yet */
     int mode;           /* enum dsp_wake_mode in use */
     char reason[DSP_WAKE_REASON_MAX];
@@ -432,6 +435,11 @@ static int session(struct follow *f)
         rc = -1;
         goto fail_rpl;
     }
+    pthread_mutex_lock(&db->mu);
+    db->binlog->fd = (int)mysql_get_socket(f->c.m);
+    if (db->binlog->stop && db->binlog->fd >= 0)
+        shutdown(db->binlog->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&db->mu);
     /* The first event answers the dump: a refused privilege or a purged file shows here. */
     bool announced = false;
     for (;;) {
@@ -462,11 +470,14 @@ fail_rpl:
         set_status(db, DSP_WAKE_POLL, "the user may not replicate: %.150s (GRANT REPLICATION SLAVE)",
                    mysql_error(f->c.m));
         rc = 1;
-    } else {
+    } else if (!stopping(db)) {
         log_info(db->log, "wake: the binary log's stream ended: %s (error %u); following again from "
                           "its end", f->c.m ? mysql_error(f->c.m) : "?", f->c.err);
     }
 done:
+    pthread_mutex_lock(&db->mu);
+    db->binlog->fd = -1; /* before the socket is closed: its number may be reused */
+    pthread_mutex_unlock(&db->mu);
     if (f->rpl) {
         mariadb_rpl_close(f->rpl);
         f->rpl = NULL;
@@ -549,6 +560,7 @@ int dsp_dbi_binlog_start(dsp_db *db)
         return -1;
     }
     b->mode = DSP_WAKE_POLL;
+    b->fd = -1;
     snprintf(b->reason, sizeof b->reason, "not leading yet: only the leader follows the binary log");
     atomic_init(&b->events, 0);
     atomic_init(&b->wakes, 0);
@@ -573,8 +585,9 @@ void dsp_dbi_binlog_stop(dsp_db *db)
     pthread_mutex_lock(&db->mu);
     b->stop = true;
     pthread_cond_broadcast(&b->cv);
+    if (b->fd >= 0) /* a blocked fetch returns at once (an error it takes for the end) */
+        shutdown(b->fd, SHUT_RDWR);
     pthread_mutex_unlock(&db->mu);
-    /* A fetch in progress returns within the heartbeat period (or the read timeout). */
     pthread_join(b->thr, NULL);
     b->thread_ok = false;
 }
