@@ -55,7 +55,7 @@ static const char *const mode_names[] = {"drain", "stream", "latency", "connecti
 
 enum { OPT_DB = 1000, OPT_DESIGN, OPT_K, OPT_N, OPT_N_POLL, OPT_REPEAT, OPT_CAPACITY, OPT_FLAT,
        OPT_TASKPUSHD, OPT_QUICK, OPT_JSON_ONLY, OPT_SABOTAGE, OPT_HOLD_ROW, OPT_HELP, OPT_MODE, OPT_PRODUCERS,
-       OPT_ROWS_PER_INSERT, OPT_SECONDS, OPT_INTERVAL_MS, OPT_POLL_MS, OPT_CONNECTIONS,
+       OPT_ROWS_PER_INSERT, OPT_SECONDS, OPT_INTERVAL_MS, OPT_POLL_MS, OPT_WAKE, OPT_LOAD_RATE, OPT_CONNECTIONS,
        OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG, OPT_PRODUCER, OPT_WORKER_THREADS, OPT_POLL_SECONDS, OPT_TABLE };
 
 static const struct option long_opts[] = {
@@ -81,6 +81,8 @@ static const struct option long_opts[] = {
     {"seconds", required_argument, NULL, OPT_SECONDS},
     {"interval-ms", required_argument, NULL, OPT_INTERVAL_MS},
     {"poll-ms", required_argument, NULL, OPT_POLL_MS},
+    {"wake", required_argument, NULL, OPT_WAKE},
+    {"load-rate", required_argument, NULL, OPT_LOAD_RATE},
     {"connections", required_argument, NULL, OPT_CONNECTIONS},
     {"backlog-rows", required_argument, NULL, OPT_BACKLOG_ROWS},
     {"taskpushd-arg", required_argument, NULL, OPT_TASKPUSHD_ARG},
@@ -139,6 +141,12 @@ static void usage(FILE *f)
         "  --seconds S       stream: each window; latency: inserting (default %u)\n"
         "  --interval-ms MS  latency: one task every MS (default %u)\n"
         "  --poll-ms LIST    latency: taskpushd --poll-ms, one run each (default 100,10)\n"
+        "  --wake LIST       latency: taskpushd --wake (poll, binlog, auto), one run per\n"
+        "                    --poll-ms each (default poll; binlog needs a server with a\n"
+        "                    binary log: bench/run.sh --binlog ROW)\n"
+        "  --load-rate R     latency, sql: after the tasks, R inserts/s for the window\n"
+        "                    (quick: 1 s, else 3 s) and the statements/s that costs\n"
+        "                    (default 1000; 0: none)\n"
         "  --connections C   connections: idle workers (default %u)\n"
         "  --backlog-rows N  backlog: NEW rows waiting (default %u)\n"
         "  --quick           with a mode: K=%u, P=%u, %u s, %u connections, %u rows, N=%u\n",
@@ -344,6 +352,12 @@ static void apply_mode_defaults(bench_opts *o, bool quick, bool set_k, bool set_
         o->poll_ms[1] = 10;
         o->npoll_ms = 2;
     }
+    if (o->nwake == 0) {
+        o->wake[0] = "poll";
+        o->nwake = 1;
+    }
+    if (!o->load_rate_set)
+        o->load_rate = 1000;
     if (o->connections == 0)
         o->connections = quick ? QUICK_CONNECTIONS : DEFAULT_CONNECTIONS;
     if (o->backlog_rows == 0)
@@ -464,6 +478,28 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
         case OPT_POLL_MS:
             if (parse_list(optarg, 1, 3600000, o->poll_ms, &o->npoll_ms) < 0)
                 return -bad_flag("--poll-ms: want up to 16 numbers 1..3600000, got '%s'", optarg) - 1;
+            break;
+        case OPT_WAKE: {
+            static const char *const names[] = {"poll", "binlog", "auto"};
+            char copy[64];
+            snprintf(copy, sizeof copy, "%s", optarg);
+            o->nwake = 0;
+            for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                int k = -1;
+                for (int i = 0; i < 3; i++)
+                    if (strcmp(tok, names[i]) == 0)
+                        k = i;
+                if (k < 0 || o->nwake >= 3)
+                    return -bad_flag("--wake: want a list of poll, binlog, auto, got '%s'", optarg) - 1;
+                o->wake[o->nwake++] = names[k];
+            }
+            break;
+        }
+        case OPT_LOAD_RATE:
+            if (parse_u64(optarg, 0, 100000, &v) < 0)
+                return -bad_flag("--load-rate: want 0..100000, got '%s'", optarg) - 1;
+            o->load_rate = (unsigned)v;
+            o->load_rate_set = true;
             break;
         case OPT_CONNECTIONS:
             if (parse_u64(optarg, 1, MAX_CONNECTIONS, &v) < 0)

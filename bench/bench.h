@@ -96,6 +96,10 @@ typedef struct bench_opts {
     unsigned interval_ms;         /* latency */
     unsigned poll_ms[BENCH_MAX_LIST];
     int npoll_ms;
+    const char *wake[3];          /* latency: taskpushd --wake, one result each (default poll) */
+    int nwake;
+    unsigned load_rate;           /* latency: inserts/s of the loaded window (0: none) */
+    bool load_rate_set;
     unsigned connections;         /* connections: idle workers */
     uint64_t backlog_rows;        /* backlog */
 } bench_opts;

@@ -21,11 +21,14 @@
 set -euo pipefail
 
 modes=""
+binlog=none
 db_cpus=""
 bench_cpus=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --modes) modes="stream latency connections backlog"; shift ;;
+    # The server's binary log (scripts/tp-mariadb --binlog): --wake binlog follows it.
+    --binlog) binlog=${2:?--binlog wants ROW, MIXED, STATEMENT or none}; shift 2 ;;
     --db-cpus) db_cpus=${2:?--db-cpus wants a CPU list, e.g. 0}; shift 2 ;;
     --bench-cpus) bench_cpus=${2:?--bench-cpus wants a CPU list, e.g. 1}; shift 2 ;;
     *) break ;;
@@ -61,7 +64,7 @@ cleanup() {
   rm -rf "$dbdir"
 }
 trap cleanup EXIT
-eval "$(scripts/tp-mariadb start "$dbdir")"
+eval "$(scripts/tp-mariadb start "$dbdir" --binlog "$binlog")"
 pin=()
 if [ -n "$db_cpus" ]; then
   # Every thread of mariadbd, and what it starts later, on db_cpus; the bench and what
@@ -87,6 +90,9 @@ else
 fi
 if [ -n "$db_cpus" ]; then
   set -- --db-cpus "$db_cpus" --bench-cpus "$bench_cpus" "$@"
+fi
+if [ "$binlog" != none ]; then
+  set -- --binlog "$binlog" "$@"
 fi
 grep '^{' "$out.log" >"$out.jsonl" || true
 {

@@ -223,6 +223,12 @@ static void print_stats(json_t *s)
         printf("task table  %s\n", tname);
     printf("uptime      %lld s\n", num(s, "uptime_s"));
     printf("scheduler   %s\n", json_string_value(json_object_get(s, "scheduler")));
+    json_t *wk = json_object_get(s, "wake");
+    if (json_is_object(wk)) /* how inserted rows are noticed (--wake) */
+        printf("wake        %s: %s (%lld wakes, %lld events)\n",
+               json_string_value(json_object_get(wk, "mode")) ? json_string_value(json_object_get(wk, "mode")) : "?",
+               json_string_value(json_object_get(wk, "reason")) ? json_string_value(json_object_get(wk, "reason")) : "",
+               num(wk, "wakes_total"), num(wk, "events_total"));
     printf("workers     %lld\n", num(s, "workers"));
     printf("queue       %lld buffered, %lld in flight\n", num(q, "buffered"), num(q, "in_flight"));
     printf("tasks       %lld claimed, %lld dispatched, %lld succeeded, %lld failed,\n"

@@ -19,7 +19,7 @@
  * is milliseconds, and 30s, 5m, ... are accepted too; min and max are in ms.
  * OPT_DURATION: the same, and "keep" (0). */
 enum opt_kind { OPT_STRING, OPT_INT, OPT_DURATION, OPT_HOSTPORT, OPT_SCHED, OPT_LOGLEVEL, OPT_TYPE_LIMIT,
-                OPT_DIALECT, OPT_MS };
+                OPT_DIALECT, OPT_MS, OPT_WAKE };
 
 typedef struct opt_def {
     const char *name;
@@ -112,6 +112,9 @@ static const opt_def option_table[] = {
     {"sql-dialect", OPT_DIALECT, F(sql_dialect), "auto", 0, 0, "DIALECT",
      "auto, mysql or mariadb: the SQL sent (mysql: only what MySQL >= 8.0.13 accepts);"
      " auto reads the server's version at each connect"},
+    {"wake", OPT_WAKE, F(wake), "auto", 0, 0, "auto|binlog|poll",
+     "how rows inserted by SQL are noticed: binlog follows the server's binary log (auto: when"
+     " in ROW format and the user may replicate); polling at --poll-ms goes on in every mode"},
     {"type-limit", OPT_TYPE_LIMIT, F(type_limits), NULL, 0, 0, "T:concurrency=N,rate=R",
      "at most N tasks of type T running at once, at most R started a second (repeatable; 0: no limit)"},
     {"table", OPT_STRING, F(table), DSP_TABLE_NAME_DEFAULT, 0, 0, "NAME",
@@ -546,6 +549,18 @@ static int set_value(dsp_config *cfg, const opt_def *o, const char *val, char *e
             return -1;
         }
         return 0;
+    case OPT_WAKE:
+        if (strcmp(val, "auto") == 0)
+            *(int *)field = DSP_WAKE_AUTO;
+        else if (strcmp(val, "binlog") == 0)
+            *(int *)field = DSP_WAKE_BINLOG;
+        else if (strcmp(val, "poll") == 0)
+            *(int *)field = DSP_WAKE_POLL;
+        else {
+            snprintf(err, errlen, "--%s: '%s' is not auto, binlog or poll", o->name, val);
+            return -1;
+        }
+        return 0;
     case OPT_TYPE_LIMIT:
         return add_type_limit(cfg, val, err, errlen);
     case OPT_LOGLEVEL: {
@@ -920,6 +935,9 @@ void dsp_config_each(const dsp_config *cfg, void (*emit)(void *arg, const char *
             break;
         case OPT_DIALECT:
             val = dsp_sql_dialect_name(*(const int *)field);
+            break;
+        case OPT_WAKE:
+            val = dsp_wake_mode_name(*(const int *)field);
             break;
         case OPT_TYPE_LIMIT: /* the limits themselves are in /stats "limits" */
             snprintf(buf, sizeof buf, "%zu types", cfg->ntype_limits);

@@ -36,6 +36,7 @@ typedef struct dsp_config {
     char *admin;       /* HOST:PORT for HTTP */
     int scheduler;     /* enum dsp_sched_policy */
     int sql_dialect;   /* enum dsp_sql_dialect (db.h) */
+    int wake;          /* enum dsp_wake_mode (db.h): --wake */
     int64_t batch;     /* most tasks claimed per transaction */
     int64_t poll_ms;
     int64_t task_timeout_ms;

@@ -836,6 +836,106 @@ void dsp_dispatch_claim_maybe(dsp_server *srv)
     }
 }
 
+/* MariaDB sends a transaction's events before its commit is visible to other sessions
+ * (InnoDB commits after the binary log is written), so a claim rung by the log may find
+ * nothing: it is tried again this often, this many times, before the poll takes over. */
+#define WAKE_RETRY_MS 20
+#define WAKE_RETRIES 3
+/* A rung claim comes at least a gap after the last claim, WAKE_GAP_MS while claims find
+ * a row or none (single inserts: a row waits at most this much more). Once
+ * WAKE_FLOOD_CLAIMS claims in a row found several (a flood of inserts, not two rows that
+ * happened to come close), the gap doubles at each claim up to --poll-ms: a flood then
+ * costs the claims polling would, each taking every row committed by then, not a claim
+ * per row. */
+#define WAKE_GAP_MS 10
+#define WAKE_FLOOD_CLAIMS 4
+
+static int64_t wake_gap(const dsp_server *srv)
+{
+    return srv->claim.wake_gap_ms > WAKE_GAP_MS ? srv->claim.wake_gap_ms : WAKE_GAP_MS;
+}
+
+static void wake_claim(dsp_server *srv)
+{
+    int64_t now = dsp_now_ms(), at = srv->claim.sent_ms + wake_gap(srv);
+
+    srv->claim.wake_retries = WAKE_RETRIES;
+    if (!srv->claim.outstanding && now >= at) {
+        dsp_dispatch_claim_now(srv);
+        return;
+    }
+    if (at < now)
+        at = now;
+    /* Coalesced: one claim at `at` (after the running one) takes these rows and the next. */
+    if (srv->claim.wake_at == 0 || at < srv->claim.wake_at)
+        srv->claim.wake_at = at;
+    if (!srv->claim.outstanding && (srv->claim.not_before == 0 || srv->claim.not_before > at)) {
+        srv->claim.not_before = at;
+        if (srv->claim.timer_armed) {
+            evtimer_del(srv->claim.timer);
+            srv->claim.timer_armed = false;
+        }
+        dsp_dispatch_claim_maybe(srv);
+    }
+}
+
+static void due_arm(dsp_server *srv)
+{
+    if (srv->claim.ndues == 0 || srv->claim.due_timer == NULL)
+        return;
+    int64_t wait = srv->claim.dues[0] - dsp_wall_ms();
+    struct timeval tv = {0, 0};
+    if (wait > 0) {
+        tv.tv_sec = (time_t)(wait / 1000);
+        tv.tv_usec = (suseconds_t)(wait % 1000) * 1000;
+    }
+    evtimer_add(srv->claim.due_timer, &tv);
+}
+
+static void due_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    dsp_server *srv = arg;
+    int64_t now = dsp_wall_ms();
+    size_t k = 0;
+    bool due = false;
+
+    for (size_t i = 0; i < srv->claim.ndues; i++) {
+        if (srv->claim.dues[i] <= now)
+            due = true;
+        else
+            srv->claim.dues[k++] = srv->claim.dues[i];
+    }
+    srv->claim.ndues = k;
+    if (due)
+        wake_claim(srv);
+    due_arm(srv);
+}
+
+void dsp_dispatch_on_wake(void *arg, int64_t due_wall_ms)
+{
+    dsp_server *srv = arg;
+    size_t i;
+
+    if (due_wall_ms <= dsp_wall_ms()) {
+        wake_claim(srv);
+        return;
+    }
+    /* Kept sorted and bounded: past the limit the latest goes (the poll covers it). */
+    if (srv->claim.ndues == DSP_WAKE_DUES_MAX) {
+        if (due_wall_ms >= srv->claim.dues[DSP_WAKE_DUES_MAX - 1])
+            return;
+        srv->claim.ndues--;
+    }
+    for (i = srv->claim.ndues; i > 0 && srv->claim.dues[i - 1] > due_wall_ms; i--)
+        srv->claim.dues[i] = srv->claim.dues[i - 1];
+    srv->claim.dues[i] = due_wall_ms;
+    srv->claim.ndues++;
+    if (i == 0)
+        due_arm(srv);
+}
+
 static void claim_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -848,24 +948,46 @@ static void claim_timer_cb(evutil_socket_t fd, short what, void *arg)
 int dsp_claim_pacing_init(dsp_server *srv)
 {
     srv->claim.timer = evtimer_new(srv->base, claim_timer_cb, srv);
-    return srv->claim.timer ? 0 : -1;
+    srv->claim.due_timer = evtimer_new(srv->base, due_timer_cb, srv);
+    return srv->claim.timer && srv->claim.due_timer ? 0 : -1;
 }
 
 void dsp_claim_pacing_free(dsp_server *srv)
 {
     if (srv->claim.timer)
         event_free(srv->claim.timer);
+    if (srv->claim.due_timer)
+        event_free(srv->claim.due_timer);
 }
 
 void dsp_claim_pacing_failed(dsp_server *srv, int64_t now_ms)
 {
     srv->claim.not_before = now_ms + srv->cfg->poll_ms;
+    srv->claim.wake_at = 0;
 }
 
 void dsp_claim_pacing_claimed(dsp_server *srv, int64_t now_ms, size_t got, bool more)
 {
     bool full = got >= srv->claim.requested || more;
     srv->claim.not_before = full || srv->claim.again ? 0 : now_ms + srv->cfg->poll_ms;
+    if (got > 0)
+        srv->claim.wake_retries = 0;
+    else if (srv->claim.wake_retries > 0 && !srv->claim.again) { /* rung, found nothing yet */
+        srv->claim.wake_retries--;
+        srv->claim.not_before = now_ms + WAKE_RETRY_MS;
+    }
+    if (got < 2) { /* single rows: back to the shortest gap */
+        srv->claim.wake_flood = 0;
+        srv->claim.wake_gap_ms = WAKE_GAP_MS;
+    } else if (++srv->claim.wake_flood >= WAKE_FLOOD_CLAIMS) { /* a flood: widen the gap */
+        int64_t g = wake_gap(srv) * 2;
+        srv->claim.wake_gap_ms = g < srv->cfg->poll_ms ? g : srv->cfg->poll_ms;
+    }
+    if (srv->claim.wake_at != 0) { /* rung while it ran */
+        if (srv->claim.not_before > srv->claim.wake_at)
+            srv->claim.not_before = srv->claim.wake_at;
+        srv->claim.wake_at = 0;
+    }
     srv->claim.again = false;
 }
 

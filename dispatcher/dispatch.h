@@ -179,6 +179,10 @@ void dsp_dispatch_refill(dsp_server *srv, dsp_conn *c);
 /* Rows were just committed ready (a SUBMIT): claims now rather than at the next poll,
  * and once more after a claim already running, whose answer may predate them. */
 void dsp_dispatch_claim_now(dsp_server *srv);
+/* The binary log's doorbell (dsp_db_callbacks.on_wake): claims now (due_wall_ms 0, or
+ * past), retrying a claim that found nothing WAKE_RETRIES times WAKE_RETRY_MS apart, or
+ * at due_wall_ms (ms since 1970). */
+void dsp_dispatch_on_wake(void *arg, int64_t due_wall_ms);
 /* Asks the database thread for the next claim when room and pacing allow. */
 void dsp_dispatch_claim_maybe(dsp_server *srv);
 /* Creates srv->claim.timer (0, or -1 when out of memory); _free frees it. */

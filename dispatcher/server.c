@@ -1064,8 +1064,10 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         .shard = &cfg->shard_spec,
         .table = cfg->table,
         .sql_dialect = cfg->sql_dialect,
+        .wake = cfg->wake,
         .cb = {on_leader, on_leader_lost, on_claim, on_written, on_health, on_requeued, on_fatal,
-               dsp_admin_taskop_answer, dsp_conn_on_submitted, dsp_conn_on_outcome},
+               dsp_admin_taskop_answer, dsp_conn_on_submitted, dsp_conn_on_outcome,
+               dsp_dispatch_on_wake},
         .cb_arg = srv,
     };
     srv->db = dsp_db_new(&o);

@@ -164,6 +164,16 @@ struct dsp_server {
         int64_t gather_until;      /* a small claim waits until then for more room */
         size_t rotor[2];           /* where the next claim starts among cold [0] and warm [1]
                                     * types (see dsp_dispatch_claim_maybe) */
+        /* The binary log's doorbell (--wake, dsp_dispatch_on_wake): claims left to retry
+         * after one found nothing (the row's commit may not be visible yet), and the
+         * future run_after times to claim at, sorted, at most DSP_WAKE_DUES_MAX. */
+        unsigned wake_retries;
+        int64_t wake_at;           /* a rung claim deferred to then (the gap); 0: none */
+        int64_t wake_gap_ms;       /* the gap now: WAKE_GAP_MS, up to --poll-ms in a flood */
+        unsigned wake_flood;       /* claims in a row that found several rows */
+        struct event *due_timer;
+        int64_t dues[DSP_WAKE_DUES_MAX];
+        size_t ndues;
     } claim;
 
     /* Scheduling: the workers, their free slots, what is buffered and in flight, the

@@ -195,6 +195,7 @@ void dsp_stats_snapshot_fill(dsp_stats_snapshot *snap, const dsp_server *srv)
     DSP_DB_COUNTERS(X)
 #undef X
     snap->sql_dialect = dbc.sql_dialect;
+    dsp_db_wake_status(srv->db, &snap->wake);
     snap->node_host = dbc.node_host;
     snap->node_port = dbc.node_port;
     snap->galera = dbc.galera;
@@ -373,6 +374,13 @@ json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
         return NULL;
     }
     json_object_set_new(o, "shutting_down", json_boolean(snap->shutting_down));
+    json_object_set_new(o, "wake",
+                        json_pack("{s:s, s:s, s:I, s:I, s:I, s:I}", "mode",
+                                  snap->wake.mode == DSP_WAKE_BINLOG ? "binlog" : "poll", "reason",
+                                  snap->wake.reason, "events_total", (json_int_t)snap->wake.events,
+                                  "wakes_total", (json_int_t)snap->wake.wakes, "reconnects_total",
+                                  (json_int_t)snap->wake.reconnects, "unreadable_total",
+                                  (json_int_t)snap->wake.unreadable));
     {
         /* The reason comes from the database's error texts: made valid UTF-8. */
         char *why = snap->health_ok ? NULL : dsp_utf8_copy(snap->health_reason);
@@ -572,6 +580,15 @@ void dsp_stats_metrics(const dsp_stats_snapshot *snap, struct evbuffer *out)
     gauge(out, "db_connected", "1 while the database is reachable", snap->db_connected ? 1 : 0);
     gauge(out, "leader", "1 while this dispatcher leads the table", snap->leader ? 1 : 0);
     gauge(out, "epoch", "the fencing epoch of this dispatcher", (double)snap->epoch);
+    gauge(out, "wake_binlog", "1 while the binary log wakes the claim (--wake), 0 while only polling",
+          snap->wake.mode == DSP_WAKE_BINLOG ? 1 : 0);
+    counter(out, "wake_events_total", "binary log events read by the wake follower", snap->wake.events);
+    counter(out, "wake_wakes_total", "transactions in the binary log that made a task row NEW",
+            snap->wake.wakes);
+    counter(out, "wake_reconnects_total", "sessions of the binary log follower that ended",
+            snap->wake.reconnects);
+    counter(out, "wake_unreadable_total", "ROWS events of the task table not read (woke at once)",
+            snap->wake.unreadable);
     gauge(out, "uptime_seconds", "seconds since start", (double)snap->uptime_ms / 1000.0);
     gauge(out, "paused", "1 while every type is paused", snap->paused_all ? 1 : 0);
     gauge(out, "draining", "1 while draining", snap->draining ? 1 : 0);

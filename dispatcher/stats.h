@@ -213,6 +213,7 @@ typedef struct dsp_stats_snapshot {
     const struct dsp_config *cfg;   /* borrowed: the effective settings */
     const char *scheduler;          /* the policy's name */
     const char *sql_dialect;        /* db.sql_dialect: the SQL dialect in use (static) */
+    dsp_wake_status wake;           /* "wake": the binary log follower (--wake) */
     const char *node_host;          /* db.node, db.node_port: the server of --db in use */
     unsigned node_port;
     bool galera;                    /* db.galera, db.lease_ms, db.lease_renew_ms: the lease */

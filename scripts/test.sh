@@ -101,7 +101,7 @@ if [ $quick -eq 0 ] && [ -x build-fuzz/tests/fuzz/fuzz_frame ]; then
   # its input in the repository's root as crash-<sha1>, for build/tests/fuzz/fuzz_NAME_replay.
   for spec in frame:200000:4096:corpus config:50000:8192:corpus-config \
               dburl:50000:1024:corpus-dburl admin:20000:4096:corpus-admin \
-              hello:20000:20000:corpus-hello; do
+              hello:20000:20000:corpus-hello binlog:200000:4096:corpus-binlog; do
     IFS=: read -r name runs max_len corpus <<<"$spec"
     echo "== fuzz run ($name)"
     cp -r "tests/fuzz/$corpus" "$work/fuzz-$name"

@@ -144,6 +144,11 @@ static void deliver(dsp_db *db, struct msg *m)
     case MSG_OUTCOME:
         dsp_dbi_submit_deliver(db, m);
         break;
+    case MSG_WAKE:
+        dsp_dbi_binlog_delivered(db, m->rows);
+        if (cb->on_wake)
+            cb->on_wake(arg, m->rows);
+        break;
     }
 }
 
@@ -426,6 +431,9 @@ int dsp_db_start(dsp_db *db)
         return -1;
     }
     db->sched_thread_ok = true;
+    /* Without the follower taskpushd still works: it polls (and /stats says why). */
+    if (dsp_dbi_binlog_start(db) < 0)
+        log_warn(db->log, "cannot start the binary log follower; polling only");
     return 0;
 }
 
@@ -559,6 +567,7 @@ void dsp_db_stop(dsp_db *db, int64_t deadline_ms)
 {
     if (!db->started || db->stopped)
         return;
+    dsp_dbi_binlog_stop(db); /* no more doorbells */
     pthread_mutex_lock(&db->mu);
     db->stop_claims = true;
     db->accepting = false;
@@ -632,6 +641,7 @@ void dsp_db_free(dsp_db *db)
     }
     free(db->tstats);
     dsp_dbi_submit_free(db);
+    dsp_dbi_binlog_free(db);
     free(db->schedules);
     for (m = db->mhead; m; m = next) {
         next = m->next;

@@ -18,7 +18,10 @@
  *    it takes no part in leadership;
  *  - submit (db_submit.c): inserts SUBMITted tasks, many per transaction;
  *  - schedule (db_schedule.c): reads task_schedule and, while leading, inserts due runs
- *    of periodic tasks.
+ *    of periodic tasks;
+ *  - binlog (db_binlog.c; not with --wake poll): while leading, follows the server's
+ *    binary log as a replica does and wakes the claim (on_wake) when a committed row of
+ *    the task table is NEW (events parsed by binlog_event.c).
  * Every other statement's text is built in db_sql.c. Requests go in through the
  * thread-safe calls below; replies come back on the loop thread, through callbacks run
  * from a libevent event that the database threads activate (db.c; so
@@ -275,6 +278,9 @@ typedef struct dsp_db_callbacks {
     void (*on_submitted)(void *arg, dsp_submit_req *req);
     /* A waited-for task reached its final state (its row is written); o is borrowed. */
     void (*on_outcome)(void *arg, const dsp_submit_outcome *o);
+    /* The binary log showed a committed row of the task table that is NEW: claim now
+     * (due_wall_ms 0), or at due_wall_ms (ms since 1970: its run_after). */
+    void (*on_wake)(void *arg, int64_t due_wall_ms);
 } dsp_db_callbacks;
 
 /* A parsed mysql:// URL. Strings are owned by the struct (dsp_db_url_clear, config.h). */
@@ -317,6 +323,27 @@ const char *dsp_sql_dialect_name(int dialect);
 #define DSP_LEASE_MS_GALERA 5000
 #define DSP_LEASE_RENEW_MS_GALERA 1000
 
+/* How rows inserted by SQL are noticed (--wake; db_binlog.c, docs/taskpushd.md "Waking on
+ * inserts"): BINLOG follows the server's binary log while leading and wakes the claim
+ * when a row of the task table becomes NEW; AUTO does so when the log is in ROW format
+ * and the user may replicate; POLL only polls. Polling at --poll-ms goes on in every mode. */
+enum dsp_wake_mode { DSP_WAKE_AUTO, DSP_WAKE_BINLOG, DSP_WAKE_POLL };
+#define DSP_WAKE_REASON_MAX 256
+#define DSP_WAKE_DUES_MAX 32 /* future run_after times told to the loop at once, at most */
+
+/* "auto", "binlog" or "poll". */
+const char *dsp_wake_mode_name(int mode);
+
+/* /stats "wake": the mode in use now (BINLOG or POLL) and why, and the follower's counters. */
+typedef struct dsp_wake_status {
+    int mode;                          /* DSP_WAKE_BINLOG or DSP_WAKE_POLL */
+    char reason[DSP_WAKE_REASON_MAX];
+    uint64_t events;                   /* binary log events read */
+    uint64_t wakes;                    /* transactions that made a task row NEW */
+    uint64_t reconnects;               /* sessions of the follower that ended */
+    uint64_t unreadable;               /* ROWS events of the task table not read (woke at once) */
+} dsp_wake_status;
+
 typedef struct dsp_db_options {
     const dsp_db_url *url;      /* borrowed for the life of the dsp_db */
     const dsp_log *log;         /* borrowed */
@@ -341,6 +368,7 @@ typedef struct dsp_db_options {
      * task. A name that is not valid makes dsp_db_new fail (the config checked it). */
     const char *table;
     int sql_dialect;             /* enum dsp_sql_dialect; 0: AUTO */
+    int wake;                    /* enum dsp_wake_mode; 0: AUTO */
     dsp_db_callbacks cb;
     void *cb_arg;
 } dsp_db_options;
@@ -393,6 +421,9 @@ typedef struct dsp_db_counters {
     int64_t lease_ms;        /* the lease in use (flags, or the defaults for the server); */
     int64_t lease_renew_ms;  /* 0 until the lease connection first connected */
 } dsp_db_counters;
+
+/* The wake follower's state (db == NULL: polling, "no database"). */
+void dsp_db_wake_status(dsp_db *db, dsp_wake_status *out);
 
 /* Returns NULL on allocation failure. Nothing runs before dsp_db_start. */
 dsp_db *dsp_db_new(const dsp_db_options *opts) __attribute__((warn_unused_result));

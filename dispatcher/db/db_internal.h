@@ -65,7 +65,8 @@ enum msg_kind {
     MSG_REQUEUED,
     MSG_TASKOP,
     MSG_SUBMITTED,
-    MSG_OUTCOME
+    MSG_OUTCOME,
+    MSG_WAKE /* the wake follower's doorbell: rows = due (ms since 1970), 0 for now */
 };
 
 /* A message from a database thread to the loop. */
@@ -247,6 +248,7 @@ struct dsp_db {
         reconnects, retention_deleted, orphans_recovered, submitted_rows, submit_duplicates,
         submit_batches, claim_skipped, node_moves, cert_retries, claims_fenced;
 
+    struct dsp_binlog *binlog; /* the wake follower (db_binlog.c); NULL with --wake poll */
     struct dsp_submitter *sub; /* the submit thread and the waited-for tasks (db_submit.c) */
     _Atomic bool leader;
     _Atomic uint32_t epoch;
@@ -407,6 +409,16 @@ void *dsp_dbi_claim_main(void *arg); /* db_claim.c */
 void *dsp_dbi_write_main(void *arg); /* db_write.c */
 void *dsp_dbi_stats_main(void *arg); /* db_stats.c */
 void *dsp_dbi_sched_main(void *arg); /* db_schedule.c */
+
+/* ---- db_binlog.c: the wake follower ---- */
+
+/* Starts it unless --wake poll; 0 or -1. */
+int dsp_dbi_binlog_start(dsp_db *db);
+/* Stops and joins it (returns within a heartbeat, 1 s, or the read timeout). */
+void dsp_dbi_binlog_stop(dsp_db *db);
+void dsp_dbi_binlog_free(dsp_db *db);
+/* The loop took a MSG_WAKE of due_wall (0: now): the next one may be posted. */
+void dsp_dbi_binlog_delivered(dsp_db *db, int64_t due_wall);
 
 /* ---- db_submit.c ---- */
 

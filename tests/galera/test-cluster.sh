@@ -7,7 +7,10 @@
 # SUCCESSFUL, each executed (the worker's records), the ones run twice printed; node 3
 # killed with -9 and started again rejoins (IST) with every row; certification conflicts
 # with a producer on node 3 retried (db.cert_retries_total), no task run twice; the lease
-# row taken on node 3 behind taskpushd's back: no claim on node 2 after it. TAP output.
+# row taken on node 3 behind taskpushd's back: no claim on node 2 after it. The nodes
+# write a ROW binary log with log_slave_updates (tp-galera --binlog): taskpushd (--wake
+# auto) follows node 1's and is woken by the rows inserted on node 2, then node 2's after
+# the move. TAP output.
 # Usage: test-cluster.sh SOURCE_ROOT TASKPUSHD TASKPUSH_WORKER
 set -u
 root=${1:?usage: test-cluster.sh SOURCE_ROOT TASKPUSHD TASKPUSH_WORKER}
@@ -35,7 +38,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if ! out=$("$root/scripts/tp-galera" start "$cluster" 2>"$work/start.log"); then
+if ! out=$("$root/scripts/tp-galera" start "$cluster" --binlog 2>"$work/start.log"); then
   tail -n 30 "$work/start.log" | sed 's/^/# /'
   echo "1..1"
   echo "not ok 1 - the cluster started"
@@ -71,6 +74,15 @@ stat() { # stat KEY: db.KEY of /stats
   python3 -c 'import json,sys,urllib.request
 print(json.load(urllib.request.urlopen("http://%s/stats" % sys.argv[1], timeout=5))["db"].get(sys.argv[2]))' "$admin" "$1" 2>/dev/null
 }
+wake() { # wake KEY: wake.KEY of /stats
+  python3 -c 'import json,sys,urllib.request
+print(json.load(urllib.request.urlopen("http://%s/stats" % sys.argv[1], timeout=5))["wake"].get(sys.argv[2]))' "$admin" "$1" 2>/dev/null
+}
+wait_wake_binlog() { # until /stats wake.mode is binlog (at most 30 s)
+  for _ in $(seq 1 300); do [ "$(wake mode)" = binlog ] && return 0; sleep 0.1; done
+  echo "# wake: $(wake mode): $(wake reason)"
+  return 1
+}
 check "taskpushd is up on node 1" test -n "$listen"
 "$worker" --connect "$listen" --type t --exec "cat >/dev/null; echo \$TASKPUSH_TASK_ID >>$records" --concurrency 8 2>"$work/worker.log" &
 pids+=($!)
@@ -87,6 +99,10 @@ done
 check "all $tasks tasks SUCCESSFUL as node 3 reads them (got $done_rows)" test "$done_rows" = "$tasks"
 
 check "taskpushd uses node 1 (/stats db.node_port)" test "$(stat node_port)" = "${nodes[0]#*:}"
+check "taskpushd follows node 1's binary log (/stats wake.mode binlog)" wait_wake_binlog
+echo "# wake: $(wake reason); $(wake wakes_total) wakes"
+check "the rows inserted on node 2 woke it through node 1's log (wake.wakes_total >= 1)" \
+  test "$(wake wakes_total)" -ge 1
 
 # Node 1, the one taskpushd uses, killed with -9 while it drains a backlog.
 more=3000
@@ -109,6 +125,8 @@ echo "# all SUCCESSFUL $(( ($(date +%s%N) - t0) / 1000000 )) ms after the kill o
 check "after the kill -9 of node 1 all $total tasks SUCCESSFUL (got $done_rows)" test "$done_rows" = "$total"
 check "taskpushd moved to node 2 (/stats db.node_port, node_moves_total)" \
   test "$(stat node_port)" = "${nodes[1]#*:}" -a "$(stat node_moves_total)" -ge 1
+check "after the move it follows node 2's binary log (/stats wake.mode binlog)" wait_wake_binlog
+echo "# wake: $(wake reason)"
 executed=$(sort -u "$records" | wc -l)
 twice=$(( $(wc -l <"$records") - executed ))
 echo "# $executed distinct tasks executed, $twice executions were repeats"

@@ -235,6 +235,42 @@ static void test_sql_dialect(void **state)
     unlink(path);
 }
 
+/* --wake: auto by default, binlog and poll taken (flag and config key), anything else a
+ * bad flag naming it; /config shows it back. */
+static void test_wake(void **state)
+{
+    (void)state;
+    dsp_config c;
+    char err[256] = "";
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", NULL), DSP_CONFIG_OK);
+    assert_int_equal(c.wake, DSP_WAKE_AUTO);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--wake", "binlog", NULL), DSP_CONFIG_OK);
+    assert_int_equal(c.wake, DSP_WAKE_BINLOG);
+    dsp_config_free(&c);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--wake=poll", NULL), DSP_CONFIG_OK);
+    assert_int_equal(c.wake, DSP_WAKE_POLL);
+    assert_string_equal(dsp_wake_mode_name(c.wake), "poll");
+    dsp_config_free(&c);
+    static const char *const bad[] = {"BINLOG", "push", "", "binlog,poll"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--wake", (char *)bad[i], NULL),
+                         DSP_CONFIG_BAD);
+        assert_non_null(strstr(err, "--wake"));
+        dsp_config_free(&c);
+    }
+    char path[] = "/tmp/taskpush-config-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *text = "wake = binlog\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--config", path, NULL), DSP_CONFIG_OK);
+    assert_int_equal(c.wake, DSP_WAKE_BINLOG);
+    dsp_config_free(&c);
+    unlink(path);
+}
+
 static void test_no_abbreviations(void **state)
 {
     (void)state;
@@ -800,6 +836,7 @@ int main(void)
         cmocka_unit_test(test_hostport_format),
         cmocka_unit_test_setup(test_lease_flags, setup),
         cmocka_unit_test_setup(test_sql_dialect, setup),
+        cmocka_unit_test_setup(test_wake, setup),
         cmocka_unit_test_setup(test_migrate_flag, setup),
         cmocka_unit_test_setup(test_help_and_version_exit_zero, setup),
         cmocka_unit_test_setup(test_flags_override_config_file_and_env, setup),

@@ -25,6 +25,7 @@
 #include <event2/event.h>
 #include <event2/util.h>
 
+#include "clock.h"
 #include "config.h"
 #include "conn.h"
 #include "dispatch.h"
@@ -632,9 +633,64 @@ static void test_refill_leaves_the_choice_to_the_scheduler(void **state)
     close(b.fd);
 }
 
+/* The binary log's doorbell on the loop (dispatch.c, dsp_dispatch_on_wake): a rung claim
+ * is retried when it found nothing (the commit not yet visible), wake-ups while a claim
+ * runs come to one claim after it, the gap between rung claims widens only in a flood and
+ * never past --poll-ms, and future due times are kept sorted and bounded. */
+static void test_wake_doorbell_pacing(void **state)
+{
+    fixture *f = *state;
+    dsp_server *srv = &f->srv;
+    int64_t now = dsp_now_ms();
+
+    dsp_dispatch_on_wake(srv, 0);
+    assert_int_equal(srv->claim.wake_retries, 3);
+    assert_int_equal(srv->claim.not_before, 0); /* claim now */
+
+    /* Rung while a claim runs: one claim when it is answered, not one per wake-up. */
+    srv->claim.outstanding = true;
+    srv->claim.sent_ms = now;
+    srv->claim.requested = 10;
+    for (int i = 0; i < 100; i++)
+        dsp_dispatch_on_wake(srv, 0);
+    assert_true(srv->claim.wake_at >= now && srv->claim.wake_at <= dsp_now_ms() + 10);
+    srv->claim.outstanding = false;
+    /* It found nothing: tried again within the retry delay, the wake-up taken. */
+    dsp_claim_pacing_claimed(srv, now, 0, false);
+    assert_int_equal(srv->claim.wake_at, 0);
+    assert_true(srv->claim.not_before <= now + 20);
+    assert_int_equal(srv->claim.wake_retries, 2);
+
+    /* A flood: only after 4 claims in a row found several rows does the gap widen,
+     * doubling up to --poll-ms (100). */
+    for (int i = 0; i < 3; i++) {
+        dsp_claim_pacing_claimed(srv, now, 5, false);
+        assert_true(srv->claim.wake_gap_ms <= 10);
+    }
+    int64_t last = 10;
+    for (int i = 0; i < 10; i++) {
+        dsp_claim_pacing_claimed(srv, now, 5, false);
+        assert_true(srv->claim.wake_gap_ms >= last && srv->claim.wake_gap_ms <= f->cfg.poll_ms);
+        last = srv->claim.wake_gap_ms;
+    }
+    assert_int_equal(last, f->cfg.poll_ms);
+    dsp_claim_pacing_claimed(srv, now, 1, false); /* a single row: back to the shortest */
+    assert_int_equal(srv->claim.wake_gap_ms, 10);
+
+    /* Future rows: 40 due times, in no order; the 32 earliest are kept, sorted. */
+    int64_t base = dsp_wall_ms() + 600000;
+    for (int i = 0; i < 40; i++)
+        dsp_dispatch_on_wake(srv, base + (int64_t)((i * 7) % 40) * 1000);
+    assert_int_equal(srv->claim.ndues, DSP_WAKE_DUES_MAX);
+    for (size_t i = 0; i < srv->claim.ndues; i++)
+        assert_int_equal(srv->claim.dues[i], base + (int64_t)i * 1000);
+    assert_true(evtimer_pending(srv->claim.due_timer, NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_wake_doorbell_pacing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hello_stop_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_before_hello, setup, teardown),
         cmocka_unit_test_setup_teardown(test_zero_length_frame, setup, teardown),

@@ -226,7 +226,7 @@ static void test_stats_shape(void **state)
     build_views(fx);
     static const char *const keys[] = {"uptime_s", "db_connected", "leader", "epoch", "scheduler",
                                        "workers", "draining", "tasks", "queue", "connections", "db",
-                                       "settings", "shutting_down", "health", "types", "paused", "rates",
+                                       "settings", "shutting_down", "wake", "health", "types", "paused", "rates",
                                        "table", "last_requeue", "by_type", "by_type_cut", "limits",
                                        "task_table"};
     size_t i = 0;
@@ -250,6 +250,12 @@ static void test_stats_shape(void **state)
     assert_member(json_object_get(fx->json, "queue"), "in_flight", 31);
     assert_true(json_is_true(json_object_get(fx->json, "draining")));
     assert_true(json_is_false(json_object_get(fx->json, "shutting_down")));
+    /* wake: {mode, reason} and the follower's counters (--wake, docs/admin.md). */
+    json_t *w = json_object_get(fx->json, "wake");
+    assert_string_equal(json_string_value(json_object_get(w, "mode")), "poll");
+    assert_true(json_is_string(json_object_get(w, "reason")));
+    assert_true(json_is_integer(json_object_get(w, "wakes_total")));
+    assert_true(json_is_integer(json_object_get(w, "events_total")));
     assert_string_equal(json_string_value(json_object_get(fx->json, "scheduler")), "least-loaded");
     assert_string_equal(json_string_value(json_object_get(json_object_get(fx->json, "settings"), "db")),
                         "mysql://u@localhost/stats");
