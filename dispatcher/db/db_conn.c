@@ -20,6 +20,10 @@
  * reconnect, never a thread stuck forever. The read timeout must exceed GET_LOCK's
  * wait and the session's lock wait timeout. */
 #define CONNECT_TIMEOUT_S 5u
+/* With several servers (--db's list) a server that does not complete the handshake in
+ * this long is taken as dead or frozen, and the next one is tried: a frozen node costs
+ * its statement's read timeout plus this, not plus 5 s. */
+#define LIST_CONNECT_TIMEOUT_S 2u
 #define RW_TIMEOUT_S 15u
 #define LOCK_WAIT_TIMEOUT_S 10
 
@@ -242,14 +246,15 @@ int dsp_dbi_query_u64(struct dbconn *c, const char *sql, uint64_t *out, bool *is
 
 static void node_failed(dsp_db *db, unsigned node, const char *why);
 
-/* Errors after which the server of a list is left for the next one: the connection was
- * lost or a statement ran past its timeout (a dead, frozen or unreachable node: trying
- * it again would cost a connect timeout more), or the node left its cluster's primary
- * component (1047, WSREP not ready). */
+/* A statement error after which the server of a list is left for the next one: the
+ * node left its cluster's primary component (1047, WSREP not ready). A lost connection
+ * or a statement past its read timeout is not enough: while a cluster evicts a dead
+ * node every node's commits wait, and leaving one would only hop from node to node. The
+ * reconnect tells: a dead node refuses it, a frozen one does not finish the handshake
+ * within LIST_CONNECT_TIMEOUT_S, and either moves every connection on. */
 static bool error_leaves_node(unsigned e)
 {
-    return e == 2006 /* CR_SERVER_GONE_ERROR */ || e == 2013 /* CR_SERVER_LOST */ ||
-           e == 1047 /* ER_UNKNOWN_COM_ERROR: WSREP has not yet prepared node */;
+    return e == 1047; /* ER_UNKNOWN_COM_ERROR: WSREP has not yet prepared node */
 }
 
 /* The registry of open connections (dsp_db.open_conns): a connection is in it from its
@@ -372,7 +377,7 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
 {
     dsp_db *db = c->db;
     const dsp_db_url *u = db->opts.url;
-    unsigned int connect_to = CONNECT_TIMEOUT_S, rw_to = c->rw_timeout_s ? c->rw_timeout_s : RW_TIMEOUT_S,
+    unsigned int connect_to = u->nnodes > 1 ? LIST_CONNECT_TIMEOUT_S : CONNECT_TIMEOUT_S, rw_to = c->rw_timeout_s ? c->rw_timeout_s : RW_TIMEOUT_S,
                  proto;
     unsigned node = u->nnodes > 1 ? atomic_load(&db->node) % (unsigned)u->nnodes : 0;
     const char *host = u->nnodes ? u->nodes[node].host : u->host;

@@ -45,7 +45,11 @@ check() { # check DESCRIPTION COMMAND...
 }
 cleanup() {
   local p
-  [ -n "${TP_FAILOVER_LOGS:-}" ] && mkdir -p "$TP_FAILOVER_LOGS" && cp "$work"/*.log "$records" "$TP_FAILOVER_LOGS"/ 2>/dev/null
+  if [ -n "${TP_FAILOVER_LOGS:-}" ]; then
+    mkdir -p "$TP_FAILOVER_LOGS"
+    cp "$work"/*.log "$records" "$TP_FAILOVER_LOGS"/ 2>/dev/null
+    for p in 1 2 3; do cp "$cluster/node$p/mysqld.err" "$TP_FAILOVER_LOGS/node$p.err" 2>/dev/null; done
+  fi
   for p in "${pids[@]}" "${bystander_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
   "$root/scripts/tp-galera" stop "$cluster" >/dev/null 2>&1
@@ -219,9 +223,16 @@ for round in $rounds; do
     freeze) "$root/scripts/tp-galera" node "$cluster" "$victim" pause ;;
     cut) sql "$victim" "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=1'" ;;
   esac
+  # The survivors' view in the middle of the fault (a node freezes or is cut for longer).
+  if [ "$round" != kill ]; then
+    sleep 8
+    for i in "${others[@]}"; do
+      echo "# node $i 8 s into the fault: $(sql "$i" "SHOW STATUS WHERE Variable_name IN ('wsrep_cluster_status', 'wsrep_cluster_size')" 2>&1 | tr '\t\n' '= ')"
+    done
+  fi
   case $round in
-    freeze) sleep "$freeze_s"; "$root/scripts/tp-galera" node "$cluster" "$victim" resume ;;
-    cut) sleep "$cut_s"; sql "$victim" "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=0'" ;;
+    freeze) sleep $((freeze_s - 8)); "$root/scripts/tp-galera" node "$cluster" "$victim" resume ;;
+    cut) sleep $((cut_s - 8)); sql "$victim" "SET GLOBAL wsrep_provider_options = 'gmcast.isolate=0'" ;;
   esac
   for i in "${others[@]}"; do
     echo "# node $i after the fault: $(sql "$i" "SHOW STATUS WHERE Variable_name IN ('wsrep_cluster_status', 'wsrep_cluster_size', 'wsrep_local_state_comment')" 2>&1 | tr '\t\n' '= ')"
