@@ -97,24 +97,27 @@ static int exec_multi(MYSQL *m, const char *sql)
     }
 }
 
-/* N rows, priorities 0, 1, 2 in turn: from the sequence engine in one statement
- * when the server has it (MariaDB), else in multi-row INSERTs. */
+/* N rows, ids 1..N and priorities 0, 1, 2 in turn: from the sequence engine in one
+ * statement when the server has it (MariaDB), else in multi-row INSERTs. The ids are
+ * given, not left to AUTO_INCREMENT: a Galera node hands out every third id
+ * (wsrep_auto_increment_control), and verification counts ids 1..N. */
 static int preload(MYSQL *m, const char *table, uint64_t n)
 {
     char sql[256];
     snprintf(sql, sizeof sql,
-             "INSERT INTO %s (task_priority) SELECT seq %% 3 FROM seq_1_to_%" PRIu64, table, n);
+             "INSERT INTO %s (task_id, task_priority) SELECT seq, seq %% 3 FROM seq_1_to_%" PRIu64,
+             table, n);
     if (bench_db_exec(m, sql) >= 0)
         return 0;
-    size_t cap = 128 + (size_t)PRELOAD_CHUNK * 5;
+    size_t cap = 128 + (size_t)PRELOAD_CHUNK * 28;
     char *buf = malloc(cap);
     if (buf == NULL)
         return -1;
     int rc = 0;
     for (uint64_t done = 0; done < n && rc == 0;) {
-        size_t len = (size_t)snprintf(buf, cap, "INSERT INTO %s (task_priority) VALUES ", table);
+        size_t len = (size_t)snprintf(buf, cap, "INSERT INTO %s (task_id, task_priority) VALUES ", table);
         for (unsigned i = 0; i < PRELOAD_CHUNK && done < n; i++, done++)
-            len += (size_t)snprintf(buf + len, cap - len, "%s(%u)", i ? "," : "",
+            len += (size_t)snprintf(buf + len, cap - len, "%s(%" PRIu64 ",%u)", i ? "," : "", done + 1,
                                     (unsigned)((done + 1) % 3));
         rc = bench_db_exec(m, buf) < 0 ? -1 : 0;
     }

@@ -6,7 +6,7 @@
 # result batch is certified by all three nodes before it commits. The rounds alternate
 # (cluster, one server, cluster, ...) so that a disturbance of the machine hits both.
 #
-#   bench/galera.sh [--rounds R] [--n N] [--k K]    (default 3 rounds, N=20000, K=64)
+#   bench/galera.sh [--rounds R] [--n N] [--k K]    (default 3 rounds, N=100000, K=64)
 #
 # Prints taskpush-bench's JSON lines and a table of medians, and writes
 # bench/results/DATE-galera.md. Exit status: taskpush-bench's (1: a run failed its
@@ -14,7 +14,7 @@
 set -euo pipefail
 
 rounds=3
-n=20000
+n=100000
 k=64
 while [ $# -gt 0 ]; do
   case "$1" in
