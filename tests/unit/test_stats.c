@@ -172,9 +172,13 @@ static void test_every_counter_in_stats(void **state)
     assert_int_equal(json_object_size(tasks), NTASK);
     assert_int_equal(json_object_size(conns), NCONN + 1);
     assert_member(conns, "open", 21);
-    assert_int_equal(json_object_size(db), NDB + 3);
+    assert_int_equal(json_object_size(db), NDB + 6);
     assert_member(db, "pending_writes", 37);
     assert_member(db, "pending_write_bytes", 4242);
+    /* The lease in use (0 before a connection) and whether the server is a Galera node. */
+    assert_member(db, "lease_ms", 0);
+    assert_member(db, "lease_renew_ms", 0);
+    assert_true(json_is_false(json_object_get(db, "galera")));
     /* The dialect in use, a name (the fixture's snapshot has none yet: "auto"). */
     assert_string_equal(json_string_value(json_object_get(db, "sql_dialect")),
                         fx->snap.sql_dialect ? fx->snap.sql_dialect : "auto");
