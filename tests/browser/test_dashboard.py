@@ -185,6 +185,11 @@ def post(admin, path, token=None):
         return e.code, e.read()
 
 
+# How long the page may take to show a change: generous, because the ASan build's
+# taskpushd runs beside the other suite on a loaded machine (a bound, not a target).
+PAGE_WAIT_S = 30
+
+
 def wait_for(what, fn, timeout, step=0.2):
     deadline = time.monotonic() + timeout
     last = None
@@ -505,7 +510,7 @@ def main():
 
         # 12. /stats by_type adds up to the queue; type rows; columns: type, ready, delayed, buffered, in flight, failed,
         # failure rate, oldest ready, workers, state, action
-        orphan = wait_for("the orphan row", lambda: row_of(js(driver, PAGE_STATE)["typeRows"], "orphan"), 10)
+        orphan = wait_for("the orphan row", lambda: row_of(js(driver, PAGE_STATE)["typeRows"], "orphan"), PAGE_WAIT_S)
         page = js(driver, PAGE_STATE)
         resize = row_of(page["typeRows"], "resize")
         flaky_row = row_of(page["typeRows"], "flaky")
@@ -558,7 +563,7 @@ def main():
         code, _ = post(admin, "/pause?type=orphan", TOKEN)
         try:
             paused = wait_for("the paused hint", lambda: [h for h in js(driver, "return window.taskpushDashboard.hints")
-                                                          if h["kind"] == "paused" and h.get("type") == "orphan"], 10)
+                                                          if h["kind"] == "paused" and h.get("type") == "orphan"], PAGE_WAIT_S)
             if "press Resume" not in paused[0]["text"]:
                 problems.append("paused hint %r" % paused[0]["text"])
         except TimeoutError as e:
@@ -566,7 +571,7 @@ def main():
         post(admin, "/resume?type=orphan", TOKEN)
         try:
             wait_for("the paused hint gone", lambda: not [h for h in js(driver, "return window.taskpushDashboard.hints")
-                                                          if h["kind"] == "paused"], 10)
+                                                          if h["kind"] == "paused"], PAGE_WAIT_S)
         except TimeoutError as e:
             problems.append(str(e))
         tap.result(not problems, "; ".join(problems) or hint["text"])
@@ -579,7 +584,7 @@ def main():
             problems.append("/stats by_type default %r" % bt.get("default"))
         try:
             wait_for("default's failure rate", lambda: (row_of(js(driver, PAGE_STATE)["typeRows"], "default") or
-                                                        {"cells": [""] * 7})["cells"][6] == "0 %", 10)
+                                                        {"cells": [""] * 7})["cells"][6] == "0 %", PAGE_WAIT_S)
         except TimeoutError as e:
             problems.append(str(e))
         tap.result(not problems, "; ".join(problems))
@@ -617,7 +622,7 @@ def main():
         # 14. a POST without the token
         js(driver, "window.sessionStorage.removeItem('taskpush.adminToken')")
         click(driver, 'tr[data-type="resize"]', "Pause")
-        msg = wait_for("the 401 message", lambda: (lambda p: p if "401" in p["msg"] else None)(js(driver, PAGE_STATE)), 10)
+        msg = wait_for("the 401 message", lambda: (lambda p: p if "401" in p["msg"] else None)(js(driver, PAGE_STATE)), PAGE_WAIT_S)
         tap.result("admin token" in msg["msg"] and msg["msgColor"] == RED and
                    get_json(admin, "/stats")["paused"]["types"] == [],
                    "message %r in %s" % (msg["msg"], msg["msgColor"]))
@@ -633,7 +638,7 @@ def main():
             problems.append("token kept as %r" % (stored,))
         click(driver, 'tr[data-type="resize"]', "Pause")
         p1 = wait_for("resize paused on the page", lambda: (lambda p: p if (row_of(p["typeRows"], "resize") or {})
-                      .get("attrs", {}).get("paused") == "true" else None)(js(driver, PAGE_STATE)), 10)
+                      .get("attrs", {}).get("paused") == "true" else None)(js(driver, PAGE_STATE)), PAGE_WAIT_S)
         r1 = row_of(p1["typeRows"], "resize")
         if get_json(admin, "/stats")["paused"]["types"] != ["resize"]:
             problems.append("/stats paused %r" % get_json(admin, "/stats")["paused"])
@@ -641,7 +646,7 @@ def main():
             problems.append("row %r, state %r" % (r1["cells"], p1["state"]))
         click(driver, 'tr[data-type="resize"]', "Resume")
         wait_for("resize running on the page", lambda: (lambda p: p if (row_of(p["typeRows"], "resize") or {})
-                 .get("attrs", {}).get("paused") == "false" else None)(js(driver, PAGE_STATE)), 10)
+                 .get("attrs", {}).get("paused") == "false" else None)(js(driver, PAGE_STATE)), PAGE_WAIT_S)
         if get_json(admin, "/stats")["paused"]["types"] != []:
             problems.append("still paused after Resume: %r" % get_json(admin, "/stats")["paused"])
         tap.result(not problems, "; ".join(problems))
@@ -658,7 +663,7 @@ def main():
         target = brittle[0]
         click(driver, 'tr[data-task-id="%d"]' % target, "Retry")
         state = wait_for("task %d NEW" % target, lambda: (lambda r: r if r == "0\t0" else None)(
-            db.run("SELECT task_state, attempts FROM task WHERE task_id = %d" % target, db=db.name).strip()), 10)
+            db.run("SELECT task_state, attempts FROM task WHERE task_id = %d" % target, db=db.name).strip()), PAGE_WAIT_S)
         gone = wait_for("the list without it", lambda: (lambda p: p if row_of(p["failureRows"], str(target)) is None
                         else None)(js(driver, PAGE_STATE)), 15)
         tap.result(state == "0\t0" and "back to NEW" in gone["msg"],
@@ -668,7 +673,7 @@ def main():
         problems = []
         wait_for("flaky in the retry-all choice", lambda: js(driver,
             "return Array.prototype.map.call(document.getElementById('retry-type').options,"
-            " function (o) { return o.value; })").count("flaky") == 1, 10)
+            " function (o) { return o.value; })").count("flaky") == 1, PAGE_WAIT_S)
 
         def ask():
             js(driver, "var s = document.getElementById('retry-type'); s.value = 'flaky';"
@@ -690,9 +695,9 @@ def main():
         js(driver, "document.getElementById('retry-confirm-yes').click()")
         try:
             wait_for("the flaky rows NEW", lambda: db.count("task_type = 'flaky' AND task_state = 0 AND attempts = 0")
-                     == NFLAKY, 10)
+                     == NFLAKY, PAGE_WAIT_S)
             msg = wait_for("the answer", lambda: (lambda m: m if "flaky back to NEW" in m else None)(
-                js(driver, PAGE_STATE)["msg"]), 10)
+                js(driver, PAGE_STATE)["msg"]), PAGE_WAIT_S)
             if not msg.startswith("%d FAILED task(s) of flaky back to NEW" % NFLAKY):
                 problems.append("message %r" % msg)
         except TimeoutError as e:
@@ -725,7 +730,7 @@ def main():
         # 21. drain
         code, _ = post(admin, "/drain", TOKEN)
         drained = wait_for("the drain on the page", lambda: (lambda p: p if p["stateAttrs"][0] == "true"
-                           else None)(js(driver, PAGE_STATE)), 10)
+                           else None)(js(driver, PAGE_STATE)), PAGE_WAIT_S)
         tap.result(code == 200 and "draining" in drained["state"], "POST /drain %d, state %r" % (code, drained["state"]))
 
         # 22. dispatcher down
