@@ -1,6 +1,6 @@
 -- taskpush schema. This is the one file a user runs on a new database:
 --     mariadb DBNAME < sql/schema.sql
--- It creates the current version (schema_version 7) directly. On an existing database it
+-- It creates the current version (schema_version 8) directly. On an existing database it
 -- changes nothing (see "Safe to run twice"), so it never upgrades one: that is what the
 -- migrations do. To upgrade, stop every taskpushd on the database, then run
 --     taskpushd --db URL --migrate
@@ -103,6 +103,9 @@ CREATE TABLE IF NOT EXISTS task (
     -- last_update_time that the write making it FAILED set), NULL in any other state.
     -- Computed by the server; nobody writes it.
     failed_at        BIGINT AS (IF(task_state = 3, last_update_time, NULL)) VIRTUAL,
+    -- Version 8 (sql/migrations/008-group-key.sql): the task's key for fair share
+    -- (docs/schema.md); NULL: none. Within a type and priority, keys take turns.
+    group_key        VARBINARY(191) NULL DEFAULT NULL,
 
     PRIMARY KEY (task_id),
     -- The claim: equality on (claim_lane, delayed, type), then exactly the ORDER BY
@@ -116,6 +119,9 @@ CREATE TABLE IF NOT EXISTS task (
     -- The newest failures of a type, and its failures since a time (GET /failed,
     -- POST /retry-failed): a claim or a success leaves failed_at NULL and moves nothing.
     KEY failed_idx (task_type, failed_at),
+    -- Fair share (version 8): per type and priority, the ready rows key by key, so a
+    -- claim passes a key's backlog with one seek (dispatcher/db/db_claim_fair.c).
+    KEY group_idx (claim_lane, `delayed`, task_type, task_priority DESC, group_key, task_id, run_after),
     UNIQUE KEY dedup_key (dedup_key),
 
     -- utf8mb4_bin pads: in SQL 'resize ' = 'resize', so such a row would be claimed
@@ -155,7 +161,7 @@ CREATE TABLE IF NOT EXISTS taskpush_meta (
     PRIMARY KEY (name)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
-INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 7), ('epoch', 0), ('lease', 0);
+INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 8), ('epoch', 0), ('lease', 0);
 
 -- Periodic tasks (version 4, sql/migrations/004-task-schedule.sql): one row per
 -- schedule; the leading taskpushd inserts its due runs into task (docs/schema.md).

@@ -216,6 +216,8 @@ typedef struct dsp_submit_item {
     size_t type_len;
     const uint8_t *key;    /* dedup_key; key_len 0: none */
     size_t key_len;
+    const uint8_t *group_key; /* group_key (fair share); group_key_len 0: none (NULL) */
+    size_t group_key_len;     /* at most 191 (the decoder's bound) */
     const uint8_t *payload;
     size_t payload_len;
     /* The answer. */

@@ -40,6 +40,7 @@
 #include "shard.h"
 
 #include "db_claim_sql.h"
+#include "db_claim_fair.h"
 #include "db_claim_helper.h"
 #include "migrate.h"
 
@@ -176,6 +177,7 @@ struct claim_ctx {
     struct cand *cands;
     size_t cands_cap;
     dsp_claim_half *half; /* NULL: every claim runs whole here */
+    dsp_fair *fair;       /* the group keys' rotation (db_claim_fair.c) */
     uint64_t row_bytes;   /* payload bytes per row the last claim's lock read returned */
     bool row_bytes_known;
     bool skip_logged;     /* a claim skipped locked rows and no claim since found none */
@@ -855,21 +857,23 @@ static void cand_fill(struct cand *cd, MYSQL_ROW row, uint16_t type_index)
                        : 0;
 }
 
-/* Select: reads the candidates (one part per type, a consistent read of claim_idx
- * alone: see dsp_claim_sql_candidates) into x->cands, each part in dispatch order. */
+/* Select: reads the candidates (one read of group_idx for all types, see
+ * db_claim_fair.h: the keys in turn) and keeps, per type, the rows the rotation takes,
+ * into x->cands. */
 static int claim_select(struct claim_ctx *x, struct claim_run *cr)
 {
     dsp_db *db = x->db;
-    size_t cap = dsp_claim_sql_select_bound(cr->ptypes, cr->nparts), nforeign = 0, p, q;
+    size_t cap = dsp_fair_sql_bound(cr->ptypes, cr->nparts), nforeign = 0, nbad = 0, p, q;
     uint64_t first_foreign = 0;
     MYSQL_ROW row;
     char *sel;
     int n;
 
+    if (x->fair == NULL)
+        return STEP_OOM;
     if ((sel = malloc(cap)) == NULL)
         return STEP_OOM;
-    n = dsp_claim_sql_candidates(sel, cap, cr->ptypes, cr->nparts, cr->now_ms, cr->limit, NULL,
-                                 NULL, &db->names);
+    n = dsp_fair_sql(x->fair, sel, cap, cr->ptypes, cr->nparts, cr->now_ms, cr->limit, &db->names);
     if (n < 0) {
         log_error(db->log, "cannot build the claim statement");
         free(sel);
@@ -887,13 +891,13 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
         return STEP_DB_ERROR;
     }
     free(sel);
-    if (mysql_num_fields(cr->res) != DSP_CLAIM_SQL_CAND_COL_COUNT) {
+    if (mysql_num_fields(cr->res) != DSP_FAIR_COL_COUNT) {
         log_error(db->log, "claim: %u columns, expected %d", mysql_num_fields(cr->res),
-                  DSP_CLAIM_SQL_CAND_COL_COUNT);
+                  DSP_FAIR_COL_COUNT);
         return STEP_DB_ERROR;
     }
-    if (mysql_num_rows(cr->res) > x->cands_cap) {
-        size_t want = (size_t)mysql_num_rows(cr->res);
+    if ((size_t)cr->limit * cr->nparts > x->cands_cap) {
+        size_t want = (size_t)cr->limit * cr->nparts;
         struct cand *nc = realloc(x->cands, want * sizeof *nc);
         if (nc == NULL)
             return STEP_OOM_ROLLBACK;
@@ -901,13 +905,13 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
         x->cands_cap = want;
     }
 
-    /* The parts come one after the other, each in dispatch order; a row's part is the
-     * one whose type it carries. */
+    /* A row's part is the one whose type it carries (mostly the one of the row before). */
     p = 0;
     while ((row = mysql_fetch_row(cr->res)) != NULL) {
         unsigned long *len = mysql_fetch_lengths(cr->res);
 
-        if (row[DSP_CLAIM_COL_TASK_ID] == NULL || row[DSP_CLAIM_COL_TASK_TYPE] == NULL)
+        if (row[DSP_CLAIM_COL_TASK_ID] == NULL || row[DSP_CLAIM_COL_TASK_TYPE] == NULL ||
+            row[DSP_CLAIM_COL_PRIORITY] == NULL || row[DSP_FAIR_COL_PART] == NULL)
             continue;
         q = claim_row_part(cr->ptypes, cr->nparts, p, row[DSP_CLAIM_COL_TASK_TYPE],
                            len[DSP_CLAIM_COL_TASK_TYPE]);
@@ -919,22 +923,51 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
             continue;
         }
         p = q;
-        cr->cur[cr->pindex[p]].nread++;
-        cand_fill(&x->cands[cr->ncand++], row, cr->pindex[p]);
+        if (dsp_fair_add(x->fair, p, strtoull(row[DSP_CLAIM_COL_TASK_ID], NULL, 10),
+                         (uint8_t)strtoul(row[DSP_CLAIM_COL_PRIORITY], NULL, 10),
+                         row[DSP_FAIR_COL_GROUP_KEY], len[DSP_FAIR_COL_GROUP_KEY],
+                         row[DSP_FAIR_COL_GROUP_KEY] == NULL,
+                         (unsigned)strtoul(row[DSP_FAIR_COL_PART], NULL, 10)) != 0)
+            nbad++; /* stays NEW; a key the column cannot hold, or out of memory */
     }
-    for (p = 0; p < cr->nparts; p++)
-        if (cr->cur[cr->pindex[p]].nread >= cr->limit)
-            cr->cur[cr->pindex[p]].more = true;
-    if (nforeign)
-        log_warn(db->log,
-                 "claim returned %zu row(s) whose task_type is not byte for byte a type asked"
-                 " for (trailing spaces?), e.g. task %" PRIu64 "; left NEW",
-                 nforeign, first_foreign);
     if (mysql_errno(x->c.m) != 0) {
         x->c.err = mysql_errno(x->c.m);
         log_warn(db->log, "claim: reading rows: %s", mysql_error(x->c.m));
         return STEP_DB_ERROR;
     }
+    uint64_t *ids = malloc(cr->limit * sizeof *ids);
+    uint8_t *prios = malloc(cr->limit);
+    if (ids == NULL || prios == NULL) {
+        free(ids);
+        free(prios);
+        return STEP_OOM_ROLLBACK;
+    }
+    for (p = 0; p < cr->nparts; p++) {
+        bool more = false;
+        struct claim_cursor *c = &cr->cur[cr->pindex[p]];
+        size_t got = dsp_fair_pick(x->fair, p, cr->limit, ids, prios, &more);
+
+        for (size_t i = 0; i < got; i++) {
+            struct cand *cd = &x->cands[cr->ncand++];
+            memset(cd, 0, sizeof *cd);
+            cd->id = ids[i];
+            cd->priority = prios[i];
+            cd->type_index = cr->pindex[p];
+        }
+        c->nread += (uint32_t)got;
+        if (more)
+            c->more = true;
+    }
+    free(ids);
+    free(prios);
+    if (nforeign)
+        log_warn(db->log,
+                 "claim returned %zu row(s) whose task_type is not byte for byte a type asked"
+                 " for (trailing spaces?), e.g. task %" PRIu64 "; left NEW",
+                 nforeign, first_foreign);
+    if (nbad)
+        log_warn(db->log, "claim: %zu row(s) with a group_key over %u bytes left NEW", nbad,
+                 DSP_FAIR_KEY_MAX);
     return STEP_OK;
 }
 
@@ -2206,6 +2239,8 @@ void *dsp_dbi_claim_main(void *arg)
         x.c.rng = 1;
     x.state = CLAIM_CONNECT;
     mysql_thread_init();
+    if ((x.fair = dsp_fair_new()) == NULL)
+        log_error(db->log, "out of memory: claims fail until a restart");
     if (db->opts.claim_split > 0 && (x.half = dsp_dbi_half_start(db)) == NULL)
         log_warn(db->log, "cannot start the claim helper; every claim runs on one connection");
 
@@ -2225,6 +2260,7 @@ void *dsp_dbi_claim_main(void *arg)
     free(x.release_ids);
     free(x.recover_ids);
     free(x.cands);
+    dsp_fair_free(x.fair);
     mysql_thread_end();
     return NULL;
 }

@@ -1,0 +1,67 @@
+/* db_claim_fair: fair share between group keys inside the claim (schema version 8,
+ * docs/architecture.md "Fair share").
+ *
+ * Within one type and priority the tasks of different group_keys are handed out in turn:
+ * each type keeps, in memory, the key it served last (its rotation cursor), and a claim
+ * reads group_idx (per type and priority, the ready rows key by key) twice per type in
+ * its one SELECT: part A, the rows after the cursor's key at the cursor's priority, and
+ * part B, the rows from the start (highest priority, first key). Together they are the
+ * keys in turn starting after the cursor, wrapping around. The claim then takes one row
+ * per key per round, as many rounds as it needs, and moves the cursor to the last key
+ * it took from. A key with a million rows costs one index seek to pass: the next claim
+ * starts after it. No query per key.
+ *
+ * The rows without a key (NULL) are one key of their own, the first of each round. A
+ * type that has shown no keyed row reads B with the claim's own limit, as the plain
+ * claim did; A stays an empty range read then.
+ *
+ * The cursors are bounded (256 types, least recently used replaced) and live
+ * on the claim thread only; a new leader starts from the first key.
+ */
+#ifndef TASKPUSH_DSP_DB_CLAIM_FAIR_H
+#define TASKPUSH_DSP_DB_CLAIM_FAIR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct dsp_table_names;
+
+/* Longest group_key the table holds (VARBINARY(191)). */
+#define DSP_FAIR_KEY_MAX 191u
+
+/* The columns of a fair claim's read, in this order (the first three as
+ * DSP_CLAIM_SQL_CAND_COLUMNS), and their number. */
+#define DSP_FAIR_COL_GROUP_KEY 3
+#define DSP_FAIR_COL_PART 4
+#define DSP_FAIR_COL_COUNT 5
+
+typedef struct dsp_fair dsp_fair;
+
+dsp_fair *dsp_fair_new(void);
+void dsp_fair_free(dsp_fair *f);
+
+/* A buffer size always large enough for dsp_fair_sql on these types. */
+size_t dsp_fair_sql_bound(const char *const *types, size_t ntypes);
+
+/* Builds the claim's read of candidates: for each type, parts A and B (see above), each
+ * row with its group_key and the part's tag (0 A, 1 B), at most `want` rows to take per
+ * type. Also forgets the rows of the last claim. Returns the length written, or -1
+ * (buffer too small, a bad argument). */
+int dsp_fair_sql(dsp_fair *f, char *buf, size_t cap, const char *const *types, size_t ntypes,
+                 int64_t now_ms, unsigned want, const struct dsp_table_names *t);
+
+/* Adds one row of the read, of type index `part` (in types[] as given to dsp_fair_sql).
+ * A row with a key longer than DSP_FAIR_KEY_MAX, or a tag other than 0 and 1, is
+ * dropped (returns -1); -1 also when out of memory. */
+int dsp_fair_add(dsp_fair *f, size_t part, uint64_t id, uint8_t prio, const void *key,
+                 size_t key_len, bool key_null, unsigned tag);
+
+/* Takes at most `want` rows of type `part` in turn between the keys, writes their ids and
+ * priorities to ids[]/prios[] (room for want), and moves the type's cursor. *more: rows
+ * may be left (a part was cut by its limit, or rows were read and not taken).
+ * Returns the number taken. */
+size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uint8_t *prios,
+                     bool *more);
+
+#endif

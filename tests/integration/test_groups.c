@@ -1,0 +1,343 @@
+/* test_groups: fair share between group keys (docs/taskpushd.md, "Fair share").
+ *
+ * Real components only: the private MariaDB of scripts/tp-mariadb, the taskpushd of the
+ * build tree, and one in-process libtaskpush worker of CAPACITY slots over TCP whose
+ * handler records the order tasks start in (the payload names the task's key). No timing
+ * is asserted: the bounds count tasks.
+ *
+ * Case big_then_small: N_BIG tasks of key `big`, then N_SMALL of `small` and N_SMALL of
+ * `tiny` (one type, one priority), inserted before the dispatcher starts. Every `small`
+ * and `tiny` task starts before the BIG_BOUND-th `big` task (FIFO would start all N_BIG
+ * first).
+ *
+ * Case many_keys: MANY_KEYS keys of PER_KEY tasks each, inserted key after key. Over the
+ * first half of the drain each key's share of the starts is within 10 % of equal (FIFO
+ * gives the first half to the first half of the keys).
+ *
+ * Case bad_input: a group_key of 192 bytes is refused by the library (TP_ERANGE), by a
+ * raw SUBMIT (the frame is BAD: ERROR and the connection closed), by taskpushctl (exit
+ * 2) and by the table (an INSERT fails, strict mode); 191 bytes go through all of them
+ * and the task is claimed and run. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "daemon.h"
+#include "inproc_worker.h"
+#include "proto.h"
+#include "raw.h"
+#include "sb.h"
+#include "taskpush.h"
+#include "tap.h"
+#include "testdb.h"
+
+#define WAIT_MS 120000
+#define STOP_MS 15000
+#define CAPACITY 4
+
+#define N_BIG 3000
+#define N_SMALL 30
+#define BIG_BOUND 300
+#define MANY_KEYS 100
+#define PER_KEY 40
+
+struct start {
+    uint64_t id;
+    char key[32];
+};
+
+struct fx {
+    tp_testdb db;
+    tp_daemon d;
+    bool have_daemon;
+    tp_worker *w;
+    tp_inproc run;
+    pthread_mutex_t mu;
+    struct start *log;
+    size_t nlog, caplog;
+    bool passed;
+};
+
+static size_t log_len(struct fx *fx)
+{
+    pthread_mutex_lock(&fx->mu);
+    size_t n = fx->nlog;
+    pthread_mutex_unlock(&fx->mu);
+    return n;
+}
+
+static int on_task(tp_task *task, void *arg)
+{
+    struct fx *fx = arg;
+    size_t len = 0;
+    const void *p = tp_task_payload(task, &len);
+    pthread_mutex_lock(&fx->mu);
+    if (fx->nlog < fx->caplog) {
+        struct start *s = &fx->log[fx->nlog++];
+        s->id = tp_task_id(task);
+        if (len >= sizeof s->key)
+            len = sizeof s->key - 1;
+        memcpy(s->key, p, len);
+        s->key[len] = '\0';
+    }
+    pthread_mutex_unlock(&fx->mu);
+    return TP_SUCCESS;
+}
+
+static int setup(void **state)
+{
+    struct fx *fx = calloc(1, sizeof *fx);
+    if (!fx)
+        return -1;
+    pthread_mutex_init(&fx->mu, NULL);
+    fx->caplog = N_BIG + 2 * N_SMALL + MANY_KEYS * PER_KEY + 16;
+    fx->log = calloc(fx->caplog, sizeof *fx->log);
+    *state = fx;
+    return fx->log ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    struct fx *fx = *state;
+    tp_inproc_halt(&fx->run);
+    tp_worker_free(fx->w);
+    if (fx->have_daemon) {
+        tp_daemon_stop(&fx->d, SIGTERM, STOP_MS);
+        if (!fx->passed)
+            tp_daemon_dump_log(&fx->d);
+    }
+    tp_testdb_drop(&fx->db);
+    pthread_mutex_destroy(&fx->mu);
+    free(fx->log);
+    free(fx);
+    return 0;
+}
+
+/* n rows of key `key` (the payload names it too), 200 to an INSERT. */
+static void insert_key(tp_testdb *db, const char *key, int n)
+{
+    for (int done = 0; done < n;) {
+        struct tp_sb b = {0};
+        tp_sb_printf(&b, "INSERT INTO task (task_type, payload, group_key) VALUES ");
+        for (int k = 0; k < 200 && done < n; k++, done++)
+            tp_sb_printf(&b, "%s('g', '%s', '%s')", k ? "," : "", key, key);
+        assert_true(tp_testdb_exec(db, "%s", b.s) > 0);
+        tp_sb_free(&b);
+    }
+}
+
+/* --prefetch PREFETCH: keys take turns claim by claim, each claim giving its rows to
+ * the keys in turn, so a claim far larger than the number of keys gives each key
+ * several rows at once (docs/taskpushd.md, "Fair share"). The dispatcher's default
+ * (2000 ahead) would make each claim of this small test take a key's backlog whole. */
+#define PREFETCH "40"
+
+static void run_drain(struct fx *fx, size_t total)
+{
+    const char *const args[] = {"--heartbeat-ms", "500", "--poll-ms", "20", "--prefetch", PREFETCH,
+                                NULL};
+    assert_int_equal(tp_daemon_start(&fx->d, fx->db.url, args), 0);
+    fx->have_daemon = true;
+    assert_int_equal(tp_daemon_wait_leader(&fx->d, WAIT_MS), 0);
+    fx->w = tp_inproc_start_one(&fx->run, fx->d.listen, "fair", CAPACITY, "g", on_task, fx);
+    assert_non_null(fx->w);
+    for (long long end = tp_mono_ms() + WAIT_MS; log_len(fx) < total; tp_sleep_ms(20))
+        assert_true(tp_mono_ms() < end);
+    tp_worker_stop(fx->w);
+    assert_int_equal(tp_inproc_join(&fx->run), 0);
+    assert_int_equal(tp_daemon_stop(&fx->d, SIGTERM, STOP_MS), 0);
+    fx->have_daemon = false;
+    assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state <> 2"), 0);
+}
+
+static void test_big_then_small(void **state)
+{
+    struct fx *fx = *state;
+    assert_int_equal(tp_testdb_create("groups_big", &fx->db), 0);
+    insert_key(&fx->db, "big", N_BIG);
+    insert_key(&fx->db, "small", N_SMALL);
+    insert_key(&fx->db, "tiny", N_SMALL);
+    run_drain(fx, N_BIG + 2 * N_SMALL);
+
+    size_t big_before_last = 0, big = 0, small = 0, tiny = 0;
+    for (size_t i = 0; i < fx->nlog; i++) {
+        if (strcmp(fx->log[i].key, "big") == 0)
+            big++;
+        else {
+            small += strcmp(fx->log[i].key, "small") == 0;
+            tiny += strcmp(fx->log[i].key, "tiny") == 0;
+            big_before_last = big;
+        }
+    }
+    tp_diag("%zu big, %zu small, %zu tiny started; the last small/tiny task started after %zu big"
+            " tasks (bound %d; FIFO: %d)",
+            big, small, tiny, big_before_last, BIG_BOUND, N_BIG);
+    assert_int_equal(big, N_BIG);
+    assert_int_equal(small, N_SMALL);
+    assert_int_equal(tiny, N_SMALL);
+    assert_true(big_before_last < BIG_BOUND);
+    fx->passed = true;
+}
+
+static void test_many_keys(void **state)
+{
+    struct fx *fx = *state;
+    size_t count[MANY_KEYS] = {0}, half = MANY_KEYS * PER_KEY / 2, lo = SIZE_MAX, hi = 0;
+    assert_int_equal(tp_testdb_create("groups_many", &fx->db), 0);
+    for (int k = 0; k < MANY_KEYS; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "k%03d", k);
+        insert_key(&fx->db, key, PER_KEY);
+    }
+    run_drain(fx, MANY_KEYS * PER_KEY);
+    if (getenv("GROUPS_DUMP"))
+        for (size_t i = 0; i < fx->nlog; i++)
+            fprintf(stderr, "%zu %s %" PRIu64 "\n", i, fx->log[i].key, fx->log[i].id);
+    for (size_t i = 0; i < half; i++) {
+        int k = atoi(fx->log[i].key + 1);
+        assert_true(k >= 0 && k < MANY_KEYS);
+        count[k]++;
+    }
+    for (int k = 0; k < MANY_KEYS; k++) {
+        lo = count[k] < lo ? count[k] : lo;
+        hi = count[k] > hi ? count[k] : hi;
+    }
+    double equal = (double)half / MANY_KEYS;
+    tp_diag("%d keys x %d tasks: in the first %zu starts each key had %zu to %zu (equal %.1f; 10 %%: "
+            "%.1f to %.1f)",
+            MANY_KEYS, PER_KEY, half, lo, hi, equal, equal * 0.9, equal * 1.1);
+    assert_true((double)lo >= equal * 0.9 - 1e-9);
+    assert_true((double)hi <= equal * 1.1 + 1e-9);
+    fx->passed = true;
+}
+
+/* Runs taskpushctl submit with a group key; returns its exit status. */
+static int ctl_submit(const struct fx *fx, const char *key)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s submit --worker %s --type g --group-key '%s' </dev/null >/dev/null 2>&1",
+             tp_build_path("ctl/taskpushctl"), fx->d.listen, key);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_bad_input(void **state)
+{
+    struct fx *fx = *state;
+    char k191[192], k192[193];
+    memset(k191, 'a', 191);
+    k191[191] = '\0';
+    memset(k192, 'b', 192);
+    k192[192] = '\0';
+    assert_int_equal(tp_testdb_create("groups_bad", &fx->db), 0);
+    const char *const args[] = {"--heartbeat-ms", "500", NULL};
+    assert_int_equal(tp_daemon_start(&fx->d, fx->db.url, args), 0);
+    fx->have_daemon = true;
+    assert_int_equal(tp_daemon_wait_leader(&fx->d, WAIT_MS), 0);
+
+    /* The table: strict mode refuses a longer key. */
+    assert_int_equal(tp_testdb_exec(&fx->db, "INSERT INTO task (task_type, group_key) VALUES ('x', '%s')", k192), -1);
+    assert_int_equal(tp_testdb_exec(&fx->db, "INSERT INTO task (task_type, group_key) VALUES ('x', '%s')", k191), 1);
+
+    /* taskpushctl: 2 (usage) for 192 bytes, 0 for 191. */
+    assert_int_equal(ctl_submit(fx, k192), 2);
+    assert_int_equal(ctl_submit(fx, k191), 0);
+
+    /* The library: TP_ERANGE, nothing sent; 191 inserted. */
+    tp_worker_options o;
+    tp_error err;
+    tp_worker_options_init(&o);
+    o.addresses = fx->d.listen;
+    o.capacity = 1;
+    fx->w = tp_worker_new(&o, &err);
+    assert_non_null(fx->w);
+    assert_int_equal(tp_inproc_start(&fx->run, fx->w), 0);
+    tp_submit_task t;
+    tp_submit_task_init(&t);
+    t.type = "g";
+    tp_group_key gk = {k192, 192};
+    tp_submit_result r;
+    assert_int_equal(tp_submit_keyed(fx->w, &t, &gk, 1, 0, WAIT_MS, &r, &err), TP_ERANGE);
+    gk.len = 191;
+    assert_int_equal(tp_submit_keyed(fx->w, &t, &gk, 1, 0, WAIT_MS, &r, &err), 0);
+    assert_true(r.task_id > 0);
+    assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT LENGTH(group_key) FROM task WHERE task_id = %" PRIu64,
+                                         r.task_id),
+                     191);
+
+    /* A raw SUBMIT with a 192-byte key: BAD (an ERROR, then the connection closes),
+     * nothing inserted. */
+    uint64_t before = tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task");
+    int fd = tp_raw_connect(fx->d.listen, 30);
+    assert_true(fd >= 0);
+    proto_msg m = {.type = PROTO_HELLO};
+    m.u.hello.version = PROTO_VERSION;
+    m.u.hello.name = (proto_bytes){(const uint8_t *)"raw", 3};
+    assert_int_equal(tp_raw_send_msg(fd, &m), 0);
+    static uint8_t buf[65536];
+    long n = tp_raw_read_frame(fd, buf, sizeof buf);
+    assert_true(n > 0);
+    assert_int_equal(buf[0], PROTO_WELCOME);
+    {
+        /* prefix, type, request_id 1, flags GROUP_KEY, ntasks 1; one entry: priority 1,
+         * max_attempts, delay_ms, timeout_ms 0, type "g", no dedup_key, empty payload,
+         * then a group_key of 192 bytes */
+        static const uint8_t head[] = {
+            PROTO_SUBMIT, 0, 0, 0, 1, PROTO_SUBMIT_GROUP_KEY, 0, 1, /* request 1, 1 task */
+            1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,                        /* priority 1, zeros */
+            0, 1, 'g',                                              /* task_type */
+            0, 0,                                                   /* no dedup_key */
+            0, 0, 0, 0,                                             /* empty payload */
+            0, 192};                                                /* group_key length */
+        uint8_t frame[4 + sizeof head + 192];
+        size_t body = sizeof frame - 4, at = 0;
+        frame[at++] = (uint8_t)(body >> 24);
+        frame[at++] = (uint8_t)(body >> 16);
+        frame[at++] = (uint8_t)(body >> 8);
+        frame[at++] = (uint8_t)body;
+        memcpy(frame + at, head, sizeof head);
+        at += sizeof head;
+        memset(frame + at, 'c', 192);
+        assert_int_equal(tp_raw_send(fd, frame, sizeof frame), 0);
+    }
+    n = tp_raw_read_frame(fd, buf, sizeof buf);
+    if (n > 0) {
+        assert_int_equal(buf[0], PROTO_ERROR);
+        n = tp_raw_read_frame(fd, buf, sizeof buf);
+    }
+    assert_true(n < 0); /* closed */
+    close(fd);
+    assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task"), before);
+
+    /* The rows with the longest key are claimed and run. */
+    tp_worker_stop(fx->w);
+    assert_int_equal(tp_inproc_join(&fx->run), 0);
+    tp_worker_free(fx->w);
+    fx->w = tp_inproc_start_one(&fx->run, fx->d.listen, "runner", CAPACITY, "g", on_task, fx);
+    assert_non_null(fx->w);
+    for (long long end = tp_mono_ms() + WAIT_MS; log_len(fx) < 2; tp_sleep_ms(20))
+        assert_true(tp_mono_ms() < end);
+    fx->passed = true;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_big_then_small, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("groups", tests, NULL, NULL);
+}
