@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "db_claim_fair.h"
 #include "db_claim_sql.h"
 #include "db_sql.h"
 #include "sb.h"
@@ -609,12 +610,19 @@ static void test_schema_version_and_indexes(void **ctx)
     assert_int_equal(tp_testdb_query_u64(db, DSP_CLAIM_SQL_SCHEMA_VERSION),
                      DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
     /* Exactly the indexes the schema promises: PRIMARY, claim_idx, delay_idx, dedup_key,
-     * failed_idx (version 7). */
+     * failed_idx (version 7), group_idx (version 8). */
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(DISTINCT index_name) FROM "
                                              "information_schema.statistics WHERE "
                                              "table_schema = DATABASE() AND table_name = "
                                              "'task'"),
-                     5);
+                     6);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT GROUP_CONCAT(column_name ORDER BY "
+                                             "seq_in_index) = 'claim_lane,delayed,task_type,"
+                                             "task_priority,group_key,task_id,run_after' FROM "
+                                             "information_schema.statistics WHERE "
+                                             "table_schema = DATABASE() AND table_name = "
+                                             "'task' AND index_name = 'group_idx'"),
+                     1);
     assert_int_equal(tp_testdb_query_u64(db, "SELECT GROUP_CONCAT(column_name ORDER BY "
                                              "seq_in_index) = 'task_type,failed_at' FROM "
                                              "information_schema.statistics WHERE "
@@ -1137,6 +1145,107 @@ static void test_concurrent_claims_disjoint(void **ctx)
     mysql_close(other);
 }
 
+/* EXPLAINs sql (one statement) and checks every part reads group_idx, covering, with no
+ * filesort; returns the number of parts. */
+static int explain_group_idx(tp_testdb *db, const char *sql)
+{
+    struct tp_sb b = {0};
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int parts = 0;
+
+    tp_sb_printf(&b, "EXPLAIN %s", sql);
+    assert_int_equal(mysql_query(db->conn, b.s), 0);
+    tp_sb_free(&b);
+    res = mysql_store_result(db->conn);
+    assert_non_null(res);
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        if (row[2] == NULL) /* the union's result */
+            continue;
+        printf("# fair part %d: key=%s Extra=%s\n", parts, row[5] ? row[5] : "NULL",
+               row[9] ? row[9] : "");
+        assert_non_null(row[5]);
+        assert_string_equal(row[5], "group_idx");
+        assert_non_null(row[9]);
+        assert_non_null(strstr(row[9], "Using index"));
+        assert_null(strstr(row[9], "filesort"));
+        parts++;
+    }
+    mysql_free_result(res);
+    return parts;
+}
+
+/* The fair claim's read (db_claim_fair.c): without a cursor one part (B) per type, then
+ * with one two (A after the cursor's key, B from the start), every part a covering read
+ * of group_idx in its ORDER BY order; a key with most of the rows is passed with one
+ * seek: A after it returns the other keys' rows first. */
+static void test_fair_read_plan(void **ctx)
+{
+    struct state *st = *ctx;
+    tp_testdb *db = &st->small;
+    const char *const one[] = {"fair"};
+    size_t cap = dsp_fair_sql_bound(one, 1);
+    char *sql = malloc(cap);
+    dsp_fair *f = dsp_fair_new();
+    uint64_t ids[4];
+    uint8_t prios[4];
+    bool more;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    assert_non_null(sql);
+    assert_non_null(f);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(tp_testdb_exec(db, "INSERT INTO task (task_type, group_key) SELECT 'fair', 'big'"
+                                            " FROM task LIMIT 200"),
+                         tp_testdb_query_u64(db, "SELECT LEAST(200, COUNT(*)) FROM task"));
+    assert_int_equal(tp_testdb_exec(db, "INSERT INTO task (task_type, group_key) VALUES ('fair', 'small'),"
+                                        " ('fair', 'tiny')"),
+                     2);
+    int64_t now = tp_testdb_now_ms() + 1000;
+    assert_true(dsp_fair_sql(f, sql, cap, one, 1, now, 4, NULL) > 0);
+    assert_int_equal(explain_group_idx(db, sql), 1);
+    /* Feed the read to the rotation: the first claim starts at the first key. */
+    assert_int_equal(mysql_query(db->conn, sql), 0);
+    res = mysql_store_result(db->conn);
+    assert_non_null(res);
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        assert_int_equal(dsp_fair_add(f, 0, strtoull(row[0], NULL, 10), (uint8_t)atoi(row[2]), row[3],
+                                      len[3], row[3] == NULL, (unsigned)atoi(row[4])),
+                         0);
+    }
+    mysql_free_result(res);
+    assert_int_equal(dsp_fair_pick(f, 0, 4, ids, prios, &more), 4);
+    /* Now with the cursor: A and B, and A starts after 'big'. */
+    assert_true(dsp_fair_sql(f, sql, cap, one, 1, now, 4, NULL) > 0);
+    assert_int_equal(explain_group_idx(db, sql), 2);
+    assert_int_equal(mysql_query(db->conn, sql), 0);
+    res = mysql_store_result(db->conn);
+    assert_non_null(res);
+    row = mysql_fetch_row(res);
+    assert_non_null(row);
+    assert_string_equal(row[3], "small"); /* past the backlog of 'big' at once */
+    assert_string_equal(row[4], "0");
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        assert_int_equal(dsp_fair_add(f, 0, strtoull(row[0], NULL, 10), (uint8_t)atoi(row[2]), row[3],
+                                      len[3], row[3] == NULL, (unsigned)atoi(row[4])),
+                         0);
+    }
+    mysql_free_result(res);
+    /* A too long key from the table is refused, not stored. */
+    char k[DSP_FAIR_KEY_MAX + 1];
+    memset(k, 'k', sizeof k);
+    assert_int_equal(dsp_fair_add(f, 0, 1, 1, k, sizeof k, false, 0), -1);
+    assert_int_equal(dsp_fair_add(f, 0, 1, 1, k, 1, false, 2), -1);
+    uint64_t nfair = tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE task_type = 'fair'");
+    assert_true(nfair > 2);
+    assert_int_equal(tp_testdb_exec(db, "DELETE FROM task WHERE task_type = 'fair'"), (int64_t)nfair);
+    dsp_fair_free(f);
+    free(sql);
+}
+
 /* taskpushd's claim: the candidates are a covering read of claim_idx in dispatch order,
  * locking nothing; the lock read by primary key skips a row another transaction holds
  * and one no longer NEW. */
@@ -1317,6 +1426,7 @@ int main(void)
         SMALL(test_demote_sweep),
         cmocka_unit_test(test_big_table_shape),
         cmocka_unit_test(test_claim_plan_uses_claim_idx_without_filesort),
+        cmocka_unit_test(test_fair_read_plan),
         cmocka_unit_test(test_claim_reads_few_index_entries),
         cmocka_unit_test(test_claim_skips_locked_rows),
         cmocka_unit_test(test_concurrent_claims_disjoint),
