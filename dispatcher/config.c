@@ -18,6 +18,7 @@
  * is milliseconds, and 30s, 5m, ... are accepted too; min and max are in ms.
  * OPT_DURATION: the same, and "keep" (0). */
 enum opt_kind { OPT_STRING, OPT_INT, OPT_DURATION, OPT_HOSTPORT, OPT_SCHED, OPT_LOGLEVEL, OPT_TYPE_LIMIT,
+                OPT_GROUP_LIMIT,
                 OPT_DIALECT, OPT_MS };
 
 typedef struct opt_def {
@@ -108,8 +109,12 @@ static const opt_def option_table[] = {
     {"sql-dialect", OPT_DIALECT, F(sql_dialect), "auto", 0, 0, "DIALECT",
      "auto, mysql or mariadb: the SQL sent (mysql: only what MySQL >= 8.0.13 accepts);"
      " auto reads the server's version at each connect"},
-    {"type-limit", OPT_TYPE_LIMIT, F(type_limits), NULL, 0, 0, "T:concurrency=N,rate=R",
-     "at most N tasks of type T running at once, at most R started a second (repeatable; 0: no limit)"},
+    {"type-limit", OPT_TYPE_LIMIT, F(type_limits), NULL, 0, 0, "T:concurrency=N,rate=R,per_group=G",
+     "at most N tasks of type T running at once, at most R started a second, at most G running"
+     " per group_key (repeatable; 0: no limit)"},
+    {"group-limit", OPT_GROUP_LIMIT, F(type_limits), NULL, 0, 0, "T:N",
+     "at most N tasks of type T running at once per group_key, over all workers (repeatable;"
+     " the same as --type-limit T:per_group=N)"},
     {"table", OPT_STRING, F(table), DSP_TABLE_NAME_DEFAULT, 0, 0, "NAME",
      "the task table; taskpush's other tables are NAME_meta, NAME_schedule and NAME_claim"
      " (for task: taskpush_meta, task_schedule, task_claim), so queues can share a database"},
@@ -415,18 +420,22 @@ int dsp_type_limit_parse(const char *text, dsp_type_limit *out, char *err, size_
     size_t tl = colon ? (size_t)(colon - text) : 0;
     if (!colon || tl == 0 || tl > PROTO_MAX_TYPE_LEN ||
         dsp_utf8_valid_prefix((const uint8_t *)text, tl) != tl || memchr(text, '\0', tl)) {
-        snprintf(err, errlen, "'%.64s' is not T:concurrency=N,rate=R with T 1 to %d bytes of UTF-8", text,
-                 PROTO_MAX_TYPE_LEN);
+        snprintf(err, errlen, "'%.64s' is not T:concurrency=N,rate=R,per_group=G with T 1 to %d bytes of UTF-8",
+                 text, PROTO_MAX_TYPE_LEN);
         return -1;
     }
-    bool seen[2] = {false, false};
+    bool seen[3] = {false, false, false};
     for (const char *p = colon + 1;; p++) {
         size_t n = strcspn(p, ","), kl = strcspn(p, "=,");
-        int k = kl == 11 && strncmp(p, "concurrency", 11) == 0 ? 0 : kl == 4 && strncmp(p, "rate", 4) == 0 ? 1 : -1;
-        uint32_t *field = k == 0 ? &out->concurrency : &out->rate;
+        int k = kl == 11 && strncmp(p, "concurrency", 11) == 0 ? 0
+                : kl == 4 && strncmp(p, "rate", 4) == 0      ? 1
+                : kl == 9 && strncmp(p, "per_group", 9) == 0 ? 2
+                                                             : -1;
+        uint32_t *field = k == 0 ? &out->concurrency : k == 1 ? &out->rate : &out->per_group;
         if (k < 0 || seen[k] || kl >= n || limit_number(p + kl + 1, n - kl - 1, field) < 0) {
-            snprintf(err, errlen, "'%.64s': expected concurrency=N and/or rate=R, N and R from 0 to %d", text,
-                     DSP_LIMIT_MAX);
+            snprintf(err, errlen,
+                     "'%.64s': expected concurrency=N, rate=R and/or per_group=G, each from 0 to %d",
+                     text, DSP_LIMIT_MAX);
             return -1;
         }
         seen[k] = true;
@@ -434,6 +443,7 @@ int dsp_type_limit_parse(const char *text, dsp_type_limit *out, char *err, size_
         if (!*p)
             break;
     }
+    out->per_group_named = seen[2];
     if (!(out->type = dup_range(text, tl))) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -441,17 +451,41 @@ int dsp_type_limit_parse(const char *text, dsp_type_limit *out, char *err, size_
     return 0;
 }
 
-/* One --type-limit: replaces the entry of its type, else joins the list. */
-static int add_type_limit(dsp_config *cfg, const char *val, char *err, size_t errlen)
+/* "T:N" of --group-limit as "T:per_group=N". */
+static int group_limit_parse(const char *text, dsp_type_limit *out, char *err, size_t errlen)
+{
+    const char *colon = strrchr(text, ':');
+    char buf[PROTO_MAX_TYPE_LEN + 40];
+    if (!colon || strlen(text) > PROTO_MAX_TYPE_LEN + 20 ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1) || !colon[1]) {
+        snprintf(err, errlen, "'%.64s' is not T:N (N from 0 to %d)", text, DSP_LIMIT_MAX);
+        return -1;
+    }
+    snprintf(buf, sizeof buf, "%.*s:per_group=%s", (int)(colon - text), text, colon + 1);
+    return dsp_type_limit_parse(buf, out, err, errlen);
+}
+
+/* One --type-limit (or --group-limit, group true): replaces the entry of its type,
+ * else joins the list. A per_group not named keeps the earlier entry's; --group-limit
+ * changes only per_group. */
+static int add_type_limit(dsp_config *cfg, const char *val, bool group, char *err, size_t errlen)
 {
     dsp_type_limit l;
     char inner[400];
-    if (dsp_type_limit_parse(val, &l, inner, sizeof inner) < 0) {
-        snprintf(err, errlen, "--type-limit: %s", inner);
+    if ((group ? group_limit_parse(val, &l, inner, sizeof inner)
+               : dsp_type_limit_parse(val, &l, inner, sizeof inner)) < 0) {
+        snprintf(err, errlen, "--%s: %s", group ? "group-limit" : "type-limit", inner);
         return -1;
     }
     for (size_t i = 0; i < cfg->ntype_limits; i++)
         if (strcmp(cfg->type_limits[i].type, l.type) == 0) {
+            if (group) {
+                cfg->type_limits[i].per_group = l.per_group;
+                free(l.type);
+                return 0;
+            }
+            if (!l.per_group_named)
+                l.per_group = cfg->type_limits[i].per_group;
             free(cfg->type_limits[i].type);
             cfg->type_limits[i] = l;
             return 0;
@@ -543,7 +577,9 @@ static int set_value(dsp_config *cfg, const opt_def *o, const char *val, char *e
         }
         return 0;
     case OPT_TYPE_LIMIT:
-        return add_type_limit(cfg, val, err, errlen);
+        return add_type_limit(cfg, val, false, err, errlen);
+    case OPT_GROUP_LIMIT:
+        return add_type_limit(cfg, val, true, err, errlen);
     case OPT_LOGLEVEL: {
         int lvl = dsp_log_level_parse(val);
         if (lvl < 0) {
@@ -913,6 +949,7 @@ void dsp_config_each(const dsp_config *cfg, void (*emit)(void *arg, const char *
             val = dsp_sql_dialect_name(*(const int *)field);
             break;
         case OPT_TYPE_LIMIT: /* the limits themselves are in /stats "limits" */
+        case OPT_GROUP_LIMIT:
             snprintf(buf, sizeof buf, "%zu types", cfg->ntype_limits);
             break;
         }

@@ -21,9 +21,12 @@ typedef struct dsp_type_limit {
     char *type;           /* owned */
     uint32_t concurrency; /* 0: none */
     uint32_t rate;        /* starts per second; 0: none */
+    uint32_t per_group;   /* in flight at once per group_key (--group-limit); 0: none */
+    bool per_group_named; /* the text named per_group (parse only: a later --type-limit
+                           * without it keeps an earlier --group-limit) */
 } dsp_type_limit;
 
-/* Parses "T:concurrency=N,rate=R" (either key may be left out, not both): T is the text
+/* Parses "T:concurrency=N,rate=R,per_group=G" (any key may be left out, not all): T is the text
  * before the last ':', 1 to 256 bytes of UTF-8. On 0 out->type is malloc'd; on -1 err
  * says why. */
 int dsp_type_limit_parse(const char *text, dsp_type_limit *out, char *err, size_t errlen)

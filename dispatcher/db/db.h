@@ -54,6 +54,9 @@ typedef struct dsp_claimed_task {
     uint64_t claim_seq;    /* the claim's row in task_claim (its seq under the epoch) */
     size_t payload_len;
     uint8_t *payload;      /* malloc'd, NULL when empty; the reply owns it unless stolen */
+    bool has_group_key;    /* the row's group_key is not NULL: group_key_len bytes */
+    uint8_t group_key_len; /* 0 .. 191 */
+    uint8_t group_key[191];
 } dsp_claimed_task;
 
 typedef struct dsp_claim_request {

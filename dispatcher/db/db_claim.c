@@ -131,6 +131,9 @@ struct cand {
     bool seen;   /* returned by the lock read: locked by this claim */
     bool locked; /* seen, and taken: its payload is held and it will be marked */
     bool cut;    /* seen, not taken: past the byte budget or beyond what its type wants */
+    bool has_group_key; /* from the lock read: the row's group_key, NULL or up to 191 bytes */
+    uint8_t group_key_len;
+    uint8_t group_key[DSP_FAIR_KEY_MAX];
 };
 
 /* See the opening comment. The order matters: a step to a later state up to SERVE
@@ -1146,6 +1149,12 @@ static int claim_take_row(struct claim_ctx *x, struct claim_run *cr, const struc
     cd->timeout_ms = row[DSP_DB_SQL_LOCK_TIMEOUT_MS]
                          ? strtoll(row[DSP_DB_SQL_LOCK_TIMEOUT_MS], NULL, 10)
                          : -1;
+    /* A key longer than the column holds cannot come from the table; cut to none. */
+    cd->has_group_key = row[DSP_DB_SQL_LOCK_GROUP_KEY] != NULL &&
+                        len[DSP_DB_SQL_LOCK_GROUP_KEY] <= DSP_FAIR_KEY_MAX;
+    cd->group_key_len = cd->has_group_key ? (uint8_t)len[DSP_DB_SQL_LOCK_GROUP_KEY] : 0;
+    if (cd->group_key_len)
+        memcpy(cd->group_key, row[DSP_DB_SQL_LOCK_GROUP_KEY], cd->group_key_len);
     plen = row[DSP_DB_SQL_LOCK_PAYLOAD] ? len[DSP_DB_SQL_LOCK_PAYLOAD] : 0;
     cr->seen_bytes += plen;
     cr->nseen++;
@@ -1432,6 +1441,9 @@ static int claim_copy(struct claim_ctx *x, struct claim_run *cr, size_t from, si
         t->payload_len = cd->payload_len;
         t->payload = cd->payload;
         cd->payload = NULL;
+        t->has_group_key = cd->has_group_key;
+        t->group_key_len = cd->group_key_len;
+        memcpy(t->group_key, cd->group_key, cd->group_key_len);
         reply->ntasks++;
     }
     return STEP_OK;

@@ -14,6 +14,11 @@
  * first half of the drain each key's share of the starts is within 10 % of equal (FIFO
  * gives the first half to the first half of the keys).
  *
+ * Case group_limit: 3 keys of PL_PER_KEY tasks of PL_SLEEP_MS each, --group-limit g:2,
+ * one worker of 12 slots: from the handlers' start and end times, never more than 2
+ * tasks of a key run at once, and 6 run at once overall (3 keys x 2). Then POST
+ * /limit?per_group=0 lifts it: more than 2 of a key run at once.
+ *
  * Case bad_input: a group_key of 192 bytes is refused by the library (TP_ERANGE), by a
  * raw SUBMIT (the frame is BAD: ERROR and the connection closed), by taskpushctl (exit
  * 2) and by the table (an INSERT fails, strict mode); 191 bytes go through all of them
@@ -53,9 +58,13 @@
 #define MANY_KEYS 100
 #define PER_KEY 40
 
+#define PL_PER_KEY 12
+#define PL_SLEEP_MS 200
+
 struct start {
     uint64_t id;
     char key[32];
+    long long t0, t1; /* the handler's start and end (monotonic ms) */
 };
 
 struct fx {
@@ -68,6 +77,7 @@ struct fx {
     struct start *log;
     size_t nlog, caplog;
     bool passed;
+    int sleep_ms; /* each handler's run */
 };
 
 static size_t log_len(struct fx *fx)
@@ -83,17 +93,45 @@ static int on_task(tp_task *task, void *arg)
     struct fx *fx = arg;
     size_t len = 0;
     const void *p = tp_task_payload(task, &len);
+    struct start *s = NULL;
     pthread_mutex_lock(&fx->mu);
     if (fx->nlog < fx->caplog) {
-        struct start *s = &fx->log[fx->nlog++];
+        s = &fx->log[fx->nlog++];
         s->id = tp_task_id(task);
         if (len >= sizeof s->key)
             len = sizeof s->key - 1;
         memcpy(s->key, p, len);
         s->key[len] = '\0';
+        s->t0 = tp_mono_ms();
     }
     pthread_mutex_unlock(&fx->mu);
+    if (fx->sleep_ms > 0)
+        tp_sleep_ms(fx->sleep_ms);
+    if (s) {
+        pthread_mutex_lock(&fx->mu);
+        s->t1 = tp_mono_ms();
+        pthread_mutex_unlock(&fx->mu);
+    }
     return TP_SUCCESS;
+}
+
+/* The most handlers of key (NULL: any) running at once among log[from..to): at each
+ * start, those started before it and not yet ended (an end at the same ms as a start
+ * counts as before it). */
+static int most_at_once(const struct fx *fx, size_t from, size_t to, const char *key)
+{
+    int most = 0;
+    for (size_t i = from; i < to; i++) {
+        if (key && strcmp(fx->log[i].key, key) != 0)
+            continue;
+        int n = 0;
+        for (size_t j = from; j < to; j++)
+            if ((!key || strcmp(fx->log[j].key, key) == 0) && fx->log[j].t0 <= fx->log[i].t0 &&
+                fx->log[j].t1 > fx->log[i].t0)
+                n++;
+        most = n > most ? n : most;
+    }
+    return most;
 }
 
 static int setup(void **state)
@@ -160,6 +198,70 @@ static void run_drain(struct fx *fx, size_t total)
     assert_int_equal(tp_daemon_stop(&fx->d, SIGTERM, STOP_MS), 0);
     fx->have_daemon = false;
     assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state <> 2"), 0);
+}
+
+/* Waits until log[0..n) have all ended. */
+static void wait_ended(struct fx *fx, size_t n)
+{
+    for (long long end = tp_mono_ms() + WAIT_MS;; tp_sleep_ms(20)) {
+        size_t ended = 0;
+        pthread_mutex_lock(&fx->mu);
+        for (size_t i = 0; i < fx->nlog && i < n; i++)
+            ended += fx->log[i].t1 != 0;
+        pthread_mutex_unlock(&fx->mu);
+        if (ended >= n)
+            return;
+        assert_true(tp_mono_ms() < end);
+    }
+}
+
+static void test_group_limit(void **state)
+{
+    struct fx *fx = *state;
+    static const char *const keys[] = {"ka", "kb", "kc"};
+    fx->sleep_ms = PL_SLEEP_MS;
+    assert_int_equal(tp_testdb_create("groups_limit", &fx->db), 0);
+    for (int k = 0; k < 3; k++)
+        insert_key(&fx->db, keys[k], PL_PER_KEY);
+    const char *const args[] = {"--heartbeat-ms", "500", "--poll-ms", "20", "--group-limit", "g:2", NULL};
+    assert_int_equal(tp_daemon_start(&fx->d, fx->db.url, args), 0);
+    fx->have_daemon = true;
+    assert_int_equal(tp_daemon_wait_leader(&fx->d, WAIT_MS), 0);
+    fx->w = tp_inproc_start_one(&fx->run, fx->d.listen, "limited", 12, "g", on_task, fx);
+    assert_non_null(fx->w);
+    wait_ended(fx, 3 * PL_PER_KEY);
+    int per_key[3], all = most_at_once(fx, 0, 3 * PL_PER_KEY, NULL);
+    for (int k = 0; k < 3; k++)
+        per_key[k] = most_at_once(fx, 0, 3 * PL_PER_KEY, keys[k]);
+    tp_diag("--group-limit g:2, 12 slots, 3 keys of %d tasks of %d ms: at most %d/%d/%d of a key and %d in all"
+            " at once",
+            PL_PER_KEY, PL_SLEEP_MS, per_key[0], per_key[1], per_key[2], all);
+    for (int k = 0; k < 3; k++)
+        assert_true(per_key[k] <= 2);
+    assert_int_equal(all, 6);
+    /* /stats shows it, in "limits" and in the type's "by_type" entry. */
+    json_t *st = tp_daemon_json(&fx->d, "/stats");
+    assert_non_null(st);
+    json_t *l0 = json_array_get(json_object_get(st, "limits"), 0);
+    assert_string_equal(json_string_value(json_object_get(l0, "type")), "g");
+    assert_int_equal(json_integer_value(json_object_get(l0, "per_group")), 2);
+    json_t *t0 = json_array_get(json_object_get(st, "by_type"), 0);
+    assert_int_equal(json_integer_value(json_object_get(t0, "limit_per_group")), 2);
+    json_decref(st);
+
+    /* Lifted at run time: a key's tasks run more than 2 at once. */
+    char *body = NULL;
+    char path[128];
+    snprintf(path, sizeof path, "/limit?type=g&per_group=0");
+    assert_int_equal(tp_http_request(fx->d.admin, "POST", path, &body), 200);
+    free(body);
+    size_t before = log_len(fx);
+    insert_key(&fx->db, "kd", PL_PER_KEY);
+    wait_ended(fx, before + PL_PER_KEY);
+    int lifted = most_at_once(fx, before, before + PL_PER_KEY, "kd");
+    tp_diag("after POST /limit?type=g&per_group=0: %d of key kd at once", lifted);
+    assert_true(lifted > 2);
+    fx->passed = true;
 }
 
 static void test_big_then_small(void **state)
@@ -337,6 +439,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_big_then_small, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_group_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
     };
     return cmocka_run_group_tests_name("groups", tests, NULL, NULL);
