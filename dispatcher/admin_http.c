@@ -317,6 +317,23 @@ static bool type_allowed(struct evhttp_request *req, dsp_server *srv, const char
     return false;
 }
 
+/* Keeps an operator's setting in the settings table, for the next leader (and this
+ * dispatcher's next start): docs/taskpushd.md "Runtime settings". */
+static void keep_setting(dsp_server *srv, const char *type, enum dsp_setting_what what, bool paused,
+                         const dsp_type_limit *l)
+{
+    dsp_setting s = {.type = (char *)(type ? type : ""), .paused = paused};
+    if (l) {
+        s.has_limit = true;
+        s.concurrency = l->concurrency;
+        s.rate = l->rate;
+        s.per_group = l->per_group;
+    }
+    if (srv->db && dsp_db_setting_save(srv->db, &s, what) < 0)
+        log_warn(&srv->log, "the setting of type %s is not kept in the table (out of memory)",
+                 type ? type : "(every type)");
+}
+
 static void pause_cb(struct evhttp_request *req, void *arg)
 {
     dsp_server *srv = arg;
@@ -330,6 +347,7 @@ static void pause_cb(struct evhttp_request *req, void *arg)
         send_error_text(req, HTTP_BADREQUEST, why);
         return;
     }
+    keep_setting(srv, type, DSP_SETTING_PAUSE, true, NULL);
     send_json(req, state_json(srv));
 }
 
@@ -342,6 +360,7 @@ static void resume_cb(struct evhttp_request *req, void *arg)
         !type_allowed(req, srv, type))
         return;
     dsp_server_resume(srv, type);
+    keep_setting(srv, type, type ? DSP_SETTING_PAUSE : DSP_SETTING_RESUME_ALL, false, NULL);
     send_json(req, state_json(srv));
 }
 
@@ -405,11 +424,13 @@ static void limit_cb(struct evhttp_request *req, void *arg)
     uint32_t per_group = old ? old->per_group : 0;
     if (query_limits(req, &concurrency, &rate, &per_group) < 0)
         return;
-    const char *why = dsp_limits_set(srv, type, concurrency, rate, per_group);
+    const char *why = dsp_limits_set(srv, type, concurrency, rate, per_group, DSP_LIMIT_RUNTIME);
     if (why) {
         send_error_text(req, HTTP_BADREQUEST, why);
         return;
     }
+    dsp_type_limit kept = {.concurrency = concurrency, .rate = rate, .per_group = per_group};
+    keep_setting(srv, type, DSP_SETTING_LIMITS, false, &kept);
     send_json(req, json_pack("{s:b, s:s, s:I, s:I, s:I}", "ok", 1, "type", type, "concurrency",
                              (json_int_t)concurrency, "rate", (json_int_t)rate, "per_group",
                              (json_int_t)per_group));

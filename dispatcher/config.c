@@ -116,8 +116,9 @@ static const opt_def option_table[] = {
      "at most N tasks of type T running at once per group_key, over all workers (repeatable;"
      " the same as --type-limit T:per_group=N)"},
     {"table", OPT_STRING, F(table), DSP_TABLE_NAME_DEFAULT, 0, 0, "NAME",
-     "the task table; taskpush's other tables are NAME_meta, NAME_schedule and NAME_claim"
-     " (for task: taskpush_meta, task_schedule, task_claim), so queues can share a database"},
+     "the task table; taskpush's other tables are NAME_meta, NAME_schedule, NAME_claim and NAME_setting"
+     " (for task: taskpush_meta, task_schedule, task_claim, task_setting), so queues can share a"
+     " database"},
     {"types", OPT_STRING, F(types), NULL, 0, 0, "T1,T2",
      "own only these task types (a shard with its own lease and standbys); default: all"},
     {"shard", OPT_STRING, F(shard), NULL, 0, 0, "NAME",
@@ -477,10 +478,12 @@ static int add_type_limit(dsp_config *cfg, const char *val, bool group, char *er
         snprintf(err, errlen, "--%s: %s", group ? "group-limit" : "type-limit", inner);
         return -1;
     }
+    l.source = cfg->limit_source;
     for (size_t i = 0; i < cfg->ntype_limits; i++)
         if (strcmp(cfg->type_limits[i].type, l.type) == 0) {
             if (group) {
                 cfg->type_limits[i].per_group = l.per_group;
+                cfg->type_limits[i].source = l.source;
                 free(l.type);
                 return 0;
             }
@@ -668,7 +671,10 @@ static int load_file(dsp_config *cfg, const char *path, char *err, size_t errlen
         snprintf(err, errlen, "--config %s: %s", path, strerror(errno));
         return -1;
     }
+    /* The limits of the file say so in /stats. */
+    cfg->limit_source = DSP_LIMIT_CONFIG;
     int rc = dsp_config_apply_file(cfg, f, path, err, errlen);
+    cfg->limit_source = DSP_LIMIT_FLAG;
     fclose(f);
     return rc;
 }

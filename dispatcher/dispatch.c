@@ -757,7 +757,7 @@ void dsp_dispatch_claim_now(dsp_server *srv)
 void dsp_dispatch_claim_maybe(dsp_server *srv)
 {
     if (srv->claim.outstanding || srv->claim.timer_armed || !srv->lead.leading || dsp_dispatch_stopped(srv) ||
-        srv->control.paused_all)
+        srv->control.paused_all || srv->control.settings_pending)
         return;
     const dsp_config *cfg = srv->cfg;
     /* Tasks buffered for a type nobody serves any more wait for the orphan sweep; they

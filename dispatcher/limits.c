@@ -56,7 +56,7 @@ void dsp_limits_apply(const dsp_server *srv, dsp_type *ty)
 }
 
 const char *dsp_limits_set(dsp_server *srv, const char *type, uint32_t concurrency, uint32_t rate,
-                           uint32_t per_group)
+                           uint32_t per_group, enum dsp_limit_source source)
 {
     size_t len = strlen(type);
     if (len == 0 || len > PROTO_MAX_TYPE_LEN || dsp_utf8_valid_prefix((const uint8_t *)type, len) != len)
@@ -83,6 +83,7 @@ const char *dsp_limits_set(dsp_server *srv, const char *type, uint32_t concurren
         l->concurrency = concurrency;
         l->rate = rate;
         l->per_group = per_group;
+        l->source = source;
     }
     dsp_type *ty = dsp_server_type_find(srv, (const uint8_t *)type, strlen(type));
     if (ty) {
@@ -97,4 +98,26 @@ const char *dsp_limits_set(dsp_server *srv, const char *type, uint32_t concurren
              concurrency, rate, per_group);
     dsp_server_kick(srv); /* a raised limit lets buffered tasks go */
     return NULL;
+}
+
+void dsp_settings_apply(dsp_server *srv, const dsp_setting *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const dsp_setting *s = &v[i];
+        const char *why = NULL;
+        if (s->type[0] == '\0') { /* every type: only a pause */
+            if (s->paused)
+                why = dsp_server_pause(srv, NULL);
+        } else {
+            if (s->has_limit)
+                why = dsp_limits_set(srv, s->type, s->concurrency, s->rate, s->per_group,
+                                     DSP_LIMIT_RUNTIME);
+            if (!why && s->paused)
+                why = dsp_server_pause(srv, s->type);
+        }
+        if (why)
+            log_warn(&srv->log, "runtime setting of type %s not applied: %s",
+                     s->type[0] ? s->type : "(every type)", why);
+    }
+    log_info(&srv->log, "runtime settings: %zu row(s) of the table applied", n);
 }

@@ -372,6 +372,30 @@ static void on_leader(void *arg, uint32_t epoch)
     srv->lead.epoch = epoch;
     dsp_claim_pacing_hasten(srv);
     log_info(&srv->log, "leading the table with epoch %u", (unsigned)epoch);
+    /* The runtime settings first: no claim before they are applied (a pause kept in
+     * the table holds from the first claim on). */
+    srv->control.settings_gen++;
+    srv->control.settings_pending = dsp_db_settings_load(srv->db, srv->control.settings_gen) == 0;
+    if (!srv->control.settings_pending)
+        log_warn(&srv->log, "runtime settings not read (out of memory): the flags' limits hold");
+    dsp_server_kick(srv);
+}
+
+static void on_settings(void *arg, uint64_t request_id, bool ok, const dsp_setting *v, size_t n)
+{
+    dsp_server *srv = arg;
+    if (request_id != srv->control.settings_gen || !srv->control.settings_pending)
+        return; /* an older leadership's read */
+    if (ok) {
+        dsp_settings_apply(srv, v, n);
+        srv->control.settings_read_ms = dsp_wall_ms();
+        srv->control.settings_rows = n;
+    } else {
+        log_warn(&srv->log, "runtime settings could not be read: the flags' and the config file's"
+                            " limits hold until the next takeover");
+    }
+    srv->control.settings_pending = false;
+    dsp_claim_pacing_hasten(srv);
     dsp_server_kick(srv);
 }
 
@@ -1068,7 +1092,7 @@ int dsp_server_init(dsp_server *srv, const dsp_config *cfg)
         .table = cfg->table,
         .sql_dialect = cfg->sql_dialect,
         .cb = {on_leader, on_leader_lost, on_claim, on_written, on_health, on_requeued, on_fatal,
-               dsp_admin_taskop_answer, dsp_conn_on_submitted, dsp_conn_on_outcome},
+               dsp_admin_taskop_answer, dsp_conn_on_submitted, dsp_conn_on_outcome, on_settings},
         .cb_arg = srv,
     };
     srv->db = dsp_db_new(&o);

@@ -159,6 +159,12 @@ struct dsp_server {
         int64_t drain_deadline_ms;
         uint64_t next_request_id;
         dsp_requeue_status last_requeue;
+        /* The runtime settings (settings table): a new leader claims nothing until it
+         * read and applied them (settings_gen names the read awaited). */
+        bool settings_pending;
+        uint64_t settings_gen;
+        int64_t settings_read_ms; /* when the last read was applied (wall ms; 0: never) */
+        size_t settings_rows;     /* rows it had */
     } control;
 
     /* Claim pacing: when the next claim may be asked, the one outstanding, and which
@@ -339,7 +345,10 @@ void dsp_limits_apply(const dsp_server *srv, dsp_type *ty);
 /* POST /limit: sets type's limits (all 0 removes them), on the type held now too.
  * Returns NULL, or why not (--max-types entries already). */
 const char *dsp_limits_set(dsp_server *srv, const char *type, uint32_t concurrency, uint32_t rate,
-                           uint32_t per_group);
+                           uint32_t per_group, enum dsp_limit_source source);
+/* The runtime settings a new leader read from the table (docs/taskpushd.md "Runtime
+ * settings"): applied over the flags' and the config file's. */
+void dsp_settings_apply(dsp_server *srv, const dsp_setting *v, size_t n);
 /* The limits of type, or NULL when it has none. */
 const dsp_type_limit *dsp_limits_find(const dsp_server *srv, const char *type);
 

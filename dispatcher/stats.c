@@ -287,9 +287,11 @@ static json_t *limits_json(const dsp_stats_snapshot *snap)
     for (size_t i = 0; i < snap->nlimits; i++) {
         const dsp_type_limit *l = &snap->limits[i];
         char *name = dsp_utf8_copy(l->type);
-        json_array_append_new(a, json_pack("{s:s?, s:I, s:I, s:I}", "type", name, "concurrency",
+        static const char *const sources[] = {"flag", "config", "runtime"};
+        json_array_append_new(a, json_pack("{s:s?, s:I, s:I, s:I, s:s}", "type", name, "concurrency",
                                            (json_int_t)l->concurrency, "rate", (json_int_t)l->rate,
-                                           "per_group", (json_int_t)l->per_group));
+                                           "per_group", (json_int_t)l->per_group, "source",
+                                           sources[l->source <= DSP_LIMIT_RUNTIME ? l->source : 0]));
         free(name);
     }
     return a;

@@ -1,6 +1,6 @@
 -- taskpush schema. This is the one file a user runs on a new database:
 --     mariadb DBNAME < sql/schema.sql
--- It creates the current version (schema_version 8) directly. On an existing database it
+-- It creates the current version (schema_version 9) directly. On an existing database it
 -- changes nothing (see "Safe to run twice"), so it never upgrades one: that is what the
 -- migrations do. To upgrade, stop every taskpushd on the database, then run
 --     taskpushd --db URL --migrate
@@ -161,7 +161,7 @@ CREATE TABLE IF NOT EXISTS taskpush_meta (
     PRIMARY KEY (name)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
-INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 8), ('epoch', 0), ('lease', 0);
+INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 9), ('epoch', 0), ('lease', 0);
 
 -- Periodic tasks (version 4, sql/migrations/004-task-schedule.sql): one row per
 -- schedule; the leading taskpushd inserts its due runs into task (docs/schema.md).
@@ -215,4 +215,30 @@ CREATE TABLE IF NOT EXISTS task_claim (
     task_ids MEDIUMTEXT CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     PRIMARY KEY (epoch, seq),
     CONSTRAINT task_claim_ids_not_empty CHECK (task_ids <> '')
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+-- Runtime settings (version 9, sql/migrations/009-runtime-settings.sql): what an operator
+-- set at run time (POST /limit, /pause, /resume; taskpushctl pause, resume), one row per
+-- task type, so that every dispatcher that takes the lead applies it (docs/taskpushd.md,
+-- "Runtime settings"). The dispatchers write it; an operator may DELETE a row to go back
+-- to the flags and config file at the next takeover.
+CREATE TABLE IF NOT EXISTS task_setting (
+    -- The type's name, as the workers name it (1 to 256 bytes); '' for every type (a
+    -- pause of all types).
+    task_type     VARBINARY(256) NOT NULL,
+    -- 1 when the limits below were set at run time: they replace the flag's or the
+    -- config file's for this type; 0: the limits come from there.
+    has_limit     TINYINT NOT NULL DEFAULT 0,
+    -- Each 0 to 1000000, 0 no limit (docs/taskpushd.md, "Per-type limits").
+    concurrency   INT UNSIGNED NOT NULL DEFAULT 0,
+    rate          INT UNSIGNED NOT NULL DEFAULT 0,
+    per_group     INT UNSIGNED NOT NULL DEFAULT 0,
+    -- 1: paused (neither claimed nor dispatched) until resumed.
+    paused        TINYINT NOT NULL DEFAULT 0,
+    -- When a dispatcher last wrote the row (ms since 1970, its clock).
+    updated_ms    BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (task_type),
+    CONSTRAINT setting_limits_range CHECK (concurrency <= 1000000 AND rate <= 1000000
+                                           AND per_group <= 1000000),
+    CONSTRAINT setting_flags_range CHECK (has_limit IN (0, 1) AND paused IN (0, 1))
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

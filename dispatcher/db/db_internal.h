@@ -65,7 +65,8 @@ enum msg_kind {
     MSG_REQUEUED,
     MSG_TASKOP,
     MSG_SUBMITTED,
-    MSG_OUTCOME
+    MSG_OUTCOME,
+    MSG_SETTINGS
 };
 
 /* A message from a database thread to the loop. */
@@ -82,6 +83,8 @@ struct msg {
     dsp_taskop *op;      /* MSG_TASKOP: the request with its answer */
     dsp_submit_req *sreq;         /* MSG_SUBMITTED: the request with its answer */
     dsp_submit_outcome *outcome;  /* MSG_OUTCOME */
+    dsp_setting *settings;        /* MSG_SETTINGS (rows is -1 when none could be read) */
+    size_t nsettings;
 };
 
 /* A queued dsp_db_taskop. */
@@ -90,11 +93,16 @@ struct taskop_req {
     dsp_taskop *op;
 };
 
-/* A queued dsp_db_requeue_failed. */
+/* A queued dsp_db_requeue_failed, or a runtime setting's write or load (the same queue
+ * of the stats thread, in order). */
+enum requeue_kind { REQ_REQUEUE = 0, REQ_SETTING_SAVE, REQ_SETTINGS_LOAD };
 struct requeue_req {
     struct requeue_req *next;
     char *type; /* NULL: every type */
     uint64_t request_id;
+    enum requeue_kind kind;
+    enum dsp_setting_what what; /* REQ_SETTING_SAVE: of setting (its type is `type`) */
+    dsp_setting setting;
 };
 
 /* dsp_db_claim's copy of a request. */

@@ -19,6 +19,13 @@
  * tasks of a key run at once, and 6 run at once overall (3 keys x 2). Then POST
  * /limit?per_group=0 lifts it: more than 2 of a key run at once.
  *
+ * Case settings_survive: a leader and a standby on one table, both with --group-limit
+ * g:5 and --type-limit other:concurrency=3 (flags). On the leader POST /limit
+ * ?type=g&concurrency=7&per_group=2 and POST /pause?type=held; once the rows are in the
+ * settings table, kill -9 of the leader. The standby takes over and applies them: its
+ * /stats names g's limits (7, 2) with source runtime, other's (3) with source flag, type
+ * held paused; and 12 tasks of one key of g, 12 slots, run at most 2 at once.
+ *
  * Case bad_input: a group_key of 192 bytes is refused by the library (TP_ERANGE), by a
  * raw SUBMIT (the frame is BAD: ERROR and the connection closed), by taskpushctl (exit
  * 2) and by the table (an INSERT fails, strict mode); 191 bytes go through all of them
@@ -78,6 +85,8 @@ struct fx {
     size_t nlog, caplog;
     bool passed;
     int sleep_ms; /* each handler's run */
+    tp_daemon standby;
+    bool have_standby;
 };
 
 static size_t log_len(struct fx *fx)
@@ -155,6 +164,11 @@ static int teardown(void **state)
         tp_daemon_stop(&fx->d, SIGTERM, STOP_MS);
         if (!fx->passed)
             tp_daemon_dump_log(&fx->d);
+    }
+    if (fx->have_standby) {
+        tp_daemon_stop(&fx->standby, SIGTERM, STOP_MS);
+        if (!fx->passed)
+            tp_daemon_dump_log(&fx->standby);
     }
     tp_testdb_drop(&fx->db);
     pthread_mutex_destroy(&fx->mu);
@@ -325,6 +339,90 @@ static void test_many_keys(void **state)
     fx->passed = true;
 }
 
+/* The entry of "limits" in st for type, or NULL. */
+static json_t *limit_of(json_t *st, const char *type)
+{
+    json_t *a = json_object_get(st, "limits");
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *e = json_array_get(a, i);
+        const char *t = json_string_value(json_object_get(e, "type"));
+        if (t && strcmp(t, type) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+static void test_settings_survive(void **state)
+{
+    struct fx *fx = *state;
+    fx->sleep_ms = PL_SLEEP_MS;
+    assert_int_equal(tp_testdb_create("groups_settings", &fx->db), 0);
+    const char *const args[] = {"--heartbeat-ms", "500", "--poll-ms", "20", "--lease-ms", "1000",
+                                "--lease-renew-ms", "200", "--group-limit", "g:5",
+                                "--type-limit", "other:concurrency=3", NULL};
+    assert_int_equal(tp_daemon_start(&fx->d, fx->db.url, args), 0);
+    fx->have_daemon = true;
+    assert_int_equal(tp_daemon_wait_leader(&fx->d, WAIT_MS), 0);
+    assert_int_equal(tp_daemon_start(&fx->standby, fx->db.url, args), 0);
+    fx->have_standby = true;
+
+    char *body = NULL;
+    assert_int_equal(tp_http_request(fx->d.admin, "POST", "/limit?type=g&concurrency=7&per_group=2&force=1",
+                                     &body),
+                     200);
+    free(body);
+    body = NULL;
+    assert_int_equal(tp_http_request(fx->d.admin, "POST", "/pause?type=held&force=1", &body), 200);
+    free(body);
+    /* Written by the leader's stats thread: wait for the rows. */
+    for (long long end = tp_mono_ms() + WAIT_MS;; tp_sleep_ms(20)) {
+        if (tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task_setting WHERE (task_type = 'g' AND"
+                                         " has_limit = 1 AND concurrency = 7 AND per_group = 2) OR"
+                                         " (task_type = 'held' AND paused = 1)") == 2)
+            break;
+        assert_true(tp_mono_ms() < end);
+    }
+    assert_int_equal(tp_daemon_stop(&fx->d, SIGKILL, STOP_MS), 128 + SIGKILL);
+    fx->have_daemon = false;
+    assert_int_equal(tp_daemon_wait_leader(&fx->standby, WAIT_MS), 0);
+    /* The settings are applied before the first claim; /stats may be read a moment
+     * before the read is answered: wait for them. */
+    json_t *g = NULL, *st = NULL;
+    for (long long end = tp_mono_ms() + WAIT_MS;; tp_sleep_ms(50)) {
+        st = tp_daemon_json(&fx->standby, "/stats");
+        assert_non_null(st);
+        g = limit_of(st, "g");
+        if (g && strcmp(json_string_value(json_object_get(g, "source")), "runtime") == 0)
+            break;
+        json_decref(st);
+        assert_true(tp_mono_ms() < end);
+    }
+    assert_int_equal(json_integer_value(json_object_get(g, "concurrency")), 7);
+    assert_int_equal(json_integer_value(json_object_get(g, "per_group")), 2);
+    json_t *o = limit_of(st, "other");
+    assert_non_null(o);
+    assert_string_equal(json_string_value(json_object_get(o, "source")), "flag");
+    assert_int_equal(json_integer_value(json_object_get(o, "concurrency")), 3);
+    json_t *pt = json_object_get(json_object_get(st, "paused"), "types");
+    bool held = false;
+    for (size_t i = 0; i < json_array_size(pt); i++)
+        held |= strcmp(json_string_value(json_array_get(pt, i)), "held") == 0;
+    assert_true(held);
+    json_decref(st);
+
+    /* And it holds: 12 tasks of one key, 12 slots, at most 2 at once. */
+    insert_key(&fx->db, "one", PL_PER_KEY);
+    fx->w = tp_inproc_start_one(&fx->run, fx->standby.listen, "after", 12, "g", on_task, fx);
+    assert_non_null(fx->w);
+    wait_ended(fx, PL_PER_KEY);
+    int most = most_at_once(fx, 0, PL_PER_KEY, "one");
+    tp_diag("after kill -9 of the leader the standby applied the runtime settings: g concurrency 7,"
+            " per_group 2 (runtime), other 3 (flag), held paused; %d of one key at once",
+            most);
+    assert_true(most <= 2);
+    fx->passed = true;
+}
+
 /* Runs taskpushctl submit with a group key; returns its exit status. */
 static int ctl_submit(const struct fx *fx, const char *key)
 {
@@ -440,6 +538,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_big_then_small, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_settings_survive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
     };
     return cmocka_run_group_tests_name("groups", tests, NULL, NULL);

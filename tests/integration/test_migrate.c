@@ -147,7 +147,7 @@ static const char *v1_schema_path(void)
 /* Replaces the fresh (current) schema tp_testdb_create loaded with version 1. */
 static void make_v1(tp_testdb *db)
 {
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE IF EXISTS task, taskpush_meta, task_schedule, task_claim"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE IF EXISTS task, taskpush_meta, task_schedule, task_claim, task_setting"), 0);
     assert_int_equal(tp_testdb_load_file(db->conn, v1_schema_path()), 0);
     assert_int_equal(tp_testdb_query_u64(db, DSP_CLAIM_SQL_SCHEMA_VERSION), 1);
 }
@@ -646,23 +646,23 @@ static void test_migrate_without_schema_and_bad_flags(void **state)
     char out[OUT_MAX];
 
     assert_int_equal(tp_testdb_create("migrate_empty", db), 0);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting"), 0);
     assert_int_equal(migrate(db, out), 0);
     assert_non_null(strstr(out, "created schema version"));
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables"
                                              " WHERE table_schema = DATABASE()"),
-                     4);
+                     5);
     assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
     assert_int_equal(migrate(db, out), 0);
     assert_non_null(strstr(out, "nothing to do"));
-    /* Only some of the four, without a version: refused, nothing changed. */
+    /* Only some of the five, without a version: refused, nothing changed. */
     assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta"), 0);
     assert_int_equal(migrate(db, out), 1);
     assert_non_null(strstr(out, "cannot tell what they hold"));
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables"
                                              " WHERE table_schema = DATABASE()"),
-                     2);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task_schedule, task_claim"), 0);
+                     3);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task_schedule, task_claim, task_setting"), 0);
 
     make_v1(db);
     assert_int_equal(tp_testdb_exec(db, "DROP TABLE taskpush_meta"), 0);
@@ -683,10 +683,18 @@ static void test_migrate_without_schema_and_bad_flags(void **state)
     assert_non_null(strstr(out, "cannot connect to database nodb"));
 }
 
-/* Replaces the fresh schema with version 7: without the group_key and group_idx of
- * version 8. */
+/* Replaces the fresh schema with version 8: without the task_setting of version 9. */
+static void make_v8(tp_testdb *db)
+{
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task_setting"), 0);
+    assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 8 WHERE name = 'schema_version'"), 1);
+}
+
+/* Replaces the fresh schema with version 7: version 8 without the group_key and
+ * group_idx of version 8. */
 static void make_v7(tp_testdb *db)
 {
+    make_v8(db);
     assert_int_equal(tp_testdb_exec(db, "ALTER TABLE task DROP INDEX group_idx, DROP COLUMN group_key"), 0);
     assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 7 WHERE name = 'schema_version'"), 1);
 }
@@ -853,6 +861,36 @@ static void test_migrate_v7_group_key(void **state)
     assert_non_null(strstr(out, "nothing to do"));
 }
 
+/* A version 8 database is upgraded: task_setting exists, empty, takes a row, its
+ * checks hold, and the file run again by hand changes nothing (the row stays). */
+static void test_migrate_v8_settings(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    char out[OUT_MAX], path[1024];
+    const char *root = getenv("TASKPUSH_SOURCE_ROOT");
+
+    assert_int_equal(tp_testdb_create("migrate_v8_set", db), 0);
+    make_v8(db);
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "schema 8 -> 9"));
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task_setting"), 0);
+    assert_int_equal(tp_testdb_exec(db, "INSERT INTO task_setting (task_type, has_limit, concurrency)"
+                                        " VALUES ('t', 1, 5)"),
+                     1);
+    assert_int_not_equal(mysql_query(db->conn, "INSERT INTO task_setting (task_type, concurrency)"
+                                               " VALUES ('u', 1000001)"),
+                         0);
+    assert_check_error(mysql_errno(db->conn));
+    snprintf(path, sizeof path, "%s/sql/migrations/009-runtime-settings.sql", root ? root : ".");
+    assert_int_equal(tp_testdb_load_file(db->conn, path), 0);
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT concurrency FROM task_setting WHERE task_type = 't'"), 5);
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "nothing to do"));
+}
+
 /* Builds version 4 from version 1 with the migrations 002 to 004 run by hand. */
 static void make_v4(tp_testdb *db)
 {
@@ -977,6 +1015,7 @@ int main(void)
         T(test_migrate_v5_attempts),
         T(test_migrate_v6_failed_at),
         T(test_migrate_v7_group_key),
+        T(test_migrate_v8_settings),
         T(test_migrate_killed_then_rerun),
     };
 #undef T
