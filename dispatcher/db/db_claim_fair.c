@@ -20,7 +20,7 @@
  * read, FAIR_READ_FACTOR x the rows wanted. */
 #define FAIR_READ_FACTOR 32u
 #define FAIR_READ_MIN 256u
-#define FAIR_READ_MAX 8192u
+#define FAIR_READ_MAX 2048u
 
 /* A type's place in the rotation: the key it took from last, at priority prio. */
 struct fair_type {
@@ -30,12 +30,13 @@ struct fair_type {
     bool key_null;
     uint16_t key_len;
     uint8_t key[DSP_FAIR_KEY_MAX];
-    bool keyed;     /* a claim saw a row with a key: read B wide */
+    bool keyed;     /* a claim saw a row with a key */
+    bool a_cut;     /* the last claim's A was cut by its limit: B is likely not needed */
     uint32_t rows_per_key; /* ready rows per key in the last read (0: not known) */
     uint64_t used;  /* the claim that last used it (least recently used goes first) */
 };
 
-/* One row of a claim's read. */
+/* One row of a claim's read; its key's bytes are in dsp_fair.keys at key_off. */
 struct fair_row {
     uint64_t id;
     uint32_t part;
@@ -43,8 +44,10 @@ struct fair_row {
     uint8_t tag; /* 0 A, 1 B */
     bool key_null;
     uint16_t key_len;
-    uint8_t key[DSP_FAIR_KEY_MAX];
+    size_t key_off;
 };
+
+#define ROW_KEY(f, r) ((f)->keys + (r)->key_off)
 
 /* What dsp_fair_sql planned for a type of the claim. */
 struct fair_part {
@@ -60,6 +63,8 @@ struct dsp_fair {
     size_t nparts, parts_cap;
     struct fair_row *rows;
     size_t nrows, rows_cap;
+    uint8_t *keys; /* the rows' keys, one after the other */
+    size_t nkeys, keys_cap;
     size_t *scratch; /* indices into rows: one part's S */
     size_t scratch_cap;
     size_t *groups;  /* starts of the key runs in scratch */
@@ -79,6 +84,7 @@ void dsp_fair_free(dsp_fair *f)
         free(f->types[i].type);
     free(f->parts);
     free(f->rows);
+    free(f->keys);
     free(f->scratch);
     free(f->groups);
     free(f);
@@ -202,6 +208,7 @@ int dsp_fair_sql(dsp_fair *f, char *buf, size_t cap, const char *const *types, s
         return -1;
     buf[0] = '\0';
     f->nrows = 0;
+    f->nkeys = 0;
     f->nparts = 0;
     f->claims++;
     if (ntypes == 0 || types == NULL || want == 0 || now_ms < 0)
@@ -227,7 +234,7 @@ int dsp_fair_sql(dsp_fair *f, char *buf, size_t cap, const char *const *types, s
         /* B starts the rotation over (or starts it): as wide as A, so that a claim at
          * the end of the keys still sees enough keys to give one row to each. Without
          * keys, B is the plain claim's read (A then is an empty range). */
-        p->b_limit = ft->keyed || !ft->valid ? wide : want;
+        p->b_limit = !ft->valid || (ft->keyed && !ft->a_cut) ? wide : want;
         f->nparts++;
         if (i > 0)
             fb_printf(&b, " UNION ALL ");
@@ -285,6 +292,16 @@ int dsp_fair_add(dsp_fair *f, size_t part, uint64_t id, uint8_t prio, const void
         f->rows = nr;
         f->rows_cap = want;
     }
+    if (!key_null && f->keys_cap - f->nkeys < key_len) {
+        size_t want = f->keys_cap ? 2 * f->keys_cap : 4096;
+        while (want - f->nkeys < key_len)
+            want *= 2;
+        uint8_t *nk = realloc(f->keys, want);
+        if (nk == NULL)
+            return -1;
+        f->keys = nk;
+        f->keys_cap = want;
+    }
     r = &f->rows[f->nrows++];
     r->id = id;
     r->part = (uint32_t)part;
@@ -292,8 +309,11 @@ int dsp_fair_add(dsp_fair *f, size_t part, uint64_t id, uint8_t prio, const void
     r->tag = (uint8_t)tag;
     r->key_null = key_null;
     r->key_len = key_null ? 0 : (uint16_t)key_len;
-    if (r->key_len)
-        memcpy(r->key, key, r->key_len);
+    r->key_off = f->nkeys;
+    if (r->key_len) {
+        memcpy(f->keys + f->nkeys, key, r->key_len);
+        f->nkeys += r->key_len;
+    }
     return 0;
 }
 
@@ -310,9 +330,10 @@ static int key_cmp(bool an, const uint8_t *a, size_t al, bool bn, const uint8_t 
     return al < bl ? -1 : al > bl;
 }
 
-static bool same_key(const struct fair_row *a, const struct fair_row *b)
+static bool same_key(const dsp_fair *f, const struct fair_row *a, const struct fair_row *b)
 {
-    return key_cmp(a->key_null, a->key, a->key_len, b->key_null, b->key, b->key_len) == 0;
+    return a->key_len == b->key_len && a->key_null == b->key_null &&
+           (a->key_len == 0 || memcmp(ROW_KEY(f, a), ROW_KEY(f, b), a->key_len) == 0);
 }
 
 static bool grow(size_t **arr, size_t *cap, size_t need)
@@ -330,17 +351,17 @@ static bool grow(size_t **arr, size_t *cap, size_t need)
 /* Takes rows in turn between the key runs of scratch[0..ns): one row per key per round.
  * Returns the number taken (added at ids + taken), sets *last to the last one's row. */
 static size_t take_rounds(dsp_fair *f, size_t ns, unsigned want, size_t taken, uint64_t *ids,
-                          uint8_t *prios, const struct fair_row **last)
+                          uint8_t *prios, const struct fair_row **last, size_t max_rounds)
 {
     size_t ng = 0;
 
     if (ns == 0 || !grow(&f->groups, &f->groups_cap, ns + 1))
         return taken;
     for (size_t i = 0; i < ns; i++)
-        if (i == 0 || !same_key(&f->rows[f->scratch[i - 1]], &f->rows[f->scratch[i]]))
+        if (i == 0 || !same_key(f, &f->rows[f->scratch[i - 1]], &f->rows[f->scratch[i]]))
             f->groups[ng++] = i;
     f->groups[ng] = ns;
-    for (size_t round = 0; taken < want; round++) {
+    for (size_t round = 0; taken < want && round < max_rounds; round++) {
         bool any = false;
         for (size_t g = 0; g < ng && taken < want; g++) {
             if (f->groups[g] + round >= f->groups[g + 1])
@@ -399,7 +420,7 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
             const struct fair_row *r = &f->rows[i];
             if (r->part != part)
                 continue;
-            if (prev == NULL || prev->tag != r->tag || prev->prio != r->prio || !same_key(prev, r))
+            if (prev == NULL || prev->tag != r->tag || prev->prio != r->prio || !same_key(f, prev, r))
                 keys++;
             prev = r;
         }
@@ -418,6 +439,14 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
      * start wait for the next round of the rotation. */
     bool wrap = !(from_cursor && na >= p->a_limit);
     if (from_cursor)
+        ft->a_cut = na >= p->a_limit;
+    /* B read narrow (A was cut last time) and cut, while A reached the last key: S holds
+     * few of the keys; one round only, and the next claim's A reads on from there. */
+    size_t max_rounds = from_cursor && wrap && ft->keyed && p->b_limit < p->a_limit &&
+                                nb >= p->b_limit
+                            ? 1
+                            : SIZE_MAX;
+    if (from_cursor)
         for (size_t i = 0; i < f->nrows; i++) {
             const struct fair_row *r = &f->rows[i];
             if (r->part == part && r->tag == 0 && r->prio == top)
@@ -428,11 +457,11 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
         if (r->part != part || r->tag != 1 || r->prio != top || !wrap)
             continue;
         if (from_cursor &&
-            key_cmp(r->key_null, r->key, r->key_len, ft->key_null, ft->key, ft->key_len) > 0)
+            key_cmp(r->key_null, ROW_KEY(f, r), r->key_len, ft->key_null, ft->key, ft->key_len) > 0)
             continue; /* after the cursor: A has it */
         f->scratch[ns++] = i;
     }
-    taken = take_rounds(f, ns, want, 0, ids, prios, &last);
+    taken = take_rounds(f, ns, want, 0, ids, prios, &last, max_rounds);
 
     /* Lower priorities, only when B holds them: then every row of the highest is read. */
     for (int prio = (int)top - 1; prio >= 0 && taken < want; prio--) {
@@ -442,7 +471,7 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
             if (r->part == part && r->tag == 1 && r->prio == (uint8_t)prio)
                 f->scratch[ns++] = i;
         }
-        taken = take_rounds(f, ns, want, taken, ids, prios, &last);
+        taken = take_rounds(f, ns, want, taken, ids, prios, &last, max_rounds);
     }
     if (taken < nrows_part)
         *more = true;
@@ -451,7 +480,7 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
         ft->prio = last->prio;
         ft->key_null = last->key_null;
         ft->key_len = last->key_len;
-        memcpy(ft->key, last->key, last->key_len);
+        memcpy(ft->key, ROW_KEY(f, last), last->key_len);
     }
     return taken;
 }
