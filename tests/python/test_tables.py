@@ -104,7 +104,7 @@ class Tables(unittest.TestCase):
         out = self.migrate("jobs")
         self.assertIn("created schema version", out)
         self.assertEqual(sorted(r[0] for r in self.db.rows("SHOW TABLES")),
-                         ["jobs", "jobs_claim", "jobs_meta", "jobs_schedule", "task"])
+                         ["jobs", "jobs_claim", "jobs_meta", "jobs_schedule", "jobs_setting", "task"])
         self.assertEqual(self.team_fingerprint(), self.team)
 
         d = self.daemon("jobs")
