@@ -93,7 +93,8 @@ void dsp_groups_set(dsp_type *ty, uint32_t max_per_group)
     for (size_t w = 0; w < ty->nworkers; w++) {
         dsp_conn *c = container_of(ty->workers[w], dsp_conn, slots);
         for (dsp_task *t = c->inflight; t; t = t->next)
-            t->group_counted = false;
+            if (t->type == ty) /* another type's counts are its own */
+                t->group_counted = false;
     }
     ty->ngruns = 0;
     if (!max_per_group) {

@@ -983,7 +983,11 @@ static int claim_merge(struct claim_ctx *x, struct claim_run *cr)
 
     mysql_free_result(cr->res); /* the candidates hold no pointer into it */
     cr->res = NULL;
-    sort_unless_sorted(x->cands, cr->ncand, sizeof *x->cands, cand_cmp);
+    /* One type's rows come in the order its keys take turns (highest priority first),
+     * which is the order to hand them out in: only several types are merged by
+     * (priority, id). */
+    if (cr->nparts > 1)
+        sort_unless_sorted(x->cands, cr->ncand, sizeof *x->cands, cand_cmp);
     for (i = 0; i < cr->ncand && cr->nkept < r->total; i++) {
         struct cand *cd = &x->cands[i];
         if (cr->taken[cd->type_index] >= r->limits[cd->type_index]) {

@@ -21,6 +21,9 @@
 #define FAIR_READ_FACTOR 32u
 #define FAIR_READ_MIN 256u
 #define FAIR_READ_MAX 2048u
+/* Rows the wide parts of one claim read in all: a claim of many keyed types reads
+ * fewer rows of each, so that its memory stays bounded whatever the number of types. */
+#define FAIR_READ_TOTAL 65536u
 
 /* A type's place in the rotation: the key it took from last, at priority prio. */
 struct fair_type {
@@ -228,6 +231,9 @@ int dsp_fair_sql(dsp_fair *f, char *buf, size_t cap, const char *const *types, s
             (ft = type_slot(f, types[i])) == NULL)
             return -1;
         unsigned wide = read_limit(want, ft->rows_per_key);
+        size_t share = FAIR_READ_TOTAL / ntypes;
+        if (wide > share)
+            wide = share > want ? (unsigned)share : want;
         p->ft = ft;
         p->with_a = ft->valid;
         p->a_limit = wide;
