@@ -899,14 +899,6 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
                   DSP_FAIR_COL_COUNT);
         return STEP_DB_ERROR;
     }
-    if ((size_t)cr->limit * cr->nparts > x->cands_cap) {
-        size_t want = (size_t)cr->limit * cr->nparts;
-        struct cand *nc = realloc(x->cands, want * sizeof *nc);
-        if (nc == NULL)
-            return STEP_OOM_ROLLBACK;
-        x->cands = nc;
-        x->cands_cap = want;
-    }
 
     /* A row's part is the one whose type it carries (mostly the one of the row before). */
     p = 0;
@@ -938,6 +930,15 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
         log_warn(db->log, "claim: reading rows: %s", mysql_error(x->c.m));
         return STEP_DB_ERROR;
     }
+    /* The rows taken are at most the rows read (and cr->limit a type). */
+    size_t most = dsp_fair_nrows(x->fair);
+    if (most > x->cands_cap) {
+        struct cand *nc = realloc(x->cands, most * sizeof *nc);
+        if (nc == NULL)
+            return STEP_OOM_ROLLBACK;
+        x->cands = nc;
+        x->cands_cap = most;
+    }
     uint64_t *ids = malloc(cr->limit * sizeof *ids);
     uint8_t *prios = malloc(cr->limit);
     if (ids == NULL || prios == NULL) {
@@ -950,6 +951,8 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
         struct claim_cursor *c = &cr->cur[cr->pindex[p]];
         size_t got = dsp_fair_pick(x->fair, p, cr->limit, ids, prios, &more);
 
+        if (got > x->cands_cap - cr->ncand) /* cannot be: each row is taken once */
+            got = x->cands_cap - cr->ncand;
         for (size_t i = 0; i < got; i++) {
             struct cand *cd = &x->cands[cr->ncand++];
             memset(cd, 0, sizeof *cd);
@@ -963,6 +966,7 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
     }
     free(ids);
     free(prios);
+    dsp_fair_trim(x->fair);
     if (nforeign)
         log_warn(db->log,
                  "claim returned %zu row(s) whose task_type is not byte for byte a type asked"

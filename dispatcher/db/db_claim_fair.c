@@ -323,6 +323,38 @@ int dsp_fair_add(dsp_fair *f, size_t part, uint64_t id, uint8_t prio, const void
     return 0;
 }
 
+size_t dsp_fair_nrows(const dsp_fair *f)
+{
+    return f->nrows;
+}
+
+void dsp_fair_trim(dsp_fair *f)
+{
+    /* Kept while small: most claims need about the same again. */
+    if (f->parts_cap > 64) {
+        free(f->parts);
+        f->parts = NULL;
+        f->parts_cap = 0;
+        f->nparts = 0;
+    }
+    if (f->rows_cap > 8192) {
+        free(f->rows);
+        f->rows = NULL;
+        f->rows_cap = f->nrows = 0;
+        free(f->scratch);
+        f->scratch = NULL;
+        f->scratch_cap = 0;
+        free(f->groups);
+        f->groups = NULL;
+        f->groups_cap = 0;
+    }
+    if (f->keys_cap > 65536) {
+        free(f->keys);
+        f->keys = NULL;
+        f->keys_cap = f->nkeys = 0;
+    }
+}
+
 /* Keys in the order of group_idx: NULL first, then bytewise, a prefix first. */
 static int key_cmp(bool an, const uint8_t *a, size_t al, bool bn, const uint8_t *b, size_t bl)
 {

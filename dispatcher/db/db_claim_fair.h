@@ -64,4 +64,11 @@ int dsp_fair_add(dsp_fair *f, size_t part, uint64_t id, uint8_t prio, const void
 size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uint8_t *prios,
                      bool *more);
 
+/* Rows the last claim's read brought (a bound of what dsp_fair_pick can take in all). */
+size_t dsp_fair_nrows(const dsp_fair *f);
+
+/* After a claim: gives back the memory a large one grew (many types, a wide read), so
+ * that a burst of types or rows does not hold the claim thread's heap up. */
+void dsp_fair_trim(dsp_fair *f);
+
 #endif
