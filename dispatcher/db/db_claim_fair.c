@@ -24,6 +24,8 @@
 /* Rows the wide parts of one claim read in all: a claim of many keyed types reads
  * fewer rows of each, so that its memory stays bounded whatever the number of types. */
 #define FAIR_READ_TOTAL 65536u
+/* B's rows while A is expected to be cut (see dsp_fair_sql). */
+#define FAIR_B_TOKEN 64u
 
 /* A type's place in the rotation: the key it took from last, at priority prio. */
 struct fair_type {
@@ -241,6 +243,10 @@ int dsp_fair_sql(dsp_fair *f, char *buf, size_t cap, const char *const *types, s
          * the end of the keys still sees enough keys to give one row to each. Without
          * keys, B is the plain claim's read (A then is an empty range). */
         p->b_limit = !ft->valid || (ft->keyed && !ft->a_cut) ? wide : want;
+        /* A keyed type whose A was cut last time will most likely not wrap: B is then a
+         * token read (its rows are not used unless A reaches the last key). */
+        if (ft->valid && ft->keyed && ft->a_cut && p->b_limit > FAIR_B_TOKEN)
+            p->b_limit = FAIR_B_TOKEN;
         f->nparts++;
         if (i > 0)
             fb_printf(&b, " UNION ALL ");
