@@ -763,6 +763,8 @@ struct claim_run {
     dsp_claim_reply *reply;
     int64_t now_ms;         /* wall clock of the claim: run_after <= now_ms */
     int64_t t0;             /* the SELECT went out (monotonic, us) */
+    bool fair_read;         /* claim_select took the fair read (db_claim_fair.h) */
+    uint32_t keyed_marked;  /* 1 + the type index last marked keyed by this claim; 0: none */
     struct claim_cursor *cur; /* per type of r */
     size_t ncand_all;       /* x->cands[0..ncand_all) may hold payloads: the kept rows, then
                              * those claim_continue read on */
@@ -860,10 +862,95 @@ static void cand_fill(struct cand *cd, MYSQL_ROW row, uint16_t type_index)
                        : 0;
 }
 
-/* Select: reads the candidates (one read of group_idx for all types, see
+/* Select, the plain read (no type of the claim is known to have keyed rows, see
+ * db_claim_fair.h): reads the candidates (one part per type, a consistent read of
+ * claim_idx alone: see dsp_claim_sql_candidates) into x->cands, each part in dispatch
+ * order. */
+static int claim_select_plain(struct claim_ctx *x, struct claim_run *cr)
+{
+    dsp_db *db = x->db;
+    size_t cap = dsp_claim_sql_select_bound(cr->ptypes, cr->nparts), nforeign = 0, p, q;
+    uint64_t first_foreign = 0;
+    MYSQL_ROW row;
+    char *sel;
+    int n;
+
+    if ((sel = malloc(cap)) == NULL)
+        return STEP_OOM;
+    n = dsp_claim_sql_candidates(sel, cap, cr->ptypes, cr->nparts, cr->now_ms, cr->limit, NULL,
+                                 NULL, &db->names);
+    if (n < 0) {
+        log_error(db->log, "cannot build the claim statement");
+        free(sel);
+        return STEP_FAILED;
+    }
+
+    cr->t0 = dsp_now_us();
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(x->c.m, sel, (unsigned long)n) != 0 ||
+        (cr->res = mysql_store_result(x->c.m)) == NULL) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(db->log, "claim: %s (error %u)", x->c.err ? mysql_error(x->c.m) : "no result",
+                 x->c.err);
+        free(sel);
+        return STEP_DB_ERROR;
+    }
+    free(sel);
+    if (mysql_num_fields(cr->res) != DSP_CLAIM_SQL_CAND_COL_COUNT) {
+        log_error(db->log, "claim: %u columns, expected %d", mysql_num_fields(cr->res),
+                  DSP_CLAIM_SQL_CAND_COL_COUNT);
+        return STEP_DB_ERROR;
+    }
+    if (mysql_num_rows(cr->res) > x->cands_cap) {
+        size_t want = (size_t)mysql_num_rows(cr->res);
+        struct cand *nc = realloc(x->cands, want * sizeof *nc);
+        if (nc == NULL)
+            return STEP_OOM_ROLLBACK;
+        x->cands = nc;
+        x->cands_cap = want;
+    }
+
+    /* The parts come one after the other, each in dispatch order; a row's part is the
+     * one whose type it carries. */
+    p = 0;
+    while ((row = mysql_fetch_row(cr->res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(cr->res);
+
+        if (row[DSP_CLAIM_COL_TASK_ID] == NULL || row[DSP_CLAIM_COL_TASK_TYPE] == NULL)
+            continue;
+        q = claim_row_part(cr->ptypes, cr->nparts, p, row[DSP_CLAIM_COL_TASK_TYPE],
+                           len[DSP_CLAIM_COL_TASK_TYPE]);
+        if (q == cr->nparts) {
+            /* Equal in SQL but not byte for byte (utf8mb4_bin pads: 'a ' = 'a'):
+             * no worker asked for it. It stays NEW. */
+            if (nforeign++ == 0)
+                first_foreign = strtoull(row[DSP_CLAIM_COL_TASK_ID], NULL, 10);
+            continue;
+        }
+        p = q;
+        cr->cur[cr->pindex[p]].nread++;
+        cand_fill(&x->cands[cr->ncand++], row, cr->pindex[p]);
+    }
+    for (p = 0; p < cr->nparts; p++)
+        if (cr->cur[cr->pindex[p]].nread >= cr->limit)
+            cr->cur[cr->pindex[p]].more = true;
+    if (nforeign)
+        log_warn(db->log,
+                 "claim returned %zu row(s) whose task_type is not byte for byte a type asked"
+                 " for (trailing spaces?), e.g. task %" PRIu64 "; left NEW",
+                 nforeign, first_foreign);
+    if (mysql_errno(x->c.m) != 0) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(db->log, "claim: reading rows: %s", mysql_error(x->c.m));
+        return STEP_DB_ERROR;
+    }
+    return STEP_OK;
+}
+
+/* Select, the fair read: reads the candidates (one read of group_idx for all types, see
  * db_claim_fair.h: the keys in turn) and keeps, per type, the rows the rotation takes,
  * into x->cands. */
-static int claim_select(struct claim_ctx *x, struct claim_run *cr)
+static int claim_select_fair(struct claim_ctx *x, struct claim_run *cr)
 {
     dsp_db *db = x->db;
     size_t cap = dsp_fair_sql_bound(cr->ptypes, cr->nparts), nforeign = 0, nbad = 0, p, q;
@@ -978,6 +1065,16 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
     return STEP_OK;
 }
 
+/* Select: the fair read when a type of the claim may have keyed rows, else the plain
+ * one (db_claim_fair.h: a table without keys pays what it paid before them). */
+static int claim_select(struct claim_ctx *x, struct claim_run *cr)
+{
+    cr->fair_read = x->fair != NULL &&
+                    dsp_fair_use(x->fair, cr->ptypes, cr->nparts,
+                                 atomic_load_explicit(&x->db->keyed_submits, memory_order_relaxed));
+    return cr->fair_read ? claim_select_fair(x, cr) : claim_select_plain(x, cr);
+}
+
 /* Merge: the parts into dispatch order, keeping rows while their type and the total
  * have room (the rest are not locked: they stay NEW). */
 static int claim_merge(struct claim_ctx *x, struct claim_run *cr)
@@ -990,7 +1087,7 @@ static int claim_merge(struct claim_ctx *x, struct claim_run *cr)
     /* One type's rows come in the order its keys take turns (highest priority first),
      * which is the order to hand them out in: only several types are merged by
      * (priority, id). */
-    if (cr->nparts > 1)
+    if (!cr->fair_read || cr->nparts > 1)
         sort_unless_sorted(x->cands, cr->ncand, sizeof *x->cands, cand_cmp);
     for (i = 0; i < cr->ncand && cr->nkept < r->total; i++) {
         struct cand *cd = &x->cands[i];
@@ -1163,6 +1260,13 @@ static int claim_take_row(struct claim_ctx *x, struct claim_run *cr, const struc
     cd->group_key_len = cd->has_group_key ? (uint8_t)len[DSP_DB_SQL_LOCK_GROUP_KEY] : 0;
     if (cd->group_key_len)
         memcpy(cd->group_key, row[DSP_DB_SQL_LOCK_GROUP_KEY], cd->group_key_len);
+    /* A keyed row from the plain read: its type takes the fair read from the next claim
+     * on (once per run of rows of one type). */
+    if (cd->has_group_key && !cr->fair_read && x->fair != NULL &&
+        cr->keyed_marked != (uint32_t)cd->type_index + 1) {
+        cr->keyed_marked = (uint32_t)cd->type_index + 1;
+        dsp_fair_saw_key(x->fair, cr->r->types[cd->type_index]);
+    }
     plen = row[DSP_DB_SQL_LOCK_PAYLOAD] ? len[DSP_DB_SQL_LOCK_PAYLOAD] : 0;
     cr->seen_bytes += plen;
     cr->nseen++;

@@ -26,6 +26,13 @@
 #define FAIR_READ_TOTAL 65536u
 /* B's rows while A is expected to be cut (see dsp_fair_sql). */
 #define FAIR_B_TOKEN 64u
+/* Fair claims of a keyed type that read rows and saw no key before it goes back to the
+ * plain read (a table that stopped using keys pays what a keyless one pays). */
+#define FAIR_KEYLESS_CLAIMS 64u
+/* The first claims after the thread starts take the fair read whatever the types: a
+ * keyed backlog found at start-up (a restart, a new leader) takes turns from the first
+ * batch on. */
+#define FAIR_STARTUP_CLAIMS 8u
 
 /* A type's place in the rotation: the key it took from last, at priority prio. */
 struct fair_type {
@@ -35,7 +42,8 @@ struct fair_type {
     bool key_null;
     uint16_t key_len;
     uint8_t key[DSP_FAIR_KEY_MAX];
-    bool keyed;     /* a claim saw a row with a key */
+    bool keyed;     /* a claim saw a row with a key: claims of it take the fair read */
+    uint8_t keyless; /* fair claims since then that read rows and saw no key */
     bool a_cut;     /* the last claim's A was cut by its limit: B is likely not needed */
     uint32_t rows_per_key; /* ready rows per key in the last read (0: not known) */
     uint64_t used;  /* the claim that last used it (least recently used goes first) */
@@ -64,6 +72,9 @@ struct fair_part {
 struct dsp_fair {
     struct fair_type types[FAIR_TYPES_MAX];
     uint64_t claims;
+    size_t nkeyed;          /* slots with keyed set: 0 lets dsp_fair_use answer at once */
+    uint64_t submits_seen;  /* the keyed-submit count the last dsp_fair_use saw */
+    unsigned startup_left;  /* claims left of FAIR_STARTUP_CLAIMS */
     struct fair_part *parts;
     size_t nparts, parts_cap;
     struct fair_row *rows;
@@ -78,7 +89,10 @@ struct dsp_fair {
 
 dsp_fair *dsp_fair_new(void)
 {
-    return calloc(1, sizeof(dsp_fair));
+    dsp_fair *f = calloc(1, sizeof(dsp_fair));
+    if (f != NULL)
+        f->startup_left = FAIR_STARTUP_CLAIMS;
+    return f;
 }
 
 void dsp_fair_free(dsp_fair *f)
@@ -112,11 +126,54 @@ static struct fair_type *type_slot(dsp_fair *f, const char *t)
     char *copy = strdup(t);
     if (copy == NULL)
         return NULL;
+    if (pick->keyed)
+        f->nkeyed--;
     free(pick->type);
     memset(pick, 0, sizeof *pick);
     pick->type = copy;
     pick->used = f->claims;
     return pick;
+}
+
+static void set_keyed(dsp_fair *f, struct fair_type *ft)
+{
+    if (!ft->keyed)
+        f->nkeyed++;
+    ft->keyed = true;
+    ft->keyless = 0;
+}
+
+bool dsp_fair_use(dsp_fair *f, const char *const *types, size_t ntypes, uint64_t keyed_submits)
+{
+    if (keyed_submits != f->submits_seen) {
+        f->submits_seen = keyed_submits;
+        return true;
+    }
+    if (f->startup_left > 0) {
+        f->startup_left--;
+        return true;
+    }
+    if (f->nkeyed == 0)
+        return false;
+    for (size_t i = 0; i < ntypes; i++) {
+        if (types[i] == NULL)
+            continue;
+        for (size_t j = 0; j < FAIR_TYPES_MAX; j++) {
+            const struct fair_type *s = &f->types[j];
+            if (s->keyed && strcmp(s->type, types[i]) == 0)
+                return true;
+        }
+    }
+    return false;
+}
+
+void dsp_fair_saw_key(dsp_fair *f, const char *type)
+{
+    struct fair_type *ft;
+
+    if (type != NULL && strlen(type) <= DSP_CLAIM_SQL_TYPE_MAX_BYTES &&
+        (ft = type_slot(f, type)) != NULL)
+        set_keyed(f, ft);
 }
 
 /* ---- the statement ---- */
@@ -472,7 +529,11 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
             ft->rows_per_key = (uint32_t)((na + nb + keys - 1) / keys);
     }
     if (keyed)
-        ft->keyed = true;
+        set_keyed(f, ft);
+    else if (ft->keyed && nrows_part > 0 && ++ft->keyless >= FAIR_KEYLESS_CLAIMS) {
+        ft->keyed = false;
+        f->nkeyed--;
+    }
     if (!have_top)
         return 0;
 

@@ -15,8 +15,19 @@
  * type that has shown no keyed row reads B with the claim's own limit, as the plain
  * claim did; A stays an empty range read then.
  *
- * The cursors are bounded (256 types, least recently used replaced) and live
- * on the claim thread only; a new leader starts from the first key.
+ * The fair read costs more than the plain claim's read even without keys (two range
+ * reads of group_idx per type and the rotation's bookkeeping), so a claim takes it only
+ * when one of its types is known to have keyed rows (dsp_fair_use); every other claim
+ * is the plain claim (dsp_claim_sql_candidates). A type becomes keyed when a plain
+ * claim's lock read returns a row of it with a key (dsp_fair_saw_key) or a fair claim
+ * reads one, and goes back to the plain read after FAIR_KEYLESS_CLAIMS (64) fair claims
+ * that read rows and saw no key. A SUBMIT with a key makes the next claim fair, and so
+ * are the first claims after the thread starts; a keyed backlog that appears otherwise
+ * (rows inserted by SQL while the dispatcher runs) gives at most one plain (FIFO) batch
+ * before its keys take turns.
+ *
+ * The cursors and the keyed marks are bounded (256 types, least recently used
+ * replaced) and live on the claim thread only; a new leader starts from the first key.
  */
 #ifndef TASKPUSH_DSP_DB_CLAIM_FAIR_H
 #define TASKPUSH_DSP_DB_CLAIM_FAIR_H
@@ -40,6 +51,14 @@ typedef struct dsp_fair dsp_fair;
 
 dsp_fair *dsp_fair_new(void);
 void dsp_fair_free(dsp_fair *f);
+
+/* Whether a claim of these types takes the fair read: keyed_submits (the count of keyed
+ * SUBMITs) moved since the last call, the thread's first claims, or one of the types is
+ * marked keyed. Costs two loads when no type is marked. */
+bool dsp_fair_use(dsp_fair *f, const char *const *types, size_t ntypes, uint64_t keyed_submits);
+
+/* A plain claim saw a row of type with a key: its claims take the fair read from now. */
+void dsp_fair_saw_key(dsp_fair *f, const char *type);
 
 /* A buffer size always large enough for dsp_fair_sql on these types. */
 size_t dsp_fair_sql_bound(const char *const *types, size_t ntypes);

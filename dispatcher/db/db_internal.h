@@ -249,7 +249,10 @@ struct dsp_db {
     struct dsp_submitter *sub; /* the submit thread and the waited-for tasks (db_submit.c) */
     _Atomic bool leader;
     _Atomic uint32_t epoch;
-    _Atomic uint64_t claim_seq; /* the last task_claim seq handed out (db_claim_log.c) */
+    _Atomic uint64_t claim_seq;
+    /* Rows with a group_key the submit thread inserted: a change makes the claim
+     * thread's next claim take the fair read (db_claim_fair.h). */
+    _Atomic uint64_t keyed_submits; /* the last task_claim seq handed out (db_claim_log.c) */
     /* The dialect the last connection opened with (enum dsp_sql_dialect; AUTO before the
      * first): logged when it changes, shown in /stats (dsp_dbi_conn_open). */
     _Atomic int sql_dialect_seen;

@@ -500,6 +500,8 @@ static int insert_all(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq, int
             }
             dsp_strbuf_puts(&x->sql, rows ? "," : x->insert_head);
             put_row(&x->sql, it, now);
+            if (it->group_key_len)
+                atomic_fetch_add_explicit(&x->db->keyed_submits, 1, memory_order_relaxed);
             rows++;
         }
     }
@@ -739,6 +741,8 @@ static int insert_mysql_once(struct sub_ctx *x, dsp_submit_req **reqs, size_t nr
             }
             dsp_strbuf_puts(&x->sql, rows ? "," : x->insert_head);
             put_row(&x->sql, &it, now);
+            if (it.group_key_len)
+                atomic_fetch_add_explicit(&x->db->keyed_submits, 1, memory_order_relaxed);
             rows++;
         }
     }
