@@ -87,7 +87,9 @@ dsp_task *dsp_server_task_new(dsp_server *srv)
     }
     dsp_task *t = srv->tasks.pool;
     srv->tasks.pool = t->next;
-    memset(t, 0, sizeof *t);
+    /* All but the key's bytes (last, read only up to group_key_len): a keyless task
+     * does not pay for zeroing 191 bytes. */
+    memset(t, 0, offsetof(dsp_task, group_key));
     return t;
 }
 

@@ -60,7 +60,7 @@ struct dsp_task {
     bool has_group_key;
     bool group_counted;    /* counted in its type's running per key (groups.c) */
     uint8_t group_key_len;
-    uint8_t group_key[DSP_GROUP_KEY_MAX];
+    uint8_t group_key[DSP_GROUP_KEY_MAX]; /* stays last: dsp_server_task_new zeroes up to it */
 };
 
 /* A task type lives while a worker registered it, a task of it is buffered, or an

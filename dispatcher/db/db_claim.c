@@ -50,6 +50,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,8 +134,12 @@ struct cand {
     bool cut;    /* seen, not taken: past the byte budget or beyond what its type wants */
     bool has_group_key; /* from the lock read: the row's group_key, NULL or up to 191 bytes */
     uint8_t group_key_len;
-    uint8_t group_key[DSP_FAIR_KEY_MAX];
+    uint8_t group_key[DSP_FAIR_KEY_MAX]; /* last: cand_clear leaves it, only group_key_len counts */
 };
+
+/* Zeroes a candidate but its key's bytes (read only up to group_key_len): a keyless
+ * claim does not pay for the 191 bytes a row. */
+#define cand_clear(cd) memset((cd), 0, offsetof(struct cand, group_key))
 
 /* See the opening comment. The order matters: a step to a later state up to SERVE
  * runs the next one at once. */
@@ -854,7 +859,7 @@ static size_t claim_row_part(const char *const *ptypes, size_t nparts, size_t p,
 /* Fills a candidate from a row of the candidates' read; the rest comes with the lock. */
 static void cand_fill(struct cand *cd, MYSQL_ROW row, uint16_t type_index)
 {
-    memset(cd, 0, sizeof *cd);
+    cand_clear(cd);
     cd->id = strtoull(row[DSP_CLAIM_COL_TASK_ID], NULL, 10);
     cd->type_index = type_index;
     cd->priority = row[DSP_CLAIM_COL_PRIORITY]
@@ -1042,7 +1047,7 @@ static int claim_select_fair(struct claim_ctx *x, struct claim_run *cr)
             got = x->cands_cap - cr->ncand;
         for (size_t i = 0; i < got; i++) {
             struct cand *cd = &x->cands[cr->ncand++];
-            memset(cd, 0, sizeof *cd);
+            cand_clear(cd);
             cd->id = ids[i];
             cd->priority = prios[i];
             cd->type_index = cr->pindex[p];
@@ -1536,7 +1541,7 @@ static int claim_copy(struct claim_ctx *x, struct claim_run *cr, size_t from, si
     size_t i;
 
     if (reply->tasks == NULL &&
-        (reply->tasks = calloc(cr->ncand_all ? cr->ncand_all : 1, sizeof *reply->tasks)) == NULL)
+        (reply->tasks = malloc((cr->ncand_all ? cr->ncand_all : 1) * sizeof *reply->tasks)) == NULL)
         return STEP_OOM_ROLLBACK;
     for (i = from; i < to; i++) {
         struct cand *cd = &x->cands[i];
@@ -1544,7 +1549,10 @@ static int claim_copy(struct claim_ctx *x, struct claim_run *cr, size_t from, si
 
         if (!cd->locked)
             continue;
+        /* Every field but the key's bytes past group_key_len (not zeroed: 191 bytes a
+         * row a keyless claim would pay for). */
         t->task_id = cd->id;
+        t->claim_seq = 0;
         t->attempts = cd->attempts;
         t->max_attempts = cd->max_attempts;
         t->timeout_ms = cd->timeout_ms;
