@@ -332,7 +332,8 @@ static void on_claim(void *arg, dsp_claim_reply *reply)
         ct->payload = NULL; /* stolen */
         t->has_group_key = ct->has_group_key;
         t->group_key_len = ct->group_key_len;
-        memcpy(t->group_key, ct->group_key, ct->group_key_len);
+        if (ct->group_key_len)
+            memcpy(t->group_key, ct->group_key, ct->group_key_len);
         srv->tasks.payload_bytes += t->payload_len;
         srv->stats.tasks.claimed_total++;
         if (dsp_dispatch_stopped(srv) || !srv->lead.leading) {

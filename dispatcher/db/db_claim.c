@@ -1563,7 +1563,8 @@ static int claim_copy(struct claim_ctx *x, struct claim_run *cr, size_t from, si
         cd->payload = NULL;
         t->has_group_key = cd->has_group_key;
         t->group_key_len = cd->group_key_len;
-        memcpy(t->group_key, cd->group_key, cd->group_key_len);
+        if (cd->group_key_len)
+            memcpy(t->group_key, cd->group_key, cd->group_key_len);
         reply->ntasks++;
     }
     return STEP_OK;
