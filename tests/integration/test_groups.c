@@ -17,6 +17,15 @@
  * (1,000 x 40: 19 to 21 each in the first 20,000 starts; 1,000 x 10 gives 4 to 6 of an
  * equal 5, one task of the turn's grain, which 10 % of 5 cannot hold).
  *
+ * Case keys_later: keys that appear while the dispatcher runs, inserted by SQL (no
+ * SUBMIT tells the claim thread). WARM_ROUNDS claims of one keyless task each first
+ * (past the start-up claims, which take the fair read whatever the types, so the type
+ * is on the plain read), then with no worker connected N_BIG rows of `big`, N_SMALL of
+ * `small` and of `tiny`, then a worker: the first claim is plain (FIFO, all `big`) and
+ * its lock read marks the type keyed, so every `small` and `tiny` task starts before
+ * the BIG_BOUND-th `big` task all the same (docs/taskpushd.md, "Fair share": at most
+ * one batch before the keys take turns).
+ *
  * Case group_limit: 3 keys of PL_PER_KEY tasks of PL_SLEEP_MS each, --group-limit g:2,
  * one worker of 12 slots: from the handlers' start and end times, never more than 2
  * tasks of a key run at once, and 6 run at once overall (3 keys x 2). Then POST
@@ -66,6 +75,7 @@
 #define N_SMALL 30
 #define BIG_BOUND 300
 #define MANY_KEYS 100
+#define WARM_ROUNDS 12 /* more than the claim thread's 8 start-up claims */
 #define PER_KEY 40
 
 #define PL_PER_KEY 12
@@ -152,7 +162,7 @@ static int setup(void **state)
     if (!fx)
         return -1;
     pthread_mutex_init(&fx->mu, NULL);
-    fx->caplog = N_BIG + 2 * N_SMALL + MANY_KEYS * PER_KEY + 16;
+    fx->caplog = WARM_ROUNDS + N_BIG + 2 * N_SMALL + MANY_KEYS * PER_KEY + 16;
     fx->log = calloc(fx->caplog, sizeof *fx->log);
     *state = fx;
     return fx->log ? 0 : -1;
@@ -303,6 +313,62 @@ static void test_big_then_small(void **state)
     tp_diag("%zu big, %zu small, %zu tiny started; the last small/tiny task started after %zu big"
             " tasks (bound %d; FIFO: %d)",
             big, small, tiny, big_before_last, BIG_BOUND, N_BIG);
+    assert_int_equal(big, N_BIG);
+    assert_int_equal(small, N_SMALL);
+    assert_int_equal(tiny, N_SMALL);
+    assert_true(big_before_last < BIG_BOUND);
+    fx->passed = true;
+}
+
+static void test_keys_later(void **state)
+{
+    struct fx *fx = *state;
+    const char *const args[] = {"--heartbeat-ms", "500", "--poll-ms", "20", "--prefetch", PREFETCH,
+                                NULL};
+    assert_int_equal(tp_testdb_create("groups_later", &fx->db), 0);
+    assert_int_equal(tp_daemon_start(&fx->d, fx->db.url, args), 0);
+    fx->have_daemon = true;
+    assert_int_equal(tp_daemon_wait_leader(&fx->d, WAIT_MS), 0);
+    fx->w = tp_inproc_start_one(&fx->run, fx->d.listen, "warm", CAPACITY, "g", on_task, fx);
+    assert_non_null(fx->w);
+    /* One keyless task at a time: each is a claim of its own. */
+    for (size_t round = 0; round < WARM_ROUNDS; round++) {
+        assert_int_equal(tp_testdb_exec(&fx->db, "INSERT INTO task (task_type, payload) VALUES ('g', 'warm')"), 1);
+        for (long long end = tp_mono_ms() + WAIT_MS; log_len(fx) < round + 1; tp_sleep_ms(10))
+            assert_true(tp_mono_ms() < end);
+    }
+    tp_worker_stop(fx->w);
+    assert_int_equal(tp_inproc_join(&fx->run), 0);
+    tp_worker_free(fx->w);
+    fx->w = NULL;
+
+    insert_key(&fx->db, "big", N_BIG);
+    insert_key(&fx->db, "small", N_SMALL);
+    insert_key(&fx->db, "tiny", N_SMALL);
+    size_t total = WARM_ROUNDS + N_BIG + 2 * N_SMALL;
+    fx->w = tp_inproc_start_one(&fx->run, fx->d.listen, "fair", CAPACITY, "g", on_task, fx);
+    assert_non_null(fx->w);
+    for (long long end = tp_mono_ms() + WAIT_MS; log_len(fx) < total; tp_sleep_ms(20))
+        assert_true(tp_mono_ms() < end);
+    tp_worker_stop(fx->w);
+    assert_int_equal(tp_inproc_join(&fx->run), 0);
+    assert_int_equal(tp_daemon_stop(&fx->d, SIGTERM, STOP_MS), 0); /* writes the outcomes */
+    fx->have_daemon = false;
+    assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_state <> 2"), 0);
+
+    size_t big_before_last = 0, big = 0, small = 0, tiny = 0;
+    for (size_t i = WARM_ROUNDS; i < fx->nlog; i++) {
+        if (strcmp(fx->log[i].key, "big") == 0)
+            big++;
+        else {
+            small += strcmp(fx->log[i].key, "small") == 0;
+            tiny += strcmp(fx->log[i].key, "tiny") == 0;
+            big_before_last = big;
+        }
+    }
+    tp_diag("keys inserted by SQL after %d keyless claims: the last small/tiny task started after"
+            " %zu big tasks (bound %d; FIFO: %d)",
+            WARM_ROUNDS, big_before_last, BIG_BOUND, N_BIG);
     assert_int_equal(big, N_BIG);
     assert_int_equal(small, N_SMALL);
     assert_int_equal(tiny, N_SMALL);
@@ -560,6 +626,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_big_then_small, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_keys_later, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settings_survive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
