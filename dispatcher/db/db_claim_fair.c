@@ -29,10 +29,6 @@
 /* Fair claims of a keyed type that read rows and saw no key before it goes back to the
  * plain read (a table that stopped using keys pays what a keyless one pays). */
 #define FAIR_KEYLESS_CLAIMS 64u
-/* The first claims after the thread starts take the fair read whatever the types: a
- * keyed backlog found at start-up (a restart, a new leader) takes turns from the first
- * batch on. */
-#define FAIR_STARTUP_CLAIMS 8u
 
 /* A type's place in the rotation: the key it took from last, at priority prio. */
 struct fair_type {
@@ -74,7 +70,11 @@ struct dsp_fair {
     uint64_t claims;
     size_t nkeyed;          /* slots with keyed set: 0 lets dsp_fair_use answer at once */
     uint64_t submits_seen;  /* the keyed-submit count the last dsp_fair_use saw */
-    unsigned startup_left;  /* claims left of FAIR_STARTUP_CLAIMS */
+    /* Until a claim reads rows, claims take the fair read whatever the types: a keyed
+     * backlog found at start-up (a restart, a new leader) takes turns from the first
+     * batch on. Only that first claim with rows: the fair read of a large keyless
+     * backlog costs more than the plain one. */
+    bool startup;
     struct fair_part *parts;
     size_t nparts, parts_cap;
     struct fair_row *rows;
@@ -91,7 +91,7 @@ dsp_fair *dsp_fair_new(void)
 {
     dsp_fair *f = calloc(1, sizeof(dsp_fair));
     if (f != NULL)
-        f->startup_left = FAIR_STARTUP_CLAIMS;
+        f->startup = true;
     return f;
 }
 
@@ -149,10 +149,8 @@ bool dsp_fair_use(dsp_fair *f, const char *const *types, size_t ntypes, uint64_t
         f->submits_seen = keyed_submits;
         return true;
     }
-    if (f->startup_left > 0) {
-        f->startup_left--;
+    if (f->startup)
         return true;
-    }
     if (f->nkeyed == 0)
         return false;
     for (size_t i = 0; i < ntypes; i++) {
@@ -528,6 +526,8 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
         if (keys > 0)
             ft->rows_per_key = (uint32_t)((na + nb + keys - 1) / keys);
     }
+    if (nrows_part > 0)
+        f->startup = false;
     if (keyed)
         set_keyed(f, ft);
     else if (ft->keyed && nrows_part > 0 && ++ft->keyless >= FAIR_KEYLESS_CLAIMS) {

@@ -22,7 +22,7 @@
  * claim's lock read returns a row of it with a key (dsp_fair_saw_key) or a fair claim
  * reads one, and goes back to the plain read after FAIR_KEYLESS_CLAIMS (64) fair claims
  * that read rows and saw no key. A SUBMIT with a key makes the next claim fair, and so
- * are the first claims after the thread starts; a keyed backlog that appears otherwise
+ * are the claims after the thread starts up to the first that reads rows; a keyed backlog that appears otherwise
  * (rows inserted by SQL while the dispatcher runs) gives at most one plain (FIFO) batch
  * before its keys take turns.
  *
@@ -53,8 +53,8 @@ dsp_fair *dsp_fair_new(void);
 void dsp_fair_free(dsp_fair *f);
 
 /* Whether a claim of these types takes the fair read: keyed_submits (the count of keyed
- * SUBMITs) moved since the last call, the thread's first claims, or one of the types is
- * marked keyed. Costs two loads when no type is marked. */
+ * SUBMITs) moved since the last call, no claim of the thread read rows yet, or one of
+ * the types is marked keyed. Costs two loads when no type is marked. */
 bool dsp_fair_use(dsp_fair *f, const char *const *types, size_t ntypes, uint64_t keyed_submits);
 
 /* A plain claim saw a row of type with a key: its claims take the fair read from now. */

@@ -19,8 +19,8 @@
  *
  * Case keys_later: keys that appear while the dispatcher runs, inserted by SQL (no
  * SUBMIT tells the claim thread). WARM_ROUNDS claims of one keyless task each first
- * (past the start-up claims, which take the fair read whatever the types, so the type
- * is on the plain read), then with no worker connected N_BIG rows of `big`, N_SMALL of
+ * (past the claims up to the first with rows, which take the fair read whatever the
+ * types, and so that the type is on the plain read), then with no worker connected N_BIG rows of `big`, N_SMALL of
  * `small` and of `tiny`, then a worker: the first claim is plain (FIFO, all `big`) and
  * its lock read marks the type keyed, so every `small` and `tiny` task starts before
  * the BIG_BOUND-th `big` task all the same (docs/taskpushd.md, "Fair share": at most
@@ -75,7 +75,7 @@
 #define N_SMALL 30
 #define BIG_BOUND 300
 #define MANY_KEYS 100
-#define WARM_ROUNDS 12 /* more than the claim thread's 8 start-up claims */
+#define WARM_ROUNDS 12 /* keyless claims: the type is on the plain read */
 #define PER_KEY 40
 
 #define PL_PER_KEY 12
