@@ -1010,12 +1010,11 @@ static int claim_select_fair(struct claim_ctx *x, struct claim_run *cr)
             continue;
         }
         p = q;
-        if (dsp_fair_add(x->fair, p, strtoull(row[DSP_CLAIM_COL_TASK_ID], NULL, 10),
-                         (uint8_t)strtoul(row[DSP_CLAIM_COL_PRIORITY], NULL, 10),
-                         row[DSP_FAIR_COL_GROUP_KEY], len[DSP_FAIR_COL_GROUP_KEY],
-                         row[DSP_FAIR_COL_GROUP_KEY] == NULL,
-                         (unsigned)strtoul(row[DSP_FAIR_COL_PART], NULL, 10)) != 0)
-            nbad++; /* stays NEW; a key the column cannot hold, or out of memory */
+        if (dsp_fair_add_text(x->fair, p, row[DSP_CLAIM_COL_TASK_ID], len[DSP_CLAIM_COL_TASK_ID],
+                              row[DSP_CLAIM_COL_PRIORITY], len[DSP_CLAIM_COL_PRIORITY],
+                              row[DSP_FAIR_COL_GROUP_KEY], len[DSP_FAIR_COL_GROUP_KEY],
+                              row[DSP_FAIR_COL_PART], len[DSP_FAIR_COL_PART]) != 0)
+            nbad++; /* stays NEW: a key the column cannot hold, a malformed number, out of memory */
     }
     if (mysql_errno(x->c.m) != 0) {
         x->c.err = mysql_errno(x->c.m);
@@ -1065,8 +1064,10 @@ static int claim_select_fair(struct claim_ctx *x, struct claim_run *cr)
                  " for (trailing spaces?), e.g. task %" PRIu64 "; left NEW",
                  nforeign, first_foreign);
     if (nbad)
-        log_warn(db->log, "claim: %zu row(s) with a group_key over %u bytes left NEW", nbad,
-                 DSP_FAIR_KEY_MAX);
+        log_warn(db->log,
+                 "claim: %zu row(s) with a group_key over %u bytes or a malformed id, priority"
+                 " or part left NEW",
+                 nbad, DSP_FAIR_KEY_MAX);
     return STEP_OK;
 }
 

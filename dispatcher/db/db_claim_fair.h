@@ -76,6 +76,13 @@ int dsp_fair_sql(dsp_fair *f, char *buf, size_t cap, const char *const *types, s
 int dsp_fair_add(dsp_fair *f, size_t part, uint64_t id, uint8_t prio, const void *key,
                  size_t key_len, bool key_null, unsigned tag);
 
+/* dsp_fair_add of a row as the server sent it (the lengths of mysql_fetch_lengths): id,
+ * priority and tag decimal digits only (a tag 0 or 1, a priority up to 255); key NULL for
+ * a NULL group_key. -1 for anything else, as dsp_fair_add. */
+int dsp_fair_add_text(dsp_fair *f, size_t part, const char *id, unsigned long id_len,
+                      const char *prio, unsigned long prio_len, const char *key,
+                      unsigned long key_len, const char *tag, unsigned long tag_len);
+
 /* Takes at most `want` rows of type `part` in turn between the keys, writes their ids and
  * priorities to ids[]/prios[] (room for want), and moves the type's cursor. *more: rows
  * may be left (a part was cut by its limit, or rows were read and not taken).

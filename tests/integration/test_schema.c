@@ -1229,11 +1229,23 @@ static void test_fair_read_plan(void **ctx)
     assert_string_equal(row[4], "0");
     while ((row = mysql_fetch_row(res)) != NULL) {
         unsigned long *len = mysql_fetch_lengths(res);
-        assert_int_equal(dsp_fair_add(f, 0, strtoull(row[0], NULL, 10), (uint8_t)atoi(row[2]), row[3],
-                                      len[3], row[3] == NULL, (unsigned)atoi(row[4])),
-                         0);
+        assert_int_equal(dsp_fair_add_text(f, 0, row[0], len[0], row[2], len[2], row[3], len[3], row[4], len[4]),
+                         0); /* as the claim thread reads them */
     }
     mysql_free_result(res);
+    /* The text form takes digits only, within bounds. */
+    assert_int_equal(dsp_fair_add_text(f, 0, "18446744073709551615", 20, "255", 3, NULL, 0, "1", 1), 0);
+    assert_int_equal(dsp_fair_add_text(f, 0, "18446744073709551616", 20, "1", 1, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "012345678901234567890", 21, "1", 1, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "12a", 3, "1", 1, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "-1", 2, "1", 1, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "", 0, "1", 1, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, NULL, 0, "1", 1, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "7", 1, "256", 3, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "7", 1, " 1", 2, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "7", 1, "1", 1, NULL, 0, "2", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "7", 1, "1", 1, NULL, 0, NULL, 0), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "7", 1, "1", 1, "kk", 2, "1", 1), 0);
     /* A too long key from the table is refused, not stored. */
     char k[DSP_FAIR_KEY_MAX + 1];
     memset(k, 'k', sizeof k);
