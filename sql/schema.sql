@@ -106,6 +106,10 @@ CREATE TABLE IF NOT EXISTS task (
     -- Version 8 (sql/migrations/008-group-key.sql): the task's key for fair share
     -- (docs/schema.md); NULL: none. Within a type and priority, keys take turns.
     group_key        VARBINARY(191) NULL DEFAULT NULL,
+    -- Version 8: claim_lane for a row with a key, NULL for one without, so that a
+    -- claim or a success of a keyless row moves no entry of group_idx (a table that
+    -- uses no keys does not pay for it). Computed by the server; nobody writes it.
+    group_lane       TINYINT AS (IF(group_key IS NULL, NULL, IF(task_state = 2, 1, task_state))) VIRTUAL,
 
     PRIMARY KEY (task_id),
     -- The claim: equality on (claim_lane, delayed, type), then exactly the ORDER BY
@@ -119,9 +123,10 @@ CREATE TABLE IF NOT EXISTS task (
     -- The newest failures of a type, and its failures since a time (GET /failed,
     -- POST /retry-failed): a claim or a success leaves failed_at NULL and moves nothing.
     KEY failed_idx (task_type, failed_at),
-    -- Fair share (version 8): per type and priority, the ready rows key by key, so a
-    -- claim passes a key's backlog with one seek (dispatcher/db/db_claim_fair.c).
-    KEY group_idx (claim_lane, `delayed`, task_type, task_priority DESC, group_key, task_id, run_after),
+    -- Fair share (version 8): per type and priority, the ready keyed rows key by key,
+    -- so a claim passes a key's backlog with one seek (dispatcher/db/db_claim_fair.c).
+    -- Keyless rows sit under group_lane NULL and are read through claim_idx.
+    KEY group_idx (group_lane, `delayed`, task_type, task_priority DESC, group_key, task_id, run_after),
     UNIQUE KEY dedup_key (dedup_key),
 
     -- utf8mb4_bin pads: in SQL 'resize ' = 'resize', so such a row would be claimed

@@ -50,7 +50,7 @@ struct fair_row {
     uint64_t id;
     uint32_t part;
     uint8_t prio;
-    uint8_t tag; /* 0 A, 1 B */
+    uint8_t tag; /* 0 A, 1 B, 2 B's keyless rows (read through claim_idx) */
     bool key_null;
     uint16_t key_len;
     size_t key_off;
@@ -237,13 +237,13 @@ static void fb_type(struct fbuf *b, const char *type)
 
 size_t dsp_fair_sql_bound(const char *const *types, size_t ntypes)
 {
-    /* Two parts per type: fixed text, the type's literal twice, one key literal. */
-    static const size_t part_fixed = 2 * 400 + DSP_TABLE_NAME_MAX * 2 + 2 * DSP_FAIR_KEY_MAX + 8;
+    /* Three reads per type: fixed text, the type's literal thrice, one key literal. */
+    static const size_t part_fixed = 3 * 500 + DSP_TABLE_NAME_MAX * 3 + 2 * DSP_FAIR_KEY_MAX + 8;
     size_t total = 1;
 
     for (size_t i = 0; i < ntypes; i++) {
         size_t len = types[i] ? strlen(types[i]) : 0;
-        total += part_fixed + 2 * DSP_CLAIM_SQL_LITERAL_MAX(len);
+        total += part_fixed + 3 * DSP_CLAIM_SQL_LITERAL_MAX(len);
     }
     return total;
 }
@@ -309,7 +309,7 @@ int dsp_fair_sql(dsp_fair *f, char *buf, size_t cap, const char *const *types, s
             /* A: the keys after the cursor's, at the cursor's priority. */
             fb_printf(&b,
                       "(SELECT task_id, task_type, task_priority, group_key, 0 FROM %s"
-                      " FORCE INDEX (group_idx) WHERE claim_lane = 0 AND `delayed` = 0"
+                      " FORCE INDEX (group_idx) WHERE group_lane = 0 AND `delayed` = 0"
                       " AND task_type = ",
                       task);
             fb_type(&b, types[i]);
@@ -325,10 +325,26 @@ int dsp_fair_sql(dsp_fair *f, char *buf, size_t cap, const char *const *types, s
                       " UNION ALL ",
                       now_ms, p->a_limit);
         }
+        /* B's keyless rows, first (NULL is the first key): group_idx holds none (group_lane
+         * is NULL for them, so that their claims do not move it); they are the keyless
+         * ones among the first rows main's read of claim_idx finds, at most as many as
+         * the claim takes (each read costs a row lookup for group_key). */
+        fb_printf(&b,
+                  "(SELECT task_id, task_type, task_priority, group_key, 2 FROM"
+                  " (SELECT task_id, task_type, task_priority, group_key FROM %s"
+                  " FORCE INDEX (claim_idx) WHERE claim_lane = 0 AND `delayed` = 0"
+                  " AND task_type = ",
+                  task);
+        fb_type(&b, types[i]);
+        fb_printf(&b,
+                  " AND run_after <= %" PRId64
+                  " ORDER BY task_priority DESC, task_id LIMIT %u) k WHERE group_key IS NULL"
+                  " ORDER BY task_priority DESC, task_id LIMIT %u) UNION ALL ",
+                  now_ms, want, want);
         /* B: from the first key of the highest priority. */
         fb_printf(&b,
                   "(SELECT task_id, task_type, task_priority, group_key, 1 FROM %s"
-                  " FORCE INDEX (group_idx) WHERE claim_lane = 0 AND `delayed` = 0"
+                  " FORCE INDEX (group_idx) WHERE group_lane = 0 AND `delayed` = 0"
                   " AND task_type = ",
                   task);
         fb_type(&b, types[i]);
@@ -349,7 +365,7 @@ int dsp_fair_add(dsp_fair *f, size_t part, uint64_t id, uint8_t prio, const void
 {
     struct fair_row *r;
 
-    if (part >= f->nparts || key_len > DSP_FAIR_KEY_MAX || tag > 1 || (!key_null && !key && key_len))
+    if (part >= f->nparts || key_len > DSP_FAIR_KEY_MAX || tag > 2 || (!key_null && !key && key_len))
         return -1;
     if (f->nrows == f->rows_cap) {
         size_t want = f->rows_cap ? 2 * f->rows_cap : 256;
@@ -409,7 +425,7 @@ int dsp_fair_add_text(dsp_fair *f, size_t part, const char *id, unsigned long id
     uint64_t i, p, t;
 
     if (!parse_uint(id, id_len, UINT64_MAX, &i) || !parse_uint(prio, prio_len, UINT8_MAX, &p) ||
-        !parse_uint(tag, tag_len, 1, &t))
+        !parse_uint(tag, tag_len, 2, &t))
         return -1;
     return dsp_fair_add(f, part, i, (uint8_t)p, key, key == NULL ? 0 : key_len, key == NULL,
                         (unsigned)t);
@@ -515,7 +531,7 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
     struct fair_part *p;
     struct fair_type *ft;
     const struct fair_row *last = NULL;
-    size_t na = 0, nb = 0, ns = 0, taken = 0, nrows_part = 0;
+    size_t na = 0, nb = 0, nc = 0, ns = 0, taken = 0, nrows_part = 0;
     uint8_t top = 0;
     bool have_top = false, keyed = false;
 
@@ -533,14 +549,18 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
         if (r->tag == 0)
             na++;
         else {
-            nb++;
-            if (!have_top) { /* B comes in priority order: its first row is the highest */
+            if (r->tag == 1)
+                nb++;
+            else
+                nc++;
+            if (!have_top || r->prio > top) {
                 top = r->prio;
                 have_top = true;
             }
         }
     }
-    if (na >= p->a_limit || nb >= p->b_limit)
+    /* Keyless rows read: more of them may follow the window that found them. */
+    if (na >= p->a_limit || nb >= p->b_limit || nc > 0)
         *more = true;
     /* Rows per key of what was read: each part comes key by key. */
     {
@@ -555,7 +575,7 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
             prev = r;
         }
         if (keys > 0)
-            ft->rows_per_key = (uint32_t)((na + nb + keys - 1) / keys);
+            ft->rows_per_key = (uint32_t)((na + nb + nc + keys - 1) / keys);
     }
     if (nrows_part > 0)
         f->startup = false;
@@ -590,7 +610,7 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
         }
     for (size_t i = 0; i < f->nrows; i++) {
         const struct fair_row *r = &f->rows[i];
-        if (r->part != part || r->tag != 1 || r->prio != top || !wrap)
+        if (r->part != part || r->tag == 0 || r->prio != top || !wrap)
             continue;
         if (from_cursor &&
             key_cmp(r->key_null, ROW_KEY(f, r), r->key_len, ft->key_null, ft->key, ft->key_len) > 0)
@@ -604,7 +624,7 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
         ns = 0;
         for (size_t i = 0; i < f->nrows; i++) {
             const struct fair_row *r = &f->rows[i];
-            if (r->part == part && r->tag == 1 && r->prio == (uint8_t)prio)
+            if (r->part == part && r->tag != 0 && r->prio == (uint8_t)prio)
                 f->scratch[ns++] = i;
         }
         taken = take_rounds(f, ns, want, taken, ids, prios, &last, max_rounds);

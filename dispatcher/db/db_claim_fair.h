@@ -64,20 +64,20 @@ void dsp_fair_saw_key(dsp_fair *f, const char *type);
 size_t dsp_fair_sql_bound(const char *const *types, size_t ntypes);
 
 /* Builds the claim's read of candidates: for each type, parts A and B (see above), each
- * row with its group_key and the part's tag (0 A, 1 B), at most `want` rows to take per
+ * row with its group_key and the part's tag (0 A, 1 B, 2 B's keyless rows), at most `want` rows to take per
  * type. Also forgets the rows of the last claim. Returns the length written, or -1
  * (buffer too small, a bad argument). */
 int dsp_fair_sql(dsp_fair *f, char *buf, size_t cap, const char *const *types, size_t ntypes,
                  int64_t now_ms, unsigned want, const struct dsp_table_names *t);
 
 /* Adds one row of the read, of type index `part` (in types[] as given to dsp_fair_sql).
- * A row with a key longer than DSP_FAIR_KEY_MAX, or a tag other than 0 and 1, is
+ * A row with a key longer than DSP_FAIR_KEY_MAX, or a tag other than 0, 1 and 2, is
  * dropped (returns -1); -1 also when out of memory. */
 int dsp_fair_add(dsp_fair *f, size_t part, uint64_t id, uint8_t prio, const void *key,
                  size_t key_len, bool key_null, unsigned tag);
 
 /* dsp_fair_add of a row as the server sent it (the lengths of mysql_fetch_lengths): id,
- * priority and tag decimal digits only (a tag 0 or 1, a priority up to 255); key NULL for
+ * priority and tag decimal digits only (a tag 0, 1 or 2, a priority up to 255); key NULL for
  * a NULL group_key. -1 for anything else, as dsp_fair_add. */
 int dsp_fair_add_text(dsp_fair *f, size_t part, const char *id, unsigned long id_len,
                       const char *prio, unsigned long prio_len, const char *key,

@@ -690,12 +690,13 @@ static void make_v8(tp_testdb *db)
     assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 8 WHERE name = 'schema_version'"), 1);
 }
 
-/* Replaces the fresh schema with version 7: version 8 without the group_key and
- * group_idx of version 8. */
+/* Replaces the fresh schema with version 7: version 8 without the group_key, group_lane
+ * and group_idx of version 8. */
 static void make_v7(tp_testdb *db)
 {
     make_v8(db);
-    assert_int_equal(tp_testdb_exec(db, "ALTER TABLE task DROP INDEX group_idx, DROP COLUMN group_key"), 0);
+    assert_int_equal(tp_testdb_exec(db, "ALTER TABLE task DROP INDEX group_idx, DROP COLUMN group_lane,"
+                                            " DROP COLUMN group_key"), 0);
     assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 7 WHERE name = 'schema_version'"), 1);
 }
 
@@ -818,7 +819,8 @@ static void test_migrate_v6_failed_at(void **state)
 }
 
 /* A version 7 database with rows in every state is upgraded: every row gets group_key
- * NULL and is otherwise unchanged, group_idx exists with its 7 parts and serves the
+ * and group_lane NULL and is otherwise unchanged, group_idx exists with its 7 parts
+ * (those of sql/schema.sql) and serves the
  * claim's read (EXPLAIN names it), a key can be written, and the file run again by hand
  * changes nothing. */
 static void test_migrate_v7_group_key(void **state)
@@ -843,10 +845,18 @@ static void test_migrate_v7_group_key(void **state)
                                              " table_schema = DATABASE() AND table_name = 'task' AND"
                                              " index_name = 'group_idx'"),
                      7);
+    /* As sql/schema.sql: keyless rows sit under group_lane NULL (they never move in it). */
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT GROUP_CONCAT(column_name ORDER BY seq_in_index) ="
+                                             " 'group_lane,delayed,task_type,task_priority,group_key,"
+                                             "task_id,run_after' FROM information_schema.statistics"
+                                             " WHERE table_schema = DATABASE() AND table_name = 'task'"
+                                             " AND index_name = 'group_idx'"),
+                     1);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE group_lane IS NULL"), 30);
     id = ins(db, "task_type, group_key", "'a', 'k1'");
     ASSERT_ROW(db, id, "group_key = 'k1'");
     assert_int_equal(tp_testdb_query_u64(db, "SELECT task_id FROM task FORCE INDEX (group_idx) WHERE"
-                                             " claim_lane = 0 AND `delayed` = 0 AND task_type = 'a'"
+                                             " group_lane = 0 AND `delayed` = 0 AND task_type = 'a'"
                                              " AND task_priority = 1 AND group_key > 'k' ORDER BY"
                                              " group_key, task_id LIMIT 1"),
                      id);
