@@ -11,9 +11,13 @@
  * it took from. A key with a million rows costs one index seek to pass: the next claim
  * starts after it. No query per key.
  *
- * The rows without a key (NULL) are one key of their own, the first of each round. A
- * type that has shown no keyed row reads B with the claim's own limit, as the plain
- * claim did; A stays an empty range read then.
+ * The rows without a key (NULL) are one key of their own, the first of each round.
+ * group_idx holds them under group_lane NULL (so that their claims do not move it), so B
+ * takes them from a third read: the plain claim's read of claim_idx, `want` rows, of
+ * which the keyless ones are kept (a row lookup each for group_key; made every
+ * FAIR_KEYLESS_EVERY claims of the type while it finds none). A type that has shown no
+ * keyed row reads B with the claim's own limit, as the plain claim did; A stays an empty
+ * range read then.
  *
  * The fair read costs more than the plain claim's read even without keys (two range
  * reads of group_idx per type and the rotation's bookkeeping), so a claim takes it only
