@@ -56,7 +56,8 @@ static const char *const mode_names[] = {"drain", "stream", "latency", "connecti
 enum { OPT_DB = 1000, OPT_DESIGN, OPT_K, OPT_N, OPT_N_POLL, OPT_REPEAT, OPT_CAPACITY, OPT_FLAT,
        OPT_TASKPUSHD, OPT_QUICK, OPT_JSON_ONLY, OPT_SABOTAGE, OPT_HOLD_ROW, OPT_HELP, OPT_MODE, OPT_PRODUCERS,
        OPT_ROWS_PER_INSERT, OPT_SECONDS, OPT_INTERVAL_MS, OPT_POLL_MS, OPT_WAKE, OPT_LOAD_RATE, OPT_CONNECTIONS,
-       OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG, OPT_PRODUCER, OPT_WORKER_THREADS, OPT_POLL_SECONDS, OPT_TABLE };
+       OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG, OPT_PRODUCER, OPT_WORKER_THREADS, OPT_POLL_SECONDS, OPT_TABLE,
+       OPT_GROUP_KEYS };
 
 static const struct option long_opts[] = {
     {"db", required_argument, NULL, OPT_DB},
@@ -88,6 +89,7 @@ static const struct option long_opts[] = {
     {"taskpushd-arg", required_argument, NULL, OPT_TASKPUSHD_ARG},
     {"producer", required_argument, NULL, OPT_PRODUCER},
     {"table", required_argument, NULL, OPT_TABLE},
+    {"group-keys", required_argument, NULL, OPT_GROUP_KEYS},
     {NULL, 0, NULL, 0},
 };
 
@@ -124,6 +126,8 @@ static void usage(FILE *f)
         "  --table NAME      the task table's name (taskpushd --table NAME): the schema is\n"
         "                    made, seeded, drained and verified under it (default task;\n"
         "                    the taskpush designs and the modes only)\n"
+        "  --group-keys N    the drain's rows get N group keys in turn (fair share: the\n"
+        "                    claim rotates between them); 0: none (default; MariaDB)\n"
         "  --json-only       print only the JSON lines\n"
         "  --help            this text\n"
         "Modes (--mode; the flags above apply to drain unless named below):\n"
@@ -369,6 +373,7 @@ static void apply_mode_defaults(bench_opts *o, bool quick, bool set_k, bool set_
 static int parse_flags(int argc, char **argv, bench_opts *o)
 {
     const char *table = NULL;
+    unsigned group_keys = 0;
     bool have_db = false, set_n = false, set_np = false, set_k = false, set_r = false;
     bool quick = false;
     uint64_t v;
@@ -456,6 +461,11 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
                                  " not starting with a digit, got '%s'", optarg) - 1;
             table = optarg;
             break;
+        case OPT_GROUP_KEYS:
+            if (parse_u64(optarg, 0, 1000000, &v) < 0)
+                return -bad_flag("--group-keys: want 0..1000000, got '%s'", optarg) - 1;
+            group_keys = (unsigned)v;
+            break;
         case OPT_PRODUCER:
             if (parse_producers(optarg, o) < 0)
                 return -bad_flag("--producer: want sql, submit or sql,submit, got '%s'", optarg) - 1;
@@ -529,6 +539,7 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
                                "(eval \"$(scripts/tp-mariadb start DIR)\" sets them)") - 1;
     /* After --db, whose parse clears o->db. */
     snprintf(o->db.table, sizeof o->db.table, "%s", table ? table : DSP_TABLE_NAME_DEFAULT);
+    o->db.group_keys = group_keys;
     /* The polling designs and the ceiling are the team's own pollers, on task. */
     for (int i = 0; table && o->mode == BENCH_MODE_DRAIN && i < o->ndesigns; i++)
         if (o->designs[i]->drain != bench_drain_taskpush)
@@ -573,6 +584,7 @@ static void print_header(const bench_opts *o, MYSQL *admin, pid_t db_pid)
     json_object_set_new(h, "cpus_allowed", aff);
     json_object_set_new(h, "server", bench_db_settings(admin));
     json_object_set_new(h, "table", json_string(o->db.table));
+    json_object_set_new(h, "group_keys", json_integer((json_int_t)o->db.group_keys));
     json_object_set_new(h, "n", json_integer((json_int_t)o->n));
     json_object_set_new(h, "n_poll", json_integer((json_int_t)o->n_poll));
     json_object_set_new(h, "n_poll_large_k", json_integer((json_int_t)o->n_poll_large_k));

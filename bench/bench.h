@@ -44,6 +44,7 @@ typedef struct bench_dbconf {
     unsigned port;
     char dbname[65]; /* the scratch database, dropped and re-created for every run */
     char table[65];  /* --table: the task table's name (taskpushd --table), default task */
+    unsigned group_keys; /* --group-keys: preloaded rows get group_key 'k<row % N>'; 0: none */
 } bench_dbconf;
 
 struct bench_design;

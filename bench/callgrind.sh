@@ -13,6 +13,7 @@
 #                                         the other side: the bench process under
 #                                         callgrind (its worker threads on libtaskpush,
 #                                         summed), taskpushd not
+# CALLGRIND_BENCH_ARGS="--group-keys 1000" adds arguments to taskpush-bench (word-split).
 # Needs valgrind (apt-get install valgrind). Takes under a minute. CALLGRIND_KEEP=1 keeps
 # the profiles (one file per thread) for callgrind_annotate.
 set -euo pipefail
@@ -60,8 +61,9 @@ for n in "$n1" "$n2"; do
       --k "$k" --capacity "$cap" --n "$n" --repeat 1 --taskpushd "$build/dispatcher/taskpushd" \
       --json-only >"$work/bench.$n.json"
   else
+    # shellcheck disable=SC2086
     CG_RUN=$n "$build/bench/taskpush-bench" --design taskpush-ll --k "$k" --capacity "$cap" --n "$n" \
-      --repeat 1 --taskpushd "$work/taskpushd" --json-only >"$work/bench.$n.json"
+      --repeat 1 --taskpushd "$work/taskpushd" --json-only ${CALLGRIND_BENCH_ARGS:-} >"$work/bench.$n.json"
   fi
   grep -q '"verified":true' "$work/bench.$n.json" || {
     echo "callgrind.sh: the drain of $n tasks failed verification" >&2

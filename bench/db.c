@@ -97,18 +97,27 @@ static int exec_multi(MYSQL *m, const char *sql)
     }
 }
 
-/* N rows, ids 1..N and priorities 0, 1, 2 in turn: from the sequence engine in one
- * statement when the server has it (MariaDB), else in multi-row INSERTs. The ids are
- * given, not left to AUTO_INCREMENT: a Galera node hands out every third id
- * (wsrep_auto_increment_control), and verification counts ids 1..N. */
-static int preload(MYSQL *m, const char *table, uint64_t n)
+/* N rows, ids 1..N and priorities 0, 1, 2 in turn (with keys: group_key 'k<row % keys>'
+ * too): from the sequence engine in one statement when the server has it (MariaDB), else
+ * in multi-row INSERTs. The ids are given, not left to AUTO_INCREMENT: a Galera node
+ * hands out every third id (wsrep_auto_increment_control), and verification counts ids
+ * 1..N. */
+static int preload(MYSQL *m, const char *table, uint64_t n, unsigned keys)
 {
-    char sql[256];
-    snprintf(sql, sizeof sql,
-             "INSERT INTO %s (task_id, task_priority) SELECT seq, seq %% 3 FROM seq_1_to_%" PRIu64,
-             table, n);
+    char sql[320];
+    if (keys)
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO %s (task_id, task_priority, group_key) SELECT seq, seq %% 3,"
+                 " CONCAT('k', seq %% %u) FROM seq_1_to_%" PRIu64,
+                 table, keys, n);
+    else
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO %s (task_id, task_priority) SELECT seq, seq %% 3 FROM seq_1_to_%" PRIu64,
+                 table, n);
     if (bench_db_exec(m, sql) >= 0)
         return 0;
+    if (keys)
+        return -1; /* the keyed preload needs MariaDB's sequence engine */
     size_t cap = 128 + (size_t)PRELOAD_CHUNK * 28;
     char *buf = malloc(cap);
     if (buf == NULL)
@@ -152,7 +161,7 @@ int bench_db_reset(const bench_dbconf *c, MYSQL *admin, uint64_t n)
     if (rc < 0)
         goto err;
     step = "preload";
-    if (n > 0 && preload(admin, names.task, n) < 0) /* seq_1_to_0 would count down: 1, 0 */
+    if (n > 0 && preload(admin, names.task, n, c->group_keys) < 0) /* seq_1_to_0 would count down: 1, 0 */
         goto err;
     return 0;
 err:

@@ -2,7 +2,7 @@
  * worker port (a producer-only libtaskpush client: no database credentials needed):
  *
  *   taskpushctl [--worker HOST:PORT] [--token-file PATH] [--tls [--tls-ca PEM]]
- *               [--admin HOST:PORT (accepted, unused)] submit --type T [--priority P] [--dedup-key K] [--delay-ms N]
+ *               [--admin HOST:PORT (accepted, unused)] submit --type T [--priority P] [--dedup-key K] [--group-key K] [--delay-ms N]
  *               [--max-attempts N] [--timeout-ms N] [--wait] [--wait-ms N] < payload
  *
  * The payload is standard input, byte for byte (at most 16 MiB - 1). Prints the new
@@ -28,7 +28,7 @@
 #define DEFAULT_WAIT_MS 30000u
 
 typedef struct submit_args {
-    const char *worker, *token_file, *tls_ca, *type, *key;
+    const char *worker, *token_file, *tls_ca, *type, *key, *group_key;
     bool tls, wait;
     unsigned long long priority, delay_ms, max_attempts, timeout_ms, wait_ms;
 } submit_args;
@@ -61,7 +61,7 @@ static int parse(int argc, char **argv, submit_args *a)
         {"dedup-key", required_argument, NULL, 'd'}, {"delay-ms", required_argument, NULL, 'D'},
         {"max-attempts", required_argument, NULL, 'm'},
         {"timeout-ms", required_argument, NULL, 'T'}, {"wait", no_argument, NULL, 'W'},
-        {"wait-ms", required_argument, NULL, 'M'},
+        {"wait-ms", required_argument, NULL, 'M'},   {"group-key", required_argument, NULL, 'g'},
         /* The general options, taken before or after the command as by the others:
          * submit goes to --worker, so they change nothing here. */
         {"admin", required_argument, NULL, 'a'},     {"admin-token-file", required_argument, NULL, 'a'},
@@ -78,6 +78,7 @@ static int parse(int argc, char **argv, submit_args *a)
         case 'C': a->tls_ca = optarg; break;
         case 't': a->type = optarg; break;
         case 'd': a->key = optarg; break;
+        case 'g': a->group_key = optarg; break;
         case 'W': a->wait = true; break;
         case 'a': break;
         case 'p':
@@ -109,11 +110,13 @@ static int parse(int argc, char **argv, submit_args *a)
     for (int i = optind; i < argc; i++)
         ncmd += strcmp(argv[i], "submit") == 0 ? 1 : 100;
     if (ncmd != 1)
-        return bad("%s", "usage: submit --type T [--priority P] [--dedup-key K] [--delay-ms N] < payload");
+        return bad("%s", "usage: submit --type T [--priority P] [--dedup-key K] [--group-key K] [--delay-ms N] < payload");
     if (!a->type || !*a->type || strlen(a->type) > TP_MAX_TYPE_LEN)
         return bad("%s", "--type T is required, 1 to 256 bytes");
     if (a->key && (!*a->key || strlen(a->key) > TP_MAX_DEDUP_KEY_LEN))
         return bad("%s", "--dedup-key must be 1 to 191 bytes");
+    if (a->group_key && (!*a->group_key || strlen(a->group_key) > TP_MAX_GROUP_KEY_LEN))
+        return bad("%s", "--group-key must be 1 to 191 bytes");
     if (a->tls_ca && !a->tls)
         return bad("%s", "--tls-ca goes with --tls");
     return 0;
@@ -236,7 +239,9 @@ int ctl_submit_main(int argc, char **argv)
     t.max_attempts = (unsigned)a.max_attempts;
     t.timeout_ms = (uint32_t)a.timeout_ms;
     tp_submit_result r;
-    int src = tp_submit(w, &t, 1, a.wait ? TP_SUBMIT_WAIT : 0, (unsigned)a.wait_ms, &r, &err);
+    tp_group_key gk = {a.group_key, a.group_key ? strlen(a.group_key) : 0};
+    int src = tp_submit_keyed(w, &t, &gk, 1, a.wait ? TP_SUBMIT_WAIT : 0, (unsigned)a.wait_ms, &r,
+                              &err);
     rc = 1;
     if (src != 0) {
         fprintf(stderr, "taskpushctl submit: %s: %s\n", tp_strerror(src), err.text);

@@ -317,6 +317,23 @@ static bool type_allowed(struct evhttp_request *req, dsp_server *srv, const char
     return false;
 }
 
+/* Keeps an operator's setting in the settings table, for the next leader (and this
+ * dispatcher's next start): docs/taskpushd.md "Runtime settings". */
+static void keep_setting(dsp_server *srv, const char *type, enum dsp_setting_what what, bool paused,
+                         const dsp_type_limit *l)
+{
+    dsp_setting s = {.type = (char *)(type ? type : ""), .paused = paused};
+    if (l) {
+        s.has_limit = true;
+        s.concurrency = l->concurrency;
+        s.rate = l->rate;
+        s.per_group = l->per_group;
+    }
+    if (srv->db && dsp_db_setting_save(srv->db, &s, what) < 0)
+        log_warn(&srv->log, "the setting of type %s is not kept in the table (out of memory)",
+                 type ? type : "(every type)");
+}
+
 static void pause_cb(struct evhttp_request *req, void *arg)
 {
     dsp_server *srv = arg;
@@ -330,6 +347,7 @@ static void pause_cb(struct evhttp_request *req, void *arg)
         send_error_text(req, HTTP_BADREQUEST, why);
         return;
     }
+    keep_setting(srv, type, DSP_SETTING_PAUSE, true, NULL);
     send_json(req, state_json(srv));
 }
 
@@ -342,12 +360,14 @@ static void resume_cb(struct evhttp_request *req, void *arg)
         !type_allowed(req, srv, type))
         return;
     dsp_server_resume(srv, type);
+    keep_setting(srv, type, type ? DSP_SETTING_PAUSE : DSP_SETTING_RESUME_ALL, false, NULL);
     send_json(req, state_json(srv));
 }
 
-/* ?concurrency=N and ?rate=R of POST /limit: digits only, 0..DSP_LIMIT_MAX; one left
- * out keeps its value. Returns 0, or -1 after a 400. */
-static int query_limits(struct evhttp_request *req, uint32_t *concurrency, uint32_t *rate)
+/* ?concurrency=N, ?rate=R and ?per_group=G of POST /limit: digits only,
+ * 0..DSP_LIMIT_MAX; one left out keeps its value. Returns 0, or -1 after a 400. */
+static int query_limits(struct evhttp_request *req, uint32_t *concurrency, uint32_t *rate,
+                        uint32_t *per_group)
 {
     const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
     struct evkeyvalq params;
@@ -357,10 +377,10 @@ static int query_limits(struct evhttp_request *req, uint32_t *concurrency, uint3
         send_error_text(req, HTTP_BADREQUEST, "bad query string");
         return -1;
     }
-    static const char *const keys[2] = {"concurrency", "rate"};
-    uint32_t *fields[2] = {concurrency, rate};
+    static const char *const keys[3] = {"concurrency", "rate", "per_group"};
+    uint32_t *fields[3] = {concurrency, rate, per_group};
     int rc = 0, given = 0;
-    for (int k = 0; k < 2 && rc == 0; k++) {
+    for (int k = 0; k < 3 && rc == 0; k++) {
         const char *v = evhttp_find_header(&params, keys[k]);
         if (!v)
             continue;
@@ -369,7 +389,8 @@ static int query_limits(struct evhttp_request *req, uint32_t *concurrency, uint3
         for (size_t i = 0; i < n && x <= DSP_LIMIT_MAX; i++)
             x = v[i] >= '0' && v[i] <= '9' ? x * 10 + (uint64_t)(v[i] - '0') : UINT64_MAX;
         if (n == 0 || x > DSP_LIMIT_MAX) {
-            send_error_text(req, HTTP_BADREQUEST, "concurrency and rate are whole numbers from 0 to 1000000");
+            send_error_text(req, HTTP_BADREQUEST,
+                            "concurrency, rate and per_group are whole numbers from 0 to 1000000");
             rc = -1;
         } else {
             *fields[k] = (uint32_t)x;
@@ -377,7 +398,8 @@ static int query_limits(struct evhttp_request *req, uint32_t *concurrency, uint3
         }
     }
     if (rc == 0 && given == 0) {
-        send_error_text(req, HTTP_BADREQUEST, "give concurrency=N and/or rate=R (0: no limit)");
+        send_error_text(req, HTTP_BADREQUEST,
+                        "give concurrency=N, rate=R and/or per_group=G (0: no limit)");
         rc = -1;
     }
     evhttp_clear_headers(&params);
@@ -399,15 +421,19 @@ static void limit_cb(struct evhttp_request *req, void *arg)
         return;
     const dsp_type_limit *old = dsp_limits_find(srv, type);
     uint32_t concurrency = old ? old->concurrency : 0, rate = old ? old->rate : 0;
-    if (query_limits(req, &concurrency, &rate) < 0)
+    uint32_t per_group = old ? old->per_group : 0;
+    if (query_limits(req, &concurrency, &rate, &per_group) < 0)
         return;
-    const char *why = dsp_limits_set(srv, type, concurrency, rate);
+    const char *why = dsp_limits_set(srv, type, concurrency, rate, per_group, DSP_LIMIT_RUNTIME);
     if (why) {
         send_error_text(req, HTTP_BADREQUEST, why);
         return;
     }
-    send_json(req, json_pack("{s:b, s:s, s:I, s:I}", "ok", 1, "type", type, "concurrency",
-                             (json_int_t)concurrency, "rate", (json_int_t)rate));
+    dsp_type_limit kept = {.concurrency = concurrency, .rate = rate, .per_group = per_group};
+    keep_setting(srv, type, DSP_SETTING_LIMITS, false, &kept);
+    send_json(req, json_pack("{s:b, s:s, s:I, s:I, s:I}", "ok", 1, "type", type, "concurrency",
+                             (json_int_t)concurrency, "rate", (json_int_t)rate, "per_group",
+                             (json_int_t)per_group));
 }
 
 /* GET /schedules: the periodic tasks as the schedule thread last read them (every

@@ -19,6 +19,7 @@
  * is milliseconds, and 30s, 5m, ... are accepted too; min and max are in ms.
  * OPT_DURATION: the same, and "keep" (0). */
 enum opt_kind { OPT_STRING, OPT_INT, OPT_DURATION, OPT_HOSTPORT, OPT_SCHED, OPT_LOGLEVEL, OPT_TYPE_LIMIT,
+                OPT_GROUP_LIMIT,
                 OPT_DIALECT, OPT_MS, OPT_WAKE };
 
 typedef struct opt_def {
@@ -115,11 +116,16 @@ static const opt_def option_table[] = {
     {"wake", OPT_WAKE, F(wake), "auto", 0, 0, "auto|binlog|poll",
      "how rows inserted by SQL are noticed: binlog follows the server's binary log (auto: when"
      " in ROW format and the user may replicate); polling at --poll-ms goes on in every mode"},
-    {"type-limit", OPT_TYPE_LIMIT, F(type_limits), NULL, 0, 0, "T:concurrency=N,rate=R",
-     "at most N tasks of type T running at once, at most R started a second (repeatable; 0: no limit)"},
+    {"type-limit", OPT_TYPE_LIMIT, F(type_limits), NULL, 0, 0, "T:concurrency=N,rate=R,per_group=G",
+     "at most N tasks of type T running at once, at most R started a second, at most G running"
+     " per group_key (repeatable; 0: no limit)"},
+    {"group-limit", OPT_GROUP_LIMIT, F(type_limits), NULL, 0, 0, "T:N",
+     "at most N tasks of type T running at once per group_key, over all workers (repeatable;"
+     " the same as --type-limit T:per_group=N)"},
     {"table", OPT_STRING, F(table), DSP_TABLE_NAME_DEFAULT, 0, 0, "NAME",
-     "the task table; taskpush's other tables are NAME_meta, NAME_schedule and NAME_claim"
-     " (for task: taskpush_meta, task_schedule, task_claim), so queues can share a database"},
+     "the task table; taskpush's other tables are NAME_meta, NAME_schedule, NAME_claim and NAME_setting"
+     " (for task: taskpush_meta, task_schedule, task_claim, task_setting), so queues can share a"
+     " database"},
     {"types", OPT_STRING, F(types), NULL, 0, 0, "T1,T2",
      "own only these task types (a shard with its own lease and standbys); default: all"},
     {"shard", OPT_STRING, F(shard), NULL, 0, 0, "NAME",
@@ -422,18 +428,22 @@ int dsp_type_limit_parse(const char *text, dsp_type_limit *out, char *err, size_
     size_t tl = colon ? (size_t)(colon - text) : 0;
     if (!colon || tl == 0 || tl > PROTO_MAX_TYPE_LEN ||
         dsp_utf8_valid_prefix((const uint8_t *)text, tl) != tl || memchr(text, '\0', tl)) {
-        snprintf(err, errlen, "'%.64s' is not T:concurrency=N,rate=R with T 1 to %d bytes of UTF-8", text,
-                 PROTO_MAX_TYPE_LEN);
+        snprintf(err, errlen, "'%.64s' is not T:concurrency=N,rate=R,per_group=G with T 1 to %d bytes of UTF-8",
+                 text, PROTO_MAX_TYPE_LEN);
         return -1;
     }
-    bool seen[2] = {false, false};
+    bool seen[3] = {false, false, false};
     for (const char *p = colon + 1;; p++) {
         size_t n = strcspn(p, ","), kl = strcspn(p, "=,");
-        int k = kl == 11 && strncmp(p, "concurrency", 11) == 0 ? 0 : kl == 4 && strncmp(p, "rate", 4) == 0 ? 1 : -1;
-        uint32_t *field = k == 0 ? &out->concurrency : &out->rate;
+        int k = kl == 11 && strncmp(p, "concurrency", 11) == 0 ? 0
+                : kl == 4 && strncmp(p, "rate", 4) == 0      ? 1
+                : kl == 9 && strncmp(p, "per_group", 9) == 0 ? 2
+                                                             : -1;
+        uint32_t *field = k == 0 ? &out->concurrency : k == 1 ? &out->rate : &out->per_group;
         if (k < 0 || seen[k] || kl >= n || limit_number(p + kl + 1, n - kl - 1, field) < 0) {
-            snprintf(err, errlen, "'%.64s': expected concurrency=N and/or rate=R, N and R from 0 to %d", text,
-                     DSP_LIMIT_MAX);
+            snprintf(err, errlen,
+                     "'%.64s': expected concurrency=N, rate=R and/or per_group=G, each from 0 to %d",
+                     text, DSP_LIMIT_MAX);
             return -1;
         }
         seen[k] = true;
@@ -441,6 +451,7 @@ int dsp_type_limit_parse(const char *text, dsp_type_limit *out, char *err, size_
         if (!*p)
             break;
     }
+    out->per_group_named = seen[2];
     if (!(out->type = dup_range(text, tl))) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -448,17 +459,43 @@ int dsp_type_limit_parse(const char *text, dsp_type_limit *out, char *err, size_
     return 0;
 }
 
-/* One --type-limit: replaces the entry of its type, else joins the list. */
-static int add_type_limit(dsp_config *cfg, const char *val, char *err, size_t errlen)
+/* "T:N" of --group-limit as "T:per_group=N". */
+static int group_limit_parse(const char *text, dsp_type_limit *out, char *err, size_t errlen)
+{
+    const char *colon = strrchr(text, ':');
+    char buf[PROTO_MAX_TYPE_LEN + 40];
+    if (!colon || strlen(text) > PROTO_MAX_TYPE_LEN + 20 ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1) || !colon[1]) {
+        snprintf(err, errlen, "'%.64s' is not T:N (N from 0 to %d)", text, DSP_LIMIT_MAX);
+        return -1;
+    }
+    snprintf(buf, sizeof buf, "%.*s:per_group=%s", (int)(colon - text), text, colon + 1);
+    return dsp_type_limit_parse(buf, out, err, errlen);
+}
+
+/* One --type-limit (or --group-limit, group true): replaces the entry of its type,
+ * else joins the list. A per_group not named keeps the earlier entry's; --group-limit
+ * changes only per_group. */
+static int add_type_limit(dsp_config *cfg, const char *val, bool group, char *err, size_t errlen)
 {
     dsp_type_limit l;
     char inner[400];
-    if (dsp_type_limit_parse(val, &l, inner, sizeof inner) < 0) {
-        snprintf(err, errlen, "--type-limit: %s", inner);
+    if ((group ? group_limit_parse(val, &l, inner, sizeof inner)
+               : dsp_type_limit_parse(val, &l, inner, sizeof inner)) < 0) {
+        snprintf(err, errlen, "--%s: %s", group ? "group-limit" : "type-limit", inner);
         return -1;
     }
+    l.source = cfg->limit_source;
     for (size_t i = 0; i < cfg->ntype_limits; i++)
         if (strcmp(cfg->type_limits[i].type, l.type) == 0) {
+            if (group) {
+                cfg->type_limits[i].per_group = l.per_group;
+                cfg->type_limits[i].source = l.source;
+                free(l.type);
+                return 0;
+            }
+            if (!l.per_group_named)
+                l.per_group = cfg->type_limits[i].per_group;
             free(cfg->type_limits[i].type);
             cfg->type_limits[i] = l;
             return 0;
@@ -562,7 +599,9 @@ static int set_value(dsp_config *cfg, const opt_def *o, const char *val, char *e
         }
         return 0;
     case OPT_TYPE_LIMIT:
-        return add_type_limit(cfg, val, err, errlen);
+        return add_type_limit(cfg, val, false, err, errlen);
+    case OPT_GROUP_LIMIT:
+        return add_type_limit(cfg, val, true, err, errlen);
     case OPT_LOGLEVEL: {
         int lvl = dsp_log_level_parse(val);
         if (lvl < 0) {
@@ -651,7 +690,10 @@ static int load_file(dsp_config *cfg, const char *path, char *err, size_t errlen
         snprintf(err, errlen, "--config %s: %s", path, strerror(errno));
         return -1;
     }
+    /* The limits of the file say so in /stats. */
+    cfg->limit_source = DSP_LIMIT_CONFIG;
     int rc = dsp_config_apply_file(cfg, f, path, err, errlen);
+    cfg->limit_source = DSP_LIMIT_FLAG;
     fclose(f);
     return rc;
 }
@@ -940,6 +982,7 @@ void dsp_config_each(const dsp_config *cfg, void (*emit)(void *arg, const char *
             val = dsp_wake_mode_name(*(const int *)field);
             break;
         case OPT_TYPE_LIMIT: /* the limits themselves are in /stats "limits" */
+        case OPT_GROUP_LIMIT:
             snprintf(buf, sizeof buf, "%zu types", cfg->ntype_limits);
             break;
         }

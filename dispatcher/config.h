@@ -17,13 +17,20 @@ enum dsp_sched_policy { DSP_SCHED_ROUND_ROBIN = 0, DSP_SCHED_LEAST_LOADED = 1 };
  * T running at once, at most R started per second; 0 is no limit (dispatch.c). */
 #define DSP_LIMIT_MAX 1000000     /* largest N and R */
 #define DSP_TYPE_LIMITS_MAX 10000 /* most --type-limit entries (and at most --max-types) */
+/* Where a type's limits came from (/stats "limits" source). */
+enum dsp_limit_source { DSP_LIMIT_FLAG = 0, DSP_LIMIT_CONFIG, DSP_LIMIT_RUNTIME };
+
 typedef struct dsp_type_limit {
     char *type;           /* owned */
     uint32_t concurrency; /* 0: none */
     uint32_t rate;        /* starts per second; 0: none */
+    uint32_t per_group;   /* in flight at once per group_key (--group-limit); 0: none */
+    bool per_group_named; /* the text named per_group (parse only: a later --type-limit
+                           * without it keeps an earlier --group-limit) */
+    enum dsp_limit_source source; /* the flag, the config file, or set at run time */
 } dsp_type_limit;
 
-/* Parses "T:concurrency=N,rate=R" (either key may be left out, not both): T is the text
+/* Parses "T:concurrency=N,rate=R,per_group=G" (any key may be left out, not all): T is the text
  * before the last ':', 1 to 256 bytes of UTF-8. On 0 out->type is malloc'd; on -1 err
  * says why. */
 int dsp_type_limit_parse(const char *text, dsp_type_limit *out, char *err, size_t errlen)
@@ -85,6 +92,7 @@ typedef struct dsp_config {
     char *config_file;
     dsp_type_limit *type_limits; /* --type-limit, one per type (a later one replaces) */
     size_t ntype_limits;
+    enum dsp_limit_source limit_source; /* while parsing: what --type-limit entries come from */
     bool migrate;      /* --migrate: upgrade the schema, then exit (an action, not a key) */
 } dsp_config;
 

@@ -61,7 +61,7 @@ static dsp_submit_req *req_copy(const dsp_conn *c, const proto_submit *s, const 
     proto_bytes cur = {r->body + (s->entries.ptr - body), s->entries.len};
     for (size_t i = 0; i < r->nitems; i++) {
         proto_submit_task t;
-        if (proto_submit_next(&cur, &t) != PROTO_OK) { /* cannot happen: decoded already */
+        if (proto_submit_next_flags(&cur, s->flags, &t) != PROTO_OK) { /* cannot happen: decoded already */
             dsp_submit_req_free(r);
             return NULL;
         }
@@ -69,6 +69,7 @@ static dsp_submit_req *req_copy(const dsp_conn *c, const proto_submit *s, const 
             .priority = t.priority, .max_attempts = t.max_attempts, .delay_ms = t.delay_ms,
             .timeout_ms = t.timeout_ms, .type = t.type.ptr, .type_len = t.type.len,
             .key = t.dedup_key.ptr, .key_len = t.dedup_key.len,
+            .group_key = t.group_key.ptr, .group_key_len = t.group_key.len,
             .payload = t.payload.ptr, .payload_len = t.payload.len};
     }
     return r;

@@ -419,6 +419,7 @@ void dsp_dispatch_inflight_add(dsp_conn *c, dsp_task *t)
         c->inflight->prev = t;
     c->inflight = t;
     t->type->running++;
+    dsp_groups_add(t->type, t);
     c->slots.in_flight++;
     room_take(c, -1);
     c->srv->sched.ninflight++;
@@ -436,6 +437,7 @@ void dsp_dispatch_inflight_del(dsp_conn *c, dsp_task *t, enum dsp_slot slot)
         t->prev = t->next = NULL;
         t->holder = NULL;
         t->type->running--;
+        dsp_groups_del(t->type, t);
         c->srv->sched.ninflight--;
         dsp_deadline_remove(&c->srv->sched.leases, &t->lease);
         if (slot == DSP_SLOT_FREE) { /* answered: the pace of claims follows these */
@@ -494,7 +496,9 @@ static void keep_if_first(dsp_server *srv, dsp_type *ty, int64_t now, dsp_type *
 {
     if (ty->paused || !limit_allows(srv, ty, now))
         return;
-    const dsp_task *h = dsp_dispatch_peek(ty);
+    const dsp_task *h = dsp_groups_peek(ty);
+    if (!h) /* every buffered task's key is at its limit (--group-limit) */
+        return;
     if (!*bt || prio_of(h) > prio_of(*bt) || (prio_of(h) == prio_of(*bt) && h->seq < (*bt)->seq)) {
         *best = ty;
         *bt = h;
@@ -540,7 +544,8 @@ static bool deliver_next(dsp_server *srv, dsp_type *ty, dsp_conn *c, int64_t pas
     }
     if (ty->max_rate)
         dsp_bucket_take(&ty->bucket, ty->max_rate, now);
-    dsp_task *t = dsp_dispatch_dequeue(srv, ty);
+    dsp_task *t = dsp_groups_peek(ty); /* keep_if_first found one */
+    dsp_dispatch_unlink(srv, t);
     srv->sched.nbuffered--;
     t->delivered_us = pass_us;
     ll_dirty_others(c, ty);
@@ -752,7 +757,7 @@ void dsp_dispatch_claim_now(dsp_server *srv)
 void dsp_dispatch_claim_maybe(dsp_server *srv)
 {
     if (srv->claim.outstanding || srv->claim.timer_armed || !srv->lead.leading || dsp_dispatch_stopped(srv) ||
-        srv->control.paused_all)
+        srv->control.paused_all || srv->control.settings_pending)
         return;
     const dsp_config *cfg = srv->cfg;
     /* Tasks buffered for a type nobody serves any more wait for the orphan sweep; they

@@ -88,6 +88,19 @@ dsp_task *dsp_dispatch_peek(const dsp_type *ty);
 /* Takes t out of its type's queue, wherever it is (an operator's cancel). O(1). */
 void dsp_dispatch_unlink(dsp_server *srv, dsp_task *t);
 
+/* Per-key limits (groups.c, --group-limit). */
+/* Whether t may start now under its type's per-key limit. */
+bool dsp_groups_allows(const dsp_type *ty, const dsp_task *t);
+/* ty's next task that may start under the per-key limit (dsp_dispatch_peek without
+ * one), or NULL. Walks past the tasks of keys at their limit: at most the buffer. */
+dsp_task *dsp_groups_peek(const dsp_type *ty);
+/* A delivery of t starts / ends: counted per key while ty has a per-key limit. */
+void dsp_groups_add(dsp_type *ty, dsp_task *t);
+void dsp_groups_del(dsp_type *ty, dsp_task *t);
+/* Sets ty's per-key limit (0: none) and counts the deliveries in flight afresh. */
+void dsp_groups_set(dsp_type *ty, uint32_t max_per_group);
+void dsp_groups_free(dsp_type *ty);
+
 /* How much is claimed ahead of the workers (docs/taskpushd.md, "Priorities and the
  * buffer"): per type, and for the whole dispatcher, an EWMA of the deliveries answered
  * per second; a claim asks for the free slots plus what that rate finishes in

@@ -2,6 +2,7 @@
  * table by type name, filled from --type-limit and changed by POST /limit, and handed to
  * each type when it is interned, since a type is freed and made again as workers come
  * and go. The enforcement itself is dispatch.c's. Runs on the loop thread. */
+#include "dispatch.h"
 #include "utf8.h"
 #include "proto.h"
 #include "server.h"
@@ -51,15 +52,17 @@ void dsp_limits_apply(const dsp_server *srv, dsp_type *ty)
     ty->max_running = l ? l->concurrency : 0;
     ty->max_rate = l ? l->rate : 0;
     ty->bucket = (dsp_bucket){0};
+    dsp_groups_set(ty, l ? l->per_group : 0);
 }
 
-const char *dsp_limits_set(dsp_server *srv, const char *type, uint32_t concurrency, uint32_t rate)
+const char *dsp_limits_set(dsp_server *srv, const char *type, uint32_t concurrency, uint32_t rate,
+                           uint32_t per_group, enum dsp_limit_source source)
 {
     size_t len = strlen(type);
     if (len == 0 || len > PROTO_MAX_TYPE_LEN || dsp_utf8_valid_prefix((const uint8_t *)type, len) != len)
         return "a task type must be 1 to 256 bytes of UTF-8";
     dsp_type_limit *l = (dsp_type_limit *)dsp_limits_find(srv, type);
-    if (!l && (concurrency || rate)) {
+    if (!l && (concurrency || rate || per_group)) {
         if ((int64_t)srv->limits.n >= srv->cfg->max_types)
             return "too many types with limits (--max-types)";
         dsp_type_limit *a = realloc(srv->limits.items, (srv->limits.n + 1) * sizeof *a);
@@ -72,13 +75,15 @@ const char *dsp_limits_set(dsp_server *srv, const char *type, uint32_t concurren
         l = &a[srv->limits.n++];
         *l = (dsp_type_limit){.type = name};
     }
-    if (l && !concurrency && !rate) { /* no limit left: the entry goes */
+    if (l && !concurrency && !rate && !per_group) { /* no limit left: the entry goes */
         free(l->type);
         *l = srv->limits.items[--srv->limits.n];
         l = NULL;
     } else if (l) {
         l->concurrency = concurrency;
         l->rate = rate;
+        l->per_group = per_group;
+        l->source = source;
     }
     dsp_type *ty = dsp_server_type_find(srv, (const uint8_t *)type, strlen(type));
     if (ty) {
@@ -87,8 +92,32 @@ const char *dsp_limits_set(dsp_server *srv, const char *type, uint32_t concurren
         ty->max_rate = rate;
         if (rate_changed) /* the new rate starts with a full second's worth */
             ty->bucket = (dsp_bucket){0};
+        dsp_groups_set(ty, per_group);
     }
-    log_info(&srv->log, "type %s: concurrency limit %u, rate limit %u/s (0: none)", type, concurrency, rate);
+    log_info(&srv->log, "type %s: concurrency limit %u, rate limit %u/s, per group_key %u (0: none)", type,
+             concurrency, rate, per_group);
     dsp_server_kick(srv); /* a raised limit lets buffered tasks go */
     return NULL;
+}
+
+void dsp_settings_apply(dsp_server *srv, const dsp_setting *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const dsp_setting *s = &v[i];
+        const char *why = NULL;
+        if (s->type[0] == '\0') { /* every type: only a pause */
+            if (s->paused)
+                why = dsp_server_pause(srv, NULL);
+        } else {
+            if (s->has_limit)
+                why = dsp_limits_set(srv, s->type, s->concurrency, s->rate, s->per_group,
+                                     DSP_LIMIT_RUNTIME);
+            if (!why && s->paused)
+                why = dsp_server_pause(srv, s->type);
+        }
+        if (why)
+            log_warn(&srv->log, "runtime setting of type %s not applied: %s",
+                     s->type[0] ? s->type : "(every type)", why);
+    }
+    log_info(&srv->log, "runtime settings: %zu row(s) of the table applied", n);
 }

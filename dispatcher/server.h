@@ -31,6 +31,9 @@ typedef struct dsp_conn dsp_conn;
 typedef struct dsp_type dsp_type;
 typedef struct dsp_task dsp_task;
 
+/* Longest group_key (VARBINARY(191) of the table). */
+#define DSP_GROUP_KEY_MAX 191
+
 struct dsp_task {
     uint64_t id;
     uint64_t seq;          /* dispatch order: claim after claim, priority desc, id asc */
@@ -52,6 +55,12 @@ struct dsp_task {
     dsp_task *prev, *next; /* in the type's queue, or in the holder's in-flight list */
     size_t payload_len;
     uint8_t *payload;
+    /* The row's group_key (fair share, --group-limit): group_key_len bytes, 0 .. 191;
+     * has_group_key false for NULL (such a task counts against no per-key limit). */
+    bool has_group_key;
+    bool group_counted;    /* counted in its type's running per key (groups.c) */
+    uint8_t group_key_len;
+    uint8_t group_key[DSP_GROUP_KEY_MAX]; /* stays last: dsp_server_task_new zeroes up to it */
 };
 
 /* A task type lives while a worker registered it, a task of it is buffered, or an
@@ -74,6 +83,10 @@ struct dsp_type {
     uint32_t max_running;     /* --type-limit concurrency (0: none), from srv->limits.items */
     uint32_t max_rate;        /* --type-limit rate: starts per second (0: none) */
     uint64_t running;         /* its deliveries in flight (dispatch.c's accounting) */
+    uint32_t max_per_group;   /* --group-limit: deliveries in flight per group_key (0: none) */
+    struct dsp_group_run *gruns; /* per key with deliveries in flight: how many (groups.c);
+                               * only while max_per_group is set */
+    size_t ngruns, gruns_cap;
     uint64_t answered_ok, answered_failed; /* workers' outcomes of its deliveries since the
                                * type was made: successes, and failures (retried or not;
                                * RETRY_AFTER is neither) */
@@ -146,6 +159,12 @@ struct dsp_server {
         int64_t drain_deadline_ms;
         uint64_t next_request_id;
         dsp_requeue_status last_requeue;
+        /* The runtime settings (settings table): a new leader claims nothing until it
+         * read and applied them (settings_gen names the read awaited). */
+        bool settings_pending;
+        uint64_t settings_gen;
+        int64_t settings_read_ms; /* when the last read was applied (wall ms; 0: never) */
+        size_t settings_rows;     /* rows it had */
     } control;
 
     /* Claim pacing: when the next claim may be asked, the one outstanding, and which
@@ -333,9 +352,13 @@ int dsp_limits_init(dsp_server *srv);
 void dsp_limits_free(dsp_server *srv);
 /* Gives a type just interned its limits, if it has any. */
 void dsp_limits_apply(const dsp_server *srv, dsp_type *ty);
-/* POST /limit: sets type's limits (0 and 0 removes them), on the type held now too.
+/* POST /limit: sets type's limits (all 0 removes them), on the type held now too.
  * Returns NULL, or why not (--max-types entries already). */
-const char *dsp_limits_set(dsp_server *srv, const char *type, uint32_t concurrency, uint32_t rate);
+const char *dsp_limits_set(dsp_server *srv, const char *type, uint32_t concurrency, uint32_t rate,
+                           uint32_t per_group, enum dsp_limit_source source);
+/* The runtime settings a new leader read from the table (docs/taskpushd.md "Runtime
+ * settings"): applied over the flags' and the config file's. */
+void dsp_settings_apply(dsp_server *srv, const dsp_setting *v, size_t n);
 /* The limits of type, or NULL when it has none. */
 const dsp_type_limit *dsp_limits_find(const dsp_server *srv, const char *type);
 

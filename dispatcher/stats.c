@@ -137,6 +137,7 @@ static void fill_types(dsp_stats_snapshot *snap, const dsp_server *srv)
                                                .paused = by_ptr[i]->paused,
                                                .limit_concurrency = by_ptr[i]->max_running,
                                                .limit_rate = by_ptr[i]->max_rate,
+                                               .limit_per_group = by_ptr[i]->max_per_group,
                                                .answered_ok = by_ptr[i]->answered_ok,
                                                .answered_failed = by_ptr[i]->answered_failed};
     for (const dsp_conn *c = srv->conns.list; c; c = c->next)
@@ -290,8 +291,11 @@ static json_t *limits_json(const dsp_stats_snapshot *snap)
     for (size_t i = 0; i < snap->nlimits; i++) {
         const dsp_type_limit *l = &snap->limits[i];
         char *name = dsp_utf8_copy(l->type);
-        json_array_append_new(a, json_pack("{s:s?, s:I, s:I}", "type", name, "concurrency",
-                                           (json_int_t)l->concurrency, "rate", (json_int_t)l->rate));
+        static const char *const sources[] = {"flag", "config", "runtime"};
+        json_array_append_new(a, json_pack("{s:s?, s:I, s:I, s:I, s:s}", "type", name, "concurrency",
+                                           (json_int_t)l->concurrency, "rate", (json_int_t)l->rate,
+                                           "per_group", (json_int_t)l->per_group, "source",
+                                           sources[l->source <= DSP_LIMIT_RUNTIME ? l->source : 0]));
         free(name);
     }
     return a;
@@ -303,11 +307,12 @@ static json_t *held_types_json(const dsp_stats_snapshot *snap)
     for (size_t i = 0; i < snap->nheld_types; i++) {
         const dsp_stats_type *t = &snap->held_types[i];
         char *name = dsp_utf8_copy(t->name);
-        json_array_append_new(a, json_pack("{s:s?, s:I, s:I, s:I, s:b, s:I, s:I, s:I, s:I}", "type", name,
+        json_array_append_new(a, json_pack("{s:s?, s:I, s:I, s:I, s:b, s:I, s:I, s:I, s:I, s:I}", "type", name,
                                            "workers", (json_int_t)t->workers, "buffered", (json_int_t)t->buffered,
                                            "in_flight", (json_int_t)t->in_flight, "paused", t->paused,
                                            "limit_concurrency", (json_int_t)t->limit_concurrency,
-                                           "limit_rate", (json_int_t)t->limit_rate, "answered_ok_total",
+                                           "limit_rate", (json_int_t)t->limit_rate, "limit_per_group",
+                                           (json_int_t)t->limit_per_group, "answered_ok_total",
                                            (json_int_t)t->answered_ok, "answered_failed_total",
                                            (json_int_t)t->answered_failed));
         free(name);

@@ -204,6 +204,7 @@ typedef struct dsp_stats_type {
     uint64_t workers, buffered, in_flight;
     bool paused;
     uint32_t limit_concurrency, limit_rate; /* --type-limit / POST /limit; 0: none */
+    uint32_t limit_per_group;               /* --group-limit / POST /limit; 0: none */
     uint64_t answered_ok, answered_failed;  /* dsp_type's */
 } dsp_stats_type;
 

@@ -2,6 +2,7 @@
  * the name (a type lives while a worker serves it, tasks of it are buffered, or an
  * operator paused it), and the names of registered types that were freed since. The
  * per-type queues themselves are dispatch.c's. */
+#include "dispatch.h"
 #include "server.h"
 
 #include <stdint.h>
@@ -81,6 +82,7 @@ dsp_type *dsp_server_type_intern(dsp_server *srv, const uint8_t *name, size_t le
 
 static void type_free(dsp_type *t)
 {
+    dsp_groups_free(t);
     free(t->workers);
     free(t->ll.e);
     free(t->name);

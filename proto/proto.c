@@ -301,7 +301,7 @@ done:
 }
 
 /* take_entry reads one SUBMIT task at *off of b[0..n) and advances *off. */
-static int take_entry(const uint8_t *b, size_t n, size_t *off, proto_submit_task *t)
+static int take_entry(const uint8_t *b, size_t n, size_t *off, uint8_t flags, proto_submit_task *t)
 {
     int rc = PROTO_BAD;
     size_t o = *off;
@@ -325,7 +325,13 @@ static int take_entry(const uint8_t *b, size_t n, size_t *off, proto_submit_task
         goto done;
     t->payload.ptr = b + o;
     t->payload.len = plen;
-    *off = o + plen;
+    o += plen;
+    t->group_key.ptr = NULL;
+    t->group_key.len = 0;
+    if ((flags & PROTO_SUBMIT_GROUP_KEY) &&
+        take_str(b, n, &o, PROTO_MAX_GROUP_KEY_LEN, &t->group_key) != PROTO_OK)
+        goto done;
+    *off = o;
     rc = PROTO_OK;
 done:
     return rc;
@@ -333,10 +339,15 @@ done:
 
 int proto_submit_next(proto_bytes *cursor, proto_submit_task *out)
 {
+    return proto_submit_next_flags(cursor, 0, out);
+}
+
+int proto_submit_next_flags(proto_bytes *cursor, uint8_t flags, proto_submit_task *out)
+{
     size_t off = 0;
 
     if (cursor == NULL || cursor->ptr == NULL || out == NULL ||
-        take_entry(cursor->ptr, cursor->len, &off, out) != PROTO_OK)
+        take_entry(cursor->ptr, cursor->len, &off, flags, out) != PROTO_OK)
         return PROTO_BAD;
     cursor->ptr += off;
     cursor->len -= off;
@@ -354,10 +365,11 @@ static int decode_submit(const uint8_t *b, size_t n, proto_submit *s)
     s->request_id = load32(b + SUBMIT_OFF_REQUEST);
     s->flags = b[SUBMIT_OFF_FLAGS];
     s->ntasks = load16(b + SUBMIT_OFF_NTASKS);
-    if ((s->flags & ~PROTO_SUBMIT_WAIT) != 0 || s->ntasks == 0 || s->ntasks > PROTO_MAX_SUBMIT_TASKS)
+    if ((s->flags & ~PROTO_SUBMIT_FLAGS_KNOWN) != 0 || s->ntasks == 0 ||
+        s->ntasks > PROTO_MAX_SUBMIT_TASKS)
         goto done;
     for (uint16_t i = 0; i < s->ntasks; i++)
-        if (take_entry(b, n, &off, &t) != PROTO_OK)
+        if (take_entry(b, n, &off, s->flags, &t) != PROTO_OK)
             goto done;
     if (off != n)
         goto done;
@@ -546,7 +558,7 @@ done:
 }
 
 /* raw_entries_ok: e holds exactly n valid SUBMIT entries (a decoded SUBMIT). */
-static int raw_entries_ok(proto_bytes e, uint16_t n)
+static int raw_entries_ok(proto_bytes e, uint16_t n, uint8_t flags)
 {
     size_t off = 0;
     proto_submit_task t;
@@ -554,7 +566,7 @@ static int raw_entries_ok(proto_bytes e, uint16_t n)
     if (e.ptr == NULL)
         return 0;
     for (uint16_t i = 0; i < n; i++)
-        if (take_entry(e.ptr, e.len, &off, &t) != PROTO_OK)
+        if (take_entry(e.ptr, e.len, &off, flags, &t) != PROTO_OK)
             return 0;
     return off == e.len;
 }
@@ -565,10 +577,11 @@ static size_t submit_head(const proto_submit *s)
 {
     size_t size = SUBMIT_FIXED;
 
-    if ((s->flags & ~PROTO_SUBMIT_WAIT) != 0 || s->ntasks == 0 || s->ntasks > PROTO_MAX_SUBMIT_TASKS)
+    if ((s->flags & ~PROTO_SUBMIT_FLAGS_KNOWN) != 0 || s->ntasks == 0 ||
+        s->ntasks > PROTO_MAX_SUBMIT_TASKS)
         return 0;
     if (s->tasks == NULL)
-        return raw_entries_ok(s->entries, s->ntasks) ? size + s->entries.len : 0;
+        return raw_entries_ok(s->entries, s->ntasks, s->flags) ? size + s->entries.len : 0;
     for (uint16_t i = 0; i < s->ntasks; i++) {
         const proto_submit_task *t = &s->tasks[i];
         if (t->priority > TASK_PRIORITY_MAX || t->max_attempts > PROTO_MAX_ATTEMPTS ||
@@ -577,6 +590,11 @@ static size_t submit_head(const proto_submit *s)
             !bytes_ok(t->payload, 0, PROTO_MAX_PAYLOAD_LEN))
             return 0;
         size += PROTO_SUBMIT_ENTRY_FIXED + t->type.len + t->dedup_key.len + t->payload.len;
+        if (s->flags & PROTO_SUBMIT_GROUP_KEY) {
+            if (!bytes_ok(t->group_key, 0, PROTO_MAX_GROUP_KEY_LEN))
+                return 0;
+            size += PROTO_SUBMIT_GROUP_KEY_FIXED + t->group_key.len;
+        }
     }
     return size; /* at most 1000 * (19 + 256 + 191 + 2^24): no overflow of a 64-bit size_t */
 }
@@ -720,6 +738,8 @@ static void write_submit(uint8_t *p, const proto_submit *s)
         store32(p, (uint32_t)t->payload.len);
         copy_bytes(p + BLOB_HEAD, t->payload);
         p += BLOB_HEAD + t->payload.len;
+        if (s->flags & PROTO_SUBMIT_GROUP_KEY)
+            p = put_str(p, t->group_key);
     }
 }
 

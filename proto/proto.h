@@ -35,6 +35,7 @@
 #define PROTO_MAX_TOKEN_LEN 1024 /* shared secret */
 #define PROTO_MAX_SUBMIT_TASKS 1000     /* entries of one SUBMIT */
 #define PROTO_MAX_DEDUP_KEY_LEN 191     /* bytes of a dedup_key (VARBINARY(191)) */
+#define PROTO_MAX_GROUP_KEY_LEN 191     /* bytes of a group_key (VARBINARY(191)) */
 #define PROTO_MAX_PAYLOAD_LEN 16777215u /* a MEDIUMBLOB */
 #define PROTO_MAX_ATTEMPTS 1000         /* the table's max_attempts bound */
 #define PROTO_MAX_CONFIRM 1024          /* deliveries named by one CONFIRM or HOLDING */
@@ -67,6 +68,8 @@ enum proto_type {
 
 /* SUBMIT flags. */
 #define PROTO_SUBMIT_WAIT 0x01 /* send an OUTCOME per inserted task when it ends */
+#define PROTO_SUBMIT_GROUP_KEY 0x02 /* each entry ends with a str16 group_key (fair share) */
+#define PROTO_SUBMIT_FLAGS_KNOWN (PROTO_SUBMIT_WAIT | PROTO_SUBMIT_GROUP_KEY)
 
 /* SUBMITTED status. */
 enum proto_submit_status {
@@ -176,6 +179,9 @@ typedef struct proto_submit_task {
     proto_bytes type;      /* 1 .. PROTO_MAX_TYPE_LEN bytes */
     proto_bytes dedup_key; /* 0 .. PROTO_MAX_DEDUP_KEY_LEN bytes; empty: none */
     proto_bytes payload;   /* 0 .. PROTO_MAX_PAYLOAD_LEN bytes */
+    /* 0 .. PROTO_MAX_GROUP_KEY_LEN bytes; empty: none. On the wire only with
+     * PROTO_SUBMIT_GROUP_KEY (the encoder ignores it without the flag). */
+    proto_bytes group_key;
 } proto_submit_task;
 
 /* SUBMIT. Decoding checks every entry and sets `entries` to their bytes (read them
@@ -183,7 +189,7 @@ typedef struct proto_submit_task {
  * them) and ignores `entries`. */
 typedef struct proto_submit {
     uint32_t request_id;
-    uint8_t flags;   /* PROTO_SUBMIT_WAIT; other bits are BAD */
+    uint8_t flags;   /* PROTO_SUBMIT_WAIT, PROTO_SUBMIT_GROUP_KEY; other bits are BAD */
     uint16_t ntasks; /* 1 .. PROTO_MAX_SUBMIT_TASKS */
     const proto_submit_task *tasks;
     proto_bytes entries;
@@ -285,6 +291,9 @@ size_t proto_msg_encode_head(const proto_msg *m, uint8_t *out, size_t cap);
  * msg.u.submit.entries) and advances it. Returns PROTO_OK, or PROTO_BAD when nothing
  * valid is left (never for the ntasks entries of a frame proto_msg_decode accepted). */
 int proto_submit_next(proto_bytes *cursor, proto_submit_task *out);
+/* The same for a SUBMIT whose flags are `flags` (its entries carry a group_key when
+ * PROTO_SUBMIT_GROUP_KEY is set); proto_submit_next reads entries without one. */
+int proto_submit_next_flags(proto_bytes *cursor, uint8_t flags, proto_submit_task *out);
 
 /* proto_submitted_result reads result i (< s->n) of a decoded SUBMITTED. */
 void proto_submitted_result(const proto_submitted *s, uint16_t i, proto_submit_res *out);
@@ -299,6 +308,8 @@ void proto_dlv_put(uint8_t *out, const proto_dlv *d);
 /* Bytes of a SUBMITTED result entry, and of a SUBMIT task entry without its strings. */
 #define PROTO_SUBMITTED_ENTRY 9
 #define PROTO_SUBMIT_ENTRY_FIXED 19
+/* What a group_key adds to an entry besides its bytes (PROTO_SUBMIT_GROUP_KEY). */
+#define PROTO_SUBMIT_GROUP_KEY_FIXED 2
 
 /* Largest head any frame can have (HELLO with every bound at its maximum); a SUBMIT,
  * which is all head, aside: size it with proto_msg_size. */

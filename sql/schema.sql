@@ -1,6 +1,6 @@
 -- taskpush schema. This is the one file a user runs on a new database:
 --     mariadb DBNAME < sql/schema.sql
--- It creates the current version (schema_version 7) directly. On an existing database it
+-- It creates the current version (schema_version 9) directly. On an existing database it
 -- changes nothing (see "Safe to run twice"), so it never upgrades one: that is what the
 -- migrations do. To upgrade, stop every taskpushd on the database, then run
 --     taskpushd --db URL --migrate
@@ -103,6 +103,13 @@ CREATE TABLE IF NOT EXISTS task (
     -- last_update_time that the write making it FAILED set), NULL in any other state.
     -- Computed by the server; nobody writes it.
     failed_at        BIGINT AS (IF(task_state = 3, last_update_time, NULL)) VIRTUAL,
+    -- Version 8 (sql/migrations/008-group-key.sql): the task's key for fair share
+    -- (docs/schema.md); NULL: none. Within a type and priority, keys take turns.
+    group_key        VARBINARY(191) NULL DEFAULT NULL,
+    -- Version 8: claim_lane for a row with a key, NULL for one without, so that a
+    -- claim or a success of a keyless row moves no entry of group_idx (a table that
+    -- uses no keys does not pay for it). Computed by the server; nobody writes it.
+    group_lane       TINYINT AS (IF(group_key IS NULL, NULL, IF(task_state = 2, 1, task_state))) VIRTUAL,
 
     PRIMARY KEY (task_id),
     -- The claim: equality on (claim_lane, delayed, type), then exactly the ORDER BY
@@ -116,6 +123,10 @@ CREATE TABLE IF NOT EXISTS task (
     -- The newest failures of a type, and its failures since a time (GET /failed,
     -- POST /retry-failed): a claim or a success leaves failed_at NULL and moves nothing.
     KEY failed_idx (task_type, failed_at),
+    -- Fair share (version 8): per type and priority, the ready keyed rows key by key,
+    -- so a claim passes a key's backlog with one seek (dispatcher/db/db_claim_fair.c).
+    -- Keyless rows sit under group_lane NULL and are read through claim_idx.
+    KEY group_idx (group_lane, `delayed`, task_type, task_priority DESC, group_key, task_id, run_after),
     UNIQUE KEY dedup_key (dedup_key),
 
     -- utf8mb4_bin pads: in SQL 'resize ' = 'resize', so such a row would be claimed
@@ -155,7 +166,7 @@ CREATE TABLE IF NOT EXISTS taskpush_meta (
     PRIMARY KEY (name)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
-INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 7), ('epoch', 0), ('lease', 0);
+INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 9), ('epoch', 0), ('lease', 0);
 
 -- Periodic tasks (version 4, sql/migrations/004-task-schedule.sql): one row per
 -- schedule; the leading taskpushd inserts its due runs into task (docs/schema.md).
@@ -209,4 +220,30 @@ CREATE TABLE IF NOT EXISTS task_claim (
     task_ids MEDIUMTEXT CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     PRIMARY KEY (epoch, seq),
     CONSTRAINT task_claim_ids_not_empty CHECK (task_ids <> '')
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+-- Runtime settings (version 9, sql/migrations/009-runtime-settings.sql): what an operator
+-- set at run time (POST /limit, /pause, /resume; taskpushctl pause, resume), one row per
+-- task type, so that every dispatcher that takes the lead applies it (docs/taskpushd.md,
+-- "Runtime settings"). The dispatchers write it; an operator may DELETE a row to go back
+-- to the flags and config file at the next takeover.
+CREATE TABLE IF NOT EXISTS task_setting (
+    -- The type's name, as the workers name it (1 to 256 bytes); '' for every type (a
+    -- pause of all types).
+    task_type     VARBINARY(256) NOT NULL,
+    -- 1 when the limits below were set at run time: they replace the flag's or the
+    -- config file's for this type; 0: the limits come from there.
+    has_limit     TINYINT NOT NULL DEFAULT 0,
+    -- Each 0 to 1000000, 0 no limit (docs/taskpushd.md, "Per-type limits").
+    concurrency   INT UNSIGNED NOT NULL DEFAULT 0,
+    rate          INT UNSIGNED NOT NULL DEFAULT 0,
+    per_group     INT UNSIGNED NOT NULL DEFAULT 0,
+    -- 1: paused (neither claimed nor dispatched) until resumed.
+    paused        TINYINT NOT NULL DEFAULT 0,
+    -- When a dispatcher last wrote the row (ms since 1970, its clock).
+    updated_ms    BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (task_type),
+    CONSTRAINT setting_limits_range CHECK (concurrency <= 1000000 AND rate <= 1000000
+                                           AND per_group <= 1000000),
+    CONSTRAINT setting_flags_range CHECK (has_limit IN (0, 1) AND paused IN (0, 1))
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

@@ -347,18 +347,35 @@ static int check_task(const tp_submit_task *t, size_t i, proto_submit_task *out,
 }
 
 /* encode builds the SUBMIT frame of tasks into *s. Returns 0 or a TP_E* code. */
-static int encode(tpi_submit *s, const tp_submit_task *tasks, size_t n, unsigned flags, tp_error *err)
+static int encode(tpi_submit *s, const tp_submit_task *tasks, const tp_group_key *keys, size_t n,
+                  unsigned flags, tp_error *err)
 {
+    int keyed = 0;
+
     proto_submit_task *pt = calloc(n, sizeof(*pt));
     proto_msg m = {.type = PROTO_SUBMIT};
     int rc = 0;
 
     if (pt == NULL)
         return tpi_error_set(err, TP_ENOMEM, "out of memory");
-    for (size_t i = 0; i < n && rc == 0; i++)
+    for (size_t i = 0; i < n && rc == 0; i++) {
         rc = check_task(&tasks[i], i, &pt[i], err);
+        if (rc == 0 && keys != NULL && keys[i].len > 0) {
+            if (keys[i].len > TP_MAX_GROUP_KEY_LEN)
+                rc = tpi_error_set(err, TP_ERANGE, "task %zu: group_key of %zu bytes (at most %u)",
+                                   i, keys[i].len, TP_MAX_GROUP_KEY_LEN);
+            else if (keys[i].key == NULL)
+                rc = tpi_error_set(err, TP_EINVAL, "task %zu: group_key NULL with a length", i);
+            else {
+                pt[i].group_key = (proto_bytes){keys[i].key, keys[i].len};
+                keyed = 1;
+            }
+        }
+    }
     if (rc == 0) {
-        m.u.submit.flags = (flags & TP_SUBMIT_WAIT) ? PROTO_SUBMIT_WAIT : 0;
+        /* Without a key the frame is the one of before, which every dispatcher takes. */
+        m.u.submit.flags = (uint8_t)(((flags & TP_SUBMIT_WAIT) ? PROTO_SUBMIT_WAIT : 0) |
+                                     (keyed ? PROTO_SUBMIT_GROUP_KEY : 0));
         m.u.submit.ntasks = (uint16_t)n;
         m.u.submit.tasks = pt;
         s->frame_len = proto_msg_size(&m);
@@ -387,6 +404,12 @@ static void wake_io(tp_worker *w)
 int tp_submit(tp_worker *w, const tp_submit_task *tasks, size_t n, unsigned flags,
               unsigned timeout_ms, tp_submit_result *results, tp_error *err)
 {
+    return tp_submit_keyed(w, tasks, NULL, n, flags, timeout_ms, results, err);
+}
+
+int tp_submit_keyed(tp_worker *w, const tp_submit_task *tasks, const tp_group_key *keys, size_t n,
+                    unsigned flags, unsigned timeout_ms, tp_submit_result *results, tp_error *err)
+{
     tpi_submit *s;
     struct timespec until;
     int rc, gave_up = 0;
@@ -405,7 +428,7 @@ int tp_submit(tp_worker *w, const tp_submit_task *tasks, size_t n, unsigned flag
     memset(results, 0, n * sizeof(*results));
     if ((s = calloc(1, sizeof(*s))) == NULL)
         return tpi_error_set(err, TP_ENOMEM, "out of memory");
-    if ((rc = encode(s, tasks, n, flags, err)) != 0) {
+    if ((rc = encode(s, tasks, keys, n, flags, err)) != 0) {
         sub_free(s);
         return rc;
     }

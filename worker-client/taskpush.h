@@ -462,6 +462,7 @@ TP_API int tp_task_cancelled(const tp_task *task);
 
 #define TP_MAX_SUBMIT_TASKS 1000u  /**< tasks in one tp_submit() */
 #define TP_MAX_DEDUP_KEY_LEN 191u  /**< bytes of a dedup_key (VARBINARY(191)) */
+#define TP_MAX_GROUP_KEY_LEN 191u  /**< bytes of a group_key (VARBINARY(191)) */
 #define TP_MAX_PAYLOAD_LEN 16777215u /**< bytes of a payload (MEDIUMBLOB) */
 #define TP_MAX_ATTEMPTS 1000u      /**< largest max_attempts */
 
@@ -541,6 +542,29 @@ TP_API void tp_submit_task_init(tp_submit_task *t);
  */
 TP_API int tp_submit(tp_worker *w, const tp_submit_task *tasks, size_t n, unsigned flags,
                      unsigned timeout_ms, tp_submit_result *results, tp_error *err) TP_WARN_UNUSED;
+
+/**
+ * A task's group_key (fair share, docs/producers.md): within one type and priority the
+ * dispatcher hands out the tasks of different keys in turn, so one key's backlog does
+ * not hold up the others.
+ */
+typedef struct tp_group_key {
+    const void *key; /**< the bytes (NULL when len is 0) */
+    size_t len;      /**< 0 .. TP_MAX_GROUP_KEY_LEN; 0: no key */
+} tp_group_key;
+
+/**
+ * tp_submit() with a group_key per task: keys[i] for tasks[i] (keys NULL: none at
+ * all, the same as tp_submit()). A call where every key is empty sends the frame
+ * tp_submit() sends; a keyed one needs a taskpushd of schema version 8 or later (an
+ * older one refuses the frame and closes the connection).
+ * @return as tp_submit(); TP_ERANGE also for a key longer than TP_MAX_GROUP_KEY_LEN,
+ *         TP_EINVAL for a NULL key with a length (nothing is sent).
+ * Thread-safe as tp_submit().
+ */
+TP_API int tp_submit_keyed(tp_worker *w, const tp_submit_task *tasks, const tp_group_key *keys,
+                           size_t n, unsigned flags, unsigned timeout_ms,
+                           tp_submit_result *results, tp_error *err) TP_WARN_UNUSED;
 
 /**
  * Frees the outputs of results[0..n) filled by tp_submit() and zeroes them.

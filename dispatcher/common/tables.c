@@ -9,6 +9,7 @@ const dsp_table_names dsp_table_names_task = {
     .meta = "taskpush_meta",
     .schedule = "task_schedule",
     .claim = "task_claim",
+    .setting = "task_setting",
     .is_default = true,
 };
 
@@ -22,7 +23,9 @@ const char *const dsp_table_constraint_names[] = {
     "schedule_one_rule", "schedule_interval_range", "schedule_missed_rule",
     "schedule_catch_up_max_range", "schedule_next_run_min",
     /* task_claim */
-    "task_claim_ids_not_empty", NULL};
+    "task_claim_ids_not_empty",
+    /* task_setting */
+    "setting_limits_range", "setting_flags_range", NULL};
 
 _Static_assert(DSP_TABLE_NAME_MAX + 1 + DSP_TABLE_CONSTRAINT_MAX <= 64,
                "NAME_<constraint> must fit MySQL's 64-byte identifiers");
@@ -62,14 +65,15 @@ int dsp_table_names_init(dsp_table_names *t, const char *name)
     snprintf(t->meta, sizeof t->meta, "%s_meta", name);
     snprintf(t->schedule, sizeof t->schedule, "%s_schedule", name);
     snprintf(t->claim, sizeof t->claim, "%s_claim", name);
+    snprintf(t->setting, sizeof t->setting, "%s_setting", name);
     return 0;
 }
 
 void dsp_table_names_subst(dsp_strbuf *out, const dsp_table_names *t, const char *text, size_t len)
 {
     const dsp_table_names *d = &dsp_table_names_task;
-    const char *from[4] = {d->task, d->meta, d->schedule, d->claim};
-    const char *to[4] = {t->task, t->meta, t->schedule, t->claim};
+    const char *from[5] = {d->task, d->meta, d->schedule, d->claim, d->setting};
+    const char *to[5] = {t->task, t->meta, t->schedule, t->claim, t->setting};
     size_t i = 0, copied = 0;
 
     if (t->is_default) {
@@ -85,7 +89,7 @@ void dsp_table_names_subst(dsp_strbuf *out, const dsp_table_names *t, const char
         while (i < len && is_word(text[i]))
             i++;
         bool done = false;
-        for (int k = 0; k < 4 && !done; k++) {
+        for (int k = 0; k < 5 && !done; k++) {
             size_t n = strlen(from[k]);
             if (i - w == n && memcmp(text + w, from[k], n) == 0) {
                 dsp_strbuf_put(out, text + copied, w - copied);

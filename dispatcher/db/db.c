@@ -91,6 +91,9 @@ static void msg_free(struct msg *m)
         dsp_claim_reply_free(m->reply);
     dsp_taskop_free(m->op);
     dsp_dbi_submit_msg_free(m);
+    for (size_t i = 0; i < m->nsettings; i++)
+        free(m->settings[i].type);
+    free(m->settings);
     free(m->text);
     free(m);
 }
@@ -148,6 +151,10 @@ static void deliver(dsp_db *db, struct msg *m)
         dsp_dbi_binlog_delivered(db, m->rows);
         if (cb->on_wake)
             cb->on_wake(arg, m->rows);
+        break;
+    case MSG_SETTINGS:
+        if (cb->on_settings)
+            cb->on_settings(arg, m->request_id, m->rows >= 0, m->settings, m->nsettings);
         break;
     }
 }
@@ -708,6 +715,62 @@ void dsp_db_table_stats_get(dsp_db *db, dsp_table_stats *out)
     pthread_mutex_unlock(&db->mu);
     out->retention_deleted_total = atomic_load_explicit(&db->retention_deleted, memory_order_relaxed);
     out->orphans_recovered_total = atomic_load_explicit(&db->orphans_recovered, memory_order_relaxed);
+}
+
+/* Queues r for the stats thread; false when it has stopped (r is then the caller's). */
+static bool stats_queue(dsp_db *db, struct requeue_req *r)
+{
+    bool now;
+    pthread_mutex_lock(&db->mu);
+    now = db->stats_exited || db->stats_stop;
+    if (!now) {
+        *db->rq_tail = r;
+        db->rq_tail = &r->next;
+        pthread_cond_signal(&db->stats_cv);
+    }
+    pthread_mutex_unlock(&db->mu);
+    return !now;
+}
+
+int dsp_db_setting_save(dsp_db *db, const dsp_setting *s, enum dsp_setting_what what)
+{
+    if (db == NULL || s == NULL)
+        return -1;
+    struct requeue_req *r = calloc(1, sizeof *r);
+    if (r == NULL || (r->type = strdup(s->type ? s->type : "")) == NULL) {
+        free(r);
+        return -1;
+    }
+    r->kind = REQ_SETTING_SAVE;
+    r->what = what;
+    r->setting = *s;
+    r->setting.type = NULL; /* r->type is the copy */
+    if (!stats_queue(db, r)) {
+        dsp_dbi_requeue_req_free(r);
+        return -1;
+    }
+    return 0;
+}
+
+int dsp_db_settings_load(dsp_db *db, uint64_t request_id)
+{
+    if (db == NULL)
+        return -1;
+    struct requeue_req *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return -1;
+    r->kind = REQ_SETTINGS_LOAD;
+    r->request_id = request_id;
+    if (!stats_queue(db, r)) {
+        struct msg *m = dsp_dbi_msg_new(MSG_SETTINGS);
+        dsp_dbi_requeue_req_free(r);
+        if (m == NULL)
+            return -1;
+        m->request_id = request_id;
+        m->rows = -1;
+        dsp_dbi_post(db, m);
+    }
+    return 0;
 }
 
 int dsp_db_requeue_failed(dsp_db *db, const char *type, uint64_t request_id)

@@ -57,6 +57,9 @@ typedef struct dsp_claimed_task {
     uint64_t claim_seq;    /* the claim's row in task_claim (its seq under the epoch) */
     size_t payload_len;
     uint8_t *payload;      /* malloc'd, NULL when empty; the reply owns it unless stolen */
+    bool has_group_key;    /* the row's group_key is not NULL: group_key_len bytes */
+    uint8_t group_key_len; /* 0 .. 191 */
+    uint8_t group_key[191];
 } dsp_claimed_task;
 
 typedef struct dsp_claim_request {
@@ -219,6 +222,8 @@ typedef struct dsp_submit_item {
     size_t type_len;
     const uint8_t *key;    /* dedup_key; key_len 0: none */
     size_t key_len;
+    const uint8_t *group_key; /* group_key (fair share); group_key_len 0: none (NULL) */
+    size_t group_key_len;     /* at most 191 (the decoder's bound) */
     const uint8_t *payload;
     size_t payload_len;
     /* The answer. */
@@ -254,6 +259,8 @@ typedef struct dsp_submit_outcome {
 /* Frees req, its body and items (NULL is fine). */
 void dsp_submit_req_free(dsp_submit_req *req);
 
+struct dsp_setting; /* below: runtime settings */
+
 typedef struct dsp_db_callbacks {
     /* Leadership taken: epoch is new and larger than every earlier one; rows of older
      * epochs are recovered now, or after adopt_grace_ms. Claims may start. */
@@ -281,6 +288,11 @@ typedef struct dsp_db_callbacks {
     /* The binary log showed a committed row of the task table that is NEW: claim now
      * (due_wall_ms 0), or at due_wall_ms (ms since 1970: its run_after). */
     void (*on_wake)(void *arg, int64_t due_wall_ms);
+    /* The answer to dsp_db_settings_load (request_id echoed): the rows of the settings
+     * table, or ok false (no database, an error: none read). settings[0..n) are the
+     * callee's to read only during the call. */
+    void (*on_settings)(void *arg, uint64_t request_id, bool ok, const struct dsp_setting *settings,
+                        size_t n);
 } dsp_db_callbacks;
 
 /* A parsed mysql:// URL. Strings are owned by the struct (dsp_db_url_clear, config.h). */
@@ -502,6 +514,35 @@ typedef struct dsp_schedule_list {
 } dsp_schedule_list;
 /* A copy of the latest listing (free() it), or NULL (out of memory, or db NULL). */
 dsp_schedule_list *dsp_db_schedules_get(dsp_db *db);
+
+/* ---- runtime settings (the settings table, schema version 9; docs/taskpushd.md,
+ * "Runtime settings") ---- */
+
+/* One row of the settings table. */
+typedef struct dsp_setting {
+    char *type;          /* NUL-terminated, 1 .. 256 bytes; "" every type (pause) */
+    bool has_limit;      /* the limits were set at run time */
+    uint32_t concurrency, rate, per_group;
+    bool paused;
+} dsp_setting;
+
+/* What dsp_db_setting_save writes of s. */
+enum dsp_setting_what {
+    DSP_SETTING_LIMITS,     /* has_limit = 1 and the three limits */
+    DSP_SETTING_PAUSE,      /* paused */
+    DSP_SETTING_RESUME_ALL, /* paused = 0 on every row (s->type unused) */
+};
+
+/* Queues a write of s (copied) to the settings table for the stats thread: an upsert of
+ * its type's row. Errors are logged, not answered. Returns 0, or -1 (out of memory, or
+ * the thread has stopped). */
+int dsp_db_setting_save(dsp_db *db, const dsp_setting *s, enum dsp_setting_what what);
+
+/* Asks the stats thread to read the settings table (at most DSP_SETTINGS_MAX rows); the
+ * answer comes to on_settings with request_id. Returns 0, or -1 (out of memory: no
+ * answer comes). */
+int dsp_db_settings_load(dsp_db *db, uint64_t request_id) __attribute__((warn_unused_result));
+#define DSP_SETTINGS_MAX 10001
 
 /* Asks the stats thread to move FAILED rows (of one type, or all when type is
  * NULL) back to NEW with attempts 0, in batches; the answer comes to

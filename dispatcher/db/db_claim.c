@@ -40,6 +40,7 @@
 #include "shard.h"
 
 #include "db_claim_sql.h"
+#include "db_claim_fair.h"
 #include "db_claim_helper.h"
 #include "migrate.h"
 
@@ -49,6 +50,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,7 +132,14 @@ struct cand {
     bool seen;   /* returned by the lock read: locked by this claim */
     bool locked; /* seen, and taken: its payload is held and it will be marked */
     bool cut;    /* seen, not taken: past the byte budget or beyond what its type wants */
+    bool has_group_key; /* from the lock read: the row's group_key, NULL or up to 191 bytes */
+    uint8_t group_key_len;
+    uint8_t group_key[DSP_FAIR_KEY_MAX]; /* last: cand_clear leaves it, only group_key_len counts */
 };
+
+/* Zeroes a candidate but its key's bytes (read only up to group_key_len): a keyless
+ * claim does not pay for the 191 bytes a row. */
+#define cand_clear(cd) memset((cd), 0, offsetof(struct cand, group_key))
 
 /* See the opening comment. The order matters: a step to a later state up to SERVE
  * runs the next one at once. */
@@ -176,6 +185,7 @@ struct claim_ctx {
     struct cand *cands;
     size_t cands_cap;
     dsp_claim_half *half; /* NULL: every claim runs whole here */
+    dsp_fair *fair;       /* the group keys' rotation (db_claim_fair.c) */
     uint64_t row_bytes;   /* payload bytes per row the last claim's lock read returned */
     bool row_bytes_known;
     bool skip_logged;     /* a claim skipped locked rows and no claim since found none */
@@ -775,6 +785,8 @@ struct claim_run {
     dsp_claim_reply *reply;
     int64_t now_ms;         /* wall clock of the claim: run_after <= now_ms */
     int64_t t0;             /* the SELECT went out (monotonic, us) */
+    bool fair_read;         /* claim_select took the fair read (db_claim_fair.h) */
+    uint32_t keyed_marked;  /* 1 + the type index last marked keyed by this claim; 0: none */
     struct claim_cursor *cur; /* per type of r */
     size_t ncand_all;       /* x->cands[0..ncand_all) may hold payloads: the kept rows, then
                              * those claim_continue read on */
@@ -878,7 +890,7 @@ static size_t claim_row_part(const char *const *ptypes, size_t nparts, size_t p,
 /* Fills a candidate from a row of the candidates' read; the rest comes with the lock. */
 static void cand_fill(struct cand *cd, MYSQL_ROW row, uint16_t type_index)
 {
-    memset(cd, 0, sizeof *cd);
+    cand_clear(cd);
     cd->id = strtoull(row[DSP_CLAIM_COL_TASK_ID], NULL, 10);
     cd->type_index = type_index;
     cd->priority = row[DSP_CLAIM_COL_PRIORITY]
@@ -886,9 +898,11 @@ static void cand_fill(struct cand *cd, MYSQL_ROW row, uint16_t type_index)
                        : 0;
 }
 
-/* Select: reads the candidates (one part per type, a consistent read of claim_idx
- * alone: see dsp_claim_sql_candidates) into x->cands, each part in dispatch order. */
-static int claim_select(struct claim_ctx *x, struct claim_run *cr)
+/* Select, the plain read (no type of the claim is known to have keyed rows, see
+ * db_claim_fair.h): reads the candidates (one part per type, a consistent read of
+ * claim_idx alone: see dsp_claim_sql_candidates) into x->cands, each part in dispatch
+ * order. */
+static int claim_select_plain(struct claim_ctx *x, struct claim_run *cr)
 {
     dsp_db *db = x->db;
     size_t cap = dsp_claim_sql_select_bound(cr->ptypes, cr->nparts), nforeign = 0, p, q;
@@ -969,6 +983,135 @@ static int claim_select(struct claim_ctx *x, struct claim_run *cr)
     return STEP_OK;
 }
 
+/* Select, the fair read: reads the candidates (one read of group_idx for all types, see
+ * db_claim_fair.h: the keys in turn) and keeps, per type, the rows the rotation takes,
+ * into x->cands. */
+static int claim_select_fair(struct claim_ctx *x, struct claim_run *cr)
+{
+    dsp_db *db = x->db;
+    size_t cap = dsp_fair_sql_bound(cr->ptypes, cr->nparts), nforeign = 0, nbad = 0, p, q;
+    uint64_t first_foreign = 0;
+    MYSQL_ROW row;
+    char *sel;
+    int n;
+
+    if (x->fair == NULL)
+        return STEP_OOM;
+    if ((sel = malloc(cap)) == NULL)
+        return STEP_OOM;
+    n = dsp_fair_sql(x->fair, sel, cap, cr->ptypes, cr->nparts, cr->now_ms, cr->limit, &db->names);
+    if (n < 0) {
+        log_error(db->log, "cannot build the claim statement");
+        free(sel);
+        return STEP_FAILED;
+    }
+
+    cr->t0 = dsp_now_us();
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(x->c.m, sel, (unsigned long)n) != 0 ||
+        (cr->res = mysql_store_result(x->c.m)) == NULL) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(db->log, "claim: %s (error %u)", x->c.err ? mysql_error(x->c.m) : "no result",
+                 x->c.err);
+        free(sel);
+        return STEP_DB_ERROR;
+    }
+    free(sel);
+    if (mysql_num_fields(cr->res) != DSP_FAIR_COL_COUNT) {
+        log_error(db->log, "claim: %u columns, expected %d", mysql_num_fields(cr->res),
+                  DSP_FAIR_COL_COUNT);
+        return STEP_DB_ERROR;
+    }
+
+    /* A row's part is the one whose type it carries (mostly the one of the row before). */
+    p = 0;
+    while ((row = mysql_fetch_row(cr->res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(cr->res);
+
+        if (row[DSP_CLAIM_COL_TASK_ID] == NULL || row[DSP_CLAIM_COL_TASK_TYPE] == NULL ||
+            row[DSP_CLAIM_COL_PRIORITY] == NULL || row[DSP_FAIR_COL_PART] == NULL)
+            continue;
+        q = claim_row_part(cr->ptypes, cr->nparts, p, row[DSP_CLAIM_COL_TASK_TYPE],
+                           len[DSP_CLAIM_COL_TASK_TYPE]);
+        if (q == cr->nparts) {
+            /* Equal in SQL but not byte for byte (utf8mb4_bin pads: 'a ' = 'a'):
+             * no worker asked for it. It stays NEW. */
+            if (nforeign++ == 0)
+                first_foreign = strtoull(row[DSP_CLAIM_COL_TASK_ID], NULL, 10);
+            continue;
+        }
+        p = q;
+        if (dsp_fair_add_text(x->fair, p, row[DSP_CLAIM_COL_TASK_ID], len[DSP_CLAIM_COL_TASK_ID],
+                              row[DSP_CLAIM_COL_PRIORITY], len[DSP_CLAIM_COL_PRIORITY],
+                              row[DSP_FAIR_COL_GROUP_KEY], len[DSP_FAIR_COL_GROUP_KEY],
+                              row[DSP_FAIR_COL_PART], len[DSP_FAIR_COL_PART]) != 0)
+            nbad++; /* stays NEW: a key the column cannot hold, a malformed number, out of memory */
+    }
+    if (mysql_errno(x->c.m) != 0) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(db->log, "claim: reading rows: %s", mysql_error(x->c.m));
+        return STEP_DB_ERROR;
+    }
+    /* The rows taken are at most the rows read (and cr->limit a type). */
+    size_t most = dsp_fair_nrows(x->fair);
+    if (most > x->cands_cap) {
+        struct cand *nc = realloc(x->cands, most * sizeof *nc);
+        if (nc == NULL)
+            return STEP_OOM_ROLLBACK;
+        x->cands = nc;
+        x->cands_cap = most;
+    }
+    uint64_t *ids = malloc(cr->limit * sizeof *ids);
+    uint8_t *prios = malloc(cr->limit);
+    if (ids == NULL || prios == NULL) {
+        free(ids);
+        free(prios);
+        return STEP_OOM_ROLLBACK;
+    }
+    for (p = 0; p < cr->nparts; p++) {
+        bool more = false;
+        struct claim_cursor *c = &cr->cur[cr->pindex[p]];
+        size_t got = dsp_fair_pick(x->fair, p, cr->limit, ids, prios, &more);
+
+        if (got > x->cands_cap - cr->ncand) /* cannot be: each row is taken once */
+            got = x->cands_cap - cr->ncand;
+        for (size_t i = 0; i < got; i++) {
+            struct cand *cd = &x->cands[cr->ncand++];
+            cand_clear(cd);
+            cd->id = ids[i];
+            cd->priority = prios[i];
+            cd->type_index = cr->pindex[p];
+        }
+        c->nread += (uint32_t)got;
+        if (more)
+            c->more = true;
+    }
+    free(ids);
+    free(prios);
+    dsp_fair_trim(x->fair);
+    if (nforeign)
+        log_warn(db->log,
+                 "claim returned %zu row(s) whose task_type is not byte for byte a type asked"
+                 " for (trailing spaces?), e.g. task %" PRIu64 "; left NEW",
+                 nforeign, first_foreign);
+    if (nbad)
+        log_warn(db->log,
+                 "claim: %zu row(s) with a group_key over %u bytes or a malformed id, priority"
+                 " or part left NEW",
+                 nbad, DSP_FAIR_KEY_MAX);
+    return STEP_OK;
+}
+
+/* Select: the fair read when a type of the claim may have keyed rows, else the plain
+ * one (db_claim_fair.h: a table without keys pays what it paid before them). */
+static int claim_select(struct claim_ctx *x, struct claim_run *cr)
+{
+    cr->fair_read = x->fair != NULL &&
+                    dsp_fair_use(x->fair, cr->ptypes, cr->nparts,
+                                 atomic_load_explicit(&x->db->keyed_submits, memory_order_relaxed));
+    return cr->fair_read ? claim_select_fair(x, cr) : claim_select_plain(x, cr);
+}
+
 /* Merge: the parts into dispatch order, keeping rows while their type and the total
  * have room (the rest are not locked: they stay NEW). */
 static int claim_merge(struct claim_ctx *x, struct claim_run *cr)
@@ -978,7 +1121,11 @@ static int claim_merge(struct claim_ctx *x, struct claim_run *cr)
 
     mysql_free_result(cr->res); /* the candidates hold no pointer into it */
     cr->res = NULL;
-    sort_unless_sorted(x->cands, cr->ncand, sizeof *x->cands, cand_cmp);
+    /* One type's rows come in the order its keys take turns (highest priority first),
+     * which is the order to hand them out in: only several types are merged by
+     * (priority, id). */
+    if (!cr->fair_read || cr->nparts > 1)
+        sort_unless_sorted(x->cands, cr->ncand, sizeof *x->cands, cand_cmp);
     for (i = 0; i < cr->ncand && cr->nkept < r->total; i++) {
         struct cand *cd = &x->cands[i];
         if (cr->taken[cd->type_index] >= r->limits[cd->type_index]) {
@@ -1144,6 +1291,19 @@ static int claim_take_row(struct claim_ctx *x, struct claim_run *cr, const struc
     cd->timeout_ms = row[DSP_DB_SQL_LOCK_TIMEOUT_MS]
                          ? strtoll(row[DSP_DB_SQL_LOCK_TIMEOUT_MS], NULL, 10)
                          : -1;
+    /* A key longer than the column holds cannot come from the table; cut to none. */
+    cd->has_group_key = row[DSP_DB_SQL_LOCK_GROUP_KEY] != NULL &&
+                        len[DSP_DB_SQL_LOCK_GROUP_KEY] <= DSP_FAIR_KEY_MAX;
+    cd->group_key_len = cd->has_group_key ? (uint8_t)len[DSP_DB_SQL_LOCK_GROUP_KEY] : 0;
+    if (cd->group_key_len)
+        memcpy(cd->group_key, row[DSP_DB_SQL_LOCK_GROUP_KEY], cd->group_key_len);
+    /* A keyed row from the plain read: its type takes the fair read from the next claim
+     * on (once per run of rows of one type). */
+    if (cd->has_group_key && !cr->fair_read && x->fair != NULL &&
+        cr->keyed_marked != (uint32_t)cd->type_index + 1) {
+        cr->keyed_marked = (uint32_t)cd->type_index + 1;
+        dsp_fair_saw_key(x->fair, cr->r->types[cd->type_index]);
+    }
     plen = row[DSP_DB_SQL_LOCK_PAYLOAD] ? len[DSP_DB_SQL_LOCK_PAYLOAD] : 0;
     cr->seen_bytes += plen;
     cr->nseen++;
@@ -1413,7 +1573,7 @@ static int claim_copy(struct claim_ctx *x, struct claim_run *cr, size_t from, si
     size_t i;
 
     if (reply->tasks == NULL &&
-        (reply->tasks = calloc(cr->ncand_all ? cr->ncand_all : 1, sizeof *reply->tasks)) == NULL)
+        (reply->tasks = malloc((cr->ncand_all ? cr->ncand_all : 1) * sizeof *reply->tasks)) == NULL)
         return STEP_OOM_ROLLBACK;
     for (i = from; i < to; i++) {
         struct cand *cd = &x->cands[i];
@@ -1421,7 +1581,10 @@ static int claim_copy(struct claim_ctx *x, struct claim_run *cr, size_t from, si
 
         if (!cd->locked)
             continue;
+        /* Every field but the key's bytes past group_key_len (not zeroed: 191 bytes a
+         * row a keyless claim would pay for). */
         t->task_id = cd->id;
+        t->claim_seq = 0;
         t->attempts = cd->attempts;
         t->max_attempts = cd->max_attempts;
         t->timeout_ms = cd->timeout_ms;
@@ -1430,6 +1593,10 @@ static int claim_copy(struct claim_ctx *x, struct claim_run *cr, size_t from, si
         t->payload_len = cd->payload_len;
         t->payload = cd->payload;
         cd->payload = NULL;
+        t->has_group_key = cd->has_group_key;
+        t->group_key_len = cd->group_key_len;
+        if (cd->group_key_len)
+            memcpy(t->group_key, cd->group_key, cd->group_key_len);
         reply->ntasks++;
     }
     return STEP_OK;
@@ -2293,6 +2460,8 @@ void *dsp_dbi_claim_main(void *arg)
         x.c.rng = 1;
     x.state = CLAIM_CONNECT;
     mysql_thread_init();
+    if ((x.fair = dsp_fair_new()) == NULL)
+        log_error(db->log, "out of memory: claims fail until a restart");
     if (db->opts.claim_split > 0 && (x.half = dsp_dbi_half_start(db)) == NULL)
         log_warn(db->log, "cannot start the claim helper; every claim runs on one connection");
 
@@ -2312,6 +2481,7 @@ void *dsp_dbi_claim_main(void *arg)
     free(x.release_ids);
     free(x.recover_ids);
     free(x.cands);
+    dsp_fair_free(x.fair);
     mysql_thread_end();
     return NULL;
 }

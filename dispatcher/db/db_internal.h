@@ -66,7 +66,8 @@ enum msg_kind {
     MSG_TASKOP,
     MSG_SUBMITTED,
     MSG_OUTCOME,
-    MSG_WAKE /* the wake follower's doorbell: rows = due (ms since 1970), 0 for now */
+    MSG_WAKE, /* the wake follower's doorbell: rows = due (ms since 1970), 0 for now */
+    MSG_SETTINGS
 };
 
 /* A message from a database thread to the loop. */
@@ -83,6 +84,8 @@ struct msg {
     dsp_taskop *op;      /* MSG_TASKOP: the request with its answer */
     dsp_submit_req *sreq;         /* MSG_SUBMITTED: the request with its answer */
     dsp_submit_outcome *outcome;  /* MSG_OUTCOME */
+    dsp_setting *settings;        /* MSG_SETTINGS (rows is -1 when none could be read) */
+    size_t nsettings;
 };
 
 /* A queued dsp_db_taskop. */
@@ -91,11 +94,16 @@ struct taskop_req {
     dsp_taskop *op;
 };
 
-/* A queued dsp_db_requeue_failed. */
+/* A queued dsp_db_requeue_failed, or a runtime setting's write or load (the same queue
+ * of the stats thread, in order). */
+enum requeue_kind { REQ_REQUEUE = 0, REQ_SETTING_SAVE, REQ_SETTINGS_LOAD };
 struct requeue_req {
     struct requeue_req *next;
     char *type; /* NULL: every type */
     uint64_t request_id;
+    enum requeue_kind kind;
+    enum dsp_setting_what what; /* REQ_SETTING_SAVE: of setting (its type is `type`) */
+    dsp_setting setting;
 };
 
 /* dsp_db_claim's copy of a request. */
@@ -252,7 +260,10 @@ struct dsp_db {
     struct dsp_submitter *sub; /* the submit thread and the waited-for tasks (db_submit.c) */
     _Atomic bool leader;
     _Atomic uint32_t epoch;
-    _Atomic uint64_t claim_seq; /* the last task_claim seq handed out (db_claim_log.c) */
+    _Atomic uint64_t claim_seq;
+    /* Rows with a group_key the submit thread inserted: a change makes the claim
+     * thread's next claim take the fair read (db_claim_fair.h). */
+    _Atomic uint64_t keyed_submits; /* the last task_claim seq handed out (db_claim_log.c) */
     /* The dialect the last connection opened with (enum dsp_sql_dialect; AUTO before the
      * first): logged when it changes, shown in /stats (dsp_dbi_conn_open). */
     _Atomic int sql_dialect_seen;

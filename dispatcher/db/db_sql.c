@@ -204,7 +204,7 @@ void dsp_db_sql_claim_lock(dsp_strbuf *b, const dsp_table_names *t, int64_t now_
 {
     t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
-                      "SELECT task_id, attempts, max_attempts, timeout_ms, payload"
+                      "SELECT task_id, attempts, max_attempts, timeout_ms, payload, group_key"
                       " FROM %s FORCE INDEX (PRIMARY)",
                       t->task);
     put_id_csv_list(b, ids_csv, len);

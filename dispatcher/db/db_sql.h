@@ -83,7 +83,7 @@ void dsp_db_sql_id_csv(dsp_strbuf *b, const uint64_t *ids, size_t n);
 
 /* Appends the claim's lock of the candidates it kept (see dsp_claim_sql_candidates),
  * by primary key, reading what the dispatcher needs of each:
- *   SELECT task_id, attempts, max_attempts, timeout_ms, payload
+ *   SELECT task_id, attempts, max_attempts, timeout_ms, payload, group_key
  *     FROM task FORCE INDEX (PRIMARY) WHERE task_id IN (...) AND task_state = 0
  *     AND `delayed` = 0 AND run_after <= now_ms FOR UPDATE SKIP LOCKED
  * The state is read again under the lock: a row changed since the candidates' read
@@ -100,6 +100,7 @@ enum {
     DSP_DB_SQL_LOCK_MAX_ATTEMPTS,
     DSP_DB_SQL_LOCK_TIMEOUT_MS,
     DSP_DB_SQL_LOCK_PAYLOAD,
+    DSP_DB_SQL_LOCK_GROUP_KEY, /* VARBINARY(191) or NULL (schema version 8) */
     DSP_DB_SQL_LOCK_NCOLS
 };
 

@@ -415,6 +415,129 @@ out:
     dsp_dbi_requeue_req_free(r);
 }
 
+/* ---- runtime settings (the settings table, schema version 9) ---- */
+
+/* Posts the settings read (taken over: freed with the message), or a failure. */
+static void settings_answer(dsp_db *db, uint64_t request_id, dsp_setting *v, size_t n, bool ok)
+{
+    struct msg *m = dsp_dbi_msg_new(MSG_SETTINGS);
+
+    if (m == NULL) {
+        log_error(db->log, "out of memory answering the settings read");
+        for (size_t i = 0; i < n; i++)
+            free(v[i].type);
+        free(v);
+        return;
+    }
+    m->request_id = request_id;
+    m->rows = ok ? (int64_t)n : -1;
+    m->settings = v;
+    m->nsettings = n;
+    dsp_dbi_post(db, m);
+}
+
+/* Upserts r's setting into its type's row. */
+static void stats_setting_save(struct stats_ctx *x, struct requeue_req *r)
+{
+    dsp_db *db = x->db;
+    const dsp_setting *s = &r->setting;
+    int64_t now = dsp_wall_ms();
+    uint64_t n = 0;
+
+    if (stats_connect(x, true) < 0) {
+        log_warn(db->log, "runtime setting of type %s not stored: no database connection", r->type);
+        goto out;
+    }
+    dsp_strbuf_reset(&x->sql);
+    if (r->what == DSP_SETTING_RESUME_ALL) {
+        dsp_strbuf_printf(&x->sql, "UPDATE %s SET paused = 0, updated_ms = %" PRId64 " WHERE paused = 1",
+                          db->names.setting, now);
+    } else {
+        dsp_strbuf_printf(&x->sql, "INSERT INTO %s (task_type, has_limit, concurrency, rate, per_group,"
+                                   " paused, updated_ms) VALUES (", db->names.setting);
+        if (r->type[0])
+            dsp_strbuf_put_hex(&x->sql, (const uint8_t *)r->type, strlen(r->type), false);
+        else
+            dsp_strbuf_puts(&x->sql, "''");
+        if (r->what == DSP_SETTING_LIMITS)
+            dsp_strbuf_printf(&x->sql, ", 1, %u, %u, %u, 0, %" PRId64 ") ON DUPLICATE KEY UPDATE"
+                                       " has_limit = 1, concurrency = %u, rate = %u, per_group = %u,"
+                                       " updated_ms = %" PRId64,
+                              s->concurrency, s->rate, s->per_group, now, s->concurrency, s->rate,
+                              s->per_group, now);
+        else
+            dsp_strbuf_printf(&x->sql, ", 0, 0, 0, 0, %d, %" PRId64 ") ON DUPLICATE KEY UPDATE"
+                                       " paused = %d, updated_ms = %" PRId64,
+                              s->paused ? 1 : 0, now, s->paused ? 1 : 0, now);
+    }
+    if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+        log_warn(db->log, "runtime setting of type %s not stored (the database refused it)",
+                 r->type[0] ? r->type : "(every type)");
+        if (!x->sql.oom)
+            stats_drop(x);
+    }
+out:
+    dsp_dbi_requeue_req_free(r);
+}
+
+/* Reads every row of the settings table (at most DSP_SETTINGS_MAX) and answers. */
+static void stats_settings_load(struct stats_ctx *x, struct requeue_req *r)
+{
+    dsp_db *db = x->db;
+    dsp_setting *v = NULL;
+    size_t n = 0;
+    bool ok = false;
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+
+    if (stats_connect(x, true) < 0) {
+        log_warn(db->log, "runtime settings not read: no database connection");
+        goto out;
+    }
+    dsp_strbuf_reset(&x->sql);
+    dsp_strbuf_printf(&x->sql,
+                      "SELECT task_type, has_limit, concurrency, rate, per_group, paused FROM %s"
+                      " ORDER BY task_type LIMIT %d",
+                      db->names.setting, DSP_SETTINGS_MAX);
+    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+    if (x->sql.oom || mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
+        (res = mysql_store_result(x->c.m)) == NULL || mysql_num_fields(res) != 6) {
+        log_warn(db->log, "runtime settings not read: %s", x->c.m ? mysql_error(x->c.m) : "no connection");
+        if (!x->sql.oom && res == NULL)
+            stats_drop(x);
+        goto out;
+    }
+    if ((v = calloc((size_t)mysql_num_rows(res) + 1, sizeof *v)) == NULL)
+        goto out;
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        dsp_setting *s = &v[n];
+        /* Every field is hostile: a type of 1 to 256 bytes without a NUL, or '' (every
+         * type); numbers as the CHECKs allow. A row that breaks these is skipped. */
+        if (!row[0] || len[0] > 256 || memchr(row[0], '\0', len[0]) || !row[1] || !row[2] ||
+            !row[3] || !row[4] || !row[5])
+            continue;
+        unsigned long long c = strtoull(row[2], NULL, 10), rt = strtoull(row[3], NULL, 10),
+                           g = strtoull(row[4], NULL, 10);
+        if (c > 1000000 || rt > 1000000 || g > 1000000 || (s->type = malloc(len[0] + 1)) == NULL)
+            continue;
+        memcpy(s->type, row[0], len[0]);
+        s->type[len[0]] = '\0';
+        s->has_limit = strcmp(row[1], "1") == 0;
+        s->concurrency = (uint32_t)c;
+        s->rate = (uint32_t)rt;
+        s->per_group = (uint32_t)g;
+        s->paused = strcmp(row[5], "1") == 0;
+        n++;
+    }
+    ok = mysql_errno(x->c.m) == 0;
+out:
+    if (res)
+        mysql_free_result(res);
+    settings_answer(db, r->request_id, v, n, ok);
+    dsp_dbi_requeue_req_free(r);
+}
+
 /* ---- task-level requests (dsp_taskop) ---- */
 
 static const char *const state_names[4] = {"NEW", "PROCESSING", "SUCCESSFUL", "FAILED"};
@@ -787,7 +910,12 @@ void *dsp_dbi_stats_main(void *arg)
             if (db->rq_head == NULL)
                 db->rq_tail = &db->rq_head;
             pthread_mutex_unlock(&db->mu);
-            stats_requeue(&x, r);
+            if (r->kind == REQ_SETTING_SAVE)
+                stats_setting_save(&x, r);
+            else if (r->kind == REQ_SETTINGS_LOAD)
+                stats_settings_load(&x, r);
+            else
+                stats_requeue(&x, r);
             pthread_mutex_lock(&db->mu);
             continue;
         }
@@ -829,7 +957,10 @@ void *dsp_dbi_stats_main(void *arg)
     }
     for (; pending; pending = r) {
         r = pending->next;
-        requeue_answer(db, pending->request_id, -1);
+        if (pending->kind == REQ_REQUEUE)
+            requeue_answer(db, pending->request_id, -1);
+        else if (pending->kind == REQ_SETTINGS_LOAD)
+            settings_answer(db, pending->request_id, NULL, 0, false);
         dsp_dbi_requeue_req_free(pending);
     }
     dsp_dbi_conn_close(&x.c);

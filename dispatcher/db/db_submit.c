@@ -72,7 +72,7 @@
 
 /* A statement's bytes beyond its rows, and one row's beyond its hex fields. */
 #define INSERT_FIXED 400u
-#define ROW_FIXED 160u
+#define ROW_FIXED 176u
 
 /* One waited-for task. */
 struct waiter {
@@ -381,7 +381,9 @@ static bool payload_is_large(const dsp_submit_item *it)
 /* The most a row of it adds to an INSERT (hex doubles the bytes). */
 static size_t row_cost(const dsp_submit_item *it)
 {
-    return ROW_FIXED + 2 * (it->type_len + it->key_len + (payload_is_large(it) ? 0 : it->payload_len));
+    return ROW_FIXED +
+           2 * (it->type_len + it->key_len + it->group_key_len +
+                (payload_is_large(it) ? 0 : it->payload_len));
 }
 
 /* The largest payload the table takes from c: a parameter may be as large as the
@@ -410,6 +412,8 @@ static void put_row(dsp_strbuf *b, const dsp_submit_item *it, int64_t now)
     else
         dsp_strbuf_puts(b, "NULL,");
     dsp_strbuf_put_hex(b, it->key, it->key_len, false);
+    dsp_strbuf_puts(b, ",");
+    dsp_strbuf_put_hex(b, it->group_key, it->group_key_len, false);
     dsp_strbuf_puts(b, ")");
 }
 
@@ -475,7 +479,7 @@ static int run_key_query(struct sub_ctx *x, struct krow **rows, size_t *n, size_
 
 static const char INSERT_HEAD_FMT[] =
     "INSERT IGNORE INTO %s (task_type, task_priority, payload, max_attempts, run_after,"
-    " `delayed`, timeout_ms, dedup_key) VALUES ";
+    " `delayed`, timeout_ms, dedup_key, group_key) VALUES ";
 static const char INSERT_TAIL[] = " RETURNING task_id, dedup_key";
 
 /* Inserts every item of the live requests, statement by statement. Returns 0 or -1. */
@@ -496,6 +500,8 @@ static int insert_all(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq, int
             }
             dsp_strbuf_puts(&x->sql, rows ? "," : x->insert_head);
             put_row(&x->sql, it, now);
+            if (it->group_key_len)
+                atomic_fetch_add_explicit(&x->db->keyed_submits, 1, memory_order_relaxed);
             rows++;
         }
     }
@@ -735,6 +741,8 @@ static int insert_mysql_once(struct sub_ctx *x, dsp_submit_req **reqs, size_t nr
             }
             dsp_strbuf_puts(&x->sql, rows ? "," : x->insert_head);
             put_row(&x->sql, &it, now);
+            if (it.group_key_len)
+                atomic_fetch_add_explicit(&x->db->keyed_submits, 1, memory_order_relaxed);
             rows++;
         }
     }

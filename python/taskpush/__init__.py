@@ -24,7 +24,8 @@ __all__ = [
 def submit(addresses: str, type: str, payload: "bytes | str" = b"", priority: int = 1,
            dedup_key: "bytes | str | None" = None, delay_ms: int = 0, max_attempts: int = 0,
            timeout_ms: int = 0, wait: bool = False, token: "str | None" = None,
-           tls: "bool | TLSOptions | None" = None) -> Receipt:
+           tls: "bool | TLSOptions | None" = None, group_key: "bytes | str | None" = None) -> Receipt:
     """Submits one task on a connection of its own (tp_submit for a producer)."""
     with Client(addresses, token=token, tls=tls) as c:
-        return c.submit(type, payload, priority, dedup_key, delay_ms, max_attempts, timeout_ms, wait)
+        return c.submit(type, payload, priority, dedup_key, delay_ms, max_attempts, timeout_ms, wait,
+                        group_key=group_key)

@@ -38,6 +38,9 @@ ERR_BAD_FRAME, ERR_VERSION, ERR_AUTH, ERR_UNEXPECTED, ERR_SHUTDOWN, ERR_TIMEOUT 
 ERR_NOT_LEADER = 7  # a standby; a client given several addresses tries the next
 
 SUBMIT_FLAG_WAIT = 0x01
+SUBMIT_FLAG_GROUP_KEY = 0x02  # each entry ends with a str16 group_key
+SUBMIT_FLAGS_KNOWN = SUBMIT_FLAG_WAIT | SUBMIT_FLAG_GROUP_KEY
+MAX_GROUP_KEY_LEN = 191
 SUBMITTED_OK, SUBMITTED_INVALID, SUBMITTED_UNAVAILABLE = 0, 1, 2
 RESULT_INSERTED, RESULT_DUPLICATE = 0, 1
 STATE_SUCCESSFUL, STATE_FAILED = 2, 3
@@ -154,6 +157,7 @@ class SubmitTask:
     delay_ms: int = 0
     timeout_ms: int = 0    # 0: the dispatcher's default
     dedup_key: bytes = b""  # empty: none
+    group_key: bytes = b""  # empty: none; on the wire only under SUBMIT_FLAG_GROUP_KEY
 
 
 @dataclass
@@ -268,7 +272,7 @@ def _dec_hello(r: _Reader) -> Hello:
 
 def _dec_submit(r: _Reader) -> Submit:
     request_id, flags, ntasks = r.u32(), r.u8(), r.u16()
-    if flags & ~SUBMIT_FLAG_WAIT:
+    if flags & ~SUBMIT_FLAGS_KNOWN:
         raise BadFrame(f"SUBMIT flags 0x{flags:02x}")
     if not 1 <= ntasks <= MAX_SUBMIT_TASKS:
         raise BadFrame(f"SUBMIT ntasks {ntasks}")
@@ -282,7 +286,9 @@ def _dec_submit(r: _Reader) -> Submit:
         plen = r.u32()
         if plen > MAX_PAYLOAD_LEN:
             raise BadFrame(f"SUBMIT payload of {plen} bytes")
-        tasks.append(SubmitTask(ttype, r.take(plen), prio, attempts, delay, timeout, key))
+        payload = r.take(plen)
+        group = r.str16(0, MAX_GROUP_KEY_LEN, "group_key") if flags & SUBMIT_FLAG_GROUP_KEY else b""
+        tasks.append(SubmitTask(ttype, payload, prio, attempts, delay, timeout, key, group))
     r.end()
     return Submit(request_id, flags, tasks)
 
@@ -392,7 +398,7 @@ def _enc_hello(m: Hello) -> bytes:
 
 
 def _enc_submit(m: Submit) -> bytes:
-    if m.flags & ~SUBMIT_FLAG_WAIT or not 1 <= len(m.tasks) <= MAX_SUBMIT_TASKS:
+    if m.flags & ~SUBMIT_FLAGS_KNOWN or not 1 <= len(m.tasks) <= MAX_SUBMIT_TASKS:
         raise BadFrame(f"SUBMIT flags {m.flags} with {len(m.tasks)} tasks")
     out = [struct.pack(">BIBH", SUBMIT, _u(m.request_id, 32, "request_id"), _u(m.flags, 8, "flags"),
                        len(m.tasks))]
@@ -405,6 +411,8 @@ def _enc_submit(m: Submit) -> bytes:
                                _u(t.timeout_ms, 32, "timeout_ms")))
         out += [_s16(t.type, 1, MAX_TYPE_LEN, "type"), _s16(t.dedup_key, 0, MAX_DEDUP_KEY_LEN, "dedup_key"),
                 struct.pack(">I", len(t.payload)), bytes(t.payload)]
+        if m.flags & SUBMIT_FLAG_GROUP_KEY:
+            out.append(_s16(t.group_key, 0, MAX_GROUP_KEY_LEN, "group_key"))
     return b"".join(out)
 
 

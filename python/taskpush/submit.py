@@ -56,12 +56,15 @@ def _b(v: Bytes) -> bytes:
 
 
 def make_task(type: str, payload: Bytes = b"", priority: int = 1, dedup_key: Optional[Bytes] = None,
-              delay_ms: int = 0, max_attempts: int = 0, timeout_ms: int = 0) -> proto.SubmitTask:
-    """One SUBMIT entry; ValueError for a value the protocol cannot carry."""
+              delay_ms: int = 0, max_attempts: int = 0, timeout_ms: int = 0,
+              group_key: Optional[Bytes] = None) -> proto.SubmitTask:
+    """One SUBMIT entry; ValueError for a value the protocol cannot carry (a group_key
+    longer than 191 bytes among them)."""
     t = proto.SubmitTask(_b(type), _b(payload), priority, max_attempts, delay_ms, timeout_ms,
-                         _b(dedup_key) if dedup_key is not None else b"")
+                         _b(dedup_key) if dedup_key is not None else b"",
+                         _b(group_key) if group_key is not None else b"")
     try:
-        proto.encode_body(proto.Submit(0, 0, [t]))
+        proto.encode_body(proto.Submit(0, proto.SUBMIT_FLAG_GROUP_KEY, [t]))
     except proto.BadFrame as e:
         raise ValueError(str(e)) from e
     return t
@@ -99,7 +102,10 @@ class SubmitTracker:
             rid = self._next_id
             self._next_id = self._next_id % 0xFFFFFFFF + 1
             self._pending[rid] = p
-        msg = proto.Submit(rid, proto.SUBMIT_FLAG_WAIT if wait else 0, list(tasks))
+        # Without a key the frame is the one of before, which every dispatcher takes.
+        keyed = any(t.group_key for t in tasks)
+        msg = proto.Submit(rid, (proto.SUBMIT_FLAG_WAIT if wait else 0) |
+                           (proto.SUBMIT_FLAG_GROUP_KEY if keyed else 0), list(tasks))
         if len(proto.encode_body(msg)) > session.max_body:
             self._forget(rid)
             raise ValueError(f"the submit exceeds the dispatcher's {session.max_body}-byte frame limit")
@@ -256,9 +262,11 @@ class Client:
 
     def submit(self, type: str, payload: Bytes = b"", priority: int = 1,
                dedup_key: Optional[Bytes] = None, delay_ms: int = 0, max_attempts: int = 0,
-               timeout_ms: int = 0, wait: bool = False, wait_timeout_s: Optional[float] = None) -> Receipt:
-        """Submits one task (the equivalent of tp_submit); see Receipt."""
-        t = make_task(type, payload, priority, dedup_key, delay_ms, max_attempts, timeout_ms)
+               timeout_ms: int = 0, wait: bool = False, wait_timeout_s: Optional[float] = None,
+               group_key: Optional[Bytes] = None) -> Receipt:
+        """Submits one task (the equivalent of tp_submit); see Receipt. group_key: fair
+        share, within a type and priority keys take turns (tp_submit_keyed)."""
+        t = make_task(type, payload, priority, dedup_key, delay_ms, max_attempts, timeout_ms, group_key)
         return self.submit_many([t], wait, wait_timeout_s)[0]
 
     def close(self) -> None:

@@ -125,10 +125,11 @@ class Task:
 
     def submit(self, type: str, payload: Bytes = b"", priority: int = 1,
                dedup_key: Optional[Bytes] = None, delay_ms: int = 0, max_attempts: int = 0,
-               timeout_ms: int = 0, wait: bool = False, wait_timeout_s: Optional[float] = None) -> Receipt:
+               timeout_ms: int = 0, wait: bool = False, wait_timeout_s: Optional[float] = None,
+               group_key: Optional[Bytes] = None) -> Receipt:
         """Submits a new task on this worker's connection (protocol version 2 or later)."""
         return self._worker.submit(type, payload, priority, dedup_key, delay_ms, max_attempts,
-                                   timeout_ms, wait, wait_timeout_s)
+                                   timeout_ms, wait, wait_timeout_s, group_key=group_key)
 
     def _cancel(self) -> None:
         self._cancelled.set()
@@ -282,10 +283,11 @@ class Worker:
 
     def submit(self, type: str, payload: Bytes = b"", priority: int = 1,
                dedup_key: Optional[Bytes] = None, delay_ms: int = 0, max_attempts: int = 0,
-               timeout_ms: int = 0, wait: bool = False, wait_timeout_s: Optional[float] = None) -> Receipt:
+               timeout_ms: int = 0, wait: bool = False, wait_timeout_s: Optional[float] = None,
+               group_key: Optional[Bytes] = None) -> Receipt:
         """Submits a task on the current connection (needs protocol version 2 or later);
         raises taskpush.Unavailable when not connected."""
-        t = make_task(type, payload, priority, dedup_key, delay_ms, max_attempts, timeout_ms)
+        t = make_task(type, payload, priority, dedup_key, delay_ms, max_attempts, timeout_ms, group_key)
         return self._tracker.submit(self._session, [t], wait, wait_timeout_s)[0]
 
     @property

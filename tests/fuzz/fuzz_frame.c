@@ -167,10 +167,11 @@ static void check_borrowed(const proto_msg *m, const uint8_t *body, size_t n)
         check(inside(cur, body, n) && m->u.submit.ntasks >= 1 &&
               m->u.submit.ntasks <= PROTO_MAX_SUBMIT_TASKS);
         for (uint16_t i = 0; i < m->u.submit.ntasks; i++) {
-            check(proto_submit_next(&cur, &t) == PROTO_OK);
+            check(proto_submit_next_flags(&cur, m->u.submit.flags, &t) == PROTO_OK);
             check(inside(t.type, body, n) && inside(t.dedup_key, body, n) &&
-                  inside(t.payload, body, n));
-            check(t.type.len >= 1 && t.priority <= 2 && t.dedup_key.len <= PROTO_MAX_DEDUP_KEY_LEN);
+                  inside(t.payload, body, n) && (t.group_key.len == 0 || inside(t.group_key, body, n)));
+            check(t.type.len >= 1 && t.priority <= 2 && t.dedup_key.len <= PROTO_MAX_DEDUP_KEY_LEN &&
+                  t.group_key.len <= PROTO_MAX_GROUP_KEY_LEN);
         }
         check(cur.len == 0);
         break;

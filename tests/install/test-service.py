@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-NO_DEFAULT = {"db", "token-file", "admin-token-file", "tls-cert", "tls-key", "tls-ca", "type-limit", "types",
+NO_DEFAULT = {"db", "token-file", "admin-token-file", "tls-cert", "tls-key", "tls-ca", "type-limit", "group-limit", "types",
               "shard"}
 # Flags that are no setting of a service: actions, and the ready file (for scripts).
 NOT_IN_FILE = {"help", "version", "migrate", "config", "ready-file"}

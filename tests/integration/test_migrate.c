@@ -147,7 +147,7 @@ static const char *v1_schema_path(void)
 /* Replaces the fresh (current) schema tp_testdb_create loaded with version 1. */
 static void make_v1(tp_testdb *db)
 {
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE IF EXISTS task, taskpush_meta, task_schedule, task_claim"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE IF EXISTS task, taskpush_meta, task_schedule, task_claim, task_setting"), 0);
     assert_int_equal(tp_testdb_load_file(db->conn, v1_schema_path()), 0);
     assert_int_equal(tp_testdb_query_u64(db, DSP_CLAIM_SQL_SCHEMA_VERSION), 1);
 }
@@ -159,6 +159,11 @@ static uint64_t version(tp_testdb *db)
 
 /* A fingerprint of every column of the rows matching where (64 bits of an MD5 over the
  * rows in task_id order), so that "unchanged" is checked for all columns at once. */
+/* The version this build knows, as text (the messages name it). */
+#define KNOWN_STR2(v) #v
+#define KNOWN_STR(v) KNOWN_STR2(v)
+#define KNOWN_TEXT KNOWN_STR(DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN)
+
 static uint64_t fingerprint(tp_testdb *db, const char *where)
 {
     assert_int_equal(tp_testdb_exec(db, "SET SESSION group_concat_max_len = 1073741824"), 0);
@@ -516,7 +521,7 @@ static void test_old_schema_refused(void **state)
     before = fingerprint(db, "1");
 
     assert_int_equal(serve(db, out), 1);
-    assert_non_null(strstr(out, "schema version 1 is older than this taskpushd (7)"));
+    assert_non_null(strstr(out, "schema version 1 is older than this taskpushd (" KNOWN_TEXT ")"));
     assert_non_null(strstr(out, "taskpushd --db ... --migrate"));
     /* It never led: no epoch taken, the PROCESSING row not recovered. */
     assert_int_equal(tp_testdb_query_u64(db, "SELECT value FROM taskpush_meta WHERE name = 'epoch'"),
@@ -537,10 +542,10 @@ static void test_newer_schema_refused(void **state)
                                         " 'schema_version'"),
                      1);
     assert_int_equal(serve(db, out), 1);
-    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (7):"
+    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (" KNOWN_TEXT "):"
                                 " upgrade taskpushd"));
     assert_int_equal(migrate(db, out), 1);
-    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (7)"));
+    assert_non_null(strstr(out, "schema version 99 is newer than this taskpushd knows (" KNOWN_TEXT ")"));
     assert_int_equal(version(db), 99);
 }
 
@@ -641,23 +646,23 @@ static void test_migrate_without_schema_and_bad_flags(void **state)
     char out[OUT_MAX];
 
     assert_int_equal(tp_testdb_create("migrate_empty", db), 0);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting"), 0);
     assert_int_equal(migrate(db, out), 0);
     assert_non_null(strstr(out, "created schema version"));
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables"
                                              " WHERE table_schema = DATABASE()"),
-                     4);
+                     5);
     assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
     assert_int_equal(migrate(db, out), 0);
     assert_non_null(strstr(out, "nothing to do"));
-    /* Only some of the four, without a version: refused, nothing changed. */
+    /* Only some of the five, without a version: refused, nothing changed. */
     assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta"), 0);
     assert_int_equal(migrate(db, out), 1);
     assert_non_null(strstr(out, "cannot tell what they hold"));
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables"
                                              " WHERE table_schema = DATABASE()"),
-                     2);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task_schedule, task_claim"), 0);
+                     3);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task_schedule, task_claim, task_setting"), 0);
 
     make_v1(db);
     assert_int_equal(tp_testdb_exec(db, "DROP TABLE taskpush_meta"), 0);
@@ -678,10 +683,28 @@ static void test_migrate_without_schema_and_bad_flags(void **state)
     assert_non_null(strstr(out, "cannot connect to database nodb"));
 }
 
-/* Replaces the fresh schema with version 6: without the failed_at and failed_idx of
- * version 7. */
+/* Replaces the fresh schema with version 8: without the task_setting of version 9. */
+static void make_v8(tp_testdb *db)
+{
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task_setting"), 0);
+    assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 8 WHERE name = 'schema_version'"), 1);
+}
+
+/* Replaces the fresh schema with version 7: version 8 without the group_key, group_lane
+ * and group_idx of version 8. */
+static void make_v7(tp_testdb *db)
+{
+    make_v8(db);
+    assert_int_equal(tp_testdb_exec(db, "ALTER TABLE task DROP INDEX group_idx, DROP COLUMN group_lane,"
+                                            " DROP COLUMN group_key"), 0);
+    assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 7 WHERE name = 'schema_version'"), 1);
+}
+
+/* Replaces the fresh schema with version 6: version 7 without the failed_at and
+ * failed_idx of version 7. */
 static void make_v6(tp_testdb *db)
 {
+    make_v7(db);
     assert_int_equal(tp_testdb_exec(db, "ALTER TABLE task DROP INDEX failed_idx, DROP COLUMN failed_at"), 0);
     assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 6 WHERE name = 'schema_version'"), 1);
 }
@@ -791,6 +814,89 @@ static void test_migrate_v6_failed_at(void **state)
         assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
         assert_int_equal(fingerprint(db, "1"), after);
     }
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "nothing to do"));
+}
+
+/* A version 7 database with rows in every state is upgraded: every row gets group_key
+ * and group_lane NULL and is otherwise unchanged, group_idx exists with its 7 parts
+ * (those of sql/schema.sql) and serves the
+ * claim's read (EXPLAIN names it), a key can be written, and the file run again by hand
+ * changes nothing. */
+static void test_migrate_v7_group_key(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    char out[OUT_MAX], path[1024];
+    const char *root = getenv("TASKPUSH_SOURCE_ROOT");
+    uint64_t before, after, id;
+
+    assert_int_equal(tp_testdb_create("migrate_v7_grp", db), 0);
+    make_v7(db);
+    for (int i = 0; i < 30; i++)
+        ins(db, "task_type, task_state", i % 3 == 0 ? "'a', 0" : i % 3 == 1 ? "'a', 2" : "'b', 1");
+    before = fingerprint(db, "1");
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "schema 7 -> 8"));
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+    assert_int_equal(fingerprint(db, "1"), before);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE group_key IS NULL"), 30);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.statistics WHERE"
+                                             " table_schema = DATABASE() AND table_name = 'task' AND"
+                                             " index_name = 'group_idx'"),
+                     7);
+    /* As sql/schema.sql: keyless rows sit under group_lane NULL (they never move in it). */
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT GROUP_CONCAT(column_name ORDER BY seq_in_index) ="
+                                             " 'group_lane,delayed,task_type,task_priority,group_key,"
+                                             "task_id,run_after' FROM information_schema.statistics"
+                                             " WHERE table_schema = DATABASE() AND table_name = 'task'"
+                                             " AND index_name = 'group_idx'"),
+                     1);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE group_lane IS NULL"), 30);
+    id = ins(db, "task_type, group_key", "'a', 'k1'");
+    ASSERT_ROW(db, id, "group_key = 'k1'");
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT task_id FROM task FORCE INDEX (group_idx) WHERE"
+                                             " group_lane = 0 AND `delayed` = 0 AND task_type = 'a'"
+                                             " AND task_priority = 1 AND group_key > 'k' ORDER BY"
+                                             " group_key, task_id LIMIT 1"),
+                     id);
+    after = fingerprint(db, "1");
+    snprintf(path, sizeof path, "%s/sql/migrations/008-group-key.sql", root ? root : ".");
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(tp_testdb_load_file(db->conn, path), 0);
+        assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+        assert_int_equal(fingerprint(db, "1"), after);
+    }
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "nothing to do"));
+}
+
+/* A version 8 database is upgraded: task_setting exists, empty, takes a row, its
+ * checks hold, and the file run again by hand changes nothing (the row stays). */
+static void test_migrate_v8_settings(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    char out[OUT_MAX], path[1024];
+    const char *root = getenv("TASKPUSH_SOURCE_ROOT");
+
+    assert_int_equal(tp_testdb_create("migrate_v8_set", db), 0);
+    make_v8(db);
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "schema 8 -> 9"));
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task_setting"), 0);
+    assert_int_equal(tp_testdb_exec(db, "INSERT INTO task_setting (task_type, has_limit, concurrency)"
+                                        " VALUES ('t', 1, 5)"),
+                     1);
+    assert_int_not_equal(mysql_query(db->conn, "INSERT INTO task_setting (task_type, concurrency)"
+                                               " VALUES ('u', 1000001)"),
+                         0);
+    assert_check_error(mysql_errno(db->conn));
+    snprintf(path, sizeof path, "%s/sql/migrations/009-runtime-settings.sql", root ? root : ".");
+    assert_int_equal(tp_testdb_load_file(db->conn, path), 0);
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT concurrency FROM task_setting WHERE task_type = 't'"), 5);
     assert_int_equal(migrate(db, out), 0);
     assert_non_null(strstr(out, "nothing to do"));
 }
@@ -918,6 +1024,8 @@ int main(void)
         T(test_migrate_without_schema_and_bad_flags),
         T(test_migrate_v5_attempts),
         T(test_migrate_v6_failed_at),
+        T(test_migrate_v7_group_key),
+        T(test_migrate_v8_settings),
         T(test_migrate_killed_then_rerun),
     };
 #undef T

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "db_claim_fair.h"
 #include "db_claim_sql.h"
 #include "db_sql.h"
 #include "sb.h"
@@ -609,12 +610,19 @@ static void test_schema_version_and_indexes(void **ctx)
     assert_int_equal(tp_testdb_query_u64(db, DSP_CLAIM_SQL_SCHEMA_VERSION),
                      DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
     /* Exactly the indexes the schema promises: PRIMARY, claim_idx, delay_idx, dedup_key,
-     * failed_idx (version 7). */
+     * failed_idx (version 7), group_idx (version 8). */
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(DISTINCT index_name) FROM "
                                              "information_schema.statistics WHERE "
                                              "table_schema = DATABASE() AND table_name = "
                                              "'task'"),
-                     5);
+                     6);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT GROUP_CONCAT(column_name ORDER BY "
+                                             "seq_in_index) = 'group_lane,delayed,task_type,"
+                                             "task_priority,group_key,task_id,run_after' FROM "
+                                             "information_schema.statistics WHERE "
+                                             "table_schema = DATABASE() AND table_name = "
+                                             "'task' AND index_name = 'group_idx'"),
+                     1);
     assert_int_equal(tp_testdb_query_u64(db, "SELECT GROUP_CONCAT(column_name ORDER BY "
                                              "seq_in_index) = 'task_type,failed_at' FROM "
                                              "information_schema.statistics WHERE "
@@ -652,6 +660,15 @@ static void test_schema_version_and_indexes(void **ctx)
                      4);
     /* NEW 0, PROCESSING 1, SUCCESSFUL 1, FAILED 3: digit k of the sum is state k's lane. */
     assert_int_equal(tp_testdb_query_u64(db, "SELECT SUM(claim_lane * POW(10, task_state)) FROM"
+                                             " task WHERE task_type = 'lane_check'"),
+                     3110);
+    /* Version 8: group_lane is claim_lane for a keyed row, NULL for a keyless one in every
+     * state, so that claiming or finishing a keyless row moves nothing in group_idx. */
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE task_type ="
+                                             " 'lane_check' AND group_lane IS NULL"),
+                     4);
+    assert_int_equal(tp_testdb_exec(db, "UPDATE task SET group_key = 'k' WHERE task_type = 'lane_check'"), 4);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT SUM(group_lane * POW(10, task_state)) FROM"
                                              " task WHERE task_type = 'lane_check'"),
                      3110);
     assert_int_equal(tp_testdb_exec(db, "DELETE FROM task WHERE task_type = 'lane_check'"), 4);
@@ -1137,6 +1154,130 @@ static void test_concurrent_claims_disjoint(void **ctx)
     mysql_close(other);
 }
 
+/* EXPLAINs sql (one statement) and checks every part reads group_idx, covering, with no
+ * filesort, but the keyless rows' read, which reads claim_idx without filesort (its
+ * window of at most `want` rows is sorted again); returns the number of group_idx parts. */
+static int explain_group_idx(tp_testdb *db, const char *sql)
+{
+    struct tp_sb b = {0};
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int parts = 0;
+
+    tp_sb_printf(&b, "EXPLAIN %s", sql);
+    assert_int_equal(mysql_query(db->conn, b.s), 0);
+    tp_sb_free(&b);
+    res = mysql_store_result(db->conn);
+    assert_non_null(res);
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        if (row[2] == NULL) /* the union's result */
+            continue;
+        printf("# fair row %s %s: key=%s Extra=%s\n", row[1] ? row[1] : "", row[2],
+               row[5] ? row[5] : "NULL", row[9] ? row[9] : "");
+        if (strncmp(row[2], "<derived", 8) == 0)
+            continue; /* the keyless window, sorted again */
+        if (row[1] != NULL && strcmp(row[1], "DERIVED") == 0) {
+            assert_non_null(row[5]);
+            assert_string_equal(row[5], "claim_idx");
+            assert_true(row[9] == NULL || strstr(row[9], "filesort") == NULL);
+            continue;
+        }
+        printf("# fair part %d: key=%s Extra=%s\n", parts, row[5] ? row[5] : "NULL",
+               row[9] ? row[9] : "");
+        assert_non_null(row[5]);
+        assert_string_equal(row[5], "group_idx");
+        assert_non_null(row[9]);
+        assert_non_null(strstr(row[9], "Using index"));
+        assert_null(strstr(row[9], "filesort"));
+        parts++;
+    }
+    mysql_free_result(res);
+    return parts;
+}
+
+/* The fair claim's read (db_claim_fair.c): without a cursor one part (B) per type, then
+ * with one two (A after the cursor's key, B from the start), every part a covering read
+ * of group_idx in its ORDER BY order; a key with most of the rows is passed with one
+ * seek: A after it returns the other keys' rows first. */
+static void test_fair_read_plan(void **ctx)
+{
+    struct state *st = *ctx;
+    tp_testdb *db = &st->small;
+    const char *const one[] = {"fair"};
+    size_t cap = dsp_fair_sql_bound(one, 1);
+    char *sql = malloc(cap);
+    dsp_fair *f = dsp_fair_new();
+    uint64_t ids[4];
+    uint8_t prios[4];
+    bool more;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    assert_non_null(sql);
+    assert_non_null(f);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(tp_testdb_exec(db, "INSERT INTO task (task_type, group_key) SELECT 'fair', 'big'"
+                                            " FROM task LIMIT 200"),
+                         tp_testdb_query_u64(db, "SELECT LEAST(200, COUNT(*)) FROM task"));
+    assert_int_equal(tp_testdb_exec(db, "INSERT INTO task (task_type, group_key) VALUES ('fair', 'small'),"
+                                        " ('fair', 'tiny')"),
+                     2);
+    int64_t now = tp_testdb_now_ms() + 1000;
+    assert_true(dsp_fair_sql(f, sql, cap, one, 1, now, 4, NULL) > 0);
+    assert_int_equal(explain_group_idx(db, sql), 1);
+    /* Feed the read to the rotation: the first claim starts at the first key. */
+    assert_int_equal(mysql_query(db->conn, sql), 0);
+    res = mysql_store_result(db->conn);
+    assert_non_null(res);
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        assert_int_equal(dsp_fair_add(f, 0, strtoull(row[0], NULL, 10), (uint8_t)atoi(row[2]), row[3],
+                                      len[3], row[3] == NULL, (unsigned)atoi(row[4])),
+                         0);
+    }
+    mysql_free_result(res);
+    assert_int_equal(dsp_fair_pick(f, 0, 4, ids, prios, &more), 4);
+    /* Now with the cursor: A and B, and A starts after 'big'. */
+    assert_true(dsp_fair_sql(f, sql, cap, one, 1, now, 4, NULL) > 0);
+    assert_int_equal(explain_group_idx(db, sql), 2);
+    assert_int_equal(mysql_query(db->conn, sql), 0);
+    res = mysql_store_result(db->conn);
+    assert_non_null(res);
+    row = mysql_fetch_row(res);
+    assert_non_null(row);
+    assert_string_equal(row[3], "small"); /* past the backlog of 'big' at once */
+    assert_string_equal(row[4], "0");
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        assert_int_equal(dsp_fair_add_text(f, 0, row[0], len[0], row[2], len[2], row[3], len[3], row[4], len[4]),
+                         0); /* as the claim thread reads them */
+    }
+    mysql_free_result(res);
+    /* The text form takes digits only, within bounds. */
+    assert_int_equal(dsp_fair_add_text(f, 0, "18446744073709551615", 20, "255", 3, NULL, 0, "1", 1), 0);
+    assert_int_equal(dsp_fair_add_text(f, 0, "18446744073709551616", 20, "1", 1, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "012345678901234567890", 21, "1", 1, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "12a", 3, "1", 1, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "-1", 2, "1", 1, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "", 0, "1", 1, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, NULL, 0, "1", 1, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "7", 1, "256", 3, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "7", 1, " 1", 2, NULL, 0, "0", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "7", 1, "1", 1, NULL, 0, "3", 1), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "7", 1, "1", 1, NULL, 0, NULL, 0), -1);
+    assert_int_equal(dsp_fair_add_text(f, 0, "7", 1, "1", 1, "kk", 2, "1", 1), 0);
+    /* A too long key from the table is refused, not stored. */
+    char k[DSP_FAIR_KEY_MAX + 1];
+    memset(k, 'k', sizeof k);
+    assert_int_equal(dsp_fair_add(f, 0, 1, 1, k, sizeof k, false, 0), -1);
+    assert_int_equal(dsp_fair_add(f, 0, 1, 1, k, 1, false, 3), -1);
+    uint64_t nfair = tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE task_type = 'fair'");
+    assert_true(nfair > 2);
+    assert_int_equal(tp_testdb_exec(db, "DELETE FROM task WHERE task_type = 'fair'"), (int64_t)nfair);
+    dsp_fair_free(f);
+    free(sql);
+}
+
 /* taskpushd's claim: the candidates are a covering read of claim_idx in dispatch order,
  * locking nothing; the lock read by primary key skips a row another transaction holds
  * and one no longer NEW. */
@@ -1317,6 +1458,7 @@ int main(void)
         SMALL(test_demote_sweep),
         cmocka_unit_test(test_big_table_shape),
         cmocka_unit_test(test_claim_plan_uses_claim_idx_without_filesort),
+        cmocka_unit_test(test_fair_read_plan),
         cmocka_unit_test(test_claim_reads_few_index_entries),
         cmocka_unit_test(test_claim_skips_locked_rows),
         cmocka_unit_test(test_concurrent_claims_disjoint),

@@ -101,6 +101,10 @@ class Codec(unittest.TestCase):
         self.assertEqual(len(m.deliveries), proto.MAX_CONFIRM)
         w = proto.decode((FRAMES / "valid" / "welcome.bin").read_bytes()[4:])
         self.assertEqual(w, proto.Welcome(w.version, 5000, proto.MAX_BODY_DEFAULT, b"taskpushd 0.1.0"))
+        g = proto.decode((FRAMES / "valid" / "submit_group_key.bin").read_bytes()[4:])
+        assert isinstance(g, proto.Submit)
+        self.assertEqual(g.flags, proto.SUBMIT_FLAG_WAIT | proto.SUBMIT_FLAG_GROUP_KEY)
+        self.assertEqual([t.group_key for t in g.tasks], [b"host-a", b"", b"g" * 191])
 
     def test_encoder_refuses(self) -> None:
         bad = [
@@ -116,7 +120,8 @@ class Codec(unittest.TestCase):
             proto.Task(1 << 64, 1, 1, 1, 0, b"t", b""),        # id beyond u64
             proto.Done(1, 1, 1, 4, 0, b""),                    # outcome 4
             proto.Welcome(1, 1, 1, b"s" * 257),
-            proto.Submit(1, 2, [proto.SubmitTask(b"t")]),      # unknown flag
+            proto.Submit(1, 4, [proto.SubmitTask(b"t")]),      # unknown flag
+            proto.Submit(1, proto.SUBMIT_FLAG_GROUP_KEY, [proto.SubmitTask(b"t", group_key=b"g" * 192)]),
             proto.Submit(1, 0, []),
             proto.Submit(1, 0, [proto.SubmitTask(b"t")] * 1001),
             proto.Submit(1, 0, [proto.SubmitTask(b"t", priority=3)]),

@@ -9,6 +9,8 @@ Cases:
                       another connection (the mariadb client) already finds the row, with
                       the type, payload, priority, max_attempts, timeout_ms and dedup_key sent
   dedup               a second submit with the same dedup_key is DUPLICATE with the first
+  group_key           group_key= reaches the row's group_key (none: NULL); 192 bytes is a
+                      ValueError before anything is sent
                       row's id, and the table holds one row; in one SUBMIT of 3 entries the
                       repeated key comes back DUPLICATE
   delay               delay_ms 1500: run_after is 1.5 s after the insert, and the worker
@@ -70,6 +72,16 @@ class Submit(Case):
         self.assertEqual([r.duplicate for r in rs], [False, True, False])
         self.assertEqual(rs[1].task_id, a.task_id)
         self.assertEqual(self.count("1"), 3)
+
+    def test_group_key(self) -> None:
+        c = self.client()
+        r = c.submit("gk", b"p", group_key="host-a")
+        plain = c.submit("gk", b"q")
+        self.assertEqual(self.db.rows("SELECT task_id, group_key FROM task ORDER BY task_id"),
+                         [[str(r.task_id), "host-a"], [str(plain.task_id), "NULL"]])
+        with self.assertRaises(ValueError):
+            c.submit("gk", b"r", group_key=b"k" * 192)
+        self.assertEqual(self.count("1"), 2)
 
     def test_delay(self) -> None:
         got: List[float] = []

@@ -28,6 +28,23 @@ const char *tp_testdb_schema_path(void)
     return p && *p ? p : TP_TESTDB_SCHEMA_SQL;
 }
 
+unsigned tp_testdb_schema_version(void)
+{
+    static const char needle[] = "('schema_version', ";
+    char buf[65536];
+    unsigned v = 0;
+    FILE *f = fopen(tp_testdb_schema_path(), "r");
+
+    while (f && v == 0 && fgets(buf, sizeof buf, f) != NULL) {
+        const char *p = strstr(buf, needle);
+        if (p && strncmp(buf, "INSERT", 6) == 0)
+            v = (unsigned)strtoul(p + sizeof needle - 1, NULL, 10);
+    }
+    if (f)
+        fclose(f);
+    return v;
+}
+
 int64_t tp_testdb_now_ms(void)
 {
     struct timespec ts;

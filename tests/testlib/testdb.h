@@ -54,6 +54,10 @@ int tp_testdb_load_file(MYSQL *conn, const char *path);
 
 /* The schema file the build was configured with (sql/schema.sql of the source tree). */
 const char *tp_testdb_schema_path(void);
+/* The schema_version the file at tp_testdb_schema_path() writes (its INSERT into
+ * taskpush_meta), so that a test stamping a version by hand follows the schema; 0 when
+ * the file cannot be read or names none. */
+unsigned tp_testdb_schema_version(void);
 
 /* Formats and runs one statement on db->conn, discarding any result. Returns the number
  * of affected rows (>= 0), or -1 on error. */

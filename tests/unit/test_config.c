@@ -826,6 +826,59 @@ static void test_type_limits(void **state)
     dsp_config_free(&f);
 }
 
+/* --group-limit T:N is --type-limit T:per_group=N and changes only per_group; a later
+ * --type-limit without per_group keeps it; the config file's entries say so (source),
+ * a flag's too; malformed ones exit 2. */
+static void test_group_limits(void **state)
+{
+    (void)state;
+    dsp_config c;
+    char err[512];
+    char path[] = "/tmp/taskpush-config-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    const char *text = "type-limit = filed:rate=9\ngroup-limit = both:4\n";
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--config", path, "--group-limit", "g:2",
+                          "--type-limit", "g:concurrency=5", "--type-limit", "h:per_group=3,rate=1",
+                          "--group-limit", "h:7", "--type-limit", "both:concurrency=1", NULL),
+                     DSP_CONFIG_OK);
+    unlink(path);
+    assert_int_equal(c.ntype_limits, 4);
+    for (size_t i = 0; i < c.ntype_limits; i++) {
+        const dsp_type_limit *l = &c.type_limits[i];
+        if (strcmp(l->type, "filed") == 0) {
+            assert_int_equal(l->rate, 9);
+            assert_int_equal(l->source, DSP_LIMIT_CONFIG);
+        } else if (strcmp(l->type, "g") == 0) {
+            assert_int_equal(l->concurrency, 5);
+            assert_int_equal(l->per_group, 2); /* kept: the later entry did not name it */
+            assert_int_equal(l->source, DSP_LIMIT_FLAG);
+        } else if (strcmp(l->type, "h") == 0) {
+            assert_int_equal(l->rate, 1);
+            assert_int_equal(l->per_group, 7);
+        } else {
+            assert_string_equal(l->type, "both"); /* the file's per_group, the flag's concurrency */
+            assert_int_equal(l->per_group, 4);
+            assert_int_equal(l->concurrency, 1);
+            assert_int_equal(l->source, DSP_LIMIT_FLAG);
+        }
+    }
+    dsp_config_free(&c);
+    static const char *const bad[] = {"g", "g:", ":2", "g:x", "g:-1", "g:1000001", "g:2,3", "g:per_group=2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--group-limit", bad[i], NULL),
+                         DSP_CONFIG_BAD);
+        assert_non_null(strstr(err, "--group-limit"));
+        dsp_config_free(&c);
+    }
+    assert_int_equal(load(&c, err, sizeof err, "--db", "mysql://u@h/d", "--type-limit", "g:per_group=1000001", NULL),
+                     DSP_CONFIG_BAD);
+    dsp_config_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -840,6 +893,7 @@ int main(void)
         cmocka_unit_test_setup(test_migrate_flag, setup),
         cmocka_unit_test_setup(test_help_and_version_exit_zero, setup),
         cmocka_unit_test_setup(test_flags_override_config_file_and_env, setup),
+        cmocka_unit_test_setup(test_group_limits, setup),
         cmocka_unit_test_setup(test_config_file_unknown_key, setup),
         cmocka_unit_test_setup(test_url_tcp_with_password_and_port, setup),
         cmocka_unit_test_setup(test_url_socket_only_without_port, setup),

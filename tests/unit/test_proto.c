@@ -1365,7 +1365,7 @@ static void test_submit_bounds(void **state)
     m.u.submit.ntasks = 0;
     assert_int_equal(proto_msg_size(&m), 0);
     m.u.submit.ntasks = 1;
-    m.u.submit.flags = 0x02;
+    m.u.submit.flags = 0x04;
     assert_int_equal(proto_msg_size(&m), 0);
     m.u.submit.flags = 0;
     many[0].priority = 3;
@@ -1767,6 +1767,44 @@ static void test_golden_values(void **state)
         assert_int_equal(t.payload.len, 256 + 16 + 1);
         assert_int_equal(cur.len, 0);
         assert_int_equal(proto_submit_next(&cur, &t), PROTO_BAD);
+    }
+    free(data);
+
+    /* The group keys (PROTO_SUBMIT_GROUP_KEY): one per entry, after the payload; empty
+     * is none, 191 bytes the most. Read without the flag, the entries do not parse. */
+    data = decode_golden("submit_group_key.bin", &m);
+    assert_int_equal(m.type, PROTO_SUBMIT);
+    assert_int_equal(m.u.submit.flags, PROTO_SUBMIT_WAIT | PROTO_SUBMIT_GROUP_KEY);
+    assert_int_equal(m.u.submit.ntasks, 3);
+    {
+        proto_bytes cur = m.u.submit.entries, plain = m.u.submit.entries;
+        proto_submit_task t;
+        assert_int_equal(proto_submit_next_flags(&cur, m.u.submit.flags, &t), PROTO_OK);
+        assert_bytes_equal(t.type, bytes_of("crawl"));
+        assert_bytes_equal(t.payload, bytes_of("u"));
+        assert_bytes_equal(t.group_key, bytes_of("host-a"));
+        assert_int_equal(proto_submit_next_flags(&cur, m.u.submit.flags, &t), PROTO_OK);
+        assert_int_equal(t.group_key.len, 0);
+        assert_int_equal(proto_submit_next_flags(&cur, m.u.submit.flags, &t), PROTO_OK);
+        assert_int_equal(t.group_key.len, PROTO_MAX_GROUP_KEY_LEN);
+        assert_int_equal(cur.len, 0);
+        assert_int_equal(proto_submit_next(&plain, &t), PROTO_OK);
+        assert_int_equal(t.group_key.len, 0);
+        assert_int_equal(proto_submit_next(&plain, &t), PROTO_BAD); /* "host-a" is no entry */
+    }
+    /* Encoded again from the decoded entries, and from tasks: the same bytes. */
+    {
+        proto_submit_task tasks[1] = {{.priority = 1, .type = bytes_of("crawl"),
+                                       .group_key = bytes_of("host-a")}};
+        proto_msg e = {.type = PROTO_SUBMIT};
+        e.u.submit.flags = PROTO_SUBMIT_GROUP_KEY;
+        e.u.submit.ntasks = 1;
+        e.u.submit.tasks = tasks;
+        roundtrip(&e);
+        tasks[0].group_key.len = PROTO_MAX_GROUP_KEY_LEN + 1;
+        assert_int_equal(proto_msg_size(&e), 0);
+        e.u.submit.flags = 0; /* not sent without the flag: its length does not matter */
+        assert_int_not_equal(proto_msg_size(&e), 0);
     }
     free(data);
 

@@ -493,7 +493,7 @@ static void claim_mark_and_release(void **state)
                              " last_update_time = 77 WHERE task_id IN (5,3,18446744073709551615)");
     dsp_strbuf_reset(&b);
     dsp_db_sql_claim_lock(&b, NULL, 77, csv.p, csv.len);
-    assert_string_equal(b.p, "SELECT task_id, attempts, max_attempts, timeout_ms, payload FROM task"
+    assert_string_equal(b.p, "SELECT task_id, attempts, max_attempts, timeout_ms, payload, group_key FROM task"
                              " FORCE INDEX (PRIMARY) WHERE task_id IN (5,3,18446744073709551615)"
                              " AND task_state = 0 AND `delayed` = 0 AND run_after <= 77"
                              " FOR UPDATE SKIP LOCKED");

@@ -343,6 +343,7 @@ static void test_lists_and_table(void **state)
     assert_non_null(text);
     assert_string_equal(text, "[{\"type\":\"mail\xef\xbf\xbd\",\"workers\":2,\"buffered\":5,"
                               "\"in_flight\":3,\"paused\":true,\"limit_concurrency\":0,\"limit_rate\":0,"
+                              "\"limit_per_group\":0,"
                               "\"answered_ok_total\":9,\"answered_failed_total\":4}]");
     free(text);
 

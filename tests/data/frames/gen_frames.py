@@ -36,6 +36,7 @@ CONFIRM, HOLDING = 0x14, 0x15
 MAX_CONFIRM = 1024
 SUBMIT, SUBMITTED, OUTCOME = 0x20, 0x21, 0x22
 WAIT = 0x01
+GROUP_KEY = 0x02  # each entry ends with a str16 group_key
 S_OK, S_INVALID, S_UNAVAILABLE = 0, 1, 2
 INSERTED, DUPLICATE = 0, 1
 SUCCESSFUL, FAILED = 2, 3
@@ -95,11 +96,12 @@ def dlv_list(ftype, deliveries, n=None):
 
 
 def entry(ttype, payload=b"", priority=1, max_attempts=0, delay_ms=0, timeout_ms=0,
-          dedup_key=b"", payload_len=None):
-    """One SUBMIT task entry (PROTOCOL.md 5.10)."""
+          dedup_key=b"", payload_len=None, group_key=None):
+    """One SUBMIT task entry (PROTOCOL.md 5.10); group_key only under GROUP_KEY."""
     plen = len(payload) if payload_len is None else payload_len
     return (struct.pack(">BHII", priority, max_attempts, delay_ms, timeout_ms)
-            + string(ttype) + string(dedup_key) + struct.pack(">I", plen) + payload)
+            + string(ttype) + string(dedup_key) + struct.pack(">I", plen) + payload
+            + (b"" if group_key is None else string(group_key)))
 
 
 def submit(request_id, flags, entries, ntasks=None):
@@ -160,6 +162,9 @@ VALID = {
         entry(b"t" * 256, b"\xff", priority=2, max_attempts=1000, delay_ms=0xFFFFFFFF,
               timeout_ms=0xFFFFFFFF, dedup_key=b"k" * 191)]),
     "submit_1000": submit(1, 0, [entry(b"n", b"%d" % i) for i in range(1000)]),
+    "submit_group_key": submit(9, WAIT | GROUP_KEY, [entry(b"crawl", b"u", group_key=b"host-a"),
+                                                     entry(b"crawl", b"v", group_key=b""),
+                                                     entry(b"crawl", b"w", group_key=b"g" * 191)]),
     "submitted_ok": submitted(0xA1B2C3D4, S_OK, [(INSERTED, 101), (INSERTED, 102),
                                                  (DUPLICATE, 55)]),
     "submitted_duplicate_unknown": submitted(3, S_OK, [(DUPLICATE, 0)]),
@@ -215,7 +220,9 @@ INVALID = {
     "submit_zero_tasks": frame(submit(1, 0, [])),
     "submit_1001_tasks": frame(submit(1, 0, [entry(b"n")] * 1001)),
     "submit_ntasks_past_end": frame(submit(1, 0, [entry(b"n")], ntasks=2)),
-    "submit_flags_bit": frame(submit(1, 0x02, [entry(b"n")])),
+    "submit_flags_bit": frame(submit(1, 0x04, [entry(b"n")])),
+    "submit_group_key_missing": frame(submit(1, GROUP_KEY, [entry(b"n")])),
+    "submit_group_key_too_long": frame(submit(1, GROUP_KEY, [entry(b"n", group_key=b"g" * 192)])),
     "submit_flags_high": frame(submit(1, 0x81, [entry(b"n")])),
     "submit_bad_priority": frame(submit(1, 0, [entry(b"n", priority=3)])),
     "submit_max_attempts_1001": frame(submit(1, 0, [entry(b"n", max_attempts=1001)])),
