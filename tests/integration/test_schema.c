@@ -1271,6 +1271,48 @@ static void test_fair_read_plan(void **ctx)
     memset(k, 'k', sizeof k);
     assert_int_equal(dsp_fair_add(f, 0, 1, 1, k, sizeof k, false, 0), -1);
     assert_int_equal(dsp_fair_add(f, 0, 1, 1, k, 1, false, 3), -1);
+    /* Keyless rows of a keyed type: group_idx has none of them (group_lane NULL); the
+     * third read (claim_idx) brings them, and they are the first key of the round. */
+    dsp_fair *g = dsp_fair_new();
+    const char *const two[] = {"fair2"};
+    char *sql2 = malloc(dsp_fair_sql_bound(two, 1));
+    assert_non_null(g);
+    assert_non_null(sql2);
+    assert_int_equal(tp_testdb_exec(db, "INSERT INTO task (task_type, group_key) VALUES ('fair2', NULL),"
+                                        " ('fair2', NULL), ('fair2', NULL), ('fair2', 'a'), ('fair2', 'a'),"
+                                        " ('fair2', 'b'), ('fair2', 'b')"),
+                     7);
+    uint64_t first = tp_testdb_query_u64(db, "SELECT MIN(task_id) FROM task WHERE task_type = 'fair2'"
+                                             " AND group_key IS NULL");
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task FORCE INDEX (group_idx) WHERE"
+                                             " group_lane = 0 AND task_type = 'fair2'"),
+                     4);
+    assert_true(dsp_fair_sql(g, sql2, dsp_fair_sql_bound(two, 1), two, 1, now, 4, NULL) > 0);
+    assert_non_null(strstr(sql2, "FORCE INDEX (claim_idx)"));
+    assert_int_equal(explain_group_idx(db, sql2), 1);
+    assert_int_equal(mysql_query(db->conn, sql2), 0);
+    res = mysql_store_result(db->conn);
+    assert_non_null(res);
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        assert_int_equal(dsp_fair_add_text(g, 0, row[0], len[0], row[2], len[2], row[3], len[3], row[4], len[4]),
+                         0);
+    }
+    mysql_free_result(res);
+    assert_int_equal(dsp_fair_nrows(g), 7); /* 3 keyless (the window of 4 holds them), 4 keyed */
+    assert_int_equal(dsp_fair_pick(g, 0, 4, ids, prios, &more), 4);
+    /* Round 1: NULL, a, b; round 2: NULL. */
+    assert_int_equal(ids[0], first);
+    assert_int_equal(ids[1], tp_testdb_query_u64(db, "SELECT MIN(task_id) FROM task WHERE task_type ="
+                                                     " 'fair2' AND group_key = 'a'"));
+    assert_int_equal(ids[2], tp_testdb_query_u64(db, "SELECT MIN(task_id) FROM task WHERE task_type ="
+                                                     " 'fair2' AND group_key = 'b'"));
+    assert_int_equal(ids[3], tp_testdb_query_u64(db, "SELECT MIN(task_id) FROM task WHERE task_type ="
+                                                     " 'fair2' AND group_key IS NULL AND task_id > %" PRIu64,
+                                                 first));
+    assert_int_equal(tp_testdb_exec(db, "DELETE FROM task WHERE task_type = 'fair2'"), 7);
+    dsp_fair_free(g);
+    free(sql2);
     uint64_t nfair = tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE task_type = 'fair'");
     assert_true(nfair > 2);
     assert_int_equal(tp_testdb_exec(db, "DELETE FROM task WHERE task_type = 'fair'"), (int64_t)nfair);
