@@ -481,7 +481,8 @@ static int key_cmp(bool an, const uint8_t *a, size_t al, bool bn, const uint8_t 
 
     if (an || bn)
         return an == bn ? 0 : an ? -1 : 1;
-    c = memcmp(a, b, al < bl ? al : bl);
+    /* An empty key may sit at a NULL arena (nothing stored yet): memcmp must not see it. */
+    c = (al < bl ? al : bl) > 0 ? memcmp(a, b, al < bl ? al : bl) : 0;
     if (c != 0)
         return c;
     return al < bl ? -1 : al > bl;
@@ -649,7 +650,8 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
         ft->prio = last->prio;
         ft->key_null = last->key_null;
         ft->key_len = last->key_len;
-        memcpy(ft->key, ROW_KEY(f, last), last->key_len);
+        if (last->key_len > 0) /* an empty key's arena may be NULL */
+            memcpy(ft->key, ROW_KEY(f, last), last->key_len);
     }
     return taken;
 }
