@@ -1660,8 +1660,12 @@ static void test_counted_by_mariadb(void **state)
     assert_int_equal(tp_testdb_exec(&fx->db, "SET GLOBAL slow_query_log = 1"), 0);
     uint64_t waits0 = global_status(&fx->db, "Innodb_row_lock_waits");
 
-    /* The default --poll-ms: an idle dispatcher polls 10 times a second. */
-    const char *const args[] = {"--heartbeat-ms", "500", NULL};
+    /* The default --poll-ms: an idle dispatcher polls 10 times a second. A long lease:
+     * each claim writes the lease row (its fence), so a renewal that fell inside a claim
+     * would wait for it and count in Innodb_row_lock_waits, which this test keeps for the
+     * claims and the producers' rows. */
+    const char *const args[] = {"--heartbeat-ms", "500", "--lease-ms", "120000", "--lease-renew-ms", "60000",
+                                NULL};
     run_flow(fx, url, args); /* stops the dispatcher: every statement it sent is logged */
 
     uint64_t waits1 = global_status(&fx->db, "Innodb_row_lock_waits");
@@ -1740,7 +1744,9 @@ static void test_producer_no_waits(void **state)
 {
     struct fx *fx = *state;
     const int backlog = 15000;
-    const char *const args[] = {"--heartbeat-ms", "500", NULL};
+    /* A long lease, as above: a renewal inside a claim's fence would count as a wait. */
+    const char *const args[] = {"--heartbeat-ms", "500", "--lease-ms", "120000", "--lease-renew-ms", "60000",
+                                NULL};
 
     fx_db(fx, "flow_prod");
     insert_rows(&fx->db, "task_type, payload", backlog, 1000, load_row, NULL);
