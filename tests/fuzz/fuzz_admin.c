@@ -32,6 +32,7 @@
 
 #include "admin_http.h"
 #include "config.h"
+#include "proto.h"
 #include "server.h"
 
 #include "fuzz_peer.h"
@@ -95,8 +96,15 @@ static void serve(const dsp_config *cfg, const uint8_t *data, size_t size)
     check(fuzz_peer_start(&cl, srv.base, fd, data, size, 8, "fuzz_admin") == 0);
     fuzz_peer_run(&cl, NULL, NULL);
     check(cl.closed);
-    if (cl.got > 0)
-        check(cl.nout >= 5 && memcmp(cl.out, "HTTP/", 5) == 0);
+    /* An HTTP answer; or, to a worker's HELLO sent to the wrong port (a zero first byte,
+     * as no request line has), one ERROR frame saying where workers connect. */
+    if (cl.got > 0) {
+        bool hello = size > PROTO_LEN_PREFIX && data[0] == 0 && proto_looks_like_hello(data, size);
+        if (hello)
+            check(cl.nout > PROTO_LEN_PREFIX && cl.out[0] == 0 && cl.out[PROTO_LEN_PREFIX] == PROTO_ERROR);
+        else
+            check(cl.nout >= 5 && memcmp(cl.out, "HTTP/", 5) == 0);
+    }
     if (state_changed(&srv)) {
         check(contains(data, size, "POST"));
         if (cfg->token)
