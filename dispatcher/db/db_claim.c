@@ -1085,6 +1085,11 @@ static int claim_select_fair(struct claim_ctx *x, struct claim_run *cr)
         c->nread += (uint32_t)got;
         if (more)
             c->more = true;
+        /* Fewer rows than asked while rows are left (the rotation took one round of the
+         * keys it saw, or the reads were cut): the loop claims again at once rather than
+         * waiting --poll-ms as after a drained table. */
+        if (more && got < cr->limit)
+            cr->reply->more = true;
     }
     free(ids);
     free(prios);
