@@ -543,7 +543,7 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
     struct fair_part *p;
     struct fair_type *ft;
     const struct fair_row *last = NULL;
-    size_t na = 0, nb = 0, nc = 0, ns = 0, taken = 0, nrows_part = 0;
+    size_t na = 0, nb = 0, nc = 0, ns = 0, taken = 0, nrows_part = 0, twice = 0;
     uint8_t top = 0;
     bool have_top = false, keyed = false;
 
@@ -571,8 +571,9 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
             }
         }
     }
-    /* Keyless rows read: more of them may follow the window that found them. */
-    if (na >= p->a_limit || nb >= p->b_limit || nc > 0)
+    /* A part cut by its limit, or a window of keyless rows as long as its limit: more
+     * may follow. (A shorter window held every ready row it could.) */
+    if (na >= p->a_limit || nb >= p->b_limit || nc >= want)
         *more = true;
     if (p->with_keyless)
         ft->keyless_skip = nc > 0 ? 0 : FAIR_KEYLESS_EVERY - 1;
@@ -627,8 +628,10 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
         if (r->part != part || r->tag == 0 || r->prio != top || !wrap)
             continue;
         if (from_cursor &&
-            key_cmp(r->key_null, ROW_KEY(f, r), r->key_len, ft->key_null, ft->key, ft->key_len) > 0)
-            continue; /* after the cursor: A has it */
+            key_cmp(r->key_null, ROW_KEY(f, r), r->key_len, ft->key_null, ft->key, ft->key_len) > 0) {
+            twice++; /* after the cursor: A has it (A was not cut, so it read every one) */
+            continue;
+        }
         f->scratch[ns++] = i;
     }
     taken = take_rounds(f, ns, want, 0, ids, prios, &last, max_rounds);
@@ -643,7 +646,10 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
         }
         taken = take_rounds(f, ns, want, taken, ids, prios, &last, max_rounds);
     }
-    if (taken < nrows_part)
+    /* Rows read and not taken (a row B read twice counts once): the claim was cut short
+     * by the rotation, and the caller claims again at once (db_claim.c: the reply's
+     * `more`, without which the loop waits --poll-ms as after a drained table). */
+    if (taken + twice < nrows_part)
         *more = true;
     if (last != NULL) {
         ft->valid = true;

@@ -89,7 +89,10 @@ int dsp_fair_add_text(dsp_fair *f, size_t part, const char *id, unsigned long id
 
 /* Takes at most `want` rows of type `part` in turn between the keys, writes their ids and
  * priorities to ids[]/prios[] (room for want), and moves the type's cursor. *more: rows
- * may be left (a part was cut by its limit, or rows were read and not taken).
+ * may be left (a part was cut by its limit, a window of keyless rows filled its limit,
+ * or rows were read and not taken: the rotation takes one round only when it wraps with
+ * few keys seen). Taking fewer than want with *more set is a claim cut short, not a
+ * drained table: the claim says so to the loop, which claims again at once.
  * Returns the number taken. */
 size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uint8_t *prios,
                      bool *more);
