@@ -387,6 +387,19 @@ json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
                                   (json_int_t)snap->wake.reconnects, "unreadable_total",
                                   (json_int_t)snap->wake.unreadable));
     {
+        /* The follower's replica server_id (null while not following) and why its last
+         * stream ended (a server's error text: made valid UTF-8; null before any). */
+        json_t *w = json_object_get(o, "wake");
+        char *end = snap->wake.last_end[0] ? dsp_utf8_copy(snap->wake.last_end) : NULL;
+        if (w != NULL) {
+            json_object_set_new(w, "server_id", snap->wake.server_id
+                                                    ? json_integer((json_int_t)snap->wake.server_id)
+                                                    : json_null());
+            json_object_set_new(w, "last_end", end ? json_string(end) : json_null());
+        }
+        free(end);
+    }
+    {
         /* The reason comes from the database's error texts: made valid UTF-8. */
         char *why = snap->health_ok ? NULL : dsp_utf8_copy(snap->health_reason);
         json_object_set_new(o, "health", json_pack("{s:b, s:o}", "ok", snap->health_ok, "reason",

@@ -354,6 +354,8 @@ typedef struct dsp_wake_status {
     uint64_t wakes;                    /* transactions that made a task row NEW */
     uint64_t reconnects;               /* sessions of the follower that ended */
     uint64_t unreadable;               /* ROWS events of the task table not read (woke at once) */
+    uint32_t server_id;                /* the replica server_id of the session following now; 0: none */
+    char last_end[DSP_WAKE_REASON_MAX]; /* why the last session that followed ended; "": none yet */
 } dsp_wake_status;
 
 typedef struct dsp_db_options {

@@ -18,8 +18,9 @@
  * It never acknowledges as a semi-sync replica (no @rpl_semi_sync_slave, no
  * MARIADB_RPL_SEMI_SYNC), so a semi-sync primary never waits for it; its server_id is
  * drawn from WAKE_SERVER_ID_BASE .. + 65535 at each connect (docs say: keep real replicas
- * out of that range); a replica of the same id would make the server drop the older
- * connection, and the next connect draws another.
+ * out of that range); a replica of the same id would make the server end the older
+ * dump (MariaDB: error 4052), and the next connect draws another. /stats wake.server_id
+ * shows the id in use, wake.last_end why the last stream ended.
  */
 #include "binlog_event.h"
 #include "db_internal.h"
@@ -55,6 +56,8 @@ struct dsp_binlog {
     int64_t dues[DSP_WAKE_DUES_MAX];
     size_t ndues;
     _Atomic uint64_t events, wakes, reconnects, unreadable;
+    uint32_t server_id;  /* under db->mu: the dump's server_id while following, else 0 */
+    char last_end[DSP_WAKE_REASON_MAX]; /* under db->mu: why the last followed stream ended */
 };
 
 /* ---- status ---- */
@@ -93,6 +96,8 @@ void dsp_db_wake_status(dsp_db *db, dsp_wake_status *out)
     pthread_mutex_lock(&db->mu);
     out->mode = b->mode;
     memcpy(out->reason, b->reason, sizeof out->reason);
+    out->server_id = b->server_id;
+    memcpy(out->last_end, b->last_end, sizeof out->last_end);
     pthread_mutex_unlock(&db->mu);
     out->events = atomic_load_explicit(&b->events, memory_order_relaxed);
     out->wakes = atomic_load_explicit(&b->wakes, memory_order_relaxed);
@@ -185,6 +190,7 @@ struct follow {
     bool mysql_server;
     bool row_format;
     unsigned long own_server_id; /* the server's @@server_id: never the follower's */
+    unsigned server_id;          /* the dump's server_id (rpl_start draws it) */
     dsp_binlog_task_cols cols;
     dsp_binlog_table map;   /* the latest TABLE_MAP naming the task table */
     bool map_valid;
@@ -324,6 +330,7 @@ static int rpl_start(struct follow *f, unsigned long own_server_id)
     sid = WAKE_SERVER_ID_BASE + (unsigned)(r & 0xffff);
     if (sid == own_server_id)
         sid++;
+    f->server_id = sid;
     if ((f->rpl = mariadb_rpl_init(f->c.m)) == NULL)
         return -1;
     if (mariadb_rpl_optionsv(f->rpl, MARIADB_RPL_FILENAME, f->file, strlen(f->file)) != 0 ||
@@ -421,6 +428,7 @@ static int session(struct follow *f)
 {
     dsp_db *db = f->db;
     int rc = -1;
+    bool announced = false; /* the dump was accepted: this session followed */
 
     f->map_valid = false;
     f->pending_now = false;
@@ -441,7 +449,6 @@ static int session(struct follow *f)
         shutdown(db->binlog->fd, SHUT_RDWR);
     pthread_mutex_unlock(&db->mu);
     /* The first event answers the dump: a refused privilege or a purged file shows here. */
-    bool announced = false;
     for (;;) {
         MARIADB_RPL_EVENT *ev;
         if (stopping(db) || !atomic_load(&db->leader)) {
@@ -456,6 +463,9 @@ static int session(struct follow *f)
         if (!announced && ev->event_type == FORMAT_DESCRIPTION_EVENT) {
             /* The dump was accepted: the server's own description of its log comes first. */
             announced = true;
+            pthread_mutex_lock(&db->mu);
+            db->binlog->server_id = f->server_id;
+            pthread_mutex_unlock(&db->mu);
             set_status(db, DSP_WAKE_BINLOG, "following the binary log (%s format) from %.200s:%llu",
                        f->row_format ? "ROW" : "MIXED or STATEMENT", f->file, f->pos);
             ring_now(db); /* rows inserted before this position: claim once */
@@ -473,10 +483,20 @@ fail_rpl:
     } else if (!stopping(db)) {
         log_info(db->log, "wake: the binary log's stream ended: %s (error %u); following again from "
                           "its end", f->c.m ? mysql_error(f->c.m) : "?", f->c.err);
+        /* /stats wake.last_end: e.g. another replica's dump with the same server_id made
+         * the server end this one (it keeps the newer); the next session draws another. */
+        if (announced) {
+            pthread_mutex_lock(&db->mu);
+            snprintf(db->binlog->last_end, sizeof db->binlog->last_end,
+                     "the stream as server_id %u ended: %.150s (error %u)", f->server_id,
+                     f->c.m ? mysql_error(f->c.m) : "?", f->c.err);
+            pthread_mutex_unlock(&db->mu);
+        }
     }
 done:
     pthread_mutex_lock(&db->mu);
     db->binlog->fd = -1; /* before the socket is closed: its number may be reused */
+    db->binlog->server_id = 0;
     pthread_mutex_unlock(&db->mu);
     if (f->rpl) {
         mariadb_rpl_close(f->rpl);

@@ -14,7 +14,10 @@
  *     dispatched by the doorbell again;
  *   - a row with a future run_after runs at its due time, not before; a FAILED row put
  *     back to NEW by UPDATE runs at once;
- *   - a semi-sync primary counts the follower as no semi-sync client.
+ *   - a semi-sync primary counts the follower as no semi-sync client;
+ *   - a raw replica connection taking the follower's server_id during a stream: the server
+ *     ends the follower's dump, the follower follows again under another id (/stats
+ *     wake.server_id, wake.last_end), every task runs, and the raw replica streams on.
  *
  * Bounds are loose (a row "soon" is within 2 s, against a 5 s poll), never targets.
  */
@@ -33,6 +36,8 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#include <mysql.h>
+#include <mariadb_rpl.h>
 
 #include "daemon.h"
 #include "inproc_worker.h"
@@ -66,6 +71,9 @@ struct fx {
     pthread_mutex_t mu;
     struct start starts[MAX_ROWS];
     size_t nstarts;
+    MYSQL *raw;          /* server_id_collision: a replica connection of the test's own */
+    MARIADB_RPL *rpl;
+    long long raw_sid;   /* the server_id it took (the follower's at the time) */
 };
 
 static long long wall_ms(void)
@@ -156,6 +164,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *fx = *state;
+    if (fx->rpl)
+        mariadb_rpl_close(fx->rpl);
+    if (fx->raw)
+        mysql_close(fx->raw);
     if (fx->w) {
         tp_inproc_halt(&fx->wp);
         tp_worker_free(fx->w);
@@ -625,6 +637,120 @@ static void failover(void **state)
     after_disruption(fx, "after the leader's kill -9", lat, 12, 0);
 }
 
+/* ---- a replica server_id that collides ---- */
+
+/* Opens a replica stream from the log's end as server_id sid on a connection of its own
+ * (fx->raw, fx->rpl), with heartbeats each second, and reads up to its
+ * FORMAT_DESCRIPTION: the server has taken the dump by then. */
+static void raw_replica(struct fx *fx, unsigned long sid)
+{
+    char file[256] = "";
+    unsigned long long pos = 0;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    fx->raw = tp_testdb_connect(&fx->db);
+    assert_non_null(fx->raw);
+    assert_int_equal(mysql_query(fx->raw, "SHOW MASTER STATUS"), 0);
+    res = mysql_store_result(fx->raw);
+    assert_non_null(res);
+    if ((row = mysql_fetch_row(res)) && row[0] && row[1]) {
+        snprintf(file, sizeof file, "%s", row[0]);
+        pos = strtoull(row[1], NULL, 10);
+    }
+    mysql_free_result(res);
+    assert_true(file[0] != '\0');
+    assert_int_equal(mysql_query(fx->raw, "SET @master_heartbeat_period = 1000000000,"
+                                          " @master_binlog_checksum = @@global.binlog_checksum"),
+                     0);
+    fx->rpl = mariadb_rpl_init(fx->raw);
+    assert_non_null(fx->rpl);
+    assert_int_equal(mariadb_rpl_optionsv(fx->rpl, MARIADB_RPL_FILENAME, file, strlen(file)), 0);
+    assert_int_equal(mariadb_rpl_optionsv(fx->rpl, MARIADB_RPL_START, (unsigned long)pos), 0);
+    assert_int_equal(mariadb_rpl_optionsv(fx->rpl, MARIADB_RPL_SERVER_ID, sid), 0);
+    assert_int_equal(mariadb_rpl_optionsv(fx->rpl, MARIADB_RPL_FLAGS, 0), 0);
+    assert_int_equal(mariadb_rpl_open(fx->rpl), 0);
+    for (int i = 0;; i++) {
+        MARIADB_RPL_EVENT *ev = mariadb_rpl_fetch(fx->rpl, NULL);
+        assert_non_null(ev);
+        bool fd = ev->event_type == FORMAT_DESCRIPTION_EVENT;
+        mariadb_free_rpl_event(ev);
+        if (fd)
+            break;
+        assert_true(i < 16);
+    }
+    fx->raw_sid = (long long)sid;
+}
+
+static void mid_collide(struct fx *fx, size_t i)
+{
+    if (i != 4)
+        return;
+    long long sid = tp_daemon_stat(&fx->d, "wake.server_id");
+    /* The follower's id is drawn from 0x7A500000 + 0..65535 (db_binlog.c). */
+    assert_true(sid >= 2052063232LL && sid <= 2052128767LL);
+    raw_replica(fx, (unsigned long)sid);
+}
+
+/* A raw replica connection takes the follower's server_id during a stream of inserts:
+ * the server ends the older dump of that id (the follower's); the follower follows
+ * again under another id, /stats says what happened, and no task is lost. */
+static void server_id_collision(void **state)
+{
+    struct fx *fx = *state;
+    long long lat[16];
+    uint64_t ids[16];
+    char mode[32], reason[300];
+
+    fx_db(fx, "wake_sid", true);
+    fx_daemon(fx, &fx->d, NULL, NULL);
+    assert_int_equal(tp_daemon_wait_leader(&fx->d, WAIT_MS), 0);
+    wait_wake(&fx->d, "binlog", NULL);
+    long long reconnects = tp_daemon_stat(&fx->d, "wake.reconnects_total");
+    fx_worker(fx, fx->d.listen);
+    tp_sleep_ms(300);
+    stream(fx, 16, 30, 150, mid_collide, lat, ids);
+    assert_true(fx->raw_sid > 0);
+
+    /* The follower's stream ended and it follows again, under another server_id. */
+    long long end = tp_mono_ms() + WAIT_MS, sid;
+    for (;;) {
+        wake_of(&fx->d, mode, sizeof mode, reason, sizeof reason);
+        sid = tp_daemon_stat(&fx->d, "wake.server_id");
+        if (strcmp(mode, "binlog") == 0 && sid > 0 && sid != fx->raw_sid &&
+            tp_daemon_stat(&fx->d, "wake.reconnects_total") > reconnects)
+            break;
+        if (tp_mono_ms() > end) {
+            tp_daemon_dump_log(&fx->d);
+            fail_msg("wake %s (%s), server_id %lld (the raw replica's %lld)", mode, reason, sid,
+                     fx->raw_sid);
+        }
+        tp_sleep_ms(50);
+    }
+    json_t *st = tp_daemon_json(&fx->d, "/stats");
+    const char *last_end = json_string_value(json_object_get(json_object_get(st, "wake"), "last_end"));
+    char want[64];
+    snprintf(want, sizeof want, "server_id %lld", fx->raw_sid);
+    assert_non_null(last_end);
+    assert_non_null(strstr(last_end, want));
+    printf("# server_id %lld taken by a raw replica: the follower follows as %lld; wake.last_end: %s\n",
+           fx->raw_sid, sid, last_end);
+    json_decref(st);
+    after_disruption(fx, "a replica taking the follower's server_id", lat, 16, 8);
+
+    /* The newer dump of that id, the raw replica's, streams on: the rows' commits reach
+     * it (heartbeats each second bound each read). */
+    assert_int_equal(tp_testdb_exec(&fx->db, "INSERT INTO task (task_type, payload) VALUES ('other', 'x')"), 1);
+    bool xid = false;
+    for (int i = 0; i < 10000 && !xid; i++) {
+        MARIADB_RPL_EVENT *ev = mariadb_rpl_fetch(fx->rpl, NULL);
+        assert_non_null(ev);
+        xid = ev->event_type == XID_EVENT;
+        mariadb_free_rpl_event(ev);
+    }
+    assert_true(xid);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -638,6 +764,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(purge, setup, teardown),
         cmocka_unit_test_setup_teardown(failover, setup, teardown),
         cmocka_unit_test_setup_teardown(restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(server_id_collision, setup, teardown),
     };
     srand((unsigned)getpid());
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
