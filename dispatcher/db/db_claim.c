@@ -786,6 +786,7 @@ struct claim_run {
     int64_t now_ms;         /* wall clock of the claim: run_after <= now_ms */
     int64_t t0;             /* the SELECT went out (monotonic, us) */
     bool fair_read;         /* claim_select took the fair read (db_claim_fair.h) */
+    bool fair_short;        /* the rotation took fewer rows than asked and left some */
     uint32_t keyed_marked;  /* 1 + the type index last marked keyed by this claim; 0: none */
     struct claim_cursor *cur; /* per type of r */
     size_t ncand_all;       /* x->cands[0..ncand_all) may hold payloads: the kept rows, then
@@ -1087,9 +1088,9 @@ static int claim_select_fair(struct claim_ctx *x, struct claim_run *cr)
             c->more = true;
         /* Fewer rows than asked while rows are left (the rotation took one round of the
          * keys it saw, or the reads were cut): the loop claims again at once rather than
-         * waiting --poll-ms as after a drained table. */
+         * waiting --poll-ms as after a drained table (do_claim: when rows were taken). */
         if (more && got < cr->limit)
-            cr->reply->more = true;
+            cr->fair_short = true;
     }
     free(ids);
     free(prios);
@@ -1866,6 +1867,11 @@ static int do_claim(struct claim_ctx *x, struct claim_req *r)
     claim_join(x, &cr, true);
     claim_cands_free(x, &cr);
     if (cr.cut_rank != SIZE_MAX)
+        cr.reply->more = true;
+    /* A fair claim cut short by its rotation: claim again at once. Not when it took no
+     * row (every row it read was locked by another transaction, say): the loop then
+     * waits as after an empty claim rather than spinning on the same rows. */
+    if (cr.fair_short && cr.reply->ntasks > 0)
         cr.reply->more = true;
     if (cr.nseen > 0) {
         x->row_bytes = cr.seen_bytes / cr.nseen;
