@@ -16,7 +16,10 @@ k=${2:-64}
 keys=${3:-1000}
 n=${4:-30000}
 for v in "$rounds" "$k" "$keys" "$n"; do
-  [[ "$v" =~ ^[0-9]+$ ]] && [ "$v" -gt 0 ] || { echo "group-keys-ab.sh: '$v' is not a positive number" >&2; exit 2; }
+  if ! [[ "$v" =~ ^[1-9][0-9]*$ ]]; then
+    echo "group-keys-ab.sh: '$v' is not a positive number" >&2
+    exit 2
+  fi
 done
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TASKPUSH_BUILD_DIR:-$root/build}
