@@ -8,7 +8,7 @@
 #   bench/group-keys-ab.sh                      7 rounds, K=64, 1,000 keys, N=30,000
 #   bench/group-keys-ab.sh 5 64 1000 50000      ROUNDS K KEYS N
 #   GROUP_KEYS_AB_ARGS="--taskpushd PATH"       more arguments for every drain (word-split)
-# Writes the JSON lines to bench/results/DATE-HOST-group-keys.jsonl. Exit 1 when a drain
+# Writes the JSON lines to bench/results/DATE-HHMMSS-HOST-group-keys.jsonl. Exit 1 when a drain
 # failed verification.
 set -euo pipefail
 rounds=${1:-7}
@@ -35,7 +35,7 @@ cleanup() {
 }
 trap cleanup EXIT
 eval "$(scripts/tp-mariadb start "$work/db")" >/dev/null
-out="bench/results/$(date -u +%Y-%m-%d-%H%M)-$(hostname -s)-group-keys.jsonl"
+out="bench/results/$(date -u +%Y-%m-%d-%H%M%S)-$(hostname -s)-group-keys.jsonl"
 mkdir -p bench/results
 : >"$out"
 
