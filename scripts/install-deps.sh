@@ -13,6 +13,10 @@ set -euo pipefail
 #                                    the packaging tools; galera-4 and rsync for the
 #                                    cluster of scripts/tp-galera)
 #   scripts/install-deps.sh --bench  also what bench/run.sh needs (matplotlib for the plot)
+#   scripts/install-deps.sh --peer   also what bench/graphile.sh needs: PostgreSQL (run by
+#                                    scripts/tp-postgres; its package's service is kept
+#                                    from starting) and, when node or npm is missing,
+#                                    Debian's nodejs and npm
 #   scripts/install-deps.sh --package  also what scripts/package.sh needs (debhelper, lintian;
 #                                    dh-python and pybuild-plugin-pyproject for
 #                                    python3-taskpush, python3-build, -setuptools and
@@ -29,11 +33,14 @@ case "${1:-}" in
                   systemd man-db groff-base bsdextrautils debhelper dpkg-dev build-essential lintian fakeroot
                   dh-python pybuild-plugin-pyproject python3-all python3-build python3-wheel) ;;
   --bench) packages+=(python3-matplotlib) ;;
+  --peer) packages+=(postgresql-15)
+          command -v node >/dev/null 2>&1 || packages+=(nodejs)
+          command -v npm >/dev/null 2>&1 || packages+=(npm) ;;
   --package) packages+=(debhelper dpkg-dev build-essential lintian fakeroot man-db
                      dh-python pybuild-plugin-pyproject python3-all python3-setuptools
                      python3-build python3-wheel) ;;
   "") ;;
-  *) echo "install-deps.sh: unknown argument '$1' (--test, --bench or --package)" >&2; exit 2 ;;
+  *) echo "install-deps.sh: unknown argument '$1' (--test, --bench, --peer or --package)" >&2; exit 2 ;;
 esac
 if [ "${TASKPUSH_EXTRA_PACKAGES:-}" ]; then
   read -r -a extra <<<"$TASKPUSH_EXTRA_PACKAGES"
@@ -52,14 +59,15 @@ sudo=""
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 
-# prometheus is wanted for promtool only (tests run `promtool check metrics`): its
-# package would start a system service. A policy-rc.d that answers 101 ("action
+# prometheus is wanted for promtool only (tests run `promtool check metrics`), and
+# postgresql-15 for the private server of scripts/tp-postgres: their packages would start
+# a system service. A policy-rc.d that answers 101 ("action
 # forbidden") keeps every service from starting during this install; it is removed
 # afterwards unless one was there already.
 policy=/usr/sbin/policy-rc.d
 own_policy=""
 case " ${missing[*]} " in
-  *" prometheus "*)
+  *" prometheus "* | *" postgresql-15 "*)
     if [ ! -e "$policy" ]; then
       printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
       $sudo chmod 755 "$policy"

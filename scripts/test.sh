@@ -23,7 +23,7 @@ case "${1:-}" in
   *) echo "test.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
 esac
 
-scripts/install-deps.sh --test || { echo "test.sh: could not install dependencies" >&2; echo "0 passed, 1 failed"; exit 1; }
+{ scripts/install-deps.sh --test && scripts/install-deps.sh --peer; } || { echo "test.sh: could not install dependencies" >&2; echo "0 passed, 1 failed"; exit 1; }
 
 work=$(mktemp -d /tmp/taskpush-test.XXXXXX)
 steps="$work/steps.txt"   # results of steps that are not meson tests

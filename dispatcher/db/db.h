@@ -405,6 +405,8 @@ typedef struct dsp_db_options {
       "submitted tasks answered as duplicates (dedup_key present)")                           \
     X(submit_batches, "submit_batches_total", "db_submit_batches_total", 1,                   \
       "submission transactions committed")                                                    \
+    X(submit_requests, "submit_requests_total", "db_submit_requests_total", 1,                \
+      "SUBMIT frames handed to the submit thread (batches / requests: its group commit)")     \
     X(claim_skipped, "claim_skipped_locked_total", "db_claim_skipped_locked_total", 1,        \
       "rows a claim found locked by another transaction (or changed) and skipped")           \
     X(node_moves, "node_moves_total", "db_node_moves_total", 1,                               \

@@ -254,7 +254,7 @@ struct dsp_db {
 
     _Atomic uint64_t statements, claims, claimed_rows, claim_us_total, write_batches,
         reconnects, retention_deleted, orphans_recovered, submitted_rows, submit_duplicates,
-        submit_batches, claim_skipped, node_moves, cert_retries, claims_fenced;
+        submit_batches, submit_requests, claim_skipped, node_moves, cert_retries, claims_fenced;
 
     struct dsp_binlog *binlog; /* the wake follower (db_binlog.c); NULL with --wake poll */
     struct dsp_submitter *sub; /* the submit thread and the waited-for tasks (db_submit.c) */

@@ -321,6 +321,8 @@ int dsp_db_submit(dsp_db *db, dsp_submit_req *req)
         rc = 0;
     }
     pthread_mutex_unlock(&s->mu);
+    if (rc == 0)
+        atomic_fetch_add_explicit(&db->submit_requests, 1, memory_order_relaxed);
     return rc;
 }
 
