@@ -7,9 +7,11 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Protocol constants, mirrors of proto/proto.h.
@@ -29,6 +31,8 @@ const (
 	MaxPayloadLen   = 1<<24 - 1
 	MaxAttempts     = 1000
 	MaxConfirm      = 1024 // entries of one CONFIRM or HOLDING
+	MaxProgressMsg  = 256  // bytes of a PROGRESS message (version 4)
+	MaxPermille     = 1000
 	DeliveryEntry   = 16
 	DoneHead        = 22 // DONE body bytes before its data
 	priorityMax     = 2
@@ -52,6 +56,7 @@ const (
 	TCancel    Type = 0x13
 	TConfirm   Type = 0x14
 	THolding   Type = 0x15
+	TProgress  Type = 0x16 // version 4: this library decodes it, and sends none
 	TSubmit    Type = 0x20
 	TSubmitted Type = 0x21
 	TOutcome   Type = 0x22
@@ -60,7 +65,7 @@ const (
 var typeNames = map[Type]string{
 	THello: "HELLO", TWelcome: "WELCOME", THeartbeat: "HEARTBEAT", TError: "ERROR",
 	TStop: "STOP", TTask: "TASK", TDone: "DONE", TExtend: "EXTEND", TCancel: "CANCEL",
-	TConfirm: "CONFIRM", THolding: "HOLDING", TSubmit: "SUBMIT", TSubmitted: "SUBMITTED",
+	TConfirm: "CONFIRM", THolding: "HOLDING", TProgress: "PROGRESS", TSubmit: "SUBMIT", TSubmitted: "SUBMITTED",
 	TOutcome: "OUTCOME",
 }
 
@@ -175,6 +180,14 @@ type Confirm struct{ Deliveries []Delivery }
 
 type Holding struct{ Deliveries []Delivery }
 
+// Progress is a worker's report on a running delivery (protocol version 4):
+// Permille 0 to 1000 and a message of valid UTF-8 without NUL.
+type Progress struct {
+	Delivery
+	Permille uint16
+	Message  []byte
+}
+
 // SubmitTask is one entry of a SUBMIT.
 type SubmitTask struct {
 	Priority    uint8
@@ -223,6 +236,7 @@ func (*Extend) Type() Type    { return TExtend }
 func (*Cancel) Type() Type    { return TCancel }
 func (*Confirm) Type() Type   { return TConfirm }
 func (*Holding) Type() Type   { return THolding }
+func (*Progress) Type() Type  { return TProgress }
 func (*Submit) Type() Type    { return TSubmit }
 func (*Submitted) Type() Type { return TSubmitted }
 func (*Outcome) Type() Type   { return TOutcome }
@@ -406,6 +420,16 @@ func Decode(body []byte) (Message, error) {
 		} else {
 			m = &Holding{Deliveries: l}
 		}
+	case TProgress:
+		p := &Progress{Delivery: c.delivery(), Permille: c.u16("permille")}
+		if c.err == nil && p.Permille > MaxPermille {
+			c.fail("permille %d", p.Permille)
+		}
+		p.Message = c.str(0, MaxProgressMsg, "progress message")
+		if c.err == nil && !progressTextOK(p.Message) {
+			c.fail("a progress message that is not UTF-8 without NUL")
+		}
+		m = p
 	case TSubmit:
 		m = decodeSubmit(c)
 	case TSubmitted:
@@ -424,6 +448,10 @@ func Decode(body []byte) (Message, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+func progressTextOK(b []byte) bool {
+	return utf8.Valid(b) && bytes.IndexByte(b, 0) < 0
 }
 
 func decodeList(c *cursor) []Delivery {
@@ -621,6 +649,13 @@ func AppendFrame(dst []byte, m Message) ([]byte, error) {
 		e.list(v.Deliveries)
 	case *Holding:
 		e.list(v.Deliveries)
+	case *Progress:
+		if v.Permille > MaxPermille || !progressTextOK(v.Message) {
+			e.fail("progress of %d permille, message %q", v.Permille, v.Message)
+		}
+		e.delivery(v.Delivery)
+		e.u16(v.Permille)
+		e.str(v.Message, 0, MaxProgressMsg, "progress message")
 	case *Submit:
 		encodeSubmit(e, v)
 	case *Submitted:

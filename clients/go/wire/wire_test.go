@@ -32,6 +32,8 @@ func TestRoundTripEveryType(t *testing.T) {
 		&Cancel{Delivery: d},
 		&Confirm{Deliveries: []Delivery{d, {1, 2, 3}}},
 		&Holding{Deliveries: []Delivery{d}},
+		&Progress{Delivery: d, Permille: 375, Message: []byte("page 3 of 8 \u2713")},
+		&Progress{Delivery: d, Permille: 1000},
 		&Submit{RequestID: 9, Flags: SubmitWait | SubmitGroupKey, Tasks: []SubmitTask{
 			{Priority: 1, MaxAttempts: 3, TaskType: []byte("t"), DedupKey: []byte("k"), GroupKey: []byte("g")}}},
 		&Submitted{RequestID: 9, Status: StatusOK, Results: []SubmitResult{{ResultDuplicate, 4}}},
@@ -83,6 +85,10 @@ func TestEncoderRefuses(t *testing.T) {
 		&Submitted{Status: StatusInvalid, Results: []SubmitResult{{0, 1}}},
 		&Submitted{Status: 3},
 		&Outcome{State: 1},
+		&Progress{Delivery: d, Permille: 1001},
+		&Progress{Delivery: d, Message: []byte("a\x00b")},
+		&Progress{Delivery: d, Message: []byte("\xc0\xaf")},
+		&Progress{Delivery: d, Message: long(MaxProgressMsg + 1)},
 	}
 	for i, m := range bad {
 		dst := []byte("keep")
