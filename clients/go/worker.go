@@ -66,6 +66,7 @@ type Worker struct {
 	cur      *conn
 	sub      *submitter
 	running  bool
+	ran      bool // a Worker runs once
 	capacity int
 
 	kick       chan struct{} // something the session loop waits for changed
@@ -208,18 +209,19 @@ func (w *Worker) Submit(ctx context.Context, nt NewTask) (Receipt, error) {
 // held tasks finish (their contexts are not cancelled), their outcomes are
 // sent and, in version 3, confirmed (up to 10 heartbeats, at least 2 s); the
 // connection closes and Run returns nil once every handler has returned.
-// Options.DrainTimeout bounds the drain; Abort cuts it short.
+// Options.DrainTimeout bounds the drain; Abort cuts it short. A Worker runs
+// once.
 func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
-	if w.running {
+	if w.running || w.ran {
 		w.mu.Unlock()
-		return errors.New("taskpush: already running")
+		return errors.New("taskpush: a Worker runs once; make a new one")
 	}
 	if len(w.slots) == 0 {
 		w.mu.Unlock()
 		return errors.New("taskpush: register a handler first")
 	}
-	w.running = true
+	w.running, w.ran = true, true
 	w.kept = newOutcomes(outcomeLimit(w.capacity))
 	w.mu.Unlock()
 
@@ -389,7 +391,7 @@ func (w *Worker) serve(ctx context.Context, c *conn) error {
 	}()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	ctxDone := ctx.Done()
+	ctxDone, abortCh := ctx.Done(), w.abortCh
 	var settleBy time.Time
 	closing := false
 	for {
@@ -401,7 +403,8 @@ func (w *Worker) serve(ctx context.Context, c *conn) error {
 			c.send(&wire.Stop{})
 		case <-w.kick:
 		case <-tick.C:
-		case <-w.abortCh:
+		case <-abortCh:
+			abortCh = nil
 			c.abort()
 		}
 		if !closing && peerStop.Load() && w.Held() == 0 && !w.settling(c, &settleBy) {
