@@ -357,7 +357,7 @@ func TestInventoryAcrossRestart(t *testing.T) {
 
 // A dead address, then a standby (NOT_LEADER), then the leader: the worker
 // moves on at once (any backoff would be 30 s) and drains; the standby holds
-// no worker.
+// no worker. A producer given the standby first submits through the leader.
 func TestAddressesDeadStandbyLeader(t *testing.T) {
 	needIntegration(t)
 	t.Parallel()
@@ -382,6 +382,19 @@ func TestAddressesDeadStandbyLeader(t *testing.T) {
 	}
 	if v, _ := standby.stats(); v["workers"] != float64(0) {
 		t.Fatalf("the standby holds %v workers", v["workers"])
+	}
+	// A producer given the standby first: its SUBMIT is answered UNAVAILABLE
+	// there (nothing committed) and goes to the leader at once.
+	c, err := taskpush.NewClient(standby.listen+","+leader.listen, taskpush.Options{Logf: lb.logf})
+	must(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	rs, err := c.Submit(ctx, taskpush.NewTask{Type: "sb", Payload: []byte("submitted")})
+	must(t, err)
+	db.waitRows(t, fmt.Sprintf("task_id = %d AND task_state = 2", rs[0].TaskID), 1)
+	if !lb.has("answered UNAVAILABLE") {
+		t.Errorf("the standby's UNAVAILABLE not seen")
 	}
 }
 

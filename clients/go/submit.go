@@ -42,6 +42,13 @@ type TaskOutcome struct {
 // safe to submit again (dedup keys make it idempotent).
 var ErrUnavailable = errors.New("taskpush: unavailable")
 
+// unavailableAnswer is a SUBMITTED UNAVAILABLE: nothing was committed, so the
+// same submission may go to another address at once (a standby answers so).
+type unavailableAnswer struct{ msg string }
+
+func (e *unavailableAnswer) Error() string { return ErrUnavailable.Error() + ": " + e.msg }
+func (e *unavailableAnswer) Unwrap() error { return ErrUnavailable }
+
 // ErrNoSubmit: the session speaks protocol version 1, which has no SUBMIT.
 var ErrNoSubmit = errors.New("taskpush: the dispatcher speaks protocol version 1: no SUBMIT")
 
@@ -187,7 +194,7 @@ func (s *submitter) submit(ctx context.Context, c *conn, tasks []NewTask, wait b
 	case wire.StatusInvalid:
 		return nil, &InvalidError{Message: string(ans.Message)}
 	case wire.StatusUnavailable:
-		return nil, fmt.Errorf("%w: %s", ErrUnavailable, ans.Message)
+		return nil, &unavailableAnswer{msg: string(ans.Message)}
 	}
 	if len(ans.Results) != len(tasks) {
 		return nil, fmt.Errorf("taskpush: SUBMITTED has %d results for %d tasks", len(ans.Results), len(tasks))
@@ -226,6 +233,7 @@ type Client struct {
 
 	mu       sync.Mutex
 	cur      *conn
+	curIdx   int // the address of cur; the next dial starts there
 	sub      *submitter
 	versions map[string]int
 	closed   bool
@@ -259,7 +267,9 @@ func (cl *Client) connected(ctx context.Context) (*conn, *submitter, error) {
 	}
 	hello := &wire.Hello{Name: []byte(cl.opts.Name), Token: []byte(cl.opts.Token)}
 	var errs []string
-	for _, a := range cl.addrs {
+	for i := range cl.addrs {
+		idx := (cl.curIdx + i) % len(cl.addrs)
+		a := cl.addrs[idx]
 		c, err := dialNegotiated(ctx, a, hello, cl.versions, cl.opts.ProtocolVersion, 2, &cl.opts)
 		if err != nil {
 			if errors.Is(err, ErrVersion) {
@@ -270,7 +280,7 @@ func (cl *Client) connected(ctx context.Context) (*conn, *submitter, error) {
 		}
 		cl.opts.Logf("producer connected to %s", a)
 		sub := newSubmitter()
-		cl.cur, cl.sub = c, sub
+		cl.cur, cl.sub, cl.curIdx = c, sub, idx
 		cl.serving.Add(1)
 		go func() {
 			defer cl.serving.Done()
@@ -292,25 +302,45 @@ func (cl *Client) connected(ctx context.Context) (*conn, *submitter, error) {
 }
 
 // Submit inserts tasks in one SUBMIT (1 to 1000) and returns once their rows
-// are committed: a receipt per task, in order. An error wrapping
-// ErrUnavailable means nothing was acknowledged: submit again (with dedup keys
-// to be safe); an *InvalidError that nothing was inserted.
+// are committed: a receipt per task, in order. A dispatcher that answers
+// UNAVAILABLE (a standby, or one without its database) committed nothing: the
+// submission goes to the next address at once, each address tried once. An
+// error wrapping ErrUnavailable means nothing was acknowledged: submit again
+// (with dedup keys to be safe); an *InvalidError that nothing was inserted.
 func (cl *Client) Submit(ctx context.Context, tasks ...NewTask) ([]Receipt, error) {
-	c, sub, err := cl.connected(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return sub.submit(ctx, c, tasks, false)
+	return cl.submit(ctx, tasks, false)
 }
 
 // SubmitWait is Submit that also waits for each inserted task to end
 // (SUCCESSFUL, or FAILED after its last attempt): Receipt.Outcome.
 func (cl *Client) SubmitWait(ctx context.Context, tasks ...NewTask) ([]Receipt, error) {
-	c, sub, err := cl.connected(ctx)
-	if err != nil {
-		return nil, err
+	return cl.submit(ctx, tasks, true)
+}
+
+func (cl *Client) submit(ctx context.Context, tasks []NewTask, wait bool) ([]Receipt, error) {
+	var err error
+	for range cl.addrs {
+		var c *conn
+		var sub *submitter
+		if c, sub, err = cl.connected(ctx); err != nil {
+			return nil, err
+		}
+		var rs []Receipt
+		rs, err = sub.submit(ctx, c, tasks, wait)
+		var ua *unavailableAnswer
+		if !errors.As(err, &ua) || len(cl.addrs) == 1 {
+			return rs, err
+		}
+		cl.opts.Logf("%s answered UNAVAILABLE (%s); trying the next address", c.addr, ua.msg)
+		cl.mu.Lock()
+		if cl.cur == c {
+			cl.cur = nil
+			cl.curIdx = (cl.curIdx + 1) % len(cl.addrs)
+		}
+		cl.mu.Unlock()
+		c.closeAfterFlush()
 	}
-	return sub.submit(ctx, c, tasks, true)
+	return nil, err
 }
 
 // Close closes the connection after what is queued is written.
