@@ -13,8 +13,9 @@
 #        process), timed the same way: from the workers' start until the handlers ran
 #        N times and taskpushd's /stats shows every outcome written
 # The Go run is verified from the table (N rows SUCCESSFUL at attempt 1); taskpush-bench
-# verifies its own. Prints one line per run, then the medians and go/c. Without the
-# TASKPUSH_TEST_MYSQL_* environment it starts a private MariaDB (scripts/tp-mariadb).
+# verifies its own. Prints one line per run, then the medians and go/c, and writes the
+# same to bench/results/DATE-HOST-clients.md. Without the TASKPUSH_TEST_MYSQL_*
+# environment it starts a private MariaDB (scripts/tp-mariadb).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TASKPUSH_BUILD:-$root/build}
@@ -94,12 +95,17 @@ sys.exit(0 if json.load(urllib.request.urlopen("http://"+sys.argv[1]+"/stats", t
 }
 
 c_rates=() go_rates=()
+mkdir -p "$root/bench/results"
+out="$root/bench/results/$(date -u +%Y-%m-%d-%H%M)-$(hostname -s)-clients.md"
+exec > >(tee "$out")
 echo "clients.sh: N=$n K=$k capacity=$capacity, $repeat round(s); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), $(go version)"
+echo
 for r in $(seq 1 "$repeat"); do
   c=$("$build/bench/taskpush-bench" --db "$url" --design taskpush-ll --k "$k" --n "$n" \
         --capacity "$capacity" --repeat 1 --json-only | rate_of)
   g=$(go_round)
-  echo "round $r: c (libtaskpush) $c tasks/s, go $g tasks/s"
+  echo "round $r: c (libtaskpush) $c tasks/s, go $g tasks/s, load $(cut -d' ' -f1 /proc/loadavg)"
   c_rates+=("$c") go_rates+=("$g")
 done
 sql <<<"DROP DATABASE IF EXISTS \`$db\`"
