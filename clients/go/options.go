@@ -38,7 +38,8 @@ type Options struct {
 	// DrainTimeout bounds a graceful drain (Worker.Run after its context is
 	// cancelled); past it the held tasks are cancelled as by Abort. 0: no bound.
 	DrainTimeout time.Duration
-	// Logf receives the library's diagnostics; nil keeps it silent.
+	// Logf receives the library's diagnostics, from several goroutines (log.Printf
+	// will do); nil keeps it silent.
 	Logf func(format string, args ...interface{})
 }
 
