@@ -231,14 +231,21 @@ func (c *conn) isClosed() bool {
 
 func (c *conn) shutdown(reason error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return
 	}
 	c.closed = true
 	c.reason = reason
 	c.out = nil
 	close(c.done)
+	c.mu.Unlock()
+	// The TCP connection itself: a TLS Close would first write close_notify,
+	// which can wait 5 s on a peer that reads nothing.
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		tc.NetConn().Close()
+		return
+	}
 	c.nc.Close()
 }
 
