@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,5 +154,35 @@ func TestWelcomeVersions(t *testing.T) {
 		if got := w.ConnectedVersion(); got != tc.want {
 			t.Fatalf("WELCOME %d: session version %d, want %d", tc.welcome, got, tc.want)
 		}
+	}
+}
+
+// ERROR VERSION to a HELLO of version 3: the worker asks again in 2 and
+// speaks it.
+func TestVersionFallback(t *testing.T) {
+	t.Parallel()
+	var offered []uint16
+	var mu sync.Mutex
+	addr, _ := rawPeer(t, func(c net.Conn, r *wire.Reader, h *wire.Hello) {
+		mu.Lock()
+		offered = append(offered, h.Version)
+		mu.Unlock()
+		if h.Version > 2 {
+			writeMsg(c, &wire.Error{Code: wire.ErrCodeVersion, Message: []byte("version 1 or 2")})
+			return
+		}
+		writeMsg(c, welcome(h.Version))
+		for {
+			if _, err := r.Read(); err != nil {
+				return
+			}
+		}
+	})
+	w, _ := runAgainst(t, addr)
+	waitFor(t, "a session", func() bool { return w.ConnectedVersion() != 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if w.ConnectedVersion() != 2 || len(offered) != 2 || offered[0] != 3 || offered[1] != 2 {
+		t.Fatalf("offered %v, session %d", offered, w.ConnectedVersion())
 	}
 }

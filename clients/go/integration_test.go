@@ -561,3 +561,75 @@ func TestGracefulDrain(t *testing.T) {
 		t.Fatalf("after the drain: %d unconfirmed, %d held", w.Unconfirmed(), w.Held())
 	}
 }
+
+// Older sessions: workers offering version 1 and 2 drain (version 1 cannot
+// submit); a dispatcher that refuses version 3 with ERROR VERSION is asked
+// again in 2.
+func TestProtocolVersions(t *testing.T) {
+	needIntegration(t)
+	t.Parallel()
+	db := newDB(t)
+	d := startDaemon(t, db, "127.0.0.1:0", true)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	for _, v := range []int{1, 2} {
+		typ := fmt.Sprintf("pv%d", v)
+		w, lb := newWorker(t, d.listen, taskpush.Options{ProtocolVersion: v})
+		must(t, w.Handle(typ, 1, func(context.Context, *taskpush.Task) ([]byte, error) { return []byte("ok"), nil }))
+		start(t, w, lb)
+		db.insert(typ, "x")
+		db.waitRows(t, fmt.Sprintf("task_type = '%s' AND task_state = 2", typ), 1)
+		if got := w.ConnectedVersion(); got != v {
+			t.Fatalf("offered %d, session %d", v, got)
+		}
+		_, err := w.Submit(ctx, taskpush.NewTask{Type: typ})
+		if (v == 1) != errors.Is(err, taskpush.ErrNoSubmit) {
+			t.Fatalf("version %d submit: %v", v, err)
+		}
+	}
+}
+
+// DrainTimeout ends a drain that a handler holds up: its context is cancelled,
+// its outcome dropped, Run returns, and the dispatcher takes the task back.
+func TestDrainTimeoutAborts(t *testing.T) {
+	needIntegration(t)
+	t.Parallel()
+	db := newDB(t)
+	d := startDaemon(t, db, "127.0.0.1:0", true)
+	db.insert("hang", "x")
+	started, sawCancel := make(chan struct{}), make(chan struct{})
+	w, lb := newWorker(t, d.listen, taskpush.Options{DrainTimeout: 300 * time.Millisecond})
+	must(t, w.Handle("hang", 1, func(ctx context.Context, task *taskpush.Task) ([]byte, error) {
+		close(started)
+		<-ctx.Done()
+		close(sawCancel)
+		return []byte("too late"), nil
+	}))
+	r := start(t, w, lb)
+	select {
+	case <-started:
+	case <-time.After(waitBound):
+		t.Fatal("the task did not start")
+	}
+	r.stop()
+	select {
+	case <-sawCancel:
+	case <-time.After(waitBound):
+		t.Fatal("the handler's context was not cancelled after DrainTimeout")
+	}
+	select {
+	case err := <-r.done:
+		must(t, err)
+		r.done <- nil
+	case <-time.After(waitBound):
+		t.Fatal("Run did not return")
+	}
+	if s := w.Stats(); s.TasksDropped != 1 || w.Unconfirmed() != 0 {
+		t.Fatalf("stats %+v, unconfirmed %d", s, w.Unconfirmed())
+	}
+	// The connection closed with the delivery held: taken back, NEW again.
+	db.waitRows(t, "task_state = 0 AND attempts = 1", 1)
+	if db.count("result = 'too late'") != 0 {
+		t.Fatal("the dropped outcome was written")
+	}
+}

@@ -160,6 +160,9 @@ func (w *Worker) ConnectedVersion() int {
 func (w *Worker) Abort() {
 	w.abortOnce.Do(func() {
 		close(w.abortCh)
+		// Forgotten before their contexts end, so that a handler returning now
+		// makes no outcome.
+		w.abandon(func(*Task) bool { return true })
 		w.hardCancel()
 		w.mu.Lock()
 		c := w.cur
