@@ -1,0 +1,3 @@
+module taskpush.dev/taskpush
+
+go 1.19
