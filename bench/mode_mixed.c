@@ -9,6 +9,8 @@
  * the ids SUBMIT answered included. In the same run: --submit-producers producers of
  * single-task SUBMITs alone (header-only payloads), and the no-op preloaded drain at the
  * same K (taskpush-ll), before and after, whose mean rate the others are divided by.
+ * The header also names the producer's kind, so that the ids the handlers ran for
+ * SUBMIT producers can be matched with the ids their answers carried.
  *
  * soak: mixed, unpaced for a short window (its peak), then paced at 80 % of that for
  * --seconds, sampling every 10 s (2 s with --quick) the enqueue-to-start p99 and
@@ -23,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define HEADER_LEN 20u      /* 19 decimal digits of microseconds and '|' */
+#define HEADER_LEN 20u      /* 18 decimal digits of microseconds, the kind ('a' + kind), '|' */
 #define BATCH 100u          /* rows of sql-100 and submit-100 */
 #define NKINDS 4
 #define MIXED_CAP BENCH_MAX_N /* ids of one window: the tally's bitmap (untouched pages stay unmapped) */
@@ -111,29 +113,33 @@ typedef struct mixed_state {
     bench_tally *t;
     unsigned payload_len; /* every payload's bytes, the header included; the results' too */
     char *result;         /* payload_len bytes */
+    bench_tally *submitted; /* the ids the handlers ran whose payload a SUBMIT producer sent */
     hist start;           /* enqueue (the header's time) to the handler's start */
     hist ack[NKINDS];     /* a producer's call to its return */
 } mixed_state;
 
-static void header_write(char *p, double now)
+static void header_write(char *p, double now, int kind)
 {
     char buf[HEADER_LEN + 1];
-    snprintf(buf, sizeof buf, "%019" PRIu64 "|", (uint64_t)(now * 1e6));
+    snprintf(buf, sizeof buf, "%018" PRIu64 "%c|", (uint64_t)(now * 1e6) % UINT64_C(1000000000000000000),
+             'a' + kind);
     memcpy(p, buf, HEADER_LEN);
 }
 
 /* The payload is ours, but it crossed the table: its length and header are checked. */
-static int header_read(const char *p, size_t len, uint64_t *us)
+static int header_read(const char *p, size_t len, uint64_t *us, int *kind)
 {
     uint64_t v = 0;
-    if (p == NULL || len < HEADER_LEN || p[HEADER_LEN - 1] != '|')
+    if (p == NULL || len < HEADER_LEN || p[HEADER_LEN - 1] != '|' || p[HEADER_LEN - 2] < 'a' ||
+        p[HEADER_LEN - 2] >= 'a' + NKINDS)
         return -1;
-    for (unsigned i = 0; i < HEADER_LEN - 1; i++) {
+    for (unsigned i = 0; i < HEADER_LEN - 2; i++) {
         if (p[i] < '0' || p[i] > '9')
             return -1;
         v = v * 10 + (uint64_t)(p[i] - '0');
     }
     *us = v;
+    *kind = p[HEADER_LEN - 2] - 'a';
     return 0;
 }
 
@@ -143,14 +149,17 @@ static int mixed_handler(tp_task *task, void *arg)
     double now = bench_now();
     uint64_t id = tp_task_id(task), sent;
     size_t len;
+    int kind;
     const char *p = tp_task_payload(task, &len);
 
     bench_tally_ran(ms->t, id);
-    if (len != ms->payload_len || header_read(p, len, &sent) < 0) {
+    if (len != ms->payload_len || header_read(p, len, &sent, &kind) < 0) {
         bench_tally_fail(ms->t, "task %" PRIu64 ": a payload of %zu bytes without its header"
                          " (expected %u bytes)", id, len, ms->payload_len);
         return TP_SUCCESS;
     }
+    if (kind >= KIND_SUB1)
+        bench_tally_ran(ms->submitted, id);
     hist_add(&ms->start, now * 1e6 - (double)sent);
     if (tp_task_set_result(task, ms->result, ms->payload_len) != 0)
         bench_tally_fail(ms->t, "task %" PRIu64 ": tp_task_set_result of %u bytes failed", id,
@@ -222,7 +231,7 @@ static void *sql_main(void *arg)
             break;
         double s0 = bench_now();
         for (unsigned i = 0; i < rows; i++)
-            header_write(sql + at[i], s0);
+            header_write(sql + at[i], s0, p->kind);
         if (mysql_real_query(p->m, sql, (unsigned long)n) != 0 ||
             mysql_affected_rows(p->m) != rows) {
             bench_tally_fail(ms->t, "%s INSERT: %s", kind_names[p->kind], mysql_error(p->m));
@@ -266,7 +275,7 @@ static void *submit_main(void *arg)
         if (bench_now() >= p->end)
             break;
         double s0 = bench_now();
-        header_write(payload, s0);
+        header_write(payload, s0, p->kind);
         if (bench_submitter_submit(p->sps, p->client, tasks, rows, res, &err) != 0) {
             bench_tally_fail(ms->t, "%s tp_submit: %s", kind_names[p->kind], err.text);
             break;
@@ -286,6 +295,32 @@ static void *submit_main(void *arg)
 done:
     free(payload);
     return NULL;
+}
+
+/* The ids SUBMIT answered are exactly the ids the handlers ran with a payload a SUBMIT
+ * producer sent, as many as were submitted, each once. Read after bench_verify: every
+ * id that ran lies in 1..n, so equal counts and equal bits there leave none outside. */
+static int acked_match(const bench_tally *acked, const bench_tally *submitted, uint64_t n,
+                       uint64_t by_submit, char *why, size_t cap)
+{
+    uint64_t answered = atomic_load(&acked->calls), ran = atomic_load(&submitted->calls);
+    if (answered != by_submit || ran != by_submit || atomic_load(&acked->dups) ||
+        atomic_load(&acked->strays)) {
+        snprintf(why, cap, "submit answered %" PRIu64 " ids (%" PRIu64 " twice, %" PRIu64
+                 " out of range) and the handlers ran %" PRIu64 " submitted payloads for %" PRIu64
+                 " submitted tasks", answered, atomic_load(&acked->dups),
+                 atomic_load(&acked->strays), ran, by_submit);
+        return -1;
+    }
+    for (uint64_t w = 0; n > 0 && w <= (n - 1) / 64; w++) {
+        uint64_t bits = w < (n - 1) / 64 || n % 64 == 0 ? ~0ull : (1ull << (n % 64)) - 1;
+        if ((atomic_load(&acked->seen[w]) & bits) != (atomic_load(&submitted->seen[w]) & bits)) {
+            snprintf(why, cap, "ids %" PRIu64 "..%" PRIu64 ": the ids SUBMIT answered and the "
+                     "submitted payloads the handlers ran differ", w * 64 + 1, w * 64 + 64);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* What one window runs. */
@@ -341,7 +376,7 @@ static void run_window(bench_ctx *ctx, const window *w, window_result *wr)
     unsigned k = o->ks[0], nprod = 0, nsub = 0, started = 0;
     bench_daemon dp = {0};
     bench_snap a, b;
-    bench_tally acked;
+    bench_tally acked, submitted;
     bench_worker *ws = calloc(k, sizeof *ws);
     mixed_state *ms = calloc(1, sizeof *ms);
     mproducer *ps = NULL;
@@ -351,6 +386,7 @@ static void run_window(bench_ctx *ctx, const window *w, window_result *wr)
     bool ready = false;
 
     memset(&acked, 0, sizeof acked);
+    memset(&submitted, 0, sizeof submitted);
     memset(r, 0, sizeof *r);
     r->db_cpu_s = r->tpd_cpu_s = r->bench_cpu_s = -1;
     r->tpd_rss_kb = -1;
@@ -362,11 +398,13 @@ static void run_window(bench_ctx *ctx, const window *w, window_result *wr)
             nsub += w->np[i];
     }
     if (ws == NULL || ms == NULL || (ps = calloc(nprod ? nprod : 1, sizeof *ps)) == NULL ||
-        bench_tally_init(&ctx->tally, MIXED_CAP) < 0 || bench_tally_init(&acked, MIXED_CAP) < 0) {
+        bench_tally_init(&ctx->tally, MIXED_CAP) < 0 || bench_tally_init(&acked, MIXED_CAP) < 0 ||
+        bench_tally_init(&submitted, MIXED_CAP) < 0) {
         snprintf(r->why, sizeof r->why, "out of memory");
         goto out;
     }
     ms->t = &ctx->tally;
+    ms->submitted = &submitted;
     ms->payload_len = w->payload > HEADER_LEN ? w->payload : HEADER_LEN;
     if ((ms->result = malloc(ms->payload_len)) == NULL) {
         snprintf(r->why, sizeof r->why, "out of memory");
@@ -480,24 +518,19 @@ verify:
         bench_tally_fail(&ctx->tally, "the %s window inserted %" PRIu64 " tasks and did not drain",
                          w->name, r->n);
     bench_verify(ctx, r);
-    /* Every id an answer carried ran, and only those beside the SQL producers' rows:
-     * the SUBMIT answers are the ids SUCCESSFUL rows have outside the SQL ones. */
-    if (r->verified && nsub > 0) {
-        uint64_t answered = atomic_load(&acked.calls), by_submit = 0;
+    if (r->verified) {
+        uint64_t by_submit = 0;
         for (int i = KIND_SUB1; i < NKINDS; i++)
             by_submit += wr->kind_inserted[i];
-        if (answered != by_submit || atomic_load(&acked.dups) || atomic_load(&acked.strays)) {
+        if (acked_match(&acked, &submitted, r->n, by_submit, r->why, sizeof r->why) < 0)
             r->verified = false;
-            snprintf(r->why, sizeof r->why, "submit answered %" PRIu64 " ids (%" PRIu64
-                     " twice, %" PRIu64 " unknown) for %" PRIu64 " submitted tasks", answered,
-                     atomic_load(&acked.dups), atomic_load(&acked.strays), by_submit);
-        }
     }
     hist_read(&ms->start, NULL, wr->start_counts);
     for (int i = 0; i < NKINDS; i++)
         hist_read(&ms->ack[i], NULL, wr->ack_counts[i]);
 out:
     bench_tally_free(&acked);
+    bench_tally_free(&submitted);
     bench_tally_free(&ctx->tally);
     if (ms)
         free(ms->result);
