@@ -105,9 +105,10 @@ grep '^{' "$out.log" >"$out.jsonl" || true
 } >"$out.md"
 rm -f "$out.log"
 cat "$out.md"
-# The plot is of the drain's tasks/s against K; the modes print tables only.
-if [ -n "$modes" ] || ! grep -q '"mode":"drain"' "$out.jsonl"; then
-  echo "run.sh: wrote $out.jsonl and $out.md (no plot for the modes)"
+# The plot: the drain's tasks/s against K, mixed's results beside the drain, the soak's
+# samples over time (bench/plot.py); the other modes print tables only.
+if ! grep -qE '"mode":"(drain|mixed|soak)"' "$out.jsonl"; then
+  echo "run.sh: wrote $out.jsonl and $out.md (no plot for these modes)"
   exit "$status"
 fi
 
