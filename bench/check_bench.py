@@ -166,7 +166,10 @@ def flags(prog):
                       (["--poll-seconds", "x"], "--poll-seconds"),
                       (["--poll-seconds", "86401"], "--poll-seconds"),
                       (["--table", "9jobs"], "--table"), (["--table", "jobs;x"], "--table"),
-                      (["--table", "jobs", "--design", "taskpush-rr,cas"], "--table")):
+                      (["--table", "jobs", "--design", "taskpush-rr,cas"], "--table"),
+                      (["--payload-bytes", "65537"], "--payload-bytes"),
+                      (["--payload-bytes", "0,x"], "--payload-bytes"),
+                      (["--submit-producers", "1025"], "--submit-producers")):
         p = subprocess.run([prog] + bad, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, timeout=30)
         check(p.returncode == 2 and word in p.stderr,
