@@ -829,6 +829,9 @@ int bench_mode_soak(bench_ctx *ctx, json_t *rows)
         run_window(ctx, &soak, sr);
     } else {
         sr->r.verified = false;
+        sr->r.db_cpu_s = sr->r.tpd_cpu_s = sr->r.bench_cpu_s = -1;
+        sr->r.tpd_rss_kb = -1;
+        sr->tasks_per_s = sr->inserted_per_s = sr->tail = -1;
         snprintf(sr->r.why, sizeof sr->r.why, "the peak window failed: %.200s",
                  pr->r.verified ? "no rate measured" : pr->r.why);
     }
