@@ -50,14 +50,21 @@ const size_t bench_ndesigns = sizeof bench_designs / sizeof bench_designs[0];
 #define MAX_CONNECTIONS 100000u
 #define DEFAULT_BACKLOG 10000000u
 #define QUICK_BACKLOG 20000u
+/* mixed and soak (mode_mixed.c) */
+#define MIXED_SUBMIT_PRODUCERS 64u
+#define QUICK_MIXED_SUBMIT_PRODUCERS 8u
+#define SOAK_SECONDS 600u
+#define QUICK_SOAK_SECONDS 15u
+#define MAX_PAYLOAD_BYTES 65536u /* 100 rows of it stay under max_allowed_packet (16 MB) */
 
-static const char *const mode_names[] = {"drain", "stream", "latency", "connections", "backlog"};
+static const char *const mode_names[] = {"drain", "stream", "latency", "connections", "backlog",
+                                          "mixed", "soak"};
 
 enum { OPT_DB = 1000, OPT_DESIGN, OPT_K, OPT_N, OPT_N_POLL, OPT_REPEAT, OPT_CAPACITY, OPT_FLAT,
        OPT_TASKPUSHD, OPT_QUICK, OPT_JSON_ONLY, OPT_SABOTAGE, OPT_HOLD_ROW, OPT_HELP, OPT_MODE, OPT_PRODUCERS,
        OPT_ROWS_PER_INSERT, OPT_SECONDS, OPT_INTERVAL_MS, OPT_POLL_MS, OPT_WAKE, OPT_LOAD_RATE, OPT_CONNECTIONS,
        OPT_BACKLOG_ROWS, OPT_TASKPUSHD_ARG, OPT_PRODUCER, OPT_WORKER_THREADS, OPT_POLL_SECONDS, OPT_TABLE,
-       OPT_GROUP_KEYS };
+       OPT_GROUP_KEYS, OPT_PAYLOAD_BYTES, OPT_SUBMIT_PRODUCERS };
 
 static const struct option long_opts[] = {
     {"db", required_argument, NULL, OPT_DB},
@@ -90,6 +97,8 @@ static const struct option long_opts[] = {
     {"producer", required_argument, NULL, OPT_PRODUCER},
     {"table", required_argument, NULL, OPT_TABLE},
     {"group-keys", required_argument, NULL, OPT_GROUP_KEYS},
+    {"payload-bytes", required_argument, NULL, OPT_PAYLOAD_BYTES},
+    {"submit-producers", required_argument, NULL, OPT_SUBMIT_PRODUCERS},
     {NULL, 0, NULL, 0},
 };
 
@@ -131,18 +140,28 @@ static void usage(FILE *f)
         "  --json-only       print only the JSON lines\n"
         "  --help            this text\n"
         "Modes (--mode; the flags above apply to drain unless named below):\n"
-        "  --mode M          drain (default), stream, latency, connections or backlog\n"
-        "  --k K             stream, connections, backlog: active workers (default %u)\n"
+        "  --mode M          drain (default), stream, latency, connections, backlog, mixed\n"
+        "                    or soak\n"
+        "  --k K             stream, connections, backlog, mixed, soak: active workers\n"
+        "                    (default %u)\n"
         "  --capacity C      their capacity (default 16)\n"
         "  --n N             connections: tasks drained; backlog: the slice drained\n"
         "                    (default 200000)\n"
-        "  --producers P     stream: producer connections (default %u)\n"
+        "  --producers P     stream: producer connections; mixed, soak: producers of each\n"
+        "                    of the four kinds (default %u)\n"
         "  --producer LIST   stream, latency: sql (INSERT on the producer's own connection)\n"
         "                    and/or submit (tp_submit through taskpushd), one run each\n"
         "                    (default sql,submit)\n"
         "  --rows-per-insert LIST  stream: rows per INSERT or per submit (at most 1000),\n"
         "                    one run each (default 1,10)\n"
-        "  --seconds S       stream: each window; latency: inserting (default %u)\n"
+        "  --seconds S       stream: each window; latency: inserting (default %u);\n"
+        "                    mixed: each window (default %u); soak: the paced window\n"
+        "                    (default %u, quick %u)\n"
+        "  --payload-bytes LIST  mixed: payload and result bytes, one result each (default\n"
+        "                    0,1024,16384; 0: the 20-byte header only; at most %u);\n"
+        "                    soak: the first (default 1024)\n"
+        "  --submit-producers N  mixed: producers of single-task SUBMITs alone, one result\n"
+        "                    (default %u, quick %u; 0: none)\n"
         "  --interval-ms MS  latency: one task every MS (default %u)\n"
         "  --poll-ms LIST    latency: taskpushd --poll-ms, one run each (default 100,10)\n"
         "  --wake LIST       latency: taskpushd --wake (poll, binlog, auto), one run per\n"
@@ -157,7 +176,9 @@ static void usage(FILE *f)
         DEFAULT_N, DEFAULT_N_POLL, DEFAULT_N_POLL_LARGE_K, BENCH_LARGE_K, DEFAULT_POLL_SECONDS,
         BENCH_FLAT_SLOTS,
         BENCH_FLAT_SLOTS, BENCH_WORKER_THREADS, BENCH_MAX_TPD_ARGS, QUICK_N,
-        QUICK_N_POLL, MODE_K, DEFAULT_PRODUCERS, DEFAULT_SECONDS, DEFAULT_INTERVAL_MS, DEFAULT_CONNECTIONS,
+        QUICK_N_POLL, MODE_K, DEFAULT_PRODUCERS, DEFAULT_SECONDS, DEFAULT_SECONDS, SOAK_SECONDS,
+        QUICK_SOAK_SECONDS, MAX_PAYLOAD_BYTES, MIXED_SUBMIT_PRODUCERS, QUICK_MIXED_SUBMIT_PRODUCERS,
+        DEFAULT_INTERVAL_MS, DEFAULT_CONNECTIONS,
         DEFAULT_BACKLOG, QUICK_MODE_K, QUICK_PRODUCERS, QUICK_SECONDS, QUICK_CONNECTIONS,
         QUICK_BACKLOG, QUICK_N);
 }
@@ -342,8 +363,18 @@ static void apply_mode_defaults(bench_opts *o, bool quick, bool set_k, bool set_
         o->rows_per_insert[1] = 10;
         o->nrows_per_insert = 2;
     }
+    if (o->seconds == 0 && o->mode == BENCH_MODE_SOAK)
+        o->seconds = quick ? QUICK_SOAK_SECONDS : SOAK_SECONDS;
     if (o->seconds == 0)
         o->seconds = quick ? QUICK_SECONDS : DEFAULT_SECONDS;
+    if (o->npayload_bytes == 0) {
+        static const unsigned sizes[] = {0, 1024, 16384};
+        o->npayload_bytes = o->mode == BENCH_MODE_SOAK ? 1 : 3;
+        memcpy(o->payload_bytes, o->mode == BENCH_MODE_SOAK ? sizes + 1 : sizes,
+               (size_t)o->npayload_bytes * sizeof *sizes);
+    }
+    if (!o->submit_producers_set)
+        o->submit_producers = quick ? QUICK_MIXED_SUBMIT_PRODUCERS : MIXED_SUBMIT_PRODUCERS;
     if (o->interval_ms == 0)
         o->interval_ms = DEFAULT_INTERVAL_MS;
     if (o->nproducer_kinds == 0) {
@@ -447,8 +478,8 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
         case OPT_HELP: usage(stdout); return -1;
         case OPT_MODE:
             if (parse_mode(optarg, o) < 0)
-                return -bad_flag("--mode: want drain, stream, latency, connections or backlog, "
-                                 "got '%s'", optarg) - 1;
+                return -bad_flag("--mode: want drain, stream, latency, connections, backlog, "
+                                 "mixed or soak, got '%s'", optarg) - 1;
             break;
         case OPT_PRODUCERS:
             if (parse_u64(optarg, 1, 1024, &v) < 0)
@@ -520,6 +551,17 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
             if (parse_u64(optarg, 1, BENCH_MAX_N, &v) < 0)
                 return -bad_flag("--backlog-rows: want 1..100000000, got '%s'", optarg) - 1;
             o->backlog_rows = v;
+            break;
+        case OPT_PAYLOAD_BYTES:
+            if (parse_list(optarg, 0, MAX_PAYLOAD_BYTES, o->payload_bytes, &o->npayload_bytes) < 0)
+                return -bad_flag("--payload-bytes: want up to 16 numbers 0..65536, got '%s'",
+                                 optarg) - 1;
+            break;
+        case OPT_SUBMIT_PRODUCERS:
+            if (parse_u64(optarg, 0, 1024, &v) < 0)
+                return -bad_flag("--submit-producers: want 0..1024, got '%s'", optarg) - 1;
+            o->submit_producers = (unsigned)v;
+            o->submit_producers_set = true;
             break;
         default: return -bad_flag("%s", "bad flag") - 1;
         }

@@ -9,7 +9,8 @@
  * a name, a drain function and its parameters. The modes beyond the drain (--mode):
  * modes.c runs them and prints their lines, mode_stream.c the stream and latency
  * modes (producers inserting while taskpush drains), producer_submit.c their SUBMIT
- * producers (tp_submit through taskpushd), mode_scale.c the connections
+ * producers (tp_submit through taskpushd), mode_mixed.c the mixed and soak modes
+ * (four kinds of producers and the workers at once, payloads and results), mode_scale.c the connections
  * and backlog modes (taskpushd's memory with many workers or many waiting rows). */
 #ifndef TASKPUSH_BENCH_H
 #define TASKPUSH_BENCH_H
@@ -56,6 +57,8 @@ typedef enum bench_mode {
     BENCH_MODE_LATENCY,
     BENCH_MODE_CONNECTIONS,
     BENCH_MODE_BACKLOG,
+    BENCH_MODE_MIXED,
+    BENCH_MODE_SOAK,
 } bench_mode;
 
 /* --producer: how the stream and latency modes add their tasks. */
@@ -103,6 +106,10 @@ typedef struct bench_opts {
     bool load_rate_set;
     unsigned connections;         /* connections: idle workers */
     uint64_t backlog_rows;        /* backlog */
+    unsigned payload_bytes[BENCH_MAX_LIST]; /* mixed, soak: one result each (soak: the first) */
+    int npayload_bytes;
+    unsigned submit_producers;    /* mixed: the single-task SUBMIT case's producers; 0: none */
+    bool submit_producers_set;
 } bench_opts;
 
 /* Claim latencies of one thread (microseconds), merged after the run. */
@@ -256,6 +263,8 @@ int bench_mode_stream(bench_ctx *ctx, json_t *rows);
 int bench_mode_latency(bench_ctx *ctx, json_t *rows);
 int bench_mode_connections(bench_ctx *ctx, json_t *rows);
 int bench_mode_backlog(bench_ctx *ctx, json_t *rows);
+int bench_mode_mixed(bench_ctx *ctx, json_t *rows);   /* mode_mixed.c */
+int bench_mode_soak(bench_ctx *ctx, json_t *rows);
 void bench_mode_emit(json_t *line);        /* prints one JSON line, takes the reference */
 void bench_mode_row(json_t *rows, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* statements, handler reads, lock waits and CPU of a window, per task of n */
@@ -273,6 +282,14 @@ double bench_submit_stream(bench_ctx *ctx, const char *addr, unsigned np, unsign
  * acked[id] when it returned (ids 1..count, else the run fails). */
 int bench_submit_latency(bench_ctx *ctx, const char *addr, uint64_t count, double *sent,
                          double *acked);
+/* Producer-only clients for a mode that calls tp_submit itself (mode_mixed.c): n of
+ * them connected to addr with their I/O threads running, or NULL (told to ctx's tally);
+ * bench_submitter_submit is tp_submit on client i, sent again while TP_EUNAVAIL. */
+typedef struct bench_submitter bench_submitter;
+bench_submitter *bench_submitters_open(bench_ctx *ctx, const char *addr, unsigned n);
+void bench_submitters_close(bench_submitter *sps, unsigned n);
+int bench_submitter_submit(bench_submitter *sps, unsigned i, const tp_submit_task *tasks,
+                           unsigned n, tp_submit_result *res, tp_error *err);
 int bench_acked_match(const bench_tally *acked, const bench_tally *ran, uint64_t n, char *why,
                       size_t cap);
 

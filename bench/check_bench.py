@@ -20,6 +20,14 @@ private MariaDB of scripts/tp-mariadb (TASKPUSH_TEST_MYSQL_* in the environment)
             --mode M --quick --json-only exits 0 and prints one line per result with
             every field, verified exactly-once, the figures sane (no timing asserted);
             stream and latency once per producer, SQL and SUBMIT (tp_submit).
+  mixed     --mode mixed --quick: the no-op drain line, one mixed line per payload size
+            (0, 1024, 16384) and the single-task SUBMIT line, each verified, with every
+            field and sane figures (ratio = tasks/s over the drain's, ack and
+            enqueue-to-start percentiles ordered, statements counted); with --sabotage
+            every line fails verification and the exit status is 1.
+  soak      --mode soak --quick: one soak line, verified, paced at 0.8 of its peak, with
+            a sample every 2 s (RSS read, p99 known), flat = rss_flat and p99_flat (a
+            report, never a failure); with --sabotage it fails verification, exit 1.
   modes-sabotage
             each mode's verification fails, and the exit status is 1, when a row is
             changed behind its back; --taskpushd-arg reaches taskpushd.
@@ -158,7 +166,10 @@ def flags(prog):
                       (["--poll-seconds", "x"], "--poll-seconds"),
                       (["--poll-seconds", "86401"], "--poll-seconds"),
                       (["--table", "9jobs"], "--table"), (["--table", "jobs;x"], "--table"),
-                      (["--table", "jobs", "--design", "taskpush-rr,cas"], "--table")):
+                      (["--table", "jobs", "--design", "taskpush-rr,cas"], "--table"),
+                      (["--payload-bytes", "65537"], "--payload-bytes"),
+                      (["--payload-bytes", "0,x"], "--payload-bytes"),
+                      (["--submit-producers", "1025"], "--submit-producers")):
         p = subprocess.run([prog] + bad, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, timeout=30)
         check(p.returncode == 2 and word in p.stderr,
@@ -357,6 +368,125 @@ def backlog(prog):
               "backlog: RSS figures read, peak >= the others (%s)" % rss)
 
 
+MIXED_FIELDS = ["case", "payload_bytes", "payload_len", "producers", "workers", "capacity",
+                "seconds", "n", "inserted_per_s", "tasks_per_s", "ack_ms", "start_p50_ms",
+                "start_p99_ms", "start_p999_ms", "statements_per_task", "handler_reads_per_task",
+                "row_lock_waits", "mariadbd_cpu_s_per_1000", "taskpushd_cpu_s_per_1000",
+                "taskpushd_peak_rss_kb", "tail_seconds", "submit_resent", "drain_tasks_per_s",
+                "ratio", "target", "met", "verified"]
+KINDS = ["sql-1", "sql-100", "submit-1", "submit-100"]
+
+
+def ordered(*v):
+    return all(isinstance(x, (int, float)) for x in v) and \
+        all(0 <= a <= b for a, b in zip(v, v[1:]))
+
+
+def window_checks(r, name, kinds):
+    """The figures a mixed or soak window's line carries."""
+    check(r.get("verified") is True, name + ": verified (%s)" % r.get("why", ""))
+    check(r.get("n", 0) > 0 and (r.get("tasks_per_s") or 0) > 0 and (r.get("inserted_per_s") or 0) > 0,
+          name + ": tasks inserted and completed (%s, %s/s)" % (r.get("n"), r.get("tasks_per_s")))
+    check(r.get("payload_len") == max(r.get("payload_bytes", -1), 20),
+          name + ": the payload is its size, or the 20-byte header alone")
+    ack = r.get("ack_ms") or {}
+    check(sorted(ack) == sorted(kinds), name + ": ack latency of each producer kind (%s)" % sorted(ack))
+    for k in kinds:
+        a = ack.get(k, {})
+        check(a.get("calls", 0) > 0 and ordered(a.get("p50"), a.get("p99"), a.get("p999")),
+              name + ": %s ack p50 <= p99 <= p99.9, calls > 0 (%s)" % (k, a))
+    check(ordered(r.get("start_p50_ms"), r.get("start_p99_ms"), r.get("start_p999_ms")),
+          name + ": enqueue to start p50 <= p99 <= p99.9 (%s %s %s)"
+          % (r.get("start_p50_ms"), r.get("start_p99_ms"), r.get("start_p999_ms")))
+    check((r.get("statements_per_task") or 0) > 0, name + ": the server counted statements")
+    check(r.get("mariadbd_cpu_s_per_1000") is not None and r.get("taskpushd_cpu_s_per_1000") is not None,
+          name + ": CPU per task of mariadbd and taskpushd")
+    check(isinstance(r.get("taskpushd_peak_rss_kb"), int) and r["taskpushd_peak_rss_kb"] > 0,
+          name + ": taskpushd's peak RSS")
+
+
+def mixed(prog):
+    rc, res = mode_lines(prog, "mixed")
+    check(rc == 0, "mixed exits 0 (got %d)" % rc)
+    got = [(r.get("case"), r.get("payload_bytes")) for r in res]
+    check(got == [("drain", None), ("mixed", 0), ("mixed", 1024), ("mixed", 16384), ("submit-only", 0)],
+          "a drain line, one mixed line per payload size and the submit-only line (%s)" % got)
+    drain = [r for r in res if r.get("case") == "drain"]
+    d = drain[0] if drain else {}
+    check(d.get("verified") is True and (d.get("drain_before") or 0) > 0 and (d.get("drain_after") or 0) > 0
+          and abs(d.get("tasks_per_s", 0) - (d["drain_before"] + d["drain_after"]) / 2) < 1,
+          "the drain, before and after, verified; its rate their mean (%s)" % d)
+    for r in res:
+        if r.get("case") == "drain":
+            continue
+        name = "mixed %s %s B" % (r.get("case"), r.get("payload_bytes"))
+        check(all(f in r for f in MIXED_FIELDS), name + ": every field present (missing %s)"
+              % [f for f in MIXED_FIELDS if f not in r])
+        only = r.get("case") == "submit-only"
+        want = {k: 0 for k in KINDS}
+        if only:
+            want["submit-1"] = 8
+        else:
+            want = {k: 2 for k in KINDS}
+        check(r.get("producers") == want and r.get("workers") == 16,
+              name + ": quick sizes, K=16 (%s)" % r.get("producers"))
+        window_checks(r, name, ["submit-1"] if only else KINDS)
+        ratio, tps, dr = r.get("ratio"), r.get("tasks_per_s"), r.get("drain_tasks_per_s")
+        check(ratio and tps and dr and abs(ratio - tps / dr) < 1e-3 * ratio,
+              name + ": ratio = tasks/s over the drain's (%s)" % ratio)
+        p99 = (r.get("ack_ms") or {}).get("submit-1", {}).get("p99", 1e9)
+        met = (ratio >= 0.6 and r.get("statements_per_task") <= 0.02 and p99 <= 10) if only \
+            else ratio >= 0.85
+        check(r.get("met") == met, name + ": met follows the target")
+    # Verification can fail: a row changed behind each run's back.
+    rc, res = mode_lines(prog, "mixed", ["--sabotage", "--seconds", "1", "--payload-bytes", "1024",
+                                         "--submit-producers", "2"])
+    check(rc == 1, "mixed --sabotage exits 1 (got %d)" % rc)
+    check(len(res) == 3 and all(r.get("verified") is False and r.get("why") for r in res),
+          "mixed --sabotage: every line fails verification and says why (%s)"
+          % [(r.get("case"), r.get("why")) for r in res])
+
+
+SOAK_FIELDS = ["payload_bytes", "payload_len", "producers", "workers", "seconds", "n",
+               "inserted_per_s", "tasks_per_s", "ack_ms", "start_p50_ms", "start_p99_ms",
+               "start_p999_ms", "statements_per_task", "taskpushd_peak_rss_kb",
+               "peak_tasks_per_s", "peak_inserted_per_s", "peak_verified", "paced_tasks_per_s",
+               "sample_seconds", "warmup_seconds", "samples", "rss_kb_min", "rss_kb_max",
+               "start_p99_ms_min", "start_p99_ms_max", "rss_flat", "p99_flat", "flat", "target",
+               "met", "verified"]
+
+
+def soak(prog):
+    rc, res = mode_lines(prog, "soak")
+    check(rc == 0, "soak exits 0 (got %d)" % rc)
+    check(len(res) == 1, "one soak line")
+    for r in res:
+        check(all(f in r for f in SOAK_FIELDS), "soak: every field present (missing %s)"
+              % [f for f in SOAK_FIELDS if f not in r])
+        window_checks(r, "soak", KINDS)
+        check(r.get("payload_bytes") == 1024 and r.get("peak_verified") is True,
+              "soak: 1 KB payloads, the peak window verified")
+        peak, paced = r.get("peak_tasks_per_s") or 0, r.get("paced_tasks_per_s") or 0
+        check(peak > 0 and abs(paced - 0.8 * peak) < 1e-3 * peak,
+              "soak: paced at 0.8 of the peak (%s of %s)" % (paced, peak))
+        samples = r.get("samples") or []
+        ts = [x.get("t", 0) for x in samples]
+        check(len(samples) >= 6 and ts == sorted(ts) and r.get("sample_seconds") == 2,
+              "soak: a sample every 2 s of the 15 s (%s)" % ts)
+        check(all(isinstance(x.get("rss_kb"), int) and x["rss_kb"] > 0 and
+                  isinstance(x.get("start_p99_ms"), (int, float)) for x in samples),
+              "soak: each sample has taskpushd's RSS and the window's p99")
+        check(ordered(r.get("rss_kb_min"), r.get("rss_kb_max")) and
+              ordered(r.get("start_p99_ms_min"), r.get("start_p99_ms_max")),
+              "soak: min <= max of RSS and p99 after the warm-up")
+        check(r.get("flat") == (r.get("rss_flat") is True and r.get("p99_flat") is True) and
+              r.get("met") == (r.get("flat") and r.get("verified")),
+              "soak: flat is RSS and p99 flat; met is flat and verified (a report, not a failure)")
+    rc, res = mode_lines(prog, "soak", ["--sabotage", "--seconds", "4"])
+    check(rc == 1 and len(res) == 1 and res[0].get("verified") is False and res[0].get("why"),
+          "soak --sabotage fails verification, exit 1 (%d, %s)" % (rc, res and res[0].get("why")))
+
+
 def modes_sabotage(prog):
     for mode, extra in (("stream", ["--rows-per-insert", "10", "--seconds", "1"]),
                         ("latency", ["--poll-ms", "10", "--seconds", "1"]),
@@ -434,6 +564,7 @@ if __name__ == "__main__":
      "stream": stream,
      "latency": latency,
      "connections": connections, "backlog": backlog,
+     "mixed": mixed, "soak": soak,
      "modes-sabotage": modes_sabotage, "submit-flap": submit_flap,
      "table": table}[sys.argv[2]](sys.argv[1])
     if failures:

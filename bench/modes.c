@@ -1,4 +1,4 @@
-/* modes.c: the modes beyond the drain (--mode stream|latency|connections|backlog):
+/* modes.c: the modes beyond the drain (--mode stream|latency|connections|backlog|mixed|soak):
  * runs the one asked for, prints its JSON lines as results come and a Markdown table
  * at the end, and holds what the modes share: the raised descriptor limit, waiting
  * for workers to connect, and the exactly-once check of a partial drain (backlog).
@@ -152,6 +152,14 @@ static const char *const table_head[] = {
     [BENCH_MODE_BACKLOG] =
         "| waiting rows | load s | RSS waiting | peak RSS | slice | tasks/s | target < 32 MiB | "
         "verified |\n|---|---|---|---|---|---|---|---|",
+    [BENCH_MODE_MIXED] =
+        "| case | payload B | producers | workers | tasks/s | ÷ drain | ack p99 ms: sql-1 | "
+        "sql-100 | submit-1 | submit-100 | enqueue to start p50 / p99 / p99.9 ms | "
+        "statements/task | mariadbd µs/task | taskpushd µs/task | peak RSS kB | target | "
+        "verified |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    [BENCH_MODE_SOAK] =
+        "| payload B | peak tasks/s | paced at | tasks/s | s | samples | start p99 ms min–max | "
+        "RSS kB min–max | flat | verified |\n|---|---|---|---|---|---|---|---|---|---|",
 };
 
 int bench_modes_main(bench_ctx *ctx)
@@ -168,6 +176,8 @@ int bench_modes_main(bench_ctx *ctx)
     case BENCH_MODE_LATENCY: failed = bench_mode_latency(ctx, rows); break;
     case BENCH_MODE_CONNECTIONS: failed = bench_mode_connections(ctx, rows); break;
     case BENCH_MODE_BACKLOG: failed = bench_mode_backlog(ctx, rows); break;
+    case BENCH_MODE_MIXED: failed = bench_mode_mixed(ctx, rows); break;
+    case BENCH_MODE_SOAK: failed = bench_mode_soak(ctx, rows); break;
     default: failed = 1; break;
     }
     if (!o->json_only) {

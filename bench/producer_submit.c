@@ -19,7 +19,7 @@
 #define RESEND_PAUSE_MS 20u
 #define RESEND_FOR_S 10.0
 
-typedef struct submitter {
+typedef struct bench_submitter {
     tp_worker *w;
     pthread_t io_thr, sub_thr;
     bool io_running, sub_running;
@@ -277,4 +277,39 @@ int bench_acked_match(const bench_tally *acked, const bench_tally *ran, uint64_t
         }
     }
     return 0;
+}
+
+/* The clients alone, for a mode that drives tp_submit itself (mode_mixed.c). */
+bench_submitter *bench_submitters_open(bench_ctx *ctx, const char *addr, unsigned n)
+{
+    submitter *sps = calloc(n ? n : 1, sizeof *sps);
+    if (sps == NULL) {
+        bench_tally_fail(&ctx->tally, "out of memory");
+        return NULL;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        sps[i].resent = &ctx->submit_resent;
+        if (submitter_start(&sps[i], addr, i, &ctx->tally) < 0) {
+            bench_submitters_close(sps, n);
+            return NULL;
+        }
+    }
+    if (wait_connected(sps, n, &ctx->tally) < 0) {
+        bench_submitters_close(sps, n);
+        return NULL;
+    }
+    return sps;
+}
+
+void bench_submitters_close(bench_submitter *sps, unsigned n)
+{
+    for (unsigned i = 0; sps && i < n; i++) /* calloc: the unstarted are empty */
+        submitter_stop(&sps[i]);
+    free(sps);
+}
+
+int bench_submitter_submit(bench_submitter *sps, unsigned i, const tp_submit_task *tasks,
+                           unsigned n, tp_submit_result *res, tp_error *err)
+{
+    return submit_resending(&sps[i], tasks, n, res, err);
 }

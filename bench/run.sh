@@ -8,8 +8,9 @@
 # and stops the server. Exits with taskpush-bench's status (1: a run failed verification).
 #   bench/run.sh                               the full comparison
 #   bench/run.sh --design taskpush-ll --k 64   one design at one K
-#   bench/run.sh --modes [FLAGS]               the stream, latency, connections and backlog
-#                                              modes in turn (FLAGS go to each, e.g. --quick),
+#   bench/run.sh --modes [FLAGS]               the stream, latency, connections, backlog,
+#                                              mixed and soak modes in turn (FLAGS go to
+#                                              each, e.g. --quick; soak takes 10 min),
 #                                              into bench/results/DATE-HOST-modes.{jsonl,md}
 #   bench/run.sh --mode latency --poll-ms 10   one mode
 #   bench/run.sh --db-cpus 0 --bench-cpus 1 --design taskpush-rr,ceiling --flat
@@ -26,7 +27,7 @@ db_cpus=""
 bench_cpus=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --modes) modes="stream latency connections backlog"; shift ;;
+    --modes) modes="stream latency connections backlog mixed soak"; shift ;;
     # The server's binary log (scripts/tp-mariadb --binlog): --wake binlog follows it.
     --binlog) binlog=${2:?--binlog wants ROW, MIXED, STATEMENT or none}; shift 2 ;;
     --db-cpus) db_cpus=${2:?--db-cpus wants a CPU list, e.g. 0}; shift 2 ;;
@@ -104,9 +105,10 @@ grep '^{' "$out.log" >"$out.jsonl" || true
 } >"$out.md"
 rm -f "$out.log"
 cat "$out.md"
-# The plot is of the drain's tasks/s against K; the modes print tables only.
-if [ -n "$modes" ] || ! grep -q '"mode":"drain"' "$out.jsonl"; then
-  echo "run.sh: wrote $out.jsonl and $out.md (no plot for the modes)"
+# The plot: the drain's tasks/s against K, mixed's results beside the drain, the soak's
+# samples over time (bench/plot.py); the other modes print tables only.
+if ! grep -qE '"mode":"(drain|mixed|soak)"' "$out.jsonl"; then
+  echo "run.sh: wrote $out.jsonl and $out.md (no plot for these modes)"
   exit "$status"
 fi
 
