@@ -29,6 +29,11 @@ class Unavailable(SubmitError):
     again (dedup keys make it idempotent)."""
 
 
+class _Refused(Unavailable):
+    """The dispatcher answered UNAVAILABLE (it does not lead, or its database refused):
+    nothing was committed, so the Client may send it to the next address at once."""
+
+
 class NotSupported(SubmitError):
     """The session speaks protocol version 1, which has no SUBMIT."""
 
@@ -118,7 +123,7 @@ class SubmitTracker:
             if ans.answer.status == proto.SUBMITTED_INVALID:
                 raise SubmitError(ans.answer.message.decode("utf-8", "replace"))
             if ans.answer.status != proto.SUBMITTED_OK:
-                raise Unavailable(ans.answer.message.decode("utf-8", "replace") or "unavailable")
+                raise _Refused(ans.answer.message.decode("utf-8", "replace") or "unavailable")
             if len(ans.answer.results) != len(tasks):
                 raise SubmitError(f"SUBMITTED has {len(ans.answer.results)} results for {len(tasks)} tasks")
             receipts = [Receipt(r.task_id, r.result == proto.RESULT_DUPLICATE) for r in ans.answer.results]
@@ -195,7 +200,10 @@ class Client:
             print(r.task_id, r.duplicate)
 
     Connects on the first submit (addresses tried in turn) and again after the
-    connection is lost. Heartbeats run on a background thread."""
+    connection is lost. A dispatcher that answers a submit "unavailable" (a standby,
+    or one whose database refused: nothing was committed) is left at once for the next
+    address, each address once per submit, as libtaskpush does. Heartbeats run on a
+    background thread."""
 
     def __init__(self, addresses: Union[str, Sequence[str]], token: Optional[str] = None,
                  tls: Union[None, bool, TLSOptions] = None, name: str = "taskpush-python-producer",
@@ -257,8 +265,27 @@ class Client:
                     timeout_s: Optional[float] = None) -> List[Receipt]:
         """Submits tasks (from make_task) in one SUBMIT; returns once their rows
         are committed, or with wait once every inserted task has ended."""
-        s = self._connected()
-        return self._tracker.submit(s, tasks, wait, timeout_s)
+        for attempt in range(len(self._addresses)):
+            s = self._connected()
+            try:
+                return self._tracker.submit(s, tasks, wait, timeout_s)
+            except _Refused as e:
+                if attempt + 1 == len(self._addresses):
+                    raise Unavailable(str(e)) from e
+                self._leave(s, str(e))
+        raise AssertionError("not reached")
+
+    def _leave(self, s: Session, why: str) -> None:
+        """Ends the session with s's dispatcher and puts its address last, so that the
+        next connect tries the others first."""
+        with self._lock:
+            if self._session is s:
+                self._session = None
+            if s.address in self._addresses:
+                self._addresses.remove(s.address)
+                self._addresses.append(s.address)
+        self.log.info("leaving %s: %s", format_address(s.address), why)
+        s.abort()
 
     def submit(self, type: str, payload: Bytes = b"", priority: int = 1,
                dedup_key: Optional[Bytes] = None, delay_ms: int = 0, max_attempts: int = 0,

@@ -23,6 +23,10 @@ Cases:
                       dedup_key unique, no duplicate delivery
   invalid             a task type with a trailing space is refused (SubmitError), nothing
                       inserted; a version 1 worker session refuses submit (NotSupported)
+  standby_first       Client(standby, leader): the standby answers the submit UNAVAILABLE
+                      and the Client sends it to the leader at once: one row, inserted
+                      there; a Client given the standby alone raises Unavailable, nothing
+                      inserted
 """
 import pathlib
 import signal
@@ -57,6 +61,22 @@ class Submit(Case):
         self.assertFalse(r.duplicate)
         self.assertEqual(rows, [[str(r.task_id), "cba", b"\x00payload\xff".hex().upper(), "2", "7", "4321",
                                  "k-1", "0"]])
+
+    def test_standby_first(self) -> None:
+        standby = self.daemon(lead=False)
+        self.assertFalse(standby.json("/stats")["leader"])
+        c = taskpush.Client(f"{standby.listen},{self.d.listen}", name="py-producer")
+        self.addCleanup(c.close)
+        r = c.submit("sf", b"p", dedup_key="sf-1")
+        self.assertFalse(r.duplicate)
+        self.assertEqual(self.db.rows("SELECT task_id, dedup_key FROM task"), [[str(r.task_id), "sf-1"]])
+        # The next submit stays with the leader.
+        self.assertTrue(c.submit("sf", b"p", dedup_key="sf-1").duplicate)
+        alone = taskpush.Client(standby.listen, name="py-producer")
+        self.addCleanup(alone.close)
+        with self.assertRaises(taskpush.Unavailable):
+            alone.submit("sf", b"q")
+        self.assertEqual(self.count("1"), 1)
 
     def test_dedup(self) -> None:
         c = self.client()
