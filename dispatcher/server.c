@@ -95,6 +95,8 @@ dsp_task *dsp_server_task_new(dsp_server *srv)
 
 void dsp_server_task_put(dsp_server *srv, dsp_task *t)
 {
+    free(t->progress);
+    t->progress = NULL;
     t->next = srv->tasks.pool;
     srv->tasks.pool = t;
 }
