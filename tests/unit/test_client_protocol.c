@@ -864,9 +864,9 @@ static void test_not_leader_next_address(void **state)
     fake_close(&b);
 }
 
-/* fake_handshake_v2 plays a dispatcher of protocol version 2: the worker's first HELLO
- * (version 3) is refused, and the next one, of version 2, welcomed. With fallen, the
- * worker already speaks version 2. */
+/* fake_handshake_v2 plays a dispatcher of protocol version 2: the worker's HELLOs of
+ * versions PROTO_VERSION down to 3 are refused, and the next one, of version 2,
+ * welcomed. With fallen, the worker already speaks version 2. */
 static void fake_handshake_v2(fake *f, int fallen)
 {
     proto_msg m;
@@ -874,8 +874,8 @@ static void fake_handshake_v2(fake *f, int fallen)
 
     fake_accept(f);
     fake_expect(f, &m, PROTO_HELLO);
-    if (!fallen) {
-        assert_int_equal(m.u.hello.version, 3);
+    for (uint16_t v = PROTO_VERSION; !fallen && v >= 3; v--) {
+        assert_int_equal(m.u.hello.version, v);
         e.u.error.code = PROTO_ERR_VERSION;
         fake_send(f, &e);
         fake_expect_eof(f, PROTO_DONE);
@@ -1576,9 +1576,10 @@ static void test_submit_v1_fallback_and_inline(void **state)
     w = new_worker(addr, 1, 0);
     assert_int_equal(tp_worker_add_type(w, "alpha", submitting_handler, w), 0);
     runner_start(&r, w);
-    /* An old dispatcher refuses versions 3 and 2: the worker comes back in version 1. */
+    /* An old dispatcher refuses versions PROTO_VERSION to 2: the worker comes back in
+     * version 1. */
     e.u.error.code = PROTO_ERR_VERSION;
-    for (uint16_t v = 3; v >= 2; v--) {
+    for (uint16_t v = PROTO_VERSION; v >= 2; v--) {
         fake_accept(&f);
         fake_expect(&f, &m, PROTO_HELLO);
         assert_int_equal(m.u.hello.version, v);
