@@ -159,7 +159,24 @@ typedef struct dsp_table_type_stats {
     uint64_t processing;
     uint64_t failed;
     int64_t oldest_ready_age_ms; /* as oldest_ready_age_ms below, for this type */
+    uint64_t keyed_read;  /* ready keyed rows read for its busiest keys (DSP_TABLE_KEYS_SCAN
+                           * at most: then the counts are of a sample) */
 } dsp_table_type_stats;
+
+/* The busiest keys (group_key) waiting of each type: per round, for the
+ * DSP_TABLE_KEYS_TYPES types with the most ready rows, the DSP_TABLE_KEYS_TOP keys with
+ * the most ready keyed rows among the first DSP_TABLE_KEYS_SCAN of the type in
+ * group_idx (priority first, then key): a bounded index range per type, never per
+ * claim (docs/admin.md, GET /keys). */
+#define DSP_TABLE_KEYS_TYPES 16
+#define DSP_TABLE_KEYS_TOP 10
+#define DSP_TABLE_KEYS_SCAN 10000
+typedef struct dsp_table_key_stats {
+    uint16_t type_slot;  /* its type: types[type_slot] */
+    uint8_t key_len;
+    uint8_t key[191];
+    uint64_t waiting;    /* NEW ready rows of (type, key) among those read */
+} dsp_table_key_stats;
 
 typedef struct dsp_table_stats {
     bool valid;                 /* false until the first refresh succeeded */
@@ -171,6 +188,8 @@ typedef struct dsp_table_stats {
     int64_t oldest_ready_age_ms; /* age of the oldest ready NEW task (since it became due); -1: none */
     size_t ntypes;              /* types with NEW, PROCESSING or FAILED rows, at most the max */
     dsp_table_type_stats types[DSP_TABLE_STATS_MAX_TYPES];
+    size_t nkeys;               /* the busiest waiting keys, by type slot then count */
+    dsp_table_key_stats keys[DSP_TABLE_KEYS_TYPES * DSP_TABLE_KEYS_TOP];
     uint64_t retention_deleted_total; /* rows deleted by retention since start */
     uint64_t orphans_recovered_total; /* orphaned PROCESSING rows put back since start */
 } dsp_table_stats;

@@ -195,6 +195,58 @@ static int stats_processing(struct stats_ctx *x)
 }
 
 /* Reads the figures and publishes them. Returns 0 or -1 (database error). */
+/* The types with the most ready rows first. */
+static int ready_desc_cmp(const void *pa, const void *pb, void *arg)
+{
+    const dsp_table_type_stats *types = arg;
+    uint64_t a = types[*(const uint16_t *)pa].new_ready, b = types[*(const uint16_t *)pb].new_ready;
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+
+/* 5. The busiest waiting keys of the types with the most ready rows (GET /keys): one
+ * statement, a bounded range of group_idx per type. */
+static int stats_keys(struct stats_ctx *x)
+{
+    dsp_table_stats *w = x->work;
+    uint16_t order[DSP_TABLE_STATS_MAX_TYPES];
+    size_t n = 0;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    for (size_t i = 0; i < w->ntypes; i++)
+        if (w->types[i].new_ready > 0)
+            order[n++] = (uint16_t)i;
+    if (n == 0)
+        return 0;
+    qsort_r(order, n, sizeof order[0], ready_desc_cmp, w->types);
+    if (n > DSP_TABLE_KEYS_TYPES)
+        n = DSP_TABLE_KEYS_TYPES;
+    dsp_strbuf_reset(&x->sql);
+    for (size_t i = 0; i < n; i++) {
+        const char *ty = w->types[order[i]].type;
+        dsp_db_sql_stats_keys_part(&x->sql, &x->db->names, i == 0, order[i], ty, strlen(ty),
+                                   DSP_TABLE_KEYS_SCAN, DSP_TABLE_KEYS_TOP);
+    }
+    if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
+        return -1;
+    while ((row = mysql_fetch_row(res)) != NULL && w->nkeys < DSP_TABLE_KEYS_TYPES * DSP_TABLE_KEYS_TOP) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        if (mysql_num_fields(res) != 4 || row[0] == NULL || row[1] == NULL || len[1] > 191)
+            continue;
+        uint64_t slot = field_u64(row[0]);
+        if (slot >= w->ntypes)
+            continue;
+        dsp_table_key_stats *k = &w->keys[w->nkeys++];
+        k->type_slot = (uint16_t)slot;
+        k->key_len = (uint8_t)len[1];
+        memcpy(k->key, row[1], len[1]);
+        k->waiting = field_u64(row[2]);
+        w->types[slot].keyed_read = field_u64(row[3]);
+    }
+    mysql_free_result(res);
+    return 0;
+}
+
 static int stats_refresh(struct stats_ctx *x)
 {
     dsp_db *db = x->db;
@@ -303,6 +355,8 @@ static int stats_refresh(struct stats_ctx *x)
     }
 
     qsort(w->types, w->ntypes, sizeof w->types[0], type_stats_cmp);
+    if (stats_keys(x) < 0)
+        return -1;
     w->valid = true;
     w->refreshed_wall_ms = now;
     w->duration_us = dsp_now_us() - t0;

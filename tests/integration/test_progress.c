@@ -14,6 +14,11 @@
  *                    a close; a PROGRESS in a version-3 session: ERROR UNEXPECTED, close
  *   v3_client        a raw version-3 client is welcomed in version 3, gets its TASK and
  *                    its DONE is written as before
+ *   keys_busiest     GET /keys: 30, 20 and 10 tasks of keys a, b, c (and 1 of a key that
+ *                    is not UTF-8, 5 without a key), first with no worker (all waiting,
+ *                    from the table figures), then with a worker of 3 slots held in its
+ *                    handlers: per key running + buffered + waiting is its count, 3
+ *                    running in all, the busiest first; top=2 lists two; bad top: 400
  */
 #include <setjmp.h>
 #include <signal.h>
@@ -85,13 +90,18 @@ static int fx_teardown(void **state)
     return 0;
 }
 
-static void fx_start(struct fx *fx, const char *tag)
+static void fx_start_with(struct fx *fx, const char *tag, const char *const *extra)
 {
     assert_int_equal(tp_testdb_create(tag, &fx->db), 0);
     fx->have_db = true;
-    assert_int_equal(tp_daemon_start(&fx->d, fx->db.url, NULL), 0);
+    assert_int_equal(tp_daemon_start(&fx->d, fx->db.url, extra), 0);
     fx->have_daemon = true;
     assert_int_equal(tp_daemon_wait_leader(&fx->d, WAIT_MS), 0);
+}
+
+static void fx_start(struct fx *fx, const char *tag)
+{
+    fx_start_with(fx, tag, NULL);
 }
 
 /* max_attempts 1000: the raw cases close many connections that hold it. */
@@ -426,12 +436,134 @@ static void v3_client(void **state)
     fx->passed = true;
 }
 
+/* ---- keys_busiest ---- */
+
+static int on_held(tp_task *t, void *arg)
+{
+    struct fx *fx = arg;
+    (void)t;
+    tp_gate_pass(&fx->step);
+    return TP_SUCCESS;
+}
+
+/* The entry of type in a GET /keys answer, or NULL. */
+static json_t *keys_type(json_t *o, const char *type)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(o, "types"), i, e) {
+        const char *t = json_string_value(json_object_get(e, "type"));
+        if (t && strcmp(t, type) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+static long long key_field(json_t *k, const char *f)
+{
+    return (long long)json_integer_value(json_object_get(k, f));
+}
+
+/* Whether /keys shows, for type kt, the keys in order with these totals (running +
+ * buffered + waiting), and running in all as given (-1: any). */
+static bool keys_match(json_t *o, const char *const *names, const long long *totals, int n, long long running)
+{
+    json_t *e = keys_type(o, "kt");
+    json_t *keys = json_object_get(e, "keys");
+    long long run = 0;
+    if (!e || json_array_size(keys) < (size_t)n)
+        return false;
+    for (int i = 0; i < n; i++) {
+        json_t *k = json_array_get(keys, (size_t)i);
+        const char *name = json_string_value(json_object_get(k, "key"));
+        long long total = key_field(k, "running") + key_field(k, "buffered") + key_field(k, "waiting");
+        if (!name || strcmp(name, names[i]) != 0 || total != totals[i])
+            return false;
+    }
+    for (size_t i = 0; i < json_array_size(keys); i++)
+        run += key_field(json_array_get(keys, i), "running");
+    return running < 0 || (run == running && key_field(e, "running") == running);
+}
+
+static void keys_busiest(void **state)
+{
+    struct fx *fx = *state;
+    const char *const extra[] = {"--table-stats-ms", "200", NULL};
+    static const char *const names[] = {"a", "b", "c"};
+    static const long long totals[] = {30, 20, 10};
+    fx_start_with(fx, "progress_keys", extra);
+    assert_int_equal(tp_testdb_exec(&fx->db,
+                                    "INSERT INTO task (task_type, payload, group_key) SELECT 'kt', 'x', "
+                                    "IF(seq < 30, 'a', IF(seq < 50, 'b', 'c')) FROM seq_0_to_59"),
+                     60);
+    assert_int_equal(tp_testdb_exec(&fx->db, "INSERT INTO task (task_type, payload, group_key) VALUES "
+                                             "('kt', 'x', X'ff00')"), 1);
+    assert_int_equal(tp_testdb_exec(&fx->db, "INSERT INTO task (task_type, payload) SELECT 'kt', 'x' "
+                                             "FROM seq_0_to_4"), 5);
+    printf("# keys: a %llu, b %llu, c %llu\n",
+           (unsigned long long)tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE group_key = 'a'"),
+           (unsigned long long)tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE group_key = 'b'"),
+           (unsigned long long)tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE group_key = 'c'"));
+
+    /* No worker: everything waits in the table. */
+    json_t *o = NULL;
+    long long end = tp_mono_ms() + WAIT_MS;
+    for (; tp_mono_ms() < end; tp_sleep_ms(POLL_MS)) {
+        json_decref(o);
+        o = tp_daemon_json(&fx->d, "/keys");
+        if (keys_match(o, names, totals, 3, 0))
+            break;
+    }
+    char *dump = json_dumps(o, JSON_COMPACT);
+    printf("# GET /keys: %s\n", dump ? dump : "?");
+    free(dump);
+    assert_true(keys_match(o, names, totals, 3, 0));
+    json_t *kt = keys_type(o, "kt");
+    assert_int_equal(json_array_size(json_object_get(kt, "keys")), 4);
+    json_t *bin = json_array_get(json_object_get(kt, "keys"), 3);
+    assert_true(json_is_null(json_object_get(bin, "key")));
+    assert_string_equal(json_string_value(json_object_get(bin, "key_hex")), "ff00");
+    assert_int_equal(key_field(bin, "waiting"), 1);
+    assert_false(json_is_true(json_object_get(kt, "waiting_sampled")));
+    json_decref(o);
+    o = NULL;
+
+    /* A worker of 3 slots, held in its handlers. */
+    fx->w = tp_inproc_start_one(&fx->run, fx->d.listen, "holder", 3, "kt", on_held, fx);
+    assert_non_null(fx->w);
+    end = tp_mono_ms() + WAIT_MS;
+    for (; tp_mono_ms() < end; tp_sleep_ms(POLL_MS)) {
+        json_decref(o);
+        o = tp_daemon_json(&fx->d, "/keys");
+        if (tp_gate_waiting(&fx->step) == 3 && keys_match(o, names, totals, 3, -1) &&
+            key_field(keys_type(o, "kt"), "running") == 3)
+            break;
+    }
+    dump = json_dumps(o, JSON_COMPACT);
+    printf("# GET /keys with 3 running: %s\n", dump ? dump : "?");
+    free(dump);
+    assert_int_equal(tp_gate_waiting(&fx->step), 3);
+    assert_true(keys_match(o, names, totals, 3, -1));
+    assert_int_equal(key_field(keys_type(o, "kt"), "running"), 3);
+    json_decref(o);
+
+    o = tp_daemon_json(&fx->d, "/keys?top=2");
+    assert_int_equal(json_array_size(json_object_get(keys_type(o, "kt"), "keys")), 2);
+    json_decref(o);
+    assert_int_equal(tp_http_request(fx->d.admin, "GET", "/keys?top=0", NULL), 400);
+    assert_int_equal(tp_http_request(fx->d.admin, "GET", "/keys?top=101", NULL), 400);
+    assert_int_equal(tp_http_request(fx->d.admin, "GET", "/keys?top=x", NULL), 400);
+    tp_gate_set(&fx->step, true);
+    fx->passed = true;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(worker_reports, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(raw_rules, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(v3_client, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(keys_busiest, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
