@@ -287,10 +287,15 @@ void dsp_admin_taskop_answer(void *arg, dsp_taskop *op)
         snprintf(text, sizeof text, "no task %llu", (unsigned long long)op->task_id);
         dsp_admin_send_error(req, HTTP_NOTFOUND, text);
     } else if (op->kind == DSP_TASKOP_SHOW) {
+        /* The report in this dispatcher's memory, else the one the table holds (stored by
+         * an earlier leader, or this one's of a second ago). */
         json_t *held = held_json(srv, op->task_id);
-        json_object_set_new(op->answer, "progress", json_incref(json_object_get(held, "progress")));
-        if (!json_object_get(op->answer, "progress"))
-            json_object_set_new(op->answer, "progress", json_null());
+        json_t *mem = json_object_get(held, "progress"), *stored = json_object_get(op->answer, "progress_stored");
+        json_t *p = json_is_object(mem) ? json_deep_copy(mem) : json_is_object(stored) ? json_deep_copy(stored) : NULL;
+        if (p)
+            json_object_set_new(p, "from", json_string(json_is_object(mem) ? "dispatcher" : "table"));
+        json_object_set_new(op->answer, "progress", p ? p : json_null());
+        json_object_del(op->answer, "progress_stored");
         json_object_set_new(op->answer, "dispatcher", held);
         dsp_admin_send_json(req, HTTP_OK, json_incref(op->answer));
     } else if (op->kind == DSP_TASKOP_FAILED) {

@@ -2,6 +2,7 @@
 
 #include "utf8.h"
 #include "stats.h"
+#include "progress.h"
 #include "frame_reader.h"
 #include "proto.h"
 #include "tls.h"
@@ -667,7 +668,7 @@ static void handle_progress(dsp_conn *c, const proto_progress *p)
         srv->stats.tasks.progress_ignored_total++;
         return;
     }
-    if (!t->progress && !(t->progress = malloc(sizeof *t->progress)))
+    if (!t->progress && !(t->progress = calloc(1, sizeof *t->progress)))
         return; /* out of memory: progress is advisory */
     dsp_progress *pr = t->progress;
     pr->attempt = p->attempt;
@@ -678,6 +679,7 @@ static void handle_progress(dsp_conn *c, const proto_progress *p)
     pr->msg[p->message.len] = '\0';
     pr->at_ms = dsp_wall_ms();
     srv->stats.tasks.progress_total++;
+    dsp_progress_note(srv, t);
 }
 
 static void handle_stop(dsp_conn *c)

@@ -40,6 +40,8 @@ typedef struct dsp_progress {
     uint16_t permille;   /* 0 .. 1000 */
     uint16_t msg_len;    /* 0 .. DSP_PROGRESS_MSG_MAX: validated UTF-8 without NUL */
     int64_t at_ms;       /* wall clock of the report */
+    bool dirty;          /* changed since last handed to the database (on progress.dirty) */
+    bool stored;         /* a row of it was handed to the database: delete it at the end */
     char msg[DSP_PROGRESS_MSG_MAX + 1];
 } dsp_progress;
 
@@ -276,6 +278,15 @@ struct dsp_server {
         dsp_conn *confirm_head;    /* connections with CONFIRMs waiting */
         dsp_taskmap v3conns;       /* connection id -> welcomed version-3 connection (CONFIRM) */
     } inv;
+
+    /* Progress reports on their way to the progress table (progress.c). */
+    struct {
+        uint64_t *dirty;           /* tasks whose report changed since it was written */
+        size_t ndirty, dirty_cap;
+        uint64_t *gone;            /* ended tasks whose row was written: to delete */
+        size_t ngone, gone_cap;
+        int64_t next_flush_ms;     /* monotonic: no batch before (one a second) */
+    } progress;
 
     /* Our standing with the table: leadership and the database's health (server.c's
      * database callbacks). */

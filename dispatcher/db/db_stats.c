@@ -427,6 +427,8 @@ void dsp_dbi_requeue_req_free(struct requeue_req *r)
 {
     if (r) {
         free(r->type);
+        free(r->prows);
+        free(r->pgone);
         free(r);
     }
 }
@@ -534,6 +536,59 @@ out:
     dsp_dbi_requeue_req_free(r);
 }
 
+/* Stores r's progress rows (one REPLACE: a task's row is its latest report) and deletes
+ * those of ended tasks (one DELETE by primary key). A failure loses only this batch:
+ * progress is advisory, and the next report of a running task writes its row again. */
+static void stats_progress_save(struct stats_ctx *x, struct requeue_req *r)
+{
+    dsp_db *db = x->db;
+    uint64_t n = 0;
+
+    if (stats_connect(x, true) < 0) {
+        log_debug(db->log, "progress of %zu task(s) not stored: no database connection", r->nprows);
+        goto out;
+    }
+    if (r->nprows > 0) {
+        dsp_strbuf_reset(&x->sql);
+        dsp_strbuf_printf(&x->sql, "REPLACE INTO %s (task_id, epoch, attempt, permille, message, reported_ms)"
+                                   " VALUES ", db->names.progress);
+        for (size_t i = 0; i < r->nprows; i++) {
+            const dsp_progress_row *p = &r->prows[i];
+            dsp_strbuf_printf(&x->sql, "%s(%" PRIu64 ", %u, %u, %u, ", i ? ", " : "", p->task_id, p->epoch,
+                              p->attempt, (unsigned)p->permille);
+            if (p->msg_len == 0)
+                dsp_strbuf_puts(&x->sql, "''"); /* put_hex writes NULL for no bytes */
+            else
+                dsp_strbuf_put_hex(&x->sql, (const uint8_t *)p->msg, p->msg_len, false);
+            dsp_strbuf_printf(&x->sql, ", %" PRId64 ")", p->reported_ms);
+        }
+        if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+            log_warn(db->log, "progress of %zu task(s) not stored (the database refused it)", r->nprows);
+            if (!x->sql.oom)
+                stats_drop(x);
+            goto out;
+        }
+        atomic_fetch_add_explicit(&db->progress_rows_written, r->nprows, memory_order_relaxed);
+    }
+    if (r->npgone > 0) {
+        dsp_strbuf_reset(&x->sql);
+        dsp_strbuf_printf(&x->sql, "DELETE FROM %s WHERE task_id IN (", db->names.progress);
+        for (size_t i = 0; i < r->npgone; i++)
+            dsp_strbuf_printf(&x->sql, "%s%" PRIu64, i ? ", " : "", r->pgone[i]);
+        dsp_strbuf_puts(&x->sql, ")");
+        if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+            log_warn(db->log, "progress rows of %zu ended task(s) not deleted", r->npgone);
+            if (!x->sql.oom)
+                stats_drop(x);
+            goto out;
+        }
+        atomic_fetch_add_explicit(&db->progress_rows_deleted, n, memory_order_relaxed);
+    }
+out:
+    atomic_fetch_sub(&db->progress_pending, 1);
+    dsp_dbi_requeue_req_free(r);
+}
+
 /* Reads every row of the settings table (at most DSP_SETTINGS_MAX) and answers. */
 static void stats_settings_load(struct stats_ctx *x, struct requeue_req *r)
 {
@@ -628,6 +683,33 @@ static MYSQL_RES *taskop_query(struct stats_ctx *x)
     return res;
 }
 
+/* SHOW of a PROCESSING row: the report its dispatcher stored last (the progress table,
+ * by primary key), as "progress_stored", when it is of the row's delivery: its attempt,
+ * or the next one (a delivery is recorded in the row after a second). A database error
+ * leaves it out: the row itself was read. */
+static void taskop_show_progress(struct stats_ctx *x, dsp_taskop *op, uint64_t attempts)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    dsp_strbuf_reset(&x->sql);
+    dsp_strbuf_printf(&x->sql, "SELECT permille, message, reported_ms, attempt FROM %s WHERE task_id = %" PRIu64,
+                      x->db->names.progress, op->task_id);
+    if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
+        return;
+    if (mysql_num_fields(res) == 4 && (row = mysql_fetch_row(res)) != NULL && row[0] && row[1] && row[2] && row[3]) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        uint64_t permille = field_u64(row[0]), attempt = field_u64(row[3]);
+        /* The table's bytes are hostile too: a value in range, a text of at most 256 bytes
+         * of UTF-8 (col_text replaces what is not). */
+        if (permille <= 1000 && len[1] <= DSP_DB_PROGRESS_MSG_MAX && (attempt == attempts || attempt == attempts + 1))
+            json_object_set_new(op->answer, "progress_stored",
+                                json_pack("{s:I, s:o, s:o}", "permille", (json_int_t)permille, "message",
+                                          col_text(row[1]), "at_ms", col_int(row[2])));
+    }
+    mysql_free_result(res);
+}
+
 /* SHOW: the row as an object. */
 static void taskop_show(struct stats_ctx *x, dsp_taskop *op)
 {
@@ -664,8 +746,14 @@ static void taskop_show(struct stats_ctx *x, dsp_taskop *op)
         json_object_set_new(o, "epoch", col_int(row[DSP_DB_SQL_SHOW_EPOCH]));
         json_object_set_new(o, "delayed", json_boolean(field_u64(row[DSP_DB_SQL_SHOW_DELAYED]) != 0));
         op->status = DSP_TASKOP_OK;
+        uint64_t attempts = field_u64(row[DSP_DB_SQL_SHOW_ATTEMPTS]);
+        mysql_free_result(res);
+        res = NULL;
+        if (op->state == 1)
+            taskop_show_progress(x, op, attempts);
     }
-    mysql_free_result(res);
+    if (res)
+        mysql_free_result(res);
 }
 
 /* A task type's bytes as the table holds them (at most 256, checked). */
@@ -968,6 +1056,8 @@ void *dsp_dbi_stats_main(void *arg)
                 stats_setting_save(&x, r);
             else if (r->kind == REQ_SETTINGS_LOAD)
                 stats_settings_load(&x, r);
+            else if (r->kind == REQ_PROGRESS)
+                stats_progress_save(&x, r);
             else
                 stats_requeue(&x, r);
             pthread_mutex_lock(&db->mu);

@@ -14,6 +14,13 @@
  *                    a close; a PROGRESS in a version-3 session: ERROR UNEXPECTED, close
  *   v3_client        a raw version-3 client is welcomed in version 3, gets its TASK and
  *                    its DONE is written as before
+ *   stored           two tasks report every 5 ms for about 2 s: the progress table holds
+ *                    each one's latest report, db.progress_rows_written_total stays within
+ *                    2 x (seconds elapsed + 2), far below the reports (a write a second per
+ *                    task, not one per report); once the tasks end their rows are deleted
+ *   new_dispatcher   kill -9 of the dispatcher while a task runs: another taskpushd on the
+ *                    table shows the report the first one stored (GET /task, "from":
+ *                    "table"; taskpushctl show)
  *   keys_busiest     GET /keys: 30, 20 and 10 tasks of keys a, b, c (and 1 of a key that
  *                    is not UTF-8, 5 without a key), first with no worker (all waiting,
  *                    from the table figures), then with a worker of 3 slots held in its
@@ -436,6 +443,136 @@ static void v3_client(void **state)
     fx->passed = true;
 }
 
+/* ---- stored, new_dispatcher ---- */
+
+struct reporter {
+    struct fx *fx;
+    atomic_int reports;    /* tp_task_progress calls that returned 0 */
+    atomic_int finished;   /* handlers past their reports, waiting at the gate */
+    atomic_llong first_ms, last_ms;
+    int rounds;            /* reports per task */
+};
+
+static int on_reporting(tp_task *t, void *arg)
+{
+    struct reporter *r = arg;
+    long long zero = 0;
+    atomic_compare_exchange_strong(&r->first_ms, &zero, tp_mono_ms());
+    for (int i = 1; i <= r->rounds && !tp_task_cancelled(t); i++) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "report %d of %d", i, r->rounds);
+        if (tp_task_progress(t, (unsigned)(i * 1000 / r->rounds), msg) == TP_OK)
+            atomic_fetch_add(&r->reports, 1);
+        tp_sleep_ms(5);
+    }
+    atomic_store(&r->last_ms, tp_mono_ms());
+    atomic_fetch_add(&r->finished, 1);
+    tp_gate_pass(&r->fx->step);
+    return TP_SUCCESS;
+}
+
+static uint64_t q64(struct fx *fx, const char *sql)
+{
+    return tp_testdb_query_u64(&fx->db, "%s", sql);
+}
+
+static void wait_q64(struct fx *fx, const char *sql, uint64_t want)
+{
+    long long end = tp_mono_ms() + WAIT_MS;
+    uint64_t got;
+    while ((got = q64(fx, sql)) != want && tp_mono_ms() < end)
+        tp_sleep_ms(POLL_MS);
+    if (got != want)
+        fail_msg("%s: %llu, want %llu", sql, (unsigned long long)got, (unsigned long long)want);
+}
+
+static void stored(void **state)
+{
+    struct fx *fx = *state;
+    static struct reporter r;
+    memset(&r, 0, sizeof r);
+    r.fx = fx;
+    r.rounds = 400;
+    fx_start(fx, "progress_stored");
+    uint64_t a = insert_task(fx, "rep"), b = insert_task(fx, "rep");
+    fx->w = tp_inproc_start_one(&fx->run, fx->d.listen, "reporter", 2, "rep", on_reporting, &r);
+    assert_non_null(fx->w);
+    long long end = tp_mono_ms() + WAIT_MS;
+    while (atomic_load(&r.finished) < 2 && tp_mono_ms() < end)
+        tp_sleep_ms(POLL_MS);
+    assert_int_equal(atomic_load(&r.finished), 2);
+    /* The last reports reach the table within a second or so. */
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM task_progress WHERE permille = 1000 AND message = "
+                              "'report 400 of 400' AND task_id IN (%llu, %llu)",
+             (unsigned long long)a, (unsigned long long)b);
+    wait_q64(fx, sql, 2);
+    long long elapsed_ms = atomic_load(&r.last_ms) - atomic_load(&r.first_ms);
+    long long written = tp_daemon_stat(&fx->d, "db.progress_rows_written_total");
+    long long received = tp_daemon_stat(&fx->d, "tasks.progress_total");
+    long long bound = 2 * (elapsed_ms / 1000 + 2);
+    printf("# %d reports sent over %lld ms, %lld received, %lld rows written (bound %lld)\n",
+           atomic_load(&r.reports), elapsed_ms, received, written, bound);
+    assert_int_equal(atomic_load(&r.reports), 800);
+    assert_true(written >= 2);
+    assert_true(written <= bound);
+    json_t *o = get_task(fx, a);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(o, "progress"), "from")), "dispatcher");
+    json_decref(o);
+
+    /* The tasks end: their rows go. */
+    tp_gate_set(&fx->step, true);
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM task WHERE task_state = 2 AND task_id IN (%llu, %llu)",
+             (unsigned long long)a, (unsigned long long)b);
+    wait_q64(fx, sql, 2);
+    wait_q64(fx, "SELECT COUNT(*) FROM task_progress", 0);
+    assert_true(tp_daemon_stat(&fx->d, "db.progress_rows_deleted_total") >= 2);
+    fx->passed = true;
+}
+
+static void new_dispatcher(void **state)
+{
+    struct fx *fx = *state;
+    static struct reporter r;
+    memset(&r, 0, sizeof r);
+    r.fx = fx;
+    r.rounds = 3;
+    fx_start(fx, "progress_newdsp");
+    uint64_t id = insert_task(fx, "rep");
+    fx->w = tp_inproc_start_one(&fx->run, fx->d.listen, "reporter", 1, "rep", on_reporting, &r);
+    assert_non_null(fx->w);
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM task_progress WHERE task_id = %llu AND permille = 1000",
+             (unsigned long long)id);
+    wait_q64(fx, sql, 1);
+    assert_int_equal(tp_daemon_stop(&fx->d, SIGKILL, 5000), 128 + SIGKILL);
+    unlink(fx->d.log_path);
+
+    /* Another dispatcher on the table: the row is still PROCESSING (nobody recovers it
+     * for a minute), and it shows the report stored. */
+    const char *const extra[] = {"--adopt-grace-ms", "60000", NULL};
+    assert_int_equal(tp_daemon_start(&fx->d, fx->db.url, extra), 0);
+    json_t *o = NULL;
+    long long end = tp_mono_ms() + WAIT_MS;
+    for (; tp_mono_ms() < end; tp_sleep_ms(POLL_MS)) {
+        json_decref(o);
+        o = get_task(fx, id);
+        if (json_is_object(json_object_get(o, "progress")))
+            break;
+    }
+    json_t *p = json_object_get(o, "progress");
+    assert_string_equal(json_string_value(json_object_get(o, "state")), "PROCESSING");
+    assert_int_equal(json_integer_value(json_object_get(p, "permille")), 1000);
+    assert_string_equal(json_string_value(json_object_get(p, "message")), "report 3 of 3");
+    assert_string_equal(json_string_value(json_object_get(p, "from")), "table");
+    json_decref(o);
+    char out[8192], args[64];
+    snprintf(args, sizeof args, "show %llu", (unsigned long long)id);
+    assert_int_equal(ctl(fx, out, sizeof out, args), 0);
+    assert_non_null(strstr(out, "progress    100.0% (report 3 of 3) at "));
+    fx->passed = true;
+}
+
 /* ---- keys_busiest ---- */
 
 static int on_held(tp_task *t, void *arg)
@@ -563,6 +700,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(worker_reports, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(raw_rules, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(v3_client, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(stored, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(new_dispatcher, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(keys_busiest, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
