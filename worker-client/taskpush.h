@@ -467,9 +467,10 @@ TP_API int tp_task_extend(tp_task *task, uint32_t ms) TP_WARN_UNUSED;
  *         TP_EGONE when the delivery was cancelled or its connection lost;
  *         TP_ERANGE for permille > 1000 or a longer message; TP_EINVAL for a NULL
  *         task or a message that is not UTF-8.
- * Thread-safe: may be called from any thread while the handler runs. Since 1.4.
+ * Thread-safe: may be called from any thread while the handler runs. Since 1.4. Its
+ * result may be ignored: progress is advisory (no warn_unused_result, unlike extend).
  */
-TP_API int tp_task_progress(tp_task *task, unsigned permille, const char *msg) TP_WARN_UNUSED;
+TP_API int tp_task_progress(tp_task *task, unsigned permille, const char *msg);
 
 /**
  * Tells whether the delivery was abandoned: the dispatcher sent CANCEL for it
