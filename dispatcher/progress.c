@@ -45,9 +45,11 @@ void dsp_progress_task_gone(dsp_server *srv, const dsp_task *t)
         push_id(&srv->progress.gone, &srv->progress.ngone, &srv->progress.gone_cap, t->id);
 }
 
-/* Removes the first n ids of a list. */
+/* Removes the first n ids of a list (an empty list may have no array: no memmove). */
 static void drop_front(uint64_t *v, size_t *len, size_t n)
 {
+    if (n == 0)
+        return;
     memmove(v, v + n, (*len - n) * sizeof *v);
     *len -= n;
 }
