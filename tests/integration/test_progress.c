@@ -21,6 +21,8 @@
  *   new_dispatcher   kill -9 of the dispatcher while a task runs: another taskpushd on the
  *                    table shows the report the first one stored (GET /task, "from":
  *                    "table"; taskpushctl show)
+ *   exec_worker      taskpush-worker --exec: a command's "progress 420 half way" line on
+ *                    descriptor 3 (TASKPUSH_PROGRESS_FD) shows in GET /task
  *   keys_busiest     GET /keys: 30, 20 and 10 tasks of keys a, b, c (and 1 of a key that
  *                    is not UTF-8, 5 without a key), first with no worker (all waiting,
  *                    from the table figures), then with a worker of 3 slots held in its
@@ -29,6 +31,7 @@
  */
 #include <setjmp.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -576,6 +579,37 @@ static void new_dispatcher(void **state)
     fx->passed = true;
 }
 
+/* ---- exec_worker ---- */
+
+extern char **environ;
+
+static void exec_worker(void **state)
+{
+    struct fx *fx = *state;
+    char mark[128], cmd[512];
+    fx_start(fx, "progress_exec");
+    snprintf(mark, sizeof mark, "/tmp/tp-progress-exec-%ld", (long)getpid());
+    unlink(mark);
+    snprintf(cmd, sizeof cmd,
+             "echo \"progress 420 half way\" >&$TASKPUSH_PROGRESS_FD; "
+             "while [ ! -e %s ]; do sleep 0.02; done; echo done", mark);
+    const char *argv[] = {tp_build_path("worker-client/taskpush-worker"), "--connect", fx->d.listen,
+                          "--type", "ex", "--exec", cmd, NULL};
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, argv[0], NULL, NULL, (char *const *)argv, environ), 0);
+    uint64_t id = insert_task(fx, "ex");
+    json_t *o = wait_progress(fx, id, 420, "half way");
+    json_decref(o);
+    FILE *f = fopen(mark, "w");
+    assert_non_null(f);
+    fclose(f);
+    wait_state(fx, id, 2);
+    unlink(mark);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    fx->passed = true;
+}
+
 /* ---- keys_busiest ---- */
 
 static int on_held(tp_task *t, void *arg)
@@ -705,6 +739,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(v3_client, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(stored, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(new_dispatcher, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(exec_worker, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(keys_busiest, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
