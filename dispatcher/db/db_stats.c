@@ -536,8 +536,9 @@ out:
     dsp_dbi_requeue_req_free(r);
 }
 
-/* Stores r's progress rows (one REPLACE: a task's row is its latest report) and deletes
- * those of ended tasks (one DELETE by primary key). A failure loses only this batch:
+/* Deletes the rows of r's ended tasks (one DELETE by primary key), then stores its
+ * progress rows (one REPLACE: a task's row is its latest report): in that order, so that
+ * a task that ended and was claimed again within the second keeps its new report. A failure loses only this batch:
  * progress is advisory, and the next report of a running task writes its row again. */
 static void stats_progress_save(struct stats_ctx *x, struct requeue_req *r)
 {
@@ -547,6 +548,20 @@ static void stats_progress_save(struct stats_ctx *x, struct requeue_req *r)
     if (stats_connect(x, true) < 0) {
         log_debug(db->log, "progress of %zu task(s) not stored: no database connection", r->nprows);
         goto out;
+    }
+    if (r->npgone > 0) {
+        dsp_strbuf_reset(&x->sql);
+        dsp_strbuf_printf(&x->sql, "DELETE FROM %s WHERE task_id IN (", db->names.progress);
+        for (size_t i = 0; i < r->npgone; i++)
+            dsp_strbuf_printf(&x->sql, "%s%" PRIu64, i ? ", " : "", r->pgone[i]);
+        dsp_strbuf_puts(&x->sql, ")");
+        if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+            log_warn(db->log, "progress rows of %zu ended task(s) not deleted", r->npgone);
+            if (!x->sql.oom)
+                stats_drop(x);
+            goto out;
+        }
+        atomic_fetch_add_explicit(&db->progress_rows_deleted, n, memory_order_relaxed);
     }
     if (r->nprows > 0) {
         dsp_strbuf_reset(&x->sql);
@@ -569,20 +584,6 @@ static void stats_progress_save(struct stats_ctx *x, struct requeue_req *r)
             goto out;
         }
         atomic_fetch_add_explicit(&db->progress_rows_written, r->nprows, memory_order_relaxed);
-    }
-    if (r->npgone > 0) {
-        dsp_strbuf_reset(&x->sql);
-        dsp_strbuf_printf(&x->sql, "DELETE FROM %s WHERE task_id IN (", db->names.progress);
-        for (size_t i = 0; i < r->npgone; i++)
-            dsp_strbuf_printf(&x->sql, "%s%" PRIu64, i ? ", " : "", r->pgone[i]);
-        dsp_strbuf_puts(&x->sql, ")");
-        if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
-            log_warn(db->log, "progress rows of %zu ended task(s) not deleted", r->npgone);
-            if (!x->sql.oom)
-                stats_drop(x);
-            goto out;
-        }
-        atomic_fetch_add_explicit(&db->progress_rows_deleted, n, memory_order_relaxed);
     }
 out:
     atomic_fetch_sub(&db->progress_pending, 1);
