@@ -538,8 +538,9 @@ out:
 
 /* Deletes the rows of r's ended tasks (one DELETE by primary key), then stores its
  * progress rows (one REPLACE: a task's row is its latest report): in that order, so that
- * a task that ended and was claimed again within the second keeps its new report. A failure loses only this batch:
- * progress is advisory, and the next report of a running task writes its row again. */
+ * a task that ended and was claimed again within the second keeps its new report. A
+ * failure loses only this batch: progress is advisory, and the next report of a running
+ * task writes its row again. */
 static void stats_progress_save(struct stats_ctx *x, struct requeue_req *r)
 {
     dsp_db *db = x->db;
