@@ -541,6 +541,13 @@ static void print_task(json_t *o)
         printf("timeout     the dispatcher's default\n");
     printf("err_msg     %s\n", err ? err : "-");
     printf("result      %lld bytes\n", num(o, "result_bytes"));
+    json_t *pr = json_object_get(o, "progress");
+    if (json_is_object(pr)) {
+        const char *pm = json_string_value(json_object_get(pr, "message"));
+        long long v = num(pr, "permille");
+        printf("progress    %lld.%lld%%%s%s%s at %s\n", v / 10, v % 10, pm && *pm ? " (" : "",
+               pm && *pm ? pm : "", pm && *pm ? ")" : "", fmt_time(json_object_get(pr, "at_ms"), t1, sizeof t1));
+    }
     const char *hs = json_string_value(json_object_get(held, "state"));
     if (hs && strcmp(hs, "running") == 0)
         printf("held        running on worker %s (%s) since %s, attempt %lld\n",

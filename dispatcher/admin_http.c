@@ -591,6 +591,7 @@ static const struct {
     {"/retry-failed", dsp_admin_retry_failed_cb},
     {"/history", dsp_history_http_cb},
     {"/limit", limit_cb},       {"/schedules", schedules_cb},
+    {"/keys", dsp_admin_keys_cb},     {"/progress", dsp_admin_progress_cb},
 };
 
 /* Every request comes here (no per-path evhttp callbacks), so that none skips

@@ -46,5 +46,16 @@ void dsp_admin_taskop_answer(void *srv, struct dsp_taskop *op);
  * (workers, buffered tasks, a pause), a worker registered it since the start, or the
  * table figures have NEW, PROCESSING or FAILED rows of it. */
 bool dsp_admin_type_known(struct dsp_server *srv, const char *type);
+/* The progress its worker reported last for t's current delivery, as {"permille",
+ * "message", "at_ms"}, or JSON null (none, buffered, or an earlier attempt's). */
+struct dsp_task;
+json_t *dsp_admin_progress_json(const struct dsp_task *t);
+
+/* admin_keys.c: GET /keys (the busiest group keys of each type) and GET /progress (the
+ * running deliveries with progress, the latest report first). */
+void dsp_admin_keys_cb(struct evhttp_request *req, void *srv);
+void dsp_admin_progress_cb(struct evhttp_request *req, void *srv);
+/* What GET /keys?top=N answers. */
+json_t *dsp_admin_keys_json(struct dsp_server *srv, unsigned top);
 
 #endif

@@ -239,8 +239,18 @@ void dsp_admin_cancel_cb(struct evhttp_request *req, void *arg)
 
 /* ---- answers ---- */
 
+json_t *dsp_admin_progress_json(const dsp_task *t)
+{
+    const dsp_progress *p = t->progress;
+    if (!p || !t->holder || p->attempt != t->attempts)
+        return json_null();
+    /* msg was checked as UTF-8 without NUL by the decoder. */
+    return json_pack("{s:I, s:s%, s:I}", "permille", (json_int_t)p->permille, "message", p->msg,
+                     (size_t)p->msg_len, "at_ms", (json_int_t)p->at_ms);
+}
+
 /* Where this dispatcher holds task id now: null (not held), buffered, or running on a
- * worker since a wall-clock time. */
+ * worker since a wall-clock time, with the progress its worker reported last. */
 static json_t *held_json(dsp_server *srv, uint64_t id)
 {
     dsp_task *t = dsp_taskmap_get(&srv->tasks.map, id);
@@ -250,8 +260,9 @@ static json_t *held_json(dsp_server *srv, uint64_t id)
         return json_pack("{s:s}", "state", "buffered");
     char *name = dsp_utf8_copy(t->holder->name ? t->holder->name : "");
     int64_t since = dsp_wall_ms() - (dsp_now_us() - t->delivered_us) / 1000;
-    json_t *o = json_pack("{s:s, s:s?, s:s, s:I, s:I}", "state", "running", "worker", name, "addr",
-                          t->holder->addr, "since_ms", (json_int_t)since, "attempt", (json_int_t)t->attempts);
+    json_t *o = json_pack("{s:s, s:s?, s:s, s:I, s:I, s:o}", "state", "running", "worker", name, "addr",
+                          t->holder->addr, "since_ms", (json_int_t)since, "attempt", (json_int_t)t->attempts,
+                          "progress", dsp_admin_progress_json(t));
     free(name);
     return o;
 }
@@ -276,7 +287,16 @@ void dsp_admin_taskop_answer(void *arg, dsp_taskop *op)
         snprintf(text, sizeof text, "no task %llu", (unsigned long long)op->task_id);
         dsp_admin_send_error(req, HTTP_NOTFOUND, text);
     } else if (op->kind == DSP_TASKOP_SHOW) {
-        json_object_set_new(op->answer, "dispatcher", held_json(srv, op->task_id));
+        /* The report in this dispatcher's memory, else the one the table holds (stored by
+         * an earlier leader, or this one's of a second ago). */
+        json_t *held = held_json(srv, op->task_id);
+        json_t *mem = json_object_get(held, "progress"), *stored = json_object_get(op->answer, "progress_stored");
+        json_t *p = json_is_object(mem) ? json_deep_copy(mem) : json_is_object(stored) ? json_deep_copy(stored) : NULL;
+        if (p)
+            json_object_set_new(p, "from", json_string(json_is_object(mem) ? "dispatcher" : "table"));
+        json_object_set_new(op->answer, "progress", p ? p : json_null());
+        json_object_del(op->answer, "progress_stored");
+        json_object_set_new(op->answer, "dispatcher", held);
         dsp_admin_send_json(req, HTTP_OK, json_incref(op->answer));
     } else if (op->kind == DSP_TASKOP_FAILED) {
         dsp_admin_send_json(req, HTTP_OK, json_incref(op->answer));

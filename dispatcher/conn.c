@@ -2,6 +2,7 @@
 
 #include "utf8.h"
 #include "stats.h"
+#include "progress.h"
 #include "frame_reader.h"
 #include "proto.h"
 #include "tls.h"
@@ -654,6 +655,33 @@ static void handle_done(dsp_conn *c, const proto_done *d)
     dsp_server_task_done(c->srv, c, t, d->outcome, d->retry_after_ms, d->data.ptr, d->data.len);
 }
 
+/* PROGRESS (version 4): the latest report of a delivery c holds replaces the one before.
+ * One for a delivery c does not hold is ignored, as EXTEND: it may cross a CANCEL or a
+ * lease expiry. The decoder has checked the value, the length and the UTF-8. */
+_Static_assert(DSP_PROGRESS_MSG_MAX == PROTO_MAX_PROGRESS_MSG, "dsp_progress holds any message");
+
+static void handle_progress(dsp_conn *c, const proto_progress *p)
+{
+    dsp_server *srv = c->srv;
+    dsp_task *t = current_delivery(c, p->task_id, p->epoch, p->attempt);
+    if (!t) {
+        srv->stats.tasks.progress_ignored_total++;
+        return;
+    }
+    if (!t->progress && !(t->progress = calloc(1, sizeof *t->progress)))
+        return; /* out of memory: progress is advisory */
+    dsp_progress *pr = t->progress;
+    pr->attempt = p->attempt;
+    pr->permille = p->permille;
+    pr->msg_len = (uint16_t)p->message.len;
+    if (p->message.len)
+        memcpy(pr->msg, p->message.ptr, p->message.len);
+    pr->msg[p->message.len] = '\0';
+    pr->at_ms = dsp_wall_ms();
+    srv->stats.tasks.progress_total++;
+    dsp_progress_note(srv, t);
+}
+
 static void handle_stop(dsp_conn *c)
 {
     if (!c->slots.accepting)
@@ -693,6 +721,13 @@ static bool handle_frame(dsp_conn *c, const proto_msg *m, const uint8_t *body, s
     }
     case PROTO_STOP:
         handle_stop(c);
+        break;
+    case PROTO_PROGRESS:
+        if (c->version < 4) {
+            dsp_conn_close(c, PROTO_ERR_UNEXPECTED, "PROGRESS needs protocol version 4");
+            return false;
+        }
+        handle_progress(c, &m->u.progress);
         break;
     case PROTO_ERROR:
         dsp_conn_close(c, 0, "the worker sent ERROR");

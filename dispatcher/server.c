@@ -4,6 +4,7 @@
 #include "conn.h"
 #include "utf8.h"
 #include "notify.h"
+#include "progress.h"
 #include "proto.h"
 #include "tls.h"
 
@@ -81,6 +82,7 @@ dsp_task *dsp_server_task_new(dsp_server *srv)
         b->next = srv->tasks.blocks;
         srv->tasks.blocks = b;
         for (size_t i = TASK_BLOCK; i-- > 0;) {
+            b->tasks[i].progress = NULL; /* task_pool_free frees every record's */
             b->tasks[i].next = srv->tasks.pool;
             srv->tasks.pool = &b->tasks[i];
         }
@@ -95,6 +97,11 @@ dsp_task *dsp_server_task_new(dsp_server *srv)
 
 void dsp_server_task_put(dsp_server *srv, dsp_task *t)
 {
+    if (t->progress) {
+        dsp_progress_task_gone(srv, t);
+        free(t->progress);
+        t->progress = NULL;
+    }
     t->next = srv->tasks.pool;
     srv->tasks.pool = t;
 }
@@ -104,6 +111,8 @@ static void task_pool_free(dsp_server *srv)
     while (srv->tasks.blocks) {
         struct dsp_task_block *b = srv->tasks.blocks;
         srv->tasks.blocks = b->next;
+        for (size_t i = 0; i < TASK_BLOCK; i++)
+            free(b->tasks[i].progress); /* of the tasks still held at the end */
         free(b);
     }
     srv->tasks.pool = NULL;
@@ -650,6 +659,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
         dsp_conn_tick(c, now);
     }
     release_orphans(srv, now);
+    dsp_progress_flush(srv, now);
     if (srv->sched.limit_waiting) { /* a type waits for its rate's tokens: they came back since */
         srv->sched.limit_waiting = false;
         dsp_server_kick(srv);
@@ -1152,6 +1162,7 @@ void dsp_server_free(dsp_server *srv)
     free(srv->outbox.items);
     dsp_taskmap_free(&srv->tasks.map);
     task_pool_free(srv);
+    dsp_progress_free(srv);
     dsp_taskmap_free(&srv->inv.v3conns);
     dsp_deadline_free(&srv->sched.leases);
     dsp_history_free(&srv->stats.history);

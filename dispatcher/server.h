@@ -31,6 +31,20 @@ typedef struct dsp_conn dsp_conn;
 typedef struct dsp_type dsp_type;
 typedef struct dsp_task dsp_task;
 
+/* The latest PROGRESS a worker reported for a delivery it holds (protocol version 4):
+ * kept in memory for /task and the dashboard, written to the table at most once a
+ * second (docs/taskpushd.md, "Progress"). */
+#define DSP_PROGRESS_MSG_MAX 256 /* PROTO_MAX_PROGRESS_MSG (conn.c checks) */
+typedef struct dsp_progress {
+    uint32_t attempt;    /* the delivery it was reported for: another attempt's is stale */
+    uint16_t permille;   /* 0 .. 1000 */
+    uint16_t msg_len;    /* 0 .. DSP_PROGRESS_MSG_MAX: validated UTF-8 without NUL */
+    int64_t at_ms;       /* wall clock of the report */
+    bool dirty;          /* changed since last handed to the database (on progress.dirty) */
+    bool stored;         /* a row of it was handed to the database: delete it at the end */
+    char msg[DSP_PROGRESS_MSG_MAX + 1];
+} dsp_progress;
+
 /* Longest group_key (VARBINARY(191) of the table). */
 #define DSP_GROUP_KEY_MAX 191
 
@@ -55,6 +69,7 @@ struct dsp_task {
     dsp_task *prev, *next; /* in the type's queue, or in the holder's in-flight list */
     size_t payload_len;
     uint8_t *payload;
+    dsp_progress *progress; /* the latest PROGRESS of a delivery, NULL before the first */
     /* The row's group_key (fair share, --group-limit): group_key_len bytes, 0 .. 191;
      * has_group_key false for NULL (such a task counts against no per-key limit). */
     bool has_group_key;
@@ -263,6 +278,15 @@ struct dsp_server {
         dsp_conn *confirm_head;    /* connections with CONFIRMs waiting */
         dsp_taskmap v3conns;       /* connection id -> welcomed version-3 connection (CONFIRM) */
     } inv;
+
+    /* Progress reports on their way to the progress table (progress.c). */
+    struct {
+        uint64_t *dirty;           /* tasks whose report changed since it was written */
+        size_t ndirty, dirty_cap;
+        uint64_t *gone;            /* ended tasks whose row was written: to delete */
+        size_t ngone, gone_cap;
+        int64_t next_flush_ms;     /* monotonic: no batch before (one a second) */
+    } progress;
 
     /* Our standing with the table: leadership and the database's health (server.c's
      * database callbacks). */

@@ -33,7 +33,9 @@
     X(adopt_refused_total, "declared deliveries refused (CANCEL): recovered, finished, held") \
     X(foreign_written_total, "outcomes of deliveries not held here written (an earlier epoch)") \
     X(foreign_ignored_total, "outcomes of deliveries not held here whose row had moved on") \
-    X(confirmed_total, "outcomes confirmed to version-3 workers (CONFIRM entries)")
+    X(confirmed_total, "outcomes confirmed to version-3 workers (CONFIRM entries)")         \
+    X(progress_total, "progress reports received for deliveries held (PROGRESS)")         \
+    X(progress_ignored_total, "progress reports for deliveries not held here: ignored")
 
 /* The "connections" object of /stats. */
 #define DSP_CONN_COUNTERS(X)                                                                  \

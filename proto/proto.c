@@ -48,6 +48,10 @@
 #define EXTEND_OFF_EXTEND_MS 17
 #define EXTEND_BODY 21 /* ... u32 extend_ms */
 
+#define PROGRESS_OFF_PERMILLE 17
+#define PROGRESS_OFF_MSG_LEN 19
+#define PROGRESS_FIXED 21 /* ... u16 permille, u16 message_len; then the message */
+
 #define CANCEL_BODY DLV_FIXED
 #define BARE_BODY 1 /* HEARTBEAT, STOP: the type byte alone */
 
@@ -286,6 +290,64 @@ done:
     return rc;
 }
 
+int proto_utf8_valid(proto_bytes b)
+{
+    size_t i = 0;
+
+    while (i < b.len) {
+        uint8_t c = b.ptr[i];
+        size_t n;
+        uint32_t cp, min;
+
+        if (c == 0)
+            return 0;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if ((c & 0xE0) == 0xC0)
+            n = 1, cp = c & 0x1F, min = 0x80;
+        else if ((c & 0xF0) == 0xE0)
+            n = 2, cp = c & 0x0F, min = 0x800;
+        else if ((c & 0xF8) == 0xF0)
+            n = 3, cp = c & 0x07, min = 0x10000;
+        else
+            return 0;
+        if (b.len - i - 1 < n)
+            return 0;
+        for (size_t k = 1; k <= n; k++) {
+            if ((b.ptr[i + k] & 0xC0) != 0x80)
+                return 0;
+            cp = cp << 6 | (b.ptr[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += n + 1;
+    }
+    return 1;
+}
+
+/* decode_progress: the message length must match the bytes left exactly. */
+static int decode_progress(const uint8_t *b, size_t n, proto_progress *p)
+{
+    int rc = PROTO_BAD;
+
+    if (n < PROGRESS_FIXED)
+        goto done;
+    p->task_id = load64(b + DLV_OFF_TASK_ID);
+    p->epoch = load32(b + DLV_OFF_EPOCH);
+    p->attempt = load32(b + DLV_OFF_ATTEMPT);
+    p->permille = load16(b + PROGRESS_OFF_PERMILLE);
+    p->message.len = load16(b + PROGRESS_OFF_MSG_LEN);
+    p->message.ptr = b + PROGRESS_FIXED;
+    if (p->permille > PROTO_PROGRESS_MAX || p->message.len > PROTO_MAX_PROGRESS_MSG ||
+        n - PROGRESS_FIXED != p->message.len || !proto_utf8_valid(p->message))
+        goto done;
+    rc = PROTO_OK;
+done:
+    return rc;
+}
+
 static int decode_cancel(const uint8_t *b, size_t n, proto_cancel *c)
 {
     int rc = PROTO_BAD;
@@ -494,6 +556,9 @@ int proto_msg_decode(const uint8_t *body, size_t body_len, proto_msg *out)
     case PROTO_CANCEL:
         rc = decode_cancel(body, body_len, &out->u.cancel);
         break;
+    case PROTO_PROGRESS:
+        rc = decode_progress(body, body_len, &out->u.progress);
+        break;
     case PROTO_HEARTBEAT:
     case PROTO_STOP:
         rc = body_len == BARE_BODY ? PROTO_OK : PROTO_BAD;
@@ -663,6 +728,13 @@ static int msg_layout(const proto_msg *m, size_t *head, proto_bytes *tail)
     case PROTO_CANCEL:
         h = CANCEL_BODY;
         break;
+    case PROTO_PROGRESS:
+        if (m->u.progress.permille > PROTO_PROGRESS_MAX ||
+            !bytes_ok(m->u.progress.message, 0, PROTO_MAX_PROGRESS_MSG) ||
+            !proto_utf8_valid(m->u.progress.message))
+            goto done;
+        h = PROGRESS_FIXED + m->u.progress.message.len;
+        break;
     case PROTO_HEARTBEAT:
     case PROTO_STOP:
         h = BARE_BODY;
@@ -779,6 +851,14 @@ static void write_head(const proto_msg *m, uint8_t *out, size_t body_len)
         store32(b + DLV_OFF_EPOCH, m->u.cancel.epoch);
         store32(b + DLV_OFF_ATTEMPT, m->u.cancel.attempt);
         break;
+    case PROTO_PROGRESS:
+        store64(b + DLV_OFF_TASK_ID, m->u.progress.task_id);
+        store32(b + DLV_OFF_EPOCH, m->u.progress.epoch);
+        store32(b + DLV_OFF_ATTEMPT, m->u.progress.attempt);
+        store16(b + PROGRESS_OFF_PERMILLE, m->u.progress.permille);
+        store16(b + PROGRESS_OFF_MSG_LEN, (uint16_t)m->u.progress.message.len);
+        copy_bytes(b + PROGRESS_FIXED, m->u.progress.message);
+        break;
     case PROTO_HELLO: {
         const proto_hello *h = &m->u.hello;
         uint8_t *p;
@@ -890,7 +970,7 @@ static const char *const type_names[] = {
     [PROTO_ERROR] = "ERROR", [PROTO_STOP] = "STOP",       [PROTO_TASK] = "TASK",
     [PROTO_DONE] = "DONE",   [PROTO_EXTEND] = "EXTEND",   [PROTO_CANCEL] = "CANCEL",
     [PROTO_SUBMIT] = "SUBMIT", [PROTO_SUBMITTED] = "SUBMITTED", [PROTO_OUTCOME] = "OUTCOME",
-    [PROTO_CONFIRM] = "CONFIRM", [PROTO_HOLDING] = "HOLDING",
+    [PROTO_CONFIRM] = "CONFIRM", [PROTO_HOLDING] = "HOLDING", [PROTO_PROGRESS] = "PROGRESS",
 };
 
 /* Indexed by status - PROTO_BAD, the lowest status. */

@@ -14,9 +14,10 @@
 /* Bump when a frame's layout changes; peers exchange it in HELLO / WELCOME.
  * Version 2 adds SUBMIT, SUBMITTED and OUTCOME and producer-only HELLOs (no type,
  * capacity 0); version 3 adds CONFIRM and HOLDING (a worker's inventory across a
- * failover). A dispatcher still accepts older HELLOs and answers each in its own
- * version (PROTOCOL.md, section 8). */
-#define PROTO_VERSION 3
+ * failover); version 4 adds PROGRESS (a worker's progress of a running task). A
+ * dispatcher still accepts older HELLOs and answers each in its own version
+ * (PROTOCOL.md, section 8). */
+#define PROTO_VERSION 4
 #define PROTO_VERSION_MIN 1 /* the oldest version a dispatcher still serves */
 
 /* Every frame is a 4-byte big-endian body length, then the body. */
@@ -39,6 +40,8 @@
 #define PROTO_MAX_PAYLOAD_LEN 16777215u /* a MEDIUMBLOB */
 #define PROTO_MAX_ATTEMPTS 1000         /* the table's max_attempts bound */
 #define PROTO_MAX_CONFIRM 1024          /* deliveries named by one CONFIRM or HOLDING */
+#define PROTO_PROGRESS_MAX 1000         /* a PROGRESS value is permille: 0 .. 1000 */
+#define PROTO_MAX_PROGRESS_MSG 256      /* bytes of a PROGRESS message (UTF-8, no NUL) */
 
 /* Results of the decoding functions. Negative values are errors. */
 enum proto_status {
@@ -61,6 +64,7 @@ enum proto_type {
     PROTO_CANCEL = 0x13,    /* dispatcher -> worker: abandon a delivery */
     PROTO_CONFIRM = 0x14,   /* dispatcher -> worker (version 3): these DONEs are settled */
     PROTO_HOLDING = 0x15,   /* worker -> dispatcher (version 3): deliveries still running */
+    PROTO_PROGRESS = 0x16,  /* worker -> dispatcher (version 4): progress of a delivery */
     PROTO_SUBMIT = 0x20,    /* client -> dispatcher (version 2): insert tasks */
     PROTO_SUBMITTED = 0x21, /* dispatcher -> client: answer to SUBMIT, after COMMIT */
     PROTO_OUTCOME = 0x22,   /* dispatcher -> client: final state of a waited-for task */
@@ -170,6 +174,15 @@ typedef struct proto_cancel {
     uint32_t attempt;
 } proto_cancel;
 
+/* PROGRESS: how far the worker is with a delivery it holds. */
+typedef struct proto_progress {
+    uint64_t task_id;
+    uint32_t epoch;
+    uint32_t attempt;
+    uint16_t permille;   /* 0 .. PROTO_PROGRESS_MAX */
+    proto_bytes message; /* 0 .. PROTO_MAX_PROGRESS_MSG bytes of UTF-8 without NUL; empty: none */
+} proto_progress;
+
 /* One task of a SUBMIT. */
 typedef struct proto_submit_task {
     uint8_t priority;      /* 0 .. 2 */
@@ -254,6 +267,7 @@ typedef struct proto_msg {
         proto_outcome_msg outcome;
         proto_dlv_list confirm; /* PROTO_CONFIRM */
         proto_dlv_list holding; /* PROTO_HOLDING */
+        proto_progress progress;
     } u;
 } proto_msg;
 
@@ -315,6 +329,10 @@ void proto_dlv_put(uint8_t *out, const proto_dlv *d);
  * which is all head, aside: size it with proto_msg_size. */
 #define PROTO_MAX_HEAD (1 + 2 + 4 + 2 + PROTO_MAX_NAME_LEN + 2 + PROTO_MAX_TOKEN_LEN + 2 + \
                         PROTO_MAX_TYPES * (2 + PROTO_MAX_TYPE_LEN) + PROTO_LEN_PREFIX)
+
+/* proto_utf8_valid: b is well-formed UTF-8 (no overlong form, surrogate or code
+ * point above U+10FFFF) and holds no NUL byte. */
+int proto_utf8_valid(proto_bytes b);
 
 /* Names for logs: "TASK", "DONE", ...; "UNKNOWN" otherwise. Static strings. */
 const char *proto_type_name(uint8_t type);

@@ -1,6 +1,6 @@
 -- taskpush schema. This is the one file a user runs on a new database:
 --     mariadb DBNAME < sql/schema.sql
--- It creates the current version (schema_version 9) directly. On an existing database it
+-- It creates the current version (schema_version 11) directly. On an existing database it
 -- changes nothing (see "Safe to run twice"), so it never upgrades one: that is what the
 -- migrations do. To upgrade, stop every taskpushd on the database, then run
 --     taskpushd --db URL --migrate
@@ -166,7 +166,7 @@ CREATE TABLE IF NOT EXISTS taskpush_meta (
     PRIMARY KEY (name)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
-INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 9), ('epoch', 0), ('lease', 0);
+INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 11), ('epoch', 0), ('lease', 0);
 
 -- Periodic tasks (version 4, sql/migrations/004-task-schedule.sql): one row per
 -- schedule; the leading taskpushd inserts its due runs into task (docs/schema.md).
@@ -246,4 +246,25 @@ CREATE TABLE IF NOT EXISTS task_setting (
     CONSTRAINT setting_limits_range CHECK (concurrency <= 1000000 AND rate <= 1000000
                                            AND per_group <= 1000000),
     CONSTRAINT setting_flags_range CHECK (has_limit IN (0, 1) AND paused IN (0, 1))
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+-- Progress of running tasks (version 11, sql/migrations/011-task-progress.sql): the
+-- latest report of a worker (PROGRESS, protocol version 4) for a task it runs, one row
+-- per task, written by the leading dispatcher at most once a second per task and
+-- deleted when the task ends, so that `taskpushctl show`, GET /task and the next leader
+-- show it (docs/taskpushd.md, "Progress of running tasks"). A table of taskpush's own:
+-- writing it moves nothing in the task table or its indexes.
+CREATE TABLE IF NOT EXISTS task_progress (
+    task_id     BIGINT UNSIGNED NOT NULL,
+    -- The delivery the report is of: the epoch its dispatcher led with, its attempt.
+    epoch       INT UNSIGNED NOT NULL DEFAULT 0,
+    attempt     INT UNSIGNED NOT NULL DEFAULT 0,
+    -- 0 to 1000 (1000: done).
+    permille    SMALLINT UNSIGNED NOT NULL DEFAULT 0,
+    -- The worker's text, UTF-8 checked by the dispatcher, 0 to 256 bytes.
+    message     VARBINARY(256) NOT NULL DEFAULT '',
+    -- When the dispatcher received the report (ms since 1970, its clock).
+    reported_ms BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (task_id),
+    CONSTRAINT progress_permille_range CHECK (permille <= 1000)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

@@ -781,6 +781,21 @@ void tpi_conn_send_extend(tp_worker *w, tp_task *t, uint32_t ms)
         TPI_COUNT(w, extends_sent);
 }
 
+void tpi_conn_send_progress(tp_worker *w, tp_task *t, uint16_t permille, const char *msg, size_t len)
+{
+    proto_msg m = {.type = PROTO_PROGRESS};
+
+    if (t->gen != w->gen || !sending_outcomes(w) || w->session_version < 4)
+        return;
+    m.u.progress.task_id = t->id;
+    m.u.progress.epoch = t->epoch;
+    m.u.progress.attempt = t->attempt;
+    m.u.progress.permille = permille;
+    m.u.progress.message.ptr = (const uint8_t *)msg;
+    m.u.progress.message.len = len;
+    (void)send_msg(w, &m);
+}
+
 static void unhold(tp_worker *w, tp_task *t)
 {
     if (!t->held)
@@ -853,8 +868,12 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         tpi_log(w, TP_LOG_WARN, "reading the wake-up eventfd: %s", strerror(errno));
     tpi_done_take(w, &done, &ext);
-    for (tp_task *t = ext; t != NULL; t = t->ext_taken_next)
-        tpi_conn_send_extend(w, t, t->ext_send_ms);
+    for (tp_task *t = ext; t != NULL; t = t->ext_taken_next) {
+        if (t->ext_send_ms > 0)
+            tpi_conn_send_extend(w, t, t->ext_send_ms);
+        if (t->prog_send)
+            tpi_conn_send_progress(w, t, t->prog_send_permille, t->prog_send_msg, t->prog_send_len);
+    }
     while (done != NULL) {
         tp_task *t = done;
 
@@ -927,6 +946,7 @@ static void receive_task(tp_worker *w, const proto_frame_reader *rd, const uint8
     t->payload = m.u.task.payload.ptr; /* the rest of body, which ends with a NUL */
     t->payload_len = m.u.task.payload.len;
     t->gen = w->gen;
+    t->version = w->session_version;
     t->max_data = w->max_data;
     atomic_init(&t->deadline_ns,
                 t->timeout_ms > 0 ? now + (int64_t)t->timeout_ms * 1000000 : INT64_MAX);

@@ -13,5 +13,7 @@ const char *tpi_state_text(enum tpi_conn_state s);
 
 /* Sends an EXTEND for t now (on the I/O thread). */
 void tpi_conn_send_extend(tp_worker *w, tp_task *t, uint32_t ms);
+/* Sends PROGRESS for t when its connection is still the current one, of version 4. [io] */
+void tpi_conn_send_progress(tp_worker *w, tp_task *t, uint16_t permille, const char *msg, size_t len);
 
 #endif

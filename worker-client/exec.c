@@ -131,7 +131,74 @@ static void feed(int *fd, const char *input, size_t len, size_t *off)
     close_fd(fd);
 }
 
-static int spawn(const tpw_exec_req *req, int in_r, int out_w, int err_w, pid_t *pid)
+/* Progress lines as they come: a partial line waits for its newline; a line longer than
+ * TPW_PROGRESS_LINE_MAX is skipped up to its newline. */
+typedef struct lines {
+    char b[TPW_PROGRESS_LINE_MAX];
+    size_t len;
+    int skipping;
+} lines;
+
+int tpw_exec_progress_line(const char *line, size_t len, tpw_exec_progress_fn fn, void *arg)
+{
+    static const char word[] = "progress ";
+    char text[257];
+    unsigned v = 0;
+    size_t i = sizeof word - 1, digits = 0;
+
+    if (len < i || memcmp(line, word, i) != 0)
+        return 0;
+    while (i < len && line[i] >= '0' && line[i] <= '9' && digits < 5) {
+        v = v * 10 + (unsigned)(line[i++] - '0');
+        digits++;
+    }
+    if (digits == 0 || v > 1000 || (i < len && line[i] != ' '))
+        return 0;
+    if (i < len)
+        i++; /* the space before the text */
+    if (len - i > sizeof text - 1 || memchr(line + i, '\0', len - i) != NULL)
+        return 0;
+    memcpy(text, line + i, len - i);
+    text[len - i] = '\0';
+    fn(arg, v, text);
+    return 1;
+}
+
+/* read_lines reads what fd has and hands each whole line to req->progress; closes fd at
+ * EOF or on an error. */
+static void read_lines(int *fd, lines *l, const tpw_exec_req *req)
+{
+    char chunk[CHUNK];
+
+    for (;;) {
+        ssize_t n = read(*fd, chunk, sizeof(chunk));
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            close_fd(fd); /* EOF or error; a last line without a newline is dropped */
+            return;
+        }
+        for (ssize_t k = 0; k < n; k++) {
+            char c = chunk[k];
+            if (c == '\n') {
+                if (!l->skipping)
+                    tpw_exec_progress_line(l->b, l->len, req->progress, req->progress_arg);
+                l->len = 0;
+                l->skipping = 0;
+            } else if (!l->skipping && l->len < sizeof l->b) {
+                l->b[l->len++] = c;
+            } else {
+                l->skipping = 1;
+                l->len = 0;
+            }
+        }
+    }
+}
+
+static int spawn(const tpw_exec_req *req, int in_r, int out_w, int err_w, int prog_w, pid_t *pid)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
@@ -158,6 +225,7 @@ static int spawn(const tpw_exec_req *req, int in_r, int out_w, int err_w, pid_t 
     if ((e = posix_spawn_file_actions_adddup2(&fa, in_r, STDIN_FILENO)) == 0 &&
         (e = posix_spawn_file_actions_adddup2(&fa, out_w, STDOUT_FILENO)) == 0 &&
         (e = posix_spawn_file_actions_adddup2(&fa, err_w, STDERR_FILENO)) == 0 &&
+        (prog_w < 0 || (e = posix_spawn_file_actions_adddup2(&fa, prog_w, TPW_PROGRESS_FD)) == 0) &&
         (e = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
                                                  POSIX_SPAWN_SETSIGDEF)) == 0 &&
         (e = posix_spawnattr_setpgroup(&attr, 0)) == 0 &&
@@ -175,6 +243,8 @@ int tpw_exec_run(const tpw_exec_req *req, tpw_exec_res *res)
     int in_p[2] = {-1, -1};
     int out_p[2] = {-1, -1};
     int err_p[2] = {-1, -1};
+    int prog_p[2] = {-1, -1};
+    lines prog = {.len = 0};
     pid_t pid = -1;
     buf out = {.max = req->out_max};
     buf err = {.max = req->err_max > 0 ? req->err_max : 1, .keep_tail = 1};
@@ -191,10 +261,27 @@ int tpw_exec_run(const tpw_exec_req *req, tpw_exec_res *res)
         rc = -errno;
         goto done;
     }
-    rc = -spawn(req, in_p[0], out_p[1], err_p[1], &pid);
+    if (req->progress != NULL) {
+        if (pipe2(prog_p, O_CLOEXEC) < 0) {
+            rc = -errno;
+            goto done;
+        }
+        /* Above TPW_PROGRESS_FD: a dup2 onto the same number would keep close-on-exec. */
+        if (prog_p[1] <= TPW_PROGRESS_FD) {
+            int high = fcntl(prog_p[1], F_DUPFD_CLOEXEC, TPW_PROGRESS_FD + 1);
+            if (high < 0) {
+                rc = -errno;
+                goto done;
+            }
+            close_fd(&prog_p[1]);
+            prog_p[1] = high;
+        }
+    }
+    rc = -spawn(req, in_p[0], out_p[1], err_p[1], prog_p[1], &pid);
     close_fd(&in_p[0]);
     close_fd(&out_p[1]);
     close_fd(&err_p[1]);
+    close_fd(&prog_p[1]);
     if (rc < 0) {
         pid = -1;
         goto done;
@@ -202,11 +289,13 @@ int tpw_exec_run(const tpw_exec_req *req, tpw_exec_res *res)
     set_nonblock(in_p[1]);
     set_nonblock(out_p[0]);
     set_nonblock(err_p[0]);
+    if (prog_p[0] >= 0)
+        set_nonblock(prog_p[0]);
     if (req->input_len == 0)
         close_fd(&in_p[1]);
 
     for (;;) {
-        struct pollfd pf[3];
+        struct pollfd pf[4];
         nfds_t nf = 0;
         int64_t now = now_ms();
         int timeout = (int)check_ms;
@@ -231,7 +320,7 @@ int tpw_exec_run(const tpw_exec_req *req, tpw_exec_res *res)
             if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
                 exited_at = now;
         }
-        if (exited_at != 0 && out_p[0] < 0 && err_p[0] < 0)
+        if (exited_at != 0 && out_p[0] < 0 && err_p[0] < 0 && prog_p[0] < 0)
             break;
         if (exited_at != 0 && now - exited_at >= PIPE_LINGER_MS) {
             kill(-pid, SIGKILL); /* background processes still hold the pipes */
@@ -244,6 +333,8 @@ int tpw_exec_run(const tpw_exec_req *req, tpw_exec_res *res)
             pf[nf++] = (struct pollfd){.fd = out_p[0], .events = POLLIN};
         if (err_p[0] >= 0)
             pf[nf++] = (struct pollfd){.fd = err_p[0], .events = POLLIN};
+        if (prog_p[0] >= 0)
+            pf[nf++] = (struct pollfd){.fd = prog_p[0], .events = POLLIN};
         if (nf == 0 || exited_at != 0) {
             /* Waiting for an exit that poll cannot see: back off from 1 ms. */
             timeout = sleep_ms;
@@ -264,6 +355,8 @@ int tpw_exec_run(const tpw_exec_req *req, tpw_exec_res *res)
                 drain(&out_p[0], &out);
             else if (pf[i].fd == err_p[0])
                 drain(&err_p[0], &err);
+            else if (pf[i].fd == prog_p[0])
+                read_lines(&prog_p[0], &prog, req);
         }
     }
     if (pid > 0 && (res->killed || rc < 0))
@@ -279,6 +372,8 @@ done:
     close_fd(&out_p[1]);
     close_fd(&err_p[0]);
     close_fd(&err_p[1]);
+    close_fd(&prog_p[0]);
+    close_fd(&prog_p[1]);
     res->out = out.p;
     res->out_len = out.len;
     res->out_truncated = out.truncated;

@@ -10,6 +10,14 @@
 /* Polled while the command runs: return 1 (with a reason in why) to kill it. */
 typedef int (*tpw_exec_check_fn)(void *arg, char *why, size_t why_len);
 
+/* The command's file descriptor for progress lines (TASKPUSH_PROGRESS_FD). */
+#define TPW_PROGRESS_FD 3
+/* Bytes of one progress line at most, its newline included; a longer one is skipped. */
+#define TPW_PROGRESS_LINE_MAX 300
+/* Called for each well-formed line "progress PERMILLE[ TEXT]" (PERMILLE 0 .. 1000, TEXT
+ * at most 256 bytes, NUL-terminated here; its UTF-8 is for the callee to check). */
+typedef void (*tpw_exec_progress_fn)(void *arg, unsigned permille, const char *text);
+
 typedef struct tpw_exec_req {
     const char *command; /* run as /bin/sh -c command, in a new process group */
     const void *input;   /* written to its stdin, which is then closed */
@@ -21,6 +29,10 @@ typedef struct tpw_exec_req {
     unsigned check_ms;       /* check runs at least this often (ms) */
     tpw_exec_check_fn check; /* may be NULL */
     void *check_arg;
+    /* NULL: the command gets no progress descriptor. Else its descriptor
+     * TPW_PROGRESS_FD is a pipe whose lines are read as the command runs. */
+    tpw_exec_progress_fn progress;
+    void *progress_arg;
 } tpw_exec_req;
 
 typedef struct tpw_exec_res {
@@ -34,6 +46,10 @@ typedef struct tpw_exec_res {
     size_t err_len;
     int64_t elapsed_ms;
 } tpw_exec_res;
+
+/* tpw_exec_progress_line parses one line (without its newline) and calls fn for a
+ * well-formed one; returns 1 when it was, 0 when it was ignored. */
+int tpw_exec_progress_line(const char *line, size_t len, tpw_exec_progress_fn fn, void *arg);
 
 /* tpw_exec_run runs req->command to its end (or kill) and fills *res, which
  * the caller releases with tpw_exec_res_free() whatever the return value.

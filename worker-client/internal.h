@@ -132,12 +132,23 @@ struct tp_task {
 
     tp_task *next; /* [job] in the job queue, then [done] in the done queue */
 
-    /* A pending EXTEND request. [done] */
+    uint16_t version;            /* [const] the session version it came in */
+
+    /* A pending EXTEND (ext_ms > 0) and PROGRESS (prog_pending) request: the task is
+     * on w->ext_head while either is. [done] */
     tp_task *ext_next;
-    uint32_t ext_ms;
-    int ext_pending;
+    uint32_t ext_ms;             /* 0: no EXTEND (a request of 0 ms is refused) */
+    int ext_pending;             /* on the list */
+    int prog_pending;
+    uint16_t prog_permille;
+    uint16_t prog_len;
+    char prog_msg[PROTO_MAX_PROGRESS_MSG];
     tp_task *ext_taken_next; /* [io] the list tpi_done_take() returned */
-    uint32_t ext_send_ms;    /* [io] ext_ms as taken by tpi_done_take() */
+    uint32_t ext_send_ms;    /* [io] ext_ms as taken by tpi_done_take(); 0: none */
+    int prog_send;           /* [io] a PROGRESS to send, as taken by tpi_done_take() */
+    uint16_t prog_send_permille;
+    uint16_t prog_send_len;
+    char prog_send_msg[PROTO_MAX_PROGRESS_MSG];
 
     char type[PROTO_MAX_TYPE_LEN + 1]; /* [const] */
     const uint8_t *payload;            /* [const] points into body */

@@ -31,6 +31,7 @@ static const char *const error_texts[] = {
     [-TP_EGONE] = "delivery cancelled or connection lost",
     [-TP_EUNAVAIL] = "dispatcher cannot take it now",
     [-TP_ETIMEDOUT] = "timed out",
+    [-TP_ENOTSUP] = "not supported by the dispatcher's protocol version",
 };
 
 const char *tp_strerror(int code)

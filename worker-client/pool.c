@@ -220,6 +220,28 @@ void tpi_extend_push(tp_worker *w, tp_task *t, uint32_t ms)
         wake(w);
 }
 
+void tpi_progress_push(tp_worker *w, tp_task *t, uint16_t permille, const char *msg, size_t len)
+{
+    int need_wake;
+
+    pthread_mutex_lock(&w->done_mu);
+    if (!t->ext_pending) {
+        t->ext_pending = 1;
+        t->ext_next = w->ext_head;
+        w->ext_head = t;
+    }
+    t->prog_pending = 1; /* a newer report replaces one not yet sent */
+    t->prog_permille = permille;
+    t->prog_len = (uint16_t)len;
+    if (len > 0)
+        memcpy(t->prog_msg, msg, len);
+    need_wake = !w->wake_pending;
+    w->wake_pending = 1;
+    pthread_mutex_unlock(&w->done_mu);
+    if (need_wake)
+        wake(w);
+}
+
 void tpi_done_take(tp_worker *w, tp_task **done, tp_task **ext)
 {
     pthread_mutex_lock(&w->done_mu);
@@ -230,6 +252,14 @@ void tpi_done_take(tp_worker *w, tp_task **done, tp_task **ext)
     for (tp_task *t = *ext; t != NULL; t = t->ext_next) {
         t->ext_pending = 0;
         t->ext_send_ms = t->ext_ms;
+        t->ext_ms = 0;
+        t->prog_send = t->prog_pending;
+        t->prog_pending = 0;
+        if (t->prog_send) {
+            t->prog_send_permille = t->prog_permille;
+            t->prog_send_len = t->prog_len;
+            memcpy(t->prog_send_msg, t->prog_msg, t->prog_len);
+        }
         t->ext_taken_next = t->ext_next;
     }
     w->wake_pending = 0;

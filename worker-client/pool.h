@@ -32,4 +32,8 @@ void tpi_task_free(tp_task *t);
 /* Queues an EXTEND request for the I/O thread. [hdl] or any thread */
 void tpi_extend_push(tp_worker *w, tp_task *t, uint32_t ms);
 
+/* Queues a PROGRESS report for the I/O thread, replacing one not yet taken. [hdl] or
+ * any thread */
+void tpi_progress_push(tp_worker *w, tp_task *t, uint16_t permille, const char *msg, size_t len);
+
 #endif

@@ -153,6 +153,32 @@ done:
     return rc;
 }
 
+_Static_assert(TP_MAX_PROGRESS_MSG_LEN == PROTO_MAX_PROGRESS_MSG && TP_PROGRESS_MAX == PROTO_PROGRESS_MAX,
+               "taskpush.h states the protocol's bounds");
+
+int tp_task_progress(tp_task *task, unsigned permille, const char *msg)
+{
+    size_t len = msg ? strnlen(msg, TP_MAX_PROGRESS_MSG_LEN + 1) : 0;
+    tp_worker *w;
+
+    if (task == NULL)
+        return TP_EINVAL;
+    if (permille > TP_PROGRESS_MAX || len > TP_MAX_PROGRESS_MSG_LEN)
+        return TP_ERANGE;
+    if (!proto_utf8_valid((proto_bytes){(const uint8_t *)msg, len}))
+        return TP_EINVAL;
+    if (task->version < 4)
+        return TP_ENOTSUP; /* the dispatcher would close the connection for the frame */
+    if (atomic_load(&task->cancelled))
+        return TP_EGONE;
+    w = task->w;
+    if (pthread_equal(pthread_self(), w->io_thread))
+        tpi_conn_send_progress(w, task, (uint16_t)permille, msg, len); /* an inline handler */
+    else
+        tpi_progress_push(w, task, (uint16_t)permille, msg, len);
+    return TP_OK;
+}
+
 int tp_task_cancelled(const tp_task *task)
 {
     return atomic_load(&task->cancelled) != 0;

@@ -72,6 +72,8 @@ enum tp_errcode {
     TP_EUNAVAIL = -9,   /**< the dispatcher cannot take a submission now (not leading,
                              database down, protocol version 1): nothing was committed */
     TP_ETIMEDOUT = -10, /**< no answer within the time allowed */
+    TP_ENOTSUP = -11,   /**< the dispatcher's protocol version lacks it (PROGRESS needs 4):
+                             nothing was sent (library 1.4) */
 };
 
 /** What a handler returns: the outcome of one delivery. */
@@ -446,6 +448,29 @@ TP_API void tp_task_set_retry_after(tp_task *task, uint32_t ms);
  * Thread-safe: may be called from any thread while the handler runs.
  */
 TP_API int tp_task_extend(tp_task *task, uint32_t ms) TP_WARN_UNUSED;
+
+#define TP_PROGRESS_MAX 1000u          /**< largest tp_task_progress() value: permille */
+#define TP_MAX_PROGRESS_MSG_LEN 256u   /**< bytes of a tp_task_progress() message */
+
+/**
+ * Reports how far the handler is with the delivery (a PROGRESS frame, protocol
+ * version 4): `taskpushctl show`, the admin port's /task and the dashboard show the
+ * latest report, and the dispatcher writes it to the database at most once a second.
+ * Never blocks on the network: the report is queued for the I/O thread, and a report
+ * not yet sent is replaced by a newer one (only the latest value goes out).
+ * @param task     the task; only until its handler returns
+ * @param permille 0 .. TP_PROGRESS_MAX (1000 = done)
+ * @param msg      NULL, or a NUL-terminated UTF-8 text of at most
+ *                 TP_MAX_PROGRESS_MSG_LEN bytes (e.g. "page 3 of 10")
+ * @return 0 (queued); TP_ENOTSUP when the dispatcher that sent the task speaks a
+ *         protocol version below 4 (nothing is sent; the task is unaffected);
+ *         TP_EGONE when the delivery was cancelled or its connection lost;
+ *         TP_ERANGE for permille > 1000 or a longer message; TP_EINVAL for a NULL
+ *         task or a message that is not UTF-8.
+ * Thread-safe: may be called from any thread while the handler runs. Since 1.4. Its
+ * result may be ignored: progress is advisory (no warn_unused_result, unlike extend).
+ */
+TP_API int tp_task_progress(tp_task *task, unsigned permille, const char *msg);
 
 /**
  * Tells whether the delivery was abandoned: the dispatcher sent CANCEL for it

@@ -72,7 +72,8 @@ static void usage(FILE *f)
             "\n"
             "Connects to taskpushd and runs /bin/sh -c COMMAND for each task of the given\n"
             "types, with the payload on stdin and TASKPUSH_TASK_ID, TASKPUSH_TASK_TYPE,\n"
-            "TASKPUSH_ATTEMPT and TASKPUSH_EPOCH in the environment.\n"
+            "TASKPUSH_ATTEMPT and TASKPUSH_EPOCH in the environment; a line\n"
+            "'progress N [TEXT]' (N 0..1000) on fd TASKPUSH_PROGRESS_FD (3) reports progress.\n"
             "  exit 0          success: stdout (up to 1 MiB) is the result\n"
             "  exit 65         permanent failure (EX_DATAERR): never retried\n"
             "  anything else   failed attempt, retried with backoff; the last 4 KiB of\n"
@@ -230,7 +231,8 @@ static int check_task(void *arg, char *why, size_t why_len)
 static int is_task_var(const char *e)
 {
     static const char *const names[] = {
-        "TASKPUSH_TASK_ID=", "TASKPUSH_TASK_TYPE=", "TASKPUSH_ATTEMPT=", "TASKPUSH_EPOCH="};
+        "TASKPUSH_TASK_ID=", "TASKPUSH_TASK_TYPE=", "TASKPUSH_ATTEMPT=", "TASKPUSH_EPOCH=",
+        "TASKPUSH_PROGRESS_FD="};
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strncmp(e, names[i], strlen(names[i])) == 0)
@@ -261,6 +263,13 @@ static const char *stderr_tail(const tpw_exec_res *res)
     return p;
 }
 
+/* A "progress N TEXT" line of the command: the task's progress (a text that is not
+ * UTF-8, or a dispatcher older than protocol version 4, and it is dropped). */
+static void command_progress(void *arg, unsigned permille, const char *text)
+{
+    tp_task_progress(arg, permille, text[0] ? text : NULL);
+}
+
 static int run_task(tp_task *t, void *arg)
 {
     const wk_ctx *ctx = arg;
@@ -285,7 +294,7 @@ static int run_task(tp_task *t, void *arg)
     snprintf(epoch_var, sizeof(epoch_var), "TASKPUSH_EPOCH=%" PRIu32, tp_task_epoch(t));
     for (char **e = environ; *e != NULL; e++)
         nenv++;
-    envp = calloc(nenv + 5, sizeof(*envp));
+    envp = calloc(nenv + 6, sizeof(*envp));
     if (envp == NULL) {
         set_error(ctx, t, "worker out of memory");
         goto done;
@@ -298,6 +307,7 @@ static int run_task(tp_task *t, void *arg)
     envp[nenv++] = type_var;
     envp[nenv++] = attempt_var;
     envp[nenv++] = epoch_var;
+    envp[nenv++] = "TASKPUSH_PROGRESS_FD=3"; /* TPW_PROGRESS_FD */
     envp[nenv] = NULL;
 
     memset(&req, 0, sizeof(req));
@@ -311,6 +321,8 @@ static int run_task(tp_task *t, void *arg)
     req.check_ms = 50;
     req.check = check_task;
     req.check_arg = t;
+    req.progress = command_progress;
+    req.progress_arg = t;
     rc = tpw_exec_run(&req, &res);
     if (rc < 0) {
         snprintf(text, sizeof(text), "cannot run /bin/sh: %s", strerror(-rc));

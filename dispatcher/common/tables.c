@@ -10,6 +10,7 @@ const dsp_table_names dsp_table_names_task = {
     .schedule = "task_schedule",
     .claim = "task_claim",
     .setting = "task_setting",
+    .progress = "task_progress",
     .is_default = true,
 };
 
@@ -25,7 +26,9 @@ const char *const dsp_table_constraint_names[] = {
     /* task_claim */
     "task_claim_ids_not_empty",
     /* task_setting */
-    "setting_limits_range", "setting_flags_range", NULL};
+    "setting_limits_range", "setting_flags_range",
+    /* task_progress */
+    "progress_permille_range", NULL};
 
 _Static_assert(DSP_TABLE_NAME_MAX + 1 + DSP_TABLE_CONSTRAINT_MAX <= 64,
                "NAME_<constraint> must fit MySQL's 64-byte identifiers");
@@ -66,14 +69,16 @@ int dsp_table_names_init(dsp_table_names *t, const char *name)
     snprintf(t->schedule, sizeof t->schedule, "%s_schedule", name);
     snprintf(t->claim, sizeof t->claim, "%s_claim", name);
     snprintf(t->setting, sizeof t->setting, "%s_setting", name);
+    snprintf(t->progress, sizeof t->progress, "%s_progress", name);
     return 0;
 }
 
 void dsp_table_names_subst(dsp_strbuf *out, const dsp_table_names *t, const char *text, size_t len)
 {
     const dsp_table_names *d = &dsp_table_names_task;
-    const char *from[5] = {d->task, d->meta, d->schedule, d->claim, d->setting};
-    const char *to[5] = {t->task, t->meta, t->schedule, t->claim, t->setting};
+    const char *from[] = {d->task, d->meta, d->schedule, d->claim, d->setting, d->progress};
+    const char *to[] = {t->task, t->meta, t->schedule, t->claim, t->setting, t->progress};
+    _Static_assert(sizeof from == sizeof to, "each default name has its replacement");
     size_t i = 0, copied = 0;
 
     if (t->is_default) {
@@ -89,7 +94,7 @@ void dsp_table_names_subst(dsp_strbuf *out, const dsp_table_names *t, const char
         while (i < len && is_word(text[i]))
             i++;
         bool done = false;
-        for (int k = 0; k < 5 && !done; k++) {
+        for (size_t k = 0; k < sizeof from / sizeof from[0] && !done; k++) {
             size_t n = strlen(from[k]);
             if (i - w == n && memcmp(text + w, from[k], n) == 0) {
                 dsp_strbuf_put(out, text + copied, w - copied);

@@ -26,8 +26,8 @@
 #define DSP_TABLE_NAME_DEFAULT "task"
 /* The longest CHECK constraint name of sql/ (task_type_no_trailing_space). */
 #define DSP_TABLE_CONSTRAINT_MAX 27
-/* The longest derived name: NAME + "_schedule" (or "taskpush_meta"), with its NUL
- * ("_setting" is shorter). */
+/* The longest derived name: NAME + "_schedule" or "_progress" (or "taskpush_meta"),
+ * with its NUL ("_setting" is shorter). */
 #define DSP_TABLE_IDENT_CAP (DSP_TABLE_NAME_MAX + sizeof "_schedule")
 
 typedef struct dsp_table_names {
@@ -36,6 +36,7 @@ typedef struct dsp_table_names {
     char schedule[DSP_TABLE_IDENT_CAP]; /* NAME_schedule */
     char claim[DSP_TABLE_IDENT_CAP];    /* NAME_claim */
     char setting[DSP_TABLE_IDENT_CAP];  /* NAME_setting (version 9): runtime settings */
+    char progress[DSP_TABLE_IDENT_CAP]; /* NAME_progress (version 11): progress of running tasks */
     bool is_default;                    /* NAME is task: every statement as before */
 } dsp_table_names;
 
@@ -58,8 +59,8 @@ int dsp_table_names_init(dsp_table_names *t, const char *name);
  * files and holds this list to them), NULL-terminated. */
 extern const char *const dsp_table_constraint_names[];
 
-/* Appends text[0..len) to out with the five default names (task, taskpush_meta,
- * task_schedule, task_claim, task_setting) replaced by t's, and each constraint name C of
+/* Appends text[0..len) to out with the six default names (task, taskpush_meta,
+ * task_schedule, task_claim, task_setting, task_progress) replaced by t's, and each constraint name C of
  * dsp_table_constraint_names by NAME_C, wherever they stand as whole words: a word
  * being a run of [A-Za-z0-9_$], so task_type or `task_id` are never touched. Everything
  * else (comments and quoted text included: information_schema checks compare

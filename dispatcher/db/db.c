@@ -753,6 +753,29 @@ int dsp_db_setting_save(dsp_db *db, const dsp_setting *s, enum dsp_setting_what 
     return 0;
 }
 
+int dsp_db_progress_save(dsp_db *db, dsp_progress_row *rows, size_t nrows, uint64_t *gone, size_t ngone)
+{
+    struct requeue_req *r = NULL;
+    if (db == NULL || nrows > DSP_DB_PROGRESS_BATCH || ngone > DSP_DB_PROGRESS_BATCH ||
+        atomic_load(&db->progress_pending) >= DSP_DB_PROGRESS_PENDING_MAX || (r = calloc(1, sizeof *r)) == NULL) {
+        free(rows);
+        free(gone);
+        return -1;
+    }
+    r->kind = REQ_PROGRESS;
+    r->prows = rows;
+    r->nprows = nrows;
+    r->pgone = gone;
+    r->npgone = ngone;
+    atomic_fetch_add(&db->progress_pending, 1);
+    if (!stats_queue(db, r)) {
+        atomic_fetch_sub(&db->progress_pending, 1);
+        dsp_dbi_requeue_req_free(r);
+        return -1;
+    }
+    return 0;
+}
+
 int dsp_db_settings_load(dsp_db *db, uint64_t request_id)
 {
     if (db == NULL)

@@ -159,7 +159,24 @@ typedef struct dsp_table_type_stats {
     uint64_t processing;
     uint64_t failed;
     int64_t oldest_ready_age_ms; /* as oldest_ready_age_ms below, for this type */
+    uint64_t keyed_read;  /* ready keyed rows read for its busiest keys (DSP_TABLE_KEYS_SCAN
+                           * at most: then the counts are of a sample) */
 } dsp_table_type_stats;
+
+/* The busiest keys (group_key) waiting of each type: per round, for the
+ * DSP_TABLE_KEYS_TYPES types with the most ready rows, the DSP_TABLE_KEYS_TOP keys with
+ * the most ready keyed rows among the first DSP_TABLE_KEYS_SCAN of the type in
+ * group_idx (priority first, then key): a bounded index range per type, never per
+ * claim (docs/admin.md, GET /keys). */
+#define DSP_TABLE_KEYS_TYPES 16
+#define DSP_TABLE_KEYS_TOP 10
+#define DSP_TABLE_KEYS_SCAN 10000
+typedef struct dsp_table_key_stats {
+    uint16_t type_slot;  /* its type: types[type_slot] */
+    uint8_t key_len;
+    uint8_t key[191];
+    uint64_t waiting;    /* NEW ready rows of (type, key) among those read */
+} dsp_table_key_stats;
 
 typedef struct dsp_table_stats {
     bool valid;                 /* false until the first refresh succeeded */
@@ -171,6 +188,8 @@ typedef struct dsp_table_stats {
     int64_t oldest_ready_age_ms; /* age of the oldest ready NEW task (since it became due); -1: none */
     size_t ntypes;              /* types with NEW, PROCESSING or FAILED rows, at most the max */
     dsp_table_type_stats types[DSP_TABLE_STATS_MAX_TYPES];
+    size_t nkeys;               /* the busiest waiting keys, by type slot then count */
+    dsp_table_key_stats keys[DSP_TABLE_KEYS_TYPES * DSP_TABLE_KEYS_TOP];
     uint64_t retention_deleted_total; /* rows deleted by retention since start */
     uint64_t orphans_recovered_total; /* orphaned PROCESSING rows put back since start */
 } dsp_table_stats;
@@ -414,9 +433,37 @@ typedef struct dsp_db_options {
     X(cert_retries, "cert_retries_total", "db_cert_retries_total", 1,                         \
       "transactions rolled back for a conflict (1213, 1205) and run again on the same connection") \
     X(claims_fenced, "claims_fenced_total", "db_claims_fenced_total", 1,                      \
-      "claims rolled back because the lease row was no longer this dispatcher's")
+      "claims rolled back because the lease row was no longer this dispatcher's")             \
+    X(progress_rows_written, "progress_rows_written_total", "db_progress_rows_written_total", 1, \
+      "progress rows written to the progress table (at most one a second per task)")          \
+    X(progress_rows_deleted, "progress_rows_deleted_total", "db_progress_rows_deleted_total", 1, \
+      "progress rows deleted because their task ended")
 
 #define DSP_DB_STATS_FIELD(field, key, metric, divisor, help) uint64_t field;
+
+/* The latest progress of one delivery, as the progress table stores it (version 11). */
+#define DSP_DB_PROGRESS_MSG_MAX 256
+typedef struct dsp_progress_row {
+    uint64_t task_id;
+    uint32_t epoch, attempt;
+    uint16_t permille;  /* 0 .. 1000 */
+    uint16_t msg_len;   /* 0 .. DSP_DB_PROGRESS_MSG_MAX */
+    int64_t reported_ms;
+    char msg[DSP_DB_PROGRESS_MSG_MAX];
+} dsp_progress_row;
+
+/* At most this many rows or deletions per dsp_db_progress_save (one statement each), and
+ * batches waiting for the stats thread: a batch beyond is dropped (progress is advisory;
+ * a running task's next report is written again). */
+#define DSP_DB_PROGRESS_BATCH 1000
+#define DSP_DB_PROGRESS_PENDING_MAX 4
+
+/* Hands the stats thread one batch of the progress table: rows to store (replacing a
+ * task's row) and the ids of ended tasks whose rows to delete, each at most
+ * DSP_DB_PROGRESS_BATCH; takes both arrays (malloc'd, or NULL with a count of 0) in
+ * every case. 0, or -1 when nothing was queued (no database, the thread stopped, a
+ * count over the bound, DSP_DB_PROGRESS_PENDING_MAX batches waiting). */
+int dsp_db_progress_save(dsp_db *db, dsp_progress_row *rows, size_t nrows, uint64_t *gone, size_t ngone);
 
 /* dsp_db_write, dsp_db_pending_writes, dsp_db_counters_get, dsp_db_table_stats_get
  * and dsp_db_requeue_failed accept db == NULL (an offline server, see

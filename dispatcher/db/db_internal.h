@@ -96,7 +96,7 @@ struct taskop_req {
 
 /* A queued dsp_db_requeue_failed, or a runtime setting's write or load (the same queue
  * of the stats thread, in order). */
-enum requeue_kind { REQ_REQUEUE = 0, REQ_SETTING_SAVE, REQ_SETTINGS_LOAD };
+enum requeue_kind { REQ_REQUEUE = 0, REQ_SETTING_SAVE, REQ_SETTINGS_LOAD, REQ_PROGRESS };
 struct requeue_req {
     struct requeue_req *next;
     char *type; /* NULL: every type */
@@ -104,6 +104,10 @@ struct requeue_req {
     enum requeue_kind kind;
     enum dsp_setting_what what; /* REQ_SETTING_SAVE: of setting (its type is `type`) */
     dsp_setting setting;
+    dsp_progress_row *prows;    /* REQ_PROGRESS: rows to store, ids to delete (owned) */
+    size_t nprows;
+    uint64_t *pgone;
+    size_t npgone;
 };
 
 /* dsp_db_claim's copy of a request. */
@@ -254,7 +258,11 @@ struct dsp_db {
 
     _Atomic uint64_t statements, claims, claimed_rows, claim_us_total, write_batches,
         reconnects, retention_deleted, orphans_recovered, submitted_rows, submit_duplicates,
-        submit_batches, submit_requests, claim_skipped, node_moves, cert_retries, claims_fenced;
+        submit_batches, submit_requests, claim_skipped, node_moves, cert_retries, claims_fenced, progress_rows_written,
+        progress_rows_deleted;
+    /* Progress batches queued for the stats thread and not yet written: bounded, so that a
+     * database away for long does not pile them up (dsp_db_progress_save). */
+    _Atomic unsigned progress_pending;
 
     struct dsp_binlog *binlog; /* the wake follower (db_binlog.c); NULL with --wake poll */
     struct dsp_submitter *sub; /* the submit thread and the waited-for tasks (db_submit.c) */

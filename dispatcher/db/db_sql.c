@@ -563,6 +563,26 @@ void dsp_db_sql_stats_oldest_end(dsp_strbuf *b)
     dsp_strbuf_puts(b, ") u GROUP BY t");
 }
 
+void dsp_db_sql_stats_keys_part(dsp_strbuf *b, const dsp_table_names *t, bool first, unsigned slot,
+                                const char *type, size_t type_len, unsigned scan_max, unsigned top)
+{
+    t = dsp_table_names_or_task(t);
+    if (!first)
+        dsp_strbuf_puts(b, " UNION ALL ");
+    /* The window sum counts every row read (before the LIMIT of the keys): whether the
+     * scan stopped at scan_max. */
+    dsp_strbuf_printf(b,
+                      "(SELECT %u s, k, COUNT(*) n, SUM(COUNT(*)) OVER () r FROM (SELECT group_key k"
+                      " FROM %s FORCE INDEX (group_idx) WHERE group_lane = 0 AND `delayed` = 0"
+                      " AND task_type = ",
+                      slot, t->task);
+    if (type_len == 0)
+        dsp_strbuf_puts(b, "''");
+    else
+        dsp_strbuf_put_hex(b, (const uint8_t *)type, type_len, true);
+    dsp_strbuf_printf(b, " LIMIT %u) d GROUP BY k ORDER BY n DESC, k LIMIT %u)", scan_max, top);
+}
+
 void dsp_db_sql_retention(dsp_strbuf *b, const dsp_table_names *t, int state, int64_t before_ms,
                           unsigned limit, const char *in)
 {

@@ -290,6 +290,13 @@ void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, const dsp_table_names *t, bool 
                                   const char *type, size_t type_len, int priority, int64_t now_ms);
 void dsp_db_sql_stats_oldest_end(dsp_strbuf *b);
 
+/* The busiest waiting keys of one type (GET /keys), a part of a UNION ALL (first: the
+ * first part): columns slot (the caller's number for the type), group_key, the count of
+ * its ready rows and the rows read, among the first scan_max ready keyed rows of the
+ * type in group_idx, the top keys by count. */
+void dsp_db_sql_stats_keys_part(dsp_strbuf *b, const dsp_table_names *t, bool first, unsigned slot,
+                                const char *type, size_t type_len, unsigned scan_max, unsigned top);
+
 /* Retention: one batch of SUCCESSFUL (state 2) or FAILED (state 3) rows last updated
  * before before_ms (a range of claim_idx on the state's lane, L 1 or 3):
  *   DELETE FROM task WHERE claim_lane = L AND task_state = S AND last_update_time < before_ms

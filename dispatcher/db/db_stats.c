@@ -195,6 +195,58 @@ static int stats_processing(struct stats_ctx *x)
 }
 
 /* Reads the figures and publishes them. Returns 0 or -1 (database error). */
+/* The types with the most ready rows first. */
+static int ready_desc_cmp(const void *pa, const void *pb, void *arg)
+{
+    const dsp_table_type_stats *types = arg;
+    uint64_t a = types[*(const uint16_t *)pa].new_ready, b = types[*(const uint16_t *)pb].new_ready;
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+
+/* 5. The busiest waiting keys of the types with the most ready rows (GET /keys): one
+ * statement, a bounded range of group_idx per type. */
+static int stats_keys(struct stats_ctx *x)
+{
+    dsp_table_stats *w = x->work;
+    uint16_t order[DSP_TABLE_STATS_MAX_TYPES];
+    size_t n = 0;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    for (size_t i = 0; i < w->ntypes; i++)
+        if (w->types[i].new_ready > 0)
+            order[n++] = (uint16_t)i;
+    if (n == 0)
+        return 0;
+    qsort_r(order, n, sizeof order[0], ready_desc_cmp, w->types);
+    if (n > DSP_TABLE_KEYS_TYPES)
+        n = DSP_TABLE_KEYS_TYPES;
+    dsp_strbuf_reset(&x->sql);
+    for (size_t i = 0; i < n; i++) {
+        const char *ty = w->types[order[i]].type;
+        dsp_db_sql_stats_keys_part(&x->sql, &x->db->names, i == 0, order[i], ty, strlen(ty),
+                                   DSP_TABLE_KEYS_SCAN, DSP_TABLE_KEYS_TOP);
+    }
+    if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
+        return -1;
+    while ((row = mysql_fetch_row(res)) != NULL && w->nkeys < DSP_TABLE_KEYS_TYPES * DSP_TABLE_KEYS_TOP) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        if (mysql_num_fields(res) != 4 || row[0] == NULL || row[1] == NULL || len[1] > 191)
+            continue;
+        uint64_t slot = field_u64(row[0]);
+        if (slot >= w->ntypes)
+            continue;
+        dsp_table_key_stats *k = &w->keys[w->nkeys++];
+        k->type_slot = (uint16_t)slot;
+        k->key_len = (uint8_t)len[1];
+        memcpy(k->key, row[1], len[1]);
+        k->waiting = field_u64(row[2]);
+        w->types[slot].keyed_read = field_u64(row[3]);
+    }
+    mysql_free_result(res);
+    return 0;
+}
+
 static int stats_refresh(struct stats_ctx *x)
 {
     dsp_db *db = x->db;
@@ -303,6 +355,8 @@ static int stats_refresh(struct stats_ctx *x)
     }
 
     qsort(w->types, w->ntypes, sizeof w->types[0], type_stats_cmp);
+    if (stats_keys(x) < 0)
+        return -1;
     w->valid = true;
     w->refreshed_wall_ms = now;
     w->duration_us = dsp_now_us() - t0;
@@ -373,6 +427,8 @@ void dsp_dbi_requeue_req_free(struct requeue_req *r)
 {
     if (r) {
         free(r->type);
+        free(r->prows);
+        free(r->pgone);
         free(r);
     }
 }
@@ -480,6 +536,61 @@ out:
     dsp_dbi_requeue_req_free(r);
 }
 
+/* Deletes the rows of r's ended tasks (one DELETE by primary key), then stores its
+ * progress rows (one REPLACE: a task's row is its latest report): in that order, so that
+ * a task that ended and was claimed again within the second keeps its new report. A
+ * failure loses only this batch: progress is advisory, and the next report of a running
+ * task writes its row again. */
+static void stats_progress_save(struct stats_ctx *x, struct requeue_req *r)
+{
+    dsp_db *db = x->db;
+    uint64_t n = 0;
+
+    if (stats_connect(x, true) < 0) {
+        log_debug(db->log, "progress of %zu task(s) not stored: no database connection", r->nprows);
+        goto out;
+    }
+    if (r->npgone > 0) {
+        dsp_strbuf_reset(&x->sql);
+        dsp_strbuf_printf(&x->sql, "DELETE FROM %s WHERE task_id IN (", db->names.progress);
+        for (size_t i = 0; i < r->npgone; i++)
+            dsp_strbuf_printf(&x->sql, "%s%" PRIu64, i ? ", " : "", r->pgone[i]);
+        dsp_strbuf_puts(&x->sql, ")");
+        if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+            log_warn(db->log, "progress rows of %zu ended task(s) not deleted", r->npgone);
+            if (!x->sql.oom)
+                stats_drop(x);
+            goto out;
+        }
+        atomic_fetch_add_explicit(&db->progress_rows_deleted, n, memory_order_relaxed);
+    }
+    if (r->nprows > 0) {
+        dsp_strbuf_reset(&x->sql);
+        dsp_strbuf_printf(&x->sql, "REPLACE INTO %s (task_id, epoch, attempt, permille, message, reported_ms)"
+                                   " VALUES ", db->names.progress);
+        for (size_t i = 0; i < r->nprows; i++) {
+            const dsp_progress_row *p = &r->prows[i];
+            dsp_strbuf_printf(&x->sql, "%s(%" PRIu64 ", %u, %u, %u, ", i ? ", " : "", p->task_id, p->epoch,
+                              p->attempt, (unsigned)p->permille);
+            if (p->msg_len == 0)
+                dsp_strbuf_puts(&x->sql, "''"); /* put_hex writes NULL for no bytes */
+            else
+                dsp_strbuf_put_hex(&x->sql, (const uint8_t *)p->msg, p->msg_len, false);
+            dsp_strbuf_printf(&x->sql, ", %" PRId64 ")", p->reported_ms);
+        }
+        if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+            log_warn(db->log, "progress of %zu task(s) not stored (the database refused it)", r->nprows);
+            if (!x->sql.oom)
+                stats_drop(x);
+            goto out;
+        }
+        atomic_fetch_add_explicit(&db->progress_rows_written, r->nprows, memory_order_relaxed);
+    }
+out:
+    atomic_fetch_sub(&db->progress_pending, 1);
+    dsp_dbi_requeue_req_free(r);
+}
+
 /* Reads every row of the settings table (at most DSP_SETTINGS_MAX) and answers. */
 static void stats_settings_load(struct stats_ctx *x, struct requeue_req *r)
 {
@@ -574,6 +685,33 @@ static MYSQL_RES *taskop_query(struct stats_ctx *x)
     return res;
 }
 
+/* SHOW of a PROCESSING row: the report its dispatcher stored last (the progress table,
+ * by primary key), as "progress_stored", when it is of the row's delivery: its attempt,
+ * or the next one (a delivery is recorded in the row after a second). A database error
+ * leaves it out: the row itself was read. */
+static void taskop_show_progress(struct stats_ctx *x, dsp_taskop *op, uint64_t attempts)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+
+    dsp_strbuf_reset(&x->sql);
+    dsp_strbuf_printf(&x->sql, "SELECT permille, message, reported_ms, attempt FROM %s WHERE task_id = %" PRIu64,
+                      x->db->names.progress, op->task_id);
+    if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
+        return;
+    if (mysql_num_fields(res) == 4 && (row = mysql_fetch_row(res)) != NULL && row[0] && row[1] && row[2] && row[3]) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        uint64_t permille = field_u64(row[0]), attempt = field_u64(row[3]);
+        /* The table's bytes are hostile too: a value in range, a text of at most 256 bytes
+         * of UTF-8 (col_text replaces what is not). */
+        if (permille <= 1000 && len[1] <= DSP_DB_PROGRESS_MSG_MAX && (attempt == attempts || attempt == attempts + 1))
+            json_object_set_new(op->answer, "progress_stored",
+                                json_pack("{s:I, s:o, s:o}", "permille", (json_int_t)permille, "message",
+                                          col_text(row[1]), "at_ms", col_int(row[2])));
+    }
+    mysql_free_result(res);
+}
+
 /* SHOW: the row as an object. */
 static void taskop_show(struct stats_ctx *x, dsp_taskop *op)
 {
@@ -610,8 +748,14 @@ static void taskop_show(struct stats_ctx *x, dsp_taskop *op)
         json_object_set_new(o, "epoch", col_int(row[DSP_DB_SQL_SHOW_EPOCH]));
         json_object_set_new(o, "delayed", json_boolean(field_u64(row[DSP_DB_SQL_SHOW_DELAYED]) != 0));
         op->status = DSP_TASKOP_OK;
+        uint64_t attempts = field_u64(row[DSP_DB_SQL_SHOW_ATTEMPTS]);
+        mysql_free_result(res);
+        res = NULL;
+        if (op->state == 1)
+            taskop_show_progress(x, op, attempts);
     }
-    mysql_free_result(res);
+    if (res)
+        mysql_free_result(res);
 }
 
 /* A task type's bytes as the table holds them (at most 256, checked). */
@@ -914,6 +1058,8 @@ void *dsp_dbi_stats_main(void *arg)
                 stats_setting_save(&x, r);
             else if (r->kind == REQ_SETTINGS_LOAD)
                 stats_settings_load(&x, r);
+            else if (r->kind == REQ_PROGRESS)
+                stats_progress_save(&x, r);
             else
                 stats_requeue(&x, r);
             pthread_mutex_lock(&db->mu);

@@ -1,6 +1,6 @@
 """taskpush: a Python worker and producer library for taskpushd.
 
-Speaks the wire protocol of proto/PROTOCOL.md (version 3, falling back to 2 and 1)
+Speaks the wire protocol of proto/PROTOCOL.md (version 4, falling back to 3, 2 and 1)
 with the standard library only. See python/README.md.
 """
 from .proto import BadFrame, MAX_BODY_DEFAULT, PROTO_VERSION

@@ -1,7 +1,8 @@
 """taskpush.proto: the wire codec, a pure function of bytes (no sockets).
 
 Owns the frame layouts of proto/PROTOCOL.md (version 1, version 2's SUBMIT,
-SUBMITTED and OUTCOME, version 3's CONFIRM and HOLDING) with the same bounds
+SUBMITTED and OUTCOME, version 3's CONFIRM and HOLDING, version 4's PROGRESS)
+with the same bounds
 as proto/proto.c: a decoder refuses what the C decoder refuses, an encoder
 refuses what a decoder would refuse, and one message has exactly one byte
 sequence, so decode then encode gives back the frame byte for byte.
@@ -12,7 +13,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple, Union
 
-PROTO_VERSION = 3  # what this library speaks first; it can fall back to 2, then 1
+PROTO_VERSION = 4  # what this library speaks first; it can fall back to 3, 2, then 1
 LEN_PREFIX = 4
 MAX_BODY_DEFAULT = (1 << 24) - 1 + 4096
 MAX_TYPE_LEN = 256
@@ -24,10 +25,13 @@ MAX_DEDUP_KEY_LEN = 191
 MAX_PAYLOAD_LEN = (1 << 24) - 1
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_CONFIRM = 1024  # entries of one CONFIRM or HOLDING
+PROGRESS_MAX = 1000  # a PROGRESS value is permille
+MAX_PROGRESS_MSG = 256  # bytes of a PROGRESS message: UTF-8 without NUL
 
 HELLO, WELCOME, HEARTBEAT, ERROR, STOP = 0x01, 0x02, 0x03, 0x04, 0x05
 TASK, DONE, EXTEND, CANCEL = 0x10, 0x11, 0x12, 0x13
 CONFIRM, HOLDING = 0x14, 0x15
+PROGRESS = 0x16
 SUBMIT, SUBMITTED, OUTCOME = 0x20, 0x21, 0x22
 
 SUCCESS, FAIL_PERM, FAIL_RETRY, RETRY_AFTER = 0, 1, 2, 3
@@ -50,7 +54,7 @@ OK, NEED_MORE, TOO_BIG, BAD = 0, 1, -1, -2
 
 TYPE_NAMES = {HELLO: "HELLO", WELCOME: "WELCOME", HEARTBEAT: "HEARTBEAT", ERROR: "ERROR",
               STOP: "STOP", TASK: "TASK", DONE: "DONE", EXTEND: "EXTEND", CANCEL: "CANCEL",
-              CONFIRM: "CONFIRM", HOLDING: "HOLDING", SUBMIT: "SUBMIT", SUBMITTED: "SUBMITTED",
+              CONFIRM: "CONFIRM", HOLDING: "HOLDING", PROGRESS: "PROGRESS", SUBMIT: "SUBMIT", SUBMITTED: "SUBMITTED",
               OUTCOME: "OUTCOME"}
 
 
@@ -126,6 +130,27 @@ class Extend:
 
 
 @dataclass
+class Progress:
+    task_id: int
+    epoch: int
+    attempt: int
+    permille: int  # 0 .. PROGRESS_MAX
+    message: bytes  # 0 .. MAX_PROGRESS_MSG bytes of UTF-8 without NUL; empty: none
+
+
+def progress_message_ok(b: bytes) -> bool:
+    """A PROGRESS message: at most MAX_PROGRESS_MSG bytes of UTF-8 without NUL
+    (Python's decoder refuses overlong forms and surrogates, as proto.c does)."""
+    if len(b) > MAX_PROGRESS_MSG or b"\0" in b:
+        return False
+    try:
+        b.decode("utf-8", "strict")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@dataclass
 class Cancel:
     task_id: int
     epoch: int
@@ -190,7 +215,7 @@ class Outcome:
 
 
 Message = Union[Hello, Welcome, Heartbeat, Stop, Error, Task, Done, Extend, Cancel,
-                Confirm, Holding, Submit, Submitted, Outcome]
+                Confirm, Holding, Progress, Submit, Submitted, Outcome]
 
 
 def frame_check(buf: Union[bytes, bytearray, memoryview], max_body: int) -> Tuple[int, int]:
@@ -357,6 +382,15 @@ def decode(body: bytes) -> Message:
     elif t == CANCEL:
         msg = Cancel(r.u64(), r.u32(), r.u32())
         r.end()
+    elif t == PROGRESS:
+        tid, epoch, attempt, permille = r.u64(), r.u32(), r.u32(), r.u16()
+        if permille > PROGRESS_MAX:
+            raise BadFrame(f"PROGRESS permille {permille}")
+        text = r.str16(0, MAX_PROGRESS_MSG, "message")
+        r.end()
+        if not progress_message_ok(text):
+            raise BadFrame("PROGRESS message is not UTF-8 without NUL")
+        msg = Progress(tid, epoch, attempt, permille, text)
     elif t == CONFIRM:
         msg = Confirm(_dec_deliveries(r, "CONFIRM"))
     elif t == HOLDING:
@@ -469,6 +503,12 @@ def encode_body(m: Message) -> bytes:
     if isinstance(m, Cancel):
         return struct.pack(">BQII", CANCEL, _u(m.task_id, 64, "task_id"), _u(m.epoch, 32, "epoch"),
                            _u(m.attempt, 32, "attempt"))
+    if isinstance(m, Progress):
+        if m.permille not in range(PROGRESS_MAX + 1) or not progress_message_ok(bytes(m.message)):
+            raise BadFrame(f"PROGRESS permille {m.permille} or its message")
+        return (struct.pack(">BQIIH", PROGRESS, _u(m.task_id, 64, "task_id"), _u(m.epoch, 32, "epoch"),
+                            _u(m.attempt, 32, "attempt"), m.permille)
+                + _s16(m.message, 0, MAX_PROGRESS_MSG, "message"))
     if isinstance(m, Confirm):
         return _enc_deliveries(CONFIRM, m.deliveries)
     if isinstance(m, Holding):

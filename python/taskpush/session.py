@@ -1,7 +1,7 @@
 """taskpush.session: one connection to a dispatcher, from connect to close.
 
 Owns the socket: the TCP connect (and TLS), the HELLO/WELCOME handshake with the
-fall-back from version 3 to 2 to 1 (open_negotiated), and an I/O loop
+fall-back from version 4 to 3, 2 and 1 (open_negotiated), and an I/O loop
 (Session.serve) that reads frames, writes what other threads queued, sends
 heartbeats and declares the dispatcher lost after 3 silent heartbeat intervals. Only the thread in
 serve() touches the socket; other threads call send(), which queues the frame
@@ -102,13 +102,16 @@ class Session:
                  address: Address, log: logging.Logger) -> None:
         self.sock = sock
         self.welcome = welcome
-        self.version = version  # the version of this session: 1, 2 or 3
+        self.version = version  # the version of this session: 1 .. 4
         self.address = address
         self.log = log
         self.heartbeat_s = max(welcome.heartbeat_ms, 1) / 1000.0
         self.max_body = welcome.max_body
         self._lock = threading.Lock()
         self._queue: List[bytes] = []
+        # Frames of which only the latest per key goes out (PROGRESS of a task),
+        # written before the queue of each wake-up.
+        self._latest: Dict[object, bytes] = {}
         self._closed = False
         self._abort = False
         # A socket pair, not a pipe: once closed, its objects refuse writes instead
@@ -133,6 +136,19 @@ class Session:
                 return False
             self._queue.append(data)
         self.wake()
+        return True
+
+    def send_latest(self, key: object, m: proto.Message) -> bool:
+        """Queues m for the I/O loop in place of a frame of the same key not yet
+        written (only the latest goes out); False when the session is gone."""
+        data = proto.encode(m)
+        with self._lock:
+            if self._closed:
+                return False
+            pending = key in self._latest
+            self._latest[key] = data
+        if not pending:
+            self.wake()
         return True
 
     def abort(self) -> None:
@@ -172,6 +188,9 @@ class Session:
                 if not out and now - last_send >= self.heartbeat_s:
                     out += proto.encode(proto.Heartbeat())
                 with self._lock:
+                    for d in self._latest.values():
+                        out += d
+                    self._latest.clear()
                     for d in self._queue:
                         out += d
                     self._queue.clear()

@@ -41,7 +41,7 @@ NTASKS = 3000
 NFLAKY = 5         # tasks of type "flaky": their worker fails each at once, permanently
 NBRITTLE = 2       # tasks of type "brittle" (max_attempts 1): the same worker fails their only attempt
 NFAILED = NFLAKY + NBRITTLE
-NORPHAN = 3        # tasks of type "orphan": no worker serves it
+NORPHAN = 3        # tasks of type "orphan": no worker serves it; group keys tenant-a (2), tenant-b (1)
 WORKER_CMD = "sleep 0.02; cat"
 # Its error carries markup: the page must show it as text.
 FLAKY_CMD = ('if [ "$TASKPUSH_TASK_TYPE" = brittle ]; then echo "brittle: try again" >&2; exit 1; fi; '
@@ -68,6 +68,7 @@ CHECKS = [
     "what to do: 'no worker serves orphan: start one with taskpush-worker --connect … --type orphan --exec …'; "
     "paused with ready rows: 'press Resume'",
     "failure rate per type: the answers of /stats by_type; 0 % for a type whose tasks succeed",
+    "busiest keys: orphan's tenant-a (2 waiting) before tenant-b (1), as GET /keys says",
     "failures list: each failed task with its error (markup as text), latest failure first; "
     "Retry on the exhausted ones, none on the permanent ones",
     "backlog screenshot written",
@@ -148,10 +149,12 @@ class Db:
         for i in range(ntasks):
             rows.append("('%s', %d, '{\"n\":%d}')" % ("resize" if i % 3 == 0 else "default", i % 3, i))
         rows += ["('flaky', 1, '{\"f\":%d}')" % i for i in range(NFLAKY)]
-        rows += ["('orphan', 1, '{\"o\":%d}')" % i for i in range(NORPHAN)]
         for k in range(0, len(rows), 1000):
             self.run("INSERT INTO task (task_type, task_priority, payload) VALUES " +
                      ",".join(rows[k:k + 1000]), db=self.name)
+        self.run("INSERT INTO task (task_type, task_priority, payload, group_key) VALUES " +
+                 ",".join("('orphan', 1, '{\"o\":%d}', '%s')" % (i, "tenant-b" if i == NORPHAN - 1 else "tenant-a")
+                          for i in range(NORPHAN)), db=self.name)
         self.run("INSERT INTO task (task_type, max_attempts, payload) VALUES " +
                  ",".join("('brittle', 1, '{\"b\":%d}')" % i for i in range(NBRITTLE)), db=self.name)
         return self.count("task_state = 0")
@@ -263,6 +266,7 @@ return {depth: d.depth, stats: d.lastStats, workers: d.lastWorkers, polls: d.pol
           function (e) { return [e.id, e.getAttribute('data-value'), e.textContent]; }),
         workerRows: rows('tr[data-worker-name]', 'data-worker-name'),
         typeRows: rows('#types-body tr', 'data-type'),
+        keyRows: rows('#keys-body tr', 'data-key'),
         failureRows: rows('#failures-body tr', 'data-task-id'),
         msg: document.getElementById('action-msg').textContent,
         msgColor: getComputedStyle(document.getElementById('action-msg')).color,
@@ -592,6 +596,18 @@ def main():
         except TimeoutError as e:
             problems.append(str(e))
         tap.result(not problems, "; ".join(problems))
+
+        # 12d. the busiest keys: the orphan rows wait in the table under two keys
+        def keys_shown():
+            kr = [r for r in js(driver, PAGE_STATE)["keyRows"] if r["cells"][0] == "orphan"]
+            return kr if [(r["key"], r["cells"][4]) for r in kr] == [("tenant-a", "2"), ("tenant-b", "1")] else None
+        try:
+            kr = wait_for("orphan's keys in the page", keys_shown, PAGE_WAIT_S)
+            api = [t for t in get_json(admin, "/keys")["types"] if t["type"] == "orphan"]
+            api_keys = [(k["key"], k["waiting"]) for k in api[0]["keys"]] if api else None
+            tap.result(api_keys == [("tenant-a", 2), ("tenant-b", 1)], "page %r, /keys %r" % (kr, api_keys))
+        except TimeoutError as e:
+            tap.result(False, str(e))
 
         # 13. the failures list
         def failures_listed():

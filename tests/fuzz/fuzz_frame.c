@@ -90,6 +90,12 @@ static int msg_equal(const proto_msg *a, const proto_msg *b)
         eq = a->u.cancel.task_id == b->u.cancel.task_id && a->u.cancel.epoch == b->u.cancel.epoch &&
              a->u.cancel.attempt == b->u.cancel.attempt;
         break;
+    case PROTO_PROGRESS:
+        eq = a->u.progress.task_id == b->u.progress.task_id && a->u.progress.epoch == b->u.progress.epoch &&
+             a->u.progress.attempt == b->u.progress.attempt &&
+             a->u.progress.permille == b->u.progress.permille &&
+             bytes_equal(a->u.progress.message, b->u.progress.message);
+        break;
     case PROTO_SUBMIT:
         /* Both decoded: the entries are the bytes of every task, checked by the decoder. */
         eq = a->u.submit.request_id == b->u.submit.request_id &&
@@ -181,6 +187,13 @@ static void check_borrowed(const proto_msg *m, const uint8_t *body, size_t n)
         check(m->u.confirm.n >= 1 && m->u.confirm.n <= PROTO_MAX_CONFIRM &&
               inside(m->u.confirm.entries, body, n) &&
               m->u.confirm.entries.len == (size_t)m->u.confirm.n * PROTO_DLV_ENTRY);
+        break;
+    case PROTO_PROGRESS:
+        /* Within its bounds, and text the dispatcher may copy and show as it is. */
+        check(m->u.progress.permille <= PROTO_PROGRESS_MAX &&
+              m->u.progress.message.len <= PROTO_MAX_PROGRESS_MSG &&
+              (m->u.progress.message.len == 0 || inside(m->u.progress.message, body, n)) &&
+              proto_utf8_valid(m->u.progress.message));
         break;
     case PROTO_SUBMITTED:
         check(m->u.submitted.n == 0 || inside(m->u.submitted.entries, body, n));

@@ -99,7 +99,7 @@ class Inventory(Case):
 
         self.start(w)
         tplib.wait_for(lambda: len(runs) == 6, "six tasks running")
-        self.assertEqual(w.connected_version, 3)
+        self.assertGreaterEqual(w.connected_version, 3)  # a version with inventory
         self.kill(w)
         down.set()
         tplib.wait_for(lambda: w.unconfirmed() == 3 and w.held() == 3,
@@ -157,7 +157,7 @@ class Inventory(Case):
         time.sleep(0.3)
         self.assertEqual(sorted(runs.values()), [1] * 4)
         self.assertEqual(int(standby.json("/stats")["tasks"]["adopted_total"]), 4)
-        self.assertEqual(w.connected_version, 3)
+        self.assertGreaterEqual(w.connected_version, 3)  # a version with inventory
 
     def test_refused_is_cancelled(self) -> None:
         listen = self.restartable()
@@ -192,7 +192,7 @@ class Inventory(Case):
         self.wait_rows("task_state = 2 AND attempts = 1 AND payload = 'keep'", 1, "SUCCESSFUL")
         self.assertFalse(seen[b"keep"])
         self.assertEqual(runs, {b"keep": 1, b"gone": 1})
-        self.assertEqual(w.connected_version, 3)
+        self.assertGreaterEqual(w.connected_version, 3)  # a version with inventory
         self.assertEqual(w.stats["connections"], 2)
 
     def test_late_worker_refused(self) -> None:

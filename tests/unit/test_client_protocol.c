@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -573,6 +574,105 @@ static void test_extend(void **state)
     hctx_destroy(&s.h);
 }
 
+/* A handler that reports progress PROGRESS_CALLS times in a burst, then "last" at 777. */
+enum { PROGRESS_CALLS = 2000 };
+typedef struct progress_ctx {
+    atomic_int first_rc, last_rc;
+} progress_ctx;
+
+static int progress_handler(tp_task *t, void *arg)
+{
+    progress_ctx *p = arg;
+    atomic_store(&p->first_rc, tp_task_progress(t, 1, "first"));
+    for (int i = 0; i < PROGRESS_CALLS; i++)
+        (void)tp_task_progress(t, (unsigned)(i % 1001), "burst");
+    atomic_store(&p->last_rc, tp_task_progress(t, 777, "last"));
+    return TP_SUCCESS;
+}
+
+/* Starts a worker of progress_handler (threads handler threads) welcomed in version;
+ * sends one task and reads up to its DONE: the PROGRESS frames seen, the last in *last. */
+static int progress_run(unsigned threads, uint16_t version, progress_ctx *p, proto_msg *last)
+{
+    fake f;
+    runner r;
+    char addr[64];
+    proto_msg m;
+    int n = 0;
+
+    fake_listen(&f);
+    fake_addr(&f, addr, sizeof(addr));
+    tp_worker *w = new_worker(addr, 1, threads);
+    assert_int_equal(tp_worker_add_type(w, "alpha", progress_handler, p), 0);
+    runner_start(&r, w);
+    fake_accept(&f);
+    fake_expect(&f, &m, PROTO_HELLO);
+    assert_int_equal(m.u.hello.version, PROTO_VERSION);
+    if (version < PROTO_VERSION) {
+        /* An older dispatcher refuses the HELLO; the worker comes back in version. */
+        proto_msg e = {.type = PROTO_ERROR};
+        e.u.error.code = PROTO_ERR_VERSION;
+        fake_send(&f, &e);
+        fake_expect_eof(&f, PROTO_DONE);
+        fake_accept(&f);
+        fake_expect(&f, &m, PROTO_HELLO);
+        assert_int_equal(m.u.hello.version, version);
+    }
+    fake_send_welcome(&f, version, 0, PROTO_MAX_BODY_DEFAULT);
+    fake_send_task_full(&f, 91, 5, 3, 60000, 1, "alpha", "x", 1);
+    for (;;) {
+        assert_int_equal(fake_read(&f, &m, 10000), 1);
+        if (m.type == PROTO_DONE)
+            break;
+        assert_int_equal(m.type, PROTO_PROGRESS);
+        assert_int_equal(m.u.progress.task_id, 91);
+        assert_int_equal(m.u.progress.epoch, 5);
+        assert_int_equal(m.u.progress.attempt, 3);
+        *last = m; /* its message points into the fake's buffer: compared before the next read */
+        assert_true(m.u.progress.permille <= 1000);
+        n++;
+        if (m.u.progress.permille == 777 && m.u.progress.message.len == 4)
+            assert_memory_equal(m.u.progress.message.ptr, "last", 4);
+    }
+    tp_worker_stop(w);
+    runner_join(&r);
+    fake_close(&f);
+    return n;
+}
+
+/* From a handler thread, the reports are queued and coalesced: fewer frames than calls
+ * go out (never more), and the last one is the last report. */
+static void test_progress_coalesced(void **state)
+{
+    progress_ctx p = {0};
+    proto_msg last = {0};
+
+    (void)state;
+    int n = progress_run(1, PROTO_VERSION, &p, &last);
+    printf("# %d PROGRESS frames for %d reports\n", n, PROGRESS_CALLS + 2);
+    assert_int_equal(atomic_load(&p.first_rc), TP_OK);
+    assert_int_equal(atomic_load(&p.last_rc), TP_OK);
+    assert_true(n >= 1 && n <= PROGRESS_CALLS + 2);
+    assert_int_equal(last.u.progress.permille, 777);
+    /* Inline (threads 0): each report is written at once, in order. */
+    memset(&p, 0, sizeof p);
+    n = progress_run(0, PROTO_VERSION, &p, &last);
+    assert_int_equal(n, PROGRESS_CALLS + 2);
+    assert_int_equal(last.u.progress.permille, 777);
+}
+
+/* A version-3 session: TP_ENOTSUP, and no PROGRESS frame (the dispatcher would close). */
+static void test_progress_v3_not_sent(void **state)
+{
+    progress_ctx p = {0};
+    proto_msg last = {0};
+
+    (void)state;
+    assert_int_equal(progress_run(1, 3, &p, &last), 0);
+    assert_int_equal(atomic_load(&p.first_rc), TP_ENOTSUP);
+    assert_int_equal(atomic_load(&p.last_rc), TP_ENOTSUP);
+}
+
 static int inline_extend_handler(tp_task *t, void *arg)
 {
     int *rc = arg;
@@ -864,9 +964,9 @@ static void test_not_leader_next_address(void **state)
     fake_close(&b);
 }
 
-/* fake_handshake_v2 plays a dispatcher of protocol version 2: the worker's first HELLO
- * (version 3) is refused, and the next one, of version 2, welcomed. With fallen, the
- * worker already speaks version 2. */
+/* fake_handshake_v2 plays a dispatcher of protocol version 2: the worker's HELLOs of
+ * versions PROTO_VERSION down to 3 are refused, and the next one, of version 2,
+ * welcomed. With fallen, the worker already speaks version 2. */
 static void fake_handshake_v2(fake *f, int fallen)
 {
     proto_msg m;
@@ -874,8 +974,8 @@ static void fake_handshake_v2(fake *f, int fallen)
 
     fake_accept(f);
     fake_expect(f, &m, PROTO_HELLO);
-    if (!fallen) {
-        assert_int_equal(m.u.hello.version, 3);
+    for (uint16_t v = PROTO_VERSION; !fallen && v >= 3; v--) {
+        assert_int_equal(m.u.hello.version, v);
         e.u.error.code = PROTO_ERR_VERSION;
         fake_send(f, &e);
         fake_expect_eof(f, PROTO_DONE);
@@ -1576,9 +1676,10 @@ static void test_submit_v1_fallback_and_inline(void **state)
     w = new_worker(addr, 1, 0);
     assert_int_equal(tp_worker_add_type(w, "alpha", submitting_handler, w), 0);
     runner_start(&r, w);
-    /* An old dispatcher refuses versions 3 and 2: the worker comes back in version 1. */
+    /* An old dispatcher refuses versions PROTO_VERSION to 2: the worker comes back in
+     * version 1. */
     e.u.error.code = PROTO_ERR_VERSION;
-    for (uint16_t v = 3; v >= 2; v--) {
+    for (uint16_t v = PROTO_VERSION; v >= 2; v--) {
         fake_accept(&f);
         fake_expect(&f, &m, PROTO_HELLO);
         assert_int_equal(m.u.hello.version, v);
@@ -1613,6 +1714,8 @@ int main(void)
         cmocka_unit_test(test_fewer_threads_than_capacity),
         cmocka_unit_test(test_over_capacity_closes),
         cmocka_unit_test(test_extend),
+        cmocka_unit_test(test_progress_coalesced),
+        cmocka_unit_test(test_progress_v3_not_sent),
         cmocka_unit_test(test_extend_inline),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_heartbeats),

@@ -76,6 +76,65 @@ static void test_exec_env_and_status(void **state)
     tpw_exec_res_free(&res);
 }
 
+/* What the progress callback saw. */
+typedef struct seen {
+    int n;
+    unsigned last;
+    char text[300];
+} seen;
+
+static void on_progress(void *arg, unsigned permille, const char *text)
+{
+    seen *s = arg;
+    s->n++;
+    s->last = permille;
+    snprintf(s->text, sizeof s->text, "%s", text);
+}
+
+/* Lines on descriptor 3: the well-formed ones reach the callback, in order; the rest
+ * (a value over 1000, no number, a trailing word glued on, a text over 256 bytes, a line
+ * over the bound, a last line without its newline) are skipped; stdout is unaffected. */
+static void test_exec_progress_fd(void **state)
+{
+    tpw_exec_req q = exec_req(
+        "echo out; printf 'progress 10\\n' >&3; printf 'progress 1001\\nprogress x\\nprogress 5x\\n' >&3;"
+        " printf 'progress 7 %0300d\\n' 0 >&3; printf 'progress 20 %0250d\\n' 0 >&3;"
+        " printf 'progress 999 page 9 of 10\\nprogress 5 no newline' >&3",
+        NULL, 0);
+    tpw_exec_res res;
+    seen s = {0};
+    char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+
+    (void)state;
+    q.envp = envp;
+    q.progress = on_progress;
+    q.progress_arg = &s;
+    assert_int_equal(run_exec(&q, &res), 0);
+    assert_true(WIFEXITED(res.status) && WEXITSTATUS(res.status) == 0);
+    assert_string_equal(res.out, "out\n");
+    assert_int_equal(s.n, 3); /* 10, 20 (a text of 250 bytes), 999 */
+    assert_int_equal(s.last, 999);
+    assert_string_equal(s.text, "page 9 of 10");
+    tpw_exec_res_free(&res);
+
+    /* Without a callback the command has no descriptor 3: writing to it fails. */
+    tpw_exec_req q2 = exec_req("printf 'progress 1\\n' >&3 2>/dev/null || echo closed", NULL, 0);
+    q2.envp = envp;
+    assert_int_equal(run_exec(&q2, &res), 0);
+    assert_string_equal(res.out, "closed\n");
+    tpw_exec_res_free(&res);
+
+    /* The parser alone. */
+    assert_int_equal(tpw_exec_progress_line("progress 0", 10, on_progress, &s), 1);
+    assert_int_equal(s.last, 0);
+    assert_string_equal(s.text, "");
+    assert_int_equal(tpw_exec_progress_line("progress 1000 done", 18, on_progress, &s), 1);
+    assert_int_equal(tpw_exec_progress_line("progress 00001000", 17, on_progress, &s), 0);
+    assert_int_equal(tpw_exec_progress_line("progress  5", 11, on_progress, &s), 0);
+    assert_int_equal(tpw_exec_progress_line("Progress 5", 10, on_progress, &s), 0);
+    assert_int_equal(tpw_exec_progress_line("progress 5 a\0b", 14, on_progress, &s), 0);
+}
+
 static int proc_gone(pid_t pid)
 {
     char path[64];
@@ -142,6 +201,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exec_large_io),
         cmocka_unit_test(test_exec_env_and_status),
+        cmocka_unit_test(test_exec_progress_fd),
         cmocka_unit_test(test_exec_kills_process_group),
     };
 

@@ -930,7 +930,7 @@ static void test_unknown_types_bad(void **state)
                                     PROTO_ERROR, PROTO_STOP,    PROTO_TASK,
                                     PROTO_DONE,  PROTO_EXTEND,  PROTO_CANCEL,
                                     PROTO_SUBMIT, PROTO_SUBMITTED, PROTO_OUTCOME,
-                                    PROTO_CONFIRM, PROTO_HOLDING};
+                                    PROTO_CONFIRM, PROTO_HOLDING, PROTO_PROGRESS};
     uint8_t body[64] = {0};
     uint8_t out[64];
     int nknown = 0;

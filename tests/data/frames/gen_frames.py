@@ -24,7 +24,8 @@ INVALID_DIR = HERE / "invalid"
 CORPUS_DIR = HERE.parent.parent / "fuzz" / "corpus"
 
 # Mirrors of proto.h.
-VERSION = 3
+VERSION = 4
+VERSION_3 = 3
 VERSION_1 = 1
 VERSION_2 = 2
 MAX_BODY_DEFAULT = (1 << 24) - 1 + 4096
@@ -33,6 +34,8 @@ FUZZ_MAX_BODY = 1 << 20  # the max_body of tests/fuzz/fuzz_frame.c
 HELLO, WELCOME, HEARTBEAT, ERROR, STOP = 0x01, 0x02, 0x03, 0x04, 0x05
 TASK, DONE, EXTEND, CANCEL = 0x10, 0x11, 0x12, 0x13
 CONFIRM, HOLDING = 0x14, 0x15
+PROGRESS = 0x16
+MAX_PROGRESS_MSG = 256
 MAX_CONFIRM = 1024
 SUBMIT, SUBMITTED, OUTCOME = 0x20, 0x21, 0x22
 WAIT = 0x01
@@ -77,6 +80,11 @@ def task(task_id, epoch, attempt, timeout_ms, priority, ttype, payload):
 
 def done(task_id, epoch, attempt, outcome, retry_after_ms, data):
     return struct.pack(">BQIIBI", DONE, task_id, epoch, attempt, outcome, retry_after_ms) + data
+
+
+def progress(task_id, epoch, attempt, permille, message, msg_len=None):
+    return (struct.pack(">BQIIHH", PROGRESS, task_id, epoch, attempt, permille,
+                        len(message) if msg_len is None else msg_len) + message)
 
 
 def extend(task_id, epoch, attempt, extend_ms):
@@ -181,6 +189,12 @@ VALID = {
     "holding_one": dlv_list(HOLDING, [(42, 5, 2)]),
     "holding_several": dlv_list(HOLDING, [(1, 1, 1), (2, 4, 3), (3, 0, 0)]),
     "holding_max": dlv_list(HOLDING, [(i * 3, 2, 1) for i in range(MAX_CONFIRM)]),
+    "hello_v3": hello(VERSION_3, 4, b"v3-worker", b"", [b"echo"]),
+    "progress_empty": progress(0x0102030405060708, 3, 1, 0, b""),
+    "progress_message": progress(42, 7, 2, 375, b"page 3 of 8"),
+    "progress_max": progress(0xFFFFFFFFFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 1000,
+                             "\u00e9".encode() * (MAX_PROGRESS_MSG // 2)),
+    "progress_utf8": progress(5, 1, 1, 999, "\u2713 \U0001F600 \u00fcber".encode()),
 }
 
 # Whole frames (prefix included) of the invalid cases.
@@ -254,6 +268,18 @@ INVALID = {
     "holding_short": frame(dlv_list(HOLDING, [(1, 1, 1)])[:-4]),
     "holding_n_past_end": frame(dlv_list(HOLDING, [(1, 1, 1)] * 3, n=4)),
     "holding_truncated": frame(bytes([HOLDING])),
+    "progress_1001": frame(progress(1, 1, 1, 1001, b"")),
+    "progress_ffff": frame(progress(1, 1, 1, 0xFFFF, b"x")),
+    "progress_message_257": frame(progress(1, 1, 1, 10, b"m" * (MAX_PROGRESS_MSG + 1))),
+    "progress_not_utf8": frame(progress(1, 1, 1, 10, b"\xc3\x28")),
+    "progress_overlong": frame(progress(1, 1, 1, 10, b"\xc0\xaf")),
+    "progress_surrogate": frame(progress(1, 1, 1, 10, b"\xed\xa0\x80")),
+    "progress_above_10ffff": frame(progress(1, 1, 1, 10, b"\xf4\x90\x80\x80")),
+    "progress_cut_sequence": frame(progress(1, 1, 1, 10, b"ab\xe2\x82")),
+    "progress_nul": frame(progress(1, 1, 1, 10, b"a\x00b")),
+    "progress_len_past_end": frame(progress(1, 1, 1, 10, b"abc", msg_len=4)),
+    "progress_trailing_byte": frame(progress(1, 1, 1, 10, b"abc", msg_len=2)),
+    "progress_truncated": frame(progress(1, 1, 1, 10, b"")[:19]),
 }
 
 
@@ -273,6 +299,8 @@ def corpus():
                                       + v["submitted_unavailable"] + v["outcome_failed"])
     seeds["stream-inventory"] = (v["welcome"] + v["holding_several"] + v["done_success"]
                                  + v["confirm_several"] + v["cancel"] + v["heartbeat"])
+    seeds["stream-progress"] = (v["hello_full"] + v["progress_message"] + v["extend"]
+                                + v["progress_utf8"] + v["done_success"])
     seeds["stream-partial"] = v["task_small"] + v["done_success"][:10]
     seeds["stream-bad-middle"] = v["heartbeat"] + INVALID["unknown_type"] + v["heartbeat"]
     seeds["stream-too-big"] = v["heartbeat"] + struct.pack(">I", FUZZ_MAX_BODY + 1) + b"\x10"
