@@ -1,6 +1,6 @@
 -- taskpush schema. This is the one file a user runs on a new database:
 --     mariadb DBNAME < sql/schema.sql
--- It creates the current version (schema_version 9) directly. On an existing database it
+-- It creates the current version (schema_version 10) directly. On an existing database it
 -- changes nothing (see "Safe to run twice"), so it never upgrades one: that is what the
 -- migrations do. To upgrade, stop every taskpushd on the database, then run
 --     taskpushd --db URL --migrate
@@ -94,6 +94,9 @@ CREATE TABLE IF NOT EXISTS task (
     -- 1 while a NEW row waits for its run_after (the delayed lane), 0 otherwise. The
     -- dispatcher promotes rows whose run_after has passed and demotes rows a producer
     -- inserted with a future run_after, so the claim scans only ready rows.
+    -- Version 10 (sql/migrations/010-task-dependencies.sql): 2 while a NEW row waits
+    -- for the tasks task_dep lists for it; the dispatcher sets 0 (or 1) once all are
+    -- SUCCESSFUL, and makes the row FAILED when one of them failed.
     `delayed`        TINYINT NOT NULL DEFAULT 0,
     -- Version 5 (sql/migrations/005-claim-lane.sql): task_state, with SUCCESSFUL (2) in
     -- PROCESSING's place (1), so that writing a success changes no indexed value and
@@ -166,7 +169,7 @@ CREATE TABLE IF NOT EXISTS taskpush_meta (
     PRIMARY KEY (name)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
-INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 9), ('epoch', 0), ('lease', 0);
+INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 10), ('epoch', 0), ('lease', 0);
 
 -- Periodic tasks (version 4, sql/migrations/004-task-schedule.sql): one row per
 -- schedule; the leading taskpushd inserts its due runs into task (docs/schema.md).
@@ -246,4 +249,25 @@ CREATE TABLE IF NOT EXISTS task_setting (
     CONSTRAINT setting_limits_range CHECK (concurrency <= 1000000 AND rate <= 1000000
                                            AND per_group <= 1000000),
     CONSTRAINT setting_flags_range CHECK (has_limit IN (0, 1) AND paused IN (0, 1))
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+-- Dependencies (version 10, sql/migrations/010-task-dependencies.sql): one row per task
+-- that a waiting task (task.`delayed` = 2) waits for. A producer inserts the waiting task
+-- and its rows here in one transaction (docs/producers.md, "Dependencies"); the
+-- dispatcher marks a row met when its parent is SUCCESSFUL and releases the task when
+-- none is left unmet.
+CREATE TABLE IF NOT EXISTS task_dep (
+    -- The waiting task (task.task_id).
+    task_id   BIGINT UNSIGNED NOT NULL,
+    -- A task it waits for (task.task_id); never the task itself.
+    parent_id BIGINT UNSIGNED NOT NULL,
+    -- 1 once the dispatcher saw the parent SUCCESSFUL; 0 before (producers insert 0).
+    met       TINYINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (task_id, parent_id),
+    -- A parent's dependants, when its outcome is written.
+    KEY dep_parent_idx (parent_id),
+    -- Whether a task has a dependency left unmet: one seek, however many it has.
+    KEY dep_pending_idx (task_id, met),
+    CONSTRAINT dep_not_self CHECK (task_id <> parent_id),
+    CONSTRAINT dep_met_range CHECK (met IN (0, 1))
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

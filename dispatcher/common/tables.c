@@ -10,6 +10,7 @@ const dsp_table_names dsp_table_names_task = {
     .schedule = "task_schedule",
     .claim = "task_claim",
     .setting = "task_setting",
+    .dep = "task_dep",
     .is_default = true,
 };
 
@@ -25,7 +26,9 @@ const char *const dsp_table_constraint_names[] = {
     /* task_claim */
     "task_claim_ids_not_empty",
     /* task_setting */
-    "setting_limits_range", "setting_flags_range", NULL};
+    "setting_limits_range", "setting_flags_range",
+    /* task_dep */
+    "dep_not_self", "dep_met_range", NULL};
 
 _Static_assert(DSP_TABLE_NAME_MAX + 1 + DSP_TABLE_CONSTRAINT_MAX <= 64,
                "NAME_<constraint> must fit MySQL's 64-byte identifiers");
@@ -66,14 +69,15 @@ int dsp_table_names_init(dsp_table_names *t, const char *name)
     snprintf(t->schedule, sizeof t->schedule, "%s_schedule", name);
     snprintf(t->claim, sizeof t->claim, "%s_claim", name);
     snprintf(t->setting, sizeof t->setting, "%s_setting", name);
+    snprintf(t->dep, sizeof t->dep, "%s_dep", name);
     return 0;
 }
 
 void dsp_table_names_subst(dsp_strbuf *out, const dsp_table_names *t, const char *text, size_t len)
 {
     const dsp_table_names *d = &dsp_table_names_task;
-    const char *from[5] = {d->task, d->meta, d->schedule, d->claim, d->setting};
-    const char *to[5] = {t->task, t->meta, t->schedule, t->claim, t->setting};
+    const char *from[6] = {d->task, d->meta, d->schedule, d->claim, d->setting, d->dep};
+    const char *to[6] = {t->task, t->meta, t->schedule, t->claim, t->setting, t->dep};
     size_t i = 0, copied = 0;
 
     if (t->is_default) {
@@ -89,7 +93,7 @@ void dsp_table_names_subst(dsp_strbuf *out, const dsp_table_names *t, const char
         while (i < len && is_word(text[i]))
             i++;
         bool done = false;
-        for (int k = 0; k < 5 && !done; k++) {
+        for (int k = 0; k < 6 && !done; k++) {
             size_t n = strlen(from[k]);
             if (i - w == n && memcmp(text + w, from[k], n) == 0) {
                 dsp_strbuf_put(out, text + copied, w - copied);

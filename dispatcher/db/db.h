@@ -226,6 +226,10 @@ typedef struct dsp_submit_item {
     size_t group_key_len;     /* at most 191 (the decoder's bound) */
     const uint8_t *payload;
     size_t payload_len;
+    /* The task ids it waits for: nafter ids of 8 bytes each, big-endian (the frame's
+     * bytes); nafter 0: none. At most PROTO_MAX_AFTER (checked by the loop). */
+    const uint8_t *after;
+    uint16_t nafter;
     /* The answer. */
     uint8_t result;        /* 0 inserted, 1 duplicate (proto.h's enum proto_submit_result) */
     uint64_t task_id;      /* the new row, or the existing row of a duplicate (0: unknown) */

@@ -33,6 +33,8 @@ struct stats_ctx {
     uint8_t lane0[DSP_TABLE_STATS_MAX_TYPES];   /* per type: priorities (bits) in the ready lane */
     int64_t next_connect;                       /* monotonic: no connection attempt before */
     int64_t next_retain;                        /* monotonic: no retention round before */
+    int64_t next_deps;                          /* monotonic: no dependency sweep before */
+    struct dsp_deps_cursor deps_cur;            /* where the next sweep starts */
     bool types_full_logged;
 };
 
@@ -864,6 +866,31 @@ static void stats_round(struct stats_ctx *x, bool refresh, bool retain)
     }
 }
 
+/* The leader's sweep of the waiting tasks (db_deps.c), every DSP_DEPS_SWEEP_MS. */
+static void stats_deps(struct stats_ctx *x)
+{
+    dsp_db *db = x->db;
+
+    x->next_deps = dsp_now_ms() + DSP_DEPS_SWEEP_MS;
+    if (!atomic_load(&db->leader) || stats_connect(x, false) < 0)
+        return;
+    /* Cheap when nothing waits: one probe of delay_idx. */
+    dsp_strbuf_reset(&x->sql);
+    dsp_strbuf_printf(&x->sql, "SELECT COUNT(*) FROM (SELECT 1 FROM %s FORCE INDEX (delay_idx)"
+                      " WHERE `delayed` = 2 LIMIT 1) w", db->names.task);
+    MYSQL_RES *res = x->sql.oom ? NULL : db_query_res(&x->c, x->sql.p, x->sql.len);
+    if (res == NULL) {
+        stats_drop(x);
+        return;
+    }
+    MYSQL_ROW row = mysql_fetch_row(res);
+    bool any = row && row[0] && strcmp(row[0], "0") != 0;
+    mysql_free_result(res);
+    atomic_store(&db->deps_seen, any);
+    if (any && dsp_dbi_deps_sweep(db, &x->c, &x->sql, &x->deps_cur) < 0)
+        stats_drop(x);
+}
+
 void *dsp_dbi_stats_main(void *arg)
 {
     dsp_db *db = arg;
@@ -920,9 +947,17 @@ void *dsp_dbi_stats_main(void *arg)
             continue;
         }
         now = dsp_now_ms();
+        if (now >= x.next_deps) {
+            pthread_mutex_unlock(&db->mu);
+            stats_deps(&x);
+            pthread_mutex_lock(&db->mu);
+            continue;
+        }
         at = next_round;
         if (at != INT64_MAX && x.c.m == NULL && x.next_connect > at)
             at = x.next_connect;
+        if (x.next_deps < at)
+            at = x.next_deps;
         if (now >= at) {
             pthread_mutex_unlock(&db->mu);
             stats_round(&x, refresh, retain);

@@ -307,7 +307,7 @@ static void test_beside_team_table(void **state)
 
     assert_int_equal(dsp_table_names_init(&jobs, "jobs"), 0);
     assert_int_equal(tp_testdb_create("tables_team", db), 0);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_dep"), 0);
     assert_int_equal(tp_testdb_exec(db, TEAM_TABLE), 0);
     /* 1,000 rows in the team's codes: NEW=1 PROCESSING=2 SUCCESSFUL=3 FAILED=4. */
     assert_int_equal(tp_testdb_exec(db,
