@@ -57,7 +57,7 @@ else
     fail "the README's run line exited $rc at once: $(cat "$work/run.log")"
   else
     lib=$(grep -m1 libtaskpush "/proc/$pid/maps" | awk '{print $6}')
-    [ "$lib" = "$(cd "$build" && pwd)/worker-client/libtaskpush.so.1.3.0" ] ||
+    [ "$lib" = "$(cd "$build" && pwd)/worker-client/libtaskpush.so.1.4.0" ] ||
       fail "the worker runs with '$lib', not the build tree's libtaskpush"
     kill -TERM "$pid"
     wait "$pid"; rc=$?

@@ -42,7 +42,7 @@ expect() { # KIND PATH
   esac
 }
 for p in taskpushd taskpush-worker taskpushctl taskpush-bench taskpush-adopt; do expect x "$bindir/$p"; done
-expect f "$libdir/libtaskpush.so.1.3.0"
+expect f "$libdir/libtaskpush.so.1.4.0"
 expect l "$libdir/libtaskpush.so.1"
 expect l "$libdir/libtaskpush.so"
 expect f "$includedir/taskpush.h"
@@ -61,10 +61,10 @@ expect f "$datadir/taskpush/sql/schema.sql"
 for m in "$src"/sql/migrations/*.sql; do expect f "$datadir/taskpush/sql/migrations/$(basename "$m")"; done
 for d in "$src"/docs/*.md "$src"/docs/*.png; do expect f "$docdir/$(basename "$d")"; done
 
-soname=$(readelf -d "$dest$libdir/libtaskpush.so.1.3.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+soname=$(readelf -d "$dest$libdir/libtaskpush.so.1.4.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = libtaskpush.so.1 ] || fail "the library's soname is '$soname', not libtaskpush.so.1"
-[ "$(readlink "$dest$libdir/libtaskpush.so.1")" = libtaskpush.so.1.3.0 ] ||
-  fail "libtaskpush.so.1 does not point to libtaskpush.so.1.3.0"
+[ "$(readlink "$dest$libdir/libtaskpush.so.1")" = libtaskpush.so.1.4.0 ] ||
+  fail "libtaskpush.so.1 does not point to libtaskpush.so.1.4.0"
 grep -qx "ExecStart=$bindir/taskpushd --config $sysconfdir/taskpush/taskpushd.conf" \
   "$dest$unitdir/taskpushd.service" || fail "the unit's ExecStart is not the installed taskpushd with the installed config file"
 grep -qx "u taskpush .*" "$dest$sysusersdir/taskpush.conf" || fail "the sysusers.d file makes no user taskpush"

@@ -54,7 +54,7 @@ holds taskpush-bench /usr/bin/taskpush-bench /usr/share/man/man1/taskpush-bench.
 pydir=/usr/lib/python3/dist-packages
 holds python3-taskpush $pydir/taskpush/py.typed $pydir/taskpush-0.1.0.dist-info/METADATA
 for m in "$root"/python/taskpush/*.py; do holds python3-taskpush "$pydir/taskpush/$(basename "$m")"; done
-holds libtaskpush1 "/usr/lib/$arch/libtaskpush.so.1.3.0" "/usr/lib/$arch/libtaskpush.so.1"
+holds libtaskpush1 "/usr/lib/$arch/libtaskpush.so.1.4.0" "/usr/lib/$arch/libtaskpush.so.1"
 holds libtaskpush-dev /usr/include/taskpush.h "/usr/lib/$arch/libtaskpush.so" \
   "/usr/lib/$arch/pkgconfig/taskpush.pc" "/usr/lib/$arch/libtaskpush.a"
 holds_not libtaskpush1 '\.(h|pc|a)$|libtaskpush\.so$|/bin/'
@@ -102,7 +102,7 @@ grep -q 'systemd-sysusers.*taskpush-worker.conf' "$wctrl/postinst" || fail "task
 grep -qE 'deb-systemd-(helper enable|invoke)' "$wctrl/postinst" && fail "taskpush-worker's postinst enables or starts a unit"
 mkdir "$ctrl/lib"
 dpkg-deb --fsys-tarfile "$(deb libtaskpush1)" | tar -x -C "$ctrl/lib"
-soname=$(readelf -d "$ctrl/lib/usr/lib/$arch/libtaskpush.so.1.3.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+soname=$(readelf -d "$ctrl/lib/usr/lib/$arch/libtaskpush.so.1.4.0" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = libtaskpush.so.1 ] || fail "libtaskpush1's library has soname '$soname'"
 
 # The packaged template, as an instance with an env file, in a root made of the
