@@ -368,6 +368,8 @@ static void usage(FILE *out)
                  "  --dedup-key K       idempotency key: while a row has it, answered \"duplicate ID\"\n"
                  "  --group-key K       fair share: within a type and priority, keys take turns\n"
                  "                      (1 to 191 bytes)\n"
+                 "  --after ID[,ID...]  wait for these tasks: run once all are SUCCESSFUL, FAILED\n"
+                 "                      (err_msg 'dependency ...') when one fails; at most 1000\n"
                  "  --delay-ms N        not run before N ms from now\n"
                  "  --max-attempts N    1 to 1000 (default: the table's, 3)\n"
                  "  --timeout-ms N      the lease of one attempt (default: the dispatcher's)\n"
@@ -712,7 +714,7 @@ int main(int argc, char **argv)
      * as `--type submit` is not the command. */
     static const char *const valued[] = {"--admin", "--type", "--token-file", "--tls-ca",
                                          "--admin-token-file", "--limit", "--worker",
-                                         "--priority", "--dedup-key", "--group-key", "--delay-ms",
+                                         "--priority", "--dedup-key", "--group-key", "--after", "--delay-ms",
                                          "--max-attempts", "--timeout-ms", "--wait-ms"};
     for (int i = 1; i < argc; i++) {
         bool is_value = false;
