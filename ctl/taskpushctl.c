@@ -338,7 +338,8 @@ static void usage(FILE *out)
                  "  drain     stop claiming, put buffered tasks back to NEW, let in-flight\n"
                  "            tasks finish; the dispatcher keeps running until resume\n"
                  "  requeue-failed   move FAILED rows (all, or of --type T) back to NEW\n"
-                 "  show ID   one task: state, attempts, times, err_msg, result size, its worker\n"
+                 "  show ID   one task: state, attempts, times, err_msg, result size, its worker,\n"
+                 "            what it waits for (dependencies)\n"
                  "  failed    the latest failures, by when they failed, with their err_msg (--type T, --limit N)\n"
                  "  retry ID  a FAILED task back to NEW with attempts 0\n"
                  "  cancel ID a NEW, buffered or running task becomes FAILED \"cancelled\"\n"
@@ -524,6 +525,34 @@ static const char *priority_name(long long p)
     return p == 0 ? "LOW" : p == 1 ? "NORMAL" : p == 2 ? "HIGH" : "?";
 }
 
+/* Up to 20 ids of a JSON array, "a, b, c" ("-" for none). */
+static void print_ids(const char *label, json_t *a)
+{
+    size_t i, n = json_array_size(a);
+    printf("%s", label);
+    if (n == 0)
+        printf("-");
+    for (i = 0; i < n && i < 20; i++)
+        printf("%s%lld", i ? ", " : "", (long long)json_integer_value(json_array_get(a, i)));
+    printf("\n");
+}
+
+/* The "dependencies" of a task's answer, when it has them. */
+static void print_deps(json_t *d)
+{
+    if (!json_is_object(d))
+        return;
+    printf("waits on    %lld task(s)%s, %lld pending%s\n", num(d, "total"),
+           json_is_true(json_object_get(d, "total_capped")) ? " or more" : "", num(d, "pending"),
+           json_is_true(json_object_get(d, "waiting")) ? "" : " (not waiting)");
+    if (json_array_size(json_object_get(d, "pending_ids")) > 0)
+        print_ids("pending on  ", json_object_get(d, "pending_ids"));
+    if (json_array_size(json_object_get(d, "failed")) > 0)
+        print_ids("failed deps ", json_object_get(d, "failed"));
+    if (json_array_size(json_object_get(d, "missing")) > 0)
+        print_ids("missing     ", json_object_get(d, "missing"));
+}
+
 static void print_task(json_t *o)
 {
     char t1[64];
@@ -543,6 +572,7 @@ static void print_task(json_t *o)
         printf("timeout     the dispatcher's default\n");
     printf("err_msg     %s\n", err ? err : "-");
     printf("result      %lld bytes\n", num(o, "result_bytes"));
+    print_deps(json_object_get(o, "dependencies"));
     const char *hs = json_string_value(json_object_get(held, "state"));
     if (hs && strcmp(hs, "running") == 0)
         printf("held        running on worker %s (%s) since %s, attempt %lld\n",

@@ -576,6 +576,62 @@ static MYSQL_RES *taskop_query(struct stats_ctx *x)
     return res;
 }
 
+#define SHOW_DEPS_COUNT_MAX 100000u /* dependency rows one GET /task counts at most */
+#define SHOW_DEPS_LIST 20u          /* unmet dependencies it names */
+
+/* SHOW: the task's dependencies (db_deps.c), when it waits or has rows: "dependencies"
+ * {waiting, total, pending, pending_ids (the first unmet ones), failed, missing (those
+ * of them FAILED, or not in the table)}. A task released or failed by its dependencies
+ * has no rows left: its err_msg says which failed. Left out on a database error. */
+static void taskop_show_deps(struct stats_ctx *x, uint64_t task_id, bool waiting, json_t *o)
+{
+    const dsp_table_names *t = &x->db->names;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    uint64_t total = 0, pending = 0;
+
+    dsp_strbuf_reset(&x->sql);
+    dsp_strbuf_printf(&x->sql,
+                      "SELECT COUNT(*), COALESCE(SUM(met = 0), 0) FROM (SELECT met FROM %s"
+                      " WHERE task_id = %" PRIu64 " LIMIT %u) d",
+                      t->dep, task_id, SHOW_DEPS_COUNT_MAX);
+    if ((res = taskop_query(x)) == NULL)
+        return;
+    if ((row = mysql_fetch_row(res)) != NULL) {
+        total = field_u64(row[0]);
+        pending = field_u64(row[1]);
+    }
+    mysql_free_result(res);
+    if (total == 0 && !waiting)
+        return;
+    json_t *d = json_object(), *ids = json_array(), *failed = json_array(), *missing = json_array();
+    dsp_strbuf_reset(&x->sql);
+    dsp_strbuf_printf(&x->sql,
+                      "SELECT d.parent_id, p.task_state FROM %s d LEFT JOIN %s p ON p.task_id = d.parent_id"
+                      " WHERE d.task_id = %" PRIu64 " AND d.met = 0 ORDER BY p.task_state = 3 DESC,"
+                      " p.task_id IS NULL DESC, d.parent_id LIMIT %u",
+                      t->dep, t->task, task_id, SHOW_DEPS_LIST);
+    if ((res = taskop_query(x)) != NULL) {
+        while ((row = mysql_fetch_row(res)) != NULL) {
+            json_t *id = json_integer((json_int_t)field_u64(row[0]));
+            if (row[1] == NULL)
+                json_array_append(missing, id);
+            else if (field_u64(row[1]) == 3)
+                json_array_append(failed, id);
+            json_array_append_new(ids, id);
+        }
+        mysql_free_result(res);
+    }
+    json_object_set_new(d, "waiting", json_boolean(waiting));
+    json_object_set_new(d, "total", json_integer((json_int_t)total));
+    json_object_set_new(d, "total_capped", json_boolean(total >= SHOW_DEPS_COUNT_MAX));
+    json_object_set_new(d, "pending", json_integer((json_int_t)pending));
+    json_object_set_new(d, "pending_ids", ids);
+    json_object_set_new(d, "failed", failed);
+    json_object_set_new(d, "missing", missing);
+    json_object_set_new(o, "dependencies", d);
+}
+
 /* SHOW: the row as an object. */
 static void taskop_show(struct stats_ctx *x, dsp_taskop *op)
 {
@@ -610,8 +666,12 @@ static void taskop_show(struct stats_ctx *x, dsp_taskop *op)
         json_object_set_new(o, "result_bytes", col_int(row[DSP_DB_SQL_SHOW_RESULT_LEN]));
         json_object_set_new(o, "payload_bytes", col_int(row[DSP_DB_SQL_SHOW_PAYLOAD_LEN]));
         json_object_set_new(o, "epoch", col_int(row[DSP_DB_SQL_SHOW_EPOCH]));
-        json_object_set_new(o, "delayed", json_boolean(field_u64(row[DSP_DB_SQL_SHOW_DELAYED]) != 0));
+        uint64_t lane = field_u64(row[DSP_DB_SQL_SHOW_DELAYED]);
+        json_object_set_new(o, "delayed", json_boolean(lane == 1));
         op->status = DSP_TASKOP_OK;
+        mysql_free_result(res);
+        taskop_show_deps(x, op->task_id, lane == 2, o);
+        return;
     }
     mysql_free_result(res);
 }
