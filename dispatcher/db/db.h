@@ -414,7 +414,11 @@ typedef struct dsp_db_options {
     X(cert_retries, "cert_retries_total", "db_cert_retries_total", 1,                         \
       "transactions rolled back for a conflict (1213, 1205) and run again on the same connection") \
     X(claims_fenced, "claims_fenced_total", "db_claims_fenced_total", 1,                      \
-      "claims rolled back because the lease row was no longer this dispatcher's")
+      "claims rolled back because the lease row was no longer this dispatcher's")            \
+    X(deps_released, "deps_released_total", "db_deps_released_total", 1,                      \
+      "waiting tasks released: every task they waited for SUCCESSFUL")                        \
+    X(deps_failed, "deps_failed_total", "db_deps_failed_total", 1,                            \
+      "waiting tasks made FAILED by their dependencies (one failed, is missing, or a cycle)")
 
 #define DSP_DB_STATS_FIELD(field, key, metric, divisor, help) uint64_t field;
 

@@ -245,6 +245,10 @@ static int stats_refresh(struct stats_ctx *x)
             continue;
         switch (state) {
         case 0:
+            if (lane == 2) { /* waiting for dependencies (db_deps.c): not ready, whenever due */
+                w->types[slot].new_delayed += rows;
+                break;
+            }
             w->types[slot].new_ready += due;
             w->types[slot].new_delayed += rows - (due < rows ? due : rows);
             if (lane == 0)
