@@ -325,6 +325,7 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     atomic_init(&db->loop_epoch, 0);
     atomic_init(&db->qbytes, 0);
     atomic_init(&db->result_max, 0);
+    atomic_init(&db->deps_seen, true); /* until a sweep finds no waiting task */
     atomic_init(&db->statements, 0);
     atomic_init(&db->claims, 0);
     atomic_init(&db->claimed_rows, 0);

@@ -643,6 +643,7 @@ int dsp_dbi_deps_sweep(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, struct dsp
         rc = 0;
         goto done;
     }
+    bool more = true;
     if (ne == DSP_DEPS_SWEEP_ROWS) {
         /* The last task's rows may go on past the read: it is not released nor judged a
          * cycle from them. With other tasks before it, the next window starts at it
@@ -661,12 +662,15 @@ int dsp_dbi_deps_sweep(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, struct dsp
         }
     } else if (tasks < DSP_DEPS_SWEEP_TASKS) {
         *cur = (struct dsp_deps_cursor){0, 0}; /* the end: from the start next time */
+        more = false;
     } else {
         cur->task_id = last;
         cur->run_after = last_ra;
     }
     qsort(e, ne, sizeof *e, edge_cmp);
     rc = settle_edges(db, c, sql, e, ne, cut, true);
+    if (rc == 0 && more)
+        rc = 1;
 done:
     free(e);
     return rc;

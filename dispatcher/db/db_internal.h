@@ -265,9 +265,10 @@ struct dsp_db {
     /* Rows with a group_key the submit thread inserted: a change makes the claim
      * thread's next claim take the fair read (db_claim_fair.h). */
     _Atomic uint64_t keyed_submits;
-    /* Waiting tasks may exist (db_deps.c): set by a submission of one and by a sweep that
-     * found one, cleared by a sweep that found none. While clear, the write thread skips
-     * the dependants' statements after its batches (the sweep catches a race). */
+    /* Waiting tasks may exist (db_deps.c): true from the start (rows a producer inserted
+     * before), set by a submission of one and by a sweep that found one, cleared by a
+     * sweep that found none. While clear, the write thread skips the dependants'
+     * statements after its batches (the sweep catches a race). */
     _Atomic bool deps_seen; /* the last task_claim seq handed out (db_claim_log.c) */
     /* The dialect the last connection opened with (enum dsp_sql_dialect; AUTO before the
      * first): logged when it changes, shown in /stats (dsp_dbi_conn_open). */
@@ -395,6 +396,8 @@ void dsp_dbi_lease_destroy(dsp_db *db);
 #define DSP_DEPS_SWEEP_ROWS 4096u
 /* How often the leader's stats thread sweeps the waiting tasks. */
 #define DSP_DEPS_SWEEP_MS 1000
+/* Windows one sweep reads at most, one after the other while they are full. */
+#define DSP_DEPS_SWEEP_WINDOWS 1
 
 /* Where the next sweep starts, in delay_idx's order; {0, 0}: at the first. */
 struct dsp_deps_cursor {
@@ -413,7 +416,9 @@ int dsp_dbi_deps_parents_ended(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, co
  * is not autocommit. 0 or -1. */
 int dsp_dbi_deps_settle(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const uint64_t *children,
                         size_t n);
-/* One sweep of a window of waiting tasks from *cur (advanced), as db_deps.c says. 0 or -1. */
+/* One sweep of a window of waiting tasks from *cur (advanced), as db_deps.c says. 1: the
+ * window was full (more to read from *cur), 0: it reached the last waiting task (*cur is
+ * back at the first), -1: a database error. */
 int dsp_dbi_deps_sweep(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, struct dsp_deps_cursor *cur);
 
 /* ---- db_claim_log.c: the claims listed in task_claim ---- */

@@ -951,8 +951,13 @@ static void stats_deps(struct stats_ctx *x)
     bool any = row && row[0] && strcmp(row[0], "0") != 0;
     mysql_free_result(res);
     atomic_store(&db->deps_seen, any);
-    if (any && dsp_dbi_deps_sweep(db, &x->c, &x->sql, &x->deps_cur) < 0)
-        stats_drop(x);
+    for (int w = 0; any && w < DSP_DEPS_SWEEP_WINDOWS; w++) {
+        int rc = dsp_dbi_deps_sweep(db, &x->c, &x->sql, &x->deps_cur);
+        if (rc < 0)
+            stats_drop(x);
+        if (rc <= 0 || stats_stopping(db) || !atomic_load(&db->leader))
+            break;
+    }
 }
 
 void *dsp_dbi_stats_main(void *arg)
