@@ -252,22 +252,19 @@ CREATE TABLE IF NOT EXISTS task_setting (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
 -- Dependencies (version 10, sql/migrations/010-task-dependencies.sql): one row per task
--- that a waiting task (task.`delayed` = 2) waits for. A producer inserts the waiting task
--- and its rows here in one transaction (docs/producers.md, "Dependencies"); the
--- dispatcher marks a row met when its parent is SUCCESSFUL and releases the task when
--- none is left unmet.
+-- that a task waits for. A producer inserts the waiting task (task.`delayed` = 2) and its
+-- rows here in one transaction (docs/producers.md, "Dependencies"); the dispatcher
+-- releases the task once every one of them is SUCCESSFUL. The rows stay while the task
+-- does (GET /task shows them); the dispatcher deletes those of tasks no longer in task.
 CREATE TABLE IF NOT EXISTS task_dep (
     -- The waiting task (task.task_id).
     task_id   BIGINT UNSIGNED NOT NULL,
     -- A task it waits for (task.task_id); never the task itself.
     parent_id BIGINT UNSIGNED NOT NULL,
-    -- 1 once the dispatcher saw the parent SUCCESSFUL; 0 before (producers insert 0).
-    met       TINYINT NOT NULL DEFAULT 0,
+    -- A task's dependencies in parent_id order: the dispatcher reads them from the first
+    -- one it has not seen SUCCESSFUL yet.
     PRIMARY KEY (task_id, parent_id),
     -- A parent's dependants, when its outcome is written.
     KEY dep_parent_idx (parent_id),
-    -- Whether a task has a dependency left unmet: one seek, however many it has.
-    KEY dep_pending_idx (task_id, met),
-    CONSTRAINT dep_not_self CHECK (task_id <> parent_id),
-    CONSTRAINT dep_met_range CHECK (met IN (0, 1))
+    CONSTRAINT dep_not_self CHECK (task_id <> parent_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

@@ -28,7 +28,7 @@ const char *const dsp_table_constraint_names[] = {
     /* task_setting */
     "setting_limits_range", "setting_flags_range",
     /* task_dep */
-    "dep_not_self", "dep_met_range", NULL};
+    "dep_not_self", NULL};
 
 _Static_assert(DSP_TABLE_NAME_MAX + 1 + DSP_TABLE_CONSTRAINT_MAX <= 64,
                "NAME_<constraint> must fit MySQL's 64-byte identifiers");

@@ -2,25 +2,36 @@
  *
  * A waiting task is a NEW row with `delayed` = 2, which neither the claim (`delayed` = 0)
  * nor the promote sweep (`delayed` = 1) reads: waiting costs no claim anything, however
- * many tasks wait or on how many each waits. Its rows in the dependency table (NAME_dep)
- * name the tasks it waits for, met = 1 once one is seen SUCCESSFUL.
+ * many tasks wait or on how many each waits. Its rows in the dependency table (NAME_dep,
+ * primary key (task_id, parent_id)) name the tasks it waits for; they are never written
+ * again, only deleted once the task itself is gone (retention), so a parent's success
+ * costs no write per dependency.
  *
- * Three callers move waiting rows on, each on its own database thread and connection:
+ * Whether a waiting task can run is one probe: its first dependency, in parent_id order,
+ * that is not SUCCESSFUL (check_children: one UNION ALL of "ORDER BY parent_id LIMIT 1"
+ * parts). None: released (`delayed` = 0). Missing or FAILED: the task ends FAILED. Else it
+ * waits, and the probe's start for that task moves to that parent (struct
+ * dsp_deps_progress, in memory): SUCCESSFUL is final, so what lies before it is never read
+ * again. A fan-in of F parents finishing one by one then costs O(F) reads in all, not
+ * O(F^2).
+ *
+ * Three callers, each on its own database thread and connection:
  *   - the write thread, after each batch of outcomes (dsp_dbi_deps_parents_ended): the
- *     dependants of the rows it wrote SUCCESSFUL get those rows met, and those left with
- *     none unmet are released (`delayed` = 0, their dependency rows deleted); the
- *     dependants of rows it wrote FAILED end FAILED ("dependency N failed"), and theirs
- *     in turn, DEPS_FAIL_LEVELS levels at once (the sweep goes on past that);
+ *     waiting dependants of the rows it wrote SUCCESSFUL are probed; those of the rows it
+ *     wrote FAILED end FAILED ("dependency N failed"), and theirs in turn,
+ *     DEPS_FAIL_LEVELS levels at once (the sweep goes on past that);
  *   - the submit thread, after committing tasks that wait (dsp_dbi_deps_settle): a
  *     parent may have ended before the COMMIT;
- *   - the stats thread of the leader, every DEPS_SWEEP_MS (dsp_dbi_deps_sweep): reads a
- *     window of the waiting rows with their unmet dependencies and their parents' state
- *     in one statement (so one consistent view), and settles them as above. It catches
- *     what the two others cannot see: rows a producer inserted by SQL, parents that ended
- *     meanwhile, parents that ended another way (cancel, recovery, a claim with no
- *     attempt left), a parent that does not exist, and cycles: a waiting task whose
- *     unmet dependencies all wait, in the window, on tasks of the same kind, can never
- *     run, and ends FAILED with err_msg "dependency cycle".
+ *   - the stats thread of the leader, every DSP_DEPS_SWEEP_MS (dsp_dbi_deps_sweep): a
+ *     window of the waiting rows, probed as above, and their dependencies FAILED or
+ *     missing (the first DEPS_SWEEP_FAIL_ROWS rows of the window), so what the two others
+ *     cannot see is caught: rows a producer inserted by SQL, parents that ended meanwhile
+ *     or another way (cancel, recovery, a claim with no attempt left), a parent that does
+ *     not exist, and cycles: following each task's first unfinished parent from task to
+ *     waiting task within the window (one statement: one consistent view) and coming back
+ *     to one already passed means none of them can ever run; they end FAILED with err_msg
+ *     "dependency cycle", and the tasks behind them "dependency N failed". Then the rows of
+ *     tasks no longer in the table are deleted, a window at a time.
  * Every write is guarded by the row's state (task_state = 0 AND `delayed` = 2), so two
  * of them meeting on a row do no harm. Statements name at most DEPS_IDS ids.
  */
@@ -37,12 +48,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEPS_IDS 1000          /* ids one statement names at most */
-#define DEPS_FAIL_LEVELS 64    /* levels of a failure's cascade followed at once */
-#define DEPS_FAIL_ROWS 10000u  /* dependants one level of a cascade fails at most */
+#define DEPS_IDS 1000           /* ids one statement names at most */
+#define DEPS_PROBES 200         /* tasks one probe statement covers */
+#define DEPS_FAIL_LEVELS 64     /* levels of a failure's cascade followed at once */
+#define DEPS_FAIL_ROWS 10000u   /* dependants one level of a cascade fails at most */
+#define DEPS_SWEEP_FAIL_ROWS 20000u /* dependency rows a sweep reads for FAILED parents */
+#define DEPS_CLEAN_TASKS 256u   /* tasks whose rows one sweep checks for deletion */
 #define DEPS_DELETE_BATCH 5000u /* dependency rows one DELETE removes */
-#define DEPS_DELETE_ROUNDS 200  /* DELETEs per release at most (1,000,000 rows) */
-#define DEPS_SETTLE_CHILDREN 16 /* tasks one settle read covers (at most 16,000 rows) */
+#define DEPS_DELETE_ROUNDS 20   /* DELETEs per sweep at most */
+#define DEPS_PROGRESS_MAX 262144u /* probe starts kept; past it they are forgotten (re-read) */
 
 /* A growable list of ids. */
 struct idvec {
@@ -50,13 +64,79 @@ struct idvec {
     size_t n, cap;
 };
 
-/* One unmet dependency as read: child waits for parent, whose state is pstate (-1: no
- * such row) and `delayed` pdelayed; parent 0: the child has no unmet dependency left. */
-struct edge {
+/* What a probe found for a waiting task: parent 0 when every dependency is SUCCESSFUL,
+ * else its first one that is not, with that row's state (-1: no such task) and
+ * `delayed`. */
+struct probe {
     uint64_t child, parent;
     int pstate, pdelayed;
-    int64_t run_after; /* the child's (the sweep's cursor) */
 };
+
+/* The probes' starts: task -> the parent_id its next probe starts at. Shared by the
+ * write, submit and stats threads. */
+struct dsp_deps_progress {
+    pthread_mutex_t mu;
+    dsp_taskmap m;
+    bool ok;
+};
+
+int dsp_dbi_deps_init(dsp_db *db)
+{
+    struct dsp_deps_progress *p = calloc(1, sizeof *p);
+    if (p == NULL || pthread_mutex_init(&p->mu, NULL) != 0) {
+        free(p);
+        return -1;
+    }
+    p->ok = dsp_taskmap_init(&p->m, 1024) == 0;
+    db->deps = p;
+    return 0;
+}
+
+void dsp_dbi_deps_free(dsp_db *db)
+{
+    struct dsp_deps_progress *p = db->deps;
+    if (p == NULL)
+        return;
+    if (p->ok)
+        dsp_taskmap_free(&p->m);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+    db->deps = NULL;
+}
+
+static uint64_t progress_get(dsp_db *db, uint64_t child)
+{
+    struct dsp_deps_progress *p = db->deps;
+    uint64_t v = 0;
+    if (p == NULL)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    if (p->ok)
+        v = (uint64_t)(uintptr_t)dsp_taskmap_get(&p->m, child);
+    pthread_mutex_unlock(&p->mu);
+    return v;
+}
+
+/* parent 0: forget the task (released or failed). */
+static void progress_set(dsp_db *db, uint64_t child, uint64_t parent)
+{
+    struct dsp_deps_progress *p = db->deps;
+    if (p == NULL || sizeof(uintptr_t) < sizeof(uint64_t))
+        return;
+    pthread_mutex_lock(&p->mu);
+    if (p->ok && parent == 0) {
+        (void)dsp_taskmap_del(&p->m, child);
+    } else if (p->ok) {
+        if (p->m.count >= DEPS_PROGRESS_MAX) {
+            /* Bounded memory: start over; the probes read from the first parent again. */
+            dsp_taskmap_free(&p->m);
+            p->ok = dsp_taskmap_init(&p->m, 1024) == 0;
+        }
+        if (p->ok && dsp_taskmap_put(&p->m, child, (void *)(uintptr_t)parent) != 0)
+            (void)dsp_taskmap_del(&p->m, child);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
 
 static int idvec_push(struct idvec *x, uint64_t id)
 {
@@ -76,14 +156,6 @@ static int u64_cmp(const void *pa, const void *pb)
 {
     uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
     return a < b ? -1 : a > b;
-}
-
-static int edge_cmp(const void *pa, const void *pb)
-{
-    const struct edge *a = pa, *b = pb;
-    if (a->child != b->child)
-        return a->child < b->child ? -1 : 1;
-    return a->parent < b->parent ? -1 : a->parent > b->parent;
 }
 
 static void sort_unique(struct idvec *x)
@@ -166,27 +238,7 @@ static void wake_claims(dsp_db *db)
         dsp_dbi_post(db, m); /* rows 0: claim now */
 }
 
-/* Deletes the dependency rows of the tasks ids (released or failed: no longer read). */
-static int drop_rows(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const uint64_t *ids, size_t n)
-{
-    for (size_t s = 0; s < n; s += DEPS_IDS) {
-        size_t k = n - s < DEPS_IDS ? n - s : DEPS_IDS;
-        for (int round = 0; round < DEPS_DELETE_ROUNDS; round++) {
-            uint64_t affected = 0;
-            dsp_strbuf_reset(sql);
-            dsp_strbuf_printf(sql, "DELETE FROM %s WHERE task_id IN (", db->names.dep);
-            put_ids(sql, ids + s, k);
-            dsp_strbuf_printf(sql, ") LIMIT %u", DEPS_DELETE_BATCH);
-            if (exec(c, sql, &affected) < 0)
-                return -1;
-            if (affected < DEPS_DELETE_BATCH)
-                break;
-        }
-    }
-    return 0;
-}
-
-/* Releases the waiting tasks ids (every dependency met): claimable from now on. */
+/* Releases the waiting tasks ids (every dependency SUCCESSFUL): claimable from now on. */
 static int release(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const uint64_t *ids, size_t n)
 {
     uint64_t total = 0;
@@ -203,8 +255,8 @@ static int release(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const uint64_t
             return -1;
         total += affected;
     }
-    if (drop_rows(db, c, sql, ids, n) < 0)
-        return -1;
+    for (size_t i = 0; i < n; i++)
+        progress_set(db, ids[i], 0);
     if (total > 0) {
         atomic_fetch_add_explicit(&db->deps_released, total, memory_order_relaxed);
         wake_claims(db);
@@ -225,6 +277,17 @@ static int doomed_cmp(const void *pa, const void *pb)
     return a->id < b->id ? -1 : a->id > b->id;
 }
 
+/* Sorts v by id and keeps the first of each id; returns the new count. */
+static size_t doomed_unique(struct doomed *v, size_t n)
+{
+    size_t k = 0;
+    qsort(v, n, sizeof *v, doomed_cmp);
+    for (size_t i = 0; i < n; i++)
+        if (k == 0 || v[i].id != v[k - 1].id)
+            v[k++] = v[i];
+    return k;
+}
+
 /* The err_msg of d: plain ASCII, so it goes into a statement quoted as it is. */
 static void reason(char *out, size_t cap, const struct doomed *d)
 {
@@ -234,7 +297,7 @@ static void reason(char *out, size_t cap, const struct doomed *d)
         snprintf(out, cap, "dependency %" PRIu64 " %s", d->parent, d->missing ? "does not exist" : "failed");
 }
 
-/* Makes the waiting tasks of v FAILED with their reason; adds the ids to failed.
+/* Makes the waiting tasks of v FAILED with their reason; adds their ids to failed.
  * v is sorted and unique by id. */
 static int fail_tasks(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const struct doomed *v, size_t n,
                       struct idvec *failed)
@@ -251,9 +314,9 @@ static int fail_tasks(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const struc
                           ", err_msg = CASE task_id",
                           db->names.task, now);
         for (size_t i = s; i < s + k; i++) {
-            dsp_strbuf_put_u64(sql, " WHEN ", v[i].id);
             char text[64];
             reason(text, sizeof text, &v[i]);
+            dsp_strbuf_put_u64(sql, " WHEN ", v[i].id);
             dsp_strbuf_printf(sql, " THEN '%s'", text);
         }
         dsp_strbuf_puts(sql, " END WHERE task_id IN (");
@@ -263,26 +326,18 @@ static int fail_tasks(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const struc
         if (exec(c, sql, &affected) < 0)
             return -1;
         total += affected;
-        for (size_t i = s; i < s + k; i++)
-            if (idvec_push(failed, v[i].id) < 0)
-                return -1;
     }
     atomic_fetch_add_explicit(&db->deps_failed, total, memory_order_relaxed);
-    /* Waiting producers hear of it as of any other failure. */
     for (size_t i = 0; i < n; i++) {
         char text[64];
+        progress_set(db, v[i].id, 0);
+        if (idvec_push(failed, v[i].id) < 0)
+            return -1;
+        /* Waiting producers hear of it as of any other failure. */
         reason(text, sizeof text, &v[i]);
         dsp_dbi_submit_notify_failed(db, v[i].id, text);
     }
-    struct idvec ids = {0};
-    for (size_t i = 0; i < n; i++)
-        if (idvec_push(&ids, v[i].id) < 0) {
-            free(ids.v);
-            return -1;
-        }
-    int rc = drop_rows(db, c, sql, ids.v, ids.n);
-    free(ids.v);
-    return rc;
+    return 0;
 }
 
 /* The waiting dependants of the FAILED tasks in frontier end FAILED, and theirs, at most
@@ -333,12 +388,7 @@ static int fail_cascade(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, struct id
         }
         if (rc < 0 || nv == 0)
             break;
-        qsort(v, nv, sizeof *v, doomed_cmp);
-        size_t k = 0;
-        for (size_t i = 0; i < nv; i++)
-            if (k == 0 || v[i].id != v[k - 1].id)
-                v[k++] = v[i];
-        nv = k;
+        nv = doomed_unique(v, nv);
         next.n = 0;
         rc = fail_tasks(db, c, sql, v, nv, &next);
         struct idvec t = *frontier;
@@ -350,234 +400,175 @@ static int fail_cascade(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, struct id
     return rc;
 }
 
-/* Marks met the pairs (child, parent) of e whose parent is SUCCESSFUL. */
-static int mark_met(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const struct edge *e, size_t n)
+/* Probes the waiting tasks ids[0..n) in one statement: out[i] for ids[i]. Tasks that
+ * are no longer waiting come back with parent 0 too (the release's guard skips them). */
+static int probe(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const uint64_t *ids, size_t n,
+                 struct probe *out)
 {
-    size_t put = 0;
-    uint64_t last = 0;
-
     dsp_strbuf_reset(sql);
-    for (size_t i = 0; i <= n; i++) {
-        bool flush = i == n || put >= DEPS_IDS;
-        if (flush && put > 0) {
-            dsp_strbuf_puts(sql, "))");
-            if (exec(c, sql, NULL) < 0)
-                return -1;
-            dsp_strbuf_reset(sql);
-            put = 0;
-        }
-        if (i == n)
-            break;
-        if (e[i].parent == 0 || e[i].pstate != 2)
-            continue;
-        if (put == 0) {
-            dsp_strbuf_printf(sql, "UPDATE %s SET met = 1 WHERE (task_id = %" PRIu64 " AND parent_id IN (%" PRIu64,
-                              db->names.dep, e[i].child, e[i].parent);
-        } else if (e[i].child != last) {
-            dsp_strbuf_printf(sql, ")) OR (task_id = %" PRIu64 " AND parent_id IN (%" PRIu64, e[i].child,
-                              e[i].parent);
-        } else {
-            dsp_strbuf_put_u64(sql, ",", e[i].parent);
-        }
-        last = e[i].child;
-        put++;
+    for (size_t i = 0; i < n; i++) {
+        out[i] = (struct probe){ids[i], 0, 0, 0};
+        dsp_strbuf_printf(sql,
+                          "%s(SELECT d.task_id, d.parent_id, p.task_state, p.`delayed` FROM %s d"
+                          " LEFT JOIN %s p ON p.task_id = d.parent_id WHERE d.task_id = %" PRIu64
+                          " AND d.parent_id >= %" PRIu64 " AND (p.task_id IS NULL OR p.task_state <> 2)"
+                          " ORDER BY d.parent_id LIMIT 1)",
+                          i ? " UNION ALL " : "", db->names.dep, db->names.task, ids[i],
+                          progress_get(db, ids[i]));
     }
+    MYSQL_RES *res = query(c, sql);
+    MYSQL_ROW row;
+    if (res == NULL)
+        return -1;
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        uint64_t child = field_u64(row[0]);
+        for (size_t i = 0; i < n; i++)
+            if (out[i].child == child) {
+                out[i].parent = field_u64(row[1]);
+                out[i].pstate = row[2] ? (int)field_u64(row[2]) : -1;
+                out[i].pdelayed = row[3] ? (int)field_u64(row[3]) : 0;
+                break;
+            }
+    }
+    mysql_free_result(res);
     return 0;
 }
 
-/* Whether id is a stuck candidate still (cand sorted by id; alive[i] for cand[i]). */
-static bool cand_stuck(const struct idvec *cand, const uint8_t *alive, uint64_t id)
+/* Index of the probe of child in p[0..n) (sorted by child), or n. */
+static size_t probe_find(const struct probe *p, size_t n, uint64_t child)
 {
-    uint64_t *p = cand->n ? bsearch(&id, cand->v, cand->n, sizeof *cand->v, u64_cmp) : NULL;
-    return p != NULL && !alive[p - cand->v];
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p[mid].child < child)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && p[lo].child == child ? lo : n;
 }
 
-/* Settles the children of e[0..n) (sorted by child, then parent): every unmet
- * dependency of each is in e unless it is cut (its rows may go on past the read).
- * With cycles, the children whose unmet dependencies all wait on stuck children of e
- * end FAILED as a cycle. */
-static int settle_edges(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, struct edge *e, size_t n, uint64_t cut,
-                        bool cycles)
+static int probe_cmp(const void *pa, const void *pb)
 {
-    struct idvec ready = {0}, cand = {0}, failed = {0};
-    struct doomed *doom = NULL;
+    const struct probe *a = pa, *b = pb;
+    return a->child < b->child ? -1 : a->child > b->child;
+}
+
+/* Acts on probes p[0..n): releases, fails (with extra[0..nextra): tasks with a FAILED or
+ * missing dependency the probes may not have reached), remembers where the others wait;
+ * with cycles, p is one consistent view and the tasks whose first unfinished parents lead
+ * back to themselves through waiting tasks of p end FAILED as a cycle. */
+static int settle_probes(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, struct probe *p, size_t n,
+                         const struct doomed *extra, size_t nextra, bool cycles)
+{
+    struct idvec ready = {0}, failed = {0};
+    struct doomed *doom = calloc(n + nextra + 1, sizeof *doom);
+    uint8_t *mark = cycles ? calloc(n + 1, 1) : NULL;
     size_t ndoom = 0;
-    uint8_t *alive = NULL;
     int rc = -1;
 
-    if (mark_met(db, c, sql, e, n) < 0)
+    if (doom == NULL || (cycles && mark == NULL))
         goto done;
-    doom = calloc(n ? n : 1, sizeof *doom);
-    if (doom == NULL)
-        goto done;
-    for (size_t s = 0, t; s < n; s = t) {
-        bool all_ok = true, all_waiting = true;
-        const struct edge *bad = NULL;
-        for (t = s; t < n && e[t].child == e[s].child; t++) {
-            if (e[t].parent == 0)
-                continue;
-            if ((e[t].pstate == -1 || e[t].pstate == 3) && (bad == NULL || bad->pstate != -1))
-                bad = &e[t];
-            if (e[t].pstate != 2)
-                all_ok = false;
-            if (e[t].pstate != 2 && !(e[t].pstate == 0 && e[t].pdelayed == 2))
-                all_waiting = false;
-        }
-        if (bad) {
-            doom[ndoom++] = (struct doomed){e[s].child, bad->parent, bad->pstate == -1};
-        } else if (e[s].child == cut) {
-            continue;
-        } else if (all_ok) {
-            if (idvec_push(&ready, e[s].child) < 0)
+    qsort(p, n, sizeof *p, probe_cmp);
+    for (size_t i = 0; i < nextra; i++)
+        doom[ndoom++] = extra[i];
+    for (size_t i = 0; i < n; i++) {
+        if (p[i].parent == 0) {
+            if (idvec_push(&ready, p[i].child) < 0)
                 goto done;
-        } else if (cycles && all_waiting) {
-            if (idvec_push(&cand, e[s].child) < 0)
-                goto done;
+        } else if (p[i].pstate == -1 || p[i].pstate == 3) {
+            doom[ndoom++] = (struct doomed){p[i].child, p[i].parent, p[i].pstate == -1};
+        } else {
+            progress_set(db, p[i].child, p[i].parent);
         }
     }
-    if (cand.n > 0) {
-        /* The largest set of candidates each of whose unmet parents is in the set: none
-         * of them can ever be released. Drop, until nothing changes, every candidate one
-         * of whose parents is not a candidate still (a chain ends at a running task). */
-        alive = calloc(cand.n, 1);
-        if (alive == NULL)
-            goto done;
-        sort_unique(&cand);
-        bool changed = true;
-        while (changed) {
-            changed = false;
-            for (size_t i = 0; i < n; i++) {
-                if (e[i].parent == 0 || e[i].pstate == 2 || !cand_stuck(&cand, alive, e[i].child) ||
-                    cand_stuck(&cand, alive, e[i].parent))
-                    continue;
-                uint64_t *p = bsearch(&e[i].child, cand.v, cand.n, sizeof *cand.v, u64_cmp);
-                alive[p - cand.v] = 1;
-                changed = true;
+    if (cycles) {
+        /* Each task points at its first unfinished parent: a walk from a task through
+         * waiting tasks of p either leaves p (it may run some day), or comes back to a
+         * task of this walk (a cycle: none of them can), or meets a task an earlier walk
+         * judged. mark: 0 unseen, 1 on this walk, 2 may run, 3 stuck. */
+        for (size_t s = 0; s < n; s++) {
+            size_t i = s;
+            int verdict = 2;
+            while (i < n && mark[i] == 0) {
+                mark[i] = 1;
+                if (p[i].parent == 0 || p[i].pstate != 0 || p[i].pdelayed != 2)
+                    break;
+                i = probe_find(p, n, p[i].parent);
+            }
+            if (i < n && mark[i] == 1 && p[i].parent != 0 && p[i].pstate == 0 && p[i].pdelayed == 2 &&
+                probe_find(p, n, p[i].parent) < n)
+                verdict = 3; /* back on this walk: a cycle */
+            else if (i < n && mark[i] == 3)
+                verdict = 3; /* into a known cycle */
+            for (size_t j = s; j < n && mark[j] == 1;) {
+                mark[j] = (uint8_t)verdict;
+                if (p[j].parent == 0)
+                    break;
+                j = probe_find(p, n, p[j].parent);
             }
         }
-        for (size_t i = 0; i < cand.n; i++)
-            if (!alive[i]) {
-                log_warn(db->log, "task %" PRIu64 " waits in a dependency cycle: it ends FAILED", cand.v[i]);
-                doom[ndoom++] = (struct doomed){cand.v[i], 0, false};
+        for (size_t i = 0; i < n; i++)
+            if (mark[i] == 3) {
+                log_warn(db->log, "task %" PRIu64 " waits in a dependency cycle: it ends FAILED", p[i].child);
+                doom[ndoom++] = (struct doomed){p[i].child, 0, false};
             }
     }
     if (ready.n > 0 && release(db, c, sql, ready.v, ready.n) < 0)
         goto done;
     if (ndoom > 0) {
-        qsort(doom, ndoom, sizeof *doom, doomed_cmp);
+        ndoom = doomed_unique(doom, ndoom);
         if (fail_tasks(db, c, sql, doom, ndoom, &failed) < 0 || fail_cascade(db, c, sql, &failed) < 0)
             goto done;
     }
     rc = 0;
 done:
     free(ready.v);
-    free(cand.v);
     free(failed.v);
     free(doom);
-    free(alive);
+    free(mark);
     return rc;
 }
 
-/* Reads the rows of a settle or sweep query (child, parent, pstate, pdelayed) into e. */
-static int read_edges(struct dbconn *c, const dsp_strbuf *sql, struct edge **e, size_t *n, size_t *cap)
+/* Probes and settles the waiting tasks ids[0..n), DEPS_PROBES a statement. */
+static int check_tasks(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const uint64_t *ids, size_t n)
 {
-    MYSQL_RES *res = query(c, sql);
-    MYSQL_ROW row;
-    int rc = 0;
-
-    if (res == NULL)
-        return -1;
-    while ((row = mysql_fetch_row(res)) != NULL) {
-        if (*n == *cap) {
-            size_t nc = *cap ? *cap * 2 : 256;
-            struct edge *p = realloc(*e, nc * sizeof *p);
-            if (p == NULL) {
-                rc = -1;
-                break;
-            }
-            *e = p;
-            *cap = nc;
-        }
-        (*e)[(*n)++] = (struct edge){field_u64(row[0]), field_u64(row[1]),
-                                     row[1] == NULL ? -2 : row[2] == NULL ? -1 : (int)field_u64(row[2]),
-                                     row[3] == NULL ? 0 : (int)field_u64(row[3]), 0};
+    struct probe p[DEPS_PROBES];
+    for (size_t s = 0; s < n; s += DEPS_PROBES) {
+        size_t k = n - s < DEPS_PROBES ? n - s : DEPS_PROBES;
+        if (probe(db, c, sql, ids + s, k, p) < 0 || settle_probes(db, c, sql, p, k, NULL, 0, false) < 0)
+            return -1;
     }
-    mysql_free_result(res);
-    return rc;
+    return 0;
 }
 
 int dsp_dbi_deps_settle(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const uint64_t *children, size_t n)
 {
-    struct edge *e = NULL;
-    size_t ne = 0, cap = 0;
-    int rc = 0;
-
-    for (size_t s = 0; rc == 0 && s < n; s += DEPS_SETTLE_CHILDREN) {
-        size_t k = n - s < DEPS_SETTLE_CHILDREN ? n - s : DEPS_SETTLE_CHILDREN;
-        ne = 0;
-        dsp_strbuf_reset(sql);
-        dsp_strbuf_printf(sql,
-                          "SELECT c.task_id, d.parent_id, p.task_state, p.`delayed` FROM %s c"
-                          " LEFT JOIN %s d ON d.task_id = c.task_id AND d.met = 0"
-                          " LEFT JOIN %s p ON p.task_id = d.parent_id"
-                          " WHERE c.task_id IN (",
-                          db->names.task, db->names.dep, db->names.task);
-        put_ids(sql, children + s, k);
-        dsp_strbuf_puts(sql, ") AND c.task_state = 0 AND c.`delayed` = 2");
-        rc = read_edges(c, sql, &e, &ne, &cap);
-        if (rc == 0 && ne > 0) {
-            qsort(e, ne, sizeof *e, edge_cmp);
-            rc = settle_edges(db, c, sql, e, ne, 0, false);
-        }
-    }
-    free(e);
-    return rc;
+    return check_tasks(db, c, sql, children, n);
 }
 
 int dsp_dbi_deps_parents_ended(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const uint64_t *ok, size_t nok,
                                const uint64_t *failed, size_t nfailed)
 {
-    struct idvec children = {0}, pending = {0}, ready = {0}, frontier = {0};
+    struct idvec children = {0}, frontier = {0};
     int rc = -1;
 
     for (size_t s = 0; s < nok; s += DEPS_IDS) {
         size_t k = nok - s < DEPS_IDS ? nok - s : DEPS_IDS;
-        children.n = pending.n = ready.n = 0;
         dsp_strbuf_reset(sql);
-        dsp_strbuf_printf(sql, "SELECT DISTINCT task_id FROM %s WHERE parent_id IN (", db->names.dep);
+        /* Their dependants that still wait (a dependant's rows stay after it ran). */
+        dsp_strbuf_printf(sql,
+                          "SELECT DISTINCT d.task_id FROM %s d JOIN %s c ON c.task_id = d.task_id"
+                          " AND c.task_state = 0 AND c.`delayed` = 2 WHERE d.parent_id IN (",
+                          db->names.dep, db->names.task);
         put_ids(sql, ok + s, k);
         dsp_strbuf_puts(sql, ")");
         if (query_ids(c, sql, &children) < 0)
             goto done;
-        if (children.n == 0)
-            continue; /* the common case: nobody waits for these */
-        dsp_strbuf_reset(sql);
-        dsp_strbuf_printf(sql,
-                          "UPDATE %s d JOIN %s p ON p.task_id = d.parent_id SET d.met = 1"
-                          " WHERE d.parent_id IN (",
-                          db->names.dep, db->names.task);
-        put_ids(sql, ok + s, k);
-        dsp_strbuf_puts(sql, ") AND d.met = 0 AND p.task_state = 2");
-        if (exec(c, sql, NULL) < 0)
-            goto done;
-        sort_unique(&children);
-        for (size_t cs = 0; cs < children.n; cs += DEPS_IDS) {
-            size_t ck = children.n - cs < DEPS_IDS ? children.n - cs : DEPS_IDS;
-            /* One seek of dep_pending_idx per child, however many it waits for. */
-            dsp_strbuf_reset(sql);
-            dsp_strbuf_printf(sql, "SELECT DISTINCT task_id FROM %s WHERE task_id IN (", db->names.dep);
-            put_ids(sql, children.v + cs, ck);
-            dsp_strbuf_puts(sql, ") AND met = 0");
-            if (query_ids(c, sql, &pending) < 0)
-                goto done;
-        }
-        sort_unique(&pending);
-        for (size_t i = 0; i < children.n; i++)
-            if (!has_id(&pending, children.v[i]) && idvec_push(&ready, children.v[i]) < 0)
-                goto done;
-        if (ready.n > 0 && release(db, c, sql, ready.v, ready.n) < 0)
-            goto done;
     }
+    sort_unique(&children);
+    if (children.n > 0 && check_tasks(db, c, sql, children.v, children.n) < 0)
+        goto done;
     for (size_t i = 0; i < nfailed; i++)
         if (idvec_push(&frontier, failed[i]) < 0)
             goto done;
@@ -586,92 +577,130 @@ int dsp_dbi_deps_parents_ended(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, co
     rc = 0;
 done:
     free(children.v);
-    free(pending.v);
-    free(ready.v);
     free(frontier.v);
+    return rc;
+}
+
+/* The sweep's clean-up: the dependency rows of tasks no longer in the table (deleted by
+ * retention or by hand), DEPS_CLEAN_TASKS tasks a sweep from cur->clean_after on. */
+static int clean(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, struct dsp_deps_cursor *cur)
+{
+    struct idvec owners = {0}, present = {0}, gone = {0};
+    int rc = -1;
+
+    dsp_strbuf_reset(sql);
+    dsp_strbuf_printf(sql, "SELECT DISTINCT task_id FROM %s WHERE task_id > %" PRIu64 " ORDER BY task_id LIMIT %u",
+                      db->names.dep, cur->clean_after, DEPS_CLEAN_TASKS);
+    if (query_ids(c, sql, &owners) < 0)
+        goto done;
+    cur->clean_after = owners.n < DEPS_CLEAN_TASKS ? 0 : owners.v[owners.n - 1];
+    if (owners.n == 0) {
+        rc = 0;
+        goto done;
+    }
+    dsp_strbuf_reset(sql);
+    dsp_strbuf_printf(sql, "SELECT task_id FROM %s WHERE task_id IN (", db->names.task);
+    put_ids(sql, owners.v, owners.n);
+    dsp_strbuf_puts(sql, ")");
+    if (query_ids(c, sql, &present) < 0)
+        goto done;
+    sort_unique(&present);
+    for (size_t i = 0; i < owners.n; i++)
+        if (!has_id(&present, owners.v[i]) && idvec_push(&gone, owners.v[i]) < 0)
+            goto done;
+    for (int round = 0; gone.n > 0 && round < DEPS_DELETE_ROUNDS; round++) {
+        uint64_t affected = 0;
+        dsp_strbuf_reset(sql);
+        dsp_strbuf_printf(sql, "DELETE FROM %s WHERE task_id IN (", db->names.dep);
+        put_ids(sql, gone.v, gone.n);
+        dsp_strbuf_printf(sql, ") LIMIT %u", DEPS_DELETE_BATCH);
+        if (exec(c, sql, &affected) < 0)
+            goto done;
+        if (affected < DEPS_DELETE_BATCH)
+            break;
+    }
+    rc = 0;
+done:
+    free(owners.v);
+    free(present.v);
+    free(gone.v);
     return rc;
 }
 
 int dsp_dbi_deps_sweep(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, struct dsp_deps_cursor *cur)
 {
-    struct edge *e = NULL;
-    size_t ne = 0, cap = 0;
+    struct idvec win = {0};
+    struct probe *p = NULL;
+    struct doomed *extra = NULL;
+    size_t nextra = 0, cap = 0;
+    int64_t last_ra = 0;
     int rc = -1;
 
+    /* The window: waiting rows in delay_idx's order (`delayed`, run_after, task_id). */
     dsp_strbuf_reset(sql);
-    /* The window: waiting rows in delay_idx's order (`delayed`, run_after, task_id) from
-     * the cursor on, then their unmet dependencies and the parents' state. */
     dsp_strbuf_printf(sql,
-                      "SELECT c.task_id, d.parent_id, p.task_state, p.`delayed`, c.run_after FROM"
-                      " (SELECT task_id, run_after FROM %s FORCE INDEX (delay_idx) WHERE `delayed` = 2"
+                      "SELECT task_id, run_after FROM %s FORCE INDEX (delay_idx) WHERE `delayed` = 2"
                       " AND task_state = 0 AND (run_after > %" PRId64 " OR (run_after = %" PRId64
-                      " AND task_id > %" PRIu64 "))%s ORDER BY run_after, task_id LIMIT %u) c"
-                      " LEFT JOIN %s d ON d.task_id = c.task_id AND d.met = 0"
-                      " LEFT JOIN %s p ON p.task_id = d.parent_id"
-                      " ORDER BY c.run_after, c.task_id, d.parent_id LIMIT %u",
+                      " AND task_id > %" PRIu64 "))%s ORDER BY run_after, task_id LIMIT %u",
                       db->names.task, cur->run_after, cur->run_after, cur->task_id, db->in ? db->in : "",
-                      DSP_DEPS_SWEEP_TASKS, db->names.dep, db->names.task, DSP_DEPS_SWEEP_ROWS);
+                      DSP_DEPS_SWEEP_TASKS);
     MYSQL_RES *res = query(c, sql);
     MYSQL_ROW row;
-    uint64_t last = 0, cut = 0;
-    int64_t last_ra = 0;
-    size_t tasks = 0;
     if (res == NULL)
         goto done;
     while ((row = mysql_fetch_row(res)) != NULL) {
-        if (ne == cap) {
-            size_t nc = cap ? cap * 2 : 256;
-            struct edge *p = realloc(e, nc * sizeof *p);
-            if (p == NULL) {
-                mysql_free_result(res);
-                goto done;
-            }
-            e = p;
-            cap = nc;
+        if (idvec_push(&win, field_u64(row[0])) < 0) {
+            mysql_free_result(res);
+            goto done;
         }
-        uint64_t child = field_u64(row[0]);
-        last_ra = row[4] ? strtoll(row[4], NULL, 10) : 0;
-        e[ne++] = (struct edge){child, field_u64(row[1]),
-                                row[1] == NULL ? -2 : row[2] == NULL ? -1 : (int)field_u64(row[2]),
-                                row[3] == NULL ? 0 : (int)field_u64(row[3]), last_ra};
-        tasks += child != last || ne == 1;
-        last = child;
+        last_ra = row[1] ? strtoll(row[1], NULL, 10) : 0;
     }
     mysql_free_result(res);
-    if (ne == 0) {
-        *cur = (struct dsp_deps_cursor){0, 0}; /* from the start next time */
-        rc = 0;
-        goto done;
-    }
-    bool more = true;
-    if (ne == DSP_DEPS_SWEEP_ROWS) {
-        /* The last task's rows may go on past the read: it is not released nor judged a
-         * cycle from them. With other tasks before it, the next window starts at it
-         * again; alone (more unmet rows than a window) it is passed, and each sweep
-         * marks more of its rows met. */
-        size_t k = ne;
-        cut = last;
-        while (k > 0 && e[k - 1].child == last)
-            k--;
-        if (k > 0) {
-            cur->task_id = e[k - 1].child;
-            cur->run_after = e[k - 1].run_after;
-        } else {
-            cur->task_id = last;
-            cur->run_after = last_ra;
+    bool more = win.n == DSP_DEPS_SWEEP_TASKS;
+    if (more)
+        *cur = (struct dsp_deps_cursor){last_ra, win.v[win.n - 1], cur->clean_after};
+    else
+        *cur = (struct dsp_deps_cursor){0, 0, cur->clean_after}; /* from the first next time */
+    if (win.n > 0) {
+        /* Dependencies FAILED or missing, wherever they stand in a task's order. */
+        dsp_strbuf_reset(sql);
+        dsp_strbuf_printf(sql,
+                          "SELECT d.task_id, d.parent_id, p.task_state FROM (SELECT task_id, parent_id FROM %s"
+                          " WHERE task_id IN (",
+                          db->names.dep);
+        put_ids(sql, win.v, win.n);
+        dsp_strbuf_printf(sql,
+                          ") LIMIT %u) d LEFT JOIN %s p ON p.task_id = d.parent_id"
+                          " WHERE p.task_id IS NULL OR p.task_state = 3",
+                          DEPS_SWEEP_FAIL_ROWS, db->names.task);
+        if ((res = query(c, sql)) == NULL)
+            goto done;
+        while ((row = mysql_fetch_row(res)) != NULL) {
+            if (nextra == cap) {
+                size_t nc = cap ? cap * 2 : 16;
+                struct doomed *x = realloc(extra, nc * sizeof *x);
+                if (x == NULL) {
+                    mysql_free_result(res);
+                    goto done;
+                }
+                extra = x;
+                cap = nc;
+            }
+            extra[nextra++] = (struct doomed){field_u64(row[0]), field_u64(row[1]), row[2] == NULL};
         }
-    } else if (tasks < DSP_DEPS_SWEEP_TASKS) {
-        *cur = (struct dsp_deps_cursor){0, 0}; /* the end: from the start next time */
-        more = false;
-    } else {
-        cur->task_id = last;
-        cur->run_after = last_ra;
+        mysql_free_result(res);
+        /* The window's probes in one statement: one view for the cycle check. */
+        p = calloc(win.n, sizeof *p);
+        if (p == NULL || probe(db, c, sql, win.v, win.n, p) < 0 ||
+            settle_probes(db, c, sql, p, win.n, extra, nextra, true) < 0)
+            goto done;
     }
-    qsort(e, ne, sizeof *e, edge_cmp);
-    rc = settle_edges(db, c, sql, e, ne, cut, true);
-    if (rc == 0 && more)
-        rc = 1;
+    if (clean(db, c, sql, cur) < 0)
+        goto done;
+    rc = more ? 1 : 0;
 done:
-    free(e);
+    free(win.v);
+    free(p);
+    free(extra);
     return rc;
 }

@@ -269,7 +269,8 @@ struct dsp_db {
      * before), set by a submission of one and by a sweep that found one, cleared by a
      * sweep that found none. While clear, the write thread skips the dependants'
      * statements after its batches (the sweep catches a race). */
-    _Atomic bool deps_seen; /* the last task_claim seq handed out (db_claim_log.c) */
+    _Atomic bool deps_seen;
+    struct dsp_deps_progress *deps; /* db_deps.c */ /* the last task_claim seq handed out (db_claim_log.c) */
     /* The dialect the last connection opened with (enum dsp_sql_dialect; AUTO before the
      * first): logged when it changes, shown in /stats (dsp_dbi_conn_open). */
     _Atomic int sql_dialect_seen;
@@ -391,9 +392,8 @@ void dsp_dbi_lease_destroy(dsp_db *db);
 
 /* ---- db_deps.c: task dependencies (schema version 10) ---- */
 
-/* Waiting tasks (and unmet dependency rows) one sweep reads at most. */
-#define DSP_DEPS_SWEEP_TASKS 1024u
-#define DSP_DEPS_SWEEP_ROWS 4096u
+/* Waiting tasks one sweep probes at most (in one statement). */
+#define DSP_DEPS_SWEEP_TASKS 256u
 /* How often the leader's stats thread sweeps the waiting tasks. */
 #define DSP_DEPS_SWEEP_MS 1000
 /* Windows one sweep reads at most, one after the other while they are full. */
@@ -403,10 +403,15 @@ void dsp_dbi_lease_destroy(dsp_db *db);
 struct dsp_deps_cursor {
     int64_t run_after;
     uint64_t task_id;
+    uint64_t clean_after; /* the clean-up's: dependency rows of tasks after this id */
 };
 
-/* After outcomes were written: the dependants of ok[0..nok) (SUCCESSFUL) have those
- * dependencies met and are released when none is left; the waiting dependants of
+/* The probes' starts (db_deps.c), made by dsp_dbi_deps_init at dsp_db_new. 0 or -1. */
+int dsp_dbi_deps_init(dsp_db *db);
+void dsp_dbi_deps_free(dsp_db *db);
+
+/* After outcomes were written: the waiting dependants of ok[0..nok) (SUCCESSFUL) are
+ * probed and released when every dependency is SUCCESSFUL; the waiting dependants of
  * failed[0..nfailed) (FAILED) end FAILED ("dependency N failed"), transitively. On c
  * (autocommit); sql is scratch. 0, or -1 on a database error (c->err set). */
 int dsp_dbi_deps_parents_ended(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const uint64_t *ok,

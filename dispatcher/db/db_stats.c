@@ -580,13 +580,13 @@ static MYSQL_RES *taskop_query(struct stats_ctx *x)
     return res;
 }
 
-#define SHOW_DEPS_COUNT_MAX 100000u /* dependency rows one GET /task counts at most */
-#define SHOW_DEPS_LIST 20u          /* unmet dependencies it names */
+#define SHOW_DEPS_COUNT_MAX 100000u /* dependency rows one GET /task reads at most */
+#define SHOW_DEPS_LIST 20u          /* unfinished dependencies it names */
 
-/* SHOW: the task's dependencies (db_deps.c), when it waits or has rows: "dependencies"
- * {waiting, total, pending, pending_ids (the first unmet ones), failed, missing (those
- * of them FAILED, or not in the table)}. A task released or failed by its dependencies
- * has no rows left: its err_msg says which failed. Left out on a database error. */
+/* SHOW: the task's dependencies (db_deps.c), when it has rows: "dependencies" {waiting
+ * (still not released), total, pending (not SUCCESSFUL yet), pending_ids (the first
+ * ones), failed, missing (those of them FAILED, or not in the table)}. Counts stop at
+ * SHOW_DEPS_COUNT_MAX rows (total_capped). Left out on a database error. */
 static void taskop_show_deps(struct stats_ctx *x, uint64_t task_id, bool waiting, json_t *o)
 {
     const dsp_table_names *t = &x->db->names;
@@ -596,9 +596,10 @@ static void taskop_show_deps(struct stats_ctx *x, uint64_t task_id, bool waiting
 
     dsp_strbuf_reset(&x->sql);
     dsp_strbuf_printf(&x->sql,
-                      "SELECT COUNT(*), COALESCE(SUM(met = 0), 0) FROM (SELECT met FROM %s"
-                      " WHERE task_id = %" PRIu64 " LIMIT %u) d",
-                      t->dep, task_id, SHOW_DEPS_COUNT_MAX);
+                      "SELECT COUNT(*), COALESCE(SUM(p.task_id IS NULL OR p.task_state <> 2), 0) FROM"
+                      " (SELECT parent_id FROM %s WHERE task_id = %" PRIu64 " LIMIT %u) d"
+                      " LEFT JOIN %s p ON p.task_id = d.parent_id",
+                      t->dep, task_id, SHOW_DEPS_COUNT_MAX, t->task);
     if ((res = taskop_query(x)) == NULL)
         return;
     if ((row = mysql_fetch_row(res)) != NULL) {
@@ -611,10 +612,11 @@ static void taskop_show_deps(struct stats_ctx *x, uint64_t task_id, bool waiting
     json_t *d = json_object(), *ids = json_array(), *failed = json_array(), *missing = json_array();
     dsp_strbuf_reset(&x->sql);
     dsp_strbuf_printf(&x->sql,
-                      "SELECT d.parent_id, p.task_state FROM %s d LEFT JOIN %s p ON p.task_id = d.parent_id"
-                      " WHERE d.task_id = %" PRIu64 " AND d.met = 0 ORDER BY p.task_state = 3 DESC,"
-                      " p.task_id IS NULL DESC, d.parent_id LIMIT %u",
-                      t->dep, t->task, task_id, SHOW_DEPS_LIST);
+                      "SELECT d.parent_id, p.task_state FROM (SELECT parent_id FROM %s WHERE task_id = %" PRIu64
+                      " LIMIT %u) d LEFT JOIN %s p ON p.task_id = d.parent_id"
+                      " WHERE p.task_id IS NULL OR p.task_state <> 2"
+                      " ORDER BY p.task_state = 3 DESC, p.task_id IS NULL DESC, d.parent_id LIMIT %u",
+                      t->dep, task_id, SHOW_DEPS_COUNT_MAX, t->task, SHOW_DEPS_LIST);
     if ((res = taskop_query(x)) != NULL) {
         while ((row = mysql_fetch_row(res)) != NULL) {
             json_t *id = json_integer((json_int_t)field_u64(row[0]));
@@ -951,7 +953,8 @@ static void stats_deps(struct stats_ctx *x)
     bool any = row && row[0] && strcmp(row[0], "0") != 0;
     mysql_free_result(res);
     atomic_store(&db->deps_seen, any);
-    for (int w = 0; any && w < DSP_DEPS_SWEEP_WINDOWS; w++) {
+    /* Also with none waiting: the sweep deletes the rows of tasks gone. */
+    for (int w = 0; w < DSP_DEPS_SWEEP_WINDOWS; w++) {
         int rc = dsp_dbi_deps_sweep(db, &x->c, &x->sql, &x->deps_cur);
         if (rc < 0)
             stats_drop(x);

@@ -289,8 +289,18 @@ static void test_after_ab(void **state)
     pthread_mutex_unlock(&fx->mu);
     tp_diag("A ended at %lld, B at %lld, C started at %lld (event order)", ea.seq_end, eb.seq_end, ec.seq_start);
     assert_true(ec.seq_start > ea.seq_end && ec.seq_start > eb.seq_end);
-    /* Released: its dependency rows are gone. */
-    assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task_dep"), 0);
+    /* Its rows stay while it does: GET /task says it waited on 2, none pending. */
+    t = tp_daemon_json(&fx->d, path);
+    assert_int_equal(tp_json_int_at(t, "dependencies.total"), 2);
+    assert_int_equal(tp_json_int_at(t, "dependencies.pending"), 0);
+    assert_false(json_is_true(json_object_get(json_object_get(t, "dependencies"), "waiting")));
+    json_decref(t);
+    /* Once the task is gone (retention, or by hand), a sweep deletes its rows. */
+    assert_int_equal(tp_testdb_exec(&fx->db, "DELETE FROM task WHERE task_id = %" PRIu64, c), 1);
+    for (long long end = tp_mono_ms() + WAIT_MS;
+         tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task_dep WHERE task_id = %" PRIu64, c) > 0;
+         tp_sleep_ms(50))
+        assert_true(tp_mono_ms() < end);
     fx->passed = true;
 }
 
