@@ -53,6 +53,8 @@
 #define DEPS_FAIL_LEVELS 64     /* levels of a failure's cascade followed at once */
 #define DEPS_FAIL_ROWS 10000u   /* dependants one level of a cascade fails at most */
 #define DEPS_SWEEP_FAIL_ROWS 20000u /* dependency rows a sweep reads for FAILED parents */
+#define DEPS_SWEEP_FULL_EVERY 10 /* sweeps between two such reads (they read every row of
+                                  * the window; the probes read from where they stopped) */
 #define DEPS_CLEAN_TASKS 256u   /* tasks whose rows one sweep checks for deletion */
 #define DEPS_DELETE_BATCH 5000u /* dependency rows one DELETE removes */
 #define DEPS_DELETE_ROUNDS 20   /* DELETEs per sweep at most */
@@ -658,10 +660,10 @@ int dsp_dbi_deps_sweep(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, struct dsp
     mysql_free_result(res);
     bool more = win.n == DSP_DEPS_SWEEP_TASKS;
     if (more)
-        *cur = (struct dsp_deps_cursor){last_ra, win.v[win.n - 1], cur->clean_after};
+        *cur = (struct dsp_deps_cursor){last_ra, win.v[win.n - 1], cur->clean_after, cur->passes};
     else
-        *cur = (struct dsp_deps_cursor){0, 0, cur->clean_after}; /* from the first next time */
-    if (win.n > 0) {
+        *cur = (struct dsp_deps_cursor){0, 0, cur->clean_after, cur->passes}; /* from the first next time */
+    if (win.n > 0 && cur->passes++ % DEPS_SWEEP_FULL_EVERY == 0) {
         /* Dependencies FAILED or missing, wherever they stand in a task's order. */
         dsp_strbuf_reset(sql);
         dsp_strbuf_printf(sql,
@@ -689,6 +691,8 @@ int dsp_dbi_deps_sweep(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, struct dsp
             extra[nextra++] = (struct doomed){field_u64(row[0]), field_u64(row[1]), row[2] == NULL};
         }
         mysql_free_result(res);
+    }
+    if (win.n > 0) {
         /* The window's probes in one statement: one view for the cycle check. */
         p = calloc(win.n, sizeof *p);
         if (p == NULL || probe(db, c, sql, win.v, win.n, p) < 0 ||

@@ -404,6 +404,7 @@ struct dsp_deps_cursor {
     int64_t run_after;
     uint64_t task_id;
     uint64_t clean_after; /* the clean-up's: dependency rows of tasks after this id */
+    unsigned passes;      /* sweeps so far (the read of FAILED parents is every 10th) */
 };
 
 /* The probes' starts (db_deps.c), made by dsp_dbi_deps_init at dsp_db_new. 0 or -1. */
