@@ -651,7 +651,7 @@ static void test_migrate_without_schema_and_bad_flags(void **state)
     assert_non_null(strstr(out, "created schema version"));
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables"
                                              " WHERE table_schema = DATABASE()"),
-                     5);
+                     6);
     assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
     assert_int_equal(migrate(db, out), 0);
     assert_non_null(strstr(out, "nothing to do"));
@@ -661,7 +661,7 @@ static void test_migrate_without_schema_and_bad_flags(void **state)
     assert_non_null(strstr(out, "cannot tell what they hold"));
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables"
                                              " WHERE table_schema = DATABASE()"),
-                     3);
+                     4);
     assert_int_equal(tp_testdb_exec(db, "DROP TABLE task_schedule, task_claim, task_setting, task_dep"), 0);
 
     make_v1(db);

@@ -321,7 +321,7 @@ static void test_beside_team_table(void **state)
 
     assert_int_equal(migrate(db, "jobs", out), 0);
     assert_non_null(strstr(out, "created schema version"));
-    assert_int_equal(tables_in(db), 6); /* the team's task and jobs' five */
+    assert_int_equal(tables_in(db), 7); /* the team's task and jobs' six */
     assert_team_untouched(fx);
     assert_int_equal(tp_testdb_query_u64(db, "SELECT value FROM jobs_meta WHERE name = 'schema_version'"),
                      DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
@@ -351,7 +351,7 @@ static void test_beside_team_table(void **state)
     assert_true(tp_testdb_query_u64(db, "SELECT value FROM jobs_meta WHERE name = 'epoch'") >= 1);
     assert_true(tp_testdb_query_u64(db, "SELECT holder <> 0 FROM jobs_meta WHERE name = 'lease'") == 1);
     assert_team_untouched(fx);
-    assert_int_equal(tables_in(db), 6); /* the team's task and jobs' five */
+    assert_int_equal(tables_in(db), 7); /* the team's task and jobs' six */
 }
 
 /* CHECK constraints of table (TABLE_CONSTRAINTS, which both servers have). */
@@ -385,7 +385,7 @@ static void test_two_queues(void **state)
     assert_int_equal(tp_testdb_create("tables_two", db), 0);
     assert_int_equal(migrate(db, "jobs", out), 0);
     assert_int_equal(migrate(db, "mail", out), 0);
-    assert_int_equal(tables_in(db), 15);
+    assert_int_equal(tables_in(db), 18);
     /* Each queue's tables have every check (9 + 8 + 1), under names of their own. */
     assert_constraint_names_distinct(db);
     assert_int_equal(checks_of(db, "jobs") + checks_of(db, "jobs_schedule") + checks_of(db, "jobs_claim"),
