@@ -569,8 +569,28 @@ int dsp_dbi_deps_parents_ended(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, co
             goto done;
     }
     sort_unique(&children);
-    if (children.n > 0 && check_tasks(db, c, sql, children.v, children.n) < 0)
-        goto done;
+    if (children.n > 0) {
+        /* A dependant whose last probe stopped at a parent not among these still waits
+         * for that one: only the others are probed (a SUCCESSFUL row is written in a
+         * batch of this thread, whose end probes that parent's dependants). */
+        struct idvec done_ok = {0};
+        size_t k = 0;
+        for (size_t i = 0; i < nok; i++)
+            if (idvec_push(&done_ok, ok[i]) < 0) {
+                free(done_ok.v);
+                goto done;
+            }
+        sort_unique(&done_ok);
+        for (size_t i = 0; i < children.n; i++) {
+            uint64_t at = progress_get(db, children.v[i]);
+            if (at == 0 || has_id(&done_ok, at))
+                children.v[k++] = children.v[i];
+        }
+        children.n = k;
+        free(done_ok.v);
+        if (children.n > 0 && check_tasks(db, c, sql, children.v, children.n) < 0)
+            goto done;
+    }
     for (size_t i = 0; i < nfailed; i++)
         if (idvec_push(&frontier, failed[i]) < 0)
             goto done;
