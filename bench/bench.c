@@ -17,13 +17,16 @@
 #include <unistd.h>
 
 const bench_design bench_designs[] = {
-    {"cas", bench_drain_poll, true, false, 1, true, false, NULL},
-    {"cas-backoff", bench_drain_poll, true, false, 1, true, true, NULL},
-    {"skiplocked-1", bench_drain_poll, true, false, 1, false, false, NULL},
-    {"skiplocked-10", bench_drain_poll, true, false, 10, false, false, NULL},
-    {"ceiling", bench_drain_poll, false, true, 1000, false, false, NULL},
-    {"taskpush-rr", bench_drain_taskpush, false, false, 0, false, false, "round-robin"},
-    {"taskpush-ll", bench_drain_taskpush, false, false, 0, false, false, "least-loaded"},
+    {"cas", bench_drain_poll, true, false, 1, true, false, NULL, false},
+    {"cas-backoff", bench_drain_poll, true, false, 1, true, true, NULL, false},
+    {"skiplocked-1", bench_drain_poll, true, false, 1, false, false, NULL, false},
+    {"skiplocked-10", bench_drain_poll, true, false, 10, false, false, NULL, false},
+    {"ceiling", bench_drain_poll, false, true, 1000, false, false, NULL, false},
+    {"taskpush-rr", bench_drain_taskpush, false, false, 0, false, false, "round-robin", false},
+    {"taskpush-ll", bench_drain_taskpush, false, false, 0, false, false, "least-loaded", false},
+    /* taskpush-ll on a preload where 2 % of the rows wait on others (fan-ins of 98 and
+     * chains, bench_db_add_deps): what dependencies cost a drain. Opt-in. */
+    {"taskpush-deps", bench_drain_taskpush, false, false, 0, false, false, "least-loaded", true},
 };
 const size_t bench_ndesigns = sizeof bench_designs / sizeof bench_designs[0];
 
@@ -113,7 +116,9 @@ static void usage(FILE *f)
         "                    TASKPUSH_TEST_MYSQL_* environment of scripts/tp-mariadb, database\n"
         "                    taskpush_bench_PID)\n"
         "  --design LIST     comma-separated, from: cas, cas-backoff, skiplocked-1,\n"
-        "                    skiplocked-10, ceiling, taskpush-rr, taskpush-ll (default all)\n"
+        "                    skiplocked-10, ceiling, taskpush-rr, taskpush-ll (default all\n"
+        "                    of these), and taskpush-deps: taskpush-ll where 2 %% of the\n"
+        "                    rows wait on others (fan-ins of 98, chains; opt-in)\n"
         "  --k LIST          clients or workers, comma-separated (default 4,16,64,256)\n"
         "  --n N             tasks per run for taskpush and the ceiling (default %u)\n"
         "  --n-poll N        tasks per run for the polling designs (default %u, and %u at\n"
@@ -326,7 +331,8 @@ static void apply_defaults(bench_opts *o, bool quick, bool set_k, bool set_n, bo
 {
     if (o->ndesigns == 0)
         for (size_t i = 0; i < bench_ndesigns; i++)
-            o->designs[o->ndesigns++] = &bench_designs[i];
+            if (!bench_designs[i].deps)
+                o->designs[o->ndesigns++] = &bench_designs[i];
     if (!set_k) {
         static const unsigned def_k[] = {4, 16, 64, 256}, quick_k[] = {4, 64};
         const unsigned *ks = quick ? quick_k : def_k;
@@ -738,7 +744,8 @@ static void run_one(bench_ctx *ctx, const bench_design *d, unsigned k, unsigned 
     }
     if (!o->json_only)
         fprintf(stderr, "taskpush-bench: round %u: %s K=%u N=%" PRIu64 "\n", round, d->name, r->k, r->n);
-    if (bench_db_reset(&o->db, ctx->admin, r->n) < 0) {
+    if (bench_db_reset(&o->db, ctx->admin, r->n) < 0 ||
+        (d->deps && bench_db_add_deps(&o->db, ctx->admin, r->n) < 0)) {
         snprintf(r->why, sizeof r->why, "could not prepare the table: %s", mysql_error(ctx->admin));
     } else {
         d->drain(ctx, d, r->k, r);

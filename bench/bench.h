@@ -189,6 +189,8 @@ typedef struct bench_design {
     bool cas;           /* CAS claim instead of SKIP LOCKED */
     bool backoff;       /* sleep 1-10 ms after a CAS miss */
     const char *scheduler; /* taskpush */
+    bool deps;          /* the preload waits in groups of 100 (bench_db_add_deps); opt-in:
+                         * not in the default list of designs */
 } bench_design;
 
 extern const bench_design bench_designs[];
@@ -219,6 +221,11 @@ MYSQL *bench_db_connect(const bench_dbconf *c, const char *dbname);
 int bench_db_exec(MYSQL *m, const char *sql);   /* affected rows >= 0, or -1 */
 int bench_db_u64(MYSQL *m, const char *sql, uint64_t *out);
 int bench_db_reset(const bench_dbconf *c, MYSQL *admin, uint64_t n);
+/* After bench_db_reset's preload of ids 1..n: dependencies (docs/producers.md) in groups
+ * of 100 ids 100g+1 .. 100g+100: the 99th waits on the 98 before it (a fan-in), the
+ * 100th on the 99th (a chain); 2 % of the rows wait, 99 dependency rows a group.
+ * MariaDB's sequence engine. 0 or -1. */
+int bench_db_add_deps(const bench_dbconf *c, MYSQL *admin, uint64_t n);
 int bench_db_drop(MYSQL *admin, const bench_dbconf *c);
 void bench_db_url(const bench_dbconf *c, char *out, size_t cap);
 json_t *bench_db_settings(MYSQL *m);

@@ -170,6 +170,35 @@ err:
     return -1;
 }
 
+int bench_db_add_deps(const bench_dbconf *c, MYSQL *admin, uint64_t n)
+{
+    char sql[512];
+    dsp_table_names names;
+
+    if (dsp_table_names_init(&names, c->table[0] ? c->table : DSP_TABLE_NAME_DEFAULT) < 0)
+        return -1;
+    snprintf(sql, sizeof sql,
+             "INSERT INTO %s (task_id, parent_id) SELECT (seq DIV 100) * 100 + 99, seq FROM seq_1_to_%" PRIu64
+             " WHERE seq %% 100 BETWEEN 1 AND 98 AND (seq DIV 100) * 100 + 99 <= %" PRIu64,
+             names.dep, n, n);
+    if (bench_db_exec(admin, sql) < 0)
+        goto err;
+    snprintf(sql, sizeof sql,
+             "INSERT INTO %s (task_id, parent_id) SELECT seq, seq - 1 FROM seq_1_to_%" PRIu64 " WHERE seq %% 100 = 0",
+             names.dep, n);
+    if (bench_db_exec(admin, sql) < 0)
+        goto err;
+    /* `delayed` 2: waiting (the rows were not claimable before: nothing runs yet). */
+    snprintf(sql, sizeof sql, "UPDATE %s SET `delayed` = 2 WHERE task_id IN (SELECT task_id FROM %s)",
+             names.task, names.dep);
+    if (bench_db_exec(admin, sql) < 0)
+        goto err;
+    return 0;
+err:
+    fprintf(stderr, "taskpush-bench: adding dependencies to %s: %s\n", c->dbname, mysql_error(admin));
+    return -1;
+}
+
 int bench_db_drop(MYSQL *admin, const bench_dbconf *c)
 {
     char sql[128];

@@ -3,7 +3,7 @@
  *
  *   taskpushctl [--worker HOST:PORT] [--token-file PATH] [--tls [--tls-ca PEM]]
  *               [--admin HOST:PORT (accepted, unused)] submit --type T [--priority P] [--dedup-key K] [--group-key K] [--delay-ms N]
- *               [--max-attempts N] [--timeout-ms N] [--wait] [--wait-ms N] < payload
+ *               [--after ID[,ID...]] [--max-attempts N] [--timeout-ms N] [--wait] [--wait-ms N] < payload
  *
  * The payload is standard input, byte for byte (at most 16 MiB - 1). Prints the new
  * task's id, or "duplicate ID" when its dedup key is already present; with --wait, then
@@ -30,6 +30,8 @@
 typedef struct submit_args {
     const char *worker, *token_file, *tls_ca, *type, *key, *group_key;
     bool tls, wait;
+    uint64_t after[TP_MAX_AFTER]; /* --after: the tasks it waits for */
+    size_t nafter;
     unsigned long long priority, delay_ms, max_attempts, timeout_ms, wait_ms;
 } submit_args;
 
@@ -39,6 +41,36 @@ static int bad(const char *fmt, const char *what)
     fprintf(stderr, fmt, what);
     fprintf(stderr, "\nTry 'taskpushctl --help'.\n");
     return 2;
+}
+
+/* Parses --after's list ID[,ID...] (each 1 .. 2^63 - 1, at most TP_MAX_AFTER in all,
+ * repeated options adding up) into a. 0, or 2 with the reason printed. */
+static int parse_after(const char *s, submit_args *a)
+{
+    const char *p = s;
+    if (!*p)
+        return bad("%s", "--after needs task ids: ID[,ID...]");
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        char digits[24];
+        char *end = NULL;
+        unsigned long long v;
+        if (len == 0 || len > 19 || strspn(p, "0123456789") < len)
+            return bad("--after '%s': task ids, decimal, separated by ','", s);
+        memcpy(digits, p, len);
+        digits[len] = '\0';
+        errno = 0;
+        v = strtoull(digits, &end, 10);
+        if (errno || v == 0 || v > INT64_MAX)
+            return bad("--after '%s': a task id is 1 to 9223372036854775807", s);
+        if (a->nafter == TP_MAX_AFTER)
+            return bad("--after '%s': at most 1000 task ids per task", s);
+        a->after[a->nafter++] = v;
+        p += len;
+        if (*p == ',' && *++p == '\0')
+            return bad("--after '%s': a trailing ','", s);
+    }
+    return 0;
 }
 
 /* Parses a decimal number of at most max; returns 0 or -1. */
@@ -62,6 +94,7 @@ static int parse(int argc, char **argv, submit_args *a)
         {"max-attempts", required_argument, NULL, 'm'},
         {"timeout-ms", required_argument, NULL, 'T'}, {"wait", no_argument, NULL, 'W'},
         {"wait-ms", required_argument, NULL, 'M'},   {"group-key", required_argument, NULL, 'g'},
+        {"after", required_argument, NULL, 'A'},
         /* The general options, taken before or after the command as by the others:
          * submit goes to --worker, so they change nothing here. */
         {"admin", required_argument, NULL, 'a'},     {"admin-token-file", required_argument, NULL, 'a'},
@@ -79,6 +112,10 @@ static int parse(int argc, char **argv, submit_args *a)
         case 't': a->type = optarg; break;
         case 'd': a->key = optarg; break;
         case 'g': a->group_key = optarg; break;
+        case 'A':
+            if (parse_after(optarg, a) != 0)
+                return 2;
+            break;
         case 'W': a->wait = true; break;
         case 'a': break;
         case 'p':
@@ -110,7 +147,7 @@ static int parse(int argc, char **argv, submit_args *a)
     for (int i = optind; i < argc; i++)
         ncmd += strcmp(argv[i], "submit") == 0 ? 1 : 100;
     if (ncmd != 1)
-        return bad("%s", "usage: submit --type T [--priority P] [--dedup-key K] [--group-key K] [--delay-ms N] < payload");
+        return bad("%s", "usage: submit --type T [--priority P] [--dedup-key K] [--group-key K] [--delay-ms N] [--after ID[,ID...]] < payload");
     if (!a->type || !*a->type || strlen(a->type) > TP_MAX_TYPE_LEN)
         return bad("%s", "--type T is required, 1 to 256 bytes");
     if (a->key && (!*a->key || strlen(a->key) > TP_MAX_DEDUP_KEY_LEN))
@@ -240,8 +277,9 @@ int ctl_submit_main(int argc, char **argv)
     t.timeout_ms = (uint32_t)a.timeout_ms;
     tp_submit_result r;
     tp_group_key gk = {a.group_key, a.group_key ? strlen(a.group_key) : 0};
-    int src = tp_submit_keyed(w, &t, &gk, 1, a.wait ? TP_SUBMIT_WAIT : 0, (unsigned)a.wait_ms, &r,
-                              &err);
+    tp_task_after after = {a.after, a.nafter};
+    int src = tp_submit_after(w, &t, &gk, a.nafter ? &after : NULL, 1, a.wait ? TP_SUBMIT_WAIT : 0,
+                              (unsigned)a.wait_ms, &r, &err);
     rc = 1;
     if (src != 0) {
         fprintf(stderr, "taskpushctl submit: %s: %s\n", tp_strerror(src), err.text);

@@ -338,7 +338,8 @@ static void usage(FILE *out)
                  "  drain     stop claiming, put buffered tasks back to NEW, let in-flight\n"
                  "            tasks finish; the dispatcher keeps running until resume\n"
                  "  requeue-failed   move FAILED rows (all, or of --type T) back to NEW\n"
-                 "  show ID   one task: state, attempts, times, err_msg, result size, its worker\n"
+                 "  show ID   one task: state, attempts, times, err_msg, result size, its worker,\n"
+                 "            what it waits for (dependencies)\n"
                  "  failed    the latest failures, by when they failed, with their err_msg (--type T, --limit N)\n"
                  "  retry ID  a FAILED task back to NEW with attempts 0\n"
                  "  cancel ID a NEW, buffered or running task becomes FAILED \"cancelled\"\n"
@@ -368,6 +369,8 @@ static void usage(FILE *out)
                  "  --dedup-key K       idempotency key: while a row has it, answered \"duplicate ID\"\n"
                  "  --group-key K       fair share: within a type and priority, keys take turns\n"
                  "                      (1 to 191 bytes)\n"
+                 "  --after ID[,ID...]  wait for these tasks: run once all are SUCCESSFUL, FAILED\n"
+                 "                      (err_msg 'dependency ...') when one fails; at most 1000\n"
                  "  --delay-ms N        not run before N ms from now\n"
                  "  --max-attempts N    1 to 1000 (default: the table's, 3)\n"
                  "  --timeout-ms N      the lease of one attempt (default: the dispatcher's)\n"
@@ -522,6 +525,34 @@ static const char *priority_name(long long p)
     return p == 0 ? "LOW" : p == 1 ? "NORMAL" : p == 2 ? "HIGH" : "?";
 }
 
+/* Up to 20 ids of a JSON array, "a, b, c" ("-" for none). */
+static void print_ids(const char *label, json_t *a)
+{
+    size_t i, n = json_array_size(a);
+    printf("%s", label);
+    if (n == 0)
+        printf("-");
+    for (i = 0; i < n && i < 20; i++)
+        printf("%s%lld", i ? ", " : "", (long long)json_integer_value(json_array_get(a, i)));
+    printf("\n");
+}
+
+/* The "dependencies" of a task's answer, when it has them. */
+static void print_deps(json_t *d)
+{
+    if (!json_is_object(d))
+        return;
+    printf("waits on    %lld task(s)%s, %lld pending%s\n", num(d, "total"),
+           json_is_true(json_object_get(d, "total_capped")) ? " or more" : "", num(d, "pending"),
+           json_is_true(json_object_get(d, "waiting")) ? "" : " (not waiting)");
+    if (json_array_size(json_object_get(d, "pending_ids")) > 0)
+        print_ids("pending on  ", json_object_get(d, "pending_ids"));
+    if (json_array_size(json_object_get(d, "failed")) > 0)
+        print_ids("failed deps ", json_object_get(d, "failed"));
+    if (json_array_size(json_object_get(d, "missing")) > 0)
+        print_ids("missing     ", json_object_get(d, "missing"));
+}
+
 static void print_task(json_t *o)
 {
     char t1[64];
@@ -548,6 +579,7 @@ static void print_task(json_t *o)
         printf("progress    %lld.%lld%%%s%s%s at %s\n", v / 10, v % 10, pm && *pm ? " (" : "",
                pm && *pm ? pm : "", pm && *pm ? ")" : "", fmt_time(json_object_get(pr, "at_ms"), t1, sizeof t1));
     }
+    print_deps(json_object_get(o, "dependencies"));
     const char *hs = json_string_value(json_object_get(held, "state"));
     if (hs && strcmp(hs, "running") == 0)
         printf("held        running on worker %s (%s) since %s, attempt %lld\n",
@@ -719,7 +751,7 @@ int main(int argc, char **argv)
      * as `--type submit` is not the command. */
     static const char *const valued[] = {"--admin", "--type", "--token-file", "--tls-ca",
                                          "--admin-token-file", "--limit", "--worker",
-                                         "--priority", "--dedup-key", "--group-key", "--delay-ms",
+                                         "--priority", "--dedup-key", "--group-key", "--after", "--delay-ms",
                                          "--max-attempts", "--timeout-ms", "--wait-ms"};
     for (int i = 1; i < argc; i++) {
         bool is_value = false;

@@ -123,9 +123,9 @@ static const opt_def option_table[] = {
      "at most N tasks of type T running at once per group_key, over all workers (repeatable;"
      " the same as --type-limit T:per_group=N)"},
     {"table", OPT_STRING, F(table), DSP_TABLE_NAME_DEFAULT, 0, 0, "NAME",
-     "the task table; taskpush's other tables are NAME_meta, NAME_schedule, NAME_claim, NAME_setting and"
-     " NAME_progress (for task: taskpush_meta, task_schedule, task_claim, task_setting, task_progress), so"
-     " queues can share a database"},
+     "the task table; taskpush's other tables are NAME_meta, NAME_schedule, NAME_claim, NAME_setting,"
+     " NAME_progress and NAME_dep (for task: taskpush_meta, task_schedule, task_claim, task_setting,"
+     " task_progress, task_dep), so queues can share a database"},
     {"types", OPT_STRING, F(types), NULL, 0, 0, "T1,T2",
      "own only these task types (a shard with its own lease and standbys); default: all"},
     {"shard", OPT_STRING, F(shard), NULL, 0, 0, "NAME",

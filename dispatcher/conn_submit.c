@@ -39,6 +39,28 @@ static const char *item_problem(const dsp_submit_item *it)
     return NULL;
 }
 
+/* Why the dependency list of it cannot be taken, written to why, or false. Whether each
+ * task exists is the submit thread's check (db_submit.c). */
+static bool after_problem(const dsp_submit_item *it, char *why, size_t cap)
+{
+    if (it->nafter > PROTO_MAX_AFTER) {
+        snprintf(why, cap, "waits for %u tasks; at most %d per task (chain them through"
+                 " intermediate tasks)", (unsigned)it->nafter, PROTO_MAX_AFTER);
+        return true;
+    }
+    for (size_t k = 0; k < it->nafter; k++) {
+        const uint8_t *p = it->after + k * PROTO_SUBMIT_AFTER_ID;
+        uint64_t v = 0;
+        for (int b = 0; b < 8; b++)
+            v = (v << 8) | p[b];
+        if (v == 0) {
+            snprintf(why, cap, "waits for task 0, which is no task id");
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Copies the frame and points the items into the copy. NULL when out of memory. */
 static dsp_submit_req *req_copy(const dsp_conn *c, const proto_submit *s, const uint8_t *body, size_t len)
 {
@@ -70,7 +92,8 @@ static dsp_submit_req *req_copy(const dsp_conn *c, const proto_submit *s, const 
             .timeout_ms = t.timeout_ms, .type = t.type.ptr, .type_len = t.type.len,
             .key = t.dedup_key.ptr, .key_len = t.dedup_key.len,
             .group_key = t.group_key.ptr, .group_key_len = t.group_key.len,
-            .payload = t.payload.ptr, .payload_len = t.payload.len};
+            .payload = t.payload.ptr, .payload_len = t.payload.len,
+            .after = t.after_wire.ptr, .nafter = t.nafter};
     }
     return r;
 }
@@ -116,6 +139,9 @@ void dsp_conn_submit(dsp_conn *c, const proto_submit *s, const uint8_t *body, si
     }
     for (size_t i = 0; i < r->nitems; i++) {
         const char *p = item_problem(&r->items[i]);
+        char dep_why[160];
+        if (!p && after_problem(&r->items[i], dep_why, sizeof dep_why))
+            p = dep_why;
         if (p) {
             snprintf(why, sizeof why, "task %zu: %s", i, p);
             answer_now(c, s->request_id, PROTO_SUBMIT_INVALID, why);
@@ -154,8 +180,8 @@ static void claim_soon(dsp_server *srv, const dsp_submit_req *r)
 
     for (size_t i = 0; i < r->nitems; i++) {
         const dsp_submit_item *it = &r->items[i];
-        if (it->result != PROTO_SUBMIT_INSERTED || it->delay_ms > 0)
-            continue;
+        if (it->result != PROTO_SUBMIT_INSERTED || it->delay_ms > 0 || it->nafter > 0)
+            continue; /* not ready yet: a waiting task's release wakes the claim */
         dsp_type *ty = dsp_server_type_find(srv, it->type, it->type_len);
         if (ty && ty->nworkers > 0) {
             ty->rows_seen_ms = now;

@@ -393,6 +393,21 @@ static int take_entry(const uint8_t *b, size_t n, size_t *off, uint8_t flags, pr
     if ((flags & PROTO_SUBMIT_GROUP_KEY) &&
         take_str(b, n, &o, PROTO_MAX_GROUP_KEY_LEN, &t->group_key) != PROTO_OK)
         goto done;
+    t->nafter = 0;
+    t->after = NULL;
+    t->after_wire.ptr = NULL;
+    t->after_wire.len = 0;
+    if (flags & PROTO_SUBMIT_AFTER) {
+        if (n - o < PROTO_SUBMIT_AFTER_FIXED)
+            goto done;
+        t->nafter = load16(b + o);
+        o += PROTO_SUBMIT_AFTER_FIXED;
+        if ((n - o) / PROTO_SUBMIT_AFTER_ID < t->nafter)
+            goto done;
+        t->after_wire.ptr = b + o;
+        t->after_wire.len = (size_t)t->nafter * PROTO_SUBMIT_AFTER_ID;
+        o += t->after_wire.len;
+    }
     *off = o;
     rc = PROTO_OK;
 done:
@@ -441,6 +456,13 @@ static int decode_submit(const uint8_t *b, size_t n, proto_submit *s)
     rc = PROTO_OK;
 done:
     return rc;
+}
+
+uint64_t proto_after_id(const proto_submit_task *t, uint16_t i)
+{
+    if (t->after)
+        return t->after[i];
+    return load64(t->after_wire.ptr + (size_t)i * PROTO_SUBMIT_AFTER_ID);
 }
 
 void proto_submitted_result(const proto_submitted *s, uint16_t i, proto_submit_res *out)
@@ -660,8 +682,14 @@ static size_t submit_head(const proto_submit *s)
                 return 0;
             size += PROTO_SUBMIT_GROUP_KEY_FIXED + t->group_key.len;
         }
+        if (s->flags & PROTO_SUBMIT_AFTER) {
+            if (t->nafter > 0 && t->after == NULL)
+                return 0;
+            size += PROTO_SUBMIT_AFTER_FIXED + (size_t)t->nafter * PROTO_SUBMIT_AFTER_ID;
+        }
     }
-    return size; /* at most 1000 * (19 + 256 + 191 + 2^24): no overflow of a 64-bit size_t */
+    /* at most 1000 * (19 + 256 + 191 + 2 + 65535 * 8 + 2^24): no overflow of a 64-bit size_t */
+    return size;
 }
 
 /* submitted_head: the same for SUBMITTED, without its message. Without `results`, the
@@ -812,6 +840,12 @@ static void write_submit(uint8_t *p, const proto_submit *s)
         p += BLOB_HEAD + t->payload.len;
         if (s->flags & PROTO_SUBMIT_GROUP_KEY)
             p = put_str(p, t->group_key);
+        if (s->flags & PROTO_SUBMIT_AFTER) {
+            store16(p, t->nafter);
+            p += PROTO_SUBMIT_AFTER_FIXED;
+            for (uint16_t k = 0; k < t->nafter; k++, p += PROTO_SUBMIT_AFTER_ID)
+                store64(p, t->after[k]);
+        }
     }
 }
 

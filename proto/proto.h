@@ -37,6 +37,9 @@
 #define PROTO_MAX_SUBMIT_TASKS 1000     /* entries of one SUBMIT */
 #define PROTO_MAX_DEDUP_KEY_LEN 191     /* bytes of a dedup_key (VARBINARY(191)) */
 #define PROTO_MAX_GROUP_KEY_LEN 191     /* bytes of a group_key (VARBINARY(191)) */
+/* Task ids one SUBMIT entry waits for (PROTO_SUBMIT_AFTER). The wire's count is a u16:
+ * a decoder takes up to 65535, and the dispatcher answers INVALID above this bound. */
+#define PROTO_MAX_AFTER 1000
 #define PROTO_MAX_PAYLOAD_LEN 16777215u /* a MEDIUMBLOB */
 #define PROTO_MAX_ATTEMPTS 1000         /* the table's max_attempts bound */
 #define PROTO_MAX_CONFIRM 1024          /* deliveries named by one CONFIRM or HOLDING */
@@ -73,7 +76,10 @@ enum proto_type {
 /* SUBMIT flags. */
 #define PROTO_SUBMIT_WAIT 0x01 /* send an OUTCOME per inserted task when it ends */
 #define PROTO_SUBMIT_GROUP_KEY 0x02 /* each entry ends with a str16 group_key (fair share) */
-#define PROTO_SUBMIT_FLAGS_KNOWN (PROTO_SUBMIT_WAIT | PROTO_SUBMIT_GROUP_KEY)
+/* Each entry ends (after its group_key, if any) with a u16 count and that many u64 task
+ * ids it waits for (dependencies). */
+#define PROTO_SUBMIT_AFTER 0x04
+#define PROTO_SUBMIT_FLAGS_KNOWN (PROTO_SUBMIT_WAIT | PROTO_SUBMIT_GROUP_KEY | PROTO_SUBMIT_AFTER)
 
 /* SUBMITTED status. */
 enum proto_submit_status {
@@ -195,6 +201,12 @@ typedef struct proto_submit_task {
     /* 0 .. PROTO_MAX_GROUP_KEY_LEN bytes; empty: none. On the wire only with
      * PROTO_SUBMIT_GROUP_KEY (the encoder ignores it without the flag). */
     proto_bytes group_key;
+    /* The task ids it waits for, on the wire only with PROTO_SUBMIT_AFTER: encoding reads
+     * after[0 .. nafter) (at most 65535); decoding sets nafter, after_wire to their
+     * nafter * 8 big-endian bytes (read them with proto_after_id) and after to NULL. */
+    uint16_t nafter;
+    const uint64_t *after;
+    proto_bytes after_wire;
 } proto_submit_task;
 
 /* SUBMIT. Decoding checks every entry and sets `entries` to their bytes (read them
@@ -202,7 +214,7 @@ typedef struct proto_submit_task {
  * them) and ignores `entries`. */
 typedef struct proto_submit {
     uint32_t request_id;
-    uint8_t flags;   /* PROTO_SUBMIT_WAIT, PROTO_SUBMIT_GROUP_KEY; other bits are BAD */
+    uint8_t flags;   /* PROTO_SUBMIT_WAIT, _GROUP_KEY, _AFTER; other bits are BAD */
     uint16_t ntasks; /* 1 .. PROTO_MAX_SUBMIT_TASKS */
     const proto_submit_task *tasks;
     proto_bytes entries;
@@ -309,6 +321,9 @@ int proto_submit_next(proto_bytes *cursor, proto_submit_task *out);
  * PROTO_SUBMIT_GROUP_KEY is set); proto_submit_next reads entries without one. */
 int proto_submit_next_flags(proto_bytes *cursor, uint8_t flags, proto_submit_task *out);
 
+/* proto_after_id reads id i (< t->nafter) of a decoded SUBMIT entry. */
+uint64_t proto_after_id(const proto_submit_task *t, uint16_t i);
+
 /* proto_submitted_result reads result i (< s->n) of a decoded SUBMITTED. */
 void proto_submitted_result(const proto_submitted *s, uint16_t i, proto_submit_res *out);
 
@@ -324,6 +339,9 @@ void proto_dlv_put(uint8_t *out, const proto_dlv *d);
 #define PROTO_SUBMIT_ENTRY_FIXED 19
 /* What a group_key adds to an entry besides its bytes (PROTO_SUBMIT_GROUP_KEY). */
 #define PROTO_SUBMIT_GROUP_KEY_FIXED 2
+/* What PROTO_SUBMIT_AFTER adds to an entry: a u16 count, then 8 bytes per id. */
+#define PROTO_SUBMIT_AFTER_FIXED 2
+#define PROTO_SUBMIT_AFTER_ID 8
 
 /* Largest head any frame can have (HELLO with every bound at its maximum); a SUBMIT,
  * which is all head, aside: size it with proto_msg_size. */

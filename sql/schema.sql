@@ -94,6 +94,9 @@ CREATE TABLE IF NOT EXISTS task (
     -- 1 while a NEW row waits for its run_after (the delayed lane), 0 otherwise. The
     -- dispatcher promotes rows whose run_after has passed and demotes rows a producer
     -- inserted with a future run_after, so the claim scans only ready rows.
+    -- Version 10 (sql/migrations/010-task-dependencies.sql): 2 while a NEW row waits
+    -- for the tasks task_dep lists for it; the dispatcher sets 0 (or 1) once all are
+    -- SUCCESSFUL, and makes the row FAILED when one of them failed.
     `delayed`        TINYINT NOT NULL DEFAULT 0,
     -- Version 5 (sql/migrations/005-claim-lane.sql): task_state, with SUCCESSFUL (2) in
     -- PROCESSING's place (1), so that writing a success changes no indexed value and
@@ -246,6 +249,24 @@ CREATE TABLE IF NOT EXISTS task_setting (
     CONSTRAINT setting_limits_range CHECK (concurrency <= 1000000 AND rate <= 1000000
                                            AND per_group <= 1000000),
     CONSTRAINT setting_flags_range CHECK (has_limit IN (0, 1) AND paused IN (0, 1))
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+-- Dependencies (version 10, sql/migrations/010-task-dependencies.sql): one row per task
+-- that a task waits for. A producer inserts the waiting task (task.`delayed` = 2) and its
+-- rows here in one transaction (docs/producers.md, "Dependencies"); the dispatcher
+-- releases the task once every one of them is SUCCESSFUL. The rows stay while the task
+-- does (GET /task shows them); the dispatcher deletes those of tasks no longer in task.
+CREATE TABLE IF NOT EXISTS task_dep (
+    -- The waiting task (task.task_id).
+    task_id   BIGINT UNSIGNED NOT NULL,
+    -- A task it waits for (task.task_id); never the task itself.
+    parent_id BIGINT UNSIGNED NOT NULL,
+    -- A task's dependencies in parent_id order: the dispatcher reads them from the first
+    -- one it has not seen SUCCESSFUL yet.
+    PRIMARY KEY (task_id, parent_id),
+    -- A parent's dependants, when its outcome is written.
+    KEY dep_parent_idx (parent_id),
+    CONSTRAINT dep_not_self CHECK (task_id <> parent_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
 -- Progress of running tasks (version 11, sql/migrations/011-task-progress.sql): the

@@ -347,10 +347,10 @@ static int check_task(const tp_submit_task *t, size_t i, proto_submit_task *out,
 }
 
 /* encode builds the SUBMIT frame of tasks into *s. Returns 0 or a TP_E* code. */
-static int encode(tpi_submit *s, const tp_submit_task *tasks, const tp_group_key *keys, size_t n,
-                  unsigned flags, tp_error *err)
+static int encode(tpi_submit *s, const tp_submit_task *tasks, const tp_group_key *keys,
+                  const tp_task_after *after, size_t n, unsigned flags, tp_error *err)
 {
-    int keyed = 0;
+    int keyed = 0, waits = 0;
 
     proto_submit_task *pt = calloc(n, sizeof(*pt));
     proto_msg m = {.type = PROTO_SUBMIT};
@@ -371,11 +371,27 @@ static int encode(tpi_submit *s, const tp_submit_task *tasks, const tp_group_key
                 keyed = 1;
             }
         }
+        if (rc == 0 && after != NULL && after[i].n > 0) {
+            if (after[i].n > TP_MAX_AFTER)
+                rc = tpi_error_set(err, TP_ERANGE, "task %zu: waits for %zu tasks (at most %u)", i,
+                                   after[i].n, TP_MAX_AFTER);
+            else if (after[i].ids == NULL)
+                rc = tpi_error_set(err, TP_EINVAL, "task %zu: after ids NULL with a count", i);
+            else {
+                for (size_t k = 0; k < after[i].n && rc == 0; k++)
+                    if (after[i].ids[k] == 0)
+                        rc = tpi_error_set(err, TP_EINVAL, "task %zu: waits for task 0", i);
+                pt[i].after = after[i].ids;
+                pt[i].nafter = (uint16_t)after[i].n;
+                waits = 1;
+            }
+        }
     }
     if (rc == 0) {
         /* Without a key the frame is the one of before, which every dispatcher takes. */
         m.u.submit.flags = (uint8_t)(((flags & TP_SUBMIT_WAIT) ? PROTO_SUBMIT_WAIT : 0) |
-                                     (keyed ? PROTO_SUBMIT_GROUP_KEY : 0));
+                                     (keyed ? PROTO_SUBMIT_GROUP_KEY : 0) |
+                                     (waits ? PROTO_SUBMIT_AFTER : 0));
         m.u.submit.ntasks = (uint16_t)n;
         m.u.submit.tasks = pt;
         s->frame_len = proto_msg_size(&m);
@@ -404,11 +420,18 @@ static void wake_io(tp_worker *w)
 int tp_submit(tp_worker *w, const tp_submit_task *tasks, size_t n, unsigned flags,
               unsigned timeout_ms, tp_submit_result *results, tp_error *err)
 {
-    return tp_submit_keyed(w, tasks, NULL, n, flags, timeout_ms, results, err);
+    return tp_submit_after(w, tasks, NULL, NULL, n, flags, timeout_ms, results, err);
 }
 
 int tp_submit_keyed(tp_worker *w, const tp_submit_task *tasks, const tp_group_key *keys, size_t n,
                     unsigned flags, unsigned timeout_ms, tp_submit_result *results, tp_error *err)
+{
+    return tp_submit_after(w, tasks, keys, NULL, n, flags, timeout_ms, results, err);
+}
+
+int tp_submit_after(tp_worker *w, const tp_submit_task *tasks, const tp_group_key *keys,
+                    const tp_task_after *after, size_t n, unsigned flags, unsigned timeout_ms,
+                    tp_submit_result *results, tp_error *err)
 {
     tpi_submit *s;
     struct timespec until;
@@ -428,7 +451,7 @@ int tp_submit_keyed(tp_worker *w, const tp_submit_task *tasks, const tp_group_ke
     memset(results, 0, n * sizeof(*results));
     if ((s = calloc(1, sizeof(*s))) == NULL)
         return tpi_error_set(err, TP_ENOMEM, "out of memory");
-    if ((rc = encode(s, tasks, keys, n, flags, err)) != 0) {
+    if ((rc = encode(s, tasks, keys, after, n, flags, err)) != 0) {
         sub_free(s);
         return rc;
     }

@@ -591,6 +591,35 @@ TP_API int tp_submit_keyed(tp_worker *w, const tp_submit_task *tasks, const tp_g
                            size_t n, unsigned flags, unsigned timeout_ms,
                            tp_submit_result *results, tp_error *err) TP_WARN_UNUSED;
 
+/** Task ids one submitted task may wait for (tp_submit_after()). */
+#define TP_MAX_AFTER 1000u
+
+/**
+ * The tasks one submitted task waits for (dependencies, docs/producers.md): it is
+ * dispatched only once every one of them is SUCCESSFUL, and ends FAILED with an err_msg
+ * starting "dependency" when one of them ends FAILED.
+ */
+typedef struct tp_task_after {
+    const uint64_t *ids; /**< task ids, each of an existing task (NULL when n is 0) */
+    size_t n;            /**< 0 .. TP_MAX_AFTER; 0: waits for nothing */
+} tp_task_after;
+
+/**
+ * tp_submit_keyed() with the tasks each task waits for: after[i] for tasks[i] (after
+ * NULL: none at all, the same as tp_submit_keyed(); keys may be NULL). A task that
+ * waits is answered INVALID when one of its ids names no task (nothing is inserted).
+ * A call where no task waits sends the frame tp_submit_keyed() sends; one that does
+ * needs a taskpushd of schema version 10 or later (an older one refuses the frame and
+ * closes the connection). Since library version 1.4.
+ * @return as tp_submit_keyed(); TP_ERANGE also for more than TP_MAX_AFTER ids,
+ *         TP_EINVAL for ids NULL with a count or an id 0 (nothing is sent).
+ * Thread-safe as tp_submit().
+ */
+TP_API int tp_submit_after(tp_worker *w, const tp_submit_task *tasks, const tp_group_key *keys,
+                           const tp_task_after *after, size_t n, unsigned flags,
+                           unsigned timeout_ms, tp_submit_result *results,
+                           tp_error *err) TP_WARN_UNUSED;
+
 /**
  * Frees the outputs of results[0..n) filled by tp_submit() and zeroes them.
  * Thread-safe for distinct arrays.

@@ -11,6 +11,7 @@ const dsp_table_names dsp_table_names_task = {
     .claim = "task_claim",
     .setting = "task_setting",
     .progress = "task_progress",
+    .dep = "task_dep",
     .is_default = true,
 };
 
@@ -28,7 +29,9 @@ const char *const dsp_table_constraint_names[] = {
     /* task_setting */
     "setting_limits_range", "setting_flags_range",
     /* task_progress */
-    "progress_permille_range", NULL};
+    "progress_permille_range",
+    /* task_dep */
+    "dep_not_self", NULL};
 
 _Static_assert(DSP_TABLE_NAME_MAX + 1 + DSP_TABLE_CONSTRAINT_MAX <= 64,
                "NAME_<constraint> must fit MySQL's 64-byte identifiers");
@@ -70,14 +73,15 @@ int dsp_table_names_init(dsp_table_names *t, const char *name)
     snprintf(t->claim, sizeof t->claim, "%s_claim", name);
     snprintf(t->setting, sizeof t->setting, "%s_setting", name);
     snprintf(t->progress, sizeof t->progress, "%s_progress", name);
+    snprintf(t->dep, sizeof t->dep, "%s_dep", name);
     return 0;
 }
 
 void dsp_table_names_subst(dsp_strbuf *out, const dsp_table_names *t, const char *text, size_t len)
 {
     const dsp_table_names *d = &dsp_table_names_task;
-    const char *from[] = {d->task, d->meta, d->schedule, d->claim, d->setting, d->progress};
-    const char *to[] = {t->task, t->meta, t->schedule, t->claim, t->setting, t->progress};
+    const char *from[] = {d->task, d->meta, d->schedule, d->claim, d->setting, d->progress, d->dep};
+    const char *to[] = {t->task, t->meta, t->schedule, t->claim, t->setting, t->progress, t->dep};
     _Static_assert(sizeof from == sizeof to, "each default name has its replacement");
     size_t i = 0, copied = 0;
 

@@ -1,8 +1,8 @@
-/* tables: the names of taskpush's five tables, made once from --table NAME.
+/* tables: the names of taskpush's six tables, made once from --table NAME.
  *
  * For NAME = task they are today's: task, taskpush_meta, task_schedule, task_claim,
- * task_setting (so nothing changes for an existing database); for another NAME: NAME,
- * NAME_meta, NAME_schedule, NAME_claim, NAME_setting, so that several queues share one database, each with its own
+ * task_setting, task_dep (so nothing changes for an existing database); for another NAME:
+ * NAME, NAME_meta, NAME_schedule, NAME_claim, NAME_setting, NAME_dep, so that several queues share one database, each with its own
  * lease and epoch rows (they live in the meta table) and its own leadership lock.
  *
  * NAME is [A-Za-z_][A-Za-z0-9_]*, 1 to DSP_TABLE_NAME_MAX bytes: an identifier that needs
@@ -37,6 +37,7 @@ typedef struct dsp_table_names {
     char claim[DSP_TABLE_IDENT_CAP];    /* NAME_claim */
     char setting[DSP_TABLE_IDENT_CAP];  /* NAME_setting (version 9): runtime settings */
     char progress[DSP_TABLE_IDENT_CAP]; /* NAME_progress (version 11): progress of running tasks */
+    char dep[DSP_TABLE_IDENT_CAP];      /* NAME_dep (version 10): dependencies */
     bool is_default;                    /* NAME is task: every statement as before */
 } dsp_table_names;
 
@@ -60,7 +61,7 @@ int dsp_table_names_init(dsp_table_names *t, const char *name);
 extern const char *const dsp_table_constraint_names[];
 
 /* Appends text[0..len) to out with the six default names (task, taskpush_meta,
- * task_schedule, task_claim, task_setting, task_progress) replaced by t's, and each constraint name C of
+ * task_schedule, task_claim, task_setting, task_progress, task_dep) replaced by t's, and each constraint name C of
  * dsp_table_constraint_names by NAME_C, wherever they stand as whole words: a word
  * being a run of [A-Za-z0-9_$], so task_type or `task_id` are never touched. Everything
  * else (comments and quoted text included: information_schema checks compare

@@ -325,6 +325,9 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     atomic_init(&db->loop_epoch, 0);
     atomic_init(&db->qbytes, 0);
     atomic_init(&db->result_max, 0);
+    atomic_init(&db->deps_seen, true); /* until a sweep finds no waiting task */
+    if (dsp_dbi_deps_init(db) < 0)
+        log_warn(db->log, "out of memory: dependency probes start at each task's first parent");
     atomic_init(&db->statements, 0);
     atomic_init(&db->claims, 0);
     atomic_init(&db->claimed_rows, 0);
@@ -649,6 +652,7 @@ void dsp_db_free(dsp_db *db)
     }
     free(db->tstats);
     dsp_dbi_submit_free(db);
+    dsp_dbi_deps_free(db);
     dsp_dbi_binlog_free(db);
     free(db->schedules);
     for (m = db->mhead; m; m = next) {

@@ -245,6 +245,10 @@ typedef struct dsp_submit_item {
     size_t group_key_len;     /* at most 191 (the decoder's bound) */
     const uint8_t *payload;
     size_t payload_len;
+    /* The task ids it waits for: nafter ids of 8 bytes each, big-endian (the frame's
+     * bytes); nafter 0: none. At most PROTO_MAX_AFTER (checked by the loop). */
+    const uint8_t *after;
+    uint16_t nafter;
     /* The answer. */
     uint8_t result;        /* 0 inserted, 1 duplicate (proto.h's enum proto_submit_result) */
     uint64_t task_id;      /* the new row, or the existing row of a duplicate (0: unknown) */
@@ -437,7 +441,11 @@ typedef struct dsp_db_options {
     X(progress_rows_written, "progress_rows_written_total", "db_progress_rows_written_total", 1, \
       "progress rows written to the progress table (at most one a second per task)")          \
     X(progress_rows_deleted, "progress_rows_deleted_total", "db_progress_rows_deleted_total", 1, \
-      "progress rows deleted because their task ended")
+      "progress rows deleted because their task ended")                 \
+    X(deps_released, "deps_released_total", "db_deps_released_total", 1,                      \
+      "waiting tasks released: every task they waited for SUCCESSFUL")                        \
+    X(deps_failed, "deps_failed_total", "db_deps_failed_total", 1,                            \
+      "waiting tasks made FAILED by their dependencies (one failed, is missing, or a cycle)")
 
 #define DSP_DB_STATS_FIELD(field, key, metric, divisor, help) uint64_t field;
 

@@ -259,7 +259,7 @@ struct dsp_db {
     _Atomic uint64_t statements, claims, claimed_rows, claim_us_total, write_batches,
         reconnects, retention_deleted, orphans_recovered, submitted_rows, submit_duplicates,
         submit_batches, submit_requests, claim_skipped, node_moves, cert_retries, claims_fenced, progress_rows_written,
-        progress_rows_deleted;
+        progress_rows_deleted, deps_released, deps_failed;
     /* Progress batches queued for the stats thread and not yet written: bounded, so that a
      * database away for long does not pile them up (dsp_db_progress_save). */
     _Atomic unsigned progress_pending;
@@ -271,7 +271,13 @@ struct dsp_db {
     _Atomic uint64_t claim_seq;
     /* Rows with a group_key the submit thread inserted: a change makes the claim
      * thread's next claim take the fair read (db_claim_fair.h). */
-    _Atomic uint64_t keyed_submits; /* the last task_claim seq handed out (db_claim_log.c) */
+    _Atomic uint64_t keyed_submits;
+    /* Waiting tasks may exist (db_deps.c): true from the start (rows a producer inserted
+     * before), set by a submission of one and by a sweep that found one, cleared by a
+     * sweep that found none. While clear, the write thread skips the dependants'
+     * statements after its batches (the sweep catches a race). */
+    _Atomic bool deps_seen;
+    struct dsp_deps_progress *deps; /* db_deps.c */ /* the last task_claim seq handed out (db_claim_log.c) */
     /* The dialect the last connection opened with (enum dsp_sql_dialect; AUTO before the
      * first): logged when it changes, shown in /stats (dsp_dbi_conn_open). */
     _Atomic int sql_dialect_seen;
@@ -391,6 +397,43 @@ void *dsp_dbi_lease_main(void *arg);
 int dsp_dbi_lease_init(dsp_db *db);
 void dsp_dbi_lease_destroy(dsp_db *db);
 
+/* ---- db_deps.c: task dependencies (schema version 10) ---- */
+
+/* Waiting tasks one sweep probes at most (in one statement). */
+#define DSP_DEPS_SWEEP_TASKS 256u
+/* How often the leader's stats thread sweeps the waiting tasks. */
+#define DSP_DEPS_SWEEP_MS 1000
+/* Windows one sweep reads at most, one after the other while they are full. */
+#define DSP_DEPS_SWEEP_WINDOWS 1
+
+/* Where the next sweep starts, in delay_idx's order; {0, 0}: at the first. */
+struct dsp_deps_cursor {
+    int64_t run_after;
+    uint64_t task_id;
+    uint64_t clean_after; /* the clean-up's: dependency rows of tasks after this id */
+    unsigned passes;      /* sweeps so far (the read of FAILED parents is every 10th) */
+};
+
+/* The probes' starts (db_deps.c), made by dsp_dbi_deps_init at dsp_db_new. 0 or -1. */
+int dsp_dbi_deps_init(dsp_db *db);
+void dsp_dbi_deps_free(dsp_db *db);
+
+/* After outcomes were written: the waiting dependants of ok[0..nok) (SUCCESSFUL) are
+ * probed and released when every dependency is SUCCESSFUL; the waiting dependants of
+ * failed[0..nfailed) (FAILED) end FAILED ("dependency N failed"), transitively. On c
+ * (autocommit); sql is scratch. 0, or -1 on a database error (c->err set). */
+int dsp_dbi_deps_parents_ended(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const uint64_t *ok,
+                               size_t nok, const uint64_t *failed, size_t nfailed);
+/* The waiting tasks children[0..n), just committed: released when every dependency is
+ * SUCCESSFUL already, FAILED when one is FAILED or missing. The caller commits when c
+ * is not autocommit. 0 or -1. */
+int dsp_dbi_deps_settle(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, const uint64_t *children,
+                        size_t n);
+/* One sweep of a window of waiting tasks from *cur (advanced), as db_deps.c says. 1: the
+ * window was full (more to read from *cur), 0: it reached the last waiting task (*cur is
+ * back at the first), -1: a database error. */
+int dsp_dbi_deps_sweep(dsp_db *db, struct dbconn *c, dsp_strbuf *sql, struct dsp_deps_cursor *cur);
+
 /* ---- db_claim_log.c: the claims listed in task_claim ---- */
 
 /* Inserts the task_claim row listing ids_csv (dsp_db_sql_id_csv's text, len bytes, at
@@ -455,5 +498,7 @@ void dsp_dbi_submit_msg_free(struct msg *m);
  * written[i] is set; a waited-for task gets an OUTCOME message, which takes its data
  * (set to NULL in the batch). */
 void dsp_dbi_submit_notify(dsp_db *db, struct wentry *batch, const uint8_t *written, size_t n);
+/* The same for one task made FAILED with err_msg text by its dependencies (db_deps.c). */
+void dsp_dbi_submit_notify_failed(dsp_db *db, uint64_t task_id, const char *text);
 
 #endif

@@ -33,6 +33,8 @@ struct stats_ctx {
     uint8_t lane0[DSP_TABLE_STATS_MAX_TYPES];   /* per type: priorities (bits) in the ready lane */
     int64_t next_connect;                       /* monotonic: no connection attempt before */
     int64_t next_retain;                        /* monotonic: no retention round before */
+    int64_t next_deps;                          /* monotonic: no dependency sweep before */
+    struct dsp_deps_cursor deps_cur;            /* where the next sweep starts */
     bool types_full_logged;
 };
 
@@ -295,6 +297,10 @@ static int stats_refresh(struct stats_ctx *x)
             continue;
         switch (state) {
         case 0:
+            if (lane == 2) { /* waiting for dependencies (db_deps.c): not ready, whenever due */
+                w->types[slot].new_delayed += rows;
+                break;
+            }
             w->types[slot].new_ready += due;
             w->types[slot].new_delayed += rows - (due < rows ? due : rows);
             if (lane == 0)
@@ -712,6 +718,64 @@ static void taskop_show_progress(struct stats_ctx *x, dsp_taskop *op, uint64_t a
     mysql_free_result(res);
 }
 
+#define SHOW_DEPS_COUNT_MAX 100000u /* dependency rows one GET /task reads at most */
+#define SHOW_DEPS_LIST 20u          /* unfinished dependencies it names */
+
+/* SHOW: the task's dependencies (db_deps.c), when it has rows: "dependencies" {waiting
+ * (still not released), total, pending (not SUCCESSFUL yet), pending_ids (the first
+ * ones), failed, missing (those of them FAILED, or not in the table)}. Counts stop at
+ * SHOW_DEPS_COUNT_MAX rows (total_capped). Left out on a database error. */
+static void taskop_show_deps(struct stats_ctx *x, uint64_t task_id, bool waiting, json_t *o)
+{
+    const dsp_table_names *t = &x->db->names;
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    uint64_t total = 0, pending = 0;
+
+    dsp_strbuf_reset(&x->sql);
+    dsp_strbuf_printf(&x->sql,
+                      "SELECT COUNT(*), COALESCE(SUM(p.task_id IS NULL OR p.task_state <> 2), 0) FROM"
+                      " (SELECT parent_id FROM %s WHERE task_id = %" PRIu64 " LIMIT %u) d"
+                      " LEFT JOIN %s p ON p.task_id = d.parent_id",
+                      t->dep, task_id, SHOW_DEPS_COUNT_MAX, t->task);
+    if ((res = taskop_query(x)) == NULL)
+        return;
+    if ((row = mysql_fetch_row(res)) != NULL) {
+        total = field_u64(row[0]);
+        pending = field_u64(row[1]);
+    }
+    mysql_free_result(res);
+    if (total == 0 && !waiting)
+        return;
+    json_t *d = json_object(), *ids = json_array(), *failed = json_array(), *missing = json_array();
+    dsp_strbuf_reset(&x->sql);
+    dsp_strbuf_printf(&x->sql,
+                      "SELECT d.parent_id, p.task_state FROM (SELECT parent_id FROM %s WHERE task_id = %" PRIu64
+                      " LIMIT %u) d LEFT JOIN %s p ON p.task_id = d.parent_id"
+                      " WHERE p.task_id IS NULL OR p.task_state <> 2"
+                      " ORDER BY p.task_state = 3 DESC, p.task_id IS NULL DESC, d.parent_id LIMIT %u",
+                      t->dep, task_id, SHOW_DEPS_COUNT_MAX, t->task, SHOW_DEPS_LIST);
+    if ((res = taskop_query(x)) != NULL) {
+        while ((row = mysql_fetch_row(res)) != NULL) {
+            json_t *id = json_integer((json_int_t)field_u64(row[0]));
+            if (row[1] == NULL)
+                json_array_append(missing, id);
+            else if (field_u64(row[1]) == 3)
+                json_array_append(failed, id);
+            json_array_append_new(ids, id);
+        }
+        mysql_free_result(res);
+    }
+    json_object_set_new(d, "waiting", json_boolean(waiting));
+    json_object_set_new(d, "total", json_integer((json_int_t)total));
+    json_object_set_new(d, "total_capped", json_boolean(total >= SHOW_DEPS_COUNT_MAX));
+    json_object_set_new(d, "pending", json_integer((json_int_t)pending));
+    json_object_set_new(d, "pending_ids", ids);
+    json_object_set_new(d, "failed", failed);
+    json_object_set_new(d, "missing", missing);
+    json_object_set_new(o, "dependencies", d);
+}
+
 /* SHOW: the row as an object. */
 static void taskop_show(struct stats_ctx *x, dsp_taskop *op)
 {
@@ -746,13 +810,15 @@ static void taskop_show(struct stats_ctx *x, dsp_taskop *op)
         json_object_set_new(o, "result_bytes", col_int(row[DSP_DB_SQL_SHOW_RESULT_LEN]));
         json_object_set_new(o, "payload_bytes", col_int(row[DSP_DB_SQL_SHOW_PAYLOAD_LEN]));
         json_object_set_new(o, "epoch", col_int(row[DSP_DB_SQL_SHOW_EPOCH]));
-        json_object_set_new(o, "delayed", json_boolean(field_u64(row[DSP_DB_SQL_SHOW_DELAYED]) != 0));
+        uint64_t lane = field_u64(row[DSP_DB_SQL_SHOW_DELAYED]);
+        json_object_set_new(o, "delayed", json_boolean(lane == 1));
         op->status = DSP_TASKOP_OK;
         uint64_t attempts = field_u64(row[DSP_DB_SQL_SHOW_ATTEMPTS]);
         mysql_free_result(res);
         res = NULL;
         if (op->state == 1)
             taskop_show_progress(x, op, attempts);
+        taskop_show_deps(x, op->task_id, lane == 2, o);
     }
     if (res)
         mysql_free_result(res);
@@ -1008,6 +1074,37 @@ static void stats_round(struct stats_ctx *x, bool refresh, bool retain)
     }
 }
 
+/* The leader's sweep of the waiting tasks (db_deps.c), every DSP_DEPS_SWEEP_MS. */
+static void stats_deps(struct stats_ctx *x)
+{
+    dsp_db *db = x->db;
+
+    x->next_deps = dsp_now_ms() + DSP_DEPS_SWEEP_MS;
+    if (!atomic_load(&db->leader) || stats_connect(x, false) < 0)
+        return;
+    /* Cheap when nothing waits: one probe of delay_idx. */
+    dsp_strbuf_reset(&x->sql);
+    dsp_strbuf_printf(&x->sql, "SELECT COUNT(*) FROM (SELECT 1 FROM %s FORCE INDEX (delay_idx)"
+                      " WHERE `delayed` = 2 LIMIT 1) w", db->names.task);
+    MYSQL_RES *res = x->sql.oom ? NULL : db_query_res(&x->c, x->sql.p, x->sql.len);
+    if (res == NULL) {
+        stats_drop(x);
+        return;
+    }
+    MYSQL_ROW row = mysql_fetch_row(res);
+    bool any = row && row[0] && strcmp(row[0], "0") != 0;
+    mysql_free_result(res);
+    atomic_store(&db->deps_seen, any);
+    /* Also with none waiting: the sweep deletes the rows of tasks gone. */
+    for (int w = 0; w < DSP_DEPS_SWEEP_WINDOWS; w++) {
+        int rc = dsp_dbi_deps_sweep(db, &x->c, &x->sql, &x->deps_cur);
+        if (rc < 0)
+            stats_drop(x);
+        if (rc <= 0 || stats_stopping(db) || !atomic_load(&db->leader))
+            break;
+    }
+}
+
 void *dsp_dbi_stats_main(void *arg)
 {
     dsp_db *db = arg;
@@ -1066,9 +1163,17 @@ void *dsp_dbi_stats_main(void *arg)
             continue;
         }
         now = dsp_now_ms();
+        if (now >= x.next_deps) {
+            pthread_mutex_unlock(&db->mu);
+            stats_deps(&x);
+            pthread_mutex_lock(&db->mu);
+            continue;
+        }
         at = next_round;
         if (at != INT64_MAX && x.c.m == NULL && x.next_connect > at)
             at = x.next_connect;
+        if (x.next_deps < at)
+            at = x.next_deps;
         if (now >= at) {
             pthread_mutex_unlock(&db->mu);
             stats_round(&x, refresh, retain);

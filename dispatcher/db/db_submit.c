@@ -262,6 +262,37 @@ void dsp_dbi_submit_notify(dsp_db *db, struct wentry *batch, const uint8_t *writ
     }
 }
 
+void dsp_dbi_submit_notify_failed(dsp_db *db, uint64_t task_id, const char *text)
+{
+    struct dsp_submitter *s = db->sub;
+    struct waiter *w;
+    struct msg *m;
+
+    if (s == NULL || atomic_load(&s->nwaiters_hint) == 0)
+        return;
+    pthread_mutex_lock(&s->mu);
+    w = s->nwaiters > 0 ? waiter_take(s, task_id) : NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (w == NULL)
+        return;
+    m = dsp_dbi_msg_new(MSG_OUTCOME);
+    if (m != NULL && (m->outcome = calloc(1, sizeof *m->outcome)) != NULL &&
+        (m->outcome->data = (uint8_t *)strdup(text)) != NULL) {
+        m->outcome->conn_id = w->conn_id;
+        m->outcome->request_id = w->request_id;
+        m->outcome->task_id = task_id;
+        m->outcome->state = PROTO_STATE_FAILED;
+        m->outcome->len = strlen(text);
+        dsp_dbi_post(db, m);
+    } else {
+        if (m)
+            free(m->outcome);
+        free(m);
+        log_warn(db->log, "out of memory: the OUTCOME of task %" PRIu64 " is not sent", task_id);
+    }
+    free(w);
+}
+
 /* ---- messages ---- */
 
 void dsp_dbi_submit_deliver(dsp_db *db, struct msg *m)
@@ -408,7 +439,9 @@ static void put_row(dsp_strbuf *b, const dsp_submit_item *it, int64_t now)
         dsp_strbuf_printf(b, ",%u,", (unsigned)it->max_attempts);
     else
         dsp_strbuf_puts(b, ",DEFAULT,");
-    dsp_strbuf_printf(b, "%" PRId64 ",%d,", now + (int64_t)it->delay_ms, it->delay_ms > 0 ? 1 : 0);
+    /* `delayed` 2: waiting for its dependencies (db_deps.c releases it). */
+    dsp_strbuf_printf(b, "%" PRId64 ",%d,", now + (int64_t)it->delay_ms,
+                      it->nafter > 0 ? 2 : it->delay_ms > 0 ? 1 : 0);
     if (it->timeout_ms)
         dsp_strbuf_printf(b, "%u,", (unsigned)it->timeout_ms);
     else
@@ -899,6 +932,151 @@ static int ensure_conn(struct sub_ctx *x)
     return 0;
 }
 
+static uint64_t after_id(const dsp_submit_item *it, size_t k)
+{
+    const uint8_t *p = it->after + k * 8;
+    uint64_t v = 0;
+    for (int b = 0; b < 8; b++)
+        v = (v << 8) | p[b];
+    return v;
+}
+
+static int id_cmp(const void *pa, const void *pb)
+{
+    uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+    return a < b ? -1 : a > b;
+}
+
+/* Whether every task q's items wait for exists: 0 yes, 1 no (why set: the first
+ * missing one), -1 a database error. A new task's own id does not exist before it is
+ * inserted, so a task naming itself is refused here too. */
+static int check_parents(struct sub_ctx *x, const dsp_submit_req *q, char *why, size_t cap)
+{
+    size_t n = 0, k = 0, nfound = 0;
+    uint64_t *ids, *found;
+    int rc = -1;
+
+    for (size_t i = 0; i < q->nitems; i++)
+        n += q->items[i].nafter;
+    if (n == 0)
+        return 0;
+    ids = malloc(n * sizeof *ids);
+    found = malloc(n * sizeof *found);
+    if (ids == NULL || found == NULL)
+        goto done;
+    for (size_t i = 0; i < q->nitems; i++)
+        for (size_t j = 0; j < q->items[i].nafter; j++)
+            ids[k++] = after_id(&q->items[i], j);
+    qsort(ids, n, sizeof *ids, id_cmp);
+    k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (k == 0 || ids[i] != ids[k - 1])
+            ids[k++] = ids[i];
+    for (size_t s = 0; s < k; s += 1000) {
+        size_t m = k - s < 1000 ? k - s : 1000;
+        MYSQL_RES *res;
+        MYSQL_ROW row;
+        dsp_strbuf_reset(&x->sql);
+        dsp_strbuf_printf(&x->sql, "SELECT task_id FROM %s WHERE task_id IN (", x->db->names.task);
+        for (size_t i = 0; i < m; i++)
+            dsp_strbuf_put_u64(&x->sql, i ? "," : "", ids[s + i]);
+        dsp_strbuf_puts(&x->sql, ")");
+        atomic_fetch_add_explicit(&x->db->statements, 1, memory_order_relaxed);
+        if (x->sql.oom || mysql_real_query(x->c.m, x->sql.p, (unsigned long)x->sql.len) != 0 ||
+            (res = mysql_store_result(x->c.m)) == NULL) {
+            x->c.err = x->sql.oom ? 0 : mysql_errno(x->c.m);
+            goto done;
+        }
+        while ((row = mysql_fetch_row(res)) != NULL && nfound < n)
+            if (row[0])
+                found[nfound++] = strtoull(row[0], NULL, 10);
+        mysql_free_result(res);
+    }
+    qsort(found, nfound, sizeof *found, id_cmp);
+    rc = 0;
+    for (size_t i = 0; i < q->nitems && rc == 0; i++)
+        for (size_t j = 0; j < q->items[i].nafter; j++) {
+            uint64_t id = after_id(&q->items[i], j);
+            if (nfound == 0 || bsearch(&id, found, nfound, sizeof *found, id_cmp) == NULL) {
+                snprintf(why, cap, "task %zu: waits for task %" PRIu64 ", which does not exist", i, id);
+                rc = 1;
+                break;
+            }
+        }
+done:
+    free(ids);
+    free(found);
+    return rc;
+}
+
+/* Inserts the dependency rows of the inserted items that wait (before COMMIT: the
+ * task and its rows become visible together). 0 or -1. */
+static int insert_deps(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
+{
+    size_t rows = 0;
+
+    dsp_strbuf_reset(&x->sql);
+    for (size_t r = 0; r < nreq; r++) {
+        for (size_t i = 0; reqs[r] && i < reqs[r]->nitems; i++) {
+            const dsp_submit_item *it = &reqs[r]->items[i];
+            if (it->nafter == 0 || it->result != PROTO_SUBMIT_INSERTED)
+                continue;
+            for (size_t j = 0; j < it->nafter; j++) {
+                if (rows == 0)
+                    dsp_strbuf_printf(&x->sql, "INSERT IGNORE INTO %s (task_id, parent_id) VALUES ",
+                                      x->db->names.dep);
+                dsp_strbuf_put_u64(&x->sql, rows ? ",(" : "(", it->task_id);
+                dsp_strbuf_put_u64(&x->sql, ",", after_id(it, j));
+                dsp_strbuf_puts(&x->sql, ")");
+                if (++rows == 5000) {
+                    if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, NULL) < 0)
+                        return -1;
+                    dsp_strbuf_reset(&x->sql);
+                    rows = 0;
+                }
+            }
+        }
+    }
+    if (rows > 0 && (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, NULL) < 0))
+        return -1;
+    return 0;
+}
+
+/* After COMMIT: the waiting tasks just inserted whose dependencies all ended already
+ * (the parents' writes found no dependant then) are settled now. */
+static void settle_waiting(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
+{
+    uint64_t *ids = NULL;
+    size_t n = 0, cap = 0;
+
+    for (size_t r = 0; r < nreq; r++)
+        for (size_t i = 0; reqs[r] && i < reqs[r]->nitems; i++) {
+            const dsp_submit_item *it = &reqs[r]->items[i];
+            if (it->nafter == 0 || it->result != PROTO_SUBMIT_INSERTED)
+                continue;
+            if (n == cap) {
+                size_t nc = cap ? cap * 2 : 64;
+                uint64_t *p = realloc(ids, nc * sizeof *p);
+                if (p == NULL)
+                    goto done; /* the sweep settles them */
+                ids = p;
+                cap = nc;
+            }
+            ids[n++] = it->task_id;
+        }
+    if (n == 0)
+        goto done;
+    atomic_store(&x->db->deps_seen, true);
+    if (dsp_dbi_deps_settle(x->db, &x->c, &x->sql, ids, n) < 0 ||
+        dsp_dbi_exec_str(&x->c, "COMMIT") < 0) {
+        log_warn(x->db->log, "submit: settling %zu waiting task(s) failed; the sweep does it", n);
+        if (x->c.m && mysql_rollback(x->c.m) != 0)
+            dsp_dbi_conn_close(&x->c);
+    }
+done:
+    free(ids);
+}
+
 /* Inserts the batch reqs[0..nreq) in one transaction and fills every answer. */
 static void run_batch(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
 {
@@ -936,13 +1114,22 @@ static void run_batch(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
                 break;
             }
         }
+        if (reqs[r]) {
+            char text[160];
+            int pc = check_parents(x, q, text, sizeof text);
+            if (pc != 0) {
+                answer(q, pc > 0 ? PROTO_SUBMIT_INVALID : PROTO_SUBMIT_UNAVAILABLE,
+                       pc > 0 ? text : "the database refused the dependency check; nothing was committed");
+                reqs[r] = NULL;
+            }
+        }
         live += reqs[r] != NULL;
     }
     if (live == 0)
         goto answers;
     if ((x->c.mysql ? insert_mysql(x, reqs, nreq, now) : insert_mariadb(x, reqs, nreq, now)) < 0)
         goto failed;
-    if (set_large_payloads(x, reqs, nreq) < 0)
+    if (set_large_payloads(x, reqs, nreq) < 0 || insert_deps(x, reqs, nreq) < 0)
         goto failed;
     if (add_waiters(x, reqs, nreq) < 0) {
         drop_waiters(x, reqs, nreq);
@@ -957,7 +1144,7 @@ static void run_batch(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
             const dsp_submit_item *it = &reqs[r]->items[i];
             if (it->result == PROTO_SUBMIT_INSERTED) {
                 inserted++;
-                if (it->delay_ms > 0 && now + (int64_t)it->delay_ms < due)
+                if (it->nafter == 0 && it->delay_ms > 0 && now + (int64_t)it->delay_ms < due)
                     due = now + (int64_t)it->delay_ms;
             } else {
                 dups++;
@@ -976,6 +1163,7 @@ static void run_batch(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
         }
         pthread_mutex_unlock(&db->mu);
     }
+    settle_waiting(x, reqs, nreq);
     goto answers;
 failed:
     if (x->c.m != NULL && mysql_rollback(x->c.m) != 0) {

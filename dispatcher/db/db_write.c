@@ -759,6 +759,37 @@ static void acks_end(struct write_ctx *w, dsp_write_report *rep)
 
 /* Writes w->batch, reconnecting and writing again until done or past the stop
  * deadline; reports through on_written. */
+/* The dependants of the rows this batch wrote SUCCESSFUL or FAILED (db_deps.c), after
+ * the batch is acknowledged: released, or FAILED in turn. Nothing when no task waits. */
+static void write_dependants(struct write_ctx *w)
+{
+    uint64_t *ok, *failed;
+    size_t nok = 0, nfailed = 0;
+
+    if (!atomic_load(&w->db->deps_seen) || w->c.m == NULL)
+        return;
+    ok = malloc(w->n * sizeof *ok);
+    failed = malloc(w->n * sizeof *failed);
+    if (ok && failed) {
+        for (size_t i = 0; i < w->n; i++) {
+            const dsp_outcome *o = &w->batch[i].o;
+            if (!w->done[i] || w->lost[i] || w->defer[i])
+                continue;
+            if (o->kind == DSP_WRITE_SUCCEEDED)
+                ok[nok++] = o->task_id;
+            else if (o->kind == DSP_WRITE_FAILED)
+                failed[nfailed++] = o->task_id;
+        }
+        /* A failure here leaves the work to the sweep (db_deps.c). */
+        if ((nok || nfailed) &&
+            dsp_dbi_deps_parents_ended(w->db, &w->c, &w->sql, ok, nok, failed, nfailed) < 0)
+            log_warn(w->db->log, "write connection: the dependants of %zu task(s) are left to the sweep",
+                     nok + nfailed);
+    }
+    free(ok);
+    free(failed);
+}
+
 static void write_batch(struct write_ctx *w)
 {
     dsp_db *db = w->db;
@@ -857,6 +888,7 @@ static void write_batch(struct write_ctx *w)
         dsp_dbi_wake_loop(db);
     /* The task_claim rows of the claims now settled; with the batch's connection. */
     dsp_dbi_claims_delete_settled(db, &w->c, &w->sql);
+    write_dependants(w);
 }
 
 void *dsp_dbi_write_main(void *arg)

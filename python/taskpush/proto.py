@@ -43,8 +43,10 @@ ERR_NOT_LEADER = 7  # a standby; a client given several addresses tries the next
 
 SUBMIT_FLAG_WAIT = 0x01
 SUBMIT_FLAG_GROUP_KEY = 0x02  # each entry ends with a str16 group_key
-SUBMIT_FLAGS_KNOWN = SUBMIT_FLAG_WAIT | SUBMIT_FLAG_GROUP_KEY
+SUBMIT_FLAG_AFTER = 0x04  # each entry ends with a u16 count and that many u64 task ids
+SUBMIT_FLAGS_KNOWN = SUBMIT_FLAG_WAIT | SUBMIT_FLAG_GROUP_KEY | SUBMIT_FLAG_AFTER
 MAX_GROUP_KEY_LEN = 191
+MAX_AFTER = 1000  # task ids one task may wait for (the dispatcher refuses more)
 SUBMITTED_OK, SUBMITTED_INVALID, SUBMITTED_UNAVAILABLE = 0, 1, 2
 RESULT_INSERTED, RESULT_DUPLICATE = 0, 1
 STATE_SUCCESSFUL, STATE_FAILED = 2, 3
@@ -183,6 +185,7 @@ class SubmitTask:
     timeout_ms: int = 0    # 0: the dispatcher's default
     dedup_key: bytes = b""  # empty: none
     group_key: bytes = b""  # empty: none; on the wire only under SUBMIT_FLAG_GROUP_KEY
+    after: List[int] = field(default_factory=list)  # task ids it waits for; under SUBMIT_FLAG_AFTER
 
 
 @dataclass
@@ -313,7 +316,8 @@ def _dec_submit(r: _Reader) -> Submit:
             raise BadFrame(f"SUBMIT payload of {plen} bytes")
         payload = r.take(plen)
         group = r.str16(0, MAX_GROUP_KEY_LEN, "group_key") if flags & SUBMIT_FLAG_GROUP_KEY else b""
-        tasks.append(SubmitTask(ttype, payload, prio, attempts, delay, timeout, key, group))
+        after = [r.u64() for _ in range(r.u16())] if flags & SUBMIT_FLAG_AFTER else []
+        tasks.append(SubmitTask(ttype, payload, prio, attempts, delay, timeout, key, group, after))
     r.end()
     return Submit(request_id, flags, tasks)
 
@@ -447,6 +451,9 @@ def _enc_submit(m: Submit) -> bytes:
                 struct.pack(">I", len(t.payload)), bytes(t.payload)]
         if m.flags & SUBMIT_FLAG_GROUP_KEY:
             out.append(_s16(t.group_key, 0, MAX_GROUP_KEY_LEN, "group_key"))
+        if m.flags & SUBMIT_FLAG_AFTER:
+            out.append(struct.pack(">H", _u(len(t.after), 16, "after count")))
+            out += [struct.pack(">Q", _u(i, 64, "after id")) for i in t.after]
     return b"".join(out)
 
 

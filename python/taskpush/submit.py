@@ -62,14 +62,20 @@ def _b(v: Bytes) -> bytes:
 
 def make_task(type: str, payload: Bytes = b"", priority: int = 1, dedup_key: Optional[Bytes] = None,
               delay_ms: int = 0, max_attempts: int = 0, timeout_ms: int = 0,
-              group_key: Optional[Bytes] = None) -> proto.SubmitTask:
+              group_key: Optional[Bytes] = None, after: Optional[Sequence[int]] = None) -> proto.SubmitTask:
     """One SUBMIT entry; ValueError for a value the protocol cannot carry (a group_key
-    longer than 191 bytes among them)."""
+    longer than 191 bytes, more than 1000 ids in after, an id 0 among them). after: the
+    ids of the tasks it waits for (dependencies, docs/producers.md)."""
+    ids = [int(i) for i in after] if after is not None else []
+    if len(ids) > proto.MAX_AFTER:
+        raise ValueError(f"waits for {len(ids)} tasks (at most {proto.MAX_AFTER})")
+    if any(i <= 0 for i in ids):
+        raise ValueError("a task id in after is 1 or more")
     t = proto.SubmitTask(_b(type), _b(payload), priority, max_attempts, delay_ms, timeout_ms,
                          _b(dedup_key) if dedup_key is not None else b"",
-                         _b(group_key) if group_key is not None else b"")
+                         _b(group_key) if group_key is not None else b"", ids)
     try:
-        proto.encode_body(proto.Submit(0, proto.SUBMIT_FLAG_GROUP_KEY, [t]))
+        proto.encode_body(proto.Submit(0, proto.SUBMIT_FLAG_GROUP_KEY | proto.SUBMIT_FLAG_AFTER, [t]))
     except proto.BadFrame as e:
         raise ValueError(str(e)) from e
     return t
@@ -109,8 +115,10 @@ class SubmitTracker:
             self._pending[rid] = p
         # Without a key the frame is the one of before, which every dispatcher takes.
         keyed = any(t.group_key for t in tasks)
+        waits = any(t.after for t in tasks)
         msg = proto.Submit(rid, (proto.SUBMIT_FLAG_WAIT if wait else 0) |
-                           (proto.SUBMIT_FLAG_GROUP_KEY if keyed else 0), list(tasks))
+                           (proto.SUBMIT_FLAG_GROUP_KEY if keyed else 0) |
+                           (proto.SUBMIT_FLAG_AFTER if waits else 0), list(tasks))
         if len(proto.encode_body(msg)) > session.max_body:
             self._forget(rid)
             raise ValueError(f"the submit exceeds the dispatcher's {session.max_body}-byte frame limit")
@@ -290,10 +298,13 @@ class Client:
     def submit(self, type: str, payload: Bytes = b"", priority: int = 1,
                dedup_key: Optional[Bytes] = None, delay_ms: int = 0, max_attempts: int = 0,
                timeout_ms: int = 0, wait: bool = False, wait_timeout_s: Optional[float] = None,
-               group_key: Optional[Bytes] = None) -> Receipt:
+               group_key: Optional[Bytes] = None, after: Optional[Sequence[int]] = None) -> Receipt:
         """Submits one task (the equivalent of tp_submit); see Receipt. group_key: fair
-        share, within a type and priority keys take turns (tp_submit_keyed)."""
-        t = make_task(type, payload, priority, dedup_key, delay_ms, max_attempts, timeout_ms, group_key)
+        share, within a type and priority keys take turns (tp_submit_keyed). after: ids
+        of tasks it waits for: dispatched once all are SUCCESSFUL, FAILED ("dependency
+        ...") when one fails (tp_submit_after)."""
+        t = make_task(type, payload, priority, dedup_key, delay_ms, max_attempts, timeout_ms, group_key,
+                      after)
         return self.submit_many([t], wait, wait_timeout_s)[0]
 
     def close(self) -> None:

@@ -72,6 +72,7 @@ CHECKS = [
     "failures list: each failed task with its error (markup as text), latest failure first; "
     "Retry on the exhausted ones, none on the permanent ones",
     "backlog screenshot written",
+    "task view: a task waiting by SQL on an orphan task shows 'waits on 1, 1 pending' and the orphan's id",
     "a POST without the token: the page says 401 and nothing changes",
     "with the token: Pause shows the type paused, its button resumes it",
     "failures screenshot written",
@@ -638,6 +639,24 @@ def main():
 
         # 13b. the backlog with its failures, and what to do: the screenshot of docs/ (taken above)
         tap.result(backlog_ok and os.path.getsize(backlog_shot) > 10000, backlog_shot)
+
+        # 13c. the task view: a task that waits (SQL form) on an orphan task, which no
+        # worker takes, so it stays waiting
+        orphan = int(db.run("SELECT MIN(task_id) FROM task WHERE task_type = 'orphan' AND task_state = 0",
+                            db=db.name).strip())
+        db.run("START TRANSACTION; INSERT INTO task (task_type, `delayed`) VALUES ('default', 2);"
+               " INSERT INTO task_dep (task_id, parent_id) VALUES (LAST_INSERT_ID(), %d); COMMIT;" % orphan,
+               db=db.name)
+        waiter = int(db.run("SELECT MAX(task_id) FROM task WHERE `delayed` = 2", db=db.name).strip())
+        js(driver, "document.getElementById('task-id').value = arguments[0];"
+                   " document.querySelector('#task-find button').click();", str(waiter))
+        try:
+            view = wait_for("the task view", lambda: (lambda t: t if "waits on 1, 1 pending" in t else None)(
+                js(driver, "var e = document.getElementById('task-view'); return e.hidden ? '' : e.textContent")),
+                PAGE_WAIT_S)
+            tap.result(str(orphan) in view and "(waiting)" in view, "task %d: %r" % (waiter, view))
+        except TimeoutError as e:
+            tap.result(False, "task %d: %s" % (waiter, e))
 
         # 14. a POST without the token
         js(driver, "window.sessionStorage.removeItem('taskpush.adminToken')")

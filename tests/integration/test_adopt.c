@@ -94,7 +94,7 @@ static void make_team_db(struct fx *fx, const char *tag)
     tp_testdb *db = &fx->db;
 
     assert_int_equal(tp_testdb_create(tag, db), 0);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress, task_dep"), 0);
     assert_int_equal(tp_testdb_exec(db, TEAM_TABLE), 0);
     /* 1,000 rows in their codes: NEW=1 PROCESSING=2 SUCCESSFUL=3 FAILED=4, LOW=0..HIGH=2. */
     assert_int_equal(tp_testdb_exec(db,
@@ -250,7 +250,7 @@ static void test_old_schema_kept(void **state)
     uint64_t sum_before, sum_after;
 
     assert_int_equal(tp_testdb_create("adopt_v1", db), 0);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress, task_dep"), 0);
     assert_int_equal(tp_testdb_load_file(db->conn, source_path("tests/data/schema-v1.sql")), 0);
     assert_int_equal(tp_testdb_exec(db, "INSERT INTO task (task_type, payload) SELECT 'v1', seq"
                                         " FROM seq_1_to_100"),

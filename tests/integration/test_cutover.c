@@ -192,7 +192,7 @@ static void test_pollers_exactly_once(void **state)
     pid_t pollers[POLLERS], producer;
 
     assert_int_equal(tp_testdb_create("cutover", db), 0);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress, task_dep"), 0);
     assert_int_equal(tp_testdb_exec(db, TEAM_TABLE), 0);
     assert_int_equal(tp_testdb_exec(db,
                                     "INSERT INTO task (task_state, task_priority, insert_time,"
@@ -410,7 +410,7 @@ static void make_tables(struct fx *fx, struct cut *c, unsigned rows)
     char out[OUT_MAX];
 
     assert_int_equal(tp_testdb_create("cutover", db), 0);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress, task_dep"), 0);
     assert_int_equal(tp_testdb_exec(db, TEAM_TABLE), 0);
     assert_int_equal(tp_testdb_exec(db,
                                     "INSERT INTO task (task_state, task_priority, insert_time,"

@@ -729,7 +729,7 @@ static void mysql_migrate_v1(void **state)
 
     assert_int_equal(tp_testdb_create("dialect_migrate", &fx->db), 0);
     fx->have_db = true;
-    assert_int_equal(tp_testdb_exec(&fx->db, "DROP TABLE IF EXISTS task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress"), 0);
+    assert_int_equal(tp_testdb_exec(&fx->db, "DROP TABLE IF EXISTS task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress, task_dep"), 0);
     const char *root = getenv("TASKPUSH_SOURCE_ROOT");
     snprintf(path, sizeof path, "%s/tests/data/schema-v1.sql", root ? root : ".");
     assert_int_equal(tp_testdb_load_file(fx->db.conn, path), 0);

@@ -147,7 +147,7 @@ static const char *v1_schema_path(void)
 /* Replaces the fresh (current) schema tp_testdb_create loaded with version 1. */
 static void make_v1(tp_testdb *db)
 {
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE IF EXISTS task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE IF EXISTS task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress, task_dep"), 0);
     assert_int_equal(tp_testdb_load_file(db->conn, v1_schema_path()), 0);
     assert_int_equal(tp_testdb_query_u64(db, DSP_CLAIM_SQL_SCHEMA_VERSION), 1);
 }
@@ -646,7 +646,7 @@ static void test_migrate_without_schema_and_bad_flags(void **state)
     char out[OUT_MAX];
 
     assert_int_equal(tp_testdb_create("migrate_empty", db), 0);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress, task_dep"), 0);
     assert_int_equal(migrate(db, out), 0);
     assert_non_null(strstr(out, "created schema version"));
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables"
@@ -662,7 +662,7 @@ static void test_migrate_without_schema_and_bad_flags(void **state)
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM information_schema.tables"
                                              " WHERE table_schema = DATABASE()"),
                      4);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task_schedule, task_claim, task_setting, task_progress"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task_schedule, task_claim, task_setting, task_progress, task_dep"), 0);
 
     make_v1(db);
     assert_int_equal(tp_testdb_exec(db, "DROP TABLE taskpush_meta"), 0);

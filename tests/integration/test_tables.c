@@ -307,7 +307,7 @@ static void test_beside_team_table(void **state)
 
     assert_int_equal(dsp_table_names_init(&jobs, "jobs"), 0);
     assert_int_equal(tp_testdb_create("tables_team", db), 0);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress, task_dep"), 0);
     assert_int_equal(tp_testdb_exec(db, TEAM_TABLE), 0);
     /* 1,000 rows in the team's codes: NEW=1 PROCESSING=2 SUCCESSFUL=3 FAILED=4. */
     assert_int_equal(tp_testdb_exec(db,
@@ -386,7 +386,7 @@ static void test_two_queues(void **state)
     assert_int_equal(tp_testdb_create("tables_two", db), 0);
     assert_int_equal(migrate(db, "jobs", out), 0);
     assert_int_equal(migrate(db, "mail", out), 0);
-    assert_int_equal(tables_in(db), 18); /* task's, jobs' and mail's six */
+    assert_int_equal(tables_in(db), 21); /* task's, jobs' and mail's seven */
     /* Each queue's tables have every check (9 + 8 + 1), under names of their own. */
     assert_constraint_names_distinct(db);
     assert_int_equal(checks_of(db, "jobs") + checks_of(db, "jobs_schedule") + checks_of(db, "jobs_claim"),

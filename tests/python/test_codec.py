@@ -120,7 +120,8 @@ class Codec(unittest.TestCase):
             proto.Task(1 << 64, 1, 1, 1, 0, b"t", b""),        # id beyond u64
             proto.Done(1, 1, 1, 4, 0, b""),                    # outcome 4
             proto.Welcome(1, 1, 1, b"s" * 257),
-            proto.Submit(1, 4, [proto.SubmitTask(b"t")]),      # unknown flag
+            proto.Submit(1, 8, [proto.SubmitTask(b"t")]),      # unknown flag
+            proto.Submit(1, proto.SUBMIT_FLAG_AFTER, [proto.SubmitTask(b"t", after=[1 << 64])]),  # id beyond u64
             proto.Submit(1, proto.SUBMIT_FLAG_GROUP_KEY, [proto.SubmitTask(b"t", group_key=b"g" * 192)]),
             proto.Submit(1, 0, []),
             proto.Submit(1, 0, [proto.SubmitTask(b"t")] * 1001),

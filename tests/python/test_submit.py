@@ -13,6 +13,9 @@ Cases:
                       ValueError before anything is sent
                       row's id, and the table holds one row; in one SUBMIT of 3 entries the
                       repeated key comes back DUPLICATE
+  after               after=[A]: the task waits (`delayed` 2) until A succeeds, then runs
+                      after it, and waited for (wait=True) gives its result; after= an
+                      unknown id is a SubmitError (INVALID); 1001 ids a ValueError
   delay               delay_ms 1500: run_after is 1.5 s after the insert, and the worker
                       receives it no sooner than 1.5 s after the submit returned
   wait                wait=True on a task a worker succeeds with gives the result; on one it
@@ -102,6 +105,26 @@ class Submit(Case):
         with self.assertRaises(ValueError):
             c.submit("gk", b"r", group_key=b"k" * 192)
         self.assertEqual(self.count("1"), 2)
+
+    def test_after(self) -> None:
+        order: List[bytes] = []
+        w = self.worker()
+        w.add_handler("dep", lambda t: order.append(t.payload) or b"done " + t.payload)  # type: ignore[func-returns-value]
+        c = self.client()
+        a = c.submit("dep", b"a")
+        b = c.submit_many([taskpush.make_task("dep", b"b", after=[a.task_id])])[0]
+        self.assertEqual(self.db.value(f"SELECT `delayed` FROM task WHERE task_id = {b.task_id}"), "2")
+        self.start(w)
+        self.wait_rows("task_state = 2", 2, "SUCCESSFUL")
+        self.assertEqual(order, [b"a", b"b"])
+        waited = c.submit("dep", b"c", after=[a.task_id, b.task_id], wait=True, wait_timeout_s=tplib.WAIT_S)
+        assert waited.outcome is not None
+        self.assertEqual((waited.outcome.succeeded, waited.outcome.data), (True, b"done c"))
+        with self.assertRaises(taskpush.SubmitError) as cm:
+            c.submit("dep", b"x", after=[a.task_id + 1000000])
+        self.assertIn("does not exist", str(cm.exception))
+        with self.assertRaises(ValueError):
+            taskpush.make_task("dep", b"y", after=list(range(1, 1002)))
 
     def test_delay(self) -> None:
         got: List[float] = []

@@ -51,7 +51,7 @@ class Tables(unittest.TestCase):
         self.db = tplib.TestDB("tables")
         self.addCleanup(self.db.drop)
         # Only the team's own table: none of taskpush's.
-        self.db.exec("DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress; " + TEAM_TABLE)
+        self.db.exec("DROP TABLE task, taskpush_meta, task_schedule, task_claim, task_setting, task_progress, task_dep; " + TEAM_TABLE)
         self.db.exec("INSERT INTO task (task_state, task_priority, insert_time, last_update_time, payload)"
                      f" SELECT 1 + seq % 4, seq % 3, 1700000000000 + seq, 1700000000000 + seq,"
                      f" CONCAT('team-', seq) FROM seq_1_to_{TEAM_ROWS}")
@@ -104,7 +104,7 @@ class Tables(unittest.TestCase):
         out = self.migrate("jobs")
         self.assertIn("created schema version", out)
         self.assertEqual(sorted(r[0] for r in self.db.rows("SHOW TABLES")),
-                         ["jobs", "jobs_claim", "jobs_meta", "jobs_progress", "jobs_schedule", "jobs_setting", "task"])
+                         ["jobs", "jobs_claim", "jobs_dep", "jobs_meta", "jobs_progress", "jobs_schedule", "jobs_setting", "task"])
         self.assertEqual(self.team_fingerprint(), self.team)
 
         d = self.daemon("jobs")

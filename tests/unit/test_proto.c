@@ -1365,7 +1365,7 @@ static void test_submit_bounds(void **state)
     m.u.submit.ntasks = 0;
     assert_int_equal(proto_msg_size(&m), 0);
     m.u.submit.ntasks = 1;
-    m.u.submit.flags = 0x04;
+    m.u.submit.flags = 0x08; /* not a known flag */
     assert_int_equal(proto_msg_size(&m), 0);
     m.u.submit.flags = 0;
     many[0].priority = 3;

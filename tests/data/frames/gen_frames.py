@@ -40,6 +40,7 @@ MAX_CONFIRM = 1024
 SUBMIT, SUBMITTED, OUTCOME = 0x20, 0x21, 0x22
 WAIT = 0x01
 GROUP_KEY = 0x02  # each entry ends with a str16 group_key
+AFTER = 0x04  # each entry ends with a u16 count and that many u64 task ids
 S_OK, S_INVALID, S_UNAVAILABLE = 0, 1, 2
 INSERTED, DUPLICATE = 0, 1
 SUCCESSFUL, FAILED = 2, 3
@@ -104,12 +105,17 @@ def dlv_list(ftype, deliveries, n=None):
 
 
 def entry(ttype, payload=b"", priority=1, max_attempts=0, delay_ms=0, timeout_ms=0,
-          dedup_key=b"", payload_len=None, group_key=None):
-    """One SUBMIT task entry (PROTOCOL.md 5.10); group_key only under GROUP_KEY."""
+          dedup_key=b"", payload_len=None, group_key=None, after=None, nafter=None):
+    """One SUBMIT task entry (PROTOCOL.md 5.10); group_key only under GROUP_KEY, after
+    (task ids; nafter the count written, when not theirs) only under AFTER."""
     plen = len(payload) if payload_len is None else payload_len
+    tail = b""
+    if after is not None:
+        tail = struct.pack(">H", len(after) if nafter is None else nafter) + b"".join(
+            struct.pack(">Q", i) for i in after)
     return (struct.pack(">BHII", priority, max_attempts, delay_ms, timeout_ms)
             + string(ttype) + string(dedup_key) + struct.pack(">I", plen) + payload
-            + (b"" if group_key is None else string(group_key)))
+            + (b"" if group_key is None else string(group_key)) + tail)
 
 
 def submit(request_id, flags, entries, ntasks=None):
@@ -173,6 +179,8 @@ VALID = {
     "submit_group_key": submit(9, WAIT | GROUP_KEY, [entry(b"crawl", b"u", group_key=b"host-a"),
                                                      entry(b"crawl", b"v", group_key=b""),
                                                      entry(b"crawl", b"w", group_key=b"g" * 191)]),
+    "submit_after": submit(10, GROUP_KEY | AFTER, [entry(b"report", b"r", group_key=b"k", after=[17, 18]),
+                                                   entry(b"report", b"s", group_key=b"", after=[])]),
     "submitted_ok": submitted(0xA1B2C3D4, S_OK, [(INSERTED, 101), (INSERTED, 102),
                                                  (DUPLICATE, 55)]),
     "submitted_duplicate_unknown": submitted(3, S_OK, [(DUPLICATE, 0)]),
@@ -234,7 +242,9 @@ INVALID = {
     "submit_zero_tasks": frame(submit(1, 0, [])),
     "submit_1001_tasks": frame(submit(1, 0, [entry(b"n")] * 1001)),
     "submit_ntasks_past_end": frame(submit(1, 0, [entry(b"n")], ntasks=2)),
-    "submit_flags_bit": frame(submit(1, 0x04, [entry(b"n")])),
+    "submit_flags_bit": frame(submit(1, 0x08, [entry(b"n")])),
+    "submit_after_missing": frame(submit(1, AFTER, [entry(b"n")])),
+    "submit_after_short": frame(submit(1, AFTER, [entry(b"n", after=[1, 2], nafter=3)])),
     "submit_group_key_missing": frame(submit(1, GROUP_KEY, [entry(b"n")])),
     "submit_group_key_too_long": frame(submit(1, GROUP_KEY, [entry(b"n", group_key=b"g" * 192)])),
     "submit_flags_high": frame(submit(1, 0x81, [entry(b"n")])),
