@@ -552,7 +552,7 @@ int dsp_migrate_run(const dsp_db_url *url, const char *table, FILE *out, FILE *e
                         t->meta, DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
             goto done;
         }
-        fprintf(out, "created schema version %d: tables %s, %s, %s, %s, %s, %s\n",
+        fprintf(out, "created schema version %d: tables %s, %s, %s, %s, %s, %s, %s\n",
                 DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN, t->task, t->meta, t->schedule, t->claim,
                 t->setting, t->progress, t->dep);
         status = 0;
