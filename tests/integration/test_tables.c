@@ -321,7 +321,7 @@ static void test_beside_team_table(void **state)
 
     assert_int_equal(migrate(db, "jobs", out), 0);
     assert_non_null(strstr(out, "created schema version"));
-    assert_int_equal(tables_in(db), 7); /* the team's task and jobs' six */
+    assert_int_equal(tables_in(db), 8); /* the team's task and jobs' seven */
     assert_team_untouched(fx);
     assert_int_equal(tp_testdb_query_u64(db, "SELECT value FROM jobs_meta WHERE name = 'schema_version'"),
                      DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
@@ -352,7 +352,7 @@ static void test_beside_team_table(void **state)
     assert_true(tp_testdb_query_u64(db, "SELECT value FROM jobs_meta WHERE name = 'epoch'") >= 1);
     assert_true(tp_testdb_query_u64(db, "SELECT holder <> 0 FROM jobs_meta WHERE name = 'lease'") == 1);
     assert_team_untouched(fx);
-    assert_int_equal(tables_in(db), 7); /* the team's task and jobs' six */
+    assert_int_equal(tables_in(db), 8); /* the team's task and jobs' seven */
 }
 
 /* CHECK constraints of table (TABLE_CONSTRAINTS, which both servers have). */
