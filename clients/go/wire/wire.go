@@ -37,7 +37,7 @@ const (
 	DoneHead        = 22 // DONE body bytes before its data
 	priorityMax     = 2
 	outcomeMax      = OutcomeRetryAfter
-	submitFlagsKnow = SubmitWait | SubmitGroupKey
+	submitFlagsKnow = SubmitWait | SubmitGroupKey | SubmitAfter
 )
 
 // Type is a frame's first body byte.
@@ -99,6 +99,9 @@ const (
 const (
 	SubmitWait     uint8 = 0x01
 	SubmitGroupKey uint8 = 0x02
+	// SubmitAfter: each entry ends with a u16 count and that many u64 ids of tasks it
+	// waits for (dependencies; a dispatcher of schema version 10 or later).
+	SubmitAfter uint8 = 0x04
 
 	StatusOK          uint16 = 0
 	StatusInvalid     uint16 = 1
@@ -197,7 +200,8 @@ type SubmitTask struct {
 	TaskType    []byte
 	DedupKey    []byte
 	Payload     []byte
-	GroupKey    []byte // carried only with the flag SubmitGroupKey
+	GroupKey    []byte   // carried only with the flag SubmitGroupKey
+	After       []uint64 // carried only with the flag SubmitAfter (at most 65535 on the wire)
 }
 
 type Submit struct {
@@ -513,6 +517,16 @@ func decodeSubmit(c *cursor) *Submit {
 		if s.Flags&SubmitGroupKey != 0 {
 			t.GroupKey = c.str(0, MaxGroupKeyLen, "group_key")
 		}
+		if s.Flags&SubmitAfter != 0 {
+			// The count is checked against the bytes left before anything is allocated.
+			na := int(c.u16("after count"))
+			if c.need(na*8, "after ids") {
+				t.After = make([]uint64, na)
+				for k := range t.After {
+					t.After[k] = c.u64("after id")
+				}
+			}
+		}
 		s.Tasks = append(s.Tasks, t)
 	}
 	return s
@@ -717,6 +731,19 @@ func encodeSubmit(e *enc, s *Submit) {
 			e.str(t.GroupKey, 0, MaxGroupKeyLen, "group_key")
 		} else if len(t.GroupKey) != 0 {
 			e.fail("task %d has a group_key without the GROUP_KEY flag", i)
+			return
+		}
+		if s.Flags&SubmitAfter != 0 {
+			if len(t.After) > 0xFFFF {
+				e.fail("task %d waits for %d tasks (at most 65535 on the wire)", i, len(t.After))
+				return
+			}
+			e.u16(uint16(len(t.After)))
+			for _, id := range t.After {
+				e.u64(id)
+			}
+		} else if len(t.After) != 0 {
+			e.fail("task %d has after ids without the AFTER flag", i)
 		}
 	}
 }

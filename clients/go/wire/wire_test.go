@@ -36,6 +36,9 @@ func TestRoundTripEveryType(t *testing.T) {
 		&Progress{Delivery: d, Permille: 1000},
 		&Submit{RequestID: 9, Flags: SubmitWait | SubmitGroupKey, Tasks: []SubmitTask{
 			{Priority: 1, MaxAttempts: 3, TaskType: []byte("t"), DedupKey: []byte("k"), GroupKey: []byte("g")}}},
+		&Submit{RequestID: 10, Flags: SubmitGroupKey | SubmitAfter, Tasks: []SubmitTask{
+			{TaskType: []byte("t"), GroupKey: []byte("g"), After: []uint64{1, 1 << 40}},
+			{TaskType: []byte("u"), After: []uint64{}}}},
 		&Submitted{RequestID: 9, Status: StatusOK, Results: []SubmitResult{{ResultDuplicate, 4}}},
 		&Submitted{RequestID: 9, Status: StatusInvalid, Message: []byte("why")},
 		&Outcome{RequestID: 9, TaskID: 4, State: StateFailed, Data: []byte("err")},
@@ -75,7 +78,9 @@ func TestEncoderRefuses(t *testing.T) {
 		&Confirm{},
 		&Holding{Deliveries: make([]Delivery, MaxConfirm+1)},
 		&Submit{RequestID: 1},
-		&Submit{RequestID: 1, Flags: 4, Tasks: []SubmitTask{{TaskType: []byte("t")}}},
+		&Submit{RequestID: 1, Flags: 8, Tasks: []SubmitTask{{TaskType: []byte("t")}}},
+		&Submit{RequestID: 1, Tasks: []SubmitTask{{TaskType: []byte("t"), After: []uint64{7}}}},
+		&Submit{RequestID: 1, Flags: SubmitAfter, Tasks: []SubmitTask{{TaskType: []byte("t"), After: make([]uint64, 0x10000)}}},
 		&Submit{RequestID: 1, Tasks: []SubmitTask{{TaskType: []byte("t"), GroupKey: []byte("g")}}},
 		&Submit{RequestID: 1, Flags: SubmitGroupKey, Tasks: []SubmitTask{{TaskType: []byte("t"), GroupKey: long(192)}}},
 		&Submit{RequestID: 1, Tasks: []SubmitTask{{TaskType: []byte("t"), MaxAttempts: 1001}}},
