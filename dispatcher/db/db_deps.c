@@ -201,8 +201,8 @@ static MYSQL_RES *query(struct dbconn *c, const dsp_strbuf *sql)
     if (mysql_real_query(c->m, sql->p, (unsigned long)sql->len) != 0 ||
         (res = mysql_store_result(c->m)) == NULL) {
         c->err = mysql_errno(c->m);
-        log_warn(c->db->log, "%s connection: %s (error %u) in: %.160s", c->who,
-                 c->err ? mysql_error(c->m) : "no result", c->err, sql->p);
+        dsp_log_at(c->db->log, c->quiet ? DSP_LOG_DEBUG : DSP_LOG_WARN, "%s connection: %s (error %u) in: %.160s",
+                   c->who, c->err ? mysql_error(c->m) : "no result", c->err, sql->p);
         return NULL;
     }
     return res;

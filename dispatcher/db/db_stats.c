@@ -8,6 +8,7 @@
 #include <mysql.h>
 
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -35,6 +36,7 @@ struct stats_ctx {
     int64_t next_retain;                        /* monotonic: no retention round before */
     int64_t next_deps;                          /* monotonic: no dependency sweep before */
     struct dsp_deps_cursor deps_cur;            /* where the next sweep starts */
+    unsigned deps_fails;                        /* sweeps failed in a row */
     bool types_full_logged;
 };
 
@@ -57,8 +59,8 @@ static MYSQL_RES *db_query_res(struct dbconn *c, const char *sql, size_t len)
     if (mysql_real_query(c->m, sql, (unsigned long)len) != 0 ||
         (res = mysql_store_result(c->m)) == NULL) {
         c->err = mysql_errno(c->m);
-        log_warn(db->log, "%s connection: %s (error %u) in: %.160s", c->who,
-                 c->err ? mysql_error(c->m) : "no result", c->err, sql);
+        dsp_log_at(db->log, c->quiet ? DSP_LOG_DEBUG : DSP_LOG_WARN, "%s connection: %s (error %u) in: %.160s",
+                   c->who, c->err ? mysql_error(c->m) : "no result", c->err, sql);
         return NULL;
     }
     return res;
@@ -1074,6 +1076,8 @@ static void stats_round(struct stats_ctx *x, bool refresh, bool retain)
     }
 }
 
+static bool stats_deps_sweep(struct stats_ctx *x);
+
 /* The leader's sweep of the waiting tasks (db_deps.c), every DSP_DEPS_SWEEP_MS. */
 static void stats_deps(struct stats_ctx *x)
 {
@@ -1082,6 +1086,23 @@ static void stats_deps(struct stats_ctx *x)
     x->next_deps = dsp_now_ms() + DSP_DEPS_SWEEP_MS;
     if (!atomic_load(&db->leader) || stats_connect(x, false) < 0)
         return;
+    /* A sweep that fails every second (a dropped index, a revoked privilege) logs its
+     * streak's 1st, 2nd, 4th, 8th ... failure, the others at debug, as the claim does. */
+    bool was_quiet = x->c.quiet;
+    x->c.quiet = x->deps_fails > 0 && (x->deps_fails & (x->deps_fails - 1)) != 0;
+    bool ok = stats_deps_sweep(x);
+    x->c.quiet = was_quiet;
+    if (ok)
+        x->deps_fails = 0;
+    else if (x->deps_fails < UINT_MAX)
+        x->deps_fails++;
+}
+
+/* stats_deps's statements: false when one failed (the connection is then dropped). */
+static bool stats_deps_sweep(struct stats_ctx *x)
+{
+    dsp_db *db = x->db;
+
     /* Cheap when nothing waits: one probe of delay_idx. */
     dsp_strbuf_reset(&x->sql);
     dsp_strbuf_printf(&x->sql, "SELECT COUNT(*) FROM (SELECT 1 FROM %s FORCE INDEX (delay_idx)"
@@ -1089,7 +1110,7 @@ static void stats_deps(struct stats_ctx *x)
     MYSQL_RES *res = x->sql.oom ? NULL : db_query_res(&x->c, x->sql.p, x->sql.len);
     if (res == NULL) {
         stats_drop(x);
-        return;
+        return false;
     }
     MYSQL_ROW row = mysql_fetch_row(res);
     bool any = row && row[0] && strcmp(row[0], "0") != 0;
@@ -1098,11 +1119,14 @@ static void stats_deps(struct stats_ctx *x)
     /* Also with none waiting: the sweep deletes the rows of tasks gone. */
     for (int w = 0; w < DSP_DEPS_SWEEP_WINDOWS; w++) {
         int rc = dsp_dbi_deps_sweep(db, &x->c, &x->sql, &x->deps_cur);
-        if (rc < 0)
+        if (rc < 0) {
             stats_drop(x);
-        if (rc <= 0 || stats_stopping(db) || !atomic_load(&db->leader))
+            return false;
+        }
+        if (rc == 0 || stats_stopping(db) || !atomic_load(&db->leader))
             break;
     }
+    return true;
 }
 
 void *dsp_dbi_stats_main(void *arg)

@@ -285,7 +285,7 @@ class Crawl(unittest.TestCase):
                              [["1", "1"], ["2", "3"]])
             self.assertEqual(sorted(r[0] for r in self.db.rows(
                 f"SELECT table_name FROM information_schema.tables WHERE table_schema = '{name}'")),
-                ["jobs", "jobs_claim", "jobs_meta", "jobs_schedule", "jobs_setting", "task"])
+                ["jobs", "jobs_claim", "jobs_dep", "jobs_meta", "jobs_progress", "jobs_schedule", "jobs_setting", "task"])
         finally:
             self.db.exec(f"DROP DATABASE IF EXISTS `{name}`")
         for bad in ("9jobs", "jobs;x", "j" * 37):
