@@ -1,0 +1,295 @@
+package dev.taskpush;
+
+import dev.taskpush.wire.BadFrameException;
+import dev.taskpush.wire.FrameReader;
+import dev.taskpush.wire.Wire;
+import java.io.BufferedInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.EOFException;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.net.SocketTimeoutException;
+import java.nio.charset.StandardCharsets;
+import java.util.Map;
+import javax.net.ssl.SSLParameters;
+import javax.net.ssl.SSLSocket;
+
+/**
+ * One session with a dispatcher, after WELCOME. Frames are queued by any thread ({@link #send})
+ * and written by the session's writer thread, which also sends HEARTBEAT when nothing was sent
+ * for an interval; {@link #serve} reads. A dispatcher silent for 3 intervals is lost.
+ */
+final class Session {
+    /** Bounds the answer to HELLO: a WELCOME or an ERROR; no TASK comes before WELCOME. */
+    static final int HANDSHAKE_MAX_BODY = 65536;
+
+    final Options.Address addr;
+    final int version;
+    final long hbMs;
+    final long maxBody; // the dispatcher's limit for what we send
+    final String server;
+    private final Socket socket; // the TCP socket under a TLS one: closed without close_notify
+    private final Socket io;
+    private final FrameReader reader;
+
+    private final Object lock = new Object();
+    private ByteArrayOutputStream out = new ByteArrayOutputStream();
+    private boolean closed, closing;
+    private Exception reason;
+
+    interface FrameHandler {
+        /** A frame but ERROR; an exception ends the session with ERROR UNEXPECTED. */
+        void onFrame(Wire.Message m) throws IOException;
+    }
+
+    private Session(Options.Address addr, int version, long hbMs, long maxBody, String server, Socket socket, Socket io,
+                    FrameReader reader) {
+        this.addr = addr;
+        this.version = version;
+        this.hbMs = hbMs;
+        this.maxBody = maxBody;
+        this.server = server;
+        this.socket = socket;
+        this.io = io;
+        this.reader = reader;
+    }
+
+    /** Connects, sends HELLO and waits for WELCOME within the connect timeout. */
+    static Session dial(Options.Address addr, Wire.Hello hello, Options o) throws IOException {
+        int timeout = (int) Math.min(Integer.MAX_VALUE, o.connectTimeout.toMillis());
+        Socket tcp = new Socket();
+        boolean ok = false;
+        try {
+            tcp.setTcpNoDelay(true);
+            tcp.connect(new InetSocketAddress(addr.host(), addr.port()), timeout);
+            tcp.setSoTimeout(timeout);
+            Socket io = tcp;
+            if (o.tls != null) {
+                SSLSocket s = (SSLSocket) o.tls.getSocketFactory().createSocket(tcp, addr.host(), addr.port(), true);
+                SSLParameters p = s.getSSLParameters();
+                p.setEndpointIdentificationAlgorithm("HTTPS"); // the certificate names this host
+                s.setSSLParameters(p);
+                s.setUseClientMode(true);
+                try {
+                    s.startHandshake();
+                } catch (IOException e) {
+                    throw new IOException("TLS handshake with " + addr + ": " + e.getMessage(), e);
+                }
+                io = s;
+            }
+            OutputStream os = io.getOutputStream();
+            os.write(Wire.encode(hello));
+            os.flush();
+            InputStream in = new BufferedInputStream(io.getInputStream(), 64 * 1024);
+            FrameReader fr = new FrameReader(in, HANDSHAKE_MAX_BODY);
+            Wire.Message m;
+            try {
+                m = fr.read();
+            } catch (FrameReader.TooBigException e) {
+                if (new String(e.prefix(), StandardCharsets.ISO_8859_1).equals("HTTP"))
+                    throw new IOException(addr + ": an HTTP server answered: this is not a dispatcher's worker port "
+                            + "(taskpushd's admin port?); workers connect to taskpushd --listen");
+                throw new IOException(addr + ": in answer to HELLO: " + e.getMessage(), e);
+            } catch (SocketTimeoutException e) {
+                throw new IOException(addr + ": no answer to HELLO within " + timeout + " ms", e);
+            }
+            if (m == null) throw new EOFException(addr + ": closed in answer to HELLO");
+            if (m instanceof Wire.ErrorFrame e) throw new DispatcherException(addr.toString(), e.code(), e.text());
+            if (!(m instanceof Wire.Welcome w)) throw new IOException(addr + " answered HELLO with " + Wire.typeName(m.type()));
+            // A WELCOME above our version (a newer dispatcher) is spoken to in ours, one below in its own.
+            int version = Math.min(hello.version(), w.version());
+            if (version < Wire.VERSION_MIN) throw new IOException(addr + " answered version " + w.version());
+            long hb = Math.max(1, w.heartbeatMs());
+            io.setSoTimeout((int) Math.min(Integer.MAX_VALUE, 3 * hb));
+            fr.setMaxBody(Wire.MAX_BODY_DEFAULT);
+            ok = true;
+            return new Session(addr, version, hb, w.maxBody(), new String(w.server(), StandardCharsets.UTF_8), tcp, io, fr);
+        } finally {
+            if (!ok) tcp.close();
+        }
+    }
+
+    /**
+     * Dials from versions[addr] (or the first) down to lowest: a dispatcher that answers ERROR
+     * VERSION is asked again one version lower, and versions remembers what it speaks.
+     */
+    static Session dialNegotiated(Options.Address addr, Wire.Hello hello, Map<Options.Address, Integer> versions,
+                                  int lowest, Options o) throws IOException {
+        int v = versions.getOrDefault(addr, o.protocolVersion);
+        while (true) {
+            Wire.Hello h = new Wire.Hello(v, hello.capacity(), hello.name(), hello.token(), hello.types());
+            try {
+                return dial(addr, h, o);
+            } catch (DispatcherException e) {
+                if (!e.versionRefused() || v <= lowest) throw e;
+                v--;
+                versions.put(addr, v);
+                o.log.accept(addr + " refused protocol version " + (v + 1) + "; falling back to " + v);
+            }
+        }
+    }
+
+    /** Queues m; false once the session is closed (or closing). */
+    boolean send(Wire.Message m) {
+        byte[] f;
+        try {
+            f = Wire.encode(m);
+        } catch (BadFrameException e) {
+            return false;
+        }
+        synchronized (lock) {
+            if (closed || closing) return false;
+            out.write(f, 0, f.length);
+            lock.notifyAll();
+        }
+        return true;
+    }
+
+    /** Ends the session once what is queued is written. */
+    void closeAfterFlush() {
+        synchronized (lock) {
+            closing = true;
+            lock.notifyAll();
+        }
+    }
+
+    /** Ends the session at once, dropping what is queued. */
+    void abort() { shutdown(new IOException("closed by this side")); }
+
+    boolean isClosed() {
+        synchronized (lock) {
+            return closed;
+        }
+    }
+
+    /** Waits up to ms for the session to close; true when closed. */
+    boolean awaitClosed(long ms) throws InterruptedException {
+        long end = System.nanoTime() + ms * 1_000_000L;
+        synchronized (lock) {
+            while (!closed) {
+                long left = (end - System.nanoTime()) / 1_000_000L;
+                if (left <= 0) return false;
+                lock.wait(left);
+            }
+            return true;
+        }
+    }
+
+    Exception reason() {
+        synchronized (lock) {
+            return reason;
+        }
+    }
+
+    void shutdown(Exception why) {
+        synchronized (lock) {
+            if (closed) return;
+            closed = true;
+            reason = why;
+            out = new ByteArrayOutputStream();
+            lock.notifyAll();
+        }
+        // The TCP socket itself: a TLS close would first write close_notify, which can block
+        // on a peer that reads nothing.
+        try {
+            socket.close();
+        } catch (IOException ignored) {
+            // closing anyway
+        }
+    }
+
+    private void sendErrorNow(int code, String text) {
+        if (text.length() > 200) text = text.substring(0, 200);
+        try {
+            socket.setSoTimeout(1000);
+            io.getOutputStream().write(Wire.encode(new Wire.ErrorFrame(code, text.getBytes(StandardCharsets.UTF_8))));
+            io.getOutputStream().flush();
+        } catch (IOException ignored) {
+            // the connection closes anyway
+        }
+    }
+
+    /** Runs the session until it ends and returns why; the writer runs on a thread of factory. */
+    Exception serve(FrameHandler handler, java.util.concurrent.ThreadFactory factory) {
+        Thread writer = factory.newThread(this::writeLoop);
+        writer.start();
+        while (true) {
+            try {
+                byte[] body = reader.readBody();
+                if (body == null) {
+                    shutdown(new EOFException("connection closed by the dispatcher"));
+                    break;
+                }
+                Wire.Message m = Wire.decode(body);
+                if (m instanceof Wire.ErrorFrame e) {
+                    shutdown(new DispatcherException(addr.toString(), e.code(), e.text()));
+                    break;
+                }
+                try {
+                    handler.onFrame(m);
+                } catch (IOException e) {
+                    sendErrorNow(Wire.ERR_UNEXPECTED, e.getMessage());
+                    shutdown(e);
+                    break;
+                }
+            } catch (BadFrameException e) {
+                sendErrorNow(Wire.ERR_BAD_FRAME, e.getMessage());
+                shutdown(new IOException("bad frame from the dispatcher: " + e.getMessage(), e));
+                break;
+            } catch (SocketTimeoutException e) {
+                shutdown(new IOException("dispatcher silent for " + 3 * hbMs + " ms", e));
+                break;
+            } catch (IOException e) {
+                shutdown(e);
+                break;
+            }
+        }
+        try {
+            writer.join();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        return reason();
+    }
+
+    private void writeLoop() {
+        byte[] beat;
+        try {
+            beat = Wire.encode(new Wire.Heartbeat());
+            OutputStream os = io.getOutputStream();
+            long lastSend = System.nanoTime();
+            while (true) {
+                byte[] buf;
+                boolean closingNow;
+                synchronized (lock) {
+                    while (!closed && !closing && out.size() == 0) {
+                        long wait = hbMs - (System.nanoTime() - lastSend) / 1_000_000L;
+                        if (wait <= 0) break;
+                        lock.wait(wait);
+                    }
+                    if (closed) return;
+                    buf = out.size() > 0 ? out.toByteArray() : null;
+                    if (out.size() > (1 << 20)) out = new ByteArrayOutputStream(); // a huge result's buffer is not kept
+                    else out.reset();
+                    closingNow = closing;
+                }
+                if (buf == null && !closingNow) buf = beat;
+                if (buf != null) {
+                    os.write(buf);
+                    os.flush();
+                    lastSend = System.nanoTime();
+                    continue;
+                }
+                shutdown(new IOException("closed by this side"));
+                return;
+            }
+        } catch (IOException e) {
+            shutdown(new IOException("write to " + addr + ": " + e.getMessage(), e));
+        } catch (InterruptedException e) {
+            shutdown(new IOException("interrupted"));
+        }
+    }
+}
