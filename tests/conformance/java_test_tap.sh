@@ -23,4 +23,4 @@ export TASKPUSH_SOURCE_ROOT="$src" TASKPUSH_BUILD_ROOT="$build"
 # Small heaps: two JVMs (gcc and ASan builds) share 2 cores in CI.
 exec java -Xss512k -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Djava.io.tmpdir="$out" \
     -cp "$out/classes:$out/test-classes" dev.taskpush.TapRunner -j 4 \
-    dev.taskpush.wire.WireTest ${TASKPUSH_JAVA_TESTS:-dev.taskpush.DocsTest dev.taskpush.IntegrationTest}
+    dev.taskpush.wire.WireTest ${TASKPUSH_JAVA_TESTS:-dev.taskpush.DocsTest dev.taskpush.HostileTest dev.taskpush.IntegrationTest}
