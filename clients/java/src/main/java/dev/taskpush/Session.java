@@ -18,9 +18,12 @@ import javax.net.ssl.SSLParameters;
 import javax.net.ssl.SSLSocket;
 
 /**
- * One session with a dispatcher, after WELCOME. Frames are queued by any thread ({@link #send})
- * and written by the session's writer thread, which also sends HEARTBEAT when nothing was sent
- * for an interval; {@link #serve} reads. A dispatcher silent for 3 intervals is lost.
+ * One session with a dispatcher, after WELCOME. Any thread queues frames ({@link #send}) and,
+ * when no other thread is writing, writes what is queued itself (one thread writes at a time,
+ * taking every frame queued meanwhile): a DONE costs no wake-up of another thread. The reading
+ * thread only queues (a write that blocks must not stop the reads that detect a silent peer);
+ * the session's writer thread writes what it queued, sends HEARTBEAT when nothing was sent for
+ * an interval, and closes a closing session. A dispatcher silent for 3 intervals is lost.
  */
 final class Session {
     /** Bounds the answer to HELLO: a WELCOME or an ERROR; no TASK comes before WELCOME. */
@@ -38,6 +41,9 @@ final class Session {
     private final Object lock = new Object();
     private ByteArrayOutputStream out = new ByteArrayOutputStream();
     private boolean closed, closing;
+    private boolean writing; // a thread is writing: the others only queue
+    private volatile long lastSendNanos = System.nanoTime();
+    private volatile Thread readerThread;
     private Exception reason;
 
     interface FrameHandler {
@@ -143,9 +149,43 @@ final class Session {
         synchronized (lock) {
             if (closed || closing) return false;
             out.write(f, 0, f.length);
-            lock.notifyAll();
+            if (writing) return true;
+            if (Thread.currentThread() == readerThread) {
+                lock.notifyAll(); // the writer thread writes it
+                return true;
+            }
+            writing = true;
         }
+        flush();
         return true;
+    }
+
+    /** Writes what is queued until nothing is; called with writing set, clears it. */
+    private void flush() {
+        try {
+            OutputStream os = io.getOutputStream();
+            while (true) {
+                byte[] buf;
+                synchronized (lock) {
+                    if (closed || out.size() == 0) {
+                        writing = false;
+                        if (closing) lock.notifyAll(); // the writer thread closes it now
+                        return;
+                    }
+                    buf = out.toByteArray();
+                    if (out.size() > (1 << 20)) out = new ByteArrayOutputStream(); // a huge result's buffer is not kept
+                    else out.reset();
+                }
+                os.write(buf);
+                os.flush();
+                lastSendNanos = System.nanoTime();
+            }
+        } catch (IOException e) {
+            synchronized (lock) {
+                writing = false;
+            }
+            shutdown(new IOException("write to " + addr + ": " + e.getMessage(), e));
+        }
     }
 
     /** Ends the session once what is queued is written. */
@@ -214,6 +254,7 @@ final class Session {
 
     /** Runs the session until it ends and returns why; the writer runs on a thread of factory. */
     Exception serve(FrameHandler handler, java.util.concurrent.ThreadFactory factory) {
+        readerThread = Thread.currentThread();
         Thread writer = factory.newThread(this::writeLoop);
         writer.start();
         while (true) {
@@ -255,39 +296,44 @@ final class Session {
         return reason();
     }
 
+    /** Heartbeats, the reading thread's frames, and the close of a closing session. */
     private void writeLoop() {
         byte[] beat;
         try {
             beat = Wire.encode(new Wire.Heartbeat());
-            OutputStream os = io.getOutputStream();
-            long lastSend = System.nanoTime();
+        } catch (BadFrameException e) {
+            throw new IllegalStateException(e);
+        }
+        try {
             while (true) {
-                byte[] buf;
-                boolean closingNow;
+                boolean closeNow = false;
                 synchronized (lock) {
-                    while (!closed && !closing && out.size() == 0) {
-                        long wait = hbMs - (System.nanoTime() - lastSend) / 1_000_000L;
-                        if (wait <= 0) break;
+                    while (true) {
+                        if (closed) return;
+                        long wait = hbMs - (System.nanoTime() - lastSendNanos) / 1_000_000L;
+                        if (writing) { // that thread writes all that is queued
+                            lock.wait(Math.max(1, wait > 0 ? wait : hbMs));
+                            continue;
+                        }
+                        if (out.size() > 0) break;
+                        if (closing) {
+                            closeNow = true;
+                            break;
+                        }
+                        if (wait <= 0) {
+                            out.write(beat, 0, beat.length);
+                            break;
+                        }
                         lock.wait(wait);
                     }
-                    if (closed) return;
-                    buf = out.size() > 0 ? out.toByteArray() : null;
-                    if (out.size() > (1 << 20)) out = new ByteArrayOutputStream(); // a huge result's buffer is not kept
-                    else out.reset();
-                    closingNow = closing;
+                    if (!closeNow) writing = true;
                 }
-                if (buf == null && !closingNow) buf = beat;
-                if (buf != null) {
-                    os.write(buf);
-                    os.flush();
-                    lastSend = System.nanoTime();
-                    continue;
+                if (closeNow) {
+                    shutdown(new IOException("closed by this side"));
+                    return;
                 }
-                shutdown(new IOException("closed by this side"));
-                return;
+                flush();
             }
-        } catch (IOException e) {
-            shutdown(new IOException("write to " + addr + ": " + e.getMessage(), e));
         } catch (InterruptedException e) {
             shutdown(new IOException("interrupted"));
         }

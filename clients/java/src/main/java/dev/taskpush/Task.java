@@ -22,7 +22,7 @@ public final class Task {
     private volatile boolean cancelled;
     private Thread runner; // the thread running the handler, interrupted by a cancel
     private long deadlineNanos; // 0: no lease
-    boolean abandoned; // forgotten by the worker: its outcome goes nowhere (under the worker's lock)
+    volatile boolean abandoned; // forgotten by the worker: its outcome goes nowhere (under the worker's lock)
 
     Task(Worker worker, Wire.Task t, Session origin) {
         this.worker = worker;

@@ -15,14 +15,12 @@ import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
@@ -64,6 +62,7 @@ public final class Worker implements AutoCloseable {
     private Submitter sub;
     private boolean started;
     private volatile boolean stopping, aborted;
+    private volatile boolean draining; // stopping, or a dispatcher sent STOP: each finished task kicks the session loop
     private final CountDownLatch finished = new CountDownLatch(1);
     final Counters stats = new Counters();
 
@@ -215,6 +214,7 @@ public final class Worker implements AutoCloseable {
     /** Begins a graceful drain and returns: STOP to the dispatcher, held tasks finish, outcomes confirmed. */
     public void shutdown() {
         stopping = true;
+        draining = true;
         kick();
     }
 
@@ -426,19 +426,28 @@ public final class Worker implements AutoCloseable {
         takeOver(c, s);
         AtomicBoolean peerStop = new AtomicBoolean();
         CompletableFuture<Exception> served = new CompletableFuture<>();
-        ioThreads.newThread(() -> served.complete(c.serve(m -> onFrame(c, s, peerStop, m), ioThreads))).start();
+        ioThreads.newThread(() -> {
+            served.complete(c.serve(m -> onFrame(c, s, peerStop, m), ioThreads));
+            kick();
+        }).start();
         boolean stopSent = false, abortDone = false, closing = false;
         long[] settleBy = {0};
         try {
             while (true) {
-                try {
-                    return served.get(20, TimeUnit.MILLISECONDS);
-                } catch (TimeoutException e) {
-                    // look at the state below
-                } catch (ExecutionException | InterruptedException e) {
-                    c.abort();
-                    return e;
+                if (served.isDone()) return served.join();
+                // Kicked by the end of the session, a STOP either way, an abort, and (while
+                // stopping) each finished task; the timeout bounds the settling wait.
+                synchronized (mu) {
+                    if (!served.isDone()) {
+                        try {
+                            mu.wait(200);
+                        } catch (InterruptedException e) {
+                            c.abort();
+                            return e;
+                        }
+                    }
                 }
+                if (served.isDone()) return served.join();
                 if (stopping && !stopSent) {
                     stopSent = true;
                     c.send(new Wire.Stop());
@@ -536,6 +545,8 @@ public final class Worker implements AutoCloseable {
             stats.outcomesConfirmed.addAndGet(n);
         } else if (m instanceof Wire.Stop) {
             peerStop.set(true);
+            draining = true;
+            kick();
         } else if (!(m instanceof Wire.Heartbeat) && !s.onFrame(m)) {
             throw new IOException("unexpected " + Wire.typeName(m.type()) + " from the dispatcher");
         }
@@ -567,10 +578,7 @@ public final class Worker implements AutoCloseable {
             }
             if (o == POISON) return;
             Task t = (Task) o;
-            boolean gone;
-            synchronized (mu) {
-                gone = t.abandoned;
-            }
+            boolean gone = t.abandoned; // read again under the lock by finish
             // Abandoned, or a version 1/2 delivery whose connection is gone (delivered again): not run.
             if (gone || (!t.inventory && t.origin.isClosed())) {
                 drop(t);
@@ -663,7 +671,7 @@ public final class Worker implements AutoCloseable {
             }
             if (c != null && c.version >= 3) c.send(fit(d, c.maxBody));
         } finally {
-            kick(); // a draining session looks at held again
+            if (draining) kick(); // a draining session looks at held again
         }
     }
 
@@ -673,7 +681,7 @@ public final class Worker implements AutoCloseable {
         }
         t.cancel();
         stats.tasksDropped.incrementAndGet();
-        kick();
+        if (draining) kick();
     }
 
     /** Forgets the held deliveries which selects: cancelled, outcomes dropped; stopping at once, kept outcomes go too. */
