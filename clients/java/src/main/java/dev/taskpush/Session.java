@@ -43,6 +43,7 @@ final class Session {
     private boolean closed, closing;
     private boolean writing; // a thread is writing: the others only queue
     private volatile long lastSendNanos = System.nanoTime();
+    private volatile long lastRecvNanos = System.nanoTime();
     private volatile Thread readerThread;
     private Exception reason;
 
@@ -109,7 +110,10 @@ final class Session {
             int version = Math.min(hello.version(), w.version());
             if (version < Wire.VERSION_MIN) throw new IOException(addr + " answered version " + w.version());
             long hb = Math.max(1, w.heartbeatMs());
-            io.setSoTimeout((int) Math.min(Integer.MAX_VALUE, 3 * hb));
+            // No read timeout in the session: a timed read costs a poll before each read. The
+            // writer thread, awake every interval anyway, closes a session silent for 3.
+            io.setSoTimeout(0);
+            tcp.setSoTimeout(0);
             fr.setMaxBody(Wire.MAX_BODY_DEFAULT);
             ok = true;
             return new Session(addr, version, hb, w.maxBody(), new String(w.server(), StandardCharsets.UTF_8), tcp, io, fr);
@@ -260,6 +264,7 @@ final class Session {
         while (true) {
             try {
                 byte[] body = reader.readBody();
+                lastRecvNanos = System.nanoTime();
                 if (body == null) {
                     shutdown(new EOFException("connection closed by the dispatcher"));
                     break;
@@ -279,9 +284,6 @@ final class Session {
             } catch (BadFrameException e) {
                 sendErrorNow(Wire.ERR_BAD_FRAME, e.getMessage());
                 shutdown(new IOException("bad frame from the dispatcher: " + e.getMessage(), e));
-                break;
-            } catch (SocketTimeoutException e) {
-                shutdown(new IOException("dispatcher silent for " + 3 * hbMs + " ms", e));
                 break;
             } catch (IOException e) {
                 shutdown(e);
@@ -306,13 +308,19 @@ final class Session {
         }
         try {
             while (true) {
-                boolean closeNow = false;
+                boolean closeNow = false, silent = false;
                 synchronized (lock) {
                     while (true) {
                         if (closed) return;
-                        long wait = hbMs - (System.nanoTime() - lastSendNanos) / 1_000_000L;
+                        long now = System.nanoTime();
+                        long quiet = 3 * hbMs - (now - lastRecvNanos) / 1_000_000L;
+                        if (quiet <= 0) {
+                            silent = true;
+                            break;
+                        }
+                        long wait = Math.min(quiet, hbMs - (now - lastSendNanos) / 1_000_000L);
                         if (writing) { // that thread writes all that is queued
-                            lock.wait(Math.max(1, wait > 0 ? wait : hbMs));
+                            lock.wait(Math.max(1, wait > 0 ? wait : quiet));
                             continue;
                         }
                         if (out.size() > 0) break;
@@ -327,6 +335,10 @@ final class Session {
                         lock.wait(wait);
                     }
                     if (!closeNow) writing = true;
+                }
+                if (silent) {
+                    shutdown(new IOException("dispatcher silent for " + 3 * hbMs + " ms"));
+                    return;
                 }
                 if (closeNow) {
                     shutdown(new IOException("closed by this side"));
