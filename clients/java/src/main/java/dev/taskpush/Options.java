@@ -26,7 +26,11 @@ public final class Options {
     private Options(Builder b) {
         String n = b.name != null ? b.name : defaultName();
         byte[] nb = n.getBytes(StandardCharsets.UTF_8);
-        if (nb.length > Wire.MAX_NAME_LEN) n = new String(nb, 0, Wire.MAX_NAME_LEN, StandardCharsets.UTF_8);
+        if (nb.length > Wire.MAX_NAME_LEN) { // cut at a UTF-8 boundary, so that it stays at most 256 bytes
+            int end = Wire.MAX_NAME_LEN;
+            while (end > 0 && (nb[end] & 0xC0) == 0x80) end--;
+            n = new String(nb, 0, end, StandardCharsets.UTF_8);
+        }
         this.name = n;
         this.token = b.token == null ? "" : b.token;
         if (token.getBytes(StandardCharsets.UTF_8).length > Wire.MAX_TOKEN_LEN)

@@ -187,6 +187,14 @@ public final class HostileTest {
         check(cut.data().length == 4, "cut at a UTF-8 boundary: " + cut.data().length + " bytes");
         Wire.Done same = new Wire.Done(d, Wire.OUTCOME_SUCCESS, 0, new byte[10]);
         check(Worker.fit(same, Wire.MAX_BODY_DEFAULT) == same, "a result that fits is kept");
+        String longName = "é".repeat(200); // 400 bytes
+        check(Options.builder().name(longName).build().name().getBytes(StandardCharsets.UTF_8).length == 256, "a long name cut to 256 bytes");
+        try {
+            Options.builder().token("x".repeat(1025)).build();
+            throw new AssertionError("a 1025-byte token accepted");
+        } catch (IllegalArgumentException expected) {
+            // refused
+        }
         List<Options.Address> a = Options.parseAddresses("127.0.0.1:7070, [::1]:7071");
         check(a.size() == 2 && a.get(1).host().equals("::1") && a.get(1).port() == 7071, "addresses " + a);
         for (String bad : new String[] {"nohost", ":7070", "h:0", "h:65536", "h:x", ""}) {
