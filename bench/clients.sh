@@ -78,7 +78,7 @@ client_round() { # client_round NAME COMMAND... (the command gets ADDR ADMIN N K
   sql "$db" <<<"INSERT INTO task (task_id, task_priority) SELECT seq, seq % 3 FROM seq_1_to_$n"
   rm -f "$work/ready"
   "$build/dispatcher/taskpushd" --db "$url" --listen 127.0.0.1:0 --admin 127.0.0.1:0 \
-    --ready-file "$work/ready" --scheduler least-loaded 2>"$work/taskpushd.log" &
+    --ready-file "$work/ready" --scheduler least-loaded >"$work/taskpushd.log" 2>&1 &
   tpd_pid=$!
   local listen="" admin="" i
   for i in $(seq 1 1000); do
@@ -93,7 +93,9 @@ sys.exit(0 if json.load(urllib.request.urlopen("http://"+sys.argv[1]+"/stats", t
     sleep 0.02
   done
   [ -n "$admin" ] || { echo "clients.sh: taskpushd did not start:" >&2; cat "$work/taskpushd.log" >&2; return 1; }
-  "$@" "$listen" "$admin" "$n" "$k" "$capacity" >"$work/$name.json"
+  # A client that fails must not leave this round's taskpushd running (this runs in $(...)).
+  "$@" "$listen" "$admin" "$n" "$k" "$capacity" >"$work/$name.json" ||
+    { echo "clients.sh: $name failed" >&2; kill -9 "$tpd_pid"; return 1; }
   kill -TERM "$tpd_pid"; wait "$tpd_pid" || true; tpd_pid=""
   local done_rows
   done_rows=$(sql "$db" <<<"SELECT COUNT(*) FROM task WHERE task_state = 2 AND attempts = 1")
