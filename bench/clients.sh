@@ -12,8 +12,11 @@
 #   go   the Go module: clients/go/examples/drainbench (K Workers of capacity C in one
 #        process), timed the same way: from the workers' start until the handlers ran
 #        N times and taskpushd's /stats shows every outcome written
-# The Go run is verified from the table (N rows SUCCESSFUL at attempt 1); taskpush-bench
-# verifies its own. Prints one line per run, then the medians and go/c, and writes the
+#   java the Java library: clients/java/examples/DrainBench.java (K Workers of capacity C
+#        in one JVM, the jar of clients/java/build.sh), timed as go
+# The Go and Java runs are verified from the table (N rows SUCCESSFUL at attempt 1);
+# taskpush-bench verifies its own. Prints one line per run, then the medians, go/c and
+# java/c, and writes the
 # same to bench/results/DATE-HOST-clients.md. Without the TASKPUSH_TEST_MYSQL_*
 # environment it starts a private MariaDB (scripts/tp-mariadb).
 set -euo pipefail
@@ -26,11 +29,12 @@ while [ $# -gt 0 ]; do
     --k) k=$2; shift 2 ;;
     --capacity) capacity=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "clients.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
 command -v go >/dev/null || { echo "clients.sh: go is missing (scripts/install-deps.sh --test)" >&2; exit 2; }
+command -v javac >/dev/null || { echo "clients.sh: javac is missing (scripts/install-deps.sh --test)" >&2; exit 2; }
 [ -f "$build/build.ninja" ] || meson setup "$build" >/dev/null
 ninja -C "$build" >/dev/null
 
@@ -50,6 +54,8 @@ fi
 export GOCACHE="$build/clients-go/cache" GOPATH="$build/clients-go/gopath" GOENV=off GOPROXY=off \
   GOFLAGS= CGO_ENABLED=0
 (cd "$root/clients/go" && go build -o "$work/drainbench" ./examples/drainbench)
+"$root/clients/java/build.sh" "$work/java"
+javac --release 17 -cp "$work/java/taskpush.jar" -d "$work" "$root/clients/java/examples/DrainBench.java"
 
 db=taskpush_clients_$$
 pw=${TASKPUSH_TEST_MYSQL_PASSWORD:+:$TASKPUSH_TEST_MYSQL_PASSWORD}
@@ -65,13 +71,14 @@ for line in sys.stdin:
     except ValueError: continue
     if "tasks_per_s" in o: print(round(o["tasks_per_s"]))'; }
 
-go_round() {
+client_round() { # client_round NAME COMMAND... (the command gets ADDR ADMIN N K CAPACITY)
+  local name=$1; shift
   sql <<<"DROP DATABASE IF EXISTS \`$db\`; CREATE DATABASE \`$db\` CHARACTER SET utf8mb4"
   sql "$db" <"$root/sql/schema.sql"
   sql "$db" <<<"INSERT INTO task (task_id, task_priority) SELECT seq, seq % 3 FROM seq_1_to_$n"
   rm -f "$work/ready"
   "$build/dispatcher/taskpushd" --db "$url" --listen 127.0.0.1:0 --admin 127.0.0.1:0 \
-    --ready-file "$work/ready" --scheduler least-loaded 2>"$work/taskpushd.log" &
+    --ready-file "$work/ready" --scheduler least-loaded >"$work/taskpushd.log" 2>&1 &
   tpd_pid=$!
   local listen="" admin="" i
   for i in $(seq 1 1000); do
@@ -86,33 +93,38 @@ sys.exit(0 if json.load(urllib.request.urlopen("http://"+sys.argv[1]+"/stats", t
     sleep 0.02
   done
   [ -n "$admin" ] || { echo "clients.sh: taskpushd did not start:" >&2; cat "$work/taskpushd.log" >&2; return 1; }
-  "$work/drainbench" --addr "$listen" --admin "$admin" --n "$n" --k "$k" --capacity "$capacity" >"$work/go.json"
+  # A client that fails must not leave this round's taskpushd running (this runs in $(...)).
+  "$@" "$listen" "$admin" "$n" "$k" "$capacity" >"$work/$name.json" ||
+    { echo "clients.sh: $name failed" >&2; kill -9 "$tpd_pid"; return 1; }
   kill -TERM "$tpd_pid"; wait "$tpd_pid" || true; tpd_pid=""
   local done_rows
   done_rows=$(sql "$db" <<<"SELECT COUNT(*) FROM task WHERE task_state = 2 AND attempts = 1")
-  [ "$done_rows" = "$n" ] || { echo "clients.sh: go: $done_rows of $n rows SUCCESSFUL at attempt 1" >&2; return 1; }
-  rate_of <"$work/go.json"
+  [ "$done_rows" = "$n" ] || { echo "clients.sh: $name: $done_rows of $n rows SUCCESSFUL at attempt 1" >&2; return 1; }
+  rate_of <"$work/$name.json"
 }
+go_drain() { "$work/drainbench" --addr "$1" --admin "$2" --n "$3" --k "$4" --capacity "$5"; }
+java_drain() { java -Xss512k -cp "$work/java/taskpush.jar:$work" DrainBench "$@"; }
 
-c_rates=() go_rates=()
+c_rates=() go_rates=() java_rates=()
 mkdir -p "$root/bench/results"
 out="$root/bench/results/$(date -u +%Y-%m-%d-%H%M)-$(hostname -s)-clients.md"
 exec > >(tee "$out")
 echo "clients.sh: N=$n K=$k capacity=$capacity, $repeat round(s); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), $(go version)"
+echo "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), $(go version), $(java -version 2>&1 | head -1)"
 echo
 for r in $(seq 1 "$repeat"); do
   c=$("$build/bench/taskpush-bench" --db "$url" --design taskpush-ll --k "$k" --n "$n" \
         --capacity "$capacity" --repeat 1 --json-only | rate_of)
-  g=$(go_round)
-  echo "round $r: c (libtaskpush) $c tasks/s, go $g tasks/s, load $(cut -d' ' -f1 /proc/loadavg)"
-  c_rates+=("$c") go_rates+=("$g")
+  g=$(client_round go go_drain)
+  j=$(client_round java java_drain)
+  echo "round $r: c (libtaskpush) $c tasks/s, go $g tasks/s, java $j tasks/s, load $(cut -d' ' -f1 /proc/loadavg)"
+  c_rates+=("$c") go_rates+=("$g") java_rates+=("$j")
 done
 sql <<<"DROP DATABASE IF EXISTS \`$db\`"
-python3 - "${c_rates[*]}" "${go_rates[*]}" <<'PY'
+python3 - "${c_rates[*]}" "${go_rates[*]}" "${java_rates[*]}" <<'PY'
 import statistics, sys
-c = [float(x) for x in sys.argv[1].split()]
-g = [float(x) for x in sys.argv[2].split()]
-mc, mg = statistics.median(c), statistics.median(g)
-print(f"median: c (libtaskpush) {mc:.0f} tasks/s, go {mg:.0f} tasks/s, go/c {mg / mc:.2f}")
+c, g, j = ([float(x) for x in a.split()] for a in sys.argv[1:4])
+mc, mg, mj = statistics.median(c), statistics.median(g), statistics.median(j)
+print(f"median: c (libtaskpush) {mc:.0f} tasks/s, go {mg:.0f} tasks/s, java {mj:.0f} tasks/s, "
+      f"go/c {mg / mc:.2f}, java/c {mj / mc:.2f}")
 PY

@@ -9,7 +9,8 @@ set -euo pipefail
 #                                    runtime, Chromium for the dashboard test,
 #                                    promtool from prometheus, python3-setuptools
 #                                    and python3-venv for the Python library,
-#                                    golang-go for the Go module (clients/go); for
+#                                    golang-go for the Go module (clients/go),
+#                                    openjdk-17-jdk-headless for the Java library (clients/java); for
 #                                    tests/install: systemd-analyze, man, groff, and
 #                                    the packaging tools; galera-4 and rsync for the
 #                                    cluster of scripts/tp-galera)
@@ -30,7 +31,7 @@ packages=(
 )
 case "${1:-}" in
   --test) packages+=(clang libclang-rt-14-dev chromium chromium-driver python3-selenium prometheus
-                  python3-setuptools python3-venv golang-go galera-4 rsync
+                  python3-setuptools python3-venv golang-go openjdk-17-jdk-headless galera-4 rsync
                   systemd man-db groff-base bsdextrautils debhelper dpkg-dev build-essential lintian fakeroot
                   dh-python pybuild-plugin-pyproject python3-all python3-build python3-wheel) ;;
   --bench) packages+=(python3-matplotlib) ;;
