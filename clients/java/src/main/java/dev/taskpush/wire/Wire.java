@@ -45,8 +45,11 @@ public final class Wire {
     public static final int ERR_BAD_FRAME = 1, ERR_VERSION = 2, ERR_AUTH = 3, ERR_UNEXPECTED = 4,
             ERR_SHUTDOWN = 5, ERR_TIMEOUT = 6, ERR_NOT_LEADER = 7;
 
-    public static final int SUBMIT_WAIT = 0x01, SUBMIT_GROUP_KEY = 0x02;
-    static final int SUBMIT_FLAGS_KNOWN = SUBMIT_WAIT | SUBMIT_GROUP_KEY;
+    /** SUBMIT_AFTER: each entry ends with a u16 count and that many u64 ids of tasks it waits
+     *  for (dependencies; a dispatcher of schema version 10 or later). */
+    public static final int SUBMIT_WAIT = 0x01, SUBMIT_GROUP_KEY = 0x02, SUBMIT_AFTER = 0x04;
+    static final int SUBMIT_FLAGS_KNOWN = SUBMIT_WAIT | SUBMIT_GROUP_KEY | SUBMIT_AFTER;
+    private static final long[] NO_IDS = new long[0];
     public static final int STATUS_OK = 0, STATUS_INVALID = 1, STATUS_UNAVAILABLE = 2;
     public static final int RESULT_INSERTED = 0, RESULT_DUPLICATE = 1;
     public static final int STATE_SUCCESSFUL = 2, STATE_FAILED = 3;
@@ -124,8 +127,14 @@ public final class Wire {
     public record Progress(Delivery delivery, int permille, byte[] message) implements Message {
         public int type() { return T_PROGRESS; }
     }
+    /** after: the ids the task waits for, carried only with SUBMIT_AFTER (at most 65535 on the wire). */
     public record SubmitTask(int priority, int maxAttempts, long delayMs, long timeoutMs, byte[] taskType,
-                             byte[] dedupKey, byte[] payload, byte[] groupKey) {}
+                             byte[] dedupKey, byte[] payload, byte[] groupKey, long[] after) {
+        public SubmitTask(int priority, int maxAttempts, long delayMs, long timeoutMs, byte[] taskType,
+                          byte[] dedupKey, byte[] payload, byte[] groupKey) {
+            this(priority, maxAttempts, delayMs, timeoutMs, taskType, dedupKey, payload, groupKey, NO_IDS);
+        }
+    }
     public record Submit(long requestId, int flags, List<SubmitTask> tasks) implements Message {
         public int type() { return T_SUBMIT; }
     }
@@ -344,7 +353,14 @@ public final class Wire {
             if (plen > MAX_PAYLOAD_LEN) throw new BadFrameException("payload of " + plen + " bytes");
             byte[] payload = c.bytes((int) plen, "payload");
             byte[] group = (flags & SUBMIT_GROUP_KEY) != 0 ? c.str(0, MAX_GROUP_KEY_LEN, "group_key") : new byte[0];
-            tasks.add(new SubmitTask(prio, maxAttempts, delay, timeout, type, dedup, payload, group));
+            long[] after = NO_IDS;
+            if ((flags & SUBMIT_AFTER) != 0) {
+                int na = c.u16("after count");
+                c.need(na * 8, "after ids"); // before anything of that size is allocated
+                after = new long[na];
+                for (int k = 0; k < na; k++) after[k] = c.u64("after id");
+            }
+            tasks.add(new SubmitTask(prio, maxAttempts, delay, timeout, type, dedup, payload, group, after));
         }
         return new Submit(req, flags, List.copyOf(tasks));
     }
@@ -529,6 +545,15 @@ public final class Wire {
                 e.str(t.groupKey(), 0, MAX_GROUP_KEY_LEN, "group_key");
             } else if (t.groupKey().length != 0) {
                 throw new BadFrameException("task " + i + " has a group_key without the GROUP_KEY flag");
+            }
+            long[] after = t.after() == null ? NO_IDS : t.after();
+            if ((s.flags() & SUBMIT_AFTER) != 0) {
+                if (after.length > 0xFFFF)
+                    throw new BadFrameException("task " + i + " waits for " + after.length + " tasks (at most 65535 on the wire)");
+                e.u16(after.length);
+                for (long id : after) e.u64(id);
+            } else if (after.length != 0) {
+                throw new BadFrameException("task " + i + " has after ids without the AFTER flag");
             }
             i++;
         }

@@ -167,7 +167,9 @@ public final class WireTest {
         refusedToEncode(new Wire.Holding(ds), "1025 HOLDING entries");
         Wire.SubmitTask ok = new Wire.SubmitTask(1, 0, 0, 0, bytes("a"), NONE, NONE, NONE);
         refusedToEncode(new Wire.Submit(1, 0, List.of()), "no task");
-        refusedToEncode(new Wire.Submit(1, 0x04, List.of(ok)), "flag 0x04");
+        refusedToEncode(new Wire.Submit(1, 0x08, List.of(ok)), "flag 0x08");
+        refusedToEncode(new Wire.Submit(1, 0, List.of(new Wire.SubmitTask(1, 0, 0, 0, bytes("a"), NONE, NONE, NONE, new long[] {7}))), "after ids without their flag");
+        refusedToEncode(new Wire.Submit(1, Wire.SUBMIT_AFTER, List.of(new Wire.SubmitTask(1, 0, 0, 0, bytes("a"), NONE, NONE, NONE, new long[0x10000]))), "65536 after ids");
         refusedToEncode(new Wire.Submit(1, 0, List.of(new Wire.SubmitTask(1, 1001, 0, 0, bytes("a"), NONE, NONE, NONE))), "1001 attempts");
         refusedToEncode(new Wire.Submit(1, 0, List.of(new Wire.SubmitTask(1, 0, 0, 0, bytes("a"), new byte[192], NONE, NONE))), "a 192-byte dedup key");
         refusedToEncode(new Wire.Submit(1, 0, List.of(new Wire.SubmitTask(1, 0, 0, 0, bytes("a"), NONE, NONE, bytes("g")))), "a group key without its flag");
