@@ -310,35 +310,6 @@ class Worker:
             else:
                 s.wake()
 
-    @property
-    def progress_supported(self) -> bool:
-        """Whether progress() reaches the dispatcher: the task came in a session
-        of protocol version 4 or later."""
-        return self._session.version >= 4
-
-    def progress(self, permille: int, msg: Optional[str] = None) -> bool:
-        """Reports how far the handler is (PROGRESS, protocol version 4):
-        permille 0 .. 1000 (1000 = done) and an optional text of at most 256
-        bytes of UTF-8. `taskpushctl show`, the admin port's /task and the
-        dashboard show the latest report; the dispatcher writes it to the table
-        at most once a second. Never blocks: a report not yet written to the
-        socket is replaced by a newer one. Returns True when queued; False when
-        nothing was sent: the dispatcher speaks an older version
-        (progress_supported is False), or the delivery was cancelled or its
-        connection lost. ValueError for a value or text out of bounds."""
-        if not 0 <= permille <= proto.PROGRESS_MAX:
-            raise ValueError("progress permille must be 0 .. 1000")
-        text = (msg or "").encode("utf-8")
-        if not proto.progress_message_ok(text):
-            raise ValueError("progress msg must be at most 256 bytes of UTF-8 without NUL")
-        if not self.progress_supported or self.cancelled:
-            return False
-        s = self._worker._route(self)
-        if s is None or s.version < 4:
-            return False
-        return s.send_latest(("progress", self.key),
-                             proto.Progress(self.id, self.epoch, self.attempt, permille, text))
-
     def submit(self, type: str, payload: Bytes = b"", priority: int = 1,
                dedup_key: Optional[Bytes] = None, delay_ms: int = 0, max_attempts: int = 0,
                timeout_ms: int = 0, wait: bool = False, wait_timeout_s: Optional[float] = None,
