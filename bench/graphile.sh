@@ -10,7 +10,8 @@
 #       default: 3 rounds, N=100000; taskpush-ll with K=64 workers; graphile-worker as
 #       P=2 processes of C=24 concurrent jobs (its best of 1, 2 and 4 here) with its local queue (500) and batched
 #       completion (bench/graphile/drain.mjs says how it is measured and verified)
-#   bench/graphile.sh --quick      one round of N=20000 (what the test command runs)
+#   bench/graphile.sh --mixed S    then the mixed workload, S seconds each (default 10; 0: none)
+#   bench/graphile.sh --quick      one round of N=20000, no mixed (what the test command runs)
 #
 # Prints the JSON lines and a table of medians, and writes bench/results/DATE-graphile.md.
 # Exit status: 1 when a run failed its exactly-once verification, 2 when a server or
@@ -24,6 +25,7 @@ procs=2
 concurrency=24
 results=1
 settle_s=10
+mixed_s=10
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=${2:-}; shift 2 ;;
@@ -32,11 +34,12 @@ while [ $# -gt 0 ]; do
     --procs) procs=${2:-}; shift 2 ;;
     --concurrency) concurrency=${2:-}; shift 2 ;;
     --settle) settle_s=${2:-}; shift 2 ;;
-    --quick) rounds=1; n=20000; results=0; settle_s=1; shift ;;
-    *) echo "usage: $0 [--rounds R] [--n N] [--k K] [--procs P] [--concurrency C] [--settle S] [--quick]" >&2; exit 2 ;;
+    --mixed) mixed_s=${2:-}; shift 2 ;;
+    --quick) rounds=1; n=20000; results=0; settle_s=1; mixed_s=0; shift ;;
+    *) echo "usage: $0 [--rounds R] [--n N] [--k K] [--procs P] [--concurrency C] [--settle S] [--mixed S] [--quick]" >&2; exit 2 ;;
   esac
 done
-case "$settle_s" in ''|*[!0-9]*) echo "$0: --settle takes seconds" >&2; exit 2 ;; esac
+case "$settle_s$mixed_s" in ''|*[!0-9]*) echo "$0: --settle and --mixed take seconds" >&2; exit 2 ;; esac
 for v in "$rounds" "$n" "$k" "$procs" "$concurrency"; do
   case "$v" in ''|*[!0-9]*|0) echo "$0: --rounds, --n, --k, --procs and --concurrency take positive numbers" >&2; exit 2 ;; esac
 done
@@ -95,6 +98,19 @@ for r in $(seq 1 "$rounds"); do
     --concurrency "$concurrency") | tee -a "$out" || failed=1
   [ "$r" -lt "$rounds" ] && settle
 done
+# The mixed workload, once each: 1 KB payloads, producers inserting while the workers run
+# (taskpush-bench --mode mixed: 2 producers of each of its four kinds; the peer: 4 adding
+# one job a call and 4 adding 100, its one way in being SQL).
+if [ "$mixed_s" -gt 0 ]; then
+  settle
+  echo "== mixed: taskpush" >&2
+  "$bench" --db "$my_url" --mode mixed --k "$k" --payload-bytes 1024 --seconds "$mixed_s" \
+    --producers 2 --submit-producers 0 --json-only | grep '"case":"mixed"' | tee -a "$out" || failed=1
+  settle
+  echo "== mixed: graphile-worker" >&2
+  (cd "$peer" && node drain.mjs --url "$pg_url" --mixed --seconds "$mixed_s" --payload-bytes 1024 \
+    --producers-per-kind 2 --procs "$procs" --concurrency "$concurrency") | tee -a "$out" || failed=1
+fi
 
 stamp=$(date -u +%Y-%m-%d-%H%M)
 report=/dev/null
@@ -105,7 +121,9 @@ fi
 python3 - "$out" "$report" "$rounds" "$n" "$k" "$procs" "$concurrency" <<'EOF' || failed=1
 import json, statistics, sys
 path, report, rounds, n, k, procs, conc = sys.argv[1:]
-runs = [r for r in (json.loads(l) for l in open(path) if l.startswith("{")) if r.get("kind") == "run"]
+lines_in = [json.loads(l) for l in open(path) if l.startswith("{")]
+runs = [r for r in lines_in if r.get("kind") == "run" and r.get("mode", "drain") == "drain"]
+mixed = [r for r in lines_in if r.get("case") == "mixed" or r.get("mode") == "mixed"]
 by = {}
 for r in runs:
     by.setdefault(r["design"], []).append(r)
@@ -136,6 +154,22 @@ for design, label, db, per in (("taskpush-ll", "taskpush", "MariaDB", "statement
 if len(med) == 2 and med["graphile-worker"] > 0:
     lines += ["", "taskpush / graphile-worker: %.2f (target >= 1.3)" %
               (med["taskpush-ll"] / med["graphile-worker"])]
+if mixed:
+    lines += ["", "## Mixed: 1 KB payloads, producers inserting while the workers run", "",
+              "| design | producers | inserted/s | completed/s in the window | enqueue to start p50 / p99 ms | verified |",
+              "|---|---|---|---|---|---|"]
+    for r in mixed:
+        if r.get("design") == "graphile-worker":
+            label, prod = "graphile-worker 0.17.3", "4 add_job, 4 add_jobs of 100"
+            inserted = float(r["n"]) / float(r["seconds_window"])
+        else:
+            label, prod = "taskpush", "2 each: SQL 1 and 100 rows, SUBMIT 1 and 100 tasks"
+            inserted = float(r["inserted_per_s"])
+        verified = bool(r.get("verified"))
+        ok = ok and verified
+        lines.append("| %s | %s | %.0f | %.0f | %.1f / %.1f | %s |" % (
+            label, prod, inserted, float(r["tasks_per_s"]), float(r["start_p50_ms"]),
+            float(r["start_p99_ms"]), "yes" if verified else "NO"))
 text = "\n".join(lines) + "\n"
 if report != "/dev/null":
     open(report, "w").write(text)
