@@ -949,15 +949,21 @@ static void test_write_3000_in_few_statements(void **state)
     run_for(fx, 30);
     dsp_db_counters_get(fx->db[0], &c0);
 
+    long long t0 = mono_ms();
     for (int i = 0; i < N; i++)
         outcome(&o[i], first + (uint64_t)i, DSP_WRITE_SUCCEEDED, 1, 0, NULL, 0);
     write_wait(fx, o, N);
     dsp_db_counters_get(fx->db[0], &c1);
+    long long secs = (mono_ms() - t0) / 1000 + 1;
     assert_int_equal(fx->rec[0].written[DSP_WRITE_SUCCEEDED], N);
     assert_int_equal(fx->rec[0].fenced, 0);
-    fprintf(stderr, "3000 outcomes: %" PRIu64 " statement(s), %" PRIu64 " batch(es)\n",
-                  c1.statements - c0.statements, c1.write_batches - c0.write_batches);
-    assert_true(c1.statements - c0.statements <= 5);
+    fprintf(stderr, "3000 outcomes: %" PRIu64 " statement(s), %" PRIu64 " batch(es) in about %lld s\n",
+                  c1.statements - c0.statements, c1.write_batches - c0.write_batches, secs);
+    /* Two batches of an UPDATE and a COMMIT, and at most one lane sweep; the counter
+     * is every thread's, so the dependency sweep's probe and window (the stats thread,
+     * once a second) count too when a slow build takes seconds. */
+    assert_true(c1.write_batches - c0.write_batches <= 2);
+    assert_true(c1.statements - c0.statements <= 5 + 2 * (uint64_t)secs);
     assert_int_equal(tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_state = 2"
                                                    " AND attempts = 1 AND result IS NULL"),
                      N);
