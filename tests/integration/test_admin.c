@@ -205,12 +205,7 @@ static void wait_rows(struct fx *fx, const char *type, int state, uint64_t want)
 
 static void wait_stat(struct fx *fx, const char *dotted, long long want)
 {
-    long long end = tp_mono_ms() + WAIT_MS, v;
-    while ((v = tp_daemon_stat(&fx->d, dotted)) != want) {
-        if (tp_mono_ms() > end)
-            fail_msg("%s is %lld, want %lld", dotted, v, want);
-        tp_sleep_ms(POLL_MS);
-    }
+    assert_true(tp_daemon_wait_stat(&fx->d, dotted, want, false, WAIT_MS));
 }
 
 /* Runs taskpushctl with the daemon's admin port and the given arguments; the
@@ -301,12 +296,7 @@ static void stats_and_metrics(void **state)
     json_decref(s);
 
     /* The table figures catch up with the table. */
-    long long end = tp_mono_ms() + WAIT_MS;
-    while (tp_daemon_stat(&fx->d, "table.by_state.successful") != N) {
-        if (tp_mono_ms() > end)
-            fail_msg("table.by_state.successful never reached %d", N);
-        tp_sleep_ms(POLL_MS);
-    }
+    wait_stat(fx, "table.by_state.successful", N);
 
     json_t *ws = tp_daemon_json(&fx->d, "/workers");
     assert_true(json_is_array(ws));
@@ -553,12 +543,7 @@ static void ctl_requeue_failed(void **state)
     printf("# %s", out);
     wait_rows(fx, "a", 2, 3);
     assert_int_equal(count_rows(fx, "z", 3), 1);
-    long long end = tp_mono_ms() + WAIT_MS;
-    while (tp_daemon_stat(&fx->d, "last_requeue.rows") != 3) {
-        if (tp_mono_ms() > end)
-            fail_msg("last_requeue.rows never 3");
-        tp_sleep_ms(POLL_MS);
-    }
+    wait_stat(fx, "last_requeue.rows", 3);
     assert_int_equal(ctl(fx, out, sizeof out, "--json requeue-failed"), 0);
     wait_rows(fx, "z", 0, 1); /* all types: z back to NEW (no worker runs it) */
     fx->passed = true;

@@ -57,6 +57,7 @@
 #include "daemon.h"
 #include "inproc_worker.h"
 #include "run.h"
+#include "rows.h"
 #include "testdb.h"
 #include "wait.h"
 
@@ -648,7 +649,7 @@ static void test_cutover(void **state)
     assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM jobs WHERE dedup_key = 'legacy:%" PRIu64 "'",
                                          held),
                      0);
-    assert_int_equal(tp_testdb_query_u64(db, "SELECT task_state FROM task WHERE task_id = %" PRIu64, held), 2);
+    assert_int_equal(tp_rows_state(db, held), 2);
     int fd = open(c->exec_log, O_WRONLY | O_APPEND);
     char line[64];
     int n = snprintf(line, sizeof line, "%" PRIu64 " held\n", held);

@@ -39,6 +39,7 @@
 #include "inproc_worker.h"
 #include "taskpush.h"
 #include "tap.h"
+#include "rows.h"
 #include "testdb.h"
 
 #define WAIT_MS 60000
@@ -130,7 +131,7 @@ static uint64_t insert_task(struct fx *fx, const char *type)
 static bool wait_successful(struct fx *fx, uint64_t id)
 {
     for (long long end = tp_mono_ms() + WAIT_MS; tp_mono_ms() < end; tp_sleep_ms(20))
-        if (tp_testdb_query_u64(&fx->db, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id) == 2)
+        if (tp_rows_state(&fx->db, id) == 2)
             return true;
     return false;
 }

@@ -452,7 +452,7 @@ static void send_done(int fd, uint64_t id, uint32_t epoch, uint32_t attempt)
 static void row_of(struct fx *fx, uint64_t id, char *out, size_t cap)
 {
     snprintf(out, cap, "%" PRIu64 "/%" PRIu64 "/%" PRIu64,
-             tp_testdb_query_u64(&fx->db, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id),
+             tp_rows_state(&fx->db, id),
              tp_testdb_query_u64(&fx->db, "SELECT epoch FROM task WHERE task_id = %" PRIu64, id),
              tp_testdb_query_u64(&fx->db, "SELECT attempts FROM task WHERE task_id = %" PRIu64, id));
 }
@@ -534,11 +534,8 @@ static void test_hostile_inventory(void **state)
     row_of(fx, x, row, sizeof row);
     snprintf(want, sizeof want, "1/%u/1", (unsigned)old);
     assert_string_equal(row, want); /* unchanged */
-    while (tp_daemon_stat(&fx->d[0], "tasks.adopted_total") != 1) { /* the loop heard of it */
-        if (tp_mono_ms() > end)
-            fail_msg("tasks.adopted_total stays %lld", tp_daemon_stat(&fx->d[0], "tasks.adopted_total"));
-        tp_sleep_ms(20);
-    }
+    /* the loop heard of it */
+    assert_true(tp_daemon_wait_stat(&fx->d[0], "tasks.adopted_total", 1, false, (int)(end - tp_mono_ms())));
     assert_int_equal(tp_daemon_stat(&fx->d[0], "tasks.adopt_refused_total"), 4);
 
     /* Another connection declaring the task this dispatcher now holds is refused. */
@@ -560,7 +557,7 @@ static void test_hostile_inventory(void **state)
     /* The adopted delivery's DONE (the triple it was declared with) is written. */
     send_done(rc->fd, y, old, 1);
     expect_confirm(rc, y, old, 1);
-    assert_int_equal(tp_testdb_query_u64(&fx->db, "SELECT task_state FROM task WHERE task_id = %" PRIu64, y), 2);
+    assert_int_equal(tp_rows_state(&fx->db, y), 2);
     /* A DONE naming a wrong attempt is confirmed and writes nothing. */
     send_done(rc->fd, x, old, 7);
     expect_confirm(rc, x, old, 7);

@@ -45,6 +45,7 @@
 #include "sb.h"
 #include "taskpush.h"
 #include "tap.h"
+#include "rows.h"
 #include "testdb.h"
 
 #define WAIT_MS 60000
@@ -227,7 +228,7 @@ static void test_high_overtakes_buffer(void **state)
      * before it (claims take the backlog in order), perhaps one claim more. */
     uint64_t claimed = 0;
     for (long long end = tp_mono_ms() + WAIT_MS;; tp_sleep_ms(1)) {
-        if (tp_testdb_query_u64(&fx->db, "SELECT task_state FROM task WHERE task_id = %" PRIu64, high) != 0) {
+        if (tp_rows_state(&fx->db, high) != 0) {
             claimed = tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM task WHERE task_priority < 2"
                                                    " AND task_state <> 0");
             break;

@@ -50,6 +50,7 @@
 #include "inproc_worker.h"
 #include "raw.h"
 #include "taskpush.h"
+#include "rows.h"
 #include "testdb.h"
 
 #define WAIT_MS 60000
@@ -236,10 +237,7 @@ static void worker_reports(void **state)
     assert_true(tp_daemon_stat(&fx->d, "tasks.progress_total") >= 3);
     atomic_store(&fx->phase, 5);
 
-    long long end = tp_mono_ms() + WAIT_MS;
-    while (tp_testdb_query_u64(&fx->db, "SELECT task_state FROM task WHERE task_id = %llu",
-                               (unsigned long long)id) != 2 && tp_mono_ms() < end)
-        tp_sleep_ms(POLL_MS);
+    tp_rows_wait_state(&fx->db, id, 2, WAIT_MS); /* the next line asserts the state */
     o = get_task(fx, id);
     assert_string_equal(json_string_value(json_object_get(o, "state")), "SUCCESSFUL");
     assert_true(json_is_null(json_object_get(o, "progress")));
@@ -358,12 +356,7 @@ static void raw_done(struct raw *r)
 
 static void wait_state(struct fx *fx, uint64_t id, uint64_t state)
 {
-    long long end = tp_mono_ms() + WAIT_MS;
-    uint64_t got = 0;
-    while ((got = tp_testdb_query_u64(&fx->db, "SELECT task_state FROM task WHERE task_id = %llu",
-                                      (unsigned long long)id)) != state && tp_mono_ms() < end)
-        tp_sleep_ms(POLL_MS);
-    assert_int_equal(got, state);
+    assert_true(tp_rows_wait_state(&fx->db, id, state, WAIT_MS));
 }
 
 /* One bad PROGRESS on a fresh connection that holds a task: ERROR code and a close; the

@@ -204,11 +204,7 @@ static void insert(struct fx *fx, const char *type, int n, int delayed)
  * table.by_state.successful to be want. */
 static void wait_figure(struct fx *fx, int k, long long want)
 {
-    long long end = tp_mono_ms() + 15000, v;
-    while ((v = tp_daemon_stat(&fx->d[k], "table.by_state.successful")) != want &&
-           tp_mono_ms() < end)
-        tp_sleep_ms(50);
-    assert_int_equal(v, want);
+    assert_true(tp_daemon_wait_stat(&fx->d[k], "table.by_state.successful", want, false, 15000));
 }
 
 /* The claims the trigger saw: each (type, epoch) pair, checked against the shards. */
@@ -240,25 +236,21 @@ static void check_refusals(struct fx *fx, int a)
     tp_testdb_exec(&fx->db, "UPDATE task SET task_state = 3 WHERE task_id = %" PRIu64, id_b);
     snprintf(path, sizeof path, "/retry?id=%" PRIu64, id_b);
     assert_int_equal(tp_http_request(fx->d[a].admin, "POST", path, NULL), 404);
-    assert_int_equal(q64(fx, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id_b), 3);
+    assert_int_equal(tp_rows_state(&fx->db, id_b), 3);
     /* A requeue of every FAILED row moves A's (which A then runs), never B's. */
     tp_testdb_exec(&fx->db, "UPDATE task SET task_state = 3 WHERE task_id = %" PRIu64, id_a);
     assert_int_equal(tp_http_request(fx->d[a].admin, "POST", "/requeue-failed", NULL), 202);
-    end = tp_mono_ms() + 20000;
-    while (q64(fx, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id_a) != 2 &&
-           tp_mono_ms() < end)
-        tp_sleep_ms(20);
-    assert_int_equal(q64(fx, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id_a), 2);
-    assert_int_equal(q64(fx, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id_b), 3);
+    assert_true(tp_rows_wait_state(&fx->db, id_a, 2, 20000));
+    assert_int_equal(tp_rows_state(&fx->db, id_b), 3);
     tp_testdb_exec(&fx->db, "UPDATE task SET task_state = 2 WHERE task_id = %" PRIu64, id_b);
     /* /cancel of B's NEW row from A: 404, the row untouched. */
     tp_testdb_exec(&fx->db, "UPDATE task SET task_state = 0, run_after = 9000000000000"
                             " WHERE task_id = %" PRIu64, id_b);
     snprintf(path, sizeof path, "/cancel?id=%" PRIu64, id_b);
     assert_int_equal(tp_http_request(fx->d[a].admin, "POST", path, NULL), 404);
-    assert_int_equal(q64(fx, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id_b), 0);
+    assert_int_equal(tp_rows_state(&fx->db, id_b), 0);
     assert_int_equal(tp_http_request(fx->d[B0].admin, "POST", path, NULL), 200);
-    assert_int_equal(q64(fx, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id_b), 3);
+    assert_int_equal(tp_rows_state(&fx->db, id_b), 3);
     tp_testdb_exec(&fx->db, "UPDATE task SET task_state = 2 WHERE task_id = %" PRIu64, id_b);
 
     /* A worker offering sb to shard A: its HELLO is refused, it never registers. */

@@ -856,12 +856,7 @@ static void cancel_running(void **state)
     wait_row(fx, id, 3, "cancelled");
     assert_int_equal(row_u64(fx, "attempts", id), 1);
     /* The worker's answer to the cancelled delivery frees its slot and changes nothing. */
-    end = tp_mono_ms() + WAIT_MS;
-    while (tp_daemon_stat(&fx->d, "queue.in_flight") != 0) {
-        if (tp_mono_ms() > end)
-            fail_msg("the delivery never left");
-        tp_sleep_ms(POLL_MS);
-    }
+    assert_true(tp_daemon_wait_stat(&fx->d, "queue.in_flight", 0, false, WAIT_MS));
     uint64_t next = insert_row(fx, "task_type", "'x'");
     end = tp_mono_ms() + WAIT_MS;
     while (atomic_load(&k->started) < 2) {
@@ -930,12 +925,7 @@ static void attempts_none_left(void **state)
 
 static void wait_stat_at_least(struct fx *fx, const char *key, long long want)
 {
-    long long end = tp_mono_ms() + WAIT_MS;
-    while (tp_daemon_stat(&fx->d, key) < want) {
-        if (tp_mono_ms() > end)
-            fail_msg("%s never reached %lld: %lld", key, want, tp_daemon_stat(&fx->d, key));
-        tp_sleep_ms(POLL_MS);
-    }
+    assert_true(tp_daemon_wait_stat(&fx->d, key, want, true, WAIT_MS));
 }
 
 static void orphan_runs(void **state)
@@ -1020,12 +1010,7 @@ static void pause_unknown(void **state)
     const char *extra[] = {"--table-stats-ms", "100", NULL};
     fx_start(fx, "taskops_pause", extra);
     wk_start(fx, "thumb-w", 1, "thumbnail", false, false);
-    long long end = tp_mono_ms() + WAIT_MS;
-    while (tp_daemon_stat(&fx->d, "workers") != 1) {
-        if (tp_mono_ms() > end)
-            fail_msg("the worker never registered");
-        tp_sleep_ms(POLL_MS);
-    }
+    assert_true(tp_daemon_wait_stat(&fx->d, "workers", 1, false, WAIT_MS));
     char *body = NULL;
     assert_int_equal(tp_http_request(fx->d.admin, "POST", "/pause?type=thumbnial", &body), 404);
     assert_non_null(strstr(body, "force"));
@@ -1041,24 +1026,14 @@ static void pause_unknown(void **state)
     assert_int_equal(tp_http_request(fx->d.admin, "POST", "/pause?type=%FF%FE", NULL), 400);
     /* A type whose worker has gone (the type freed) is still known by name. */
     struct wk *g = wk_start(fx, "gone-w", 1, "gonetype", false, false);
-    end = tp_mono_ms() + WAIT_MS;
-    while (tp_daemon_stat(&fx->d, "types") != 2) {
-        if (tp_mono_ms() > end)
-            fail_msg("the second worker never registered");
-        tp_sleep_ms(POLL_MS);
-    }
+    assert_true(tp_daemon_wait_stat(&fx->d, "types", 2, false, WAIT_MS));
     assert_int_equal(tp_inproc_halt(&g->run), 0);
-    end = tp_mono_ms() + WAIT_MS;
-    while (tp_daemon_stat(&fx->d, "types") != 1) {
-        if (tp_mono_ms() > end)
-            fail_msg("the gone worker's type was never freed");
-        tp_sleep_ms(POLL_MS);
-    }
+    assert_true(tp_daemon_wait_stat(&fx->d, "types", 1, false, WAIT_MS));
     assert_int_equal(tp_http_request(fx->d.admin, "POST", "/pause?type=gonetype", NULL), 200);
     assert_int_equal(tp_http_request(fx->d.admin, "POST", "/resume?type=gonetype", NULL), 200);
     /* A type the table has rows of (no worker): known once the figures show it. */
     insert_row(fx, "task_type", "'tableonly'");
-    end = tp_mono_ms() + WAIT_MS;
+    long long end = tp_mono_ms() + WAIT_MS;
     int st;
     while ((st = tp_http_request(fx->d.admin, "POST", "/pause?type=tableonly", NULL)) != 200) {
         assert_int_equal(st, 404);

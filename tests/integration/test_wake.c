@@ -628,11 +628,7 @@ static void failover(void **state)
     assert_int_equal(tp_daemon_wait_leader(&fx->d2, WAIT_MS), 0);
     wait_wake(&fx->d2, "binlog", NULL);
     /* The worker finds the new leader (its reconnect backoff). */
-    long long end = tp_mono_ms() + WAIT_MS;
-    while (tp_daemon_stat(&fx->d2, "workers") < 1) {
-        assert_true(tp_mono_ms() < end);
-        tp_sleep_ms(50);
-    }
+    assert_true(tp_daemon_wait_stat(&fx->d2, "workers", 1, true, WAIT_MS));
     stream(fx, 12, 30, 150, NULL, lat, ids);
     after_disruption(fx, "after the leader's kill -9", lat, 12, 0);
 }

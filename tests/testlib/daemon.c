@@ -253,3 +253,20 @@ long long tp_daemon_stat(const tp_daemon *d, const char *dotted)
     json_decref(root);
     return v;
 }
+
+bool tp_daemon_wait_stat(const tp_daemon *d, const char *dotted, long long want, bool at_least,
+                         int timeout_ms)
+{
+    long long end = tp_mono_ms() + timeout_ms;
+    for (;;) {
+        long long v = tp_daemon_stat(d, dotted);
+        if (at_least ? v >= want : v == want)
+            return true;
+        if (tp_mono_ms() > end) {
+            fprintf(stderr, "/stats %s is %lld after %d ms, want %s%lld\n", dotted, v, timeout_ms,
+                    at_least ? "at least " : "", want);
+            return false;
+        }
+        tp_sleep_ms(20);
+    }
+}

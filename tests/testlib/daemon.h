@@ -60,6 +60,12 @@ long long tp_json_int_at(json_t *root, const char *dotted);
 /* The same read from a fresh GET /stats. */
 long long tp_daemon_stat(const tp_daemon *d, const char *dotted);
 
+/* Polls tp_daemon_stat(dotted) every 20 ms until it equals want (at_least: is at least
+ * want) or timeout_ms has passed. Returns whether it got there; on a timeout it says on
+ * stderr what it last read, so the caller only asserts. */
+bool tp_daemon_wait_stat(const tp_daemon *d, const char *dotted, long long want, bool at_least,
+                         int timeout_ms);
+
 /* The bound a memory test asserts on taskpushd's RSS, given the bound of a plain build.
  * Under AddressSanitizer (the test command's second build) freed memory waits in a
  * quarantine of 256 MB before reuse and every block has redzones, so the bound becomes

@@ -1,6 +1,7 @@
 /* rows: inserting and counting task rows for integration tests (see rows.h). */
 #include "rows.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 
 #include "wait.h"
@@ -47,6 +48,26 @@ bool tp_rows_wait(tp_testdb *db, const char *type, int state, uint64_t want, int
     if (last)
         *last = n;
     return ok;
+}
+
+uint64_t tp_rows_state(tp_testdb *db, uint64_t id)
+{
+    return tp_testdb_query_u64(db, "SELECT task_state FROM task WHERE task_id = %" PRIu64, id);
+}
+
+bool tp_rows_wait_state(tp_testdb *db, uint64_t id, uint64_t state, int timeout_ms)
+{
+    long long end = tp_mono_ms() + timeout_ms;
+    uint64_t got;
+    while ((got = tp_rows_state(db, id)) != state) {
+        if (tp_mono_ms() > end) {
+            fprintf(stderr, "task %" PRIu64 " is in state %" PRIu64 " after %d ms, want %" PRIu64 "\n", id,
+                    got, timeout_ms, state);
+            return false;
+        }
+        tp_sleep_ms(20);
+    }
+    return true;
 }
 
 int tp_rows_list_processing(tp_testdb *db)

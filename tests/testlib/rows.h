@@ -24,6 +24,13 @@ uint64_t tp_rows_count(tp_testdb *db, const char *type, int state);
 bool tp_rows_wait(tp_testdb *db, const char *type, int state, uint64_t want, int timeout_ms,
                   int poll_ms, uint64_t *last);
 
+/* The task_state of row id; TP_TESTDB_U64_ERR on error or when there is no such row. */
+uint64_t tp_rows_state(tp_testdb *db, uint64_t id);
+
+/* Polls tp_rows_state(id) every 20 ms until it is state or timeout_ms has passed. Returns
+ * whether it got there; on a timeout it says on stderr what it last read. */
+bool tp_rows_wait_state(tp_testdb *db, uint64_t id, uint64_t state, int timeout_ms);
+
 /* Lists in task_claim every PROCESSING row that no row of it lists yet, as the
  * dispatcher that claimed it would have (docs/schema.md, task_claim): for tests that
  * insert PROCESSING rows by hand to stand for a dispatcher that died. One task_claim row
