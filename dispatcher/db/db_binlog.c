@@ -24,6 +24,7 @@
  */
 #include "binlog_event.h"
 #include "db_internal.h"
+#include "utf8.h"
 
 #include <mariadb_rpl.h>
 
@@ -66,13 +67,16 @@ static void set_status(dsp_db *db, int mode, const char *fmt, ...) __attribute__
 static void set_status(dsp_db *db, int mode, const char *fmt, ...)
 {
     struct dsp_binlog *b = db->binlog;
-    char text[DSP_WAKE_REASON_MAX];
+    char raw[DSP_WAKE_REASON_MAX], text[DSP_WAKE_REASON_MAX];
     va_list ap;
     bool changed;
 
     va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    /* The text may carry a server's error message, in whatever character set the server
+     * speaks: /stats and the log want UTF-8. */
+    text[dsp_utf8_sanitize((const uint8_t *)raw, strlen(raw), (uint8_t *)text, sizeof text - 1)] = '\0';
     pthread_mutex_lock(&db->mu);
     changed = b->mode != mode || strcmp(b->reason, text) != 0;
     b->mode = mode;
