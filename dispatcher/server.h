@@ -205,6 +205,7 @@ struct dsp_server {
         int64_t wake_at;           /* a rung claim deferred to then (the gap); 0: none */
         int64_t wake_gap_ms;       /* the gap now: WAKE_GAP_MS, up to --poll-ms in a flood */
         unsigned wake_flood;       /* claims in a row that found several rows */
+        bool wake_resting;         /* the follower was asked to rest (dsp_db_wake_rest) */
         struct event *due_timer;
         int64_t dues[DSP_WAKE_DUES_MAX];
         size_t ndues;

@@ -380,12 +380,13 @@ json_t *dsp_stats_json(const dsp_stats_snapshot *snap)
     }
     json_object_set_new(o, "shutting_down", json_boolean(snap->shutting_down));
     json_object_set_new(o, "wake",
-                        json_pack("{s:s, s:s, s:I, s:I, s:I, s:I}", "mode",
+                        json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:b, s:I}", "mode",
                                   snap->wake.mode == DSP_WAKE_BINLOG ? "binlog" : "poll", "reason",
                                   snap->wake.reason, "events_total", (json_int_t)snap->wake.events,
                                   "wakes_total", (json_int_t)snap->wake.wakes, "reconnects_total",
                                   (json_int_t)snap->wake.reconnects, "unreadable_total",
-                                  (json_int_t)snap->wake.unreadable));
+                                  (json_int_t)snap->wake.unreadable, "resting", snap->wake.resting,
+                                  "rests_total", (json_int_t)snap->wake.rests));
     {
         /* The follower's replica server_id (null while not following) and why its last
          * stream ended (a server's error text: made valid UTF-8; null before any). */
@@ -607,6 +608,8 @@ void dsp_stats_metrics(const dsp_stats_snapshot *snap, struct evbuffer *out)
             snap->wake.reconnects);
     counter(out, "wake_unreadable_total", "ROWS events of the task table not read (woke at once)",
             snap->wake.unreadable);
+    counter(out, "wake_rests_total", "floods of inserts during which the follower left the log",
+            snap->wake.rests);
     gauge(out, "uptime_seconds", "seconds since start", (double)snap->uptime_ms / 1000.0);
     gauge(out, "paused", "1 while every type is paused", snap->paused_all ? 1 : 0);
     gauge(out, "draining", "1 while draining", snap->draining ? 1 : 0);

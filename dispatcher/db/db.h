@@ -377,6 +377,8 @@ typedef struct dsp_wake_status {
     uint64_t wakes;                    /* transactions that made a task row NEW */
     uint64_t reconnects;               /* sessions of the follower that ended */
     uint64_t unreadable;               /* ROWS events of the task table not read (woke at once) */
+    uint64_t rests;                    /* floods during which the follower rested */
+    bool resting;                      /* resting now (dsp_db_wake_rest): polling meanwhile */
     uint32_t server_id;                /* the replica server_id of the session following now; 0: none */
     char last_end[DSP_WAKE_REASON_MAX]; /* why the last session that followed ended; "": none yet */
 } dsp_wake_status;
@@ -495,6 +497,14 @@ typedef struct dsp_db_counters {
 
 /* The wake follower's state (db == NULL: polling, "no database"). */
 void dsp_db_wake_status(dsp_db *db, dsp_wake_status *out);
+
+/* In a flood of inserts (the loop's claims keep finding several rows at the widest gap,
+ * --poll-ms) the doorbell adds nothing, while following the log still costs the server
+ * a dump of every transaction and this process its parsing, on the cores the producers
+ * use: rest true makes the follower leave the log and poll; rest false (a claim found
+ * fewer than 2 rows) makes it follow again from the log's end. Only a flag under the
+ * mutex: the loop may call it. */
+void dsp_db_wake_rest(dsp_db *db, bool rest);
 
 /* Returns NULL on allocation failure. Nothing runs before dsp_db_start. */
 dsp_db *dsp_db_new(const dsp_db_options *opts) __attribute__((warn_unused_result));

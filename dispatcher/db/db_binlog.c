@@ -51,12 +51,13 @@ struct dsp_binlog {
     int fd;             /* the replication stream's socket while following, else -1:
                          * dsp_dbi_binlog_stop shuts it down to end a blocked read */
     bool wake_posted;   /* a MSG_WAKE for now is queued, not delivered yet */
+    bool rest;          /* under db->mu: a flood: leave the log until cleared (dsp_db_wake_rest) */
     int mode;           /* enum dsp_wake_mode in use */
     char reason[DSP_WAKE_REASON_MAX];
     /* Future dues posted to the loop and not yet passed (sorted), the follower's own. */
     int64_t dues[DSP_WAKE_DUES_MAX];
     size_t ndues;
-    _Atomic uint64_t events, wakes, reconnects, unreadable;
+    _Atomic uint64_t events, wakes, reconnects, unreadable, rests;
     uint32_t server_id;  /* under db->mu: the dump's server_id while following, else 0 */
     char last_end[DSP_WAKE_REASON_MAX]; /* under db->mu: why the last followed stream ended */
 };
@@ -101,8 +102,10 @@ void dsp_db_wake_status(dsp_db *db, dsp_wake_status *out)
     out->mode = b->mode;
     memcpy(out->reason, b->reason, sizeof out->reason);
     out->server_id = b->server_id;
+    out->resting = b->rest;
     memcpy(out->last_end, b->last_end, sizeof out->last_end);
     pthread_mutex_unlock(&db->mu);
+    out->rests = atomic_load_explicit(&b->rests, memory_order_relaxed);
     out->events = atomic_load_explicit(&b->events, memory_order_relaxed);
     out->wakes = atomic_load_explicit(&b->wakes, memory_order_relaxed);
     out->reconnects = atomic_load_explicit(&b->reconnects, memory_order_relaxed);
@@ -112,6 +115,21 @@ void dsp_db_wake_status(dsp_db *db, dsp_wake_status *out)
 const char *dsp_wake_mode_name(int mode)
 {
     return mode == DSP_WAKE_BINLOG ? "binlog" : mode == DSP_WAKE_POLL ? "poll" : "auto";
+}
+
+void dsp_db_wake_rest(dsp_db *db, bool rest)
+{
+    struct dsp_binlog *b = db ? db->binlog : NULL;
+    if (b == NULL)
+        return;
+    pthread_mutex_lock(&db->mu);
+    if (b->rest != rest) {
+        b->rest = rest;
+        if (rest)
+            atomic_fetch_add_explicit(&b->rests, 1, memory_order_relaxed);
+        pthread_cond_broadcast(&b->cv);
+    }
+    pthread_mutex_unlock(&db->mu);
 }
 
 /* ---- the doorbell ---- */
@@ -209,6 +227,25 @@ static bool stopping(dsp_db *db)
     s = db->binlog->stop;
     pthread_mutex_unlock(&db->mu);
     return s;
+}
+
+/* Stopped, or asked to rest: the session leaves the log. */
+static bool leaving(dsp_db *db)
+{
+    bool s;
+    pthread_mutex_lock(&db->mu);
+    s = db->binlog->stop || db->binlog->rest;
+    pthread_mutex_unlock(&db->mu);
+    return s;
+}
+
+/* Waits while resting (and not stopped). */
+static void rest_while_asked(dsp_db *db)
+{
+    pthread_mutex_lock(&db->mu);
+    while (db->binlog->rest && !db->binlog->stop)
+        cond_wait_until(&db->binlog->cv, &db->mu, dsp_now_ms() + 1000);
+    pthread_mutex_unlock(&db->mu);
 }
 
 /* Waits up to ms, or until stopped (or, want_leader, until leadership is taken). */
@@ -455,7 +492,7 @@ static int session(struct follow *f)
     /* The first event answers the dump: a refused privilege or a purged file shows here. */
     for (;;) {
         MARIADB_RPL_EVENT *ev;
-        if (stopping(db) || !atomic_load(&db->leader)) {
+        if (leaving(db) || !atomic_load(&db->leader)) {
             rc = 0;
             break;
         }
@@ -529,6 +566,15 @@ static void *binlog_main(void *arg)
         f.c.rng = 1;
     mysql_thread_init();
     while (!stopping(db)) {
+        pthread_mutex_lock(&db->mu);
+        bool rest = b->rest;
+        pthread_mutex_unlock(&db->mu);
+        if (rest) {
+            set_status(db, DSP_WAKE_POLL, "resting in a flood of inserts: claims at --poll-ms take every row "
+                                          "committed; following again when a claim finds fewer than 2");
+            rest_while_asked(db);
+            continue;
+        }
         if (!atomic_load(&db->leader)) {
             if (followed_once)
                 set_status(db, DSP_WAKE_POLL, "not leading: only the leader follows the binary log");
@@ -541,6 +587,8 @@ static void *binlog_main(void *arg)
             followed_once = true;
         if (stopping(db))
             break;
+        if (rc == 0 && leaving(db))
+            continue; /* asked to rest: not a lost stream */
         atomic_fetch_add_explicit(&b->reconnects, 1, memory_order_relaxed);
         if (rc == 1) { /* cannot be followed: polling; ask again later */
             nap(db, WAKE_RECHECK_MS, false);
@@ -590,6 +638,7 @@ int dsp_dbi_binlog_start(dsp_db *db)
     atomic_init(&b->wakes, 0);
     atomic_init(&b->reconnects, 0);
     atomic_init(&b->unreadable, 0);
+    atomic_init(&b->rests, 0);
     db->binlog = b;
     if (pthread_create(&b->thr, NULL, binlog_main, db) != 0) {
         db->binlog = NULL;

@@ -17,7 +17,9 @@
  *   - a semi-sync primary counts the follower as no semi-sync client;
  *   - a raw replica connection taking the follower's server_id during a stream: the server
  *     ends the follower's dump, the follower follows again under another id (/stats
- *     wake.server_id, wake.last_end), every task runs, and the raw replica streams on.
+ *     wake.server_id, wake.last_end), every task runs, and the raw replica streams on;
+ *   - a flood of inserts (--poll-ms 100): the follower rests (wake.resting, the claims
+ *     poll), follows again once the flood ends, and every row runs.
  *
  * Bounds are loose (a row "soon" is within 2 s, against a 5 s poll), never targets.
  */
@@ -41,6 +43,7 @@
 
 #include "daemon.h"
 #include "inproc_worker.h"
+#include "rows.h"
 #include "taskpush.h"
 #include "testdb.h"
 
@@ -633,6 +636,60 @@ static void failover(void **state)
     after_disruption(fx, "after the leader's kill -9", lat, 12, 0);
 }
 
+/* ---- a flood: the follower rests ---- */
+
+/* Rows inserted 20 at a time every few ms: the claims keep finding many, so the follower
+ * leaves the log (wake.resting, mode poll) and the claims poll; once the flood ends the
+ * first sparse claim makes it follow again. Every row runs. */
+static void flood_rests(void **state)
+{
+    struct fx *fx = *state;
+    static const char *const args[] = {"--poll-ms", "100", NULL};
+    uint64_t inserted = 0;
+
+    fx_db(fx, "wake_flood", true);
+    assert_int_equal(tp_daemon_start(&fx->d, fx->db.url, args), 0);
+    assert_int_equal(tp_daemon_wait_leader(&fx->d, WAIT_MS), 0);
+    wait_wake(&fx->d, "binlog", "following");
+    fx_worker(fx, fx->d.listen);
+    tp_sleep_ms(300);
+
+    long long end = tp_mono_ms() + WAIT_MS, next_look = 0;
+    bool rested = false;
+    while (!rested) {
+        assert_true(tp_testdb_exec(&fx->db, "INSERT INTO task (task_type, payload) SELECT 'wake', 'f'"
+                                            " FROM seq_1_to_20") == 20);
+        inserted += 20;
+        if (tp_mono_ms() >= next_look) {
+            rested = tp_daemon_stat(&fx->d, "wake.rests_total") >= 1;
+            next_look = tp_mono_ms() + 100;
+        }
+        if (!rested && tp_mono_ms() > end) {
+            tp_daemon_dump_log(&fx->d);
+            fail_msg("no rest after %llu rows inserted in a flood", (unsigned long long)inserted);
+        }
+        tp_sleep_ms(5);
+    }
+    char mode[32], reason[300];
+    wake_of(&fx->d, mode, sizeof mode, reason, sizeof reason);
+    printf("# flood of %llu rows: wake %s (%s)\n", (unsigned long long)inserted, mode, reason);
+    /* The flood ends: a sparse claim makes the follower follow again, and the rows run. */
+    wait_wake(&fx->d, "binlog", "following");
+    assert_true(tp_daemon_wait_stat(&fx->d, "tasks.succeeded_total", (long long)inserted, false, 3 * WAIT_MS));
+    json_t *st = tp_daemon_json(&fx->d, "/stats");
+    assert_true(json_is_false(json_object_get(json_object_get(st, "wake"), "resting")));
+    json_decref(st);
+    long long lat[6];
+    uint64_t ids[6];
+    pthread_mutex_lock(&fx->mu); /* the flood's starts filled the record */
+    fx->nstarts = 0;
+    pthread_mutex_unlock(&fx->mu);
+    stream(fx, 6, 30, 100, NULL, lat, ids);
+    print_lat("after the flood", lat, 6);
+    uint64_t done = 0; /* the last rows' outcomes may still be on their way */
+    assert_true(tp_rows_wait(&fx->db, "wake", 2, inserted + 6, WAIT_MS, 50, &done));
+}
+
 /* ---- a replica server_id that collides ---- */
 
 /* Opens a replica stream from the log's end as server_id sid on a connection of its own
@@ -761,7 +818,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(failover, setup, teardown),
         cmocka_unit_test_setup_teardown(restart, setup, teardown),
         cmocka_unit_test_setup_teardown(server_id_collision, setup, teardown),
+        cmocka_unit_test_setup_teardown(flood_rests, setup, teardown),
     };
     srand((unsigned)getpid());
+    if (getenv("TP_TEST_FILTER")) /* one case by name, when working on it */
+        cmocka_set_test_filter(getenv("TP_TEST_FILTER"));
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
