@@ -49,6 +49,7 @@ struct stats_ctx {
     unsigned deps_fails;                        /* sweeps failed in a row */
     enum deps_mode deps_mode;                   /* what the sweeps know of the table */
     uint64_t deps_marks;                        /* db->deps_marks as last seen */
+    bool deps_waiting_seen;                     /* the table figures counted waiting rows */
     bool types_full_logged;
 };
 
@@ -296,6 +297,8 @@ static int stats_refresh(struct stats_ctx *x)
         case 0:
             if (lane == 2) { /* waiting for dependencies (db_deps.c): not ready, whenever due */
                 w->types[slot].new_delayed += rows;
+                if (rows > 0)
+                    x->deps_waiting_seen = true;
                 break;
             }
             w->types[slot].new_ready += due;
@@ -1255,6 +1258,13 @@ void *dsp_dbi_stats_main(void *arg)
         if (now >= at) {
             pthread_mutex_unlock(&db->mu);
             stats_round(&x, refresh, retain);
+            /* The figures saw waiting rows (a producer's by SQL, say): the sweeps start
+             * without a statement of their own. */
+            if (x.deps_waiting_seen && x.deps_mode != DEPS_ACTIVE) {
+                x.deps_mode = DEPS_ACTIVE;
+                x.next_deps = dsp_now_ms();
+            }
+            x.deps_waiting_seen = false;
             /* The table figures scan the waiting rows' index: with millions waiting a
              * round takes seconds. The next one then waits STATS_REST_FACTOR times as
              * long as this one took, so that the scans use at most a tenth of the

@@ -25,7 +25,17 @@
  * 1). By SQL: a task waiting on itself refused (CHECK dep_not_self); a cycle X <-> Y
  * (and Z behind X) ends FAILED "dependency cycle" (Z: "dependency ..."); a task waiting on
  * a missing task ends FAILED "dependency N does not exist"; a task waiting on one already
- * SUCCESSFUL (the race) is released by the sweep and runs. */
+ * SUCCESSFUL (the race) is released by the sweep and runs.
+ *
+ * Case idle_sweep: a table that has never had a dependency costs no sweep: leading for
+ * 3 s, db.deps_sweeps_total stays 0 (one look at the start, then one a minute); a SUBMIT
+ * with AFTER starts them at once (the child runs after its parent; sweeps > 0).
+ *
+ * Case conflict_retry: a second session holds the lock of one of two waiting tasks (C2)
+ * when their parent succeeds: the release (one UPDATE of both) meets the lock (1205: the
+ * write connection does not wait for locks) and is run again, counted in
+ * db.cert_retries_total, as the claims and the result writes are; once the session
+ * commits, both run, and no connection was dropped. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -542,6 +552,62 @@ static void test_bad_input(void **state)
     fx->passed = true;
 }
 
+static void test_idle_sweep(void **state)
+{
+    struct fx *fx = *state;
+    start(fx, "deps_idle", 4);
+    long long st0 = tp_daemon_stat(&fx->d, "db.statements_total");
+    tp_sleep_ms(3000); /* a window for sweeps that must not happen (one a second before) */
+    long long sweeps = tp_daemon_stat(&fx->d, "db.deps_sweeps_total");
+    tp_diag("idle, no dependency: %lld sweep(s), %lld statement(s) in all in 3 s", sweeps,
+            tp_daemon_stat(&fx->d, "db.statements_total") - st0);
+    assert_int_equal(sweeps, 0);
+    uint64_t a = submit(fx, "p", NULL, 0, 0);
+    uint64_t c = submit(fx, "c", &a, 1, 0);
+    wait_state(fx, c, 2);
+    for (long long end = tp_mono_ms() + WAIT_MS; tp_daemon_stat(&fx->d, "db.deps_sweeps_total") < 1; tp_sleep_ms(20))
+        assert_true(tp_mono_ms() < end);
+    pthread_mutex_lock(&fx->mu);
+    assert_true(find_ev(fx, c)->seq_start > find_ev(fx, a)->seq_end);
+    pthread_mutex_unlock(&fx->mu);
+    fx->passed = true;
+}
+
+static void test_conflict_retry(void **state)
+{
+    struct fx *fx = *state;
+    fx->hold_open = true;
+    start(fx, "deps_conflict", 4);
+    long long reconnects = tp_daemon_stat(&fx->d, "db.reconnects_total");
+    assert_int_equal(tp_daemon_stat(&fx->d, "db.cert_retries_total"), 0);
+    uint64_t a = submit(fx, "p", NULL, 0, 0);
+    uint64_t c1 = submit(fx, "c", &a, 1, 0), c2 = submit(fx, "c", &a, 1, 0);
+    wait_started(fx, a);
+
+    MYSQL *locker = tp_testdb_connect(&fx->db);
+    assert_non_null(locker);
+    assert_true(tp_testdb_exec_conn(locker, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED") >= 0);
+    assert_true(tp_testdb_exec_conn(locker, "START TRANSACTION") >= 0);
+    assert_true(tp_testdb_exec_conn(locker, "SELECT task_id FROM task WHERE task_id = %" PRIu64 " FOR UPDATE", c2) >= 0);
+    let_go(fx, a);
+    wait_state(fx, a, 2);
+    /* The release meets the lock and is run again (a conflict), while the lock is held. */
+    long long retries = 0;
+    for (long long end = tp_mono_ms() + WAIT_MS; (retries = tp_daemon_stat(&fx->d, "db.cert_retries_total")) < 1;
+         tp_sleep_ms(20))
+        assert_true(tp_mono_ms() < end);
+    assert_int_equal(state_of(fx, c2), 0);
+    assert_true(tp_testdb_exec_conn(locker, "COMMIT") >= 0);
+    mysql_close(locker);
+    wait_state(fx, c1, 2);
+    wait_state(fx, c2, 2);
+    tp_diag("the release met a locked row: db.cert_retries_total %lld (%lld at the end), reconnects %lld -> %lld",
+            retries, tp_daemon_stat(&fx->d, "db.cert_retries_total"), reconnects,
+            tp_daemon_stat(&fx->d, "db.reconnects_total"));
+    assert_int_equal(tp_daemon_stat(&fx->d, "db.reconnects_total"), reconnects);
+    fx->passed = true;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -549,6 +615,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fail_cascade, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fan_in_chain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_sweep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conflict_retry, setup, teardown),
     };
     return cmocka_run_group_tests_name("deps", tests, NULL, NULL);
 }
