@@ -12,7 +12,7 @@
  *
  * Case fail_cascade: A fails for good (TP_FAIL_PERMANENT); C waits on A, D on C (SQL
  * form for D, SUBMIT for C): C ends FAILED "dependency A failed", D "dependency C
- * failed"; neither ran.
+ * failed"; neither ran. POST /retry of C makes it wait again, not run: FAILED again for A.
  *
  * Case fan_in_chain: N_FAN parents and a child waiting on all of them (the SQL form, one
  * transaction); a chain of N_CHAIN tasks each waiting on the one before (SQL). Every task
@@ -349,6 +349,24 @@ static void test_fail_cascade(void **state)
     assert_string_equal(e2, want);
     assert_false(started(fx, c));
     assert_false(started(fx, d));
+    /* POST /retry of C while A is still FAILED: C waits again (it does not run) and the
+     * sweep fails it again for A. */
+    char path[64], *body = NULL;
+    uint64_t touched = tp_testdb_query_u64(&fx->db, "SELECT last_update_time FROM task WHERE task_id = %" PRIu64, c);
+    tp_sleep_ms(5); /* the times are in ms: the next writes' differ */
+    snprintf(path, sizeof path, "/retry?id=%" PRIu64, c);
+    assert_int_equal(tp_http_request(fx->d.admin, "POST", path, &body), 200);
+    free(body);
+    for (long long end = tp_mono_ms() + WAIT_MS;
+         state_of(fx, c) != 3 ||
+         tp_testdb_query_u64(&fx->db, "SELECT last_update_time FROM task WHERE task_id = %" PRIu64, c) <= touched;
+         tp_sleep_ms(20))
+        assert_true(tp_mono_ms() < end);
+    err_of(fx, c, e1, sizeof e1);
+    tp_diag("C retried while A is FAILED: '%s'", e1);
+    snprintf(want, sizeof want, "dependency %" PRIu64 " failed", a);
+    assert_string_equal(e1, want);
+    assert_false(started(fx, c));
     fx->passed = true;
 }
 
