@@ -22,7 +22,8 @@
  *     DEPS_FAIL_LEVELS levels at once (the sweep goes on past that);
  *   - the submit thread, after committing tasks that wait (dsp_dbi_deps_settle): a
  *     parent may have ended before the COMMIT;
- *   - the stats thread of the leader, every DSP_DEPS_SWEEP_MS (dsp_dbi_deps_sweep): a
+ *   - the stats thread of the leader, every DSP_DEPS_SWEEP_MS while tasks wait (none on
+ *     a table without dependency rows: db_stats.c, stats_deps) (dsp_dbi_deps_sweep): a
  *     window of the waiting rows, probed as above, and their dependencies FAILED or
  *     missing (the first DEPS_SWEEP_FAIL_ROWS rows of the window), so what the two others
  *     cannot see is caught: rows a producer inserted by SQL, parents that ended meanwhile
