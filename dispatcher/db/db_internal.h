@@ -274,7 +274,7 @@ struct dsp_db {
     _Atomic uint64_t keyed_submits;
     /* Waiting tasks may exist (db_deps.c): true from the start (rows a producer inserted
      * before), set by a submission of one and by a sweep that found one, cleared by a
-     * sweep that found none. While clear, the write thread skips the dependants'
+     * sweep that found none and by the leader's look that found no dependency row. While clear, the write thread skips the dependants'
      * statements after its batches (the sweep catches a race). */
     _Atomic bool deps_seen;
     /* Submissions that made tasks wait (dsp_dbi_deps_rows_exist): a change wakes the
