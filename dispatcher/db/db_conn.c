@@ -130,12 +130,15 @@ static void log_failed(struct dbconn *c, const char *sql, bool retried)
 }
 
 /* After a failure of try `tries` of a statement on c: true when it is to run again (a
- * conflict on an autocommit connection, tries left). A connection in a
- * transaction is not retried here: the conflict undid the whole transaction, which its
- * owner runs again. */
+ * conflict on an autocommit connection, tries left). A connection in a transaction is
+ * not retried here: the conflict undid the whole transaction, which its owner runs
+ * again. A lock wait timeout is retried only where locks are not waited for (the write
+ * connection: it came at once); after a wait of LOCK_WAIT_TIMEOUT_S, 8 more would hold
+ * the thread for over a minute. */
 static bool conflict_again(struct dbconn *c, unsigned tries)
 {
-    return c->autocommit && dsp_dbi_error_is_conflict(c->err) && tries < DSP_DBI_CONFLICT_TRIES;
+    return c->autocommit && dsp_dbi_error_is_conflict(c->err) &&
+           (c->err != ER_LOCK_WAIT_TIMEOUT_ || c->no_lock_wait) && tries < DSP_DBI_CONFLICT_TRIES;
 }
 
 /* One query whose result is stored; NULL on error (c->err set, not logged). */

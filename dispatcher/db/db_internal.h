@@ -361,7 +361,8 @@ MYSQL_RES *dsp_dbi_query(struct dbconn *c, const char *sql, size_t len);
  * Galera's certification or a deadlock; 1205: a lock wait timeout), as the claims and the
  * result writes do: on an autocommit connection each statement is its own transaction,
  * so it runs again alone, up to DSP_DBI_CONFLICT_TRIES tries with dsp_dbi_conflict_retry's
- * pause (db.cert_retries_total); the retried failures are logged at debug. On a
+ * pause (db.cert_retries_total); the retried failures are logged at debug. A 1205 is
+ * retried only on a connection that does not wait for locks (no_lock_wait). On a
  * connection in a transaction they fail at once: its owner runs the transaction again. */
 MYSQL_RES *dsp_dbi_query_retry(struct dbconn *c, const char *sql, size_t len);
 int dsp_dbi_exec_retry(struct dbconn *c, const char *sql, size_t len, uint64_t *affected);

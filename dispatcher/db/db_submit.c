@@ -1072,8 +1072,9 @@ static void settle_waiting(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq
         x->c.err = 0;
         if (dsp_dbi_deps_settle(x->db, &x->c, &x->sql, ids, n) == 0 && dsp_dbi_exec_str(&x->c, "COMMIT") == 0)
             break;
-        /* A conflict undid the transaction: it runs again whole (its writes are guarded). */
-        if (x->c.m && dsp_dbi_error_is_conflict(x->c.err) && tries < DSP_DBI_CONFLICT_TRIES &&
+        /* A deadlock or Galera's certification undid the transaction: it runs again whole
+         * (its writes are guarded). A lock wait timeout came after a long wait: the sweep. */
+        if (x->c.m && x->c.err == ER_LOCK_DEADLOCK_ && tries < DSP_DBI_CONFLICT_TRIES &&
             dsp_dbi_conflict_retry(&x->c, tries) == 0)
             continue;
         log_warn(x->db->log, "submit: settling %zu waiting task(s) failed; the sweep does it", n);
