@@ -35,7 +35,13 @@
  * when their parent succeeds: the release (one UPDATE of both) meets the lock (1205: the
  * write connection does not wait for locks) and is run again, counted in
  * db.cert_retries_total, as the claims and the result writes are; once the session
- * commits, both run, and no connection was dropped. */
+ * commits, both run, and no connection was dropped.
+ *
+ * Case deadlock_retry: the same, and once the write thread has left the release to the
+ * sweep, whose UPDATE locks C1 and waits for C2, the session (heavy with 2,000 inserted
+ * rows, so that InnoDB picks the sweep as the victim) asks for C1: a deadlock (the
+ * server's Innodb_deadlocks grows), 1213 for the sweep's statement, which is run again on
+ * the same connection: both run, no reconnect. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -626,6 +632,60 @@ static void test_conflict_retry(void **state)
     fx->passed = true;
 }
 
+static void test_deadlock_retry(void **state)
+{
+    struct fx *fx = *state;
+    fx->hold_open = true;
+    start(fx, "deps_deadlock", 4);
+    long long reconnects = tp_daemon_stat(&fx->d, "db.reconnects_total");
+    uint64_t a = submit(fx, "p", NULL, 0, 0);
+    uint64_t c1 = submit(fx, "c", &a, 1, 0), c2 = submit(fx, "c", &a, 1, 0);
+    wait_started(fx, a);
+    uint64_t deadlocks = tp_testdb_query_u64(&fx->db, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS"
+                                                      " WHERE VARIABLE_NAME = 'INNODB_DEADLOCKS'");
+
+    assert_true(tp_testdb_exec(&fx->db, "CREATE TABLE heavy (id INT PRIMARY KEY, pad CHAR(100)) ENGINE = InnoDB") >= 0);
+    MYSQL *locker = tp_testdb_connect(&fx->db);
+    assert_non_null(locker);
+    assert_true(tp_testdb_exec_conn(locker, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED") >= 0);
+    assert_true(tp_testdb_exec_conn(locker, "SET SESSION innodb_lock_wait_timeout = 30") >= 0);
+    assert_true(tp_testdb_exec_conn(locker, "START TRANSACTION") >= 0);
+    assert_int_equal(tp_testdb_exec_conn(locker, "INSERT INTO heavy (id, pad) SELECT seq, 'x' FROM seq_1_to_2000"), 2000);
+    assert_true(tp_testdb_exec_conn(locker, "SELECT task_id FROM task WHERE task_id = %" PRIu64 " FOR UPDATE", c2) >= 0);
+    let_go(fx, a);
+    wait_state(fx, a, 2);
+    /* The write thread's release met C2 locked at each of its 8 tries (7 retries) and left
+     * it to the sweep, whose release holds C1 and waits for C2. */
+    for (long long end = tp_mono_ms() + WAIT_MS; tp_daemon_stat(&fx->d, "db.cert_retries_total") < 7; tp_sleep_ms(10))
+        assert_true(tp_mono_ms() < end);
+    bool locked = false;
+    for (long long end = tp_mono_ms() + WAIT_MS; !locked && tp_mono_ms() < end; tp_sleep_ms(10))
+        locked = tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM (SELECT task_id FROM task WHERE task_id = %" PRIu64
+                                              " FOR UPDATE SKIP LOCKED) t",
+                                     c1) == 0;
+    assert_true(locked);
+    char sql[96];
+    snprintf(sql, sizeof sql, "SELECT task_id FROM task WHERE task_id = %" PRIu64 " FOR UPDATE", c1);
+    int q = mysql_query(locker, sql);
+    unsigned err = q ? mysql_errno(locker) : 0;
+    if (q == 0)
+        mysql_free_result(mysql_store_result(locker));
+    tp_diag("the session's lock of C1: %s (error %u)", q ? mysql_error(locker) : "granted", err);
+    assert_int_equal(q, 0); /* the sweep's statement was the victim */
+    assert_true(tp_testdb_exec_conn(locker, "COMMIT") >= 0);
+    mysql_close(locker);
+    wait_state(fx, c1, 2);
+    wait_state(fx, c2, 2);
+    uint64_t now_deadlocks = tp_testdb_query_u64(&fx->db, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS"
+                                                          " WHERE VARIABLE_NAME = 'INNODB_DEADLOCKS'");
+    tp_diag("deadlocks %" PRIu64 " -> %" PRIu64 ", db.cert_retries_total %lld, reconnects %lld -> %lld", deadlocks,
+            now_deadlocks, tp_daemon_stat(&fx->d, "db.cert_retries_total"), reconnects,
+            tp_daemon_stat(&fx->d, "db.reconnects_total"));
+    assert_true(now_deadlocks > deadlocks);
+    assert_int_equal(tp_daemon_stat(&fx->d, "db.reconnects_total"), reconnects);
+    fx->passed = true;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -635,6 +695,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_conflict_retry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deadlock_retry, setup, teardown),
     };
     return cmocka_run_group_tests_name("deps", tests, NULL, NULL);
 }
