@@ -447,7 +447,9 @@ typedef struct dsp_db_options {
     X(deps_released, "deps_released_total", "db_deps_released_total", 1,                      \
       "waiting tasks released: every task they waited for SUCCESSFUL")                        \
     X(deps_failed, "deps_failed_total", "db_deps_failed_total", 1,                            \
-      "waiting tasks made FAILED by their dependencies (one failed, is missing, or a cycle)")
+      "waiting tasks made FAILED by their dependencies (one failed, is missing, or a cycle)") \
+    X(deps_sweeps, "deps_sweeps_total", "db_deps_sweeps_total", 1,                            \
+      "sweeps of the waiting tasks (every second while tasks wait; none without dependencies)")
 
 #define DSP_DB_STATS_FIELD(field, key, metric, divisor, help) uint64_t field;
 

@@ -2218,7 +2218,7 @@ static enum claim_state claim_on_drop(struct claim_ctx *x)
      * not make a reconnect and a screen of log every 100 ms: the streak's backoff keeps
      * growing across reconnects (dsp_dbi_conn_open resets the connection's), and only
      * the streak's 1st, 2nd, 4th, 8th ... drop is logged as a warning. */
-    if ((x->drops & (x->drops - 1)) == 0)
+    if (dsp_dbi_streak_loud(x->drops))
         log_warn(x->db->log, "claim connection: reconnecting (%u in a row): %s", x->drops, x->drop_text);
     else
         log_debug(x->db->log, "claim connection: reconnecting (%u in a row)", x->drops);

@@ -115,24 +115,58 @@ bool dsp_dbi_error_is_config(unsigned e)
            e == ER_DBACCESS_DENIED_ERROR_ || e == ER_BAD_DB_ERROR_;
 }
 
-/* Sends one statement and discards any result. *affected gets the changed rows. */
-int dsp_dbi_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affected)
+bool dsp_dbi_streak_loud(unsigned failures)
 {
-    dsp_db *db = c->db;
+    return failures > 0 && (failures & (failures - 1)) == 0;
+}
 
-    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
+/* A failed statement's line: at debug when c's owner reports the streak (c->quiet) or
+ * when the statement will run again (a conflict, retried). */
+static void log_failed(struct dbconn *c, const char *sql, bool retried)
+{
+    dsp_log_at(c->db->log, c->quiet || retried ? DSP_LOG_DEBUG : DSP_LOG_WARN,
+               "%s connection: %s (error %u) in: %.160s", c->who,
+               c->err && c->m ? mysql_error(c->m) : "no result", c->err, sql);
+}
+
+/* After a failure of try `tries` of a statement on c: true when it is to run again (a
+ * conflict on an autocommit connection, tries left). A connection in a transaction is
+ * not retried here: the conflict undid the whole transaction, which its owner runs
+ * again. A lock wait timeout is retried only where locks are not waited for (the write
+ * connection: it came at once); after a wait of LOCK_WAIT_TIMEOUT_S, 8 more would hold
+ * the thread for over a minute. */
+static bool conflict_again(struct dbconn *c, unsigned tries)
+{
+    return c->autocommit && dsp_dbi_error_is_conflict(c->err) &&
+           (c->err != ER_LOCK_WAIT_TIMEOUT_ || c->no_lock_wait) && tries < DSP_DBI_CONFLICT_TRIES;
+}
+
+/* One query whose result is stored; NULL on error (c->err set, not logged). */
+static MYSQL_RES *query_once(struct dbconn *c, const char *sql, size_t len)
+{
+    MYSQL_RES *res;
+
+    atomic_fetch_add_explicit(&c->db->statements, 1, memory_order_relaxed);
+    if (mysql_real_query(c->m, sql, (unsigned long)len) != 0 || (res = mysql_store_result(c->m)) == NULL) {
+        c->err = mysql_errno(c->m);
+        return NULL;
+    }
+    return res;
+}
+
+/* One statement, any result discarded; *affected gets the changed rows. 0, or -1 with
+ * c->err set (not logged). */
+static int exec_once(struct dbconn *c, const char *sql, size_t len, uint64_t *affected)
+{
+    atomic_fetch_add_explicit(&c->db->statements, 1, memory_order_relaxed);
     if (mysql_real_query(c->m, sql, (unsigned long)len) != 0) {
         c->err = mysql_errno(c->m);
-        dsp_log_at(db->log, c->quiet ? DSP_LOG_DEBUG : DSP_LOG_WARN, "%s connection: %s (error %u) in: %.160s",
-               c->who, mysql_error(c->m), c->err, sql);
         return -1;
     }
     if (mysql_field_count(c->m) != 0) {
         MYSQL_RES *res = mysql_store_result(c->m);
         if (res == NULL) {
             c->err = mysql_errno(c->m);
-            log_warn(db->log, "%s connection: %s (error %u) reading the result of: %.160s",
-                     c->who, mysql_error(c->m), c->err, sql);
             return -1;
         }
         mysql_free_result(res);
@@ -146,6 +180,47 @@ int dsp_dbi_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affect
         *affected = n == UINT64_MAX ? 0 : n;
     }
     return 0;
+}
+
+MYSQL_RES *dsp_dbi_query(struct dbconn *c, const char *sql, size_t len)
+{
+    MYSQL_RES *res = query_once(c, sql, len);
+    if (res == NULL)
+        log_failed(c, sql, false);
+    return res;
+}
+
+MYSQL_RES *dsp_dbi_query_retry(struct dbconn *c, const char *sql, size_t len)
+{
+    for (unsigned tries = 1;; tries++) {
+        MYSQL_RES *res = query_once(c, sql, len);
+        if (res != NULL)
+            return res;
+        bool again = conflict_again(c, tries);
+        log_failed(c, sql, again);
+        if (!again || dsp_dbi_conflict_retry(c, tries) < 0)
+            return NULL;
+    }
+}
+
+int dsp_dbi_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affected)
+{
+    if (exec_once(c, sql, len, affected) == 0)
+        return 0;
+    log_failed(c, sql, false);
+    return -1;
+}
+
+int dsp_dbi_exec_retry(struct dbconn *c, const char *sql, size_t len, uint64_t *affected)
+{
+    for (unsigned tries = 1;; tries++) {
+        if (exec_once(c, sql, len, affected) == 0)
+            return 0;
+        bool again = conflict_again(c, tries);
+        log_failed(c, sql, again);
+        if (!again || dsp_dbi_conflict_retry(c, tries) < 0)
+            return -1;
+    }
 }
 
 int dsp_dbi_lock_wait_min(const struct dbconn *c)
@@ -434,6 +509,7 @@ int dsp_dbi_conn_open(struct dbconn *c, bool autocommit, bool want_packet)
     }
     c->m = m;
     c->node = node;
+    c->autocommit = autocommit;
     conn_register(c, true);
     {
         char why[320];

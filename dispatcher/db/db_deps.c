@@ -22,7 +22,8 @@
  *     DEPS_FAIL_LEVELS levels at once (the sweep goes on past that);
  *   - the submit thread, after committing tasks that wait (dsp_dbi_deps_settle): a
  *     parent may have ended before the COMMIT;
- *   - the stats thread of the leader, every DSP_DEPS_SWEEP_MS (dsp_dbi_deps_sweep): a
+ *   - the stats thread of the leader, every DSP_DEPS_SWEEP_MS while tasks wait (none on
+ *     a table without dependency rows: db_stats.c, stats_deps) (dsp_dbi_deps_sweep): a
  *     window of the waiting rows, probed as above, and their dependencies FAILED or
  *     missing (the first DEPS_SWEEP_FAIL_ROWS rows of the window), so what the two others
  *     cannot see is caught: rows a producer inserted by SQL, parents that ended meanwhile
@@ -104,6 +105,14 @@ void dsp_dbi_deps_free(dsp_db *db)
     pthread_mutex_destroy(&p->mu);
     free(p);
     db->deps = NULL;
+}
+
+void dsp_dbi_deps_rows_exist(dsp_db *db)
+{
+    atomic_fetch_add(&db->deps_marks, 1);
+    pthread_mutex_lock(&db->mu);
+    pthread_cond_signal(&db->stats_cv);
+    pthread_mutex_unlock(&db->mu);
 }
 
 static uint64_t progress_get(dsp_db *db, uint64_t child)
@@ -188,33 +197,27 @@ static uint64_t field_u64(const char *v)
     return v ? strtoull(v, NULL, 10) : 0;
 }
 
+/* Every statement here runs alone (autocommit: the write and the stats thread) or in the
+ * submit thread's transaction, which runs again whole: a conflict (Galera's
+ * certification, a deadlock) is retried as the result writes are (db_conn.c). */
 static MYSQL_RES *query(struct dbconn *c, const dsp_strbuf *sql)
 {
-    MYSQL_RES *res;
-
-    atomic_fetch_add_explicit(&c->db->statements, 1, memory_order_relaxed);
     if (sql->oom) {
         c->err = 0;
         log_error(c->db->log, "out of memory building a dependency statement");
         return NULL;
     }
-    if (mysql_real_query(c->m, sql->p, (unsigned long)sql->len) != 0 ||
-        (res = mysql_store_result(c->m)) == NULL) {
-        c->err = mysql_errno(c->m);
-        dsp_log_at(c->db->log, c->quiet ? DSP_LOG_DEBUG : DSP_LOG_WARN, "%s connection: %s (error %u) in: %.160s",
-                   c->who, c->err ? mysql_error(c->m) : "no result", c->err, sql->p);
-        return NULL;
-    }
-    return res;
+    return dsp_dbi_query_retry(c, sql->p, sql->len);
 }
 
 static int exec(struct dbconn *c, const dsp_strbuf *sql, uint64_t *affected)
 {
     if (sql->oom) {
+        c->err = 0;
         log_error(c->db->log, "out of memory building a dependency statement");
         return -1;
     }
-    return dsp_dbi_exec(c, sql->p, sql->len, affected);
+    return dsp_dbi_exec_retry(c, sql->p, sql->len, affected);
 }
 
 /* Adds column 0 of every row of the query in sql to out. 0 or -1. */

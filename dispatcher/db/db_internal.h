@@ -259,7 +259,7 @@ struct dsp_db {
     _Atomic uint64_t statements, claims, claimed_rows, claim_us_total, write_batches,
         reconnects, retention_deleted, orphans_recovered, submitted_rows, submit_duplicates,
         submit_batches, submit_requests, claim_skipped, node_moves, cert_retries, claims_fenced, progress_rows_written,
-        progress_rows_deleted, deps_released, deps_failed;
+        progress_rows_deleted, deps_released, deps_failed, deps_sweeps;
     /* Progress batches queued for the stats thread and not yet written: bounded, so that a
      * database away for long does not pile them up (dsp_db_progress_save). */
     _Atomic unsigned progress_pending;
@@ -274,9 +274,13 @@ struct dsp_db {
     _Atomic uint64_t keyed_submits;
     /* Waiting tasks may exist (db_deps.c): true from the start (rows a producer inserted
      * before), set by a submission of one and by a sweep that found one, cleared by a
-     * sweep that found none. While clear, the write thread skips the dependants'
+     * sweep that found none and by the leader's look that found no dependency row. While clear, the write thread skips the dependants'
      * statements after its batches (the sweep catches a race). */
     _Atomic bool deps_seen;
+    /* Submissions that made tasks wait (dsp_dbi_deps_rows_exist): a change wakes the
+     * leader's sweep, which otherwise looks for dependencies rarely while it knows of
+     * none (db_stats.c, stats_deps). */
+    _Atomic uint64_t deps_marks;
     struct dsp_deps_progress *deps; /* db_deps.c */ /* the last task_claim seq handed out (db_claim_log.c) */
     /* The dialect the last connection opened with (enum dsp_sql_dialect; AUTO before the
      * first): logged when it changes, shown in /stats (dsp_dbi_conn_open). */
@@ -306,6 +310,8 @@ struct dbconn {
     bool quiet;                /* its owner reports a streak of failures: statement errors
                                 * and reconnects logged at debug, not once per retry */
     bool mysql;                /* this connection sends MySQL's dialect (set at open) */
+    bool autocommit;           /* each statement commits alone (set at open): a conflict
+                                * undoes only that statement (dsp_dbi_exec_retry) */
     unsigned node;             /* the index in --db's server list it was opened on */
     bool galera;               /* the server is a synced Galera node (set at open) */
     /* Galera's write-set limits as read at open (wsrep_max_ws_rows, wsrep_max_ws_size);
@@ -348,6 +354,22 @@ bool dsp_dbi_error_is_transient(unsigned e);
 /* True for a refused login or an unknown database: --db is wrong, a retry cannot mend it. */
 bool dsp_dbi_error_is_config(unsigned e);
 int dsp_dbi_exec(struct dbconn *c, const char *sql, size_t len, uint64_t *affected);
+/* Runs one query and stores its result (the caller frees it); NULL on error (c->err
+ * set; logged at warn, at debug while c->quiet). Counted in db.statements. */
+MYSQL_RES *dsp_dbi_query(struct dbconn *c, const char *sql, size_t len);
+/* dsp_dbi_query and dsp_dbi_exec that run the statement again after a conflict (1213:
+ * Galera's certification or a deadlock; 1205: a lock wait timeout), as the claims and the
+ * result writes do: on an autocommit connection each statement is its own transaction,
+ * so it runs again alone, up to DSP_DBI_CONFLICT_TRIES tries with dsp_dbi_conflict_retry's
+ * pause (db.cert_retries_total); the retried failures are logged at debug. A 1205 is
+ * retried only on a connection that does not wait for locks (no_lock_wait). On a
+ * connection in a transaction they fail at once: its owner runs the transaction again. */
+MYSQL_RES *dsp_dbi_query_retry(struct dbconn *c, const char *sql, size_t len);
+int dsp_dbi_exec_retry(struct dbconn *c, const char *sql, size_t len, uint64_t *affected);
+/* A streak of failures (1, 2, 3 ...) is logged at its 1st, 2nd, 4th, 8th ... failure and
+ * at debug otherwise: a statement that fails every second (a dropped index, a revoked
+ * privilege) leaves a few lines, not a screen a minute. True for the loud ones. */
+bool dsp_dbi_streak_loud(unsigned failures);
 /* The shortest innodb_lock_wait_timeout c's server takes: 0 (MariaDB: no wait) or 1
  * (MySQL's minimum). */
 int dsp_dbi_lock_wait_min(const struct dbconn *c);
@@ -405,6 +427,15 @@ void dsp_dbi_lease_destroy(dsp_db *db);
 #define DSP_DEPS_SWEEP_MS 1000
 /* Windows one sweep reads at most, one after the other while they are full. */
 #define DSP_DEPS_SWEEP_WINDOWS 1
+
+/* While a table has no dependency rows the leader looks for one this often (one
+ * statement); a SUBMIT with AFTER starts the sweeps at once. docs/producers.md. */
+#define DSP_DEPS_DISCOVER_MS 60000
+/* While it has dependency rows but no task waits: the sweep this often. */
+#define DSP_DEPS_IDLE_MS 10000
+
+/* A submission inserted waiting tasks: the leader's sweeps start (or go on). */
+void dsp_dbi_deps_rows_exist(dsp_db *db);
 
 /* Where the next sweep starts, in delay_idx's order; {0, 0}: at the first. */
 struct dsp_deps_cursor {

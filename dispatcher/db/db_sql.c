@@ -283,6 +283,15 @@ static void put_in(dsp_strbuf *b, const char *in)
         dsp_strbuf_puts(b, in);
 }
 
+/* The `delayed` of a FAILED row run again: 2 (waiting) when it has dependency rows, so that
+ * a task that failed by a dependency waits for it again instead of running at once (the
+ * sweep settles it: released, or FAILED again while the dependency is). */
+static void put_delayed_again(dsp_strbuf *b, const dsp_table_names *t)
+{
+    dsp_strbuf_printf(b, "`delayed` = IF(EXISTS (SELECT 1 FROM %s d WHERE d.task_id = %s.task_id), 2, 0)", t->dep,
+                      t->task);
+}
+
 /* The SET of a recovery: a row back to NEW, or FAILED when its last allowed delivery
  * was made (recovery of an older epoch's listed rows, and of orphans, alike). */
 static void put_recover_set(dsp_strbuf *b, const dsp_table_names *t, int64_t now_ms)
@@ -601,11 +610,9 @@ void dsp_db_sql_requeue_failed(dsp_strbuf *b, const dsp_table_names *t, const ch
                                int64_t now_ms, unsigned limit, const char *in)
 {
     t = dsp_table_names_or_task(t);
-    dsp_strbuf_printf(b,
-                      "UPDATE %s FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0,"
-                      " `delayed` = 0, run_after = 0, last_update_time = %" PRId64
-                      " WHERE claim_lane = 3",
-                      t->task, now_ms);
+    dsp_strbuf_printf(b, "UPDATE %s FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0, ", t->task);
+    put_delayed_again(b, t);
+    dsp_strbuf_printf(b, ", run_after = 0, last_update_time = %" PRId64 " WHERE claim_lane = 3", now_ms);
     if (type) {
         dsp_strbuf_puts(b, " AND task_type = ");
         if (type[0] == '\0')
@@ -690,11 +697,11 @@ void dsp_db_sql_retry_failed_since(dsp_strbuf *b, const dsp_table_names *t, cons
                                    unsigned limit, const char *in)
 {
     t = dsp_table_names_or_task(t);
-    dsp_strbuf_printf(b,
-                      "UPDATE %s FORCE INDEX (failed_idx) SET task_state = 0, attempts = 0,"
-                      " err_msg = NULL, `delayed` = 0, run_after = %" PRId64
-                      ", last_update_time = %" PRId64 " WHERE task_type = ",
-                      t->task, now_ms, now_ms);
+    dsp_strbuf_printf(b, "UPDATE %s FORCE INDEX (failed_idx) SET task_state = 0, attempts = 0, err_msg = NULL, ",
+                      t->task);
+    put_delayed_again(b, t);
+    dsp_strbuf_printf(b, ", run_after = %" PRId64 ", last_update_time = %" PRId64 " WHERE task_type = ", now_ms,
+                      now_ms);
     put_type(b, type, type_len);
     put_in(b, in);
     dsp_strbuf_printf(b, " AND failed_at >= %" PRId64 " ORDER BY failed_at DESC, task_id DESC LIMIT %u",
@@ -705,11 +712,10 @@ void dsp_db_sql_task_retry(dsp_strbuf *b, const dsp_table_names *t, uint64_t tas
                            int64_t now_ms, const char *in)
 {
     t = dsp_table_names_or_task(t);
-    dsp_strbuf_printf(b,
-                      "UPDATE %s SET task_state = 0, attempts = 0, err_msg = NULL, `delayed` = 0,"
-                      " run_after = %" PRId64 ", last_update_time = %" PRId64
-                      " WHERE task_id = %" PRIu64 " AND task_state = 3",
-                      t->task, now_ms, now_ms, task_id);
+    dsp_strbuf_printf(b, "UPDATE %s SET task_state = 0, attempts = 0, err_msg = NULL, ", t->task);
+    put_delayed_again(b, t);
+    dsp_strbuf_printf(b, ", run_after = %" PRId64 ", last_update_time = %" PRId64 " WHERE task_id = %" PRIu64
+                      " AND task_state = 3", now_ms, now_ms, task_id);
     put_in(b, in);
 }
 

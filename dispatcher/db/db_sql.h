@@ -307,7 +307,8 @@ void dsp_db_sql_retention(dsp_strbuf *b, const dsp_table_names *t, int state, in
 
 /* One batch of the operator's requeue of FAILED rows (of one type, or all when type is
  * NULL): back to NEW and ready, attempts 0, err_msg kept:
- *   UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0, `delayed` = 0,
+ *   UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0,
+ *     `delayed` = IF(EXISTS (SELECT 1 FROM task_dep d WHERE d.task_id = task.task_id), 2, 0),
  *     run_after = 0, last_update_time = now_ms
  *   WHERE claim_lane = 3 [AND task_type = _utf8mb4 X'..'] LIMIT limit */
 void dsp_db_sql_requeue_failed(dsp_strbuf *b, const dsp_table_names *t, const char *type,
@@ -355,7 +356,8 @@ void dsp_db_sql_retry_failed_since(dsp_strbuf *b, const dsp_table_names *t, cons
                                    size_t type_len, int64_t since_ms, int64_t now_ms,
                                    unsigned limit, const char *in);
 
-/* POST /retry: FAILED -> NEW, ready and due at now_ms, attempts 0, err_msg NULL. */
+/* POST /retry: FAILED -> NEW, ready and due at now_ms, attempts 0, err_msg NULL; a task
+ * with dependency rows waits for them again (`delayed` 2), as with the two above. */
 void dsp_db_sql_task_retry(dsp_strbuf *b, const dsp_table_names *t, uint64_t task_id,
                            int64_t now_ms, const char *in);
 /* POST /cancel of a NEW row (no dispatcher holds it): FAILED, err_msg 'cancelled'. A

@@ -26,6 +26,16 @@
 #define REQUEUE_BATCH 5000u        /* rows per requeue UPDATE */
 #define FAILED_TYPES_MAX 256u      /* types one GET /failed merges */
 
+/* What the leader's stats thread knows of the table's dependencies, which sets how
+ * often it sweeps (stats_deps): an idle table without dependencies costs no statement a
+ * second. */
+enum deps_mode {
+    DEPS_UNKNOWN, /* not leading yet, or just became the leader: look now */
+    DEPS_NONE,    /* no dependency row: look again every DSP_DEPS_DISCOVER_MS */
+    DEPS_IDLE,    /* dependency rows, no task waiting: sweep every DSP_DEPS_IDLE_MS */
+    DEPS_ACTIVE,  /* tasks wait: sweep every DSP_DEPS_SWEEP_MS */
+};
+
 struct stats_ctx {
     dsp_db *db;
     struct dbconn c;
@@ -37,6 +47,9 @@ struct stats_ctx {
     int64_t next_deps;                          /* monotonic: no dependency sweep before */
     struct dsp_deps_cursor deps_cur;            /* where the next sweep starts */
     unsigned deps_fails;                        /* sweeps failed in a row */
+    enum deps_mode deps_mode;                   /* what the sweeps know of the table */
+    uint64_t deps_marks;                        /* db->deps_marks as last seen */
+    bool deps_waiting_seen;                     /* the table figures counted waiting rows */
     bool types_full_logged;
 };
 
@@ -47,23 +60,6 @@ static bool stats_stopping(dsp_db *db)
     s = db->stats_stop;
     pthread_mutex_unlock(&db->mu);
     return s;
-}
-
-/* Sends one query and stores its result; NULL on error (logged). */
-static MYSQL_RES *db_query_res(struct dbconn *c, const char *sql, size_t len)
-{
-    dsp_db *db = c->db;
-    MYSQL_RES *res;
-
-    atomic_fetch_add_explicit(&db->statements, 1, memory_order_relaxed);
-    if (mysql_real_query(c->m, sql, (unsigned long)len) != 0 ||
-        (res = mysql_store_result(c->m)) == NULL) {
-        c->err = mysql_errno(c->m);
-        dsp_log_at(db->log, c->quiet ? DSP_LOG_DEBUG : DSP_LOG_WARN, "%s connection: %s (error %u) in: %.160s",
-                   c->who, c->err ? mysql_error(c->m) : "no result", c->err, sql);
-        return NULL;
-    }
-    return res;
 }
 
 static void stats_drop(struct stats_ctx *x)
@@ -148,7 +144,7 @@ static int stats_processing(struct stats_ctx *x)
     char sql[32 + DSP_TABLE_IDENT_CAP];
 
     snprintf(sql, sizeof sql, "SELECT task_ids FROM %s", x->db->names.claim);
-    if ((res = db_query_res(&x->c, sql, strlen(sql))) == NULL)
+    if ((res = dsp_dbi_query(&x->c, sql, strlen(sql))) == NULL)
         return -1;
     while ((row = mysql_fetch_row(res)) != NULL && nids < IDS_MAX) {
         unsigned long *len = mysql_fetch_lengths(res);
@@ -176,7 +172,7 @@ static int stats_processing(struct stats_ctx *x)
         size_t m = u - i < CHUNK ? u - i : CHUNK;
         dsp_strbuf_reset(&x->sql);
         dsp_db_sql_stats_processing(&x->sql, &x->db->names, ids + i, m, db->in);
-        if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL) {
+        if (x->sql.oom || (res = dsp_dbi_query(&x->c, x->sql.p, x->sql.len)) == NULL) {
             rc = -1;
             break;
         }
@@ -231,7 +227,7 @@ static int stats_keys(struct stats_ctx *x)
         dsp_db_sql_stats_keys_part(&x->sql, &x->db->names, i == 0, order[i], ty, strlen(ty),
                                    DSP_TABLE_KEYS_SCAN, DSP_TABLE_KEYS_TOP);
     }
-    if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
+    if (x->sql.oom || (res = dsp_dbi_query(&x->c, x->sql.p, x->sql.len)) == NULL)
         return -1;
     while ((row = mysql_fetch_row(res)) != NULL && w->nkeys < DSP_TABLE_KEYS_TYPES * DSP_TABLE_KEYS_TOP) {
         unsigned long *len = mysql_fetch_lengths(res);
@@ -269,7 +265,7 @@ static int stats_refresh(struct stats_ctx *x)
     /* 1. NEW and FAILED per (state, lane, type). */
     dsp_strbuf_reset(&x->sql);
     dsp_db_sql_stats_counts(&x->sql, &x->db->names, now, x->db->in);
-    if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
+    if (x->sql.oom || (res = dsp_dbi_query(&x->c, x->sql.p, x->sql.len)) == NULL)
         return -1;
     if (mysql_num_fields(res) != DSP_DB_SQL_COUNTS_NCOLS) {
         log_error(db->log, "table figures: %u columns, expected %d", mysql_num_fields(res),
@@ -301,6 +297,8 @@ static int stats_refresh(struct stats_ctx *x)
         case 0:
             if (lane == 2) { /* waiting for dependencies (db_deps.c): not ready, whenever due */
                 w->types[slot].new_delayed += rows;
+                if (rows > 0)
+                    x->deps_waiting_seen = true;
                 break;
             }
             w->types[slot].new_ready += due;
@@ -345,7 +343,7 @@ static int stats_refresh(struct stats_ctx *x)
             }
     if (any) {
         dsp_db_sql_stats_oldest_end(&x->sql);
-        if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
+        if (x->sql.oom || (res = dsp_dbi_query(&x->c, x->sql.p, x->sql.len)) == NULL)
             return -1;
         while ((row = mysql_fetch_row(res)) != NULL) {
             unsigned long *len = mysql_fetch_lengths(res);
@@ -564,7 +562,7 @@ static void stats_progress_save(struct stats_ctx *x, struct requeue_req *r)
         for (size_t i = 0; i < r->npgone; i++)
             dsp_strbuf_printf(&x->sql, "%s%" PRIu64, i ? ", " : "", r->pgone[i]);
         dsp_strbuf_puts(&x->sql, ")");
-        if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+        if (x->sql.oom || dsp_dbi_exec_retry(&x->c, x->sql.p, x->sql.len, &n) < 0) {
             log_warn(db->log, "progress rows of %zu ended task(s) not deleted", r->npgone);
             if (!x->sql.oom)
                 stats_drop(x);
@@ -586,7 +584,7 @@ static void stats_progress_save(struct stats_ctx *x, struct requeue_req *r)
                 dsp_strbuf_put_hex(&x->sql, (const uint8_t *)p->msg, p->msg_len, false);
             dsp_strbuf_printf(&x->sql, ", %" PRId64 ")", p->reported_ms);
         }
-        if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
+        if (x->sql.oom || dsp_dbi_exec_retry(&x->c, x->sql.p, x->sql.len, &n) < 0) {
             log_warn(db->log, "progress of %zu task(s) not stored (the database refused it)", r->nprows);
             if (!x->sql.oom)
                 stats_drop(x);
@@ -687,7 +685,7 @@ static MYSQL_RES *taskop_query(struct stats_ctx *x)
 {
     if (x->sql.oom)
         return NULL;
-    MYSQL_RES *res = db_query_res(&x->c, x->sql.p, x->sql.len);
+    MYSQL_RES *res = dsp_dbi_query(&x->c, x->sql.p, x->sql.len);
     if (res == NULL)
         stats_drop(x);
     return res;
@@ -705,7 +703,7 @@ static void taskop_show_progress(struct stats_ctx *x, dsp_taskop *op, uint64_t a
     dsp_strbuf_reset(&x->sql);
     dsp_strbuf_printf(&x->sql, "SELECT permille, message, reported_ms, attempt FROM %s WHERE task_id = %" PRIu64,
                       x->db->names.progress, op->task_id);
-    if (x->sql.oom || (res = db_query_res(&x->c, x->sql.p, x->sql.len)) == NULL)
+    if (x->sql.oom || (res = dsp_dbi_query(&x->c, x->sql.p, x->sql.len)) == NULL)
         return;
     if (mysql_num_fields(res) == 4 && (row = mysql_fetch_row(res)) != NULL && row[0] && row[1] && row[2] && row[3]) {
         unsigned long *len = mysql_fetch_lengths(res);
@@ -1076,57 +1074,113 @@ static void stats_round(struct stats_ctx *x, bool refresh, bool retain)
     }
 }
 
-static bool stats_deps_sweep(struct stats_ctx *x);
+static int stats_deps_sweep(struct stats_ctx *x);
+static int stats_deps_discover(struct stats_ctx *x);
 
-/* The leader's sweep of the waiting tasks (db_deps.c), every DSP_DEPS_SWEEP_MS. */
+/* The leader's sweep of the waiting tasks (db_deps.c): every DSP_DEPS_SWEEP_MS while
+ * tasks wait, every DSP_DEPS_IDLE_MS while only dependency rows of tasks that no longer
+ * wait remain, and none while the table has no dependency row (one look every
+ * DSP_DEPS_DISCOVER_MS for rows a producer inserted by SQL; a SUBMIT with AFTER wakes it
+ * at once: dsp_dbi_deps_rows_exist). */
 static void stats_deps(struct stats_ctx *x)
 {
     dsp_db *db = x->db;
+    int64_t now = dsp_now_ms();
+    uint64_t marks = atomic_load(&db->deps_marks);
+    int rc = 0;
 
-    x->next_deps = dsp_now_ms() + DSP_DEPS_SWEEP_MS;
-    if (!atomic_load(&db->leader) || stats_connect(x, false) < 0)
+    bool marked = marks != x->deps_marks;
+
+    x->next_deps = now + DSP_DEPS_SWEEP_MS;
+    x->deps_marks = marks;
+    if (!atomic_load(&db->leader)) {
+        x->deps_mode = DEPS_UNKNOWN; /* a new leadership looks again */
+        return;
+    }
+    if (marked)
+        x->deps_mode = DEPS_ACTIVE; /* a submission made tasks wait */
+    if (stats_connect(x, false) < 0)
         return;
     /* A sweep that fails every second (a dropped index, a revoked privilege) logs its
      * streak's 1st, 2nd, 4th, 8th ... failure, the others at debug, as the claim does. */
     bool was_quiet = x->c.quiet;
-    x->c.quiet = x->deps_fails > 0 && (x->deps_fails & (x->deps_fails - 1)) != 0;
-    bool ok = stats_deps_sweep(x);
+    x->c.quiet = !dsp_dbi_streak_loud(x->deps_fails + 1);
+    if (x->deps_mode == DEPS_UNKNOWN || x->deps_mode == DEPS_NONE)
+        rc = stats_deps_discover(x);
+    if (rc == 0 && x->deps_mode != DEPS_NONE)
+        rc = stats_deps_sweep(x);
     x->c.quiet = was_quiet;
-    if (ok)
-        x->deps_fails = 0;
-    else if (x->deps_fails < UINT_MAX)
-        x->deps_fails++;
+    if (rc < 0) {
+        stats_drop(x);
+        if (x->deps_fails < UINT_MAX)
+            x->deps_fails++;
+        return;
+    }
+    x->deps_fails = 0;
+    if (x->deps_mode == DEPS_NONE)
+        x->next_deps = now + DSP_DEPS_DISCOVER_MS;
+    else if (x->deps_mode == DEPS_IDLE)
+        x->next_deps = now + DSP_DEPS_IDLE_MS;
 }
 
-/* stats_deps's statements: false when one failed (the connection is then dropped). */
-static bool stats_deps_sweep(struct stats_ctx *x)
+/* Does the table have a dependency row? One read of the dependency table's primary key.
+ * None: the write thread skips the dependants' statements (deps_seen) and the sweeps
+ * stop (DEPS_NONE). 0 or -1. */
+static int stats_deps_discover(struct stats_ctx *x)
+{
+    dsp_db *db = x->db;
+    uint64_t marks = atomic_load(&db->deps_marks);
+
+    dsp_strbuf_reset(&x->sql);
+    dsp_strbuf_printf(&x->sql, "SELECT COUNT(*) FROM (SELECT 1 FROM %s LIMIT 1) d", db->names.dep);
+    MYSQL_RES *res = x->sql.oom ? NULL : dsp_dbi_query_retry(&x->c, x->sql.p, x->sql.len);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW row = mysql_fetch_row(res);
+    bool any = row && row[0] && strcmp(row[0], "0") != 0;
+    mysql_free_result(res);
+    if (any) {
+        x->deps_mode = DEPS_IDLE; /* the sweep that follows tells whether tasks wait */
+        return 0;
+    }
+    /* Unless a submission made tasks wait meanwhile (it set deps_seen after its rows). */
+    x->deps_mode = DEPS_NONE;
+    atomic_store(&db->deps_seen, false);
+    if (atomic_load(&db->deps_marks) != marks) {
+        atomic_store(&db->deps_seen, true);
+        x->deps_mode = DEPS_ACTIVE;
+    }
+    return 0;
+}
+
+/* stats_deps's sweep: 0, or -1 when a statement failed (the caller drops the
+ * connection). Sets deps_mode to ACTIVE or IDLE by what it found. */
+static int stats_deps_sweep(struct stats_ctx *x)
 {
     dsp_db *db = x->db;
 
+    atomic_fetch_add_explicit(&db->deps_sweeps, 1, memory_order_relaxed);
     /* Cheap when nothing waits: one probe of delay_idx. */
     dsp_strbuf_reset(&x->sql);
     dsp_strbuf_printf(&x->sql, "SELECT COUNT(*) FROM (SELECT 1 FROM %s FORCE INDEX (delay_idx)"
                       " WHERE `delayed` = 2 LIMIT 1) w", db->names.task);
-    MYSQL_RES *res = x->sql.oom ? NULL : db_query_res(&x->c, x->sql.p, x->sql.len);
-    if (res == NULL) {
-        stats_drop(x);
-        return false;
-    }
+    MYSQL_RES *res = x->sql.oom ? NULL : dsp_dbi_query_retry(&x->c, x->sql.p, x->sql.len);
+    if (res == NULL)
+        return -1;
     MYSQL_ROW row = mysql_fetch_row(res);
     bool any = row && row[0] && strcmp(row[0], "0") != 0;
     mysql_free_result(res);
     atomic_store(&db->deps_seen, any);
+    x->deps_mode = any ? DEPS_ACTIVE : DEPS_IDLE;
     /* Also with none waiting: the sweep deletes the rows of tasks gone. */
     for (int w = 0; w < DSP_DEPS_SWEEP_WINDOWS; w++) {
         int rc = dsp_dbi_deps_sweep(db, &x->c, &x->sql, &x->deps_cur);
-        if (rc < 0) {
-            stats_drop(x);
-            return false;
-        }
+        if (rc < 0)
+            return -1;
         if (rc == 0 || stats_stopping(db) || !atomic_load(&db->leader))
             break;
     }
-    return true;
+    return 0;
 }
 
 void *dsp_dbi_stats_main(void *arg)
@@ -1187,6 +1241,9 @@ void *dsp_dbi_stats_main(void *arg)
             continue;
         }
         now = dsp_now_ms();
+        /* A submission made tasks wait: sweep now, not at the idle pace. */
+        if (x.deps_mode != DEPS_ACTIVE && atomic_load(&db->deps_marks) != x.deps_marks)
+            x.next_deps = now;
         if (now >= x.next_deps) {
             pthread_mutex_unlock(&db->mu);
             stats_deps(&x);
@@ -1201,6 +1258,13 @@ void *dsp_dbi_stats_main(void *arg)
         if (now >= at) {
             pthread_mutex_unlock(&db->mu);
             stats_round(&x, refresh, retain);
+            /* The figures saw waiting rows (a producer's by SQL, say): the sweeps start
+             * without a statement of their own. */
+            if (x.deps_waiting_seen && x.deps_mode != DEPS_ACTIVE) {
+                x.deps_mode = DEPS_ACTIVE;
+                x.next_deps = dsp_now_ms();
+            }
+            x.deps_waiting_seen = false;
             /* The table figures scan the waiting rows' index: with millions waiting a
              * round takes seconds. The next one then waits STATS_REST_FACTOR times as
              * long as this one took, so that the scans use at most a tenth of the

@@ -1067,11 +1067,20 @@ static void settle_waiting(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq
     if (n == 0)
         goto done;
     atomic_store(&x->db->deps_seen, true);
-    if (dsp_dbi_deps_settle(x->db, &x->c, &x->sql, ids, n) < 0 ||
-        dsp_dbi_exec_str(&x->c, "COMMIT") < 0) {
+    dsp_dbi_deps_rows_exist(x->db);
+    for (unsigned tries = 1;; tries++) {
+        x->c.err = 0;
+        if (dsp_dbi_deps_settle(x->db, &x->c, &x->sql, ids, n) == 0 && dsp_dbi_exec_str(&x->c, "COMMIT") == 0)
+            break;
+        /* A deadlock or Galera's certification undid the transaction: it runs again whole
+         * (its writes are guarded). A lock wait timeout came after a long wait: the sweep. */
+        if (x->c.m && x->c.err == ER_LOCK_DEADLOCK_ && tries < DSP_DBI_CONFLICT_TRIES &&
+            dsp_dbi_conflict_retry(&x->c, tries) == 0)
+            continue;
         log_warn(x->db->log, "submit: settling %zu waiting task(s) failed; the sweep does it", n);
         if (x->c.m && mysql_rollback(x->c.m) != 0)
             dsp_dbi_conn_close(&x->c);
+        break;
     }
 done:
     free(ids);

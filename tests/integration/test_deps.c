@@ -12,7 +12,7 @@
  *
  * Case fail_cascade: A fails for good (TP_FAIL_PERMANENT); C waits on A, D on C (SQL
  * form for D, SUBMIT for C): C ends FAILED "dependency A failed", D "dependency C
- * failed"; neither ran.
+ * failed"; neither ran. POST /retry of C makes it wait again, not run: FAILED again for A.
  *
  * Case fan_in_chain: N_FAN parents and a child waiting on all of them (the SQL form, one
  * transaction); a chain of N_CHAIN tasks each waiting on the one before (SQL). Every task
@@ -25,7 +25,23 @@
  * 1). By SQL: a task waiting on itself refused (CHECK dep_not_self); a cycle X <-> Y
  * (and Z behind X) ends FAILED "dependency cycle" (Z: "dependency ..."); a task waiting on
  * a missing task ends FAILED "dependency N does not exist"; a task waiting on one already
- * SUCCESSFUL (the race) is released by the sweep and runs. */
+ * SUCCESSFUL (the race) is released by the sweep and runs.
+ *
+ * Case idle_sweep: a table that has never had a dependency costs no sweep: leading for
+ * 3 s, db.deps_sweeps_total stays 0 (one look at the start, then one a minute); a SUBMIT
+ * with AFTER starts them at once (the child runs after its parent; sweeps > 0).
+ *
+ * Case conflict_retry: a second session holds the lock of one of two waiting tasks (C2)
+ * when their parent succeeds: the release (one UPDATE of both) meets the lock (1205: the
+ * write connection does not wait for locks) and is run again, counted in
+ * db.cert_retries_total, as the claims and the result writes are; once the session
+ * commits, both run, and no connection was dropped.
+ *
+ * Case deadlock_retry: the same, and once the write thread has left the release to the
+ * sweep, whose UPDATE locks C1 and waits for C2, the session (heavy with 2,000 inserted
+ * rows, so that InnoDB picks the sweep as the victim) asks for C1: a deadlock (the
+ * server's Innodb_deadlocks grows), 1213 for the sweep's statement, which is run again on
+ * the same connection: both run, no reconnect. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -339,6 +355,24 @@ static void test_fail_cascade(void **state)
     assert_string_equal(e2, want);
     assert_false(started(fx, c));
     assert_false(started(fx, d));
+    /* POST /retry of C while A is still FAILED: C waits again (it does not run) and the
+     * sweep fails it again for A. */
+    char path[64], *body = NULL;
+    uint64_t touched = tp_testdb_query_u64(&fx->db, "SELECT last_update_time FROM task WHERE task_id = %" PRIu64, c);
+    tp_sleep_ms(5); /* the times are in ms: the next writes' differ */
+    snprintf(path, sizeof path, "/retry?id=%" PRIu64, c);
+    assert_int_equal(tp_http_request(fx->d.admin, "POST", path, &body), 200);
+    free(body);
+    for (long long end = tp_mono_ms() + WAIT_MS;
+         state_of(fx, c) != 3 ||
+         tp_testdb_query_u64(&fx->db, "SELECT last_update_time FROM task WHERE task_id = %" PRIu64, c) <= touched;
+         tp_sleep_ms(20))
+        assert_true(tp_mono_ms() < end);
+    err_of(fx, c, e1, sizeof e1);
+    tp_diag("C retried while A is FAILED: '%s'", e1);
+    snprintf(want, sizeof want, "dependency %" PRIu64 " failed", a);
+    assert_string_equal(e1, want);
+    assert_false(started(fx, c));
     fx->passed = true;
 }
 
@@ -542,6 +576,116 @@ static void test_bad_input(void **state)
     fx->passed = true;
 }
 
+static void test_idle_sweep(void **state)
+{
+    struct fx *fx = *state;
+    start(fx, "deps_idle", 4);
+    long long st0 = tp_daemon_stat(&fx->d, "db.statements_total");
+    tp_sleep_ms(3000); /* a window for sweeps that must not happen (one a second before) */
+    long long sweeps = tp_daemon_stat(&fx->d, "db.deps_sweeps_total");
+    tp_diag("idle, no dependency: %lld sweep(s), %lld statement(s) in all in 3 s", sweeps,
+            tp_daemon_stat(&fx->d, "db.statements_total") - st0);
+    assert_int_equal(sweeps, 0);
+    uint64_t a = submit(fx, "p", NULL, 0, 0);
+    uint64_t c = submit(fx, "c", &a, 1, 0);
+    wait_state(fx, c, 2);
+    for (long long end = tp_mono_ms() + WAIT_MS; tp_daemon_stat(&fx->d, "db.deps_sweeps_total") < 1; tp_sleep_ms(20))
+        assert_true(tp_mono_ms() < end);
+    pthread_mutex_lock(&fx->mu);
+    assert_true(find_ev(fx, c)->seq_start > find_ev(fx, a)->seq_end);
+    pthread_mutex_unlock(&fx->mu);
+    fx->passed = true;
+}
+
+static void test_conflict_retry(void **state)
+{
+    struct fx *fx = *state;
+    fx->hold_open = true;
+    start(fx, "deps_conflict", 4);
+    long long reconnects = tp_daemon_stat(&fx->d, "db.reconnects_total");
+    assert_int_equal(tp_daemon_stat(&fx->d, "db.cert_retries_total"), 0);
+    uint64_t a = submit(fx, "p", NULL, 0, 0);
+    uint64_t c1 = submit(fx, "c", &a, 1, 0), c2 = submit(fx, "c", &a, 1, 0);
+    wait_started(fx, a);
+
+    MYSQL *locker = tp_testdb_connect(&fx->db);
+    assert_non_null(locker);
+    assert_true(tp_testdb_exec_conn(locker, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED") >= 0);
+    assert_true(tp_testdb_exec_conn(locker, "START TRANSACTION") >= 0);
+    assert_true(tp_testdb_exec_conn(locker, "SELECT task_id FROM task WHERE task_id = %" PRIu64 " FOR UPDATE", c2) >= 0);
+    let_go(fx, a);
+    wait_state(fx, a, 2);
+    /* The release meets the lock and is run again (a conflict), while the lock is held. */
+    long long retries = 0;
+    for (long long end = tp_mono_ms() + WAIT_MS; (retries = tp_daemon_stat(&fx->d, "db.cert_retries_total")) < 1;
+         tp_sleep_ms(20))
+        assert_true(tp_mono_ms() < end);
+    assert_int_equal(state_of(fx, c2), 0);
+    assert_true(tp_testdb_exec_conn(locker, "COMMIT") >= 0);
+    mysql_close(locker);
+    wait_state(fx, c1, 2);
+    wait_state(fx, c2, 2);
+    tp_diag("the release met a locked row: db.cert_retries_total %lld (%lld at the end), reconnects %lld -> %lld",
+            retries, tp_daemon_stat(&fx->d, "db.cert_retries_total"), reconnects,
+            tp_daemon_stat(&fx->d, "db.reconnects_total"));
+    assert_int_equal(tp_daemon_stat(&fx->d, "db.reconnects_total"), reconnects);
+    fx->passed = true;
+}
+
+static void test_deadlock_retry(void **state)
+{
+    struct fx *fx = *state;
+    fx->hold_open = true;
+    start(fx, "deps_deadlock", 4);
+    long long reconnects = tp_daemon_stat(&fx->d, "db.reconnects_total");
+    uint64_t a = submit(fx, "p", NULL, 0, 0);
+    uint64_t c1 = submit(fx, "c", &a, 1, 0), c2 = submit(fx, "c", &a, 1, 0);
+    wait_started(fx, a);
+    uint64_t deadlocks = tp_testdb_query_u64(&fx->db, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS"
+                                                      " WHERE VARIABLE_NAME = 'INNODB_DEADLOCKS'");
+
+    assert_true(tp_testdb_exec(&fx->db, "CREATE TABLE heavy (id INT PRIMARY KEY, pad CHAR(100)) ENGINE = InnoDB") >= 0);
+    MYSQL *locker = tp_testdb_connect(&fx->db);
+    assert_non_null(locker);
+    assert_true(tp_testdb_exec_conn(locker, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED") >= 0);
+    assert_true(tp_testdb_exec_conn(locker, "SET SESSION innodb_lock_wait_timeout = 30") >= 0);
+    assert_true(tp_testdb_exec_conn(locker, "START TRANSACTION") >= 0);
+    assert_int_equal(tp_testdb_exec_conn(locker, "INSERT INTO heavy (id, pad) SELECT seq, 'x' FROM seq_1_to_2000"), 2000);
+    assert_true(tp_testdb_exec_conn(locker, "SELECT task_id FROM task WHERE task_id = %" PRIu64 " FOR UPDATE", c2) >= 0);
+    let_go(fx, a);
+    wait_state(fx, a, 2);
+    /* The write thread's release met C2 locked at each of its 8 tries (7 retries) and left
+     * it to the sweep, whose release holds C1 and waits for C2. */
+    for (long long end = tp_mono_ms() + WAIT_MS; tp_daemon_stat(&fx->d, "db.cert_retries_total") < 7; tp_sleep_ms(10))
+        assert_true(tp_mono_ms() < end);
+    bool locked = false;
+    for (long long end = tp_mono_ms() + WAIT_MS; !locked && tp_mono_ms() < end; tp_sleep_ms(10))
+        locked = tp_testdb_query_u64(&fx->db, "SELECT COUNT(*) FROM (SELECT task_id FROM task WHERE task_id = %" PRIu64
+                                              " FOR UPDATE SKIP LOCKED) t",
+                                     c1) == 0;
+    assert_true(locked);
+    char sql[96];
+    snprintf(sql, sizeof sql, "SELECT task_id FROM task WHERE task_id = %" PRIu64 " FOR UPDATE", c1);
+    int q = mysql_query(locker, sql);
+    unsigned err = q ? mysql_errno(locker) : 0;
+    if (q == 0)
+        mysql_free_result(mysql_store_result(locker));
+    tp_diag("the session's lock of C1: %s (error %u)", q ? mysql_error(locker) : "granted", err);
+    assert_int_equal(q, 0); /* the sweep's statement was the victim */
+    assert_true(tp_testdb_exec_conn(locker, "COMMIT") >= 0);
+    mysql_close(locker);
+    wait_state(fx, c1, 2);
+    wait_state(fx, c2, 2);
+    uint64_t now_deadlocks = tp_testdb_query_u64(&fx->db, "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS"
+                                                          " WHERE VARIABLE_NAME = 'INNODB_DEADLOCKS'");
+    tp_diag("deadlocks %" PRIu64 " -> %" PRIu64 ", db.cert_retries_total %lld, reconnects %lld -> %lld", deadlocks,
+            now_deadlocks, tp_daemon_stat(&fx->d, "db.cert_retries_total"), reconnects,
+            tp_daemon_stat(&fx->d, "db.reconnects_total"));
+    assert_true(now_deadlocks > deadlocks);
+    assert_int_equal(tp_daemon_stat(&fx->d, "db.reconnects_total"), reconnects);
+    fx->passed = true;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -549,6 +693,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fail_cascade, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fan_in_chain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_sweep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_conflict_retry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deadlock_retry, setup, teardown),
     };
     return cmocka_run_group_tests_name("deps", tests, NULL, NULL);
 }

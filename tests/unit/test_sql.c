@@ -669,7 +669,8 @@ static void retention_and_requeue(void **state)
     assert_int_equal(b.len, 0);
 
 #define REQUEUE_HEAD                                                                               \
-    "UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0, `delayed` = 0,"        \
+    "UPDATE task FORCE INDEX (claim_idx) SET task_state = 0, attempts = 0, `delayed` ="          \
+    " IF(EXISTS (SELECT 1 FROM task_dep d WHERE d.task_id = task.task_id), 2, 0),"                 \
     " run_after = 0, last_update_time = 6 WHERE claim_lane = 3"
     dsp_db_sql_requeue_failed(&b, NULL, NULL, 6, 100, NULL);
     assert_string_equal(b.p, REQUEUE_HEAD " LIMIT 100");
@@ -695,7 +696,8 @@ static void task_requests(void **state)
     assert_string_equal(b.p, "SELECT task_state FROM task WHERE task_id = 7");
     dsp_strbuf_reset(&b);
     dsp_db_sql_task_retry(&b, NULL, 7, 1000, NULL);
-    assert_string_equal(b.p, "UPDATE task SET task_state = 0, attempts = 0, err_msg = NULL, `delayed` = 0,"
+    assert_string_equal(b.p, "UPDATE task SET task_state = 0, attempts = 0, err_msg = NULL, `delayed` ="
+                             " IF(EXISTS (SELECT 1 FROM task_dep d WHERE d.task_id = task.task_id), 2, 0),"
                              " run_after = 1000, last_update_time = 1000 WHERE task_id = 7 AND task_state = 3");
     dsp_strbuf_reset(&b);
     dsp_db_sql_task_cancel(&b, NULL, 7, 1000, NULL);
@@ -761,7 +763,8 @@ static void task_requests(void **state)
     dsp_strbuf_reset(&b);
     dsp_db_sql_retry_failed_since(&b, NULL, "a", 1, 1000, 2000, 50, NULL);
     assert_string_equal(b.p, "UPDATE task FORCE INDEX (failed_idx) SET task_state = 0, attempts = 0,"
-                             " err_msg = NULL, `delayed` = 0, run_after = 2000, last_update_time = 2000"
+                             " err_msg = NULL, `delayed` = IF(EXISTS (SELECT 1 FROM task_dep d WHERE"
+                             " d.task_id = task.task_id), 2, 0), run_after = 2000, last_update_time = 2000"
                              " WHERE task_type = _utf8mb4 X'61' AND failed_at >= 1000"
                              " ORDER BY failed_at DESC, task_id DESC LIMIT 50");
     dsp_strbuf_free(&b);
