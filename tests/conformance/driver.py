@@ -35,7 +35,7 @@ import tplib  # noqa: E402
 WAIT_S = 60.0  # the bound of every wait (ASan runs under a timeout multiplier)
 DAEMON_FLAGS = ["--heartbeat-ms", "200", "--retry-backoff-ms", "50", "--retry-backoff-max-ms", "200",
                 "--poll-ms", "20", "--shutdown-grace-ms", "3000", "--orphan-grace-ms", "200",
-                "--adopt-grace-ms", "1000"]
+                "--adopt-grace-ms", "5000"]  # a slow worker still declares its tasks in time (9)
 
 
 def wait_for(cond: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
@@ -419,10 +419,12 @@ def s11_standby(r: Run) -> None:
     standby = r.daemon(lead=False)
     assert standby.json("/stats")["leader"] is False
     r.insert("sb", [f"ok s{i}" for i in range(20)])
-    # Any backoff would be 15 s or more: only an at-once move drains within 14 s.
+    # Any backoff would be 30 s or more (each client draws between half the ceiling and the
+    # ceiling): only a move at once drains within 25 s of the worker's start.
     w = r.worker("sb", 2, addr=f"{standby.listen},{r.d.listen}",
-                 extra=["--reconnect-min-ms", "30000", "--reconnect-max-ms", "30000"])
-    r.wait_rows("task_type = 'sb' AND task_state = 2", 20, "SUCCESSFUL", timeout_s=14)
+                 extra=["--reconnect-min-ms", "60000", "--reconnect-max-ms", "60000"])
+    w.wait_line(lambda ls: "ready" in ls, "the worker to start")
+    r.wait_rows("task_type = 'sb' AND task_state = 2", 20, "SUCCESSFUL", timeout_s=25)
     assert standby.json("/stats")["workers"] == 0
     r.finish(w)
     assert w.last_value("connections") == 1, w.snapshot()
