@@ -238,13 +238,15 @@ class Run:
 
     def diagnostics(self) -> str:
         out = []
-        for w in self.workers[-3:]:
-            out.append(f"---- worker {' '.join(w.proc.args[-8:]) if isinstance(w.proc.args, list) else ''}")
+        for w in self.workers:
+            args = w.proc.args if isinstance(w.proc.args, list) else []
+            out.append(f"---- worker {' '.join(str(a) for a in args[len(self.cmd):])}")
             out.append("events: " + " | ".join(w.snapshot()[-30:]))
-            out.append(w.stderr_tail())
+            out.extend(w.stderr_tail().splitlines()[-25:])
         for d in self.daemons:
-            out.append(f"---- {d.log_path}")
-            out.extend(d.log_text().splitlines()[-30:])
+            lines = d.log_text().splitlines()
+            out.append(f"---- {d.log_path}: its warnings and errors, then its last lines")
+            out.extend([x for x in lines if " info " not in x][-20:] + lines[-25:])
         return "\n".join(out)
 
     def end_scenario(self) -> None:
