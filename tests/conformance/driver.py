@@ -21,6 +21,7 @@ import os
 import pathlib
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -501,6 +502,75 @@ def s14_graceful_drain(r: Run) -> None:
     assert r.count("task_type = 'gd' AND task_state <> 2 AND attempts <> 0") == 0, "nothing more was taken"
 
 
+class SlowProxy:
+    """A TCP relay between one worker and the dispatcher that passes the dispatcher's bytes
+    on at rate bytes a second, in small pieces: a big frame then takes seconds to arrive
+    while bytes keep coming (the worker's bytes go through at once)."""
+
+    def __init__(self, target: str, rate: int) -> None:
+        host, port = target.rsplit(":", 1)
+        self.target, self.rate = (host, int(port)), rate
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(8)
+        self.address = f"127.0.0.1:{self.srv.getsockname()[1]}"
+        self.socks: List[socket.socket] = [self.srv]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self.srv.accept()
+                u = socket.create_connection(self.target)
+            except OSError:
+                return
+            self.socks += [c, u]
+            threading.Thread(target=self._pipe, args=(c, u, 0), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(u, c, self.rate), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, rate: int) -> None:
+        piece = 4096
+        try:
+            while True:
+                data = src.recv(piece if rate else 65536)
+                if not data:
+                    break
+                dst.sendall(data)
+                if rate:
+                    time.sleep(len(data) / rate)
+        except OSError:
+            pass
+        for x in (src, dst):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        for x in self.socks:
+            x.close()
+
+
+def s15_slow_big_frame(r: Run) -> None:
+    size, rate = 1024 * 1024, 400 * 1024
+    proxy = SlowProxy(r.d.listen, rate)
+    try:
+        r.insert("slow", ["ok small", "big 10 " + "p" * size])
+        w = r.worker("slow", 1, addr=proxy.address)
+        # 1 MB at 400 KB/s: 2.5 s with no whole frame, 4 heartbeat intervals of silence
+        # at most 3 allow, but bytes all along: the dispatcher is not silent.
+        wait_for(lambda: r.count("task_type = 'slow' AND task_state = 2") == 2 or "connections 2" in w.snapshot(),
+                 "both tasks SUCCESSFUL through the slow relay, or a second connection")
+        assert "connections 2" not in w.snapshot(), \
+            f"the worker left the dispatcher while its bytes were arriving: {w.snapshot()}"
+        r.finish(w)
+        assert r.rows("SELECT task_state, attempts FROM task WHERE task_type = 'slow'") == [["2", "1"]] * 2, \
+            "each SUCCESSFUL, delivered once"
+        assert w.snapshot()[-1].startswith("exit connections=1 "), w.snapshot()[-1]
+    finally:
+        proxy.close()
+
+
 SCENARIOS: List[Tuple[int, str, Callable[[Run], None]]] = [
     (2, "exactly-once drain", s02_drain_exactly_once),
     (3, "every outcome", s03_every_outcome),
@@ -515,6 +585,7 @@ SCENARIOS: List[Tuple[int, str, Callable[[Run], None]]] = [
     (12, "TLS with a client certificate and a token", s12_tls),
     (13, "SUBMIT commit-before-ack", s13_submit),
     (14, "graceful drain", s14_graceful_drain),
+    (15, "a big frame arriving slower than 3 heartbeats", s15_slow_big_frame),
 ]
 
 
