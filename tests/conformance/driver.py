@@ -34,7 +34,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
 import tplib  # noqa: E402
 
 WAIT_S = 60.0  # the bound of every wait (ASan runs under a timeout multiplier)
-DAEMON_FLAGS = ["--heartbeat-ms", "200", "--retry-backoff-ms", "50", "--retry-backoff-max-ms", "200",
+# 500 ms heartbeats: a peer is lost after 1.5 s of silence, room for a JVM or an ASan build
+# starved on 2 shared cores (at 200 ms a Java worker under load declared a live dispatcher
+# silent).
+HEARTBEAT_MS = 500
+DAEMON_FLAGS = ["--heartbeat-ms", str(HEARTBEAT_MS), "--retry-backoff-ms", "50", "--retry-backoff-max-ms", "200",
                 "--poll-ms", "20", "--shutdown-grace-ms", "3000", "--orphan-grace-ms", "200",
                 "--adopt-grace-ms", "5000"]  # a slow worker still declares its tasks in time (9)
 
@@ -365,7 +369,7 @@ def s07_heartbeats(r: Run) -> None:
     w = r.worker("hb", 1)
     w.wait_line(lambda ls: "connections 1" in ls, "the worker to connect")
     r.wait_workers(r.d, 1)
-    time.sleep(2.0)  # the scenario itself: 10 intervals of 200 ms idle (a silent peer is lost after 3)
+    time.sleep(10 * HEARTBEAT_MS / 1000)  # the scenario itself: 10 intervals idle (a silent peer is lost after 3)
     r.insert("hb", ["ok alive"])
     r.wait_rows("task_type = 'hb' AND task_state = 2", 1, "SUCCESSFUL")
     r.finish(w)
@@ -552,13 +556,13 @@ class SlowProxy:
 
 
 def s15_slow_big_frame(r: Run) -> None:
-    size, rate = 1024 * 1024, 400 * 1024
+    size, rate = 1024 * 1024, 256 * 1024
     proxy = SlowProxy(r.d.listen, rate)
     try:
         r.insert("slow", ["ok small", "big 10 " + "p" * size])
         w = r.worker("slow", 1, addr=proxy.address)
-        # 1 MB at 400 KB/s: 2.5 s with no whole frame, 4 heartbeat intervals of silence
-        # at most 3 allow, but bytes all along: the dispatcher is not silent.
+        # 1 MB at 256 KB/s: 4 s with no whole frame, 8 heartbeat intervals where a silent
+        # peer is lost after 3, but bytes all along: the dispatcher is not silent.
         wait_for(lambda: r.count("task_type = 'slow' AND task_state = 2") == 2 or "connections 2" in w.snapshot(),
                  "both tasks SUCCESSFUL through the slow relay, or a second connection")
         assert "connections 2" not in w.snapshot(), \
