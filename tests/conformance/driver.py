@@ -40,7 +40,9 @@ WAIT_S = 60.0  # the bound of every wait (ASan runs under a timeout multiplier)
 HEARTBEAT_MS = 500
 DAEMON_FLAGS = ["--heartbeat-ms", str(HEARTBEAT_MS), "--retry-backoff-ms", "50", "--retry-backoff-max-ms", "200",
                 "--poll-ms", "20", "--shutdown-grace-ms", "3000", "--orphan-grace-ms", "200",
-                "--adopt-grace-ms", "5000"]  # a slow worker still declares its tasks in time (9)
+                "--adopt-grace-ms", "5000",  # a slow worker still declares its tasks in time (9)
+                # a leadership lease of 3 s, not 1: a starved dispatcher renewed it too late
+                "--lease-ms", "3000"]
 
 
 def wait_for(cond: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
