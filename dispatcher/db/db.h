@@ -428,6 +428,9 @@ typedef struct dsp_db_options {
       "submitted tasks answered as duplicates (dedup_key present)")                           \
     X(submit_batches, "submit_batches_total", "db_submit_batches_total", 1,                   \
       "submission transactions committed")                                                    \
+    X(submit_autocommit_batches, "submit_autocommit_batches_total",                          \
+      "db_submit_autocommit_batches_total", 1,                                                \
+      "submission batches inserted by one autocommit INSERT (no key, dependency or wait)")    \
     X(submit_requests, "submit_requests_total", "db_submit_requests_total", 1,                \
       "SUBMIT frames handed to the submit thread (batches / requests: its group commit)")     \
     X(claim_skipped, "claim_skipped_locked_total", "db_claim_skipped_locked_total", 1,        \

@@ -115,6 +115,7 @@ struct sub_ctx {
     uint64_t *plain;      /* ids returned without a key */
     size_t nplain, plain_cap;
     char insert_head[160 + DSP_TABLE_IDENT_CAP]; /* INSERT_HEAD_FMT with the table's name */
+    bool autocommit;      /* the session's autocommit, as last set (off at connect) */
     uint64_t pending_tag; /* insert_mysql: the random part of this run's provisional keys */
 };
 
@@ -641,6 +642,52 @@ static int match_results(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
     return next_plain == x->nplain ? 0 : -1;
 }
 
+/* MariaDB, a batch that batch_fits_autocommit: one INSERT ... RETURNING task_id on the
+ * session in autocommit, so the statement is the transaction (one statement a batch,
+ * not INSERT and COMMIT). Plain INSERT, not IGNORE: with no dedup_key nothing is to be
+ * skipped, and any error fails the whole statement, nothing inserted. The ids come from
+ * RETURNING as in the transaction (ascending, in the order of the VALUES), never from
+ * LAST_INSERT_ID() arithmetic: innodb_autoinc_lock_mode 2 or an auto_increment_increment
+ * above 1 (Galera) would break that. Returns 0 (committed, every item answered), -1
+ * (nothing committed) or -2 (committed, but the rows returned do not match the items:
+ * cannot happen with a plain INSERT; logged). */
+static int insert_autocommit(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq, int64_t now)
+{
+    size_t rows = 0;
+
+    krows_clear(x->keyed, &x->nkeyed);
+    krows_clear(x->found, &x->nfound);
+    x->nplain = 0;
+    dsp_strbuf_reset(&x->sql);
+    for (size_t r = 0; r < nreq; r++) {
+        for (size_t i = 0; reqs[r] && i < reqs[r]->nitems; i++) {
+            const dsp_submit_item *it = &reqs[r]->items[i];
+            /* x->insert_head without " IGNORE" (INSERT_HEAD_FMT starts "INSERT IGNORE "). */
+            if (rows == 0) {
+                dsp_strbuf_puts(&x->sql, "INSERT");
+                dsp_strbuf_puts(&x->sql, x->insert_head + strlen("INSERT IGNORE"));
+            } else {
+                dsp_strbuf_puts(&x->sql, ",");
+            }
+            put_row(&x->sql, it, now);
+            if (it->group_key_len)
+                atomic_fetch_add_explicit(&x->db->keyed_submits, 1, memory_order_relaxed);
+            rows++;
+        }
+    }
+    dsp_strbuf_puts(&x->sql, INSERT_TAIL);
+    if (x->sql.oom || run_insert(x) < 0)
+        return -1;
+    if (x->nplain > 1)
+        qsort(x->plain, x->nplain, sizeof *x->plain, u64_cmp);
+    if (x->nkeyed != 0 || x->nplain != rows || match_results(x, reqs, nreq) < 0) {
+        log_error(x->db->log, "submit: an autocommit INSERT of %zu rows returned %zu ids; the rows are"
+                  " committed but cannot be matched to their tasks", rows, x->nplain + x->nkeyed);
+        return -2;
+    }
+    return 0;
+}
+
 /* MariaDB: INSERT IGNORE ... RETURNING, then the duplicates' ids. Returns 0 or -1. */
 static int insert_mariadb(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq, int64_t now)
 {
@@ -929,7 +976,52 @@ static int ensure_conn(struct sub_ctx *x)
         x->next_connect = dsp_now_ms() + dsp_dbi_backoff_next(&x->c);
         return -1;
     }
+    x->autocommit = false;
     return 0;
+}
+
+/* Sets the session's autocommit when it is not already so (a statement, "SET
+ * autocommit=N", only when a batch of the other path comes). Returns 0 or -1. */
+static int set_autocommit(struct sub_ctx *x, bool on)
+{
+    if (x->autocommit == on)
+        return 0;
+    atomic_fetch_add_explicit(&x->db->statements, 1, memory_order_relaxed);
+    if (mysql_autocommit(x->c.m, on) != 0) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(x->db->log, "submit connection: %s (error %u)", mysql_error(x->c.m), x->c.err);
+        return -1;
+    }
+    x->autocommit = on;
+    return 0;
+}
+
+/* Whether the live requests of the batch may go in as ONE autocommit INSERT ... RETURNING
+ * (MariaDB): no dedup_key (a duplicate's id is read in the same transaction, under the
+ * lock INSERT IGNORE took on it), no dependency (checked and inserted with the rows), no
+ * OUTCOME wait (its waiter is registered before the rows can be seen), no payload set by
+ * an UPDATE of its own, and every row in one statement (two autocommit statements
+ * would make a batch half committed). MySQL's dialect has no RETURNING: always the
+ * transaction. */
+static bool batch_fits_autocommit(const struct sub_ctx *x, dsp_submit_req *const *reqs, size_t nreq)
+{
+    size_t len = INSERT_FIXED;
+
+    if (x->c.mysql)
+        return false;
+    for (size_t r = 0; r < nreq; r++) {
+        if (reqs[r] == NULL)
+            continue;
+        if (reqs[r]->wait)
+            return false;
+        for (size_t i = 0; i < reqs[r]->nitems; i++) {
+            const dsp_submit_item *it = &reqs[r]->items[i];
+            if (it->key_len > 0 || it->nafter > 0 || payload_is_large(it))
+                return false;
+            len += row_cost(it);
+        }
+    }
+    return len <= x->c.stmt_limit;
 }
 
 static uint64_t after_id(const dsp_submit_item *it, size_t k)
@@ -1127,6 +1219,23 @@ static void run_batch(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
     }
     if (live == 0)
         goto answers;
+    if (batch_fits_autocommit(x, reqs, nreq)) {
+        int rc = set_autocommit(x, true) < 0 ? -1 : insert_autocommit(x, reqs, nreq, now);
+        if (rc == -1)
+            goto failed;
+        if (rc == -2) {
+            for (size_t r = 0; r < nreq; r++)
+                if (reqs[r])
+                    answer(reqs[r], PROTO_SUBMIT_UNAVAILABLE,
+                           "the database's answer to the insert did not match the tasks sent;"
+                           " the tasks may have been committed");
+            goto answers;
+        }
+        atomic_fetch_add_explicit(&db->submit_autocommit_batches, 1, memory_order_relaxed);
+        goto committed;
+    }
+    if (set_autocommit(x, false) < 0)
+        goto failed;
     if ((x->c.mysql ? insert_mysql(x, reqs, nreq, now) : insert_mariadb(x, reqs, nreq, now)) < 0)
         goto failed;
     if (set_large_payloads(x, reqs, nreq) < 0 || insert_deps(x, reqs, nreq) < 0)
@@ -1139,6 +1248,7 @@ static void run_batch(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
         drop_waiters(x, reqs, nreq);
         goto failed;
     }
+committed:
     for (size_t r = 0; r < nreq; r++) {
         for (size_t i = 0; reqs[r] && i < reqs[r]->nitems; i++) {
             const dsp_submit_item *it = &reqs[r]->items[i];
