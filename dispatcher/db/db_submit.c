@@ -89,6 +89,8 @@ struct dsp_submitter {
     bool thread_ok;
     bool stop;
     dsp_submit_req *head, **tail; /* the queue */
+    size_t nqueued;               /* requests in it */
+    size_t gather_want;           /* the thread waits for this many queued; 0: not gathering */
 
     struct waiter **buckets;      /* by task_id; nbuckets is a power of two */
     size_t nbuckets, nwaiters;
@@ -349,7 +351,9 @@ int dsp_db_submit(dsp_db *db, dsp_submit_req *req)
         req->next = NULL;
         *s->tail = req;
         s->tail = &req->next;
-        pthread_cond_signal(&s->cv);
+        /* A gathering thread wakes once, when its count is reached (or at its deadline). */
+        if (++s->nqueued == 1 || s->gather_want == 0 || s->nqueued >= s->gather_want)
+            pthread_cond_signal(&s->cv);
         rc = 0;
     }
     pthread_mutex_unlock(&s->mu);
@@ -1290,6 +1294,39 @@ answers:
     return;
 }
 
+/* The gather: after a batch, the submit thread waits for the producers it just served
+ * to come back before the next INSERT, when fewer are queued than the connections of the
+ * last two batches (one-task producers that wait for each answer otherwise settle into
+ * two cohorts, each batch half of them: twice the statements), but never longer than the
+ * last batch's statement took (what the early half would have waited behind the other
+ * half's statement anyway), nor GATHER_MAX_US. A lone producer (its connection the only
+ * one) is never held: its next request reaches the count at once. */
+#define GATHER_MAX_US 2000
+
+static int u64_cmp_conn(const void *pa, const void *pb)
+{
+    uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+    return (a > b) - (a < b);
+}
+
+/* Distinct values of ids[0..n) (sorts them). */
+static size_t distinct_u64(uint64_t *ids, size_t n)
+{
+    size_t d = 0;
+    qsort(ids, n, sizeof *ids, u64_cmp_conn);
+    for (size_t i = 0; i < n; i++)
+        d += i == 0 || ids[i] != ids[i - 1];
+    return d;
+}
+
+static void cond_wait_until_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)(until_us / 1000000);
+    ts.tv_nsec = (long)(until_us % 1000000) * 1000L;
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 static void *submit_main(void *arg)
 {
     dsp_db *db = arg;
@@ -1297,6 +1334,10 @@ static void *submit_main(void *arg)
     struct sub_ctx x;
     dsp_submit_req *batch[SUBMIT_BATCH_ROWS];
     dsp_submit_req *all[SUBMIT_BATCH_ROWS];
+    /* The gather's memory: the connections of the last two batches, and the last's time. */
+    uint64_t conns[2 * SUBMIT_BATCH_ROWS];
+    size_t nprev = 0, want = 0;
+    int64_t last_us = 0;
 
     memset(&x, 0, sizeof x);
     x.db = db;
@@ -1314,17 +1355,36 @@ static void *submit_main(void *arg)
             pthread_cond_wait(&s->cv, &s->mu);
         if (s->stop)
             break;
+        if (s->nqueued < want && last_us > 0) {
+            int64_t until = dsp_now_us() + (last_us < GATHER_MAX_US ? last_us : GATHER_MAX_US);
+            s->gather_want = want;
+            while (!s->stop && s->nqueued < want && dsp_now_us() < until)
+                cond_wait_until_us(&s->cv, &s->mu, until);
+            s->gather_want = 0;
+            if (s->stop)
+                break;
+        }
         while (s->head && n < SUBMIT_BATCH_ROWS && (n == 0 || rows + s->head->nitems <= SUBMIT_BATCH_ROWS)) {
             dsp_submit_req *r = s->head;
             s->head = r->next;
             if (s->head == NULL)
                 s->tail = &s->head;
+            s->nqueued--;
             rows += r->nitems;
             batch[n] = all[n] = r;
             n++;
         }
         pthread_mutex_unlock(&s->mu);
+        /* This batch's connections after the last's: the union is the next count. */
+        for (size_t i = 0; i < n; i++)
+            conns[nprev + i] = all[i]->conn_id;
+        int64_t t0 = dsp_now_us();
         run_batch(&x, batch, n);
+        last_us = dsp_now_us() - t0;
+        want = distinct_u64(conns, nprev + n);
+        for (size_t i = 0; i < n; i++)
+            conns[i] = all[i]->conn_id;
+        nprev = n;
         for (size_t i = 0; i < n; i++)
             post_answer(db, all[i]);
         pthread_mutex_lock(&s->mu);
@@ -1332,6 +1392,7 @@ static void *submit_main(void *arg)
     while (s->head) {
         dsp_submit_req *r = s->head;
         s->head = r->next;
+        s->nqueued--;
         answer(r, PROTO_SUBMIT_UNAVAILABLE, "the dispatcher is shutting down");
         post_answer(db, r);
     }
@@ -1360,7 +1421,15 @@ int dsp_dbi_submit_start(dsp_db *db)
         free(s);
         return -1;
     }
-    if (pthread_cond_init(&s->cv, NULL) != 0) {
+    /* The gather's deadline is on the monotonic clock (dsp_now_us). */
+    pthread_condattr_t ca;
+    int cv_rc = pthread_condattr_init(&ca);
+    if (cv_rc == 0) {
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        cv_rc = pthread_cond_init(&s->cv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    if (cv_rc != 0) {
         pthread_mutex_destroy(&s->mu);
         free(s);
         return -1;
