@@ -326,7 +326,8 @@ static int acked_match(const bench_tally *acked, const bench_tally *submitted, u
 /* taskpushd's /stats counters a window reports the delta of (what its statements went to). */
 static const char *const TPD_KEYS[] = {"db.statements_total",    "db.submit_requests_total",
                                        "db.submit_batches_total", "db.claims_total",
-                                       "db.claimed_rows_total",   "db.write_batches_total"};
+                                       "db.claimed_rows_total",   "db.write_batches_total",
+                                       "db.submit_us_total",      "db.submit_gather_us_total"};
 #define NTPD (sizeof TPD_KEYS / sizeof TPD_KEYS[0])
 
 static void tpd_read(json_t *s, long long *out)

@@ -1356,11 +1356,13 @@ static void *submit_main(void *arg)
         if (s->stop)
             break;
         if (s->nqueued < want && last_us > 0) {
-            int64_t until = dsp_now_us() + (last_us < GATHER_MAX_US ? last_us : GATHER_MAX_US);
+            int64_t g0 = dsp_now_us(), until = g0 + (last_us < GATHER_MAX_US ? last_us : GATHER_MAX_US);
             s->gather_want = want;
             while (!s->stop && s->nqueued < want && dsp_now_us() < until)
                 cond_wait_until_us(&s->cv, &s->mu, until);
             s->gather_want = 0;
+            atomic_fetch_add_explicit(&db->submit_gather_us_total, (uint64_t)(dsp_now_us() - g0),
+                                      memory_order_relaxed);
             if (s->stop)
                 break;
         }
@@ -1381,6 +1383,7 @@ static void *submit_main(void *arg)
         int64_t t0 = dsp_now_us();
         run_batch(&x, batch, n);
         last_us = dsp_now_us() - t0;
+        atomic_fetch_add_explicit(&db->submit_us_total, (uint64_t)last_us, memory_order_relaxed);
         want = distinct_u64(conns, nprev + n);
         for (size_t i = 0; i < n; i++)
             conns[i] = all[i]->conn_id;
