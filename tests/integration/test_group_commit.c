@@ -440,6 +440,9 @@ static void autocommit_ids(void **state)
     assert_int_equal(auto_round(fx, 4, "again", -1, -1), 2);
     assert_int_equal(tp_testdb_query_u64_conn(fx->other, "SELECT COUNT(*) FROM task"), 4 * (1 + AUTO_CONNS));
     assert_int_equal(stat_of(fx, "db.submitted_rows_total"), 4 * (1 + AUTO_CONNS));
+    /* The batches' time is counted (what an acknowledgement waited for). */
+    assert_true(stat_of(fx, "db.submit_us_total") > 0);
+    assert_true(stat_of(fx, "db.submit_gather_us_total") >= 0);
     fx->passed = true;
 }
 
