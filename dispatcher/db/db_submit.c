@@ -1006,12 +1006,14 @@ static int set_autocommit(struct sub_ctx *x, bool on)
  * OUTCOME wait (its waiter is registered before the rows can be seen), no payload set by
  * an UPDATE of its own, and every row in one statement (two autocommit statements
  * would make a batch half committed). MySQL's dialect has no RETURNING: always the
- * transaction. */
+ * transaction. So on a Galera node: an autocommit statement that fails certification
+ * may be run again by the server (wsrep_retry_autocommit) after its RETURNING rows went
+ * out, which nobody checked here; a transaction's failed COMMIT is a plain rollback. */
 static bool batch_fits_autocommit(const struct sub_ctx *x, dsp_submit_req *const *reqs, size_t nreq)
 {
     size_t len = INSERT_FIXED;
 
-    if (x->c.mysql)
+    if (x->c.mysql || x->c.galera)
         return false;
     for (size_t r = 0; r < nreq; r++) {
         if (reqs[r] == NULL)
