@@ -31,6 +31,10 @@
  *                       same with one task carrying a dedup_key, and with one submission
  *                       waiting for its OUTCOME: each batch goes as a transaction (the
  *                       autocommit counter stays), and is still answered per row.
+ *   lone_producer       one connection submitting one task at a time, 40 times: each its
+ *                       own batch, and the gather never held one (db.submit_gather_us_total
+ *                       stays 0: the count it waits for is the connections of the last
+ *                       two batches, here one, which the next submission reaches).
  *
  * Waits are bounded polling; nothing asserts on how long anything took. */
 #include <errno.h>
@@ -446,12 +450,34 @@ static void autocommit_ids(void **state)
     fx->passed = true;
 }
 
+/* ---- lone_producer ---- */
+
+static void lone_producer(void **state)
+{
+    struct fx *fx = *state;
+    start(fx, "gc_lone");
+    static uint8_t buf[4096];
+    fx->fds[0] = producer(fx);
+    long long batches0 = stat_of(fx, "db.submit_batches_total");
+    for (uint32_t i = 1; i <= 40; i++) {
+        proto_submit_task t = task_keyed(NULL);
+        proto_msg m;
+        submit(fx->fds[0], i, &t, 1);
+        read_answer(fx->fds[0], i, 1, buf, sizeof buf, &m);
+    }
+    assert_int_equal(stat_of(fx, "db.submit_batches_total"), batches0 + 40);
+    assert_int_equal(stat_of(fx, "db.submit_gather_us_total"), 0);
+    assert_int_equal(tp_testdb_query_u64_conn(fx->other, "SELECT COUNT(*) FROM task"), 40);
+    fx->passed = true;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(per_row_duplicates, setup, teardown),
         cmocka_unit_test_setup_teardown(ack_after_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(autocommit_ids, setup, teardown),
+        cmocka_unit_test_setup_teardown(lone_producer, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
