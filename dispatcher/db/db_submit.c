@@ -5,9 +5,11 @@
  *
  * The thread has a connection of its own (autocommit off, READ COMMITTED), never the
  * claim connection: a submission never waits behind a claim, nor a claim behind an
- * insert. It takes every queued submission (up to SUBMIT_BATCH_ROWS rows) and inserts
- * them in one transaction, with as few multi-row statements as max_allowed_packet
- * allows:
+ * insert. It takes every queued submission (up to SUBMIT_BATCH_ROWS rows; first, the
+ * gather at submit_main may wait a little for more) and inserts them in one transaction,
+ * with as few multi-row statements as max_allowed_packet allows (a batch with no
+ * dedup_key, dependency, OUTCOME wait or large payload: one autocommit statement
+ * instead, insert_autocommit):
  *
  *     INSERT IGNORE INTO task (...) VALUES (...), (...) RETURNING task_id, dedup_key
  *
