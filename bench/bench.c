@@ -164,7 +164,8 @@ static void usage(FILE *f)
         "                    (default %u, quick %u)\n"
         "  --payload-bytes LIST  mixed: payload and result bytes, one result each (default\n"
         "                    0,1024,16384; 0: the 20-byte header only; at most %u);\n"
-        "                    soak: the first (default 1024)\n"
+        "                    soak: the first (default 1024); mixed \"none\": the\n"
+        "                    submit-only window alone\n"
         "  --submit-producers N  mixed: producers of single-task SUBMITs alone, one result\n"
         "                    (default %u, quick %u; 0: none)\n"
         "  --interval-ms MS  latency: one task every MS (default %u)\n"
@@ -373,7 +374,7 @@ static void apply_mode_defaults(bench_opts *o, bool quick, bool set_k, bool set_
         o->seconds = quick ? QUICK_SOAK_SECONDS : SOAK_SECONDS;
     if (o->seconds == 0)
         o->seconds = quick ? QUICK_SECONDS : DEFAULT_SECONDS;
-    if (o->npayload_bytes == 0) {
+    if (o->npayload_bytes == 0 && !o->payload_bytes_none) {
         static const unsigned sizes[] = {0, 1024, 16384};
         o->npayload_bytes = o->mode == BENCH_MODE_SOAK ? 1 : 3;
         memcpy(o->payload_bytes, o->mode == BENCH_MODE_SOAK ? sizes + 1 : sizes,
@@ -559,6 +560,12 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
             o->backlog_rows = v;
             break;
         case OPT_PAYLOAD_BYTES:
+            /* "none": mixed runs its submit-only window alone (with the drains). */
+            o->payload_bytes_none = strcmp(optarg, "none") == 0;
+            if (o->payload_bytes_none) {
+                o->npayload_bytes = 0;
+                break;
+            }
             if (parse_list(optarg, 0, MAX_PAYLOAD_BYTES, o->payload_bytes, &o->npayload_bytes) < 0)
                 return -bad_flag("--payload-bytes: want up to 16 numbers 0..65536, got '%s'",
                                  optarg) - 1;
@@ -577,6 +584,8 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
     apply_defaults(o, quick, set_k, set_n, set_np, set_r);
     if (o->mode != BENCH_MODE_DRAIN)
         apply_mode_defaults(o, quick, set_k, set_n);
+    if (o->payload_bytes_none && (o->mode != BENCH_MODE_MIXED || o->submit_producers == 0))
+        return -bad_flag("%s", "--payload-bytes none: only in --mode mixed with --submit-producers above 0") - 1;
     for (int i = 0; i < o->nproducer_kinds; i++)
         for (int j = 0; o->producer_kinds[i] == BENCH_PRODUCER_SUBMIT && j < o->nrows_per_insert; j++)
             if (o->rows_per_insert[j] > TP_MAX_SUBMIT_TASKS)

@@ -110,6 +110,7 @@ typedef struct bench_opts {
     int npayload_bytes;
     unsigned submit_producers;    /* mixed: the single-task SUBMIT case's producers; 0: none */
     bool submit_producers_set;
+    bool payload_bytes_none;   /* --payload-bytes none: mixed runs submit-only alone */
 } bench_opts;
 
 /* Claim latencies of one thread (microseconds), merged after the run. */

@@ -169,6 +169,9 @@ def flags(prog):
                       (["--table", "jobs", "--design", "taskpush-rr,cas"], "--table"),
                       (["--payload-bytes", "65537"], "--payload-bytes"),
                       (["--payload-bytes", "0,x"], "--payload-bytes"),
+                      (["--payload-bytes", "none"], "--payload-bytes none"),
+                      (["--mode", "mixed", "--payload-bytes", "none", "--submit-producers", "0"],
+                       "--payload-bytes none"),
                       (["--submit-producers", "1025"], "--submit-producers")):
         p = subprocess.run([prog] + bad, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, timeout=30)
@@ -373,7 +376,7 @@ MIXED_FIELDS = ["case", "payload_bytes", "payload_len", "producers", "workers", 
                 "start_p99_ms", "start_p999_ms", "statements_per_task", "handler_reads_per_task",
                 "row_lock_waits", "mariadbd_cpu_s_per_1000", "taskpushd_cpu_s_per_1000",
                 "taskpushd_peak_rss_kb", "tail_seconds", "submit_resent", "drain_tasks_per_s",
-                "ratio", "target", "met", "verified"]
+                "ratio", "target", "met", "verified", "taskpushd_db"]
 KINDS = ["sql-1", "sql-100", "submit-1", "submit-100"]
 
 
@@ -403,6 +406,12 @@ def window_checks(r, name, kinds):
           name + ": CPU per task of mariadbd and taskpushd")
     check(isinstance(r.get("taskpushd_peak_rss_kb"), int) and r["taskpushd_peak_rss_kb"] > 0,
           name + ": taskpushd's peak RSS")
+    t = r.get("taskpushd_db") or {}
+    check(all(isinstance(t.get(k), int) for k in ("statements", "submit_requests", "submit_batches",
+                                                     "claims", "claimed_rows", "write_batches"))
+          and t["claimed_rows"] > 0 and t["statements"] > 0
+          and (t["submit_requests"] >= t["submit_batches"] > 0 or "submit-1" not in ack),
+          name + ": taskpushd's counters: rows claimed, submissions in batches (%s)" % t)
 
 
 def mixed(prog):

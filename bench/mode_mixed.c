@@ -323,6 +323,19 @@ static int acked_match(const bench_tally *acked, const bench_tally *submitted, u
     return 0;
 }
 
+/* taskpushd's /stats counters a window reports the delta of (what its statements went to). */
+static const char *const TPD_KEYS[] = {"db.statements_total",    "db.submit_requests_total",
+                                       "db.submit_batches_total", "db.claims_total",
+                                       "db.claimed_rows_total",   "db.write_batches_total",
+                                       "db.submit_us_total",      "db.submit_gather_us_total"};
+#define NTPD (sizeof TPD_KEYS / sizeof TPD_KEYS[0])
+
+static void tpd_read(json_t *s, long long *out)
+{
+    for (size_t i = 0; i < NTPD; i++)
+        out[i] = bench_json_int(s, TPD_KEYS[i]);
+}
+
 /* What one window runs. */
 typedef struct window {
     const char *name;       /* "mixed", "submit-only", "peak", "soak" */
@@ -341,6 +354,7 @@ typedef struct window_result {
     uint64_t ack_counts[NKINDS][HIST_BUCKETS];
     json_t *samples;        /* soak: [{t, tasks_per_s, start_p99_ms, rss_kb}] */
     uint64_t resent;
+    long long tpd[NTPD];    /* taskpushd's own counters (TPD_KEYS) over the same span; -1: unknown */
     bench_run r;            /* n: tasks inserted; the per-task figures run from the window's
                                start until every task was written */
 } window_result;
@@ -392,6 +406,8 @@ static void run_window(bench_ctx *ctx, const window *w, window_result *wr)
     r->tpd_rss_kb = -1;
     r->daemon_succeeded = r->daemon_failed = -1;
     wr->tasks_per_s = wr->inserted_per_s = wr->tail = -1;
+    for (size_t i = 0; i < NTPD; i++)
+        wr->tpd[i] = -1;
     for (int i = 0; i < NKINDS; i++) {
         nprod += w->np[i];
         if (i >= KIND_SUB1)
@@ -449,7 +465,8 @@ static void run_window(bench_ctx *ctx, const window *w, window_result *wr)
     if (bench_snap_take(ctx, dp.pid, &a) < 0)
         goto verify;
     json_t *s = bench_http_json(dp.admin, "/stats");
-    long long ok0 = bench_json_int(s, "tasks.succeeded_total");
+    long long ok0 = bench_json_int(s, "tasks.succeeded_total"), tpd0[NTPD];
+    tpd_read(s, tpd0);
     json_decref(s);
     double t0 = bench_now();
     for (; started < nprod; started++) {
@@ -499,6 +516,9 @@ static void run_window(bench_ctx *ctx, const window *w, window_result *wr)
     s = bench_http_json(dp.admin, "/stats");
     r->daemon_succeeded = bench_json_int(s, "tasks.succeeded_total");
     r->daemon_failed = bench_json_int(s, "tasks.failed_total");
+    tpd_read(s, wr->tpd);
+    for (size_t i = 0; i < NTPD; i++)
+        wr->tpd[i] = wr->tpd[i] >= 0 && tpd0[i] >= 0 && wr->tpd[i] >= tpd0[i] ? wr->tpd[i] - tpd0[i] : -1;
     json_decref(s);
     ready = true;
 verify:
@@ -592,6 +612,16 @@ static void window_json(json_t *j, const bench_ctx *ctx, const window *w, const 
                         r->tpd_rss_kb >= 0 ? json_integer(r->tpd_rss_kb) : json_null());
     json_object_set_new(j, "tail_seconds", jnum(wr->tail));
     json_object_set_new(j, "submit_resent", json_integer((json_int_t)wr->resent));
+    /* Where taskpushd's statements went: "db.submit_batches_total" becomes "submit_batches". */
+    json_t *t = json_object();
+    for (size_t i = 0; i < NTPD; i++) {
+        char key[64];
+        const char *k = TPD_KEYS[i] + 3;
+        size_t len = strlen(k) - strlen("_total");
+        snprintf(key, sizeof key, "%.*s", (int)len, k);
+        json_object_set_new(t, key, wr->tpd[i] >= 0 ? json_integer(wr->tpd[i]) : json_null());
+    }
+    json_object_set_new(j, "taskpushd_db", t);
 }
 
 static double ack_p99(const window_result *wr, int kind)

@@ -340,6 +340,9 @@ dsp_db *dsp_db_new(const dsp_db_options *opts)
     atomic_init(&db->submitted_rows, 0);
     atomic_init(&db->submit_duplicates, 0);
     atomic_init(&db->submit_batches, 0);
+    atomic_init(&db->submit_autocommit_batches, 0);
+    atomic_init(&db->submit_us_total, 0);
+    atomic_init(&db->submit_gather_us_total, 0);
     atomic_init(&db->submit_requests, 0);
     atomic_init(&db->leader, false);
     atomic_init(&db->epoch, 0);

@@ -430,6 +430,13 @@ typedef struct dsp_db_options {
       "submitted tasks answered as duplicates (dedup_key present)")                           \
     X(submit_batches, "submit_batches_total", "db_submit_batches_total", 1,                   \
       "submission transactions committed")                                                    \
+    X(submit_autocommit_batches, "submit_autocommit_batches_total",                          \
+      "db_submit_autocommit_batches_total", 1,                                                \
+      "submission batches inserted by one autocommit INSERT (no key, dependency or wait)")    \
+    X(submit_us_total, "submit_us_total", "db_submit_seconds_total", 1000000,                 \
+      "submission batches' database time summed (statements to COMMIT)")                       \
+    X(submit_gather_us_total, "submit_gather_us_total", "db_submit_gather_seconds_total", 1000000, \
+      "time the submit thread waited for more submissions before a batch (the gather), summed") \
     X(submit_requests, "submit_requests_total", "db_submit_requests_total", 1,                \
       "SUBMIT frames handed to the submit thread (batches / requests: its group commit)")     \
     X(claim_skipped, "claim_skipped_locked_total", "db_claim_skipped_locked_total", 1,        \

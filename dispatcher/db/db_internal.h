@@ -258,8 +258,9 @@ struct dsp_db {
 
     _Atomic uint64_t statements, claims, claimed_rows, claim_us_total, write_batches,
         reconnects, retention_deleted, orphans_recovered, submitted_rows, submit_duplicates,
-        submit_batches, submit_requests, claim_skipped, node_moves, cert_retries, claims_fenced, progress_rows_written,
-        progress_rows_deleted, deps_released, deps_failed, deps_sweeps;
+        submit_batches, submit_autocommit_batches, submit_us_total, submit_gather_us_total, submit_requests,
+        claim_skipped, node_moves, cert_retries, claims_fenced, progress_rows_written, progress_rows_deleted,
+        deps_released, deps_failed, deps_sweeps;
     /* Progress batches queued for the stats thread and not yet written: bounded, so that a
      * database away for long does not pile them up (dsp_db_progress_save). */
     _Atomic unsigned progress_pending;

@@ -5,9 +5,11 @@
  *
  * The thread has a connection of its own (autocommit off, READ COMMITTED), never the
  * claim connection: a submission never waits behind a claim, nor a claim behind an
- * insert. It takes every queued submission (up to SUBMIT_BATCH_ROWS rows) and inserts
- * them in one transaction, with as few multi-row statements as max_allowed_packet
- * allows:
+ * insert. It takes every queued submission (up to SUBMIT_BATCH_ROWS rows; first, the
+ * gather at submit_main may wait a little for more) and inserts them in one transaction,
+ * with as few multi-row statements as max_allowed_packet allows (a batch with no
+ * dedup_key, dependency, OUTCOME wait or large payload: one autocommit statement
+ * instead, insert_autocommit):
  *
  *     INSERT IGNORE INTO task (...) VALUES (...), (...) RETURNING task_id, dedup_key
  *
@@ -89,6 +91,8 @@ struct dsp_submitter {
     bool thread_ok;
     bool stop;
     dsp_submit_req *head, **tail; /* the queue */
+    size_t nqueued;               /* requests in it */
+    size_t gather_want;           /* the thread waits for this many queued; 0: not gathering */
 
     struct waiter **buckets;      /* by task_id; nbuckets is a power of two */
     size_t nbuckets, nwaiters;
@@ -115,6 +119,7 @@ struct sub_ctx {
     uint64_t *plain;      /* ids returned without a key */
     size_t nplain, plain_cap;
     char insert_head[160 + DSP_TABLE_IDENT_CAP]; /* INSERT_HEAD_FMT with the table's name */
+    bool autocommit;      /* the session's autocommit, as last set (off at connect) */
     uint64_t pending_tag; /* insert_mysql: the random part of this run's provisional keys */
 };
 
@@ -348,7 +353,9 @@ int dsp_db_submit(dsp_db *db, dsp_submit_req *req)
         req->next = NULL;
         *s->tail = req;
         s->tail = &req->next;
-        pthread_cond_signal(&s->cv);
+        /* A gathering thread wakes once, when its count is reached (or at its deadline). */
+        if (++s->nqueued == 1 || s->gather_want == 0 || s->nqueued >= s->gather_want)
+            pthread_cond_signal(&s->cv);
         rc = 0;
     }
     pthread_mutex_unlock(&s->mu);
@@ -641,6 +648,52 @@ static int match_results(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
     return next_plain == x->nplain ? 0 : -1;
 }
 
+/* MariaDB, a batch that batch_fits_autocommit: one INSERT ... RETURNING task_id on the
+ * session in autocommit, so the statement is the transaction (one statement a batch,
+ * not INSERT and COMMIT). Plain INSERT, not IGNORE: with no dedup_key nothing is to be
+ * skipped, and any error fails the whole statement, nothing inserted. The ids come from
+ * RETURNING as in the transaction (ascending, in the order of the VALUES), never from
+ * LAST_INSERT_ID() arithmetic: innodb_autoinc_lock_mode 2 or an auto_increment_increment
+ * above 1 (Galera) would break that. Returns 0 (committed, every item answered), -1
+ * (nothing committed) or -2 (committed, but the rows returned do not match the items:
+ * cannot happen with a plain INSERT; logged). */
+static int insert_autocommit(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq, int64_t now)
+{
+    size_t rows = 0;
+
+    krows_clear(x->keyed, &x->nkeyed);
+    krows_clear(x->found, &x->nfound);
+    x->nplain = 0;
+    dsp_strbuf_reset(&x->sql);
+    for (size_t r = 0; r < nreq; r++) {
+        for (size_t i = 0; reqs[r] && i < reqs[r]->nitems; i++) {
+            const dsp_submit_item *it = &reqs[r]->items[i];
+            /* x->insert_head without " IGNORE" (INSERT_HEAD_FMT starts "INSERT IGNORE "). */
+            if (rows == 0) {
+                dsp_strbuf_puts(&x->sql, "INSERT");
+                dsp_strbuf_puts(&x->sql, x->insert_head + strlen("INSERT IGNORE"));
+            } else {
+                dsp_strbuf_puts(&x->sql, ",");
+            }
+            put_row(&x->sql, it, now);
+            if (it->group_key_len)
+                atomic_fetch_add_explicit(&x->db->keyed_submits, 1, memory_order_relaxed);
+            rows++;
+        }
+    }
+    dsp_strbuf_puts(&x->sql, INSERT_TAIL);
+    if (x->sql.oom || run_insert(x) < 0)
+        return -1;
+    if (x->nplain > 1)
+        qsort(x->plain, x->nplain, sizeof *x->plain, u64_cmp);
+    if (x->nkeyed != 0 || x->nplain != rows || match_results(x, reqs, nreq) < 0) {
+        log_error(x->db->log, "submit: an autocommit INSERT of %zu rows returned %zu ids; the rows are"
+                  " committed but cannot be matched to their tasks", rows, x->nplain + x->nkeyed);
+        return -2;
+    }
+    return 0;
+}
+
 /* MariaDB: INSERT IGNORE ... RETURNING, then the duplicates' ids. Returns 0 or -1. */
 static int insert_mariadb(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq, int64_t now)
 {
@@ -929,7 +982,54 @@ static int ensure_conn(struct sub_ctx *x)
         x->next_connect = dsp_now_ms() + dsp_dbi_backoff_next(&x->c);
         return -1;
     }
+    x->autocommit = false;
     return 0;
+}
+
+/* Sets the session's autocommit when it is not already so (a statement, "SET
+ * autocommit=N", only when a batch of the other path comes). Returns 0 or -1. */
+static int set_autocommit(struct sub_ctx *x, bool on)
+{
+    if (x->autocommit == on)
+        return 0;
+    atomic_fetch_add_explicit(&x->db->statements, 1, memory_order_relaxed);
+    if (mysql_autocommit(x->c.m, on) != 0) {
+        x->c.err = mysql_errno(x->c.m);
+        log_warn(x->db->log, "submit connection: %s (error %u)", mysql_error(x->c.m), x->c.err);
+        return -1;
+    }
+    x->autocommit = on;
+    return 0;
+}
+
+/* Whether the live requests of the batch may go in as ONE autocommit INSERT ... RETURNING
+ * (MariaDB): no dedup_key (a duplicate's id is read in the same transaction, under the
+ * lock INSERT IGNORE took on it), no dependency (checked and inserted with the rows), no
+ * OUTCOME wait (its waiter is registered before the rows can be seen), no payload set by
+ * an UPDATE of its own, and every row in one statement (two autocommit statements
+ * would make a batch half committed). MySQL's dialect has no RETURNING: always the
+ * transaction. So on a Galera node: an autocommit statement that fails certification
+ * may be run again by the server (wsrep_retry_autocommit) after its RETURNING rows went
+ * out, which nobody checked here; a transaction's failed COMMIT is a plain rollback. */
+static bool batch_fits_autocommit(const struct sub_ctx *x, dsp_submit_req *const *reqs, size_t nreq)
+{
+    size_t len = INSERT_FIXED;
+
+    if (x->c.mysql || x->c.galera)
+        return false;
+    for (size_t r = 0; r < nreq; r++) {
+        if (reqs[r] == NULL)
+            continue;
+        if (reqs[r]->wait)
+            return false;
+        for (size_t i = 0; i < reqs[r]->nitems; i++) {
+            const dsp_submit_item *it = &reqs[r]->items[i];
+            if (it->key_len > 0 || it->nafter > 0 || payload_is_large(it))
+                return false;
+            len += row_cost(it);
+        }
+    }
+    return len <= x->c.stmt_limit;
 }
 
 static uint64_t after_id(const dsp_submit_item *it, size_t k)
@@ -1136,6 +1236,23 @@ static void run_batch(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
     }
     if (live == 0)
         goto answers;
+    if (batch_fits_autocommit(x, reqs, nreq)) {
+        int rc = set_autocommit(x, true) < 0 ? -1 : insert_autocommit(x, reqs, nreq, now);
+        if (rc == -1)
+            goto failed;
+        if (rc == -2) {
+            for (size_t r = 0; r < nreq; r++)
+                if (reqs[r])
+                    answer(reqs[r], PROTO_SUBMIT_UNAVAILABLE,
+                           "the database's answer to the insert did not match the tasks sent;"
+                           " the tasks may have been committed");
+            goto answers;
+        }
+        atomic_fetch_add_explicit(&db->submit_autocommit_batches, 1, memory_order_relaxed);
+        goto committed;
+    }
+    if (set_autocommit(x, false) < 0)
+        goto failed;
     if ((x->c.mysql ? insert_mysql(x, reqs, nreq, now) : insert_mariadb(x, reqs, nreq, now)) < 0)
         goto failed;
     if (set_large_payloads(x, reqs, nreq) < 0 || insert_deps(x, reqs, nreq) < 0)
@@ -1148,6 +1265,7 @@ static void run_batch(struct sub_ctx *x, dsp_submit_req **reqs, size_t nreq)
         drop_waiters(x, reqs, nreq);
         goto failed;
     }
+committed:
     for (size_t r = 0; r < nreq; r++) {
         for (size_t i = 0; reqs[r] && i < reqs[r]->nitems; i++) {
             const dsp_submit_item *it = &reqs[r]->items[i];
@@ -1189,6 +1307,39 @@ answers:
     return;
 }
 
+/* The gather: after a batch, the submit thread waits for the producers it just served
+ * to come back before the next INSERT, when fewer are queued than the connections of the
+ * last two batches (one-task producers that wait for each answer otherwise settle into
+ * two cohorts, each batch half of them: twice the statements), but never longer than the
+ * last batch's statement took (what the early half would have waited behind the other
+ * half's statement anyway), nor GATHER_MAX_US. A lone producer (its connection the only
+ * one) is never held: its next request reaches the count at once. */
+#define GATHER_MAX_US 2000
+
+static int u64_cmp_conn(const void *pa, const void *pb)
+{
+    uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+    return (a > b) - (a < b);
+}
+
+/* Distinct values of ids[0..n) (sorts them). */
+static size_t distinct_u64(uint64_t *ids, size_t n)
+{
+    size_t d = 0;
+    qsort(ids, n, sizeof *ids, u64_cmp_conn);
+    for (size_t i = 0; i < n; i++)
+        d += i == 0 || ids[i] != ids[i - 1];
+    return d;
+}
+
+static void cond_wait_until_us(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)(until_us / 1000000);
+    ts.tv_nsec = (long)(until_us % 1000000) * 1000L;
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 static void *submit_main(void *arg)
 {
     dsp_db *db = arg;
@@ -1196,6 +1347,10 @@ static void *submit_main(void *arg)
     struct sub_ctx x;
     dsp_submit_req *batch[SUBMIT_BATCH_ROWS];
     dsp_submit_req *all[SUBMIT_BATCH_ROWS];
+    /* The gather's memory: the connections of the last two batches, and the last's time. */
+    uint64_t conns[2 * SUBMIT_BATCH_ROWS];
+    size_t nprev = 0, want = 0;
+    int64_t last_us = 0;
 
     memset(&x, 0, sizeof x);
     x.db = db;
@@ -1213,17 +1368,39 @@ static void *submit_main(void *arg)
             pthread_cond_wait(&s->cv, &s->mu);
         if (s->stop)
             break;
+        if (s->nqueued < want && last_us > 0) {
+            int64_t g0 = dsp_now_us(), until = g0 + (last_us < GATHER_MAX_US ? last_us : GATHER_MAX_US);
+            s->gather_want = want;
+            while (!s->stop && s->nqueued < want && dsp_now_us() < until)
+                cond_wait_until_us(&s->cv, &s->mu, until);
+            s->gather_want = 0;
+            atomic_fetch_add_explicit(&db->submit_gather_us_total, (uint64_t)(dsp_now_us() - g0),
+                                      memory_order_relaxed);
+            if (s->stop)
+                break;
+        }
         while (s->head && n < SUBMIT_BATCH_ROWS && (n == 0 || rows + s->head->nitems <= SUBMIT_BATCH_ROWS)) {
             dsp_submit_req *r = s->head;
             s->head = r->next;
             if (s->head == NULL)
                 s->tail = &s->head;
+            s->nqueued--;
             rows += r->nitems;
             batch[n] = all[n] = r;
             n++;
         }
         pthread_mutex_unlock(&s->mu);
+        /* This batch's connections after the last's: the union is the next count. */
+        for (size_t i = 0; i < n; i++)
+            conns[nprev + i] = all[i]->conn_id;
+        int64_t t0 = dsp_now_us();
         run_batch(&x, batch, n);
+        last_us = dsp_now_us() - t0;
+        atomic_fetch_add_explicit(&db->submit_us_total, (uint64_t)last_us, memory_order_relaxed);
+        want = distinct_u64(conns, nprev + n);
+        for (size_t i = 0; i < n; i++)
+            conns[i] = all[i]->conn_id;
+        nprev = n;
         for (size_t i = 0; i < n; i++)
             post_answer(db, all[i]);
         pthread_mutex_lock(&s->mu);
@@ -1231,6 +1408,7 @@ static void *submit_main(void *arg)
     while (s->head) {
         dsp_submit_req *r = s->head;
         s->head = r->next;
+        s->nqueued--;
         answer(r, PROTO_SUBMIT_UNAVAILABLE, "the dispatcher is shutting down");
         post_answer(db, r);
     }
@@ -1259,7 +1437,15 @@ int dsp_dbi_submit_start(dsp_db *db)
         free(s);
         return -1;
     }
-    if (pthread_cond_init(&s->cv, NULL) != 0) {
+    /* The gather's deadline is on the monotonic clock (dsp_now_us). */
+    pthread_condattr_t ca;
+    int cv_rc = pthread_condattr_init(&ca);
+    if (cv_rc == 0) {
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        cv_rc = pthread_cond_init(&s->cv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    if (cv_rc != 0) {
         pthread_mutex_destroy(&s->mu);
         free(s);
         return -1;

@@ -20,7 +20,21 @@
  *   ack_after_commit    16 connections of 50 tasks each queued behind a held insert. The
  *                       moment the first answer of their coalesced batch is read, the
  *                       dispatcher is stopped (SIGSTOP): another connection then finds
- *                       every task of every answer already readable. Three rounds.
+ *                       every task of every answer already readable. Three rounds. The
+ *                       batches have no dedup_key: each is ONE autocommit INSERT ...
+ *                       RETURNING (db.submit_autocommit_batches_total), so this is the
+ *                       check that the autocommit path answers only after its statement.
+ *   autocommit_ids      32 connections of one keyless task each, distinct payloads,
+ *                       queued behind a held insert: one autocommit batch for the 32, and
+ *                       the id each answer carries is the row holding that task's payload
+ *                       (ids from RETURNING, never LAST_INSERT_ID arithmetic). Then the
+ *                       same with one task carrying a dedup_key, and with one submission
+ *                       waiting for its OUTCOME: each batch goes as a transaction (the
+ *                       autocommit counter stays), and is still answered per row.
+ *   lone_producer       one connection submitting one task at a time, 40 times: each its
+ *                       own batch, and the gather never held one (db.submit_gather_us_total
+ *                       stays 0: the count it waits for is the connections of the last
+ *                       two batches, here one, which the next submission reaches).
  *
  * Waits are bounded polling; nothing asserts on how long anything took. */
 #include <errno.h>
@@ -51,6 +65,7 @@
 #define ACK_CONNS 16
 #define ACK_TASKS 50
 #define ACK_ROUNDS 3
+#define AUTO_CONNS 32 /* autocommit_ids: NCONN - 1 */
 
 struct fx {
     tp_testdb db;
@@ -258,8 +273,10 @@ static void per_row_duplicates(void **state)
     for (int i = 0; i < NCONN; i++)
         proto_submitted_result(&ans[i].u.submitted, 0, &r[i]);
 
-    /* Two transactions: the gated one, and one that gathered the other 32. */
+    /* Two transactions: the gated one, and one that gathered the other 32; neither in
+     * autocommit (keys). */
     assert_true(wait_stat(fx, "db.submit_batches_total", batches0 + 2));
+    assert_int_equal(stat_of(fx, "db.submit_autocommit_batches_total"), 0);
     /* The gate's key on both connections: the session's row. */
     assert_int_equal(r[0].result, PROTO_SUBMIT_DUPLICATE);
     assert_int_equal(r[0].task_id, gate_id);
@@ -303,6 +320,7 @@ static void ack_after_commit(void **state)
     for (uint32_t round = 1; round <= ACK_ROUNDS; round++) {
         gate_close(fx);
         long long batches0 = stat_of(fx, "db.submit_batches_total");
+        long long auto0 = stat_of(fx, "db.submit_autocommit_batches_total");
         long long requests0 = stat_of(fx, "db.submit_requests_total");
         submit(fx->fds[0], round, tasks, 1);
         assert_true(wait_gated(fx));
@@ -349,11 +367,107 @@ static void ack_after_commit(void **state)
         for (int i = 2; i <= ACK_CONNS; i++)
             if (!answered[i])
                 read_answer(fx->fds[i], round, ACK_TASKS, buf, sizeof buf, &m);
-        /* The gated task's transaction and one for the 16 connections. */
+        /* The gated task's batch and one for the 16 connections, both autocommit. */
         assert_int_equal(stat_of(fx, "db.submit_batches_total"), batches0 + 2);
+        assert_int_equal(stat_of(fx, "db.submit_autocommit_batches_total"), auto0 + 2);
     }
     assert_int_equal(tp_testdb_query_u64_conn(fx->other, "SELECT COUNT(*) FROM task"),
                      ACK_ROUNDS * (1 + ACK_CONNS * ACK_TASKS));
+    fx->passed = true;
+}
+
+/* ---- autocommit_ids ---- */
+
+/* One round: the gated task, then AUTO_CONNS connections of one task each (payload
+ * "<tag>-<i>"; key_at >= 0: that one carries a dedup_key; wait_at >= 0: that one waits
+ * for its OUTCOME), released together. Checks every answer against the table and
+ * returns how many autocommit batches the round added. */
+static long long auto_round(struct fx *fx, uint32_t round, const char *tag, int key_at, int wait_at)
+{
+    static uint8_t buf[AUTO_CONNS + 1][4096];
+    proto_msg ans[AUTO_CONNS + 1];
+    char payload[AUTO_CONNS + 1][32];
+    char key[32];
+    proto_submit_res r[AUTO_CONNS + 1];
+
+    gate_close(fx);
+    long long batches0 = stat_of(fx, "db.submit_batches_total");
+    long long auto0 = stat_of(fx, "db.submit_autocommit_batches_total");
+    long long requests0 = stat_of(fx, "db.submit_requests_total");
+    for (int i = 0; i <= AUTO_CONNS; i++) {
+        proto_submit_task t = task_keyed(NULL);
+        snprintf(payload[i], sizeof payload[i], "%s-%d", tag, i);
+        t.payload = (proto_bytes){(const uint8_t *)payload[i], strlen(payload[i])};
+        if (i == key_at) {
+            snprintf(key, sizeof key, "%s-key", tag);
+            t.dedup_key = (proto_bytes){(const uint8_t *)key, strlen(key)};
+        }
+        proto_msg m = {.type = PROTO_SUBMIT};
+        m.u.submit.request_id = round;
+        m.u.submit.ntasks = 1;
+        m.u.submit.tasks = &t;
+        m.u.submit.flags = i == wait_at ? PROTO_SUBMIT_WAIT : 0;
+        assert_int_equal(tp_raw_send_msg(fx->fds[i], &m), 0);
+        if (i == 0)
+            assert_true(wait_gated(fx));
+    }
+    assert_true(wait_stat(fx, "db.submit_requests_total", requests0 + 1 + AUTO_CONNS));
+    gate_open(fx);
+    for (int i = 0; i <= AUTO_CONNS; i++) {
+        read_answer(fx->fds[i], round, 1, buf[i], sizeof buf[i], &ans[i]);
+        proto_submitted_result(&ans[i].u.submitted, 0, &r[i]);
+        assert_int_equal(r[i].result, PROTO_SUBMIT_INSERTED);
+        /* The id answered is the row that holds this task's payload. */
+        assert_int_equal(tp_testdb_query_u64_conn(fx->other, "SELECT task_id FROM task WHERE payload = '%s'",
+                                                  payload[i]),
+                         r[i].task_id);
+        for (int j = 0; j < i; j++)
+            assert_true(r[j].task_id != r[i].task_id);
+    }
+    assert_int_equal(stat_of(fx, "db.submit_batches_total"), batches0 + 2);
+    return stat_of(fx, "db.submit_autocommit_batches_total") - auto0;
+}
+
+static void autocommit_ids(void **state)
+{
+    struct fx *fx = *state;
+    start(fx, "gc_auto");
+    for (int i = 0; i <= AUTO_CONNS; i++)
+        fx->fds[i] = producer(fx);
+    /* Keyless, no wait: the gated batch and the 32 together, each one autocommit INSERT. */
+    assert_int_equal(auto_round(fx, 1, "plain", -1, -1), 2);
+    /* One task with a dedup_key: its batch is a transaction (the gated one is not). */
+    assert_int_equal(auto_round(fx, 2, "keyed", 7, -1), 1);
+    /* One submission waiting for its OUTCOME: the same. */
+    assert_int_equal(auto_round(fx, 3, "wait", -1, 11), 1);
+    /* And back: the session's autocommit follows the batch. */
+    assert_int_equal(auto_round(fx, 4, "again", -1, -1), 2);
+    assert_int_equal(tp_testdb_query_u64_conn(fx->other, "SELECT COUNT(*) FROM task"), 4 * (1 + AUTO_CONNS));
+    assert_int_equal(stat_of(fx, "db.submitted_rows_total"), 4 * (1 + AUTO_CONNS));
+    /* The batches' time is counted (what an acknowledgement waited for). */
+    assert_true(stat_of(fx, "db.submit_us_total") > 0);
+    assert_true(stat_of(fx, "db.submit_gather_us_total") >= 0);
+    fx->passed = true;
+}
+
+/* ---- lone_producer ---- */
+
+static void lone_producer(void **state)
+{
+    struct fx *fx = *state;
+    start(fx, "gc_lone");
+    static uint8_t buf[4096];
+    fx->fds[0] = producer(fx);
+    long long batches0 = stat_of(fx, "db.submit_batches_total");
+    for (uint32_t i = 1; i <= 40; i++) {
+        proto_submit_task t = task_keyed(NULL);
+        proto_msg m;
+        submit(fx->fds[0], i, &t, 1);
+        read_answer(fx->fds[0], i, 1, buf, sizeof buf, &m);
+    }
+    assert_int_equal(stat_of(fx, "db.submit_batches_total"), batches0 + 40);
+    assert_int_equal(stat_of(fx, "db.submit_gather_us_total"), 0);
+    assert_int_equal(tp_testdb_query_u64_conn(fx->other, "SELECT COUNT(*) FROM task"), 40);
     fx->passed = true;
 }
 
@@ -362,6 +476,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(per_row_duplicates, setup, teardown),
         cmocka_unit_test_setup_teardown(ack_after_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(autocommit_ids, setup, teardown),
+        cmocka_unit_test_setup_teardown(lone_producer, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
