@@ -103,7 +103,7 @@ sys.exit(0 if json.load(urllib.request.urlopen("http://"+sys.argv[1]+"/stats", t
   rate_of <"$work/$name.json"
 }
 go_drain() { "$work/drainbench" --addr "$1" --admin "$2" --n "$3" --k "$4" --capacity "$5"; }
-java_drain() { java -Xss512k -cp "$work/java/taskpush.jar:$work" DrainBench "$@"; }
+java_drain() { java -Xss512k -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$work/java/taskpush.jar:$work" DrainBench "$@"; }
 
 c_rates=() go_rates=() java_rates=()
 mkdir -p "$root/bench/results"
