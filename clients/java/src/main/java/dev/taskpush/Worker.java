@@ -16,9 +16,11 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.SynchronousQueue;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -47,6 +49,7 @@ public final class Worker implements AutoCloseable {
     private final List<Options.Address> addrs;
     final Options opts;
     private final Map<String, Slot> slots;
+    private final Slot[] slotList;
     private final int capacity;
     private final Executor executor;
     private final ExecutorService ownExecutor; // when the worker made its executor
@@ -77,6 +80,7 @@ public final class Worker implements AutoCloseable {
         final String name;
         final Handler fn;
         final int concurrency;
+        final byte[] type;
         final ArrayDeque<Task> queue = new ArrayDeque<>(); // under the slot's lock, as the counts
         int limit; // tasks queued at most: the credit and what a new dispatcher refused to adopt
         int runners;
@@ -84,6 +88,7 @@ public final class Worker implements AutoCloseable {
 
         Slot(String name, Handler fn, int concurrency) {
             this.name = name;
+            this.type = name.getBytes(StandardCharsets.UTF_8);
             this.fn = fn;
             this.concurrency = concurrency;
         }
@@ -135,7 +140,7 @@ public final class Worker implements AutoCloseable {
          * until none is left, and at most a type's concurrency of them run at once, so an
          * executor that can run the capacity's worth of jobs at once reaches every type's
          * concurrency (a virtual thread per job fits); the worker does not shut it down.
-         * Default: a fixed pool of capacity threads from {@link #threadFactory}.
+         * Default: a pool of up to capacity threads from {@link #threadFactory}, made as needed.
          */
         public Builder executor(Executor e) { executor = e; return this; }
 
@@ -152,6 +157,7 @@ public final class Worker implements AutoCloseable {
         addrs = b.addrs;
         opts = b.opts;
         slots = new LinkedHashMap<>(b.slots);
+        slotList = slots.values().toArray(new Slot[0]);
         capacity = b.capacity;
         keptLimit = 4 * capacity + 1024; // as libtaskpush: a few capacities' worth, and a failover's backlog
         AtomicInteger n = new AtomicInteger();
@@ -169,7 +175,18 @@ public final class Worker implements AutoCloseable {
                 AtomicInteger h = new AtomicInteger();
                 f = r -> new Thread(r, "taskpush-handler-" + h.incrementAndGet());
             }
-            ownExecutor = Executors.newFixedThreadPool(capacity, f);
+            // Up to capacity threads, made when no idle one is there (a worker whose handlers are
+            // quick needs a few), idle ones ending after a minute. Runners never outnumber the
+            // threads, so a refusal means a thread is between two runners: wait for it.
+            ownExecutor = new ThreadPoolExecutor(0, capacity, 60, TimeUnit.SECONDS, new SynchronousQueue<>(), f, (r, pool) -> {
+                if (pool.isShutdown()) throw new RejectedExecutionException("the worker stopped");
+                try {
+                    pool.getQueue().put(r);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new RejectedExecutionException("interrupted", e);
+                }
+            });
             executor = ownExecutor;
         }
     }
@@ -566,11 +583,11 @@ public final class Worker implements AutoCloseable {
 
     private void onTask(Session c, Wire.Task v, List<Slot> fed) {
         stats.tasksReceived.incrementAndGet();
-        Task t = new Task(this, v, c);
+        Slot s = slotOf(v.taskType());
+        Task t = new Task(this, v, c, s != null ? s.name : new String(v.taskType(), StandardCharsets.UTF_8));
         synchronized (mu) {
             held.put(t.key, t);
         }
-        Slot s = slots.get(t.type());
         if (s == null) { // the dispatcher sends only registered types; answer anyway
             finish(t, Wire.OUTCOME_FAIL_PERM, bytes("no handler for this task type"), 0);
             return;
@@ -584,6 +601,11 @@ public final class Worker implements AutoCloseable {
         } else if (!fed.contains(s)) {
             fed.add(s);
         }
+    }
+
+    private Slot slotOf(byte[] type) {
+        for (Slot s : slotList) if (java.util.Arrays.equals(s.type, type)) return s;
+        return null;
     }
 
     /** Starts a runner for s unless one is starting, the concurrency is reached, or nothing is queued. */

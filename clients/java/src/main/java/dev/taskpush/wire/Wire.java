@@ -83,6 +83,16 @@ public final class Wire {
 
     /** Names one delivery: (task id, epoch, attempt); ids and counters are unsigned on the wire. */
     public record Delivery(long taskId, int epoch, int attempt) {
+        // Written out: the generated ones go through method handles, slow before the JIT
+        // inlines them, and a worker hashes every delivery several times.
+        @Override public boolean equals(Object o) {
+            return o instanceof Delivery d && d.taskId == taskId && d.epoch == epoch && d.attempt == attempt;
+        }
+
+        @Override public int hashCode() {
+            return (Long.hashCode(taskId) * 31 + epoch) * 31 + attempt;
+        }
+
         @Override public String toString() {
             return "task " + Long.toUnsignedString(taskId) + " (epoch " + Integer.toUnsignedString(epoch)
                     + ", attempt " + Integer.toUnsignedString(attempt) + ")";
