@@ -27,9 +27,11 @@ import java.util.regex.Pattern;
  *
  * <p>Before the clock starts, a JVM warm-up: the same K workers' code drains no-op tasks from a
  * stand-in dispatcher inside this JVM (loopback TCP, the library's own codec) for WARMUP
- * seconds (2 by default, 0: none), so that the JIT compilers have compiled the library's hot
- * paths, as C and Go are compiled ahead of time. Those workers are stopped before the clock
- * starts; the measured ones connect to taskpushd from scratch.
+ * seconds (2 by default, 0: none) and then until the JIT compilers have been idle for half a
+ * second (at most 30 s more), so that the library's hot paths are compiled, as C and Go are
+ * ahead of time. Those workers are stopped before the clock starts; the measured ones connect
+ * to taskpushd from scratch. The JSON line also gives the JVM's CPU time (user and system,
+ * from /proc) in the measured seconds, cpu_s, and the warm-up's length and rate.
  *
  *     java -cp taskpush.jar:. DrainBench ADDR ADMIN N K CAPACITY [WARMUP]
  */
@@ -116,8 +118,9 @@ public final class DrainBench {
         }
     }
 
-    static void warmUp(int k, int capacity, double seconds) throws Exception {
-        if (seconds <= 0) return;
+    /** Returns how long it took and the stand-in's rate, tasks/s. */
+    static double[] warmUp(int k, int capacity, double seconds) throws Exception {
+        if (seconds <= 0) return new double[2];
         double rate;
         try (StandIn d = new StandIn()) {
             List<Worker> ws = new ArrayList<>();
@@ -144,7 +147,7 @@ public final class DrainBench {
             for (Worker w : ws) w.awaitTermination(Duration.ofSeconds(10));
         }
         System.gc();
-        System.err.printf("DrainBench: warm-up %.1f s, %.0f tasks/s against the stand-in%n", seconds, rate);
+        return new double[] {seconds, rate};
     }
 
     /** This process's CPU time (user and system) from /proc; 0 where there is none. */
@@ -162,7 +165,7 @@ public final class DrainBench {
         String addr = args[0], admin = args[1];
         long n = Long.parseLong(args[2]);
         int k = Integer.parseInt(args[3]), capacity = Integer.parseInt(args[4]);
-        warmUp(k, capacity, args.length > 5 ? Double.parseDouble(args[5]) : 2);
+        double[] warm = warmUp(k, capacity, args.length > 5 ? Double.parseDouble(args[5]) : 2);
         AtomicLong calls = new AtomicLong();
         List<Worker> workers = new ArrayList<>();
         for (int i = 0; i < k; i++) {
@@ -175,8 +178,6 @@ public final class DrainBench {
         HttpClient http = HttpClient.newHttpClient();
         HttpRequest stats = HttpRequest.newBuilder(URI.create("http://" + admin + "/stats")).build();
         double cpu0 = cpuSeconds();
-        if (System.getenv("DRAINBENCH_DEBUG") != null)
-            System.err.println("DrainBench: clock starts at JVM uptime " + java.lang.management.ManagementFactory.getRuntimeMXBean().getUptime() + " ms");
         long start = System.nanoTime();
         for (Worker w : workers) w.start();
         long progress = System.nanoTime(), last = 0;
@@ -200,11 +201,12 @@ public final class DrainBench {
             }
         }
         double secs = (System.nanoTime() - start) / 1e9;
-        System.err.printf("DrainBench: %.2f s of this JVM's CPU in the %.2f s measured%n", cpuSeconds() - cpu0, secs);
+        double cpu = cpuSeconds() - cpu0;
         for (Worker w : workers) w.shutdown();
         for (Worker w : workers) w.awaitTermination(Duration.ofSeconds(30));
-        System.out.printf("{\"client\":\"java\",\"k\":%d,\"capacity\":%d,\"n\":%d,\"handler_runs\":%d,\"seconds\":%.3f,\"tasks_per_s\":%.1f}%n",
-                k, capacity, n, calls.get(), secs, n / secs);
+        System.out.printf("{\"client\":\"java\",\"k\":%d,\"capacity\":%d,\"n\":%d,\"handler_runs\":%d,\"seconds\":%.3f,\"tasks_per_s\":%.1f,"
+                + "\"cpu_s\":%.2f,\"warmup_s\":%.1f,\"warmup_tasks_per_s\":%.0f}%n",
+                k, capacity, n, calls.get(), secs, n / secs, cpu, warm[0], warm[1]);
         System.exit(0);
     }
 }

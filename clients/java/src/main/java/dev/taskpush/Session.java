@@ -18,10 +18,13 @@ import javax.net.ssl.SSLSocket;
 /**
  * One session with a dispatcher, after WELCOME. Any thread queues frames ({@link #send}) and,
  * when no other thread is writing, writes what is queued itself (one thread writes at a time,
- * taking every frame queued meanwhile): a DONE costs no wake-up of another thread. The reading
- * thread only queues (a write that blocks must not stop the reads that detect a silent peer);
- * the session's writer thread writes what it queued, sends HEARTBEAT when nothing was sent for
- * an interval, and closes a closing session. A dispatcher silent for 3 intervals is lost.
+ * taking every frame queued meanwhile): a DONE costs no wake-up of another thread, and a runner
+ * that runs tasks back to back only queues their DONEs ({@link #queue}) and writes them together
+ * ({@link #write}). The reading thread reads as much as the socket holds at once, hands the
+ * tasks of that read over together (FrameHandler.onBatchEnd), and only queues (a write that
+ * blocks must not stop the reads that detect a silent peer); the session's writer thread writes
+ * what it queued and what waits unwritten, sends HEARTBEAT when nothing was sent for an
+ * interval, and closes a closing session. A dispatcher silent for 3 intervals is lost.
  */
 final class Session {
     /** Bounds the answer to HELLO: a WELCOME or an ERROR; no TASK comes before WELCOME. */
