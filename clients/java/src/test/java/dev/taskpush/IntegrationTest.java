@@ -159,6 +159,36 @@ public final class IntegrationTest {
         }
     }
 
+    /**
+     * 4. A type's handlers reach its concurrency: each handler of a type waits until that many
+     * run at once (the worker's runners start one another while tasks are queued), on the
+     * worker's own pool and on an executor the caller gives.
+     */
+    public static void testConcurrencyReached(TestContext t) throws Exception {
+        DB db = new DB(t);
+        Daemon d = daemon(t, db);
+        String[] xs = new String[8];
+        java.util.Arrays.fill(xs, "x");
+        db.insert("own", xs);
+        db.insert("given", xs);
+        Map<String, CountDownLatch> together = Map.of("own", new CountDownLatch(4), "given", new CountDownLatch(3));
+        List<String> short_ = Collections.synchronizedList(new ArrayList<>());
+        Handler h = task -> {
+            CountDownLatch l = together.get(task.type());
+            l.countDown();
+            if (!l.await(Harness.WAIT.toSeconds(), TimeUnit.SECONDS)) short_.add(task.type() + ": " + l.getCount() + " short");
+            return null;
+        };
+        java.util.concurrent.ExecutorService given = java.util.concurrent.Executors.newCachedThreadPool();
+        t.cleanup(given::shutdownNow);
+        List<String> log = new ArrayList<>();
+        started(t, Worker.builder(d.listen).options(opts(t, log).build()).handle("own", 4, h).build());
+        started(t, Worker.builder(d.listen).options(opts(t, log).name(t.name() + "-given").build())
+                .handle("given", 3, h).executor(given).build());
+        db.waitRows("task_state = 2", 16);
+        check(short_.isEmpty(), "handlers that never saw their concurrency reached: " + short_);
+    }
+
     /** 5, 6. EXTEND keeps a short lease alive; CANCEL sets the flag, interrupts the handler, and the slot is free again once answered. */
     public static void testExtendAndCancel(TestContext t) throws Exception {
         DB db = new DB(t);
