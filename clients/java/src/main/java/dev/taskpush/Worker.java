@@ -27,9 +27,9 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * Takes tasks of its registered types from a dispatcher and runs their handlers, each type on as
- * many concurrent handler loops as its concurrency; the HELLO's capacity (the dispatcher's
- * credit) is the sum. Made with {@link #builder}, started with {@link #start()} (or run in the
+ * Takes tasks of its registered types from a dispatcher and runs their handlers, each type on
+ * up to its concurrency at once (runners on the executor, see Slot); the HELLO's capacity (the
+ * dispatcher's credit) is the sum. Made with {@link #builder}, started with {@link #start()} (or run in the
  * caller's thread with {@link #run()}), stopped with {@link #close()}: a graceful drain.
  *
  * <p>In a protocol version 3 session the worker keeps running what it holds when the dispatcher
@@ -122,7 +122,7 @@ public final class Worker implements AutoCloseable {
 
         public Builder options(Options o) { opts = Objects.requireNonNull(o); return this; }
 
-        /** Registers the handler of one task type, run by concurrency handler loops at most at once. */
+        /** Registers the handler of one task type, run on up to concurrency threads at once. */
         public Builder handle(String taskType, int concurrency, Handler handler) {
             int len = taskType.getBytes(StandardCharsets.UTF_8).length;
             if (len < 1 || len > Wire.MAX_TYPE_LEN) throw new IllegalArgumentException("a task type of 1 to " + Wire.MAX_TYPE_LEN + " bytes");
