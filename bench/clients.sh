@@ -13,7 +13,9 @@
 #        process), timed the same way: from the workers' start until the handlers ran
 #        N times and taskpushd's /stats shows every outcome written
 #   java the Java library: clients/java/examples/DrainBench.java (K Workers of capacity C
-#        in one JVM, the jar of clients/java/build.sh), timed as go
+#        in one JVM, the jar of clients/java/build.sh), timed as go, after a warm-up of
+#        the JVM inside DrainBench (its own stand-in dispatcher, before the clock starts),
+#        with -XX:+UseSerialGC -XX:TieredStopAtLevel=1 (bench/README.md says why)
 # The Go and Java runs are verified from the table (N rows SUCCESSFUL at attempt 1);
 # taskpush-bench verifies its own. Prints one line per run, then the medians, go/c and
 # java/c, and writes the
@@ -29,7 +31,7 @@ while [ $# -gt 0 ]; do
     --k) k=$2; shift 2 ;;
     --capacity) capacity=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "clients.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -103,7 +105,7 @@ sys.exit(0 if json.load(urllib.request.urlopen("http://"+sys.argv[1]+"/stats", t
   rate_of <"$work/$name.json"
 }
 go_drain() { "$work/drainbench" --addr "$1" --admin "$2" --n "$3" --k "$4" --capacity "$5"; }
-java_drain() { java -Xss512k -cp "$work/java/taskpush.jar:$work" DrainBench "$@"; }
+java_drain() { java -Xss512k -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -cp "$work/java/taskpush.jar:$work" DrainBench "$@"; }
 
 c_rates=() go_rates=() java_rates=()
 mkdir -p "$root/bench/results"
@@ -117,7 +119,11 @@ for r in $(seq 1 "$repeat"); do
         --capacity "$capacity" --repeat 1 --json-only | rate_of)
   g=$(client_round go go_drain)
   j=$(client_round java java_drain)
-  echo "round $r: c (libtaskpush) $c tasks/s, go $g tasks/s, java $j tasks/s, load $(cut -d' ' -f1 /proc/loadavg)"
+  jcpu=$(python3 -c 'import json,sys
+for line in open(sys.argv[1]):
+    try: print(json.loads(line)["cpu_s"])
+    except (ValueError, KeyError): pass' "$work/java.json" 2>/dev/null || true)
+  echo "round $r: c (libtaskpush) $c tasks/s, go $g tasks/s, java $j tasks/s (JVM CPU ${jcpu:-?} s), load $(cut -d' ' -f1 /proc/loadavg)"
   c_rates+=("$c") go_rates+=("$g") java_rates+=("$j")
 done
 sql <<<"DROP DATABASE IF EXISTS \`$db\`"

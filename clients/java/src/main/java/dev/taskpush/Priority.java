@@ -6,5 +6,7 @@ public enum Priority {
 
     int wire() { return ordinal(); }
 
-    static Priority fromWire(int v) { return values()[v]; }
+    private static final Priority[] BY_WIRE = values();
+
+    static Priority fromWire(int v) { return BY_WIRE[v]; }
 }

@@ -3,11 +3,9 @@ package dev.taskpush;
 import dev.taskpush.wire.BadFrameException;
 import dev.taskpush.wire.FrameReader;
 import dev.taskpush.wire.Wire;
-import java.io.BufferedInputStream;
 import java.io.ByteArrayOutputStream;
 import java.io.EOFException;
 import java.io.IOException;
-import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.InetSocketAddress;
 import java.net.Socket;
@@ -20,10 +18,13 @@ import javax.net.ssl.SSLSocket;
 /**
  * One session with a dispatcher, after WELCOME. Any thread queues frames ({@link #send}) and,
  * when no other thread is writing, writes what is queued itself (one thread writes at a time,
- * taking every frame queued meanwhile): a DONE costs no wake-up of another thread. The reading
- * thread only queues (a write that blocks must not stop the reads that detect a silent peer);
- * the session's writer thread writes what it queued, sends HEARTBEAT when nothing was sent for
- * an interval, and closes a closing session. A dispatcher silent for 3 intervals is lost.
+ * taking every frame queued meanwhile): a DONE costs no wake-up of another thread, and a runner
+ * that runs tasks back to back only queues their DONEs ({@link #queue}) and writes them together
+ * ({@link #write}). The reading thread reads as much as the socket holds at once, hands the
+ * tasks of that read over together (FrameHandler.onBatchEnd), and only queues (a write that
+ * blocks must not stop the reads that detect a silent peer); the session's writer thread writes
+ * what it queued and what waits unwritten, sends HEARTBEAT when nothing was sent for an
+ * interval, and closes a closing session. A dispatcher silent for 3 intervals is lost.
  */
 final class Session {
     /** Bounds the answer to HELLO: a WELCOME or an ERROR; no TASK comes before WELCOME. */
@@ -50,6 +51,9 @@ final class Session {
     interface FrameHandler {
         /** A frame but ERROR; an exception ends the session with ERROR UNEXPECTED. */
         void onFrame(Wire.Message m) throws IOException;
+
+        /** The frames one read brought were all handed to onFrame: the reader is about to wait. */
+        default void onBatchEnd() {}
     }
 
     private Session(Options.Address addr, int version, long hbMs, long maxBody, String server, Socket socket, Socket io,
@@ -90,8 +94,7 @@ final class Session {
             OutputStream os = io.getOutputStream();
             os.write(Wire.encode(hello));
             os.flush();
-            InputStream in = new BufferedInputStream(io.getInputStream(), 64 * 1024);
-            FrameReader fr = new FrameReader(in, HANDSHAKE_MAX_BODY);
+            FrameReader fr = new FrameReader(io.getInputStream(), HANDSHAKE_MAX_BODY); // buffered itself
             Wire.Message m;
             try {
                 m = fr.read();
@@ -162,6 +165,33 @@ final class Session {
         }
         flush();
         return true;
+    }
+
+    /**
+     * Queues m without writing it: the caller writes it with what follows ({@link #write}), and
+     * the writer thread does within a heartbeat interval. False once the session is closed.
+     */
+    boolean queue(Wire.Message m) {
+        byte[] f;
+        try {
+            f = Wire.encode(m);
+        } catch (BadFrameException e) {
+            return false;
+        }
+        synchronized (lock) {
+            if (closed || closing) return false;
+            out.write(f, 0, f.length);
+            return true;
+        }
+    }
+
+    /** Writes what is queued unless another thread is writing (it takes it along). */
+    void write() {
+        synchronized (lock) {
+            if (writing || closed || out.size() == 0) return;
+            writing = true;
+        }
+        flush();
     }
 
     /** Writes what is queued until nothing is; called with writing set, clears it. */
@@ -263,13 +293,13 @@ final class Session {
         writer.start();
         while (true) {
             try {
-                byte[] body = reader.readBody();
+                if (!reader.hasFrame()) handler.onBatchEnd();
+                Wire.Message m = reader.read();
                 lastRecvNanos = System.nanoTime();
-                if (body == null) {
+                if (m == null) {
                     shutdown(new EOFException("connection closed by the dispatcher"));
                     break;
                 }
-                Wire.Message m = Wire.decode(body);
                 if (m instanceof Wire.ErrorFrame e) {
                     shutdown(new DispatcherException(addr.toString(), e.code(), e.text()));
                     break;
@@ -290,6 +320,7 @@ final class Session {
                 break;
             }
         }
+        handler.onBatchEnd(); // tasks decoded before the end still run (version 3 keeps them)
         try {
             writer.join();
         } catch (InterruptedException e) {

@@ -24,13 +24,14 @@ public final class Task {
     private long deadlineNanos; // 0: no lease
     volatile boolean abandoned; // forgotten by the worker: its outcome goes nowhere (under the worker's lock)
 
-    Task(Worker worker, Wire.Task t, Session origin) {
+    /** type: the task's type as a string, the handler's name for it when registered (no decoding per task). */
+    Task(Worker worker, Wire.Task t, Session origin, String type) {
         this.worker = worker;
         this.key = t.delivery();
-        this.type = new String(t.taskType(), java.nio.charset.StandardCharsets.UTF_8);
+        this.type = type;
         this.payload = t.payload();
         this.priority = Priority.fromWire(t.priority());
-        this.lease = Duration.ofMillis(t.timeoutMs());
+        this.lease = t.timeoutMs() == 0 ? Duration.ZERO : Duration.ofMillis(t.timeoutMs());
         this.origin = origin;
         this.inventory = origin.version >= 3;
         if (t.timeoutMs() > 0) deadlineNanos = System.nanoTime() + lease.toNanos();

@@ -4,6 +4,7 @@ import dev.taskpush.wire.Wire;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.Iterator;
@@ -11,24 +12,24 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.concurrent.ArrayBlockingQueue;
-import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executor;
 import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.SynchronousQueue;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * Takes tasks of its registered types from a dispatcher and runs their handlers, each type on as
- * many concurrent handler loops as its concurrency; the HELLO's capacity (the dispatcher's
- * credit) is the sum. Made with {@link #builder}, started with {@link #start()} (or run in the
+ * Takes tasks of its registered types from a dispatcher and runs their handlers, each type on
+ * up to its concurrency at once (runners on the executor, see Slot); the HELLO's capacity (the
+ * dispatcher's credit) is the sum. Made with {@link #builder}, started with {@link #start()} (or run in the
  * caller's thread with {@link #run()}), stopped with {@link #close()}: a graceful drain.
  *
  * <p>In a protocol version 3 session the worker keeps running what it holds when the dispatcher
@@ -44,11 +45,11 @@ public final class Worker implements AutoCloseable {
     private static final int NOT_LEADER_MAX_EXP = 3;
     private static final int MAX_CAPACITY = 65536;
     private static final int MAX_ERROR_LEN = 65535; // err_msg is a TEXT column
-    private static final Object POISON = new Object();
 
     private final List<Options.Address> addrs;
     final Options opts;
     private final Map<String, Slot> slots;
+    private final Slot[] slotList;
     private final int capacity;
     private final Executor executor;
     private final ExecutorService ownExecutor; // when the worker made its executor
@@ -64,16 +65,30 @@ public final class Worker implements AutoCloseable {
     private volatile boolean stopping, aborted;
     private volatile boolean draining; // stopping, or a dispatcher sent STOP: each finished task kicks the session loop
     private final CountDownLatch finished = new CountDownLatch(1);
+    private final AtomicInteger liveRunners = new AtomicInteger();
     final Counters stats = new Counters();
 
+    /**
+     * One task type: its queue and its runners. A runner is one job on the executor that runs
+     * the type's queued tasks one after another until the queue is empty; at most concurrency
+     * of them run at once. The reader queues what one read brought and then starts a runner
+     * (one hand-off for the batch, not one per task); a runner that takes a task and sees more
+     * queued starts one more, so that slow handlers still fill the concurrency, one hand-off
+     * at a time (waking: a runner started has not taken its first task yet).
+     */
     private static final class Slot {
         final String name;
         final Handler fn;
         final int concurrency;
-        BlockingQueue<Object> queue;
+        final byte[] type;
+        final ArrayDeque<Task> queue = new ArrayDeque<>(); // under the slot's lock, as the counts
+        int limit; // tasks queued at most: the credit and what a new dispatcher refused to adopt
+        int runners;
+        boolean waking;
 
         Slot(String name, Handler fn, int concurrency) {
             this.name = name;
+            this.type = name.getBytes(StandardCharsets.UTF_8);
             this.fn = fn;
             this.concurrency = concurrency;
         }
@@ -107,7 +122,7 @@ public final class Worker implements AutoCloseable {
 
         public Builder options(Options o) { opts = Objects.requireNonNull(o); return this; }
 
-        /** Registers the handler of one task type, run by concurrency handler loops at most at once. */
+        /** Registers the handler of one task type, run on up to concurrency threads at once. */
         public Builder handle(String taskType, int concurrency, Handler handler) {
             int len = taskType.getBytes(StandardCharsets.UTF_8).length;
             if (len < 1 || len > Wire.MAX_TYPE_LEN) throw new IllegalArgumentException("a task type of 1 to " + Wire.MAX_TYPE_LEN + " bytes");
@@ -121,13 +136,15 @@ public final class Worker implements AutoCloseable {
         }
 
         /**
-         * Runs the handler loops (one per unit of concurrency, each long-lived) on this executor,
-         * which must be able to run them all at once; the worker does not shut it down. Default:
-         * a thread per loop from {@link #threadFactory}.
+         * Runs the handlers on this executor: each job it is given runs queued tasks of one type
+         * until none is left, and at most a type's concurrency of them run at once, so an
+         * executor that can run the capacity's worth of jobs at once reaches every type's
+         * concurrency (a virtual thread per job fits); the worker does not shut it down.
+         * Default: a pool of up to capacity threads from {@link #threadFactory}, made as needed.
          */
         public Builder executor(Executor e) { executor = e; return this; }
 
-        /** Makes the handler threads (for virtual threads on JDK 21: Thread.ofVirtual().factory()). */
+        /** Makes the default pool's handler threads (for virtual threads on JDK 21: Thread.ofVirtual().factory()). */
         public Builder threadFactory(ThreadFactory f) { threadFactory = f; return this; }
 
         public Worker build() {
@@ -140,6 +157,7 @@ public final class Worker implements AutoCloseable {
         addrs = b.addrs;
         opts = b.opts;
         slots = new LinkedHashMap<>(b.slots);
+        slotList = slots.values().toArray(new Slot[0]);
         capacity = b.capacity;
         keptLimit = 4 * capacity + 1024; // as libtaskpush: a few capacities' worth, and a failover's backlog
         AtomicInteger n = new AtomicInteger();
@@ -157,7 +175,18 @@ public final class Worker implements AutoCloseable {
                 AtomicInteger h = new AtomicInteger();
                 f = r -> new Thread(r, "taskpush-handler-" + h.incrementAndGet());
             }
-            ownExecutor = Executors.newFixedThreadPool(capacity, f);
+            // Up to capacity threads, made when no idle one is there (a worker whose handlers are
+            // quick needs a few), idle ones ending after a minute. Runners never outnumber the
+            // threads, so a refusal means a thread is between two runners: wait for it.
+            ownExecutor = new ThreadPoolExecutor(0, capacity, 60, TimeUnit.SECONDS, new SynchronousQueue<>(), f, (r, pool) -> {
+                if (pool.isShutdown()) throw new RejectedExecutionException("the worker stopped");
+                try {
+                    pool.getQueue().put(r);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new RejectedExecutionException("interrupted", e);
+                }
+            });
             executor = ownExecutor;
         }
     }
@@ -303,32 +332,20 @@ public final class Worker implements AutoCloseable {
     }
 
     private void runClaimed() {
-        CountDownLatch loops = new CountDownLatch(capacity);
         try {
-            for (Slot s : slots.values()) {
-                // Room for every delivery the dispatcher may send, and for the ones a new dispatcher
-                // refused to adopt that still run: the reader never blocks.
-                s.queue = new ArrayBlockingQueue<>(2 * capacity + 16);
-                for (int i = 0; i < s.concurrency; i++) {
-                    executor.execute(() -> {
-                        try {
-                            handlerLoop(s);
-                        } finally {
-                            loops.countDown();
-                        }
-                    });
-                }
-            }
+            // Room for every delivery the dispatcher may send, and for the ones a new dispatcher
+            // refused to adopt that still run: the reader never blocks.
+            for (Slot s : slots.values()) s.limit = 2 * capacity + 16;
             connectLoop();
             // Stopped while no dispatcher was connected: the running tasks still finish.
             synchronized (mu) {
                 while (!held.isEmpty() && !aborted) mu.wait(50);
             }
             if (aborted) abandon(t -> true);
-            for (Slot s : slots.values()) {
-                for (int i = 0; i < s.concurrency; i++) s.queue.put(POISON);
+            // Every runner has returned (abandoned tasks still queued are dropped by them).
+            synchronized (mu) {
+                while (liveRunners.get() > 0) mu.wait(50);
             }
-            loops.await();
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             abort();
@@ -426,8 +443,20 @@ public final class Worker implements AutoCloseable {
         takeOver(c, s);
         AtomicBoolean peerStop = new AtomicBoolean();
         CompletableFuture<Exception> served = new CompletableFuture<>();
+        Session.FrameHandler frames = new Session.FrameHandler() {
+            private final List<Slot> fed = new ArrayList<>(); // the slots this read queued tasks for
+
+            @Override public void onFrame(Wire.Message m) throws IOException {
+                Worker.this.onFrame(c, s, peerStop, m, fed);
+            }
+
+            @Override public void onBatchEnd() {
+                for (Slot x : fed) startRunner(x);
+                fed.clear();
+            }
+        };
         ioThreads.newThread(() -> {
-            served.complete(c.serve(m -> onFrame(c, s, peerStop, m), ioThreads));
+            served.complete(c.serve(frames, ioThreads));
             kick();
         }).start();
         boolean stopSent = false, abortDone = false, closing = false;
@@ -523,9 +552,9 @@ public final class Worker implements AutoCloseable {
         }
     }
 
-    private void onFrame(Session c, Submitter s, AtomicBoolean peerStop, Wire.Message m) throws IOException {
+    private void onFrame(Session c, Submitter s, AtomicBoolean peerStop, Wire.Message m, List<Slot> fed) throws IOException {
         if (m instanceof Wire.Task t) {
-            onTask(c, t);
+            onTask(c, t, fed);
         } else if (m instanceof Wire.Cancel k) {
             Task t;
             synchronized (mu) {
@@ -552,63 +581,143 @@ public final class Worker implements AutoCloseable {
         }
     }
 
-    private void onTask(Session c, Wire.Task v) {
+    private void onTask(Session c, Wire.Task v, List<Slot> fed) {
         stats.tasksReceived.incrementAndGet();
-        Task t = new Task(this, v, c);
+        Slot s = slotOf(v.taskType());
+        Task t = new Task(this, v, c, s != null ? s.name : new String(v.taskType(), StandardCharsets.UTF_8));
         synchronized (mu) {
             held.put(t.key, t);
         }
-        Slot s = slots.get(t.type());
         if (s == null) { // the dispatcher sends only registered types; answer anyway
             finish(t, Wire.OUTCOME_FAIL_PERM, bytes("no handler for this task type"), 0);
-        } else if (!s.queue.offer(t)) { // more than the credit allows: never block the reader
+            return;
+        }
+        boolean queued;
+        synchronized (s) {
+            queued = s.queue.size() < s.limit && s.queue.add(t);
+        }
+        if (!queued) { // more than the credit allows: never block the reader
             finish(t, Wire.OUTCOME_FAIL_RETRY, bytes("the dispatcher sent more tasks than the worker's capacity"), 0);
+        } else if (!fed.contains(s)) {
+            fed.add(s);
+        }
+    }
+
+    private Slot slotOf(byte[] type) {
+        for (Slot s : slotList) if (java.util.Arrays.equals(s.type, type)) return s;
+        return null;
+    }
+
+    /** Starts a runner for s unless one is starting, the concurrency is reached, or nothing is queued. */
+    private void startRunner(Slot s) {
+        synchronized (s) {
+            if (s.queue.isEmpty() || s.waking || s.runners >= s.concurrency) return;
+            s.runners++;
+            s.waking = true;
+        }
+        liveRunners.incrementAndGet();
+        try {
+            executor.execute(() -> runQueued(s));
+        } catch (RuntimeException e) { // a RejectedExecutionException: the executor was shut down
+            List<Task> left = new ArrayList<>();
+            synchronized (s) {
+                s.runners--;
+                s.waking = false;
+                if (s.runners == 0) {
+                    left.addAll(s.queue);
+                    s.queue.clear();
+                }
+            }
+            runnerEnded();
+            opts.log.accept("the executor refused a runner of " + s.name + ": " + e + "; " + left.size() + " tasks fail");
+            for (Task t : left) finish(t, Wire.OUTCOME_FAIL_RETRY, bytes("the worker's executor refused the task"), 0);
+        }
+    }
+
+    private void runnerEnded() {
+        if (liveRunners.decrementAndGet() == 0 && stopping) kick();
+    }
+
+    /** A runner: the queued tasks of s one after another until none is left. */
+    private void runQueued(Slot s) {
+        boolean first = true, ended = false;
+        Session unwritten = null; // the DONEs of the tasks run back to back wait here
+        try {
+            while (true) {
+                Task t;
+                boolean more;
+                synchronized (s) {
+                    if (first) {
+                        s.waking = false;
+                        first = false;
+                    }
+                    t = s.queue.poll();
+                    if (t == null) {
+                        s.runners--;
+                        ended = true;
+                        return;
+                    }
+                    more = !s.queue.isEmpty();
+                }
+                if (more) startRunner(s);
+                Session c = runOne(s, t);
+                if (unwritten != null && unwritten != c) unwritten.write();
+                unwritten = c;
+            }
+        } finally {
+            if (unwritten != null) unwritten.write();
+            if (!ended) { // an Error out of the library: the next runner takes the queue
+                synchronized (s) {
+                    s.runners--;
+                    if (first) s.waking = false;
+                }
+                startRunner(s);
+            }
+            runnerEnded();
         }
     }
 
     private static byte[] bytes(String s) { return s.getBytes(StandardCharsets.UTF_8); }
 
-    private void handlerLoop(Slot s) {
-        while (true) {
-            Object o;
-            try {
-                o = s.queue.take();
-            } catch (InterruptedException e) {
-                return;
-            }
-            if (o == POISON) return;
-            Task t = (Task) o;
-            boolean gone = t.abandoned; // read again under the lock by finish
-            // Abandoned, or a version 1/2 delivery whose connection is gone (delivered again): not run.
-            if (gone || (!t.inventory && t.origin.isClosed())) {
-                drop(t);
-                continue;
-            }
-            int outcome;
-            byte[] data;
-            long delay = 0;
-            t.running(Thread.currentThread());
-            try {
-                byte[] r = s.fn.handle(t);
-                outcome = Wire.OUTCOME_SUCCESS;
-                data = r == null ? new byte[0] : r;
-            } catch (PermanentFailure e) {
-                outcome = Wire.OUTCOME_FAIL_PERM;
-                data = bytes(String.valueOf(e.getMessage()));
-            } catch (RetryAfter e) {
-                outcome = Wire.OUTCOME_RETRY_AFTER;
-                data = bytes(String.valueOf(e.getMessage()));
-                delay = Math.max(0, Math.min(0xFFFFFFFFL, e.delay().toMillis()));
-            } catch (Throwable e) { // a handler's bug fails the attempt, as a Go panic
-                outcome = Wire.OUTCOME_FAIL_RETRY;
-                data = bytes(e.getMessage() != null ? e.getMessage() : e.getClass().getName());
-                if (!(e instanceof Exception)) opts.log.accept("handler of " + s.name + " threw " + e + " on " + t);
-            } finally {
-                t.running(null);
-                Thread.interrupted(); // a cancel's interrupt ends with its task
-            }
-            finish(t, outcome, data, delay);
+    /** Runs t's handler and answers it; returns the session its DONE waits on to be written, if it does. */
+    private Session runOne(Slot s, Task t) {
+        boolean gone = t.abandoned; // read again under the lock by finish
+        // Abandoned, or a version 1/2 delivery whose connection is gone (delivered again): not run.
+        if (gone || (!t.inventory && t.origin.isClosed())) {
+            drop(t);
+            return null;
         }
+        int outcome;
+        byte[] data;
+        long delay = 0;
+        t.running(Thread.currentThread());
+        try {
+            byte[] r = s.fn.handle(t);
+            outcome = Wire.OUTCOME_SUCCESS;
+            data = r == null ? new byte[0] : r;
+        } catch (PermanentFailure e) {
+            outcome = Wire.OUTCOME_FAIL_PERM;
+            data = bytes(String.valueOf(e.getMessage()));
+        } catch (RetryAfter e) {
+            outcome = Wire.OUTCOME_RETRY_AFTER;
+            data = bytes(String.valueOf(e.getMessage()));
+            delay = Math.max(0, Math.min(0xFFFFFFFFL, e.delay().toMillis()));
+        } catch (Throwable e) { // a handler's bug fails the attempt, as a Go panic
+            outcome = Wire.OUTCOME_FAIL_RETRY;
+            data = bytes(e.getMessage() != null ? e.getMessage() : e.getClass().getName());
+            if (!(e instanceof Exception)) opts.log.accept("handler of " + s.name + " threw " + e + " on " + t);
+        } finally {
+            t.running(null);
+            Thread.interrupted(); // a cancel's interrupt ends with its task
+        }
+        // The DONE waits for the next task's when this runner takes one at once, and the lease
+        // outlasts the writer thread's wait (a heartbeat interval) should that handler be slow.
+        boolean later;
+        synchronized (s) {
+            later = !s.queue.isEmpty();
+        }
+        later = later && (t.lease().isZero() || t.remaining().toMillis() > 3 * t.origin.hbMs);
+        return finish(t, outcome, data, delay, later);
     }
 
     /** The DONE of an outcome made to fit max_body: a result too large fails for good saying so; an error text is cut. */
@@ -633,16 +742,25 @@ public final class Worker implements AutoCloseable {
     }
 
     private void finish(Task t, int outcome, byte[] data, long delayMs) {
+        finish(t, outcome, data, delayMs, false);
+    }
+
+    /**
+     * Answers t. With later set the DONE is only queued on its session, to leave with the
+     * outcomes after it in one write; the session it was queued on is returned (the caller
+     * writes it, and the session's writer thread does within a heartbeat interval).
+     */
+    private Session finish(Task t, int outcome, byte[] data, long delayMs, boolean later) {
         Wire.Done d = new Wire.Done(t.key, outcome, delayMs, data);
         try {
             if (!t.inventory) {
-                boolean sent = t.origin.send(fit(d, t.origin.maxBody));
+                boolean sent = later ? t.origin.queue(fit(d, t.origin.maxBody)) : t.origin.send(fit(d, t.origin.maxBody));
                 synchronized (mu) {
                     held.remove(t.key);
                 }
                 t.cancel();
                 (sent ? stats.tasksCompleted : stats.tasksDropped).incrementAndGet();
-                return;
+                return sent && later ? t.origin : null;
             }
             // Version 3: kept until confirmed. Keeping it and reading the current session under one
             // lock means either takeOver sends it again or the session read here had its HOLDING queued.
@@ -652,7 +770,7 @@ public final class Worker implements AutoCloseable {
                 held.remove(t.key);
                 if (t.abandoned) {
                     stats.tasksDropped.incrementAndGet();
-                    return;
+                    return null;
                 }
                 kept.remove(t.key);
                 kept.put(t.key, d);
@@ -669,7 +787,12 @@ public final class Worker implements AutoCloseable {
                 stats.outcomesForgotten.incrementAndGet();
                 opts.log.accept("more than " + keptLimit + " outcomes wait for CONFIRM; forgetting the oldest, " + old.delivery());
             }
-            if (c != null && c.version >= 3) c.send(fit(d, c.maxBody));
+            if (c == null || c.version < 3) return null;
+            if (!later) {
+                c.send(fit(d, c.maxBody));
+                return null;
+            }
+            return c.queue(fit(d, c.maxBody)) ? c : null;
         } finally {
             if (draining) kick(); // a draining session looks at held again
         }

@@ -159,6 +159,65 @@ public final class IntegrationTest {
         }
     }
 
+    /**
+     * 4. A type's handlers reach its concurrency: each handler of a type waits until that many
+     * run at once (the worker's runners start one another while tasks are queued), on the
+     * worker's own pool and on an executor the caller gives.
+     */
+    public static void testConcurrencyReached(TestContext t) throws Exception {
+        DB db = new DB(t);
+        Daemon d = daemon(t, db);
+        String[] xs = new String[8];
+        java.util.Arrays.fill(xs, "x");
+        db.insert("own", xs);
+        db.insert("given", xs);
+        Map<String, CountDownLatch> together = Map.of("own", new CountDownLatch(4), "given", new CountDownLatch(3));
+        List<String> short_ = Collections.synchronizedList(new ArrayList<>());
+        Handler h = task -> {
+            CountDownLatch l = together.get(task.type());
+            l.countDown();
+            if (!l.await(Harness.WAIT.toSeconds(), TimeUnit.SECONDS)) short_.add(task.type() + ": " + l.getCount() + " short");
+            return null;
+        };
+        java.util.concurrent.ExecutorService given = java.util.concurrent.Executors.newCachedThreadPool();
+        t.cleanup(given::shutdownNow);
+        List<String> log = new ArrayList<>();
+        started(t, Worker.builder(d.listen).options(opts(t, log).build()).handle("own", 4, h).build());
+        started(t, Worker.builder(d.listen).options(opts(t, log).name(t.name() + "-given").build())
+                .handle("given", 3, h).executor(given).build());
+        db.waitRows("task_state = 2", 16);
+        check(short_.isEmpty(), "handlers that never saw their concurrency reached: " + short_);
+    }
+
+    /**
+     * 3. An outcome does not wait for a slow handler: the DONE of a quick task that its runner
+     * followed at once with a slow one (queued behind it, concurrency 1) is written meanwhile
+     * (the writer thread writes what waits within a heartbeat): the slow handler returns only
+     * once the quick task's row is SUCCESSFUL.
+     */
+    public static void testOutcomeNotHeldBySlowHandler(TestContext t) throws Exception {
+        DB db = new DB(t);
+        Daemon d = daemon(t, db);
+        db.exec("INSERT INTO task (task_type, payload, task_priority) VALUES ('seq', 'quick', 2), ('seq', 'slow', 1)");
+        List<String> order = Collections.synchronizedList(new ArrayList<>()), held = Collections.synchronizedList(new ArrayList<>());
+        List<String> log = new ArrayList<>();
+        started(t, Worker.builder(d.listen).options(opts(t, log).build())
+                .handle("seq", 1, task -> {
+                    String p = str(task.payload());
+                    order.add(p);
+                    try {
+                        if (p.equals("slow") && order.contains("quick")) db.waitRows("payload = 'quick' AND task_state = 2", 1);
+                    } catch (AssertionError e) {
+                        held.add(e.getMessage());
+                    }
+                    return null;
+                })
+                .handle("other", 3, task -> null).build()); // capacity 4: both delivered at once
+        db.waitRows("task_state = 2", 2);
+        check(order.equals(List.of("quick", "slow")), "handlers ran in the order " + order + ", want quick (priority 2) first");
+        check(held.isEmpty(), "the quick task's outcome waited for the slow handler: " + held);
+    }
+
     /** 5, 6. EXTEND keeps a short lease alive; CANCEL sets the flag, interrupts the handler, and the slot is free again once answered. */
     public static void testExtendAndCancel(TestContext t) throws Exception {
         DB db = new DB(t);

@@ -83,6 +83,16 @@ public final class Wire {
 
     /** Names one delivery: (task id, epoch, attempt); ids and counters are unsigned on the wire. */
     public record Delivery(long taskId, int epoch, int attempt) {
+        // Written out: the generated ones go through method handles, slow before the JIT
+        // inlines them, and a worker hashes every delivery several times.
+        @Override public boolean equals(Object o) {
+            return o instanceof Delivery d && d.taskId == taskId && d.epoch == epoch && d.attempt == attempt;
+        }
+
+        @Override public int hashCode() {
+            return (Long.hashCode(taskId) * 31 + epoch) * 31 + attempt;
+        }
+
         @Override public String toString() {
             return "task " + Long.toUnsignedString(taskId) + " (epoch " + Integer.toUnsignedString(epoch)
                     + ", attempt " + Integer.toUnsignedString(attempt) + ")";
@@ -151,11 +161,12 @@ public final class Wire {
     /** Reads fields from a body; every take checks the bytes left first. */
     private static final class Cursor {
         final byte[] b;
+        final int end;
         int off;
 
-        Cursor(byte[] b, int off) { this.b = b; this.off = off; }
+        Cursor(byte[] b, int off, int end) { this.b = b; this.off = off; this.end = end; }
 
-        int left() { return b.length - off; }
+        int left() { return end - off; }
 
         void need(int n, String what) throws BadFrameException {
             if (n < 0 || left() < n) throw new BadFrameException(what + " runs past the end of the body");
@@ -203,8 +214,8 @@ public final class Wire {
         }
 
         byte[] rest() {
-            byte[] v = Arrays.copyOfRange(b, off, b.length);
-            off = b.length;
+            byte[] v = Arrays.copyOfRange(b, off, end);
+            off = end;
             return v;
         }
 
@@ -228,9 +239,15 @@ public final class Wire {
 
     /** Decodes one frame body (the bytes after the length prefix). */
     public static Message decode(byte[] body) throws BadFrameException {
-        if (body.length == 0) throw new BadFrameException("empty body");
-        Cursor c = new Cursor(body, 1);
-        int t = body[0] & 0xFF;
+        return decode(body, 0, body.length);
+    }
+
+    /** Decodes the frame body buf[off, off + len) (a reader's buffer: the message copies what it keeps). */
+    public static Message decode(byte[] buf, int off, int len) throws BadFrameException {
+        if (len <= 0) throw new BadFrameException("empty body");
+        if (off < 0 || len > buf.length - off) throw new IllegalArgumentException("a body outside the array");
+        Cursor c = new Cursor(buf, off + 1, off + len);
+        int t = buf[off] & 0xFF;
         Message m;
         switch (t) {
             case T_HELLO: {
