@@ -6,6 +6,7 @@ import dev.taskpush.wire.Wire;
 import java.io.ByteArrayOutputStream;
 import java.io.EOFException;
 import java.io.IOException;
+import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.InetSocketAddress;
 import java.net.Socket;
@@ -44,7 +45,27 @@ final class Session {
     private boolean closed, closing;
     private boolean writing; // a thread is writing: the others only queue
     private volatile long lastSendNanos = System.nanoTime();
-    private volatile long lastRecvNanos = System.nanoTime();
+    private Heard heard; // when the last bytes arrived
+
+    /** Bytes, not whole frames, show the dispatcher alive: a big frame may take longer than 3
+     *  heartbeats to arrive (libtaskpush, Python and Go count bytes too; conformance scenario 15). */
+    private static final class Heard extends java.io.FilterInputStream {
+        volatile long nanos = System.nanoTime();
+
+        Heard(InputStream in) { super(in); }
+
+        @Override public int read() throws IOException {
+            int b = super.read();
+            if (b >= 0) nanos = System.nanoTime();
+            return b;
+        }
+
+        @Override public int read(byte[] buf, int off, int len) throws IOException {
+            int n = super.read(buf, off, len);
+            if (n > 0) nanos = System.nanoTime();
+            return n;
+        }
+    }
     private volatile Thread readerThread;
     private Exception reason;
 
@@ -94,7 +115,8 @@ final class Session {
             OutputStream os = io.getOutputStream();
             os.write(Wire.encode(hello));
             os.flush();
-            FrameReader fr = new FrameReader(io.getInputStream(), HANDSHAKE_MAX_BODY); // buffered itself
+            Heard heard = new Heard(io.getInputStream());
+            FrameReader fr = new FrameReader(heard, HANDSHAKE_MAX_BODY); // buffered itself
             Wire.Message m;
             try {
                 m = fr.read();
@@ -119,7 +141,9 @@ final class Session {
             tcp.setSoTimeout(0);
             fr.setMaxBody(Wire.MAX_BODY_DEFAULT);
             ok = true;
-            return new Session(addr, version, hb, w.maxBody(), new String(w.server(), StandardCharsets.UTF_8), tcp, io, fr);
+            Session session = new Session(addr, version, hb, w.maxBody(), new String(w.server(), StandardCharsets.UTF_8), tcp, io, fr);
+            session.heard = heard;
+            return session;
         } finally {
             if (!ok) tcp.close();
         }
@@ -295,7 +319,6 @@ final class Session {
             try {
                 if (!reader.hasFrame()) handler.onBatchEnd();
                 Wire.Message m = reader.read();
-                lastRecvNanos = System.nanoTime();
                 if (m == null) {
                     shutdown(new EOFException("connection closed by the dispatcher"));
                     break;
@@ -344,7 +367,7 @@ final class Session {
                     while (true) {
                         if (closed) return;
                         long now = System.nanoTime();
-                        long quiet = 3 * hbMs - (now - lastRecvNanos) / 1_000_000L;
+                        long quiet = 3 * hbMs - (now - heard.nanos) / 1_000_000L;
                         if (quiet <= 0) {
                             silent = true;
                             break;
