@@ -84,7 +84,7 @@ enum dsp_claim_col {
 
 /* The schema version this code was written for: the one sql/schema.sql writes and the last
  * sql/migrations file reaches (the build checks both, see embed.py --migrations). */
-#define DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN 11
+#define DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN 12
 
 /* Writes the SQL string literal (quotes included) for the bytes from[0..len) into to,
  * at most cap bytes, no NUL needed. Returns the length written, or -1 when cap is too
