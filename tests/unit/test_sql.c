@@ -664,7 +664,7 @@ static void stats_oldest(void **state)
                              " run_after) g FROM task FORCE INDEX (PRIMARY) WHERE task_id = (SELECT"
                              " MIN(task_id) FROM (SELECT task_id FROM task FORCE INDEX (group_idx)"
                              " WHERE group_lane = 0 AND `delayed` = 0 AND task_type = _utf8mb4 X'6B'"
-                             " AND task_priority = 1 AND run_after <= 8 LIMIT 4096) s))) u GROUP BY t");
+                             " AND task_priority = 1 AND run_after <= 8 LIMIT 1024) s))) u GROUP BY t");
     dsp_strbuf_free(&b);
 }
 
