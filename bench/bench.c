@@ -141,7 +141,8 @@ static void usage(FILE *f)
         "                    made, seeded, drained and verified under it (default task;\n"
         "                    the taskpush designs and the modes only)\n"
         "  --group-keys N    the drain's rows get N group keys in turn (fair share: the\n"
-        "                    claim rotates between them); 0: none (default; MariaDB)\n"
+        "                    claim rotates between them); 0: none (default; MariaDB;\n"
+        "                    the taskpush designs only)\n"
         "  --json-only       print only the JSON lines\n"
         "  --help            this text\n"
         "Modes (--mode; the flags above apply to drain unless named below):\n"
@@ -602,6 +603,13 @@ static int parse_flags(int argc, char **argv, bench_opts *o)
         if (o->designs[i]->drain != bench_drain_taskpush)
             return -bad_flag("--table: only the taskpush designs and the modes take another"
                              " table than task; %s does not (--design taskpush-rr,taskpush-ll)",
+                             o->designs[i]->name) - 1;
+    /* Their claim reads claim_lane 0, which holds no keyed row (schema version 12). */
+    for (int i = 0; group_keys && o->mode == BENCH_MODE_DRAIN && i < o->ndesigns; i++)
+        if (o->designs[i]->drain != bench_drain_taskpush)
+            return -bad_flag("--group-keys: only the taskpush designs claim keyed rows; %s reads"
+                             " claim_lane 0, the rows without a key (--design"
+                             " taskpush-rr,taskpush-ll)",
                              o->designs[i]->name) - 1;
     return 0;
 }

@@ -167,6 +167,7 @@ def flags(prog):
                       (["--poll-seconds", "86401"], "--poll-seconds"),
                       (["--table", "9jobs"], "--table"), (["--table", "jobs;x"], "--table"),
                       (["--table", "jobs", "--design", "taskpush-rr,cas"], "--table"),
+                      (["--group-keys", "10", "--design", "taskpush-ll,cas"], "--group-keys"),
                       (["--payload-bytes", "65537"], "--payload-bytes"),
                       (["--payload-bytes", "0,x"], "--payload-bytes"),
                       (["--payload-bytes", "none"], "--payload-bytes none"),

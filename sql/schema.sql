@@ -1,6 +1,6 @@
 -- taskpush schema. This is the one file a user runs on a new database:
 --     mariadb DBNAME < sql/schema.sql
--- It creates the current version (schema_version 11) directly. On an existing database it
+-- It creates the current version (schema_version 12) directly. On an existing database it
 -- changes nothing (see "Safe to run twice"), so it never upgrades one: that is what the
 -- migrations do. To upgrade, stop every taskpushd on the database, then run
 --     taskpushd --db URL --migrate
@@ -101,7 +101,11 @@ CREATE TABLE IF NOT EXISTS task (
     -- Version 5 (sql/migrations/005-claim-lane.sql): task_state, with SUCCESSFUL (2) in
     -- PROCESSING's place (1), so that writing a success changes no indexed value and
     -- moves no entry of claim_idx. Computed by the server; nobody writes it.
-    claim_lane       TINYINT AS (IF(task_state = 2, 1, task_state)) VIRTUAL,
+    -- Version 12 (sql/migrations/012-keyed-claim-lane.sql): NULL for a row with a
+    -- group_key unless it is FAILED, so that claiming or finishing a keyed row moves no
+    -- entry of claim_idx (group_idx, through group_lane, has its state): lane 0 holds
+    -- the NEW rows without a key, lane 3 every FAILED row.
+    claim_lane       TINYINT AS (IF(group_key IS NULL OR task_state = 3, IF(task_state = 2, 1, task_state), NULL)) VIRTUAL,
     -- Version 7 (sql/migrations/007-failed-at.sql): when a FAILED row failed (the
     -- last_update_time that the write making it FAILED set), NULL in any other state.
     -- Computed by the server; nobody writes it.
@@ -169,7 +173,7 @@ CREATE TABLE IF NOT EXISTS taskpush_meta (
     PRIMARY KEY (name)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
-INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 11), ('epoch', 0), ('lease', 0);
+INSERT IGNORE INTO taskpush_meta (name, value) VALUES ('schema_version', 12), ('epoch', 0), ('lease', 0);
 
 -- Periodic tasks (version 4, sql/migrations/004-task-schedule.sql): one row per
 -- schedule; the leading taskpushd inserts its due runs into task (docs/schema.md).

@@ -29,10 +29,6 @@
 /* Fair claims of a keyed type that read rows and saw no key before it goes back to the
  * plain read (a table that stopped using keys pays what a keyless one pays). */
 #define FAIR_KEYLESS_CLAIMS 64u
-/* Claims of a keyed type between two reads of its keyless rows while the last read found
- * none: that read costs a row lookup per row of its window, and a keyless row arriving
- * in a keyed type waits at most this many claims longer for its first turn. */
-#define FAIR_KEYLESS_EVERY 8u
 
 /* A type's place in the rotation: the key it took from last, at priority prio. */
 struct fair_type {
@@ -46,7 +42,6 @@ struct fair_type {
     uint8_t keyless; /* fair claims since then that read rows and saw no key */
     bool a_cut;     /* the last claim's A was cut by its limit: B is likely not needed */
     uint32_t rows_per_key; /* ready rows per key in the last read (0: not known) */
-    uint8_t keyless_skip; /* claims to go before keyless rows are read again */
     uint64_t used;  /* the claim that last used it (least recently used goes first) */
 };
 
@@ -67,7 +62,6 @@ struct fair_row {
 struct fair_part {
     struct fair_type *ft;
     bool with_a;
-    bool with_keyless; /* the read of keyless rows through claim_idx is part of it */
     unsigned a_limit, b_limit;
 };
 
@@ -299,9 +293,6 @@ int dsp_fair_sql(dsp_fair *f, char *buf, size_t cap, const char *const *types, s
             wide = share > want ? (unsigned)share : want;
         p->ft = ft;
         p->with_a = ft->valid;
-        p->with_keyless = !ft->valid || ft->keyless_skip == 0;
-        if (!p->with_keyless)
-            ft->keyless_skip--;
         p->a_limit = wide;
         /* B starts the rotation over (or starts it): as wide as A, so that a claim at
          * the end of the keys still sees enough keys to give one row to each. Without
@@ -335,23 +326,19 @@ int dsp_fair_sql(dsp_fair *f, char *buf, size_t cap, const char *const *types, s
                       now_ms, p->a_limit);
         }
         /* B's keyless rows, first (NULL is the first key): group_idx holds none (group_lane
-         * is NULL for them, so that their claims do not move it); they are the keyless
-         * ones among the first rows main's read of claim_idx finds, at most as many as
-         * the claim takes (each read costs a row lookup for group_key). */
-        if (p->with_keyless) {
-            fb_printf(&b,
-                      "(SELECT task_id, task_type, task_priority, group_key, 2 FROM"
-                      " (SELECT task_id, task_type, task_priority, group_key FROM %s"
-                      " FORCE INDEX (claim_idx) WHERE claim_lane = 0 AND `delayed` = 0"
-                      " AND task_type = ",
-                      task);
-            fb_type(&b, types[i]);
-            fb_printf(&b,
-                      " AND run_after <= %" PRId64
-                      " ORDER BY task_priority DESC, task_id LIMIT %u) k WHERE group_key IS NULL"
-                      " ORDER BY task_priority DESC, task_id LIMIT %u) UNION ALL ",
-                      now_ms, want, want);
-        }
+         * is NULL for them, so that their claims do not move it); claim_idx holds exactly
+         * them in lane 0 (a keyed row's claim_lane is NULL unless FAILED, version 12), in
+         * priority and id order, with every column this read needs. */
+        fb_printf(&b,
+                  "(SELECT task_id, task_type, task_priority, NULL, 2 FROM %s"
+                  " FORCE INDEX (claim_idx) WHERE claim_lane = 0 AND `delayed` = 0"
+                  " AND task_type = ",
+                  task);
+        fb_type(&b, types[i]);
+        fb_printf(&b,
+                  " AND run_after <= %" PRId64
+                  " ORDER BY task_priority DESC, task_id LIMIT %u) UNION ALL ",
+                  now_ms, want);
         /* B: from the first key of the highest priority. */
         fb_printf(&b,
                   "(SELECT task_id, task_type, task_priority, group_key, 1 FROM %s"
@@ -575,8 +562,6 @@ size_t dsp_fair_pick(dsp_fair *f, size_t part, unsigned want, uint64_t *ids, uin
      * may follow. (A shorter window held every ready row it could.) */
     if (na >= p->a_limit || nb >= p->b_limit || nc >= want)
         *more = true;
-    if (p->with_keyless)
-        ft->keyless_skip = nc > 0 ? 0 : FAIR_KEYLESS_EVERY - 1;
     /* Rows per key of what was read: each part comes key by key. */
     {
         size_t keys = 0;

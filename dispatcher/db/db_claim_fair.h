@@ -13,17 +13,19 @@
  *
  * The rows without a key (NULL) are one key of their own, the first of each round.
  * group_idx holds them under group_lane NULL (so that their claims do not move it), so B
- * takes them from a third read: the plain claim's read of claim_idx, `want` rows, of
- * which the keyless ones are kept (a row lookup each for group_key; made every
- * FAIR_KEYLESS_EVERY claims of the type while it finds none). A type that has shown no
+ * takes them from a third read: claim_idx's lane 0, which since schema version 12 holds
+ * only keyless NEW rows (a keyed row's claim_lane is NULL unless FAILED, so that its
+ * claim moves one index entry, not two), `want` rows, covering. A type that has shown no
  * keyed row reads B with the claim's own limit, as the plain claim did; A stays an empty
  * range read then.
  *
  * The fair read costs more than the plain claim's read even without keys (two range
  * reads of group_idx per type and the rotation's bookkeeping), so a claim takes it only
  * when one of its types is known to have keyed rows (dsp_fair_use); every other claim
- * is the plain claim (dsp_claim_sql_candidates). A type becomes keyed when a plain
- * claim's lock read returns a row of it with a key (dsp_fair_saw_key) or a fair claim
+ * is the plain claim (dsp_claim_sql_candidates, which also reads each type's first
+ * ready keyed row from group_idx: claim_idx's lane 0 has none). A type becomes keyed
+ * when a plain claim's lock read returns a row of it with a key (dsp_fair_saw_key) or a
+ * fair claim
  * reads one, and goes back to the plain read after FAIR_KEYLESS_CLAIMS (64) fair claims
  * that read rows and saw no key. A SUBMIT with a key makes the next claim fair, and so
  * are the claims after the thread starts up to the first that reads rows; a keyed backlog that appears otherwise

@@ -91,22 +91,24 @@ int dsp_claim_sql_quote_hex(void *ctx, char *to, size_t cap, const char *from, s
 size_t dsp_claim_sql_select_bound(const char *const *types, size_t ntypes)
 {
     /* One part without its type literal, with the longest numbers: 20 digits for now_ms
-     * and 10 for the limit. Counted generously; the test checks it holds. */
-    static const size_t part_fixed = 400 + DSP_CLAIM_SQL_AFTER_MAX + DSP_TABLE_NAME_MAX;
+     * and 10 for the limit, and its probe of group_idx (the literal again). Counted
+     * generously; the test checks it holds. */
+    static const size_t part_fixed = 700 + DSP_CLAIM_SQL_AFTER_MAX + 2 * DSP_TABLE_NAME_MAX;
     size_t total = 1, i;
 
     for (i = 0; i < ntypes; i++) {
         size_t len = types[i] ? strlen(types[i]) : 0;
-        total += part_fixed + DSP_CLAIM_SQL_LITERAL_MAX(len);
+        total += part_fixed + 2 * DSP_CLAIM_SQL_LITERAL_MAX(len);
     }
     return total;
 }
 
 /* The UNION ALL of one part per type, each selecting `columns` and ending with `tail`
- * after its LIMIT (dsp_claim_sql_select and dsp_claim_sql_candidates). */
+ * after its LIMIT (dsp_claim_sql_select and dsp_claim_sql_candidates); with probe_keyed,
+ * each part is followed by the type's first ready keyed row from group_idx. */
 static int claim_union(char *buf, size_t cap, const char *columns, const char *tail,
                        const char *const *types, size_t ntypes, int64_t now_ms, unsigned limit,
-                       const uint8_t *after_prio, const uint64_t *after_id,
+                       const uint8_t *after_prio, const uint64_t *after_id, bool probe_keyed,
                        dsp_claim_sql_quote_fn quote, void *quote_ctx, const dsp_table_names *t)
 {
     struct sqlbuf b = {buf, cap, 0, 0};
@@ -151,6 +153,27 @@ static int claim_union(char *buf, size_t cap, const char *columns, const char *t
                       " AND run_after <= %" PRId64
                       " ORDER BY task_priority DESC, task_id LIMIT %u%s)",
                       now_ms, limit, tail);
+        if (!probe_keyed || b.bad)
+            continue;
+        /* Since version 12 claim_idx's lane 0 holds only keyless rows: a keyed row of a
+         * type the claim thread does not know as keyed (inserted by SQL) is found here,
+         * one index dive, and its claim marks the type keyed (db_claim.c). */
+        sqlbuf_printf(&b,
+                      " UNION ALL (SELECT %s FROM %s FORCE INDEX (group_idx)"
+                      " WHERE group_lane = 0 AND `delayed` = 0 AND task_type = ",
+                      columns, t ? t->task : DSP_TABLE_NAME_DEFAULT);
+        if (b.bad)
+            break;
+        q = quote(quote_ctx, b.buf + b.len, b.cap - b.len - 1, types[i], tlen);
+        if (q < 0 || (size_t)q >= b.cap - b.len) {
+            b.bad = 1;
+            break;
+        }
+        b.len += (size_t)q;
+        sqlbuf_printf(&b,
+                      " AND run_after <= %" PRId64
+                      " ORDER BY task_priority DESC, group_key, task_id LIMIT 1)",
+                      now_ms);
     }
     return sqlbuf_finish(&b);
 }
@@ -160,7 +183,7 @@ int dsp_claim_sql_select(char *buf, size_t cap, const char *const *types, size_t
                          void *quote_ctx)
 {
     return claim_union(buf, cap, DSP_CLAIM_SQL_COLUMNS, " FOR UPDATE SKIP LOCKED", types, ntypes,
-                       now_ms, limit, NULL, NULL, quote, quote_ctx, NULL);
+                       now_ms, limit, NULL, NULL, false, quote, quote_ctx, NULL);
 }
 
 int dsp_claim_sql_candidates(char *buf, size_t cap, const char *const *types, size_t ntypes,
@@ -168,7 +191,7 @@ int dsp_claim_sql_candidates(char *buf, size_t cap, const char *const *types, si
                              void *quote_ctx, const dsp_table_names *t)
 {
     return claim_union(buf, cap, DSP_CLAIM_SQL_CAND_COLUMNS, "", types, ntypes, now_ms, limit, NULL,
-                       NULL, quote, quote_ctx, t);
+                       NULL, true, quote, quote_ctx, t);
 }
 
 int dsp_claim_sql_candidates_after(char *buf, size_t cap, const char *const *types, size_t ntypes,
@@ -182,7 +205,7 @@ int dsp_claim_sql_candidates_after(char *buf, size_t cap, const char *const *typ
         return -1;
     }
     return claim_union(buf, cap, DSP_CLAIM_SQL_CAND_COLUMNS, "", types, ntypes, now_ms, limit,
-                       after_prio, after_id, quote, quote_ctx, t);
+                       after_prio, after_id, false, quote, quote_ctx, t);
 }
 
 int dsp_claim_sql_promote(char *buf, size_t cap, int64_t now_ms, unsigned limit)

@@ -84,7 +84,7 @@ enum dsp_claim_col {
 
 /* The schema version this code was written for: the one sql/schema.sql writes and the last
  * sql/migrations file reaches (the build checks both, see embed.py --migrations). */
-#define DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN 11
+#define DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN 12
 
 /* Writes the SQL string literal (quotes included) for the bytes from[0..len) into to,
  * at most cap bytes, no NUL needed. Returns the length written, or -1 when cap is too
@@ -128,7 +128,11 @@ DSP_CLAIM_SQL_MUST_USE int dsp_claim_sql_select(char *buf, size_t cap, const cha
 
 /* The claim's candidates: the same parts as dsp_claim_sql_select() with the columns
  * DSP_CLAIM_SQL_CAND_COLUMNS and no FOR UPDATE SKIP LOCKED, so a consistent read of
- * claim_idx alone (a covering index read: no row is looked up, nothing is locked).
+ * claim_idx alone (a covering index read: no row is looked up, nothing is locked); each
+ * part followed by the type's first ready keyed row from group_idx (LIMIT 1, covering
+ * too), since claim_idx's lane 0 holds no keyed row (schema version 12): a keyed row
+ * inserted by SQL into a type the claim thread takes as keyless is claimed, and marks
+ * the type keyed.
  * taskpushd's claim runs this, keeps the rows it wants, then locks those by primary key
  * (dsp_db_sql_claim_lock): a locking read of a secondary index costs InnoDB an implicit
  * lock check of every entry it passes (a clustered lookup while the index pages are

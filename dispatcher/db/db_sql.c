@@ -517,11 +517,20 @@ void dsp_db_sql_stats_counts(dsp_strbuf *b, const dsp_table_names *t, int64_t no
     dsp_strbuf_printf(b,
                       "SELECT claim_lane, `delayed`, task_type, COUNT(*),"
                       " SUM(run_after <= %" PRId64 "),"
-                      " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)"
+                      " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2), 0"
                       " FROM %s FORCE INDEX (claim_idx) WHERE claim_lane IN (0, 3)",
                       now_ms, t->task);
     put_in(b, in);
     dsp_strbuf_puts(b, " GROUP BY claim_lane, `delayed`, task_type");
+    /* The NEW rows with a key: claim_lane NULL since version 12, group_lane 0. */
+    dsp_strbuf_printf(b,
+                      " UNION ALL SELECT group_lane, `delayed`, task_type, COUNT(*),"
+                      " SUM(run_after <= %" PRId64 "),"
+                      " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2), 1"
+                      " FROM %s FORCE INDEX (group_idx) WHERE group_lane = 0",
+                      now_ms, t->task);
+    put_in(b, in);
+    dsp_strbuf_puts(b, " GROUP BY group_lane, `delayed`, task_type");
 }
 
 void dsp_db_sql_stats_processing(dsp_strbuf *b, const dsp_table_names *t, const uint64_t *ids,
@@ -540,18 +549,42 @@ void dsp_db_sql_stats_successful(dsp_strbuf *b, const dsp_table_names *t, unsign
 {
     t = dsp_table_names_or_task(t);
     dsp_strbuf_printf(b,
-                      "SELECT COUNT(*) FROM (SELECT 1 FROM %s FORCE INDEX (claim_idx)"
+                      "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM %s FORCE INDEX (claim_idx)"
                       " WHERE claim_lane = 1",
                       t->task);
     put_in(b, in);
-    dsp_strbuf_printf(b, " LIMIT %u) x", cap);
+    dsp_strbuf_printf(b,
+                      " LIMIT %u) x) + (SELECT COUNT(*) FROM (SELECT 1 FROM %s FORCE INDEX"
+                      " (group_idx) WHERE group_lane = 1",
+                      cap, t->task);
+    put_in(b, in);
+    dsp_strbuf_printf(b, " LIMIT %u) y)", cap);
 }
 
 void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, const dsp_table_names *t, bool first,
-                                  const char *type, size_t type_len, int priority, int64_t now_ms)
+                                  const char *type, size_t type_len, int priority, int64_t now_ms,
+                                  bool keyed)
 {
     t = dsp_table_names_or_task(t);
     dsp_strbuf_puts(b, first ? "SELECT t, MIN(g) FROM (" : " UNION ALL ");
+    if (keyed) {
+        /* group_idx holds a type's keyed rows key by key: the smallest id among the first
+         * DSP_DB_SQL_OLDEST_KEYED_SCAN, then that row. */
+        dsp_strbuf_printf(b,
+                          "(SELECT task_type t, GREATEST(insert_time, run_after) g FROM %s"
+                          " FORCE INDEX (PRIMARY) WHERE task_id = (SELECT MIN(task_id) FROM"
+                          " (SELECT task_id FROM %s FORCE INDEX (group_idx) WHERE group_lane = 0"
+                          " AND `delayed` = 0 AND task_type = ",
+                          t->task, t->task);
+        if (type_len == 0)
+            dsp_strbuf_puts(b, "''");
+        else
+            dsp_strbuf_put_hex(b, (const uint8_t *)type, type_len, true);
+        dsp_strbuf_printf(b,
+                          " AND task_priority = %d AND run_after <= %" PRId64 " LIMIT %u) s))",
+                          priority, now_ms, DSP_DB_SQL_OLDEST_KEYED_SCAN);
+        return;
+    }
     dsp_strbuf_printf(
         b,
         "(SELECT task_type t, GREATEST(insert_time, run_after) g FROM %s FORCE INDEX (claim_idx)"
@@ -592,16 +625,17 @@ void dsp_db_sql_stats_keys_part(dsp_strbuf *b, const dsp_table_names *t, bool fi
     dsp_strbuf_printf(b, " LIMIT %u) d GROUP BY k ORDER BY n DESC, k LIMIT %u)", scan_max, top);
 }
 
-void dsp_db_sql_retention(dsp_strbuf *b, const dsp_table_names *t, int state, int64_t before_ms,
-                          unsigned limit, const char *in)
+void dsp_db_sql_retention(dsp_strbuf *b, const dsp_table_names *t, int state, bool keyed,
+                          int64_t before_ms, unsigned limit, const char *in)
 {
     t = dsp_table_names_or_task(t);
-    if (state != 2 && state != 3)
+    if ((state != 2 && state != 3) || (keyed && state != 2))
         return;
     dsp_strbuf_printf(b,
-                      "DELETE FROM %s WHERE claim_lane = %d AND task_state = %d"
+                      "DELETE FROM %s WHERE %s = %d AND task_state = %d"
                       " AND last_update_time < %" PRId64,
-                      t->task, state == 2 ? 1 : 3, state, before_ms);
+                      t->task, keyed ? "group_lane" : "claim_lane", state == 2 ? 1 : 3, state,
+                      before_ms);
     put_in(b, in);
     dsp_strbuf_printf(b, " LIMIT %u", limit);
 }

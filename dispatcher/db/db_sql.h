@@ -242,11 +242,15 @@ void dsp_db_sql_foreign_fence(dsp_strbuf *b, uint32_t attempt, int last);
 
 /* Counts of NEW and FAILED rows per (claim_lane, `delayed`, task_type), an index-only
  * range scan of claim_idx grouped in index order (no temporary table); claim_lane is
- * the state for these two (PROCESSING rows are counted from task_claim's lists):
+ * the state for these two (PROCESSING rows are counted from task_claim's lists). Since
+ * version 12 a keyed row is in claim_lane 0 never (NULL while NEW): its NEW rows come from
+ * group_idx, the same columns and KEYED 1:
  *   SELECT claim_lane, `delayed`, task_type, COUNT(*), SUM(run_after <= now_ms),
- *     SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)
+ *     SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2), 0
  *   FROM task FORCE INDEX (claim_idx) WHERE claim_lane IN (0, 3)
- *   GROUP BY claim_lane, `delayed`, task_type */
+ *   GROUP BY claim_lane, `delayed`, task_type
+ *   UNION ALL SELECT group_lane, ..., 1 FROM task FORCE INDEX (group_idx)
+ *   WHERE group_lane = 0 GROUP BY group_lane, `delayed`, task_type */
 enum dsp_db_sql_counts_col {
     DSP_DB_SQL_COUNTS_STATE = 0,
     DSP_DB_SQL_COUNTS_DELAYED,
@@ -256,6 +260,7 @@ enum dsp_db_sql_counts_col {
     DSP_DB_SQL_COUNTS_P0,  /* rows of priority LOW, NORMAL, HIGH */
     DSP_DB_SQL_COUNTS_P1,
     DSP_DB_SQL_COUNTS_P2,
+    DSP_DB_SQL_COUNTS_KEYED, /* 1: NEW rows with a group_key (group_idx) */
     DSP_DB_SQL_COUNTS_NCOLS
 };
 /* `in` as below (shards): a shard's figures are those of its types. */
@@ -268,10 +273,11 @@ void dsp_db_sql_stats_counts(dsp_strbuf *b, const dsp_table_names *t, int64_t no
 void dsp_db_sql_stats_processing(dsp_strbuf *b, const dsp_table_names *t, const uint64_t *ids,
                                  size_t n, const char *in);
 
-/* SUCCESSFUL and PROCESSING rows together (claim_lane 1), counted up to cap (an
- * index-only range of claim_idx); the caller takes the PROCESSING ones away:
- *   SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)
- *     WHERE claim_lane = 1 LIMIT cap) x */
+/* SUCCESSFUL and PROCESSING rows together (lane 1: claim_lane without a key, group_lane
+ * with one), each counted up to cap (index-only ranges); the caller takes the PROCESSING
+ * ones away:
+ *   SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)
+ *     WHERE claim_lane = 1 LIMIT cap) x) + (the same of group_idx, group_lane = 1) */
 #define DSP_DB_SQL_SUCCESSFUL_CAP 1000000u
 void dsp_db_sql_stats_successful(dsp_strbuf *b, const dsp_table_names *t, unsigned cap,
                                  const char *in);
@@ -284,10 +290,17 @@ void dsp_db_sql_stats_successful(dsp_strbuf *b, const dsp_table_names *t, unsign
  *        AND run_after <= now_ms ORDER BY task_id LIMIT 1)
  *     UNION ALL ...) u GROUP BY t
  * Each part is a ref on four parts of claim_idx in index order, run_after checked by
- * index condition pushdown, one row read. Call _part once per group (first = true for
- * the first), then _end. */
+ * index condition pushdown, one row read. A keyed part (the group's rows with a key,
+ * group_idx, which holds them key by key) takes the smallest id among the first
+ * DSP_DB_SQL_OLDEST_KEYED_SCAN of them and reads that row: exact up to that many ready
+ * keyed rows of the type and priority, else the oldest of the first keys' rows (about
+ * 2,000 handler reads a part, every --table-stats-ms: 4,096 cost a drain of 30,000
+ * keyed tasks 0.8 reads a task more when a refresh fell in it). Call _part once per group (first = true for the
+ * first), then _end. */
+#define DSP_DB_SQL_OLDEST_KEYED_SCAN 1024u
 void dsp_db_sql_stats_oldest_part(dsp_strbuf *b, const dsp_table_names *t, bool first,
-                                  const char *type, size_t type_len, int priority, int64_t now_ms);
+                                  const char *type, size_t type_len, int priority, int64_t now_ms,
+                                  bool keyed);
 void dsp_db_sql_stats_oldest_end(dsp_strbuf *b);
 
 /* The busiest waiting keys of one type (GET /keys), a part of a UNION ALL (first: the
@@ -298,12 +311,15 @@ void dsp_db_sql_stats_keys_part(dsp_strbuf *b, const dsp_table_names *t, bool fi
                                 const char *type, size_t type_len, unsigned scan_max, unsigned top);
 
 /* Retention: one batch of SUCCESSFUL (state 2) or FAILED (state 3) rows last updated
- * before before_ms (a range of claim_idx on the state's lane, L 1 or 3):
+ * before before_ms (a range of claim_idx on the state's lane, L 1 or 3; with keyed, the
+ * SUCCESSFUL rows with a key, a range of group_idx: their claim_lane is NULL):
  *   DELETE FROM task WHERE claim_lane = L AND task_state = S AND last_update_time < before_ms
  *   LIMIT limit
- * Does nothing (appends nothing) for another state. */
-void dsp_db_sql_retention(dsp_strbuf *b, const dsp_table_names *t, int state, int64_t before_ms,
-                          unsigned limit, const char *in);
+ *   DELETE FROM task WHERE group_lane = 1 AND task_state = 2 AND ... (keyed)
+ * Does nothing (appends nothing) for another state, or keyed with state 3 (FAILED rows
+ * are all in claim_lane 3). */
+void dsp_db_sql_retention(dsp_strbuf *b, const dsp_table_names *t, int state, bool keyed,
+                          int64_t before_ms, unsigned limit, const char *in);
 
 /* One batch of the operator's requeue of FAILED rows (of one type, or all when type is
  * NULL): back to NEW and ready, attempts 0, err_msg kept:

@@ -42,6 +42,7 @@ struct stats_ctx {
     dsp_strbuf sql;
     dsp_table_stats *work;                      /* the figures being read */
     uint8_t lane0[DSP_TABLE_STATS_MAX_TYPES];   /* per type: priorities (bits) in the ready lane */
+    uint8_t keyed0[DSP_TABLE_STATS_MAX_TYPES];  /* the same for its rows with a key (group_idx) */
     int64_t next_connect;                       /* monotonic: no connection attempt before */
     int64_t next_retain;                        /* monotonic: no retention round before */
     int64_t next_deps;                          /* monotonic: no dependency sweep before */
@@ -112,6 +113,7 @@ static int stats_type_slot(struct stats_ctx *x, const char *t, size_t len)
     w->types[w->ntypes].type[len] = '\0';
     w->types[w->ntypes].oldest_ready_age_ms = -1;
     x->lane0[w->ntypes] = 0;
+    x->keyed0[w->ntypes] = 0;
     return (int)w->ntypes++;
 }
 
@@ -279,6 +281,7 @@ static int stats_refresh(struct stats_ctx *x)
         uint64_t lane = field_u64(row[DSP_DB_SQL_COUNTS_DELAYED]);
         uint64_t rows = field_u64(row[DSP_DB_SQL_COUNTS_ROWS]);
         uint64_t due = field_u64(row[DSP_DB_SQL_COUNTS_DUE]);
+        bool keyed = field_u64(row[DSP_DB_SQL_COUNTS_KEYED]) == 1;
         uint64_t pr[3];
         int slot;
 
@@ -305,8 +308,12 @@ static int stats_refresh(struct stats_ctx *x)
             w->types[slot].new_delayed += rows - (due < rows ? due : rows);
             if (lane == 0)
                 for (p = 0; p < 3; p++)
-                    if (pr[p])
-                        x->lane0[slot] |= (uint8_t)(1u << p);
+                    if (pr[p]) {
+                        if (keyed)
+                            x->keyed0[slot] |= (uint8_t)(1u << p);
+                        else
+                            x->lane0[slot] |= (uint8_t)(1u << p);
+                    }
             break;
         case 1:
             w->types[slot].processing += rows;
@@ -336,11 +343,12 @@ static int stats_refresh(struct stats_ctx *x)
     dsp_strbuf_reset(&x->sql);
     for (i = 0; i < w->ntypes; i++)
         for (p = 2; p >= 0; p--)
-            if (x->lane0[i] & (1u << p)) {
-                dsp_db_sql_stats_oldest_part(&x->sql, &x->db->names, !any, w->types[i].type,
-                                             strlen(w->types[i].type), p, now);
-                any = true;
-            }
+            for (int keyed = 0; keyed < 2; keyed++)
+                if ((keyed ? x->keyed0[i] : x->lane0[i]) & (1u << p)) {
+                    dsp_db_sql_stats_oldest_part(&x->sql, &x->db->names, !any, w->types[i].type,
+                                                 strlen(w->types[i].type), p, now, keyed);
+                    any = true;
+                }
     if (any) {
         dsp_db_sql_stats_oldest_end(&x->sql);
         if (x->sql.oom || (res = dsp_dbi_query(&x->c, x->sql.p, x->sql.len)) == NULL)
@@ -383,19 +391,23 @@ static int stats_refresh(struct stats_ctx *x)
 static int stats_retention(struct stats_ctx *x)
 {
     dsp_db *db = x->db;
-    static const int states[2] = {2, 3};
-    int64_t keep[2] = {db->opts.retain_succeeded_ms, db->opts.retain_failed_ms};
+    /* SUCCESSFUL rows without a key (claim_lane 1), with one (group_lane 1: version 12),
+     * then FAILED rows (claim_lane 3, keyed or not). */
+    static const int states[3] = {2, 2, 3};
+    static const bool keyed[3] = {false, true, false};
+    int64_t keep[3] = {db->opts.retain_succeeded_ms, db->opts.retain_succeeded_ms,
+                       db->opts.retain_failed_ms};
     uint64_t n, total;
     int k, b, more = 0;
 
-    for (k = 0; k < 2; k++) {
+    for (k = 0; k < 3; k++) {
         if (keep[k] <= 0)
             continue;
         total = 0;
         for (b = 0; b < RETAIN_BATCHES && !stats_stopping(db); b++) {
             dsp_strbuf_reset(&x->sql);
-            dsp_db_sql_retention(&x->sql, &x->db->names, states[k], dsp_wall_ms() - keep[k],
-                                 RETAIN_BATCH, db->in);
+            dsp_db_sql_retention(&x->sql, &x->db->names, states[k], keyed[k],
+                                 dsp_wall_ms() - keep[k], RETAIN_BATCH, db->in);
             if (x->sql.oom || dsp_dbi_exec(&x->c, x->sql.p, x->sql.len, &n) < 0) {
                 if (total)
                     log_info(db->log, "retention deleted %" PRIu64 " %s row(s)", total,

@@ -1624,8 +1624,8 @@ static void test_table_stats_refresh_follows_rows(void **state)
     free(st);
 }
 
-/* Checks the plan of sql (EXPLAIN): every access to task uses claim_idx, none reads
- * the whole table or index, no temporary table or filesort; must_extra (or NULL) is in
+/* Checks the plan of sql (EXPLAIN): every access to task uses claim_idx or group_idx
+ * (or the primary key for one row), none reads the whole table or index, no temporary table or filesort; must_extra (or NULL) is in
  * the Extra of each. Returns the number of plan rows on task. */
 static int check_plan(struct fx *fx, const char *sql, const char *must_extra)
 {
@@ -1663,7 +1663,12 @@ static int check_plan(struct fx *fx, const char *sql, const char *must_extra)
         assert_string_not_equal(row[ctype], "ALL");
         assert_string_not_equal(row[ctype], "index");
         assert_non_null(row[ckey]);
-        assert_string_equal(row[ckey], "claim_idx");
+        /* group_idx: the keyed rows (version 12: claim_lane NULL for them unless FAILED);
+         * PRIMARY: the one row a keyed oldest part looks up. */
+        if (strcmp(row[ckey], "PRIMARY") == 0)
+            assert_true(strcmp(row[ctype], "const") == 0 || strcmp(row[ctype], "eq_ref") == 0);
+        else if (strcmp(row[ckey], "group_idx") != 0)
+            assert_string_equal(row[ckey], "claim_idx");
         assert_null(strstr(extra, "filesort"));
         assert_null(strstr(extra, "temporary"));
         if (must_extra)
@@ -1689,33 +1694,48 @@ static void test_table_stats_plans(void **state)
              now + HOUR_MS, now - 60000, now - 60000);
     ins_many(fx, 50000, "task_type, task_state, task_priority, `delayed`, run_after, insert_time,"
                         " last_update_time, epoch", vals);
+    /* A third of them with a key (version 12: in group_idx's lanes, claim_lane NULL but
+     * FAILED), in every state: the figures count them too. */
+    assert_int_equal(tp_testdb_exec(&fx->tdb, "UPDATE task SET group_key = CONCAT('k', task_id %% 7)"
+                                              " WHERE task_id %% 3 = 0"),
+                     tp_testdb_query_u64(&fx->tdb, "SELECT COUNT(*) FROM task WHERE task_id %% 3 = 0"));
     assert_int_equal(tp_rows_list_processing(&fx->tdb), 0);
     assert_true(tp_testdb_exec(&fx->tdb, "ANALYZE TABLE task") >= 0);
 
     dsp_db_sql_stats_counts(&b, NULL, now, NULL);
     assert_false(b.oom);
-    assert_int_equal(check_plan(fx, b.p, "Using index"), 1);
+    assert_int_equal(check_plan(fx, b.p, "Using index"), 2);
 
     dsp_strbuf_reset(&b);
     dsp_db_sql_stats_successful(&b, NULL, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
-    assert_int_equal(check_plan(fx, b.p, "Using index"), 1);
+    assert_int_equal(check_plan(fx, b.p, "Using index"), 2);
 
     dsp_strbuf_reset(&b);
     for (int t = 0; t < 5; t++) {
         char type[8];
         snprintf(type, sizeof type, "t%d", t);
         for (int p = 2; p >= 0; p--)
-            dsp_db_sql_stats_oldest_part(&b, NULL, t == 0 && p == 2, type, strlen(type), p, now);
+            dsp_db_sql_stats_oldest_part(&b, NULL, t == 0 && p == 2, type, strlen(type), p, now,
+                                         false);
     }
     dsp_db_sql_stats_oldest_end(&b);
     assert_false(b.oom);
     assert_int_equal(check_plan(fx, b.p, NULL), 15);
+    /* The keyed part: a range of group_idx and one row by primary key. */
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_stats_oldest_part(&b, NULL, true, "t1", 2, 1, now, true);
+    dsp_db_sql_stats_oldest_end(&b);
+    assert_false(b.oom);
+    assert_int_equal(check_plan(fx, b.p, NULL), 2);
 
     dsp_strbuf_reset(&b);
-    dsp_db_sql_retention(&b, NULL, 2, now - HOUR_MS, 1000, NULL);
+    dsp_db_sql_retention(&b, NULL, 2, false, now - HOUR_MS, 1000, NULL);
     assert_int_equal(check_plan(fx, b.p, NULL), 1);
     dsp_strbuf_reset(&b);
-    dsp_db_sql_retention(&b, NULL, 3, now - HOUR_MS, 1000, NULL);
+    dsp_db_sql_retention(&b, NULL, 2, true, now - HOUR_MS, 1000, NULL);
+    assert_int_equal(check_plan(fx, b.p, NULL), 1);
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_retention(&b, NULL, 3, false, now - HOUR_MS, 1000, NULL);
     assert_int_equal(check_plan(fx, b.p, NULL), 1);
 
     dsp_strbuf_reset(&b);

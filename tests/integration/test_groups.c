@@ -17,6 +17,11 @@
  * (1,000 x 40: 19 to 21 each in the first 20,000 starts; 1,000 x 10 gives 4 to 6 of an
  * equal 5, one task of the turn's grain, which 10 % of 5 cannot hold).
  *
+ * Case keyless_behind_keys: N_BIG tasks of key `big`, then N_SMALL without a key: every
+ * keyless task starts before the BIG_BOUND-th `big` task (the keyless rows are one key
+ * of their own, read from claim_idx's lane 0, which holds only them since schema
+ * version 12; before it they waited for the backlog as under FIFO).
+ *
  * Case keys_later: keys that appear while the dispatcher runs, inserted by SQL (no
  * SUBMIT tells the claim thread). WARM_ROUNDS claims of one keyless task each first
  * (past the claims up to the first with rows, which take the fair read whatever the
@@ -190,14 +195,19 @@ static int teardown(void **state)
     return 0;
 }
 
-/* n rows of key `key` (the payload names it too), 200 to an INSERT. */
+/* n rows of key `key` (the payload names it too; NULL: keyless rows, payload `none`),
+ * 200 to an INSERT. */
 static void insert_key(tp_testdb *db, const char *key, int n)
 {
     for (int done = 0; done < n;) {
         struct tp_sb b = {0};
         tp_sb_printf(&b, "INSERT INTO task (task_type, payload, group_key) VALUES ");
-        for (int k = 0; k < 200 && done < n; k++, done++)
-            tp_sb_printf(&b, "%s('g', '%s', '%s')", k ? "," : "", key, key);
+        for (int k = 0; k < 200 && done < n; k++, done++) {
+            if (key)
+                tp_sb_printf(&b, "%s('g', '%s', '%s')", k ? "," : "", key, key);
+            else
+                tp_sb_printf(&b, "%s('g', 'none', NULL)", k ? "," : "");
+        }
         assert_true(tp_testdb_exec(db, "%s", b.s) > 0);
         tp_sb_free(&b);
     }
@@ -316,6 +326,36 @@ static void test_big_then_small(void **state)
     assert_int_equal(big, N_BIG);
     assert_int_equal(small, N_SMALL);
     assert_int_equal(tiny, N_SMALL);
+    assert_true(big_before_last < BIG_BOUND);
+    fx->passed = true;
+}
+
+/* Keyless tasks behind a key's backlog: they are one key of their own, read from
+ * claim_idx's lane 0, which since schema version 12 holds only keyless rows. Before it,
+ * the keyless rows' turn came from the first C ready rows of the type (C: the claim's
+ * rows), so these waited for the backlog as under FIFO. */
+static void test_keyless_behind_keys(void **state)
+{
+    struct fx *fx = *state;
+    assert_int_equal(tp_testdb_create("groups_keyless", &fx->db), 0);
+    insert_key(&fx->db, "big", N_BIG);
+    insert_key(&fx->db, NULL, N_SMALL);
+    run_drain(fx, N_BIG + N_SMALL);
+
+    size_t big_before_last = 0, big = 0, none = 0;
+    for (size_t i = 0; i < fx->nlog; i++) {
+        if (strcmp(fx->log[i].key, "big") == 0)
+            big++;
+        else {
+            none += strcmp(fx->log[i].key, "none") == 0;
+            big_before_last = big;
+        }
+    }
+    tp_diag("%zu big, %zu keyless started; the last keyless task started after %zu big tasks"
+            " (bound %d; FIFO: %d)",
+            big, none, big_before_last, BIG_BOUND, N_BIG);
+    assert_int_equal(big, N_BIG);
+    assert_int_equal(none, N_SMALL);
     assert_true(big_before_last < BIG_BOUND);
     fx->passed = true;
 }
@@ -626,6 +666,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_big_then_small, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_keyless_behind_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_keys_later, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settings_survive, setup, teardown),

@@ -683,10 +683,21 @@ static void test_migrate_without_schema_and_bad_flags(void **state)
     assert_non_null(strstr(out, "cannot connect to database nodb"));
 }
 
+/* Replaces the fresh schema with version 11: claim_lane the state of every row, keyed
+ * or not (version 12 makes it NULL for a keyed row unless FAILED). */
+static void make_v11(tp_testdb *db)
+{
+    assert_int_equal(tp_testdb_exec(db, "ALTER TABLE task MODIFY COLUMN claim_lane TINYINT AS"
+                                        " (IF(task_state = 2, 1, task_state)) VIRTUAL"),
+                     0);
+    assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 11 WHERE name = 'schema_version'"), 1);
+}
+
 /* Replaces the fresh schema with version 8: without the task_setting of version 9 and
  * the task_progress of version 11 (version 10 adds nothing on this branch). */
 static void make_v8(tp_testdb *db)
 {
+    make_v11(db);
     assert_int_equal(tp_testdb_exec(db, "DROP TABLE task_setting, task_progress"), 0);
     assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 8 WHERE name = 'schema_version'"), 1);
 }
@@ -902,6 +913,65 @@ static void test_migrate_v8_settings(void **state)
     assert_non_null(strstr(out, "nothing to do"));
 }
 
+/* A version 11 database with rows in every state, with and without a key, is upgraded:
+ * the rows are unchanged, claim_lane is NULL for the keyed ones but FAILED (lane 3) and
+ * the state's lane for the others, claim_idx keeps its parts, and the file run again by
+ * hand changes nothing. */
+static void test_migrate_v11_keyed_lane(void **state)
+{
+    struct fx *fx = *state;
+    tp_testdb *db = &fx->db;
+    char out[OUT_MAX], path[1024];
+    const char *root = getenv("TASKPUSH_SOURCE_ROOT");
+    uint64_t before;
+
+    assert_int_equal(tp_testdb_create("migrate_v11_lane", db), 0);
+    make_v11(db);
+    for (int st = 0; st < 4; st++) {
+        char vals[64];
+        snprintf(vals, sizeof vals, "'a', %d, NULL", st);
+        ins(db, "task_type, task_state, group_key", vals);
+        snprintf(vals, sizeof vals, "'a', %d, 'k'", st);
+        ins(db, "task_type, task_state, group_key", vals);
+    }
+    /* Version 11: the keyed rows sit in claim_idx's lanes like the others. */
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE claim_lane IS NULL"), 0);
+    before = fingerprint(db, "1");
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "schema 11 -> 12"));
+    assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+    assert_int_equal(fingerprint(db, "1"), before);
+    /* NEW 0, PROCESSING 1, SUCCESSFUL 1, FAILED 3 without a key (digit k: state k's lane);
+     * with one, only FAILED has a lane (3), the others NULL. */
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT SUM(claim_lane * POW(10, task_state)) FROM task"
+                                             " WHERE group_key IS NULL"),
+                     3110);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT SUM(claim_lane * POW(10, task_state)) FROM task"
+                                             " WHERE group_key IS NOT NULL"),
+                     3000);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE claim_lane IS NULL"), 3);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT GROUP_CONCAT(column_name ORDER BY seq_in_index) ="
+                                             " 'claim_lane,delayed,task_type,task_priority,task_id,"
+                                             "run_after' FROM information_schema.statistics"
+                                             " WHERE table_schema = DATABASE() AND table_name = 'task'"
+                                             " AND index_name = 'claim_idx'"),
+                     1);
+    /* A claim of the keyed NEW row moves it in group_idx only: its claim_lane stays NULL. */
+    assert_int_equal(tp_testdb_exec(db, "UPDATE task SET task_state = 1 WHERE group_key = 'k' AND"
+                                        " task_state = 0"),
+                     1);
+    assert_int_equal(tp_testdb_query_u64(db, "SELECT COUNT(*) FROM task WHERE claim_lane IS NULL"), 3);
+    before = fingerprint(db, "1");
+    snprintf(path, sizeof path, "%s/sql/migrations/012-keyed-claim-lane.sql", root ? root : ".");
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(tp_testdb_load_file(db->conn, path), 0);
+        assert_int_equal(version(db), DSP_CLAIM_SQL_SCHEMA_VERSION_KNOWN);
+        assert_int_equal(fingerprint(db, "1"), before);
+    }
+    assert_int_equal(migrate(db, out), 0);
+    assert_non_null(strstr(out, "nothing to do"));
+}
+
 /* Builds version 4 from version 1 with the migrations 002 to 004 run by hand. */
 static void make_v4(tp_testdb *db)
 {
@@ -1027,6 +1097,7 @@ int main(void)
         T(test_migrate_v6_failed_at),
         T(test_migrate_v7_group_key),
         T(test_migrate_v8_settings),
+        T(test_migrate_v11_keyed_lane),
         T(test_migrate_killed_then_rerun),
     };
 #undef T

@@ -177,11 +177,11 @@ static bool build(int which, dsp_strbuf *b, const struct rows *r)
         return true;
     case 11:
         for (int i = 0; i < 40; i++)
-            dsp_db_sql_stats_oldest_part(b, NULL, i == 0, "a type name", 11, i % 3, 1);
+            dsp_db_sql_stats_oldest_part(b, NULL, i == 0, "a type name", 11, i % 3, 1, i % 2 == 1);
         dsp_db_sql_stats_oldest_end(b);
         return true;
     case 12:
-        dsp_db_sql_retention(b, NULL, 3, 1, 100, NULL);
+        dsp_db_sql_retention(b, NULL, 3, false, 1, 100, NULL);
         dsp_db_sql_requeue_failed(b, NULL, "a type name", 1, 100, NULL);
         return true;
     }

@@ -61,7 +61,11 @@ static void claim_candidates(void **state)
 #define CAND(lit)                                                                                  \
     "(SELECT task_id, task_type, task_priority FROM task FORCE INDEX (claim_idx) WHERE "          \
     "claim_lane = 0 AND `delayed` = 0 AND task_type = " lit " AND run_after <= 1000 ORDER BY "    \
-    "task_priority DESC, task_id LIMIT 7)"
+    "task_priority DESC, task_id LIMIT 7) UNION ALL (SELECT task_id, task_type, task_priority "   \
+    "FROM task FORCE INDEX (group_idx) WHERE group_lane = 0 AND `delayed` = 0 AND task_type = "   \
+    lit " AND run_after <= 1000 ORDER BY task_priority DESC, group_key, task_id LIMIT 1)"
+    /* Each type's keyless rows, then its first keyed row (version 12: not in claim_idx's
+     * lane 0), which makes the claim thread take the fair read for the type. */
     assert_string_equal(buf, CAND("_utf8mb4 X'61'") " UNION ALL " CAND("_utf8mb4 X'62'"));
 #undef CAND
     assert_int_equal(n, (int)strlen(buf));
@@ -626,13 +630,18 @@ static void recover_and_stats(void **state)
     dsp_strbuf_reset(&b);
     dsp_db_sql_stats_counts(&b, NULL, 55, NULL);
     assert_string_equal(b.p, "SELECT claim_lane, `delayed`, task_type, COUNT(*), SUM(run_after <= 55),"
-                             " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2)"
+                             " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2), 0"
                              " FROM task FORCE INDEX (claim_idx) WHERE claim_lane IN (0, 3)"
-                             " GROUP BY claim_lane, `delayed`, task_type");
+                             " GROUP BY claim_lane, `delayed`, task_type"
+                             " UNION ALL SELECT group_lane, `delayed`, task_type, COUNT(*), SUM(run_after <= 55),"
+                             " SUM(task_priority = 0), SUM(task_priority = 1), SUM(task_priority = 2), 1"
+                             " FROM task FORCE INDEX (group_idx) WHERE group_lane = 0"
+                             " GROUP BY group_lane, `delayed`, task_type");
     dsp_strbuf_reset(&b);
     dsp_db_sql_stats_successful(&b, NULL, DSP_DB_SQL_SUCCESSFUL_CAP, NULL);
-    assert_string_equal(b.p, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
-                             " WHERE claim_lane = 1 LIMIT 1000000) x");
+    assert_string_equal(b.p, "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
+                             " WHERE claim_lane = 1 LIMIT 1000000) x) + (SELECT COUNT(*) FROM (SELECT 1"
+                             " FROM task FORCE INDEX (group_idx) WHERE group_lane = 1 LIMIT 1000000) y)");
     dsp_strbuf_free(&b);
 }
 
@@ -645,11 +654,17 @@ static void stats_oldest(void **state)
 {
     (void)state;
     dsp_strbuf b = {0};
-    dsp_db_sql_stats_oldest_part(&b, NULL, true, "a'", 2, 2, 8);
-    dsp_db_sql_stats_oldest_part(&b, NULL, false, "", 0, 0, 8);
+    dsp_db_sql_stats_oldest_part(&b, NULL, true, "a'", 2, 2, 8, false);
+    dsp_db_sql_stats_oldest_part(&b, NULL, false, "", 0, 0, 8, false);
+    dsp_db_sql_stats_oldest_part(&b, NULL, false, "k", 1, 1, 8, true);
     dsp_db_sql_stats_oldest_end(&b);
+    /* The keyed part: the smallest id among the first rows of group_idx, then its row. */
     assert_string_equal(b.p, "SELECT t, MIN(g) FROM (" OLDEST("_utf8mb4 X'6127'", "2") " UNION ALL "
-                             OLDEST("''", "0") ") u GROUP BY t");
+                             OLDEST("''", "0") " UNION ALL (SELECT task_type t, GREATEST(insert_time,"
+                             " run_after) g FROM task FORCE INDEX (PRIMARY) WHERE task_id = (SELECT"
+                             " MIN(task_id) FROM (SELECT task_id FROM task FORCE INDEX (group_idx)"
+                             " WHERE group_lane = 0 AND `delayed` = 0 AND task_type = _utf8mb4 X'6B'"
+                             " AND task_priority = 1 AND run_after <= 8 LIMIT 1024) s))) u GROUP BY t");
     dsp_strbuf_free(&b);
 }
 
@@ -657,15 +672,20 @@ static void retention_and_requeue(void **state)
 {
     (void)state;
     dsp_strbuf b = {0};
-    dsp_db_sql_retention(&b, NULL, 2, 1000, 500, NULL);
+    dsp_db_sql_retention(&b, NULL, 2, false, 1000, 500, NULL);
     assert_string_equal(b.p, "DELETE FROM task WHERE claim_lane = 1 AND task_state = 2 AND last_update_time < 1000 LIMIT 500");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_retention(&b, NULL, 3, -5, 1, NULL);
+    /* SUCCESSFUL rows with a key: claim_lane NULL (version 12), group_lane 1. */
+    dsp_db_sql_retention(&b, NULL, 2, true, 1000, 500, NULL);
+    assert_string_equal(b.p, "DELETE FROM task WHERE group_lane = 1 AND task_state = 2 AND last_update_time < 1000 LIMIT 500");
+    dsp_strbuf_reset(&b);
+    dsp_db_sql_retention(&b, NULL, 3, false, -5, 1, NULL);
     assert_string_equal(b.p, "DELETE FROM task WHERE claim_lane = 3 AND task_state = 3 AND last_update_time < -5 LIMIT 1");
     dsp_strbuf_reset(&b);
     for (int s = -1; s < 5; s++)
         if (s != 2 && s != 3)
-            dsp_db_sql_retention(&b, NULL, s, 1, 1, NULL);
+            dsp_db_sql_retention(&b, NULL, s, false, 1, 1, NULL);
+    dsp_db_sql_retention(&b, NULL, 3, true, 1, 1, NULL); /* FAILED rows are all in claim_lane 3 */
     assert_int_equal(b.len, 0);
 
 #define REQUEUE_HEAD                                                                               \
@@ -798,7 +818,7 @@ static void shard_type_filter(void **state)
     assert_string_equal(b.p, "SELECT task_type, COUNT(*) FROM task FORCE INDEX (PRIMARY)"
                              " WHERE task_id IN (3, 5) AND task_state = 1" IN_AB " GROUP BY task_type");
     dsp_strbuf_reset(&b);
-    dsp_db_sql_retention(&b, NULL, 2, 1000, 500, in.p);
+    dsp_db_sql_retention(&b, NULL, 2, false, 1000, 500, in.p);
     assert_string_equal(b.p, "DELETE FROM task WHERE claim_lane = 1 AND task_state = 2"
                              " AND last_update_time < 1000" IN_AB " LIMIT 500");
     dsp_strbuf_reset(&b);
@@ -831,10 +851,13 @@ static void shard_type_filter(void **state)
     dsp_db_sql_stats_counts(&b, NULL, 55, in.p);
     assert_non_null(strstr(b.p, " WHERE claim_lane IN (0, 3)" IN_AB
                                 " GROUP BY claim_lane, `delayed`, task_type"));
+    assert_non_null(strstr(b.p, " WHERE group_lane = 0" IN_AB " GROUP BY group_lane, `delayed`, task_type"));
     dsp_strbuf_reset(&b);
     dsp_db_sql_stats_successful(&b, NULL, 10, in.p);
-    assert_string_equal(b.p, "SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
-                             " WHERE claim_lane = 1" IN_AB " LIMIT 10) x");
+    assert_string_equal(b.p, "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM task FORCE INDEX (claim_idx)"
+                             " WHERE claim_lane = 1" IN_AB " LIMIT 10) x) + (SELECT COUNT(*) FROM"
+                             " (SELECT 1 FROM task FORCE INDEX (group_idx) WHERE group_lane = 1" IN_AB
+                             " LIMIT 10) y)");
     dsp_strbuf_free(&b);
 
     /* The lane sweeps; too small a buffer for the filter fails whole. */
@@ -1273,8 +1296,10 @@ static void builders_name_the_table(void **state)
     BOTH(dsp_db_sql_stats_counts(b, t, 100, NULL));
     BOTH(dsp_db_sql_stats_processing(b, t, ids, 2, NULL));
     BOTH(dsp_db_sql_stats_successful(b, t, 1000, NULL));
-    BOTH(dsp_db_sql_stats_oldest_part(b, t, true, "a", 1, 2, 100));
-    BOTH(dsp_db_sql_retention(b, t, 2, 100, 1000, NULL));
+    BOTH(dsp_db_sql_stats_oldest_part(b, t, true, "a", 1, 2, 100, false));
+    BOTH(dsp_db_sql_stats_oldest_part(b, t, true, "a", 1, 2, 100, true));
+    BOTH(dsp_db_sql_retention(b, t, 2, false, 100, 1000, NULL));
+    BOTH(dsp_db_sql_retention(b, t, 2, true, 100, 1000, NULL));
     BOTH(dsp_db_sql_requeue_failed(b, t, "a", 100, 1000, NULL));
     BOTH(dsp_db_sql_task_show(b, t, 3, NULL));
     BOTH(dsp_db_sql_task_state(b, t, 3, NULL));
