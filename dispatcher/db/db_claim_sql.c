@@ -103,6 +103,22 @@ size_t dsp_claim_sql_select_bound(const char *const *types, size_t ntypes)
     return total;
 }
 
+/* Appends the quoted literal of s[0..len) straight into the buffer (one byte stays for
+ * the NUL); false (b->bad set) when it does not fit or the quoting failed. */
+static bool sqlbuf_literal(struct sqlbuf *b, dsp_claim_sql_quote_fn quote, void *quote_ctx,
+                           const char *s, size_t len)
+{
+    if (b->bad)
+        return false;
+    int q = quote(quote_ctx, b->buf + b->len, b->cap - b->len - 1, s, len);
+    if (q < 0 || (size_t)q >= b->cap - b->len) {
+        b->bad = 1;
+        return false;
+    }
+    b->len += (size_t)q;
+    return true;
+}
+
 /* The UNION ALL of one part per type, each selecting `columns` and ending with `tail`
  * after its LIMIT (dsp_claim_sql_select and dsp_claim_sql_candidates); with probe_keyed,
  * each part is followed by the type's first ready keyed row from group_idx. */
@@ -123,7 +139,6 @@ static int claim_union(char *buf, size_t cap, const char *columns, const char *t
 
     for (i = 0; i < ntypes && !b.bad; i++) {
         size_t tlen;
-        int q;
 
         if (types[i] == NULL || (tlen = strlen(types[i])) > DSP_CLAIM_SQL_TYPE_MAX_BYTES) {
             b.bad = 1;
@@ -135,15 +150,8 @@ static int claim_union(char *buf, size_t cap, const char *columns, const char *t
                       "(SELECT %s FROM %s FORCE INDEX (claim_idx)"
                       " WHERE claim_lane = 0 AND `delayed` = 0 AND task_type = ",
                       columns, t ? t->task : DSP_TABLE_NAME_DEFAULT);
-        if (b.bad)
+        if (!sqlbuf_literal(&b, quote, quote_ctx, types[i], tlen))
             break;
-        /* The literal goes straight into the buffer; one byte stays for the NUL. */
-        q = quote(quote_ctx, b.buf + b.len, b.cap - b.len - 1, types[i], tlen);
-        if (q < 0 || (size_t)q >= b.cap - b.len) {
-            b.bad = 1;
-            break;
-        }
-        b.len += (size_t)q;
         if (after_prio != NULL && after_id != NULL)
             sqlbuf_printf(&b,
                           " AND (task_priority < %u OR (task_priority = %u AND task_id > %" PRIu64
@@ -162,14 +170,8 @@ static int claim_union(char *buf, size_t cap, const char *columns, const char *t
                       " UNION ALL (SELECT %s FROM %s FORCE INDEX (group_idx)"
                       " WHERE group_lane = 0 AND `delayed` = 0 AND task_type = ",
                       columns, t ? t->task : DSP_TABLE_NAME_DEFAULT);
-        if (b.bad)
+        if (!sqlbuf_literal(&b, quote, quote_ctx, types[i], tlen))
             break;
-        q = quote(quote_ctx, b.buf + b.len, b.cap - b.len - 1, types[i], tlen);
-        if (q < 0 || (size_t)q >= b.cap - b.len) {
-            b.bad = 1;
-            break;
-        }
-        b.len += (size_t)q;
         sqlbuf_printf(&b,
                       " AND run_after <= %" PRId64
                       " ORDER BY task_priority DESC, group_key, task_id LIMIT 1)",

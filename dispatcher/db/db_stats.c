@@ -1066,6 +1066,19 @@ static void stats_taskop(struct stats_ctx *x, struct taskop_req *r)
     taskop_post(x->db, op);
 }
 
+/* Runs x->sql, a SELECT COUNT(*) over at most one row: *any says whether it found one.
+ * 0, or -1 when the statement failed. */
+static int query_nonzero(struct stats_ctx *x, bool *any)
+{
+    MYSQL_RES *res = x->sql.oom ? NULL : dsp_dbi_query_retry(&x->c, x->sql.p, x->sql.len);
+    if (res == NULL)
+        return -1;
+    MYSQL_ROW row = mysql_fetch_row(res);
+    *any = row && row[0] && strcmp(row[0], "0") != 0;
+    mysql_free_result(res);
+    return 0;
+}
+
 /* One round: the figures (when enabled), then retention (when enabled and due: after
  * the refresh, but at most every RETAIN_EVERY_MS unless the last round left more). */
 static void stats_round(struct stats_ctx *x, bool refresh, bool retain)
@@ -1145,12 +1158,9 @@ static int stats_deps_discover(struct stats_ctx *x)
 
     dsp_strbuf_reset(&x->sql);
     dsp_strbuf_printf(&x->sql, "SELECT COUNT(*) FROM (SELECT 1 FROM %s LIMIT 1) d", db->names.dep);
-    MYSQL_RES *res = x->sql.oom ? NULL : dsp_dbi_query_retry(&x->c, x->sql.p, x->sql.len);
-    if (res == NULL)
+    bool any;
+    if (query_nonzero(x, &any) < 0)
         return -1;
-    MYSQL_ROW row = mysql_fetch_row(res);
-    bool any = row && row[0] && strcmp(row[0], "0") != 0;
-    mysql_free_result(res);
     if (any) {
         x->deps_mode = DEPS_IDLE; /* the sweep that follows tells whether tasks wait */
         return 0;
@@ -1176,12 +1186,9 @@ static int stats_deps_sweep(struct stats_ctx *x)
     dsp_strbuf_reset(&x->sql);
     dsp_strbuf_printf(&x->sql, "SELECT COUNT(*) FROM (SELECT 1 FROM %s FORCE INDEX (delay_idx)"
                       " WHERE `delayed` = 2 LIMIT 1) w", db->names.task);
-    MYSQL_RES *res = x->sql.oom ? NULL : dsp_dbi_query_retry(&x->c, x->sql.p, x->sql.len);
-    if (res == NULL)
+    bool any;
+    if (query_nonzero(x, &any) < 0)
         return -1;
-    MYSQL_ROW row = mysql_fetch_row(res);
-    bool any = row && row[0] && strcmp(row[0], "0") != 0;
-    mysql_free_result(res);
     atomic_store(&db->deps_seen, any);
     x->deps_mode = any ? DEPS_ACTIVE : DEPS_IDLE;
     /* Also with none waiting: the sweep deletes the rows of tasks gone. */

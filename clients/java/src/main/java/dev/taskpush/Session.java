@@ -169,14 +169,19 @@ final class Session {
         }
     }
 
+    /** m encoded, or null when it cannot be (a bound it breaks). */
+    private static byte[] frameOf(Wire.Message m) {
+        try {
+            return Wire.encode(m);
+        } catch (BadFrameException e) {
+            return null;
+        }
+    }
+
     /** Queues m; false once the session is closed (or closing). */
     boolean send(Wire.Message m) {
-        byte[] f;
-        try {
-            f = Wire.encode(m);
-        } catch (BadFrameException e) {
-            return false;
-        }
+        byte[] f = frameOf(m);
+        if (f == null) return false;
         synchronized (lock) {
             if (closed || closing) return false;
             out.write(f, 0, f.length);
@@ -196,12 +201,8 @@ final class Session {
      * the writer thread does within a heartbeat interval. False once the session is closed.
      */
     boolean queue(Wire.Message m) {
-        byte[] f;
-        try {
-            f = Wire.encode(m);
-        } catch (BadFrameException e) {
-            return false;
-        }
+        byte[] f = frameOf(m);
+        if (f == null) return false;
         synchronized (lock) {
             if (closed || closing) return false;
             out.write(f, 0, f.length);
