@@ -573,6 +573,7 @@ static void *binlog_main(void *arg)
             set_status(db, DSP_WAKE_POLL, "resting in a flood of inserts: claims at --poll-ms take every row "
                                           "committed; following again when a claim finds fewer than 2");
             rest_while_asked(db);
+            f.c.ever_connected = false; /* following again is no lost connection (db.reconnects_total) */
             continue;
         }
         if (!atomic_load(&db->leader)) {
