@@ -693,12 +693,12 @@ static void make_v11(tp_testdb *db)
     assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 11 WHERE name = 'schema_version'"), 1);
 }
 
-/* Replaces the fresh schema with version 8: without the task_setting of version 9 and
- * the task_progress of version 11 (version 10 adds nothing on this branch). */
+/* Replaces the fresh schema with version 8: without the task_setting of version 9, the
+ * task_dep of version 10 and the task_progress of version 11. */
 static void make_v8(tp_testdb *db)
 {
     make_v11(db);
-    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task_setting, task_progress"), 0);
+    assert_int_equal(tp_testdb_exec(db, "DROP TABLE task_setting, task_dep, task_progress"), 0);
     assert_int_equal(tp_testdb_exec(db, "UPDATE taskpush_meta SET value = 8 WHERE name = 'schema_version'"), 1);
 }
 
