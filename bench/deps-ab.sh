@@ -16,28 +16,10 @@ set -euo pipefail
 rounds=${1:-7}
 k=${2:-64}
 n=${3:-200000}
-for v in "$rounds" "$k" "$n"; do
-  if ! [[ "$v" =~ ^[1-9][0-9]*$ ]]; then
-    echo "deps-ab.sh: '$v' is not a positive number" >&2
-    exit 2
-  fi
-done
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${TASKPUSH_BUILD_DIR:-$root/build}
-cd "$root"
-if [ ! -f "$build/build.ninja" ]; then
-  meson setup "$build" >/dev/null
-fi
-ninja -C "$build" -j2 bench/taskpush-bench dispatcher/taskpushd >/dev/null
-work=$(mktemp -d "${TMPDIR:-/tmp}/taskpush-deps-ab.XXXXXX")
-cleanup() {
-  scripts/tp-mariadb stop "$work/db" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-eval "$(scripts/tp-mariadb start "$work/db")" >/dev/null
-out="bench/results/$(date -u +%Y-%m-%d-%H%M%S)-$(hostname -s)-deps.jsonl"
-mkdir -p bench/results
+# shellcheck source=bench/ab-lib.sh
+. "$(dirname "$0")/ab-lib.sh"
+ab_positive deps-ab.sh "$rounds" "$k" "$n"
+ab_setup deps
 load_before=$(cat /proc/loadavg)
 rc=0
 # shellcheck disable=SC2086

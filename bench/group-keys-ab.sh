@@ -15,28 +15,10 @@ rounds=${1:-7}
 k=${2:-64}
 keys=${3:-1000}
 n=${4:-30000}
-for v in "$rounds" "$k" "$keys" "$n"; do
-  if ! [[ "$v" =~ ^[1-9][0-9]*$ ]]; then
-    echo "group-keys-ab.sh: '$v' is not a positive number" >&2
-    exit 2
-  fi
-done
-root=$(cd "$(dirname "$0")/.." && pwd)
-build=${TASKPUSH_BUILD_DIR:-$root/build}
-cd "$root"
-if [ ! -f "$build/build.ninja" ]; then
-  meson setup "$build" >/dev/null
-fi
-ninja -C "$build" -j2 bench/taskpush-bench dispatcher/taskpushd >/dev/null
-work=$(mktemp -d "${TMPDIR:-/tmp}/taskpush-group-keys.XXXXXX")
-cleanup() {
-  scripts/tp-mariadb stop "$work/db" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-eval "$(scripts/tp-mariadb start "$work/db")" >/dev/null
-out="bench/results/$(date -u +%Y-%m-%d-%H%M%S)-$(hostname -s)-group-keys.jsonl"
-mkdir -p bench/results
+# shellcheck source=bench/ab-lib.sh
+. "$(dirname "$0")/ab-lib.sh"
+ab_positive group-keys-ab.sh "$rounds" "$k" "$keys" "$n"
+ab_setup group-keys
 : >"$out"
 
 for r in $(seq "$rounds"); do

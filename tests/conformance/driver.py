@@ -147,17 +147,21 @@ class WorkerProc:
         w = self.words(first)
         return int(w[-1][1]) if w else 0
 
-    def terminate(self, timeout_s: float = WAIT_S) -> int:
-        """SIGTERM (a graceful drain) and the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+    def wait_exit(self, timeout_s: float, late: str) -> int:
+        """The exit status once the process ended; killed and AssertionError(late) after timeout_s."""
         try:
             rc = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(f"the worker did not exit within {timeout_s:.0f} s of SIGTERM")
+            raise AssertionError(late)
         self.reader.join(10)
         return rc
+
+    def terminate(self, timeout_s: float = WAIT_S) -> int:
+        """SIGTERM (a graceful drain) and the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait_exit(timeout_s, f"the worker did not exit within {timeout_s:.0f} s of SIGTERM")
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -204,12 +208,7 @@ class Run:
         w = WorkerProc(self.cmd, ["--addr", self.d.listen, "--submit", ttype, "--payload", payload] + list(extra),
                        self.tmp, f"s{self.serial}")
         self.workers.append(w)
-        try:
-            rc = w.proc.wait(WAIT_S)
-        except subprocess.TimeoutExpired:
-            w.kill()
-            raise AssertionError(f"the submitting worker did not exit within {WAIT_S:.0f} s")
-        w.reader.join(10)
+        rc = w.wait_exit(WAIT_S, f"the submitting worker did not exit within {WAIT_S:.0f} s")
         if rc != 0:
             raise AssertionError(f"the submitting worker exited {rc}:\n{w.stderr_tail()}")
         return w.snapshot()
